@@ -1,0 +1,14 @@
+"""s2sgrad: source-to-source reverse-mode automatic differentiation for NumPy.
+
+Reads a Python function's source and generates a readable forward function and
+adjoint (vector-Jacobian product) function in plain NumPy.
+"""
+from . import functional, rules
+from .api import differentiable, grad, source, value_and_grad, vjp
+from .errors import TransformError
+from .function import Context, Function
+
+__version__ = "0.1.0"
+
+__all__ = ["Function", "Context", "TransformError", "differentiable", "grad",
+           "value_and_grad", "vjp", "source", "functional", "rules", "__version__"]

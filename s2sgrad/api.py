@@ -1,0 +1,183 @@
+"""The public entry points: differentiable, grad, value_and_grad, vjp, source.
+
+A thin layer over the compiler: it validates arguments, runs the generated
+forward and adjoint, and gives gradients the shape and dtype of the argument
+they belong to.
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+from typing import Any, Callable, Sequence, Tuple, Union
+
+import numpy as np
+
+from .compiler import CompiledFunction, compile_function
+
+Wrt = Union[int, Sequence[int], None]
+
+
+def differentiable(fn: Callable) -> Callable:
+    """Mark `fn` for differentiation; calling it runs the original unchanged.
+
+    Compilation happens on the first gradient request and is cached.
+    """
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    wrapper.__s2sgrad__ = True
+    return wrapper
+
+
+def normalize_wrt(wrt: Wrt, nargs: int = None) -> Tuple[Tuple[int, ...], bool]:
+    """(positions, single) from an int, a tuple of ints, or None (all positional)."""
+    if wrt is None:
+        if nargs is None:
+            raise TypeError("wrt=None needs the call's arguments")
+        return tuple(range(nargs)), False
+    if isinstance(wrt, numbers.Integral) and not isinstance(wrt, bool):
+        return (int(wrt),), True
+    try:
+        positions = tuple(int(i) for i in wrt)
+    except TypeError:
+        raise TypeError(f"wrt must be an int, a tuple of ints or None, not {wrt!r}") from None
+    if not positions:
+        raise ValueError("wrt must name at least one argument")
+    return positions, False
+
+
+def check_differentiable(value: Any, what: str) -> None:
+    """Only floating-point (or complex) values can carry a gradient."""
+    if isinstance(value, bool) or isinstance(value, numbers.Integral):
+        raise TypeError(f"{what} is an integer ({value!r}): only floating-point inputs can "
+                        f"be differentiated; pass a float (e.g. {float(value)!r}) or do not "
+                        f"differentiate with respect to it")
+    if isinstance(value, (float, complex, np.floating, np.complexfloating)):
+        return
+    if isinstance(value, np.ndarray):
+        if np.issubdtype(value.dtype, np.inexact):
+            return
+        raise TypeError(f"{what} has dtype {value.dtype}: only floating-point inputs can be "
+                        f"differentiated; convert it with .astype(float)")
+    raise TypeError(f"{what} is a {type(value).__name__}: only floating-point arrays and "
+                    f"Python floats can be differentiated")
+
+
+def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
+    """Give a gradient the type, shape and dtype of the value it belongs to."""
+    if isinstance(like, (float, complex)) and not isinstance(like, np.generic):
+        if isinstance(like, complex):
+            return complex(np.asarray(grad).sum()) if np.ndim(grad) else complex(grad)
+        return float(np.asarray(grad).sum()) if np.ndim(grad) else float(grad)
+    like_arr = np.asarray(like)
+    arr = np.asarray(grad)
+    if arr.shape != like_arr.shape:
+        arr = np.broadcast_to(arr, like_arr.shape)
+    if arr.dtype != like_arr.dtype:
+        arr = arr.astype(like_arr.dtype)
+    elif not arr.flags.writeable or any(arr is a for a in avoid):
+        arr = arr.copy()
+    if isinstance(like, np.generic):
+        return like_arr.dtype.type(arr)
+    return arr
+
+
+def _compiled(f: Callable, positions: Tuple[int, ...]) -> CompiledFunction:
+    return compile_function(f, positions)
+
+
+def _check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> None:
+    for i in positions:
+        if i >= len(args):
+            raise TypeError(f"cannot differentiate {getattr(f, '__name__', f)} with respect to "
+                            f"argument {i}: only {len(args)} positional argument(s) were given")
+        check_differentiable(args[i], f"argument {i}")
+
+
+def _seed(out: Any) -> Any:
+    """The cotangent 1 for a scalar output, or ValueError for anything else."""
+    if isinstance(out, (float, int)) and not isinstance(out, bool):
+        return 1.0
+    if isinstance(out, (np.ndarray, np.generic)) and np.ndim(out) == 0 and \
+            np.issubdtype(np.asarray(out).dtype, np.number):
+        return np.ones((), dtype=np.result_type(out, np.float64)
+                       if not np.issubdtype(np.asarray(out).dtype, np.inexact)
+                       else np.asarray(out).dtype)
+    shape = np.shape(out) if isinstance(out, (np.ndarray, np.generic)) else type(out).__name__
+    raise ValueError(f"grad requires a function that returns a scalar, but it returned "
+                     f"{shape}; use s2sgrad.vjp (or s2sgrad.functional.vjp) for "
+                     f"non-scalar outputs")
+
+
+def _pack(grads: Any, positions: Tuple[int, ...]) -> tuple:
+    return (grads,) if len(positions) == 1 else tuple(grads)
+
+
+def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0) -> Callable:
+    """Return a function computing (f(*args), gradient of f w.r.t. args[wrt])."""
+    positions, single = normalize_wrt(wrt)
+
+    @functools.wraps(f)
+    def value_and_grad_f(*args, **kwargs):
+        _check_args(f, args, positions)
+        compiled = _compiled(f, positions)
+        out, residuals = compiled.forward(*args, **kwargs)
+        grads = _pack(compiled.adjoint(residuals, _seed(out)), positions)
+        grads = tuple(finalize(g, args[i]) for g, i in zip(grads, positions))
+        return out, (grads[0] if single else grads)
+    return value_and_grad_f
+
+
+def grad(f: Callable, wrt: Union[int, Sequence[int]] = 0) -> Callable:
+    """Return a function with f's signature computing the gradient of scalar f."""
+    vg = value_and_grad(f, wrt)
+
+    @functools.wraps(f)
+    def grad_f(*args, **kwargs):
+        return vg(*args, **kwargs)[1]
+    return grad_f
+
+
+def vjp(f: Callable, *args: Any, wrt: Wrt = None) -> Tuple[Any, Callable]:
+    """Run f(*args) and return (output, pullback); pullback(v) gives v^T J.
+
+    The pullback reuses the values kept by the forward pass and may be called
+    many times with different v.
+    """
+    positions, single = normalize_wrt(wrt, len(args))
+    _check_args(f, args, positions)
+    compiled = _compiled(f, positions)
+    out, residuals = compiled.forward(*args)
+
+    def pullback(v):
+        check_cotangent(v, out)
+        grads = _pack(compiled.adjoint(residuals, v), positions)
+        grads = tuple(finalize(g, args[i], avoid=_leaves(v)) for g, i in zip(grads, positions))
+        return grads[0] if single else grads
+    return out, pullback
+
+
+def _leaves(v) -> tuple:
+    return tuple(v) if isinstance(v, tuple) else (v,)
+
+
+def check_cotangent(v: Any, out: Any) -> None:
+    """v must mirror the output's structure and shapes."""
+    if isinstance(out, tuple):
+        if not isinstance(v, tuple) or len(v) != len(out):
+            raise ValueError(f"the cotangent must be a tuple of {len(out)} values, one per "
+                             f"output, not {type(v).__name__}")
+        for i, (vi, oi) in enumerate(zip(v, out)):
+            if np.shape(vi) != np.shape(oi):
+                raise ValueError(f"cotangent {i} has shape {np.shape(vi)}, but output {i} has "
+                                 f"shape {np.shape(oi)}")
+        return
+    if np.shape(v) != np.shape(out):
+        raise ValueError(f"the cotangent has shape {np.shape(v)}, but the output has shape "
+                         f"{np.shape(out)}")
+
+
+def source(f: Callable, wrt: Union[int, Sequence[int]] = 0, optimize: bool = True) -> str:
+    """The generated forward and adjoint of f (and of the functions it calls), as text."""
+    positions, _ = normalize_wrt(wrt)
+    return compile_function(f, positions, optimize).source

@@ -1,0 +1,183 @@
+"""Pass 3 — analyse: which values carry a gradient (activity analysis).
+
+A variable is *varied* when it depends differentiably on an input we
+differentiate with respect to, and *useful* when the output depends
+differentiably on it. Only variables that are both (*active*) get adjoints.
+The same facts decide `strict=True` in functional.vjp, and say why an input
+does not matter (it reaches the output only through np.floor, say).
+
+The analysis is flow-insensitive (a fixed point over all statements), which is
+exact for straight-line SSA code and conservative inside loops.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+
+from ..errors import error_at
+from .normalize import NormalForm
+from .ops import Op, describe, names
+
+
+@dataclass
+class Activity:
+    wrt: Tuple[int, ...]
+    varied: Set[str]
+    useful: Set[str]
+    active: Set[str]
+    ints: Set[str]
+    independent: Tuple[int, ...]
+    reasons: Dict[int, str] = field(default_factory=dict)
+    outputs: List[str] = field(default_factory=list)
+
+
+def iter_statements(body: Sequence[ast.stmt]) -> Iterator[Tuple[ast.stmt, Optional[ast.AST]]]:
+    """Every statement, depth first; loop headers are yielded as their For node."""
+    for s in body:
+        yield s, None
+        if isinstance(s, (ast.If, ast.For, ast.While)):
+            yield from iter_statements(s.body)
+            yield from iter_statements(s.orelse)
+
+
+def statement_op(s: ast.stmt, local_names) -> Optional[Op]:
+    if isinstance(s, ast.For):
+        return loop_header_op(s)
+    if isinstance(s, (ast.If, ast.While, ast.Break, ast.Continue, ast.Pass)):
+        test = getattr(s, "test", None)
+        return Op("control", [], other_inputs=names(test)) if test is not None else None
+    return describe(s, local_names)
+
+
+def loop_header_op(s: ast.For) -> Op:
+    targets = [n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)]
+    it = s.iter
+    callee = getattr(it, "s2s_callee", None)
+    if callee is range:
+        return Op("iterate", targets, other_inputs=names(it), label="range")
+    return Op("iterate", targets, diff_inputs=names(it), label="iteration")
+
+
+def analyze(nf: NormalForm, wrt: Sequence[int]) -> Activity:
+    local_names = nf.resolver.locals | nf.names.taken
+    stmts = [s for s, _ in iter_statements(nf.node.body)]
+    ops = [(s, statement_op(s, local_names)) for s in stmts]
+    ops = [(s, op) for s, op in ops if op is not None]
+    ret = nf.node.body[-1]
+    outputs = names(ret.value) if isinstance(ret, ast.Return) else []
+    wrt_names = [nf.params[i] for i in wrt]
+
+    varied = _forward_closure(set(wrt_names), ops, diff_only=True)
+    useful = _backward_closure(set(outputs), ops, diff_only=True)
+    active = varied & useful
+    ints = _int_names(ops)
+    independent, reasons = [], {}
+    reach_all = _backward_closure(set(outputs), ops, diff_only=False)
+    for i, name in zip(wrt, wrt_names):
+        if name not in useful:
+            independent.append(i)
+            reasons[i] = _why_independent(name, ops, reach_all, nf)
+    _check_supported(ops, active, varied, useful, nf)
+    return Activity(wrt=tuple(wrt), varied=varied, useful=useful, active=active, ints=ints,
+                    independent=tuple(independent), reasons=reasons, outputs=outputs)
+
+
+def _forward_closure(seeds: Set[str], ops, diff_only: bool) -> Set[str]:
+    out = set(seeds)
+    changed = True
+    while changed:
+        changed = False
+        for _, op in ops:
+            inputs = op.diff_inputs if diff_only else op.diff_inputs + op.other_inputs
+            if op.outputs and any(n in out for n in inputs):
+                for o in op.outputs:
+                    if o not in out:
+                        out.add(o)
+                        changed = True
+    return out
+
+
+def _backward_closure(seeds: Set[str], ops, diff_only: bool) -> Set[str]:
+    out = set(seeds)
+    changed = True
+    while changed:
+        changed = False
+        for _, op in ops:
+            if op.kind == "control" and not diff_only:
+                continue
+            if any(o in out for o in op.outputs):
+                inputs = op.diff_inputs if diff_only else op.diff_inputs + op.other_inputs
+                for n in inputs:
+                    if n not in out:
+                        out.add(n)
+                        changed = True
+    return out
+
+
+def _int_names(ops) -> Set[str]:
+    """Names that only ever hold Python ints (range loop counters, len(), shapes)."""
+    candidates: Dict[str, bool] = {}
+    for s, op in ops:
+        for o in op.outputs:
+            ok = _int_valued(s, op)
+            candidates[o] = candidates.get(o, True) and ok
+    return {n for n, ok in candidates.items() if ok}
+
+
+def _int_valued(s, op: Op) -> bool:
+    if op.kind == "iterate":
+        return op.label == "range" and isinstance(s.target, ast.Name)
+    value = getattr(s, "value", None)
+    if isinstance(value, ast.Constant):
+        return isinstance(value.value, int) and not isinstance(value.value, bool)
+    if isinstance(value, ast.Call) and getattr(value, "s2s_callee", None) in (len, int):
+        return True
+    return False
+
+
+def _why_independent(name: str, ops, reach_all: Set[str], nf: NormalForm) -> str:
+    """One sentence on how an input fails to reach the output differentiably."""
+    if name not in reach_all:
+        return f"'{name}' is not used in computing the output."
+    from_input = _forward_closure({name}, ops, diff_only=True)
+    for s, op in ops:
+        crosses = any(n in from_input for n in op.other_inputs) or (
+            op.kind == "nondiff" and any(n in from_input for n in op.diff_inputs))
+        if crosses and (any(o in reach_all for o in op.outputs) or op.kind == "control"):
+            what = op.label or "a non-differentiable operation"
+            if op.kind == "control":
+                what = "a branch or loop condition"
+            return (f"'{name}' only reaches the output through {what} at line "
+                    f"{getattr(s, 'lineno', '?')}, which has no gradient.")
+    return f"'{name}' does not reach the output through a differentiable operation."
+
+
+_UNSUPPORTED_HINTS = {
+    "unknown": "Register a rule with s2sgrad.defvjp, or wrap the computation in an "
+               "s2sgrad.Function with a vjp rule.",
+    "opaque": "Rewrite it with plain arithmetic and NumPy calls (no comprehensions or "
+              "and/or on arrays), or wrap it in an s2sgrad.Function with a vjp rule.",
+    "method": "Call the NumPy function instead (np.f(x)), register it with "
+              "s2sgrad.defvjp, or wrap it in an s2sgrad.Function.",
+    "mutate": "Compute a new value instead of modifying one in place.",
+}
+
+
+def _check_supported(ops, active, varied, useful, nf: NormalForm) -> None:
+    """A construct on the gradient path without a rule is an error, never a zero."""
+    for s, op in ops:
+        if op.kind not in _UNSUPPORTED_HINTS:
+            continue
+        touches = any(n in varied for n in op.diff_inputs + op.other_inputs)
+        if op.kind == "mutate":
+            bad = touches
+        else:
+            bad = touches and any(o in useful for o in op.outputs)
+        if bad:
+            node = getattr(op.call, "func", None) or getattr(s, "value", s)
+            if op.kind == "mutate":
+                message = f"{op.label or 'this call'} modifies a differentiated value in place"
+            else:
+                message = f"s2sgrad has no gradient rule for {op.label}"
+            raise error_at(node, message, nf.parsed, _UNSUPPORTED_HINTS[op.kind])

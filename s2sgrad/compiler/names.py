@@ -1,0 +1,78 @@
+"""Deterministic, readable fresh names derived from the user's names.
+
+Generated code must be byte-for-byte reproducible (it is cached and diffed), so
+names come from stems and counters, never from ids or hashes.
+"""
+from __future__ import annotations
+
+import ast
+import keyword
+import re
+from typing import Iterable, Set
+
+RESERVED_PREFIX = "_s2s_"
+_MAX_STEM = 24
+
+
+def sanitize(stem: str) -> str:
+    stem = re.sub(r"\W+", "_", stem).strip("_") or "t"
+    if stem[0].isdigit():
+        stem = "v" + stem
+    if len(stem) > _MAX_STEM:
+        stem = stem[:_MAX_STEM].rstrip("_")
+    if keyword.iskeyword(stem) or stem in ("None", "True", "False"):
+        stem += "_"
+    return stem
+
+
+class NameRegistry:
+    """Hands out names nobody else in the generated module uses."""
+
+    def __init__(self, taken: Iterable[str] = ()):
+        self.taken: Set[str] = set(taken)
+
+    def reserve(self, *names: str) -> None:
+        self.taken.update(names)
+
+    def fresh(self, stem: str) -> str:
+        """`stem` itself if free, else stem_2, stem_3, ..."""
+        stem = sanitize(stem)
+        if stem not in self.taken:
+            self.taken.add(stem)
+            return stem
+        k = 2
+        while f"{stem}_{k}" in self.taken:
+            k += 1
+        name = f"{stem}_{k}"
+        self.taken.add(name)
+        return name
+
+    def version(self, base: str) -> str:
+        """The next SSA version of a user variable: x -> x_1, x_2, ..."""
+        k = 1
+        while f"{base}_{k}" in self.taken:
+            k += 1
+        name = f"{base}_{k}"
+        self.taken.add(name)
+        return name
+
+
+def names_in(node: ast.AST) -> Set[str]:
+    """Every identifier (Name nodes and argument names) appearing in `node`."""
+    out = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            out.add(sub.id)
+        elif isinstance(sub, ast.arg):
+            out.add(sub.arg)
+    return out
+
+
+def loaded_names(node: ast.AST) -> Set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)}
+
+
+def stored_names(node: ast.AST) -> Set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, (ast.Store, ast.Del))}

@@ -1,0 +1,871 @@
+"""Pass 2 — normalise: one operation per statement, SSA names where possible.
+
+After this pass every differentiable statement has the form
+``name = op(atom, ...)`` (or ``a, b = call(...)`` for several results), where an
+atom is a variable or a constant, and the function has exactly one ``return``,
+its last statement. Temporaries are named after what they hold (``sin_x``,
+``W_at_h``) and a user variable assigned again in straight-line code gets a new
+version (``x``, ``x_1``), so later passes see each value under its own name.
+Variables assigned inside branches or loops keep one name; the transform saves
+their overwritten values.
+
+Every statement records the user's statement it came from (``s2s_origin``) for
+error messages and for the comments of the generated adjoint.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Set
+
+from ..errors import error_at
+from ..function import is_function_class
+from ..rules import registry
+from .names import NameRegistry, names_in
+from .parse import ParsedFunction
+from .resolve import Resolver
+
+_OP_WORDS = {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "div",
+             ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow",
+             ast.MatMult: "at", ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor",
+             ast.LShift: "lshift", ast.RShift: "rshift"}
+_UNARY_WORDS = {ast.USub: "neg", ast.UAdd: "pos", ast.Not: "not", ast.Invert: "inv"}
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_COMPOUND = (ast.If, ast.For, ast.While)
+
+
+@dataclass
+class NormalForm:
+    """A function in normal form, with what later passes need to read it."""
+
+    parsed: ParsedFunction
+    node: ast.FunctionDef
+    names: NameRegistry
+    resolver: Resolver
+    params: List[str]
+    result: Optional[str] = None  # set when the function returns a single name
+
+
+def normalize(parsed: ParsedFunction) -> NormalForm:
+    return _Normalizer(parsed).run()
+
+
+def is_atom(node: ast.AST) -> bool:
+    if isinstance(node, (ast.Name, ast.Constant)):
+        return True
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(is_atom(e) for e in node.elts)
+    return bool(getattr(node, "s2s_static", False))
+
+
+def _walk_scope(node: ast.AST):
+    """ast.walk that does not enter nested functions, lambdas or classes."""
+    todo = list(ast.iter_child_nodes(node))
+    while todo:
+        sub = todo.pop()
+        yield sub
+        if not isinstance(sub, _SCOPES):
+            todo.extend(ast.iter_child_nodes(sub))
+
+
+def _assigned_names(nodes) -> Set[str]:
+    out = set()
+    for node in nodes:
+        for sub in [node, *_walk_scope(node)]:
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                out.add(sub.id)
+    return out
+
+
+def _has(node: ast.AST, kinds, stop=()) -> bool:
+    todo = [node]
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, kinds):
+            return True
+        if sub is not node and isinstance(sub, _SCOPES + tuple(stop)):
+            continue
+        todo.extend(ast.iter_child_nodes(sub))
+    return False
+
+
+def _ends_in_jump(stmts: List[ast.stmt]) -> bool:
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, (ast.Return, ast.Break, ast.Continue, ast.Raise)):
+        return True
+    if isinstance(last, ast.If):
+        return _ends_in_jump(last.body) and _ends_in_jump(last.orelse)
+    return False
+
+
+def lift_jumps(stmts: List[ast.stmt], jumps) -> List[ast.stmt]:
+    """Move the code after a conditional jump into the branches that fall through.
+
+    Afterwards every `break`/`continue`/`return` of the given kinds is the last
+    statement of its block, so the adjoint can replay branches without flags.
+    """
+    out: List[ast.stmt] = []
+    for i, s in enumerate(stmts):
+        if isinstance(s, jumps):
+            out.append(s)
+            return out
+        if isinstance(s, ast.If) and _has(s, jumps, stop=(ast.For, ast.While)
+                                          if ast.Return not in jumps else ()):
+            rest = stmts[i + 1:]
+            s.body = lift_jumps(s.body + copy.deepcopy(rest), jumps)
+            s.orelse = lift_jumps(s.orelse + copy.deepcopy(rest), jumps)
+            out.append(s)
+            return out
+        out.append(s)
+    return out
+
+
+class _Normalizer:
+    def __init__(self, parsed: ParsedFunction):
+        self.p = parsed
+        fdef = parsed.node
+        self.params = [a.arg for a in fdef.args.posonlyargs + fdef.args.args]
+        self._check_signature(fdef)
+        local = set(self.params) | _assigned_names(fdef.body)
+        for node in _walk_scope(fdef):
+            if isinstance(node, (ast.For, ast.comprehension)):
+                local |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+        self.resolver = Resolver(parsed.globals, parsed.closure, local)
+        self.names = NameRegistry(names_in(fdef) | local)
+        self._check_reserved(fdef)
+        self.unversioned: Set[str] = set()
+        for node in _walk_scope(fdef):
+            if isinstance(node, _COMPOUND):
+                self.unversioned |= _assigned_names(node.body + node.orelse)
+                if isinstance(node, ast.For):
+                    self.unversioned |= _assigned_names([node.target])
+        self.env: Dict[str, str] = {p: p for p in self.params}
+        self.tuples: Dict[str, List[ast.expr]] = {}
+        self.owned: Set[str] = set()
+        self.origin: Optional[ast.stmt] = None
+        self.loop_depth = 0
+
+    # -- helpers -------------------------------------------------------------
+    def err(self, node, message, hint=None):
+        return error_at(node, message, self.p, hint)
+
+    def _check_signature(self, fdef):
+        a = fdef.args
+        if a.vararg or a.kwarg:
+            node = a.vararg or a.kwarg
+            raise error_at(node, "*args/**kwargs in the differentiated function's signature",
+                           self.p, "Give the function explicit positional parameters.")
+
+    def _check_reserved(self, fdef):
+        for node in ast.walk(fdef):
+            name = getattr(node, "id", None) or getattr(node, "arg", None)
+            if isinstance(name, str) and name.startswith("_s2s_"):
+                raise error_at(node, f"the name {name!r} uses s2sgrad's reserved prefix _s2s_",
+                               self.p, "Rename the variable.")
+
+    def emit(self, out: List[ast.stmt], stmt: ast.stmt, at: ast.AST) -> ast.stmt:
+        ast.copy_location(stmt, at)
+        stmt.s2s_origin = self.origin
+        out.append(stmt)
+        return stmt
+
+    def load(self, name: str) -> ast.Name:
+        return ast.Name(id=self.env.get(name, name), ctx=ast.Load())
+
+    def target(self, user_name: str) -> str:
+        """The name the next assignment to `user_name` writes."""
+        if user_name in self.unversioned:
+            new = user_name
+        elif user_name not in self.env:
+            new = user_name
+        else:
+            new = self.names.version(user_name)
+        self.env[user_name] = new
+        self.tuples.pop(new, None)
+        return new
+
+    def rename_loads(self, expr: ast.expr) -> ast.expr:
+        """Rename reads to current SSA names inside an expression kept whole."""
+        expr = copy.deepcopy(expr)
+        bound: Set[str] = set()
+        for sub in ast.walk(expr):
+            if isinstance(sub, (ast.Lambda, ast.comprehension)):
+                target = sub.args if isinstance(sub, ast.Lambda) else sub.target
+                bound |= names_in(target)
+        for sub in ast.walk(expr):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in bound:
+                sub.id = self.env.get(sub.id, sub.id)
+        return expr
+
+    # -- driver ----------------------------------------------------------------
+    def run(self) -> NormalForm:
+        fdef = self.p.node
+        body = [s for s in fdef.body if not _is_docstring(s)]
+        body = self._lift_returns(body)
+        out: List[ast.stmt] = []
+        self.block(body, out)
+        new = ast.FunctionDef(name=fdef.name, args=copy.deepcopy(fdef.args), body=out,
+                              decorator_list=[], returns=None, type_comment=None)
+        ast.copy_location(new, fdef)
+        new.end_lineno, new.end_col_offset = fdef.end_lineno, fdef.end_col_offset
+        last = out[-1] if out else None
+        result = (last.value.id if isinstance(last, ast.Return)
+                  and isinstance(last.value, ast.Name) else None)
+        return NormalForm(self.p, new, self.names, self.resolver, self.params, result)
+
+    def _lift_returns(self, body: List[ast.stmt]) -> List[ast.stmt]:
+        """Give the function a single final `return`, moving early returns' tails."""
+        returns = [n for s in body for n in [s, *_walk_scope(s)] if isinstance(n, ast.Return)]
+        if len(returns) == 1 and body and body[-1] is returns[0]:
+            return body
+        if not returns:
+            none = ast.Return(value=ast.Constant(value=None))
+            ast.copy_location(none, body[-1] if body else self.p.node)
+            return body + [none]
+        self.result_name = self.names.fresh("result")
+        self.flag_name = None
+        body = self._returns_out_of_loops(body, in_loop=False)
+        body = lift_jumps(body, (ast.Return,))
+        if not _ends_in_jump(body):
+            body = body + [ast.copy_location(ast.Return(value=ast.Constant(value=None)),
+                                             body[-1])]
+        body = self._returns_to_assignments(body)
+        final = ast.Return(value=ast.Name(id=self.result_name, ctx=ast.Load()))
+        ast.copy_location(final, returns[-1])
+        return body + [final]
+
+    def _returns_out_of_loops(self, stmts, in_loop):
+        """`return e` inside a loop becomes: result = e; flag = True; break."""
+        out = []
+        for s in stmts:
+            if isinstance(s, (ast.For, ast.While)) and _has(s, ast.Return):
+                if s.orelse:
+                    raise self.err(s, "a loop with an else clause that contains return")
+                if self.flag_name is None:
+                    self.flag_name = self.names.fresh("returned")
+                s.body = self._returns_out_of_loops(s.body, in_loop=True)
+                init = ast.copy_location(_assign(self.flag_name, ast.Constant(False)), s)
+                after_body = ([ast.Break()] if in_loop else
+                              [ast.Return(value=ast.Name(id=self.result_name, ctx=ast.Load()))])
+                after = ast.If(test=ast.Name(id=self.flag_name, ctx=ast.Load()),
+                               body=[ast.copy_location(b, s) for b in after_body], orelse=[])
+                out += [init, s, ast.copy_location(after, s)]
+            elif isinstance(s, ast.Return) and in_loop:
+                value = s.value or ast.Constant(value=None)
+                out += [ast.copy_location(_assign(self.result_name, value), s),
+                        ast.copy_location(_assign(self.flag_name, ast.Constant(True)), s),
+                        ast.copy_location(ast.Break(), s)]
+            elif isinstance(s, ast.If):
+                s.body = self._returns_out_of_loops(s.body, in_loop)
+                s.orelse = self._returns_out_of_loops(s.orelse, in_loop)
+                out.append(s)
+            else:
+                out.append(s)
+        return out
+
+    def _returns_to_assignments(self, stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, ast.Return):
+                value = s.value or ast.Constant(value=None)
+                if not (isinstance(value, ast.Name) and value.id == self.result_name):
+                    out.append(ast.copy_location(_assign(self.result_name, value), s))
+            elif isinstance(s, ast.If):
+                s.body = self._returns_to_assignments(s.body) or [ast.copy_location(ast.Pass(), s)]
+                s.orelse = self._returns_to_assignments(s.orelse)
+                out.append(s)
+            else:
+                out.append(s)
+        return out
+
+    # -- statements ------------------------------------------------------------
+    def block(self, stmts: List[ast.stmt], out: List[ast.stmt]) -> None:
+        for s in stmts:
+            self.origin = s
+            self.stmt(s, out)
+
+    def stmt(self, s: ast.stmt, out: List[ast.stmt]) -> None:
+        method = getattr(self, "stmt_" + type(s).__name__, None)
+        if method is None:
+            raise self.unsupported_stmt(s)
+        method(s, out)
+
+    def unsupported_stmt(self, s):
+        kind = type(s).__name__
+        hints = {
+            "Try": "Move the try/except outside the differentiated function.",
+            "With": "Move the with-block outside the differentiated function.",
+            "Global": "Pass the value in as an argument and return the new value.",
+            "Nonlocal": "Pass the value in as an argument and return the new value.",
+            "FunctionDef": "Define helper functions at module level; s2sgrad "
+                           "differentiates calls to them.",
+            "ClassDef": "Define classes at module level.",
+            "AsyncFor": "Use a plain for loop.", "AsyncWith": "Use a plain with.",
+            "Import": "Import at module level.", "ImportFrom": "Import at module level.",
+            "Delete": "Drop the del statement; s2sgrad keeps values the adjoint needs.",
+            "Match": "Use if/elif/else.",
+        }
+        return self.err(s, f"'{kind}' statements are not supported in a differentiated "
+                           f"function", hints.get(kind, "Rewrite it with plain statements."))
+
+    def stmt_Pass(self, s, out):
+        pass
+
+    def stmt_Expr(self, s, out):
+        if _is_docstring(s):
+            return
+        value = s.value
+        if isinstance(value, (ast.Yield, ast.YieldFrom, ast.Await)):
+            raise self.err(s, "generators and coroutines cannot be differentiated",
+                           "Return a value instead of yielding it.")
+        if isinstance(value, ast.Call):
+            call = self.call(value, out)
+            self.emit(out, ast.Expr(value=call), s)
+        else:
+            self.emit(out, ast.Expr(value=self.rename_loads(value)), s)
+
+    def stmt_Assert(self, s, out):
+        self.emit(out, ast.Assert(test=self.rename_loads(s.test),
+                                  msg=self.rename_loads(s.msg) if s.msg else None), s)
+
+    def stmt_Raise(self, s, out):
+        self.emit(out, ast.Raise(exc=self.rename_loads(s.exc) if s.exc else None,
+                                 cause=self.rename_loads(s.cause) if s.cause else None), s)
+
+    def stmt_Return(self, s, out):
+        value = s.value or ast.Constant(value=None)
+        if isinstance(value, ast.Tuple):
+            elts = [self.atom(e, out) for e in value.elts]
+            ret = ast.Return(value=ast.Tuple(elts=elts, ctx=ast.Load()))
+        elif isinstance(value, ast.Name) and self.env.get(value.id) in self.tuples:
+            ret = ast.Return(value=ast.Tuple(elts=list(self.tuples[self.env[value.id]]),
+                                             ctx=ast.Load()))
+        elif is_atom(value):
+            ret = ast.Return(value=self.atom(value, out))
+        else:
+            name = self.names.fresh("result")
+            self.emit(out, _assign(name, self.operation(value, out)), value)
+            ret = ast.Return(value=ast.Name(id=name, ctx=ast.Load()))
+        self.emit(out, ret, s)
+
+    def stmt_Assign(self, s, out):
+        value = s.value
+        first, *others = s.targets
+        self.assign(first, value, out, s)
+        for t in others:
+            src = self._read_back(first, out)
+            self.assign(t, src, out, s)
+
+    def _read_back(self, target, out):
+        if isinstance(target, ast.Name):
+            return self.load(target.id)
+        raise self.err(target, "chained assignment to a non-name target",
+                       "Split it into separate assignments.")
+
+    def stmt_AnnAssign(self, s, out):
+        if s.value is not None:
+            self.assign(s.target, s.value, out, s)
+
+    def assign(self, target: ast.expr, value: ast.expr, out, s) -> None:
+        if isinstance(target, ast.Name):
+            self.assign_name(target.id, value, out, s)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            self.assign_tuple(target, value, out, s)
+        elif isinstance(target, ast.Subscript):
+            self.assign_subscript(target, value, out, s)
+        elif isinstance(target, ast.Starred):
+            raise self.err(target, "starred assignment targets are not supported",
+                           "Index the sequence explicitly.")
+        else:
+            raise self.err(target, "assignment to an attribute is not supported in a "
+                                   "differentiated function",
+                           "Keep the value in a local variable and return it.")
+
+    def assign_name(self, user_name: str, value: ast.expr, out, s) -> None:
+        if isinstance(value, (ast.Tuple, ast.List)) and all(
+                not isinstance(e, ast.Starred) for e in value.elts):
+            elts = [self.atom(e, out) for e in value.elts]
+            name = self.target(user_name)
+            node = type(value)(elts=elts, ctx=ast.Load())
+            self.emit(out, _assign(name, ast.copy_location(node, value)), value)
+            if isinstance(value, ast.Tuple):
+                self.tuples[name] = elts
+            self.owned.discard(name)
+            return
+        if isinstance(value, ast.Name) and self.env.get(value.id) in self.tuples:
+            src = self.env[value.id]
+            name = self.target(user_name)
+            self.emit(out, _assign(name, self.load(value.id)), value)
+            self.tuples[name] = self.tuples[src]
+            return
+        arity = self._output_count(value)
+        if arity > 1:
+            # `pair = MultiOutput.apply(x)`: name each output, keep `pair` a known tuple.
+            call = self.call(value, out)
+            parts = [self.names.fresh(f"{user_name}_{i}") for i in range(arity)]
+            tgt = ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store()) for n in parts],
+                            ctx=ast.Store())
+            self.emit(out, ast.Assign(targets=[tgt], value=call), value)
+            elts = [ast.Name(id=n, ctx=ast.Load()) for n in parts]
+            name = self.target(user_name)
+            self.emit(out, _assign(name, ast.Tuple(elts=elts, ctx=ast.Load())), value)
+            self.tuples[name] = elts
+            return
+        op = self.operation(value, out)
+        # The statement may read the old value of a name it overwrites
+        # (x = f(x) inside a loop): compute into a temporary first.
+        if user_name in self.unversioned and user_name in _loads(op):
+            tmp = self.names.fresh(_stem(op, self) or user_name)
+            self.emit(out, _assign(tmp, op), value)
+            op = ast.Name(id=tmp, ctx=ast.Load())
+            self._note_owned(tmp, value)
+        name = self.target(user_name)
+        self.emit(out, _assign(name, op), value)
+        self._note_owned(name, op)
+
+    def _output_count(self, value) -> int:
+        """How many outputs a Function.apply call has (its vjp takes one per output)."""
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and
+                value.func.attr == "apply" and _dotted(value.func) and
+                not self.resolver.is_local_chain(value.func)):
+            return 1
+        ok, cls = self.resolver.static(value.func.value)
+        if not ok or not is_function_class(cls):
+            return 1
+        try:
+            params = list(inspect.signature(cls.vjp_method()).parameters.values())
+        except (TypeError, ValueError):
+            return 1
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+            return 1
+        return max(len(params) - 1, 1)
+
+    def _note_owned(self, name, op) -> None:
+        """Track names holding arrays nothing else refers to (safe for `x += y`)."""
+        if _is_fresh(op, self):
+            self.owned.add(name)
+        else:
+            self.owned.discard(name)
+        for sub in ast.walk(op):
+            if isinstance(sub, ast.Name) and sub.id != name and sub.id in self.owned:
+                if not (isinstance(op, (ast.BinOp, ast.UnaryOp, ast.Compare))
+                        or (isinstance(op, ast.Call) and _is_fresh(op, self))):
+                    self.owned.discard(sub.id)
+
+    def assign_tuple(self, target, value, out, s) -> None:
+        elts = target.elts
+        if any(isinstance(e, ast.Starred) for e in elts):
+            raise self.err(target, "starred assignment targets are not supported",
+                           "Index the sequence explicitly.")
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elts):
+            # Evaluate every right-hand side before any assignment (a, b = b, a).
+            atoms = [self.atom(e, out) for e in value.elts]
+            written = {e.id for e in elts if isinstance(e, ast.Name)}
+            safe = []
+            for a in atoms:
+                if isinstance(a, ast.Name) and (a.id in written or a.id in self.unversioned):
+                    tmp = self.names.fresh(a.id + "_old")
+                    self.emit(out, _assign(tmp, a), value)
+                    a = ast.Name(id=tmp, ctx=ast.Load())
+                safe.append(a)
+            for t, a in zip(elts, safe):
+                self.assign(t, a, out, s)
+            return
+        if isinstance(value, ast.Name) and self.env.get(value.id) in self.tuples:
+            known = self.tuples[self.env[value.id]]
+            if len(known) != len(elts):
+                raise self.err(target, f"cannot unpack {len(known)} values into {len(elts)}")
+            atoms = [copy.deepcopy(a) for a in known]
+            for t, a in zip(elts, atoms):
+                self.assign(t, a, out, s)
+            return
+        if isinstance(value, ast.Call) and all(isinstance(e, ast.Name) for e in elts):
+            call = self.call(value, out)
+            names = []
+            for e in elts:
+                names.append(self.target(e.id))
+                self.owned.discard(names[-1])
+            tgt = ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store()) for n in names],
+                            ctx=ast.Store())
+            self.emit(out, ast.Assign(targets=[tgt], value=call), value)
+            return
+        src = self.atom(value, out)
+        for i, t in enumerate(elts):
+            item = ast.Subscript(value=copy.deepcopy(src), slice=ast.Constant(value=i),
+                                 ctx=ast.Load())
+            self.assign(t, ast.copy_location(item, t), out, s)
+
+    def assign_subscript(self, target, value, out, s) -> None:
+        base = target.value
+        if not (isinstance(base, ast.Name) and base.id in self.resolver.locals):
+            raise self.err(target, "assignment into an element of a non-local value",
+                           "Copy it into a local array first.")
+        if self.env.get(base.id, base.id) in self.tuples:
+            raise self.err(target, "item assignment into a tuple")
+        rhs = self.atom(value, out)
+        index = self.index(target.slice, out)
+        store = ast.Subscript(value=ast.Name(id=self.env.get(base.id, base.id), ctx=ast.Load()),
+                              slice=index, ctx=ast.Store())
+        self.emit(out, ast.Assign(targets=[ast.copy_location(store, target)], value=rhs), target)
+
+    def stmt_AugAssign(self, s, out):
+        target = s.target
+        if isinstance(target, ast.Name):
+            current = self.env.get(target.id, target.id)
+            binop = ast.copy_location(ast.BinOp(left=ast.Name(id=target.id, ctx=ast.Load()),
+                                                op=s.op, right=s.value), s)
+            if current in self.owned or target.id not in self.resolver.locals:
+                self.assign_name(target.id, binop, out, s)
+                return
+            rhs = self.atom(s.value, out)
+            node = ast.AugAssign(target=ast.Name(id=current, ctx=ast.Store()), op=s.op,
+                                 value=rhs)
+            # Rebinding: for arrays this writes into the existing array.
+            self.env[target.id] = current
+            self.emit(out, node, s)
+            return
+        if isinstance(target, ast.Subscript):
+            base = target.value
+            if not (isinstance(base, ast.Name) and base.id in self.resolver.locals):
+                raise self.err(target, "augmented assignment into a non-local value")
+            rhs = self.atom(s.value, out)
+            index = self.index(target.slice, out)
+            store = ast.Subscript(value=self.load(base.id), slice=index, ctx=ast.Store())
+            node = ast.AugAssign(target=ast.copy_location(store, target), op=s.op, value=rhs)
+            self.emit(out, node, s)
+            return
+        raise self.err(target, "augmented assignment to an attribute is not supported",
+                       "Keep the value in a local variable.")
+
+    def stmt_If(self, s, out):
+        test = self.test(s.test, out, "cond")
+        body, orelse = [], []
+        saved = self.origin
+        self.block(s.body, body)
+        self.origin = saved
+        self.block(s.orelse, orelse)
+        self.origin = saved
+        node = ast.If(test=test, body=body or [ast.copy_location(ast.Pass(), s)], orelse=orelse)
+        self.emit(out, node, s)
+
+    def stmt_While(self, s, out):
+        if s.orelse:
+            raise self.err(s, "while ... else is not supported", "Use a flag variable.")
+        body = lift_jumps(list(s.body), (ast.Break, ast.Continue))
+        body = _drop_trailing_continue(body)
+        inner: List[ast.stmt] = []
+        saved = self.origin
+        self.loop_depth += 1
+        self.block(body, inner)
+        self.loop_depth -= 1
+        self.origin = saved
+        node = ast.While(test=self.rename_loads(s.test),
+                         body=inner or [ast.copy_location(ast.Pass(), s)], orelse=[])
+        self.emit(out, node, s)
+
+    def stmt_For(self, s, out):
+        if s.orelse:
+            raise self.err(s, "for ... else is not supported", "Use a flag variable.")
+        iterable = self.iterable(s.iter, out)
+        body = lift_jumps(list(s.body), (ast.Break, ast.Continue))
+        body = _drop_trailing_continue(body)
+        target = self.loop_target(s.target)
+        inner: List[ast.stmt] = []
+        saved = self.origin
+        self.loop_depth += 1
+        self.block(body, inner)
+        self.loop_depth -= 1
+        self.origin = saved
+        node = ast.For(target=target, iter=iterable,
+                       body=inner or [ast.copy_location(ast.Pass(), s)], orelse=[],
+                       type_comment=None)
+        self.emit(out, node, s)
+
+    def loop_target(self, target):
+        if isinstance(target, ast.Name):
+            self.env[target.id] = target.id
+            return ast.Name(id=target.id, ctx=ast.Store())
+        if isinstance(target, (ast.Tuple, ast.List)):
+            return ast.Tuple(elts=[self.loop_target(e) for e in target.elts], ctx=ast.Store())
+        raise self.err(target, "loop targets must be names or tuples of names")
+
+    def iterable(self, it, out):
+        """range/zip/enumerate keep their call (the transform reads them); else an atom."""
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
+                it.func.id in ("range", "zip", "enumerate", "reversed") and not it.keywords:
+            ok, obj = self.resolver.static(it.func)
+            if ok and obj is {"range": range, "zip": zip, "enumerate": enumerate,
+                              "reversed": reversed}[it.func.id]:
+                args = [self.iterable(a, out) if it.func.id in ("zip", "enumerate", "reversed")
+                        else self.atom(a, out) for a in it.args]
+                call = ast.Call(func=ast.Name(id=it.func.id, ctx=ast.Load()), args=args,
+                                keywords=[])
+                call.s2s_callee = obj
+                return ast.copy_location(call, it)
+        return self.atom(it, out)
+
+    def test(self, expr, out, stem) -> ast.expr:
+        """A branch condition: non-differentiable, computed into a flag variable."""
+        if isinstance(expr, ast.Name):
+            return self.load(expr.id)
+        name = self.names.fresh(stem)
+        self.emit(out, _assign(name, self.rename_loads(expr)), expr)
+        return ast.Name(id=name, ctx=ast.Load())
+
+    def stmt_Break(self, s, out):
+        self.emit(out, ast.Break(), s)
+
+    def stmt_Continue(self, s, out):
+        self.emit(out, ast.Continue(), s)
+
+    # -- expressions -----------------------------------------------------------
+    def atom(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
+        """Reduce `expr` to a variable or constant, emitting statements for it."""
+        if isinstance(expr, ast.Name):
+            if expr.id in self.resolver.locals:
+                return ast.copy_location(self.load(expr.id), expr)
+            return ast.copy_location(ast.Name(id=expr.id, ctx=ast.Load()), expr)
+        if isinstance(expr, ast.Constant):
+            return expr
+        if isinstance(expr, (ast.Tuple, ast.List)) and not any(
+                isinstance(e, ast.Starred) for e in expr.elts):
+            node = type(expr)(elts=[self.atom(e, out) for e in expr.elts], ctx=ast.Load())
+            return ast.copy_location(node, expr)
+        if isinstance(expr, ast.Attribute) and not self.resolver.is_local_chain(expr):
+            ok, _ = self.resolver.static(expr)
+            if ok:
+                node = copy.deepcopy(expr)
+                node.s2s_static = True
+                return node
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) and \
+                isinstance(expr.operand, ast.Constant):
+            return expr
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and \
+                isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, int):
+            known = self.tuples.get(self.env.get(expr.value.id, expr.value.id))
+            if known is not None and -len(known) <= expr.slice.value < len(known):
+                return copy.deepcopy(known[expr.slice.value])
+        op = self.operation(expr, out)
+        name = self.names.fresh(_stem(op, self) or "t")
+        self.emit(out, _assign(name, op), expr)
+        self._note_owned(name, op)
+        return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), expr)
+
+    def operation(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
+        """One operation whose operands are atoms."""
+        if isinstance(expr, (ast.Name, ast.Constant)) or is_atom(expr):
+            return self.atom(expr, out)
+        if isinstance(expr, ast.BinOp):
+            left = self.atom(expr.left, out)
+            right = self.atom(expr.right, out)
+            return ast.copy_location(ast.BinOp(left=left, op=expr.op, right=right), expr)
+        if isinstance(expr, ast.UnaryOp):
+            if isinstance(expr.op, ast.Not):
+                return self.rename_loads(expr)
+            return ast.copy_location(ast.UnaryOp(op=expr.op, operand=self.atom(expr.operand, out)),
+                                     expr)
+        if isinstance(expr, ast.Call):
+            return self.call(expr, out)
+        if isinstance(expr, ast.Subscript):
+            if isinstance(expr.value, ast.Name) and \
+                    self.env.get(expr.value.id, expr.value.id) in self.tuples and \
+                    isinstance(expr.slice, ast.Constant):
+                known = self.tuples[self.env.get(expr.value.id, expr.value.id)]
+                return copy.deepcopy(known[expr.slice.value])
+            base = self.atom(expr.value, out)
+            index = self.index(expr.slice, out)
+            return ast.copy_location(ast.Subscript(value=base, slice=index, ctx=ast.Load()), expr)
+        if isinstance(expr, ast.Attribute):
+            base = self.atom(expr.value, out)
+            return ast.copy_location(ast.Attribute(value=base, attr=expr.attr, ctx=ast.Load()),
+                                     expr)
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return self.atom(expr, out)
+        if isinstance(expr, ast.IfExp):
+            return self.ifexp(expr, out)
+        if isinstance(expr, (ast.Compare, ast.BoolOp, ast.JoinedStr, ast.Dict, ast.Set,
+                             ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+                             ast.Lambda)):
+            node = self.rename_loads(expr)
+            node.s2s_opaque = True
+            return node
+        if isinstance(expr, ast.NamedExpr):
+            raise self.err(expr, "assignment expressions (:=) are not supported",
+                           "Assign in a separate statement.")
+        if isinstance(expr, (ast.Yield, ast.YieldFrom, ast.Await)):
+            raise self.err(expr, "generators and coroutines cannot be differentiated",
+                           "Return a value instead of yielding it.")
+        if isinstance(expr, ast.Starred):
+            raise self.err(expr, "starred expressions are not supported here")
+        raise self.err(expr, f"unsupported expression ({type(expr).__name__})")
+
+    def ifexp(self, expr: ast.IfExp, out) -> ast.expr:
+        """`a if c else b` becomes an if statement assigning one temporary."""
+        test = self.test(expr.test, out, "cond")
+        name = self.names.fresh("choice")
+        body, orelse = [], []
+        env = dict(self.env)
+        body_atom = self.atom(expr.body, body)
+        self.emit(body, _assign(name, body_atom), expr.body)
+        self.env = dict(env)
+        else_atom = self.atom(expr.orelse, orelse)
+        self.emit(orelse, _assign(name, else_atom), expr.orelse)
+        self.env = env
+        self.emit(out, ast.If(test=test, body=body, orelse=orelse), expr)
+        self.unversioned.add(name)
+        return ast.Name(id=name, ctx=ast.Load())
+
+    def index(self, index: ast.expr, out) -> ast.expr:
+        """Atoms inside a subscript: slices keep their shape, bounds become atoms."""
+        if isinstance(index, ast.Slice):
+            parts = {k: (self.atom(getattr(index, k), out) if getattr(index, k) is not None
+                         else None) for k in ("lower", "upper", "step")}
+            return ast.copy_location(ast.Slice(**parts), index)
+        if isinstance(index, ast.Tuple):
+            return ast.copy_location(ast.Tuple(elts=[self.index(e, out) for e in index.elts],
+                                               ctx=ast.Load()), index)
+        return self.atom(index, out)
+
+    def call(self, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
+        func = expr.func
+        if any(isinstance(a, ast.Starred) for a in expr.args) or any(
+                k.arg is None for k in expr.keywords):
+            ok, obj = self.resolver.static(func) if _dotted(func) and \
+                not self.resolver.is_local_chain(func) else (False, None)
+            node = self.rename_loads(expr)
+            node.s2s_opaque = True
+            if ok:
+                node.s2s_callee = obj
+            return node
+        if _dotted(func) and not self.resolver.is_local_chain(func):
+            ok, obj = self.resolver.static(func)
+            if not ok:
+                raise self.err(func, f"name {ast.unparse(func)!r} is not defined",
+                               "Define it before calling the differentiated function.")
+            if _is_sequence_call(obj) and len(expr.args) == 1 and \
+                    isinstance(expr.args[0], (ast.List, ast.Tuple)):
+                # np.array([a, b]) / np.stack((a, b)): keep the literal inline.
+                args = [self.atom(expr.args[0], out)]
+            else:
+                args = [self.atom(a, out) for a in expr.args]
+            keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out))
+                        for k in expr.keywords]
+            node = ast.Call(func=copy.deepcopy(func), args=args, keywords=keywords)
+            node.s2s_callee = obj
+            return ast.copy_location(node, expr)
+        if isinstance(func, ast.Attribute):
+            base = self.atom(func.value, out)
+            args = [self.atom(a, out) for a in expr.args]
+            keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out))
+                        for k in expr.keywords]
+            method = ast.Attribute(value=base, attr=func.attr, ctx=ast.Load())
+            node = ast.Call(func=ast.copy_location(method, func), args=args, keywords=keywords)
+            node.s2s_method = func.attr
+            return ast.copy_location(node, expr)
+        # Calling a local variable or the result of an expression.
+        callee = self.atom(func, out)
+        args = [self.atom(a, out) for a in expr.args]
+        keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out)) for k in expr.keywords]
+        return ast.copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)
+
+
+def _dotted(node: ast.expr) -> bool:
+    """A plain dotted name such as np.linalg.norm (no calls or subscripts inside)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _is_sequence_call(obj) -> bool:
+    rule = registry.lookup_function(obj) if obj is not None else None
+    return bool(rule and rule.sequence)
+
+
+def _assign(name: str, value: ast.expr) -> ast.Assign:
+    return ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value,
+                      type_comment=None)
+
+
+def _loads(node: ast.AST) -> Set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _is_docstring(s: ast.stmt) -> bool:
+    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and \
+        isinstance(s.value.value, str)
+
+
+def _drop_trailing_continue(stmts):
+    if stmts and isinstance(stmts[-1], ast.Continue):
+        stmts = stmts[:-1]
+    for s in stmts:
+        if isinstance(s, ast.If):
+            s.body = _drop_trailing_continue(s.body) or [ast.copy_location(ast.Pass(), s)]
+            s.orelse = _drop_trailing_continue(s.orelse)
+    return stmts
+
+
+def _is_fresh(op: ast.expr, norm: "_Normalizer") -> bool:
+    """Does `op` always produce a new object (so in-place updates alias nothing)?"""
+    if isinstance(op, (ast.BinOp, ast.UnaryOp)):
+        return True
+    if isinstance(op, ast.Call):
+        callee = getattr(op, "s2s_callee", None)
+        if callee is not None:
+            if registry.is_constructor(callee):
+                return True
+            rule = registry.lookup_function(callee)
+            return bool(rule and not rule.view)
+        method = getattr(op, "s2s_method", None)
+        if method == "copy":
+            return True
+    return False
+
+
+def _stem(op: ast.expr, norm: "_Normalizer") -> str:
+    """A readable name for the value `op` computes."""
+    def part(a):
+        if isinstance(a, ast.Name):
+            return a.id
+        if isinstance(a, ast.Constant) and isinstance(a.value, (int, float)) and \
+                not isinstance(a.value, bool):
+            return str(a.value).replace(".", "_").replace("-", "m")
+        return None
+
+    if isinstance(op, ast.BinOp):
+        word = _OP_WORDS.get(type(op.op), "op")
+        left, right = part(op.left), part(op.right)
+        if left and right and len(left) + len(right) + len(word) + 2 <= 18:
+            return f"{left}_{word}_{right}"
+        return f"{left}_{word}" if left and len(left) <= 12 else word
+    if isinstance(op, ast.UnaryOp):
+        word = _UNARY_WORDS.get(type(op.op), "op")
+        operand = part(op.operand)
+        return f"{word}_{operand}" if operand else word
+    if isinstance(op, ast.Call):
+        func = op.func
+        fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "call")
+        if getattr(op, "s2s_method", None):
+            base = part(func.value)
+            return f"{base}_{fname}" if base else fname
+        if fname == "apply" and isinstance(func, ast.Attribute):
+            cls = getattr(func.value, "id", None) or getattr(func.value, "attr", "apply")
+            fname = re.sub(r"(?<!^)(?=[A-Z])", "_", cls).lower()
+            fname = re.sub(r"_function$", "", fname) or "apply"
+        first = part(op.args[0]) if op.args else None
+        return f"{fname}_{first}" if first and len(first) <= 10 else fname
+    if isinstance(op, ast.Subscript):
+        base = part(op.value) or "item"
+        idx = part(op.slice)
+        return f"{base}_{idx}" if idx else f"{base}_item"
+    if isinstance(op, ast.Attribute):
+        base = part(op.value) or "attr"
+        return f"{base}_{op.attr}"
+    if isinstance(op, ast.Compare):
+        return "cmp"
+    return "t"

@@ -1,0 +1,255 @@
+"""What each normal-form statement does, as far as differentiation cares.
+
+The analysis and the transform both ask the same questions of a statement —
+which names does it write, which does it read with a gradient, which without,
+and by which rule — so the answer is computed here, once, as an `Op`.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import types
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from ..function import is_function_class
+from ..rules import registry
+from ..rules.registry import Rule
+
+# Functions that write into one of their arguments: never silently skipped.
+_MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal)}
+_MUTATING_METHODS = {"sort", "fill", "put", "resize", "itemset", "setfield", "partition",
+                     "append", "extend", "insert", "pop", "remove", "clear", "reverse"}
+
+
+@dataclass
+class Op:
+    """One statement's differentiation-relevant facts."""
+
+    kind: str
+    outputs: List[str]
+    diff_inputs: List[str] = field(default_factory=list)
+    other_inputs: List[str] = field(default_factory=list)
+    rule: Optional[Rule] = None
+    bound: Dict[str, ast.expr] = field(default_factory=dict)
+    callee: object = None
+    label: str = ""
+    call: Optional[ast.Call] = None
+
+
+def names(node: Optional[ast.AST]) -> List[str]:
+    """Local-variable reads in an atom or index expression, in order."""
+    if node is None:
+        return []
+    out = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in out:
+            out.append(sub.id)
+    return out
+
+
+_UNSUPPORTED = ("unknown", "opaque", "method")
+
+
+def describe(stmt: ast.stmt, local_names) -> Op:
+    """Classify a normal-form statement (cached on the node).
+
+    Operations without a rule count every input as differentiable, so that
+    activity flows through them and the analysis reports them (an error)
+    instead of silently treating them as constants.
+    """
+    cached = getattr(stmt, "s2s_op", None)
+    if cached is not None:
+        return cached
+    op = _describe(stmt, local_names)
+    if op.kind in _UNSUPPORTED:
+        op.diff_inputs = op.diff_inputs + op.other_inputs
+    op.diff_inputs = [n for n in op.diff_inputs if n in local_names]
+    op.other_inputs = [n for n in op.other_inputs if n in local_names and n not in op.diff_inputs]
+    stmt.s2s_op = op
+    return op
+
+
+def _targets(stmt: ast.Assign) -> List[str]:
+    t = stmt.targets[0]
+    if isinstance(t, ast.Name):
+        return [t.id]
+    return [e.id for e in t.elts]
+
+
+def _describe(stmt: ast.stmt, local_names) -> Op:
+    if isinstance(stmt, ast.Assign):
+        target = stmt.targets[0]
+        if isinstance(target, ast.Subscript):
+            base = target.value.id
+            return Op("setitem", [base], diff_inputs=[base] + names(stmt.value),
+                      other_inputs=names(target.slice), label="item assignment")
+        outs = _targets(stmt)
+        return _value_op(stmt.value, outs, local_names)
+    if isinstance(stmt, ast.AugAssign):
+        target = stmt.target
+        if isinstance(target, ast.Subscript):
+            base = target.value.id
+            return Op("augitem", [base], diff_inputs=[base] + names(stmt.value),
+                      other_inputs=names(target.slice), label="augmented item assignment",
+                      rule=registry.REGISTRY.operators.get(type(stmt.op)))
+        return Op("augassign", [target.id], diff_inputs=[target.id] + names(stmt.value),
+                  label="augmented assignment",
+                  rule=registry.REGISTRY.operators.get(type(stmt.op)))
+    if isinstance(stmt, ast.Expr):
+        op = _value_op(stmt.value, [], local_names)
+        if op.kind == "method" and op.label.rsplit(".", 1)[-1] in _MUTATING_METHODS:
+            op.kind = "mutate"
+        elif op.kind in ("unknown", "rule", "nondiff") and _has_out_kw(stmt.value):
+            op.kind = "mutate"
+        elif op.callee is not None and id(op.callee) in _MUTATORS:
+            op.kind = "mutate"
+        else:
+            op.kind = "effect"
+        return op
+    if isinstance(stmt, ast.Return):
+        return Op("return", [], diff_inputs=names(stmt.value))
+    return Op("effect", [], other_inputs=names(stmt))
+
+
+def _has_out_kw(call) -> bool:
+    return isinstance(call, ast.Call) and any(k.arg == "out" for k in call.keywords)
+
+
+def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
+    if isinstance(value, ast.Name):
+        if value.id in local_names:
+            return Op("copy", outs, diff_inputs=[value.id])
+        return Op("const", outs)
+    if isinstance(value, ast.Constant) or getattr(value, "s2s_static", False):
+        return Op("const", outs)
+    if isinstance(value, (ast.Tuple, ast.List)):
+        flat = [e.id for e in value.elts if isinstance(e, ast.Name)]
+        return Op("pack", outs, diff_inputs=flat, other_inputs=names(value))
+    if getattr(value, "s2s_opaque", False):
+        kind = "nondiff" if isinstance(value, ast.Compare) else "opaque"
+        label = {ast.Compare: "a comparison", ast.BoolOp: "an and/or expression"}.get(
+            type(value), f"a {type(value).__name__} expression")
+        return Op(kind, outs, other_inputs=names(value), label=label)
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.Not, ast.Invert)):
+        return Op("nondiff", outs, other_inputs=names(value), label="a logical operator")
+    if isinstance(value, ast.BinOp):
+        rule = registry.REGISTRY.operators.get(type(value.op))
+        sym = ast.unparse(ast.BinOp(left=ast.Name("a"), op=value.op, right=ast.Name("b")))
+        label = f"the operator {sym.split()[1]}"
+        if rule is None:
+            if isinstance(value.op, (ast.FloorDiv, ast.BitAnd, ast.BitOr, ast.BitXor,
+                                     ast.LShift, ast.RShift)):
+                return Op("nondiff", outs, other_inputs=names(value), label=label)
+            return Op("unknown", outs, other_inputs=names(value), label=label)
+        bound = _bind_positional(rule, [value.left, value.right])
+        return _rule_op(rule, bound, outs, label)
+    if isinstance(value, ast.UnaryOp):
+        rule = registry.REGISTRY.operators[type(value.op)]
+        return _rule_op(rule, _bind_positional(rule, [value.operand]), outs,
+                        "unary " + ("-" if isinstance(value.op, ast.USub) else "+"))
+    if isinstance(value, ast.Subscript):
+        return Op("getitem", outs, diff_inputs=names(value.value),
+                  other_inputs=names(value.slice), label="indexing")
+    if isinstance(value, ast.Attribute):
+        base = names(value.value)
+        attr = value.attr
+        if attr in registry.REGISTRY.nondiff_attributes:
+            return Op("nondiff", outs, other_inputs=base, label=f".{attr}")
+        rule = registry.REGISTRY.attributes.get(attr)
+        if rule is not None:
+            return _rule_op(rule, {"self": value.value}, outs, f".{attr}")
+        return Op("unknown", outs, other_inputs=base, label=f"the attribute .{attr}")
+    if isinstance(value, ast.Call):
+        return _call_op(value, outs, local_names)
+    return Op("unknown", outs, other_inputs=names(value), label=type(value).__name__)
+
+
+def _bind_positional(rule: Rule, args: List[ast.expr]) -> Dict[str, ast.expr]:
+    return dict(zip(rule.params, args))
+
+
+def _rule_op(rule: Rule, bound: Dict[str, ast.expr], outs, label) -> Op:
+    diff, other = [], []
+    for param, value in bound.items():
+        (diff if param in rule.grads else other).extend(names(value))
+    return Op("rule", outs, diff_inputs=diff, other_inputs=other, rule=rule, bound=bound,
+              label=label)
+
+
+def bind(rule: Rule, call: ast.Call, skip_first: Optional[ast.expr] = None):
+    """Bind a call's atoms to the rule's parameters; None if they do not fit."""
+    args = list(call.args)
+    if skip_first is not None:
+        args = [skip_first] + args
+    kwargs = {k.arg: k.value for k in call.keywords}
+    try:
+        bound = rule.signature.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    out = {}
+    for param, value in bound.arguments.items():
+        kind = rule.signature.parameters[param].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            value = ast.Tuple(elts=list(value), ctx=ast.Load())
+        out[param] = value
+    return out
+
+
+def _call_op(call: ast.Call, outs, local_names) -> Op:
+    everything = names(call)
+    method = getattr(call, "s2s_method", None)
+    if method is not None:
+        base = call.func.value
+        label = f"the method .{method}()"
+        if method in registry.REGISTRY.nondiff_methods:
+            return Op("nondiff", outs, other_inputs=everything, label=label)
+        rule = registry.REGISTRY.methods.get(method)
+        if rule is not None and not getattr(call, "s2s_opaque", False):
+            bound = bind(rule, call, skip_first=base)
+            if bound is None:
+                return Op("unknown", outs, other_inputs=everything,
+                          label=f"{label} with these arguments")
+            op = _rule_op(rule, bound, outs, label)
+            op.call = call
+            return op
+        return Op("method", outs, other_inputs=everything, label=f"x.{method}")
+    callee = getattr(call, "s2s_callee", None)
+    if callee is None:
+        return Op("unknown", outs, other_inputs=everything,
+                  label=f"the call {ast.unparse(call.func)}(...)")
+    label = _callable_name(callee, call)
+    if isinstance(callee, types.MethodType) and is_function_class(callee.__self__) and \
+            callee.__func__.__name__ == "apply":
+        return Op("apply", outs, diff_inputs=names(ast.Tuple(elts=call.args, ctx=ast.Load())),
+                  other_inputs=everything, callee=callee.__self__, label=label, call=call)
+    rule = registry.lookup_function(callee)
+    if rule is not None and not getattr(call, "s2s_opaque", False):
+        bound = bind(rule, call)
+        if bound is None:
+            return Op("unknown", outs, other_inputs=everything, callee=callee,
+                      label=f"{label} with these arguments")
+        op = _rule_op(rule, bound, outs, label)
+        op.callee, op.call = callee, call
+        return op
+    if registry.is_nondiff(callee):
+        return Op("nondiff", outs, other_inputs=everything, callee=callee, label=label)
+    if isinstance(callee, types.FunctionType) and not _is_library(callee):
+        return Op("call", outs, diff_inputs=names(ast.Tuple(
+            elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
+            other_inputs=everything, callee=callee, label=label, call=call)
+    return Op("unknown", outs, other_inputs=everything, callee=callee, label=label)
+
+
+def _is_library(fn) -> bool:
+    mod = getattr(fn, "__module__", "") or ""
+    return mod.split(".")[0] in ("numpy", "scipy", "s2sgrad")
+
+
+def _callable_name(obj, call: ast.Call) -> str:
+    try:
+        return ast.unparse(call.func)
+    except Exception:  # pragma: no cover - unparse handles every normal-form func
+        return getattr(obj, "__name__", repr(obj))

@@ -1,0 +1,485 @@
+"""Pass 6 — optimise: fold, propagate, prune, and link forward to adjoint.
+
+The transform and the inliner generate code mechanically; this pass makes it
+what a person would write: constants folded (`needs_input_grad`, default
+arguments), single-use temporaries substituted into their use, copies
+propagated, dead statements removed. It also decides what the forward keeps
+(the to-be-recorded analysis): a value is kept only if the adjoint reads it,
+and a variable's saved copies survive only if some rule reads the variable.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import re
+from typing import Dict, Iterable, List, Optional, Sequence, Set
+
+from .transform import Transformed, is_comment
+
+_PART = re.compile(r".*_bar_part(_\d+)?$")
+_BAR = re.compile(r".*_bar(_\d+)?$")
+_PURE_BUILTINS = {"len", "range", "min", "max", "slice", "tuple", "abs", "float", "int",
+                  "reversed", "list", "sum", "isinstance"}
+_IMPURE_METHODS = {"pop", "append", "extend", "insert", "remove", "clear", "sort", "fill",
+                   "put", "resize", "itemset", "setdefault", "update", "reverse"}
+_IMPURE_HELPERS = {"_s2s_add_at", "_s2s_Context"}
+
+
+def optimize(t: Transformed) -> Transformed:
+    user_names = set(t.nf.resolver.locals)
+    for fdef in (t.forward, t.adjoint):
+        fdef.body = fold_block(fdef.body)
+    # The adjoint reads forward values by name, so a renaming applies to both.
+    propagate_copies(t.forward, user_names, also=(t.adjoint,))
+    propagate_copies(t.adjoint, user_names)
+    substitute_single_use(t.adjoint)
+    while True:
+        pruned = prune_saves(t)
+        removed = eliminate_dead(t.adjoint, keep=set())
+        if not pruned and not removed:
+            break
+    link_residuals(t)
+    eliminate_dead(t.forward, keep=set(t.nf.params))
+    for fdef in (t.forward, t.adjoint):
+        fdef.body = tidy(fdef.body)
+    return t
+
+
+# -- constant folding -----------------------------------------------------------
+def _is_constant(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_is_constant(e) for e in node.elts)
+    return False
+
+
+def _evaluable(node: ast.AST) -> bool:
+    if _is_constant(node):
+        return True
+    if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp)):
+        return all(_evaluable(c) for c in ast.iter_child_nodes(node)
+                   if not isinstance(c, (ast.operator, ast.unaryop, ast.cmpop, ast.boolop)))
+    return False
+
+
+def _to_ast(value) -> Optional[ast.expr]:
+    if isinstance(value, tuple):
+        elts = [_to_ast(v) for v in value]
+        return None if any(e is None for e in elts) else ast.Tuple(elts=elts, ctx=ast.Load())
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return ast.Constant(value=value)
+    return None
+
+
+class _Folder(ast.NodeTransformer):
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        if isinstance(node, ast.expr) and not _is_constant(node) and _evaluable(node):
+            try:
+                value = eval(compile(ast.Expression(body=ast.fix_missing_locations(
+                    copy.deepcopy(node))), "<fold>", "eval"), {"__builtins__": {}})
+            except Exception:  # noqa: BLE001 - folding is best effort
+                return node
+            new = _to_ast(value)
+            if new is not None:
+                return ast.copy_location(new, node)
+        return node
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1 \
+                and isinstance(node.args[0], (ast.Tuple, ast.List)) and not node.keywords:
+            return ast.copy_location(ast.Constant(value=len(node.args[0].elts)), node)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript):
+        self.generic_visit(node)
+        if isinstance(node.value, ast.Tuple) and isinstance(node.slice, ast.Constant) and \
+                isinstance(node.slice.value, int) and isinstance(node.ctx, ast.Load):
+            n = len(node.value.elts)
+            if -n <= node.slice.value < n:
+                return node.value.elts[node.slice.value]
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp):
+        node = self.generic_visit(node)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and \
+                isinstance(node.right, ast.Constant) and node.right.value == 1 and \
+                not isinstance(node.right.value, bool):
+            return node.left
+        return node
+
+
+def fold_block(stmts: List[ast.stmt]) -> List[ast.stmt]:
+    out: List[ast.stmt] = []
+    for s in stmts:
+        s = _Folder().visit(s)
+        if isinstance(s, ast.If):
+            if _is_constant(s.test):
+                out += fold_block(s.body if ast.literal_eval(s.test) else s.orelse)
+                continue
+            s.body = fold_block(s.body) or [ast.Pass()]
+            s.orelse = fold_block(s.orelse)
+        elif isinstance(s, (ast.For, ast.While)):
+            s.body = fold_block(s.body) or [ast.Pass()]
+        out.append(s)
+    return out
+
+
+# -- assignment counting --------------------------------------------------------------
+def assignment_sites(stmts: Iterable[ast.stmt], in_loop: bool = False,
+                     counts: Optional[Dict[str, int]] = None) -> Dict[str, int]:
+    """How often each name may be assigned (a site inside a loop counts twice)."""
+    counts = {} if counts is None else counts
+    for s in stmts:
+        weight = 2 if in_loop else 1
+        if isinstance(s, (ast.For, ast.While)):
+            for n in _stores(getattr(s, "target", None)):
+                counts[n] = counts.get(n, 0) + 2
+            assignment_sites(s.body, True, counts)
+            continue
+        if isinstance(s, ast.If):
+            assignment_sites(s.body, in_loop, counts)
+            assignment_sites(s.orelse, in_loop, counts)
+            continue
+        for n in _stores(s):
+            counts[n] = counts.get(n, 0) + weight
+    return counts
+
+
+def _stores(node) -> Set[str]:
+    if node is None:
+        return set()
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
+def _loads(node) -> List[str]:
+    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, old: str, new: ast.expr):
+        self.old, self.new = old, new
+
+    def visit_Name(self, node):
+        if node.id == self.old and isinstance(node.ctx, ast.Load):
+            return ast.copy_location(copy.deepcopy(self.new), node)
+        return node
+
+
+def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
+                     also: Sequence[ast.FunctionDef] = ()) -> None:
+    """Drop `a = b` between generated names when both are assigned once, outside loops."""
+    params = {a.arg for a in fdef.args.args}
+    changed = True
+    while changed:
+        changed = False
+        counts = assignment_sites(fdef.body)
+        for s in _walk_statements(fdef.body):
+            if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
+                    isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name)):
+                continue
+            a, b = s.targets[0].id, s.value.id
+            if a in user_names or a in params or counts.get(a) != 1 or _PART.match(b) or \
+                    _BAR.match(a):
+                continue
+            if counts.get(b, 0) > 1 or (b in params and counts.get(b, 0) > 0):
+                continue
+            if getattr(s, "s2s_restore_of", None) or getattr(s, "s2s_save_of", None):
+                continue
+            if any(a in _stores(other) or b in _stores(other) for other in also):
+                continue
+            _remove_statement(fdef.body, s)
+            for target in (fdef, *also):
+                _Rename(a, ast.Name(id=b, ctx=ast.Load())).visit(target)
+            changed = True
+            break
+
+
+def _walk_statements(stmts):
+    for s in stmts:
+        yield s
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list):
+                yield from _walk_statements(inner)
+
+
+def _remove_statement(stmts: List[ast.stmt], target: ast.stmt) -> bool:
+    for i, s in enumerate(stmts):
+        if s is target:
+            del stmts[i]
+            return True
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and _remove_statement(inner, target):
+                return True
+    return False
+
+
+# -- single-use temporaries -----------------------------------------------------
+def substitute_single_use(fdef: ast.FunctionDef) -> None:
+    """`x_bar_part = E; x_bar = x_bar + x_bar_part` -> `x_bar = x_bar + E`."""
+    load_counts: Dict[str, int] = {}
+    for n in _loads(fdef):
+        load_counts[n] = load_counts.get(n, 0) + 1
+    counts = assignment_sites(fdef.body)
+    _substitute_in_block(fdef.body, load_counts, counts)
+
+
+def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> None:
+    i = 0
+    while i < len(stmts):
+        s = stmts[i]
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                _substitute_in_block(inner, load_counts, counts)
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and _PART.match(s.targets[0].id) and \
+                counts.get(s.targets[0].id) == 1 and load_counts.get(s.targets[0].id) == 1:
+            name = s.targets[0].id
+            reads = set(_loads(s.value))
+            for j in range(i + 1, len(stmts)):
+                use = stmts[j]
+                if not isinstance(use, (ast.Assign, ast.Return)):
+                    break
+                if name in _loads(use.value):
+                    _Rename(name, s.value).visit(use)
+                    del stmts[i]
+                    i -= 1
+                    break
+                if _stores(use) & (reads | {name}):
+                    break
+        i += 1
+
+
+# -- to-be-recorded: saves the adjoint never needs --------------------------------
+def prune_saves(t: Transformed) -> bool:
+    needed = set(_loads(t.adjoint))
+    dropped: Set[str] = set()
+    for s in _walk_statements(t.adjoint.body):
+        var = getattr(s, "s2s_restore_of", None)
+        if var is not None and var not in needed:
+            dropped.add(var)
+    if not dropped:
+        return False
+    for fdef, attrs in ((t.adjoint, ("s2s_restore_of",)),
+                        (t.forward, ("s2s_save_of", "s2s_init_of", "s2s_stack_of"))):
+        fdef.body = _drop_marked(fdef.body, attrs, dropped)
+    return True
+
+
+def _drop_marked(stmts, attrs, dropped) -> List[ast.stmt]:
+    out = []
+    for s in stmts:
+        if any(getattr(s, a, None) in dropped for a in attrs):
+            continue
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                setattr(s, attr, _drop_marked(inner, attrs, dropped))
+        out.append(s)
+    return out
+
+
+# -- dead code ------------------------------------------------------------------
+def _pure(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
+            return False
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if isinstance(func, ast.Name):
+                if func.id in _IMPURE_HELPERS:
+                    return False
+                if not (func.id.startswith("_s2s_") or func.id in _PURE_BUILTINS):
+                    return False
+            elif isinstance(func, ast.Attribute):
+                if func.attr in _IMPURE_METHODS:
+                    return False
+                root = func
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                chain = ast.unparse(func)
+                if not (isinstance(root, ast.Name) and root.id in ("np", "numpy", "_s2s_np")) \
+                        or ".random." in chain:
+                    return False
+            else:
+                return False
+    return True
+
+
+def eliminate_dead(fdef: ast.FunctionDef, keep: Set[str]) -> bool:
+    """Remove pure assignments nobody reads; True if anything was removed."""
+    removed_any = False
+    while True:
+        used: Dict[str, int] = {}
+        for s in _walk_statements(fdef.body):
+            nodes = [s]
+            if isinstance(s, (ast.If, ast.While)):
+                nodes = [s.test]
+            elif isinstance(s, ast.For):
+                nodes = [s.iter]
+            for node in nodes:
+                for n in _loads(node):
+                    used[n] = used.get(n, 0) + 1
+        removed = _remove_dead(fdef.body, used, keep)
+        if not removed:
+            return removed_any
+        removed_any = True
+
+
+def _remove_dead(stmts: List[ast.stmt], used, keep) -> bool:
+    removed = False
+    i = 0
+    while i < len(stmts):
+        s = stmts[i]
+        dead = False
+        if isinstance(s, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple))
+                                             for t in s.targets):
+            targets = _stores(s)
+            if targets and not any(used.get(n, 0) > 0 or n in keep for n in targets) and \
+                    _pure(s.value):
+                dead = True
+        elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+            if used.get(s.target.id, 0) <= 0 and s.target.id not in keep and _pure(s.value):
+                dead = True
+        if dead:
+            del stmts[i]
+            removed = True
+            continue
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                removed |= _remove_dead(inner, used, keep)
+        i += 1
+    return removed
+
+
+# -- residuals --------------------------------------------------------------------
+def link_residuals(t: Transformed) -> None:
+    """The forward returns exactly the values the adjoint reads; the adjoint unpacks them."""
+    fwd, adj = t.forward, t.adjoint
+    adj_args = {a.arg for a in adj.args.args}
+    defined: List[str] = [a.arg for a in fwd.args.args]
+    for s in _walk_statements(fwd.body):
+        for n in sorted(_stores(s) | _loop_targets(s)):
+            if n not in defined:
+                defined.append(n)
+    reads = set(_loads(adj)) - adj_args
+    residuals = [n for n in defined if n in reads]
+    # A value the adjoint reads only for its shape is kept as shape and dtype.
+    restored = {getattr(s, "s2s_restore_of", None) for s in _walk_statements(adj.body)}
+    shape_only = {n for n in residuals if n not in restored and n not in fwd_params(fwd)
+                  and _shape_only(adj, n)}
+    ret = fwd.body[-1]
+    ret.value.elts[1] = ast.Tuple(elts=[_kept(n, n in shape_only) for n in residuals],
+                                  ctx=ast.Load())
+    if residuals:
+        unpack = ast.Assign(targets=[ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store())
+                                                     for n in residuals], ctx=ast.Store())],
+                            value=ast.Name(id=t.residuals, ctx=ast.Load()), type_comment=None)
+        adj.body.insert(0, unpack)
+    maybe_undefined = [n for n in residuals if n not in _definitely_assigned(
+        fwd.body[:-1], set(a.arg for a in fwd.args.args))]
+    inits = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())],
+                        value=ast.Constant(value=None), type_comment=None)
+             for n in maybe_undefined]
+    fwd.body[:0] = inits
+    t.residual_names = residuals
+
+
+def _kept(name: str, shape_only: bool) -> ast.expr:
+    value = ast.Name(id=name, ctx=ast.Load())
+    if shape_only:
+        return ast.Call(func=ast.Name(id="_s2s_meta", ctx=ast.Load()), args=[value], keywords=[])
+    return value
+
+
+def fwd_params(fdef: ast.FunctionDef) -> Set[str]:
+    return {a.arg for a in fdef.args.args}
+
+
+# Where reading a value needs only its shape and dtype.
+_SHAPE_ARGS = {"_s2s_unbroadcast": 1, "_s2s_zeros_like": 0, "_s2s_expand_reduced": 1,
+               "_s2s_reduced_count": 0}
+_SHAPE_FUNCS = {"shape", "ndim", "size"}
+
+
+def _shape_only(fdef: ast.FunctionDef, name: str) -> bool:
+    """Every read of `name` in fdef uses only its shape and dtype."""
+    allowed = set()
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Call):
+            func = node.func
+            index = None
+            if isinstance(func, ast.Name) and func.id in _SHAPE_ARGS:
+                index = _SHAPE_ARGS[func.id]
+            elif isinstance(func, ast.Attribute) and func.attr in _SHAPE_FUNCS and \
+                    isinstance(func.value, ast.Name) and func.value.id in ("np", "numpy",
+                                                                          "_s2s_np"):
+                index = 0
+            if index is not None and len(node.args) > index:
+                allowed.add(id(node.args[index]))
+        elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim", "dtype", "size"):
+            allowed.add(id(node.value))
+    reads = [n for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id == name
+             and isinstance(n.ctx, ast.Load)]
+    return bool(reads) and all(id(n) in allowed for n in reads)
+
+
+def _loop_targets(s) -> Set[str]:
+    return _stores(s.target) if isinstance(s, ast.For) else set()
+
+
+def _definitely_assigned(stmts, assigned: Set[str]) -> Set[str]:
+    out = set(assigned)
+    for s in stmts:
+        if isinstance(s, ast.If):
+            out |= _definitely_assigned(s.body, out) & _definitely_assigned(s.orelse, out)
+        elif isinstance(s, (ast.For, ast.While)):
+            continue
+        else:
+            out |= _stores(s)
+    return out
+
+
+# -- tidy -----------------------------------------------------------------------
+def tidy(stmts: List[ast.stmt]) -> List[ast.stmt]:
+    """Remove empty branches and loops, and comments left with nothing to describe."""
+    out: List[ast.stmt] = []
+    for s in stmts:
+        if isinstance(s, ast.If):
+            s.body = tidy(s.body)
+            s.orelse = tidy(s.orelse)
+            if not _has_code(s.body) and not _has_code(s.orelse):
+                continue
+            if not _has_code(s.body):
+                s.test = ast.UnaryOp(op=ast.Not(), operand=s.test)
+                s.body, s.orelse = s.orelse, []
+            if not _has_code(s.orelse):
+                s.orelse = []
+            if not s.body:
+                s.body = [ast.Pass()]
+        elif isinstance(s, ast.For):
+            s.body = tidy(s.body)
+            if not _has_code(s.body):
+                if _pure(s.iter):
+                    continue
+                s.body = [ast.Pass()]
+        elif isinstance(s, ast.While):
+            s.body = tidy(s.body) or [ast.Pass()]
+        elif isinstance(s, ast.Pass):
+            continue
+        out.append(s)
+    # A comment must describe the code that follows it.
+    return [s for i, s in enumerate(out)
+            if not (is_comment(s) and (i + 1 == len(out) or is_comment(out[i + 1])))]
+
+
+def _has_code(stmts) -> bool:
+    return any(not is_comment(s) and not isinstance(s, ast.Pass) for s in stmts)
+

@@ -1,0 +1,190 @@
+"""Pass 1 — parse: a live Python function to its AST, positioned in the user's file.
+
+Every node keeps the line and column it has in the user's file, so errors and the
+comments in generated code point at the code the user wrote.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import textwrap
+import types
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+from ..errors import TransformError
+
+
+@dataclass
+class ParsedFunction:
+    """A user function's AST plus everything needed to resolve its names."""
+
+    fn: Callable
+    name: str
+    node: ast.FunctionDef
+    filename: str
+    source: str
+    globals: dict
+    closure: Dict[str, types.CellType] = field(default_factory=dict)
+    _lines: Optional[List[str]] = None
+
+    def line_text(self, lineno: int) -> Optional[str]:
+        """The user's source line (without newline), for errors and comments."""
+        text = linecache.getline(self.filename, lineno)
+        if not text and self._lines and 0 < lineno <= len(self._lines):
+            text = self._lines[lineno - 1]
+        return text.rstrip("\n") if text else None
+
+    @property
+    def params(self) -> List[str]:
+        return [a.arg for a in self.node.args.posonlyargs + self.node.args.args]
+
+
+def unwrap(fn: Callable) -> Callable:
+    """Peel decorators that keep `__wrapped__` (ours and functools.wraps)."""
+    seen = set()
+    while hasattr(fn, "__wrapped__") and id(fn) not in seen:
+        seen.add(id(fn))
+        fn = fn.__wrapped__
+    if isinstance(fn, (staticmethod, classmethod)):
+        fn = fn.__func__
+    return fn
+
+
+def parse_function(fn: Callable) -> ParsedFunction:
+    """Parse `fn`'s source into a FunctionDef whose positions are the user's."""
+    fn = unwrap(fn)
+    if isinstance(fn, types.MethodType):
+        raise TransformError(
+            f"cannot differentiate the bound method {fn.__qualname__} directly",
+            hint="Differentiate the plain function (Class.method) and pass the "
+                 "instance as an argument, or wrap the call in a lambda.")
+    if not isinstance(fn, types.FunctionType):
+        raise TransformError(
+            f"s2sgrad can only differentiate Python functions, not {type(fn).__name__}",
+            hint="Pass a function defined with def or lambda in a .py file.")
+    code = fn.__code__
+    try:
+        block, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as exc:
+        raise TransformError(
+            f"cannot read the source of {fn.__qualname__} ({exc})",
+            hint="s2sgrad transforms source code: define the function in a .py "
+                 "file or a notebook cell, not with exec() or in the plain REPL.") from None
+    filename = code.co_filename
+    node = _parse_block(block, first, code)
+    if node is None:
+        node = _parse_from_file(filename, code)
+    if node is None:
+        raise TransformError(f"cannot locate the source of {fn.__qualname__}",
+                             filename, first)
+    node = _as_function_def(node, code)
+    closure = {}
+    if fn.__closure__:
+        closure = dict(zip(code.co_freevars, fn.__closure__))
+    name = code.co_name if code.co_name != "<lambda>" else f"lambda_{code.co_firstlineno}"
+    return ParsedFunction(fn=fn, name=name, node=node, filename=filename,
+                          source="".join(block), globals=fn.__globals__,
+                          closure=closure, _lines=linecache.getlines(filename) or None)
+
+
+def _parse_block(block: List[str], first: int, code: types.CodeType):
+    text = "".join(block)
+    dedented = textwrap.dedent(text)
+    indent = _indent_width(block, dedented)
+    try:
+        tree = ast.parse(dedented)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if hasattr(node, "lineno"):
+            node.lineno += first - 1
+            node.end_lineno = (node.end_lineno or node.lineno) + first - 1
+            node.col_offset += indent
+            if node.end_col_offset is not None:
+                node.end_col_offset += indent
+    return _find_code_node(tree, code)
+
+
+def _indent_width(block: List[str], dedented: str) -> int:
+    first_line = block[0]
+    return len(first_line) - len(dedented.splitlines(True)[0]) if block else 0
+
+
+_FILE_TREES: Dict[str, tuple] = {}
+
+
+def _parse_from_file(filename: str, code: types.CodeType):
+    """Fallback for a lambda inside a multi-line statement: parse the whole file."""
+    lines = linecache.getlines(filename)
+    if not lines:
+        return None
+    text = "".join(lines)
+    cached = _FILE_TREES.get(filename)
+    if cached is None or cached[0] != text:
+        try:
+            cached = (text, ast.parse(text))
+        except SyntaxError:
+            return None
+        _FILE_TREES[filename] = cached
+    return _find_code_node(cached[1], code)
+
+
+def _find_code_node(tree: ast.AST, code: types.CodeType):
+    """The FunctionDef or Lambda that compiled to `code`."""
+    want_line = code.co_firstlineno
+    is_lambda = code.co_name == "<lambda>"
+    candidates = []
+    for node in ast.walk(tree):
+        if is_lambda and isinstance(node, ast.Lambda) and node.lineno == want_line:
+            candidates.append(node)
+        elif (not is_lambda and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and node.name == code.co_name):
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            if start == want_line or node.lineno == want_line:
+                candidates.append(node)
+    if len(candidates) > 1:
+        candidates = [c for c in candidates if _same_args(c, code)] or candidates
+    if len(candidates) > 1 and is_lambda:
+        candidates = _match_positions(candidates, code) or candidates
+    return candidates[0] if candidates else None
+
+
+def _same_args(node, code: types.CodeType) -> bool:
+    a = node.args
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    return tuple(names) == code.co_varnames[:len(names)]
+
+
+def _match_positions(nodes, code: types.CodeType):
+    spans = [(p[2], p[3]) for p in code.co_positions()
+             if p[2] is not None and p[3] is not None and p[3] > p[2]
+             and p[0] == code.co_firstlineno]
+    if not spans:
+        return None
+    lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
+    return [n for n in nodes if n.col_offset <= lo and hi <= (n.end_col_offset or hi)]
+
+
+def _as_function_def(node, code: types.CodeType) -> ast.FunctionDef:
+    if isinstance(node, ast.AsyncFunctionDef):
+        raise TransformError("async functions cannot be differentiated", code.co_filename,
+                             node.lineno, node.col_offset,
+                             hint="Differentiate a plain def function.")
+    if isinstance(node, ast.Lambda):
+        ret = ast.Return(value=node.body)
+        ast.copy_location(ret, node.body)
+        fdef = ast.FunctionDef(name=f"lambda_{node.lineno}", args=node.args, body=[ret],
+                               decorator_list=[], returns=None, type_comment=None)
+        ast.copy_location(fdef, node)
+        fdef.end_lineno, fdef.end_col_offset = node.end_lineno, node.end_col_offset
+        node = fdef
+    node.decorator_list = []
+    node.returns = None
+    for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+        arg.annotation = None
+    for arg in (node.args.vararg, node.args.kwarg):
+        if arg is not None:
+            arg.annotation = None
+    return node

@@ -1,0 +1,60 @@
+"""Static resolution of the names a function reads but does not assign.
+
+`np.sin` inside a function is a global lookup at run time; the compiler needs
+the object at compile time to pick its gradient rule. Locals shadow
+everything; then closure cells, module globals, builtins, as Python does.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+from typing import Any, Optional, Set, Tuple
+
+_MISSING = object()
+
+
+class Resolver:
+    def __init__(self, globals_: dict, closure: dict, local_names: Set[str]):
+        self.globals = globals_
+        self.closure = closure
+        self.locals = set(local_names)
+
+    def lookup(self, name: str) -> Any:
+        """The object a free name refers to now, or _MISSING."""
+        if name in self.locals:
+            return _MISSING
+        if name in self.closure:
+            try:
+                return self.closure[name].cell_contents
+            except ValueError:
+                return _MISSING
+        if name in self.globals:
+            return self.globals[name]
+        builtins_ns = self.globals.get("__builtins__", builtins)
+        if isinstance(builtins_ns, dict):
+            return builtins_ns.get(name, _MISSING)
+        return getattr(builtins_ns, name, _MISSING)
+
+    def static(self, expr: ast.expr) -> Tuple[bool, Optional[Any]]:
+        """Resolve a Name or a dotted Attribute chain on a non-local name."""
+        if isinstance(expr, ast.Name):
+            value = self.lookup(expr.id)
+            return (value is not _MISSING), (None if value is _MISSING else value)
+        if isinstance(expr, ast.Attribute):
+            ok, base = self.static(expr.value)
+            if not ok:
+                return False, None
+            try:
+                return True, getattr(base, expr.attr)
+            except AttributeError:
+                return False, None
+        return False, None
+
+    def is_local_chain(self, expr: ast.expr) -> bool:
+        """True when the chain starts at a local variable (x.T, self.w.sum)."""
+        while isinstance(expr, ast.Attribute):
+            expr = expr.value
+        return isinstance(expr, ast.Name) and expr.id in self.locals
+
+
+MISSING = _MISSING

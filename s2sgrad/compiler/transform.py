@@ -1,0 +1,661 @@
+"""Pass 4 — transform: split a normal-form function into forward and adjoint.
+
+The forward runs the user's statements and keeps what the adjoint needs; the
+adjoint walks the statements backwards, turning each active statement into
+contributions to the adjoints of its inputs. The adjoint restores variables
+that the forward overwrote (a saved copy outside loops, a stack inside loops),
+so every rule reads exactly the values its statement saw. Saves that no rule
+reads are removed later, by the optimiser.
+
+Symbolic zeros: an adjoint nothing has written yet has no variable at all; the
+first contribution assigns it, later ones add. Zeros are materialised only
+where control flow joins or a loop carries an adjoint from one iteration to the
+next.
+
+Gradient rules and Function bodies appear here as placeholders
+(`_s2s_vjp(...)`, `_s2s_forward(...)`) that the inline pass expands.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+from ..errors import error_at
+from . import inline
+from .analyze import Activity, iter_statements, loop_header_op
+from .names import NameRegistry
+from .normalize import NormalForm
+from .ops import Op, describe, names
+
+COMMENT_MARK = "__s2s_comment__"
+_DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "apply", "call"}
+
+
+@dataclass
+class Transformed:
+    """Forward and adjoint functions, still containing rule placeholders."""
+
+    nf: NormalForm
+    activity: Activity
+    forward: ast.FunctionDef
+    adjoint: ast.FunctionDef
+    names: NameRegistry
+    residuals: str
+    callees: Dict[str, inline.CalleeSite] = field(default_factory=dict)
+    sites: List[object] = field(default_factory=list)
+
+
+def comment(text: str) -> ast.Expr:
+    """A statement the emitter prints as `# text`."""
+    return ast.Expr(value=ast.Constant(value=f"{COMMENT_MARK}{text}"))
+
+
+def _name(id_: str, store: bool = False) -> ast.Name:
+    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
+
+
+def _assign(target: str, value: ast.expr) -> ast.Assign:
+    return ast.Assign(targets=[_name(target, True)], value=value, type_comment=None)
+
+
+def _call(func: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=_name(func), args=list(args), keywords=[])
+
+
+def helper_call(helper: str, *args: ast.expr) -> ast.Call:
+    return _call("_s2s_" + helper, *args)
+
+
+def transform(nf: NormalForm, activity: Activity) -> Transformed:
+    return _Reverse(nf, activity).run()
+
+
+@dataclass
+class _LoopInfo:
+    kind: str                       # "range" | "items" | "while"
+    range_name: Optional[str] = None
+    trips: Optional[str] = None
+    target: Optional[ast.expr] = None
+    item_assigns: List[ast.stmt] = field(default_factory=list)
+
+
+class _Reverse:
+    def __init__(self, nf: NormalForm, activity: Activity):
+        self.nf = nf
+        self.act = activity
+        self.names = nf.names
+        self.locals = nf.resolver.locals | nf.names.taken
+        self.bar: Dict[str, str] = {}
+        self.state: Dict[str, str] = {}          # adjoint name -> "owned" | "shared"
+        self.saves: Dict[int, List[Tuple[str, str, str]]] = {}
+        self.loops: Dict[int, _LoopInfo] = {}
+        self.sites: Dict[int, inline.FunctionSite] = {}
+        self.callees: Dict[str, inline.CalleeSite] = {}
+        self.stacks: Dict[str, str] = {}
+        self.inits: List[ast.stmt] = []
+        self.last_line: Optional[int] = None
+        self.overwritable = self._overwritable(nf.node.body)
+
+    # -- names -----------------------------------------------------------------
+    def bar_of(self, var: str) -> str:
+        if var not in self.bar:
+            self.bar[var] = self.names.fresh(f"{var}_bar")
+        return self.bar[var]
+
+    def err(self, node, message, hint=None):
+        return error_at(node, message, self.nf.parsed, hint)
+
+    def _overwritable(self, body) -> Set[str]:
+        """Variables a later assignment may overwrite while the adjoint needs them."""
+        counts: Dict[str, int] = {}
+
+        def visit(stmts, in_loop):
+            for s in stmts:
+                outs = self._outputs(s)
+                for o in outs:
+                    counts[o] = counts.get(o, 0) + (2 if in_loop else 1)
+                if isinstance(s, ast.If):
+                    visit(s.body, in_loop)
+                    visit(s.orelse, in_loop)
+                elif isinstance(s, (ast.For, ast.While)):
+                    visit(s.body, True)
+        visit(body, False)
+        for p in self.nf.params:
+            if p in counts:
+                counts[p] += 1
+        return {n for n, c in counts.items() if c > 1}
+
+    def _outputs(self, s) -> List[str]:
+        if isinstance(s, (ast.Assign, ast.AugAssign)):
+            return describe(s, self.locals).outputs
+        if isinstance(s, ast.For):
+            return [n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)]
+        return []
+
+    # -- driver ------------------------------------------------------------------
+    def run(self) -> Transformed:
+        fdef = self.nf.node
+        body = list(fdef.body)
+        ret = body.pop()
+        assert isinstance(ret, ast.Return)
+        fwd_body = self.forward_block(body, in_loop=False)
+        residuals = self.names.fresh("residuals")
+        fwd_ret = ast.Return(value=ast.Tuple(elts=[copy.deepcopy(ret.value), _name(residuals)],
+                                             ctx=ast.Load()))
+        forward = ast.FunctionDef(
+            name=self.names.fresh(f"{self.nf.parsed.name}_forward"),
+            args=copy.deepcopy(fdef.args), body=self.inits + fwd_body + [fwd_ret],
+            decorator_list=[], returns=None, type_comment=None)
+
+        g_param, adj_body = self.seed_output(ret)
+        adj_body += self.adjoint_block(body, in_loop=False)
+        grads = []
+        for i in self.act.wrt:
+            p = self.nf.params[i]
+            b = self.bar_of(p)
+            if b not in self.state:
+                if self.last_line is not None:
+                    adj_body.append(comment(f"'{p}' does not reach the output: its gradient "
+                                            f"is zero"))
+                adj_body.append(_assign(b, helper_call("zeros_like", _name(p))))
+                self.state[b] = "owned"
+            grads.append(_name(b))
+        value = grads[0] if len(grads) == 1 else ast.Tuple(elts=grads, ctx=ast.Load())
+        adj_body.append(ast.Return(value=value))
+        ast.copy_location(forward, fdef)
+        args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=residuals), ast.arg(arg=g_param)],
+                             vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+                             defaults=[])
+        adjoint = ast.FunctionDef(name=self.names.fresh(f"{self.nf.parsed.name}_adjoint"),
+                                  args=args, body=adj_body, decorator_list=[], returns=None,
+                                  type_comment=None)
+        ast.copy_location(adjoint, fdef)
+        return Transformed(self.nf, self.act, forward, adjoint, self.names, residuals,
+                           self.callees, list(self.sites.values()))
+
+    def seed_output(self, ret: ast.Return) -> Tuple[str, List[ast.stmt]]:
+        value = ret.value
+        if isinstance(value, ast.Name) and value.id in self.locals:
+            g = self.bar_of(value.id)
+            if value.id in self.act.active:
+                self.state[g] = "shared"
+            return g, []
+        g = self.names.fresh("output_bar")
+        out: List[ast.stmt] = []
+        if isinstance(value, ast.Tuple):
+            for i, e in enumerate(value.elts):
+                if isinstance(e, ast.Name) and e.id in self.act.active:
+                    item = ast.Subscript(value=_name(g), slice=ast.Constant(value=i),
+                                         ctx=ast.Load())
+                    self.accumulate(e.id, item, out)
+        return g, out
+
+    # -- forward ------------------------------------------------------------------
+    def save_before(self, var: str, in_loop: bool, out: List[ast.stmt], key) -> None:
+        if var not in self.overwritable:
+            return
+        if in_loop:
+            stack = self.stacks.get(var)
+            if stack is None:
+                stack = self.stacks[var] = self.names.fresh(f"{var}_stack")
+                init = _assign(stack, ast.List(elts=[], ctx=ast.Load()))
+                init.s2s_stack_of = var
+                self.inits.append(init)
+            node = ast.Expr(value=ast.Call(
+                func=ast.Attribute(value=_name(stack), attr="append", ctx=ast.Load()),
+                args=[_name(var)], keywords=[]))
+            self.saves.setdefault(key, []).append((var, "stack", stack))
+        else:
+            slot = self.names.fresh(f"{var}_prev")
+            node = _assign(slot, _name(var))
+            self.saves.setdefault(key, []).append((var, "slot", slot))
+        node.s2s_save_of = var
+        if var not in self.nf.params and not any(
+                getattr(i, "s2s_init_of", None) == var for i in self.inits):
+            init = _assign(var, ast.Constant(value=None))
+            init.s2s_init_of = var
+            self.inits.append(init)
+        out.append(node)
+
+    def forward_block(self, stmts: Sequence[ast.stmt], in_loop: bool) -> List[ast.stmt]:
+        out: List[ast.stmt] = []
+        for s in stmts:
+            if isinstance(s, ast.If):
+                node = ast.If(test=s.test, body=self.forward_block(s.body, in_loop),
+                              orelse=self.forward_block(s.orelse, in_loop))
+                out.append(ast.copy_location(node, s))
+            elif isinstance(s, ast.For):
+                out.extend(self.forward_for(s, in_loop))
+            elif isinstance(s, ast.While):
+                out.extend(self.forward_while(s, in_loop))
+            elif isinstance(s, (ast.Assign, ast.AugAssign)):
+                out.extend(self.forward_assign(s, in_loop))
+            else:
+                out.append(s)
+        return out
+
+    def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
+        op = describe(s, self.locals)
+        out: List[ast.stmt] = []
+        if op.kind in ("setitem", "augitem", "augassign", "mutate") and \
+                any(n in self.act.varied for n in op.diff_inputs + op.outputs):
+            raise self.err(s, "in-place updates of differentiated arrays are not supported yet",
+                           "Write the result to a new variable (y = x + v) instead.")
+        outputs = list(op.outputs)
+        site = None
+        if op.kind in ("apply", "call") and any(n in self.act.active for n in op.outputs):
+            site = self.site_for(s, op)
+            outputs += site.slot_names
+        for o in outputs:
+            self.save_before(o, in_loop, out, id(s))
+        out.append(site.forward_statement(s) if site is not None else s)
+        return out
+
+    def site_for(self, s, op: Op):
+        """The inlined Function (apply) or the separately compiled callee (call)."""
+        site = self.sites.get(id(s))
+        if site is None:
+            if op.kind == "apply":
+                needs = tuple(isinstance(a, ast.Name) and a.id in self.act.varied
+                              for a in op.call.args)
+                site = inline.function_site(op.callee, op.call, op.outputs, needs, self.names,
+                                            self.nf, s)
+            else:
+                site = inline.callee_site(op, s, self.act, self.names, self.nf)
+                self.callees[site.forward_name] = site
+            self.sites[id(s)] = site
+        return site
+
+    def forward_for(self, s: ast.For, in_loop: bool) -> List[ast.stmt]:
+        out: List[ast.stmt] = []
+        header = loop_header_op(s)
+        has_break = any(isinstance(n, ast.Break) for n, _ in iter_statements(s.body))
+        it = s.iter
+        callee = getattr(it, "s2s_callee", None)
+        info: _LoopInfo
+        body_prefix: List[ast.stmt] = []
+        if callee is range and isinstance(s.target, ast.Name):
+            stem = s.target.id
+            rng = self.names.fresh(f"{stem}_range")
+            info = _LoopInfo("range", range_name=rng, target=s.target)
+            out += self.forward_assign(ast.copy_location(_assign(rng, it), s), in_loop)
+            loop_iter: ast.expr = _name(rng)
+            target = s.target
+        elif any(n in self.act.varied for n in header.diff_inputs):
+            # Iterating over a differentiated array or list: loop over indices so
+            # the adjoint can scatter each item's gradient back.
+            rng, target, body_prefix = self.index_loop(s, out, in_loop)
+            info = _LoopInfo("range", range_name=rng, target=target)
+            loop_iter = _name(rng)
+        else:
+            info = _LoopInfo("items")
+            loop_iter = it
+            target, body_prefix = self.item_target(s.target)
+            has_break = True  # the trip count is unknown without len()
+        if has_break:
+            info.trips = self.names.fresh("trips")
+            out += self.forward_assign(ast.copy_location(_assign(info.trips, ast.Constant(0)), s),
+                                       in_loop)
+            incr = ast.AugAssign(target=_name(info.trips, True), op=ast.Add(),
+                                 value=ast.Constant(1))
+            body_prefix = [incr] + body_prefix
+        info.item_assigns = [b for b in body_prefix if isinstance(b, ast.Assign)]
+        self.loops[id(s)] = info
+        body = list(body_prefix[:1]) if has_break else []
+        for b in (body_prefix[1:] if has_break else body_prefix):
+            body += self.forward_assign(b, True)
+        body += self.forward_block(s.body, True)
+        node = ast.For(target=target, iter=loop_iter, body=body, orelse=[], type_comment=None)
+        out.append(ast.copy_location(node, s))
+        return out
+
+    def index_loop(self, s: ast.For, out: List[ast.stmt], in_loop: bool):
+        """`for x in xs` -> `for k in range(len(xs)): x = xs[k]` (also zip/enumerate)."""
+        pairs: List[Tuple[ast.expr, ast.expr]] = []   # (target, sequence) pairs
+        index_targets: List[ast.expr] = []
+
+        def flatten(target, it):
+            callee = getattr(it, "s2s_callee", None)
+            if callee is enumerate and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                index_targets.append(target.elts[0])
+                flatten(target.elts[1], it.args[0])
+            elif callee is zip and isinstance(target, ast.Tuple) and \
+                    len(target.elts) == len(it.args):
+                for t, a in zip(target.elts, it.args):
+                    flatten(t, a)
+            elif isinstance(it, ast.Call):
+                raise self.err(it, "cannot iterate over this expression while "
+                                   "differentiating through it",
+                               "Iterate over an array, a list, range(), zip() or enumerate().")
+            else:
+                pairs.append((target, it))
+        flatten(s.target, s.iter)
+        first = pairs[0][1]
+        stem = first.id if isinstance(first, ast.Name) else "item"
+        k = self.names.fresh(f"{stem}_index")
+        lengths = [ast.Call(func=_name("len"), args=[copy.deepcopy(seq)], keywords=[])
+                   for _, seq in pairs]
+        n = lengths[0] if len(lengths) == 1 else ast.Call(func=_name("min"), args=lengths,
+                                                           keywords=[])
+        rng = self.names.fresh(f"{k}_range")
+        range_call = ast.Call(func=_name("range"), args=[n], keywords=[])
+        range_call.s2s_callee = range
+        out += self.forward_assign(ast.copy_location(_assign(rng, range_call), s), in_loop)
+        prefix: List[ast.stmt] = []
+        for t in index_targets:
+            prefix.append(ast.copy_location(_assign(t.id, _name(k)), s))
+        for t, seq in pairs:
+            if not isinstance(t, ast.Name):
+                raise self.err(t, "nested tuple targets over a differentiated sequence",
+                               "Unpack the item in the loop body.")
+            item = ast.Subscript(value=copy.deepcopy(seq), slice=_name(k), ctx=ast.Load())
+            prefix.append(ast.copy_location(_assign(t.id, item), s))
+        for p in prefix:
+            p.s2s_origin = s
+            self.overwritable.add(p.targets[0].id)
+        return rng, _name(k, True), prefix
+
+    def item_target(self, target) -> Tuple[ast.expr, List[ast.stmt]]:
+        """Loop targets are copied into the user's names so saves can see them."""
+        prefix: List[ast.stmt] = []
+
+        def visit(t):
+            if isinstance(t, ast.Name):
+                item = self.names.fresh(f"{t.id}_item")
+                a = ast.copy_location(_assign(t.id, _name(item)), t)
+                prefix.append(a)
+                self.overwritable.add(t.id)
+                return _name(item, True)
+            return ast.Tuple(elts=[visit(e) for e in t.elts], ctx=ast.Store())
+        return visit(target), prefix
+
+    def forward_while(self, s: ast.While, in_loop: bool) -> List[ast.stmt]:
+        trips = self.names.fresh("trips")
+        info = _LoopInfo("while", trips=trips)
+        self.loops[id(s)] = info
+        out = self.forward_assign(ast.copy_location(_assign(trips, ast.Constant(0)), s), in_loop)
+        incr = ast.AugAssign(target=_name(trips, True), op=ast.Add(), value=ast.Constant(1))
+        body = [incr] + self.forward_block(s.body, True)
+        out.append(ast.copy_location(ast.While(test=s.test, body=body, orelse=[]), s))
+        return out
+
+    # -- adjoint ------------------------------------------------------------------
+    def accumulate(self, var: str, value: ast.expr, out: List[ast.stmt]) -> None:
+        b = self.bar_of(var)
+        if b in self.state:
+            out.append(_assign(b, ast.BinOp(left=_name(b), op=ast.Add(), right=value)))
+            self.state[b] = "owned"
+        else:
+            out.append(_assign(b, value))
+            self.state[b] = "shared"
+
+    def materialize(self, var: str, out: List[ast.stmt]) -> None:
+        b = self.bar_of(var)
+        out.append(_assign(b, helper_call("zeros_like", _name(var))))
+        self.state[b] = "owned"
+
+    def mark_line(self, s, out: List[ast.stmt], force: bool = False) -> None:
+        origin = getattr(s, "s2s_origin", None) or s
+        lineno = getattr(origin, "lineno", None)
+        if lineno is None or (lineno == self.last_line and not force):
+            return
+        self.last_line = lineno
+        text = self.nf.parsed.line_text(lineno) or ""
+        out.append(comment(f"line {lineno}: {text.strip()}"))
+
+    def restores(self, s, out: List[ast.stmt]) -> None:
+        for var, kind, name in reversed(self.saves.get(id(s), [])):
+            if kind == "stack":
+                value = ast.Call(func=ast.Attribute(value=_name(name), attr="pop",
+                                                    ctx=ast.Load()), args=[], keywords=[])
+            else:
+                value = _name(name)
+            node = _assign(var, value)
+            node.s2s_restore_of = var
+            out.append(node)
+
+    def adjoint_block(self, stmts: Sequence[ast.stmt], in_loop: bool) -> List[ast.stmt]:
+        out: List[ast.stmt] = []
+        for s in reversed(stmts):
+            if isinstance(s, ast.If):
+                out.extend(self.adjoint_if(s, in_loop))
+            elif isinstance(s, (ast.For, ast.While)):
+                out.extend(self.adjoint_loop(s))
+            elif isinstance(s, (ast.Assign, ast.AugAssign)):
+                out.extend(self.adjoint_assign(s))
+        return out
+
+    def adjoint_assign(self, s) -> List[ast.stmt]:
+        op = describe(s, self.locals)
+        out: List[ast.stmt] = []
+        active_outs = [o for o in op.outputs if o in self.act.active]
+        live = [o for o in active_outs if self.bar_of(o) in self.state]
+        if live and op.kind in _DIFFERENTIABLE_KINDS and \
+                any(n in self.act.active for n in op.diff_inputs):
+            self.mark_line(s, out)
+            self.contributions(s, op, out)
+        for o in active_outs:
+            self.state.pop(self.bar_of(o), None)
+        self.restores(s, out)
+        return out
+
+    def contributions(self, s, op: Op, out: List[ast.stmt]) -> None:
+        kind = op.kind
+        if kind == "copy":
+            src = op.diff_inputs[0]
+            if src in self.act.active:
+                self.accumulate(src, _name(self.bar_of(op.outputs[0])), out)
+            return
+        g_name = self.bar_of(op.outputs[0]) if op.outputs else None
+        if kind == "pack":
+            for i, e in enumerate(s.value.elts):
+                if isinstance(e, ast.Name) and e.id in self.act.active:
+                    item = ast.Subscript(value=_name(g_name), slice=ast.Constant(value=i),
+                                         ctx=ast.Load())
+                    self.accumulate(e.id, item, out)
+            return
+        if kind == "getitem":
+            self.getitem_contribution(s, op, out)
+            return
+        if kind == "rule":
+            self.rule_contribution(s, op, out)
+            return
+        if kind in ("apply", "call"):
+            self.site_contribution(s, op, out)
+            return
+        raise AssertionError(kind)  # pragma: no cover
+
+    def getitem_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
+        base = s.value.value
+        if not (isinstance(base, ast.Name) and base.id in self.act.active):
+            return
+        b = self.bar_of(base.id)
+        if b not in self.state:
+            self.materialize(base.id, out)
+        elif self.state[b] == "shared":
+            out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+            self.state[b] = "owned"
+        g = _name(self.bar_of(op.outputs[0]))
+        out.append(ast.Expr(value=helper_call("add_at", _name(b), _index_expr(s.value.slice),
+                                              g)))
+
+    def rule_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
+        rule = op.rule
+        wanted: Dict[str, str] = {}
+        targets: List[Tuple[str, str]] = []
+        for param in rule.differentiable():
+            atom = op.bound.get(param)
+            if atom is None:
+                continue
+            if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
+                for i, e in enumerate(atom.elts):
+                    if isinstance(e, ast.Name) and e.id in self.act.active:
+                        key = f"{param}[{i}]"
+                        wanted[key] = self.names.fresh(f"{e.id}_bar_part")
+                        targets.append((e.id, wanted[key]))
+                continue
+            if isinstance(atom, ast.Name) and atom.id in self.act.active:
+                wanted[param] = self.names.fresh(f"{atom.id}_bar_part")
+                targets.append((atom.id, wanted[param]))
+        if not wanted:
+            return
+        gs = [_name(self.bar_of(o)) for o in op.outputs]
+        if len(op.outputs) > 1:
+            for o in op.outputs:
+                if self.bar_of(o) not in self.state:
+                    self.materialize(o, out)
+            g: ast.expr = ast.Tuple(elts=gs, ctx=ast.Load())
+            ans: ast.expr = ast.Tuple(elts=[_name(o) for o in op.outputs], ctx=ast.Load())
+        else:
+            g, ans = gs[0], _name(op.outputs[0])
+        out.append(inline.rule_placeholder(rule, op.bound, g, ans, wanted, s))
+        for var, part in targets:
+            self.accumulate(var, _name(part), out)
+
+    def site_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
+        site = self.sites[id(s)]
+        for o in op.outputs:
+            if self.bar_of(o) not in self.state:
+                self.materialize(o, out)
+        gs = [_name(self.bar_of(o)) for o in op.outputs]
+        parts: List[Tuple[str, str]] = []
+        wanted: Dict[int, str] = {}
+        for i, arg in enumerate(site.arg_atoms):
+            if isinstance(arg, ast.Name) and arg.id in self.act.active and \
+                    i not in site.static_none:
+                wanted[i] = self.names.fresh(f"{arg.id}_bar_part")
+                parts.append((arg.id, wanted[i]))
+        if not wanted:
+            return
+        out.append(site.adjoint_placeholder(gs, wanted, s))
+        for var, part in parts:
+            self.accumulate(var, _name(part), out)
+
+    def adjoint_if(self, s: ast.If, in_loop: bool) -> List[ast.stmt]:
+        before = dict(self.state)
+        last = self.last_line
+        body = self.adjoint_block(s.body, in_loop)
+        state_body = self.state
+        self.state, self.last_line = dict(before), last
+        orelse = self.adjoint_block(s.orelse, in_loop)
+        state_else = self.state
+        self.last_line = None
+        merged = {}
+        for b in sorted(set(state_body) | set(state_else)):
+            var = self._var_of(b)
+            if b not in state_body:
+                self._materialize_into(var, body)
+                state_body[b] = "owned"
+            elif b not in state_else:
+                self._materialize_into(var, orelse)
+                state_else[b] = "owned"
+            both_owned = state_body[b] == state_else[b] == "owned"
+            merged[b] = "owned" if both_owned else "shared"
+        self.state = merged
+        if not body and not orelse:
+            return []
+        node = ast.If(test=copy.deepcopy(s.test), body=body or [ast.Pass()], orelse=orelse)
+        return [node]
+
+    def _var_of(self, bar: str) -> str:
+        for var, b in self.bar.items():
+            if b == bar:
+                return var
+        raise KeyError(bar)  # pragma: no cover
+
+    def _materialize_into(self, var: str, block: List[ast.stmt]) -> None:
+        block.append(_assign(self.bar_of(var), helper_call("zeros_like", _name(var))))
+
+    def adjoint_loop(self, s) -> List[ast.stmt]:
+        info = self.loops[id(s)]
+        out: List[ast.stmt] = []
+        carried = self.loop_carried(s)
+        for var in sorted(carried):
+            b = self.bar_of(var)
+            if b not in self.state:
+                self.materialize(var, out)
+            elif self.state[b] == "shared":
+                out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                self.state[b] = "owned"
+        entry = dict(self.state)
+        self.last_line = None
+        header: List[ast.stmt] = []
+        self.mark_line(s, header, force=True)
+        self.last_line = None
+        body: List[ast.stmt] = []
+        body += self.adjoint_block(s.body, in_loop=True)
+        for b in reversed(info.item_assigns):
+            body += self.adjoint_assign(b)
+        for var in sorted(carried):
+            b = self.bar_of(var)
+            if b not in self.state:
+                self.materialize(var, body)
+            elif self.state[b] == "shared":
+                body.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+        self.state = {b: ("owned" if b in entry else st) for b, st in entry.items()}
+        for var in carried:
+            self.state[self.bar_of(var)] = "owned"
+        self.last_line = None
+        if not any(not _is_comment(b) for b in body):
+            return out
+        if info.kind == "range":
+            rng: ast.expr = _name(info.range_name)
+            if info.trips:
+                rng = ast.Subscript(value=rng, slice=ast.Slice(lower=None, upper=_name(info.trips),
+                                                               step=None), ctx=ast.Load())
+            target = copy.deepcopy(info.target)
+            target.ctx = ast.Store()
+            it = ast.Call(func=_name("reversed"), args=[rng], keywords=[])
+        else:
+            target = _name("_", True)
+            it = ast.Call(func=_name("range"), args=[_name(info.trips)], keywords=[])
+        out += header
+        out.append(ast.For(target=target, iter=it, body=body, orelse=[], type_comment=None))
+        return out
+
+    def loop_carried(self, s) -> Set[str]:
+        """Active variables whose adjoints flow from one iteration to the previous."""
+        touched: Set[str] = set()
+        first_is_def: Dict[str, bool] = {}
+        info = self.loops[id(s)]
+        body_stmts = list(info.item_assigns) + list(s.body)
+        for stmt in body_stmts:
+            for sub, _ in iter_statements([stmt]):
+                if isinstance(sub, (ast.Assign, ast.AugAssign)):
+                    op = describe(sub, self.locals)
+                elif isinstance(sub, ast.For):
+                    op = loop_header_op(sub)
+                else:
+                    continue
+                for n in op.diff_inputs:
+                    first_is_def.setdefault(n, False)
+                    touched.add(n)
+                for n in op.outputs:
+                    first_is_def.setdefault(n, sub is stmt and not isinstance(sub, ast.For))
+                    touched.add(n)
+        local_to_iteration = {n for n, d in first_is_def.items() if d}
+        return {n for n in touched if n in self.act.active and n not in local_to_iteration}
+
+
+def _index_expr(index: ast.expr) -> ast.expr:
+    """The index of `x[...]` as an ordinary expression (slices become slice())."""
+    if isinstance(index, ast.Slice):
+        parts = [index.lower, index.upper, index.step]
+        args = [p if p is not None else ast.Constant(value=None) for p in parts]
+        while len(args) > 1 and isinstance(args[-1], ast.Constant) and args[-1].value is None:
+            args.pop()
+        return ast.Call(func=_name("slice"), args=args, keywords=[])
+    if isinstance(index, ast.Tuple):
+        return ast.Tuple(elts=[_index_expr(e) for e in index.elts], ctx=ast.Load())
+    return copy.deepcopy(index)
+
+
+def _is_comment(s) -> bool:
+    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and \
+        isinstance(s.value.value, str) and s.value.value.startswith(COMMENT_MARK)
+
+
+is_comment = _is_comment
+_ = names

@@ -1,0 +1,5 @@
+"""Gradient rules: the declarative table (numpy_rules) and its registry."""
+from . import numpy_rules  # noqa: F401 - registers the table
+from .registry import REGISTRY, all_rules, count, defvjp
+
+__all__ = ["REGISTRY", "all_rules", "count", "defvjp"]

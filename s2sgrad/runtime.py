@@ -1,0 +1,278 @@
+"""Helpers that generated code calls, under the reserved `_s2s_` prefix.
+
+Only what does not read well as one line of NumPy lives here: undoing
+broadcasting, re-expanding reduced axes, the N-d cases of matmul/dot. Each
+helper is an ordinary NumPy function, so generated code stays plain NumPy and
+can be differentiated again.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable, Dict, Tuple
+
+import numpy as np
+
+HELPERS: Dict[str, Callable] = {}
+
+
+def helper(fn: Callable) -> Callable:
+    """Register `fn` so templates may call it by name (emitted as _s2s_<name>)."""
+    HELPERS[fn.__name__] = fn
+    return fn
+
+
+def shape_of(x: Any) -> Tuple[int, ...]:
+    shape = getattr(x, "shape", None)
+    return shape if shape is not None else np.shape(x)
+
+
+class ArrayMeta:
+    """Shape and dtype of an array the adjoint needs only for its shape.
+
+    The forward keeps this instead of the array when no rule reads the values,
+    so intermediate arrays are not held alive just to undo broadcasting.
+    """
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return f"ArrayMeta(shape={self.shape}, dtype={self.dtype})"
+
+
+@helper
+def meta(x):
+    """What the adjoint keeps of a value it reads only for shape and dtype."""
+    return ArrayMeta(x.shape, x.dtype) if isinstance(x, np.ndarray) else x
+
+
+@helper
+def unbroadcast(value, like):
+    """Sum `value` down to the shape of `like`: the adjoint of broadcasting."""
+    shape = getattr(like, "shape", ())
+    vshape = getattr(value, "shape", ())
+    if vshape == shape:
+        return value
+    return sum_to_shape(value, shape)
+
+
+def sum_to_shape(value, shape):
+    value = np.asarray(value)
+    extra = value.ndim - len(shape)
+    if extra > 0:
+        value = value.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and value.shape[i] != 1)
+    if axes:
+        value = value.sum(axis=axes, keepdims=True)
+    if value.shape != tuple(shape):
+        value = np.broadcast_to(value, shape)
+    return value[()] if value.ndim == 0 else value
+
+
+@helper
+def zeros_like(x):
+    """A zero cotangent for `x`: a Python 0.0 for Python numbers, else an array.
+
+    Lists and tuples (of arrays) get a list of zeros, one per item.
+    """
+    if isinstance(x, (float, int)) and not isinstance(x, (bool, np.generic)):
+        return 0.0
+    if isinstance(x, (list, tuple)):
+        return [zeros_like(item) for item in x]
+    if isinstance(x, ArrayMeta):
+        return np.zeros(x.shape, x.dtype if np.issubdtype(x.dtype, np.inexact) else np.float64)
+    x = np.asarray(x)
+    dtype = x.dtype if np.issubdtype(x.dtype, np.inexact) else np.float64
+    return np.zeros(x.shape, dtype)
+
+
+@helper
+def ones_like(x):
+    if isinstance(x, (float, int)) and not isinstance(x, (bool, np.generic)):
+        return 1.0
+    return np.ones(shape_of(x), np.result_type(x, np.float64)
+                   if not np.issubdtype(np.asarray(x).dtype, np.inexact) else np.asarray(x).dtype)
+
+
+def _normalize_axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, numbers.Integral):
+        axis = (axis,)
+    return tuple(sorted(int(a) % ndim if ndim else 0 for a in axis))
+
+
+@helper
+def expand_reduced(g, x, axis=None, keepdims=False):
+    """Broadcast the cotangent of a reduction back over the reduced axes of x."""
+    shape = shape_of(x)
+    if not keepdims and axis is not None and len(shape):
+        g = np.expand_dims(g, _normalize_axes(axis, len(shape)))
+    return np.broadcast_to(g, shape)
+
+
+@helper
+def reduced_count(x, axis=None):
+    """How many elements a reduction over `axis` combined (for mean's adjoint)."""
+    shape = shape_of(x)
+    if axis is None:
+        return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return int(np.prod([shape[a] for a in _normalize_axes(axis, len(shape))], dtype=np.int64))
+
+
+@helper
+def matmul_grad_a(g, a, b):
+    """Cotangent of `a` in a @ b, for every combination of 1-d and N-d operands."""
+    a_nd, b_nd = np.ndim(a), np.ndim(b)
+    if a_nd == 2 and b_nd == 2:
+        return g @ b.T
+    if b_nd == 1:
+        ga = np.multiply.outer(g, b) if a_nd == 1 else g[..., None] * b
+    elif a_nd == 1:
+        ga = (b @ g[..., None])[..., 0]
+    else:
+        ga = g @ np.swapaxes(b, -1, -2)
+    return unbroadcast(ga, a)
+
+
+@helper
+def matmul_grad_b(g, a, b):
+    """Cotangent of `b` in a @ b."""
+    a_nd, b_nd = np.ndim(a), np.ndim(b)
+    if a_nd == 2 and b_nd == 2:
+        return a.T @ g
+    if a_nd == 1:
+        gb = np.multiply.outer(a, g) if b_nd > 1 else g * a
+    elif b_nd == 1:
+        gb = np.swapaxes(a, -1, -2) @ g[..., None]
+        gb = gb[..., 0]
+    else:
+        gb = np.swapaxes(a, -1, -2) @ g
+    return unbroadcast(gb, b)
+
+
+@helper
+def dot_grad_a(g, a, b):
+    """Cotangent of `a` in np.dot(a, b) (scalar, 1-d, 2-d and N-d cases)."""
+    a_nd, b_nd = np.ndim(a), np.ndim(b)
+    if a_nd == 0 or b_nd == 0:
+        return unbroadcast(g * b, a)
+    if b_nd <= 2 and a_nd <= 2:
+        return matmul_grad_a(g, a, b)
+    # dot(a, b)[i.., k.., m] = sum_j a[i.., j] * b[k.., j, m]
+    b_free = tuple(range(b_nd - 2)) + ((b_nd - 1,) if b_nd > 1 else ())
+    g_axes = tuple(range(a_nd - 1, np.ndim(g)))
+    return np.tensordot(g, b, axes=(g_axes, b_free))
+
+
+@helper
+def dot_grad_b(g, a, b):
+    """Cotangent of `b` in np.dot(a, b)."""
+    a_nd, b_nd = np.ndim(a), np.ndim(b)
+    if a_nd == 0 or b_nd == 0:
+        return unbroadcast(g * a, b)
+    if b_nd <= 2 and a_nd <= 2:
+        return matmul_grad_b(g, a, b)
+    ga_axes = tuple(range(a_nd - 1))
+    gb = np.tensordot(a, g, axes=(ga_axes, ga_axes))  # (j, k.., m)
+    if b_nd == 1:
+        return gb
+    return np.moveaxis(gb, 0, -2)
+
+
+@helper
+def transpose_grad(g, axes=None):
+    """Undo np.transpose(x, axes) on the cotangent."""
+    if axes is None:
+        return np.transpose(g)
+    return np.transpose(g, np.argsort(axes))
+
+
+@helper
+def balanced_max_mask(x, ans, other):
+    """Where x won an elementwise max/min; ties split the gradient in half."""
+    return (x == ans) / (1.0 + (x == other))
+
+
+@helper
+def safe_log(x):
+    """log(x) with log(0) taken as 0, for d/dy x**y at x == 0 (where ans is 0)."""
+    return np.log(np.where(x == 0, 1.0, x))
+
+
+@helper
+def check_count(grads, expected: int, method: str):
+    """Validate that a Function's vjp returned one gradient per input.
+
+    `method` is "Class.vjp" (or "Class.backward"), for the message.
+    """
+    if expected == 1 and not isinstance(grads, (tuple, list)):
+        return (grads,)
+    got = len(grads) if isinstance(grads, (tuple, list)) else 1
+    if got != expected:
+        cls = method.rsplit(".", 1)[0]
+        raise TypeError(f"{method} returns {got} gradient(s), expected {expected} "
+                        f"(one per input of {cls}.forward)")
+    return grads
+
+
+@helper
+def none_to_zero(grad, like):
+    """A Function's vjp may return None for "no gradient": make it a zero."""
+    return zeros_like(like) if grad is None else grad
+
+
+@helper
+def copy_adjoint(adjoint):
+    """A private copy of an adjoint before it is updated in place."""
+    if isinstance(adjoint, list):
+        return list(adjoint)
+    return adjoint.copy() if isinstance(adjoint, np.ndarray) else adjoint
+
+
+def _is_basic_index(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return all(isinstance(i, (numbers.Integral, slice, type(None), type(Ellipsis)))
+               and not isinstance(i, bool) for i in items)
+
+
+@helper
+def add_at(adjoint, index, g):
+    """adjoint[index] += g, where repeated indices accumulate (scatter-add).
+
+    `adjoint` is an array owned by the adjoint code, or a list for a Python
+    list. Basic indices (ints, slices) cannot repeat, so they take the fast path.
+    """
+    if isinstance(adjoint, list):
+        if isinstance(index, slice):
+            for k, gk in zip(range(*index.indices(len(adjoint))), g):
+                adjoint[k] = adjoint[k] + gk
+        else:
+            adjoint[index] = adjoint[index] + g
+        return
+    if _is_basic_index(index):
+        adjoint[index] += g
+    elif isinstance(index, np.ndarray) and index.dtype == bool:
+        adjoint[index] += g
+    else:
+        np.add.at(adjoint, index, g)
+
+
+@helper
+def accumulate(total, contribution):
+    """total + contribution where either may be None (a Function's None gradient)."""
+    if contribution is None:
+        return total
+    if total is None:
+        return contribution
+    return total + contribution

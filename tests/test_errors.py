@@ -1,0 +1,129 @@
+"""Unsupported code raises TransformError at the user's file:line:col, with a caret."""
+import inspect
+
+import numpy as np
+import pytest
+
+import s2sgrad
+from s2sgrad import TransformError
+
+SOURCE = '''
+import numpy as np
+import math
+
+
+def unknown_function(x):
+    y = np.sin(x)
+    return np.sum(np.fft.fft(y).real)
+
+
+def with_try(x):
+    try:
+        y = x * 2
+    except ValueError:
+        y = x
+    return y.sum()
+
+
+def comprehension(x):
+    ys = [xi * 2 for xi in x]
+    return np.sum(np.array(ys)) + ys[0] * x[0]
+
+
+def in_place(x):
+    y = np.sin(x)
+    z = y
+    y += 1.0
+    return np.sum(z)
+
+
+def math_call(x):
+    return math.erf(x)
+
+
+def nested_def(x):
+    def helper(v):
+        return v * 2
+    return helper(x)
+
+
+def mutating_method(x):
+    y = np.sin(x)
+    y.sort()
+    return np.sum(y)
+
+
+def unknown_but_inactive(x, n):
+    noise = np.fft.fft(np.ones(n)).real
+    return np.sum(x * 2.0) + np.sum(noise)
+'''
+
+
+@pytest.fixture(scope="module")
+def m(tmp_path_factory):
+    import importlib.util
+    import sys
+    path = tmp_path_factory.mktemp("errors") / "s2s_error_cases.py"
+    path.write_text(SOURCE)
+    spec = importlib.util.spec_from_file_location("s2s_error_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["s2s_error_cases"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _line_of(fn, text):
+    lines, start = inspect.getsourcelines(fn)
+    for k, line in enumerate(lines):
+        if text in line:
+            return start + k, line.index(text)
+    raise AssertionError(text)
+
+
+@pytest.mark.parametrize("fname, snippet, words", [
+    ("unknown_function", "np.fft.fft", "no gradient rule for np.fft.fft"),
+    ("with_try", "try:", "'Try' statements are not supported"),
+    ("comprehension", "[xi * 2", "no gradient rule"),
+    ("math_call", "math.erf", "no gradient rule for math.erf"),
+    ("nested_def", "def helper", "'FunctionDef' statements are not supported"),
+    ("mutating_method", "y.sort", "modifies a differentiated value in place"),
+])
+def test_error_points_at_the_users_code(m, fname, snippet, words):
+    fn = getattr(m, fname)
+    with pytest.raises(TransformError) as err:
+        s2sgrad.grad(fn)(np.array([0.3, 0.7]) if fname != "math_call" else 0.5)
+    e = err.value
+    line, col = _line_of(fn, snippet)
+    assert e.filename == m.__file__
+    assert e.lineno == line
+    assert e.offset == col + 1
+    text = str(e)
+    assert f"{m.__file__}:{line}:{col + 1}:" in text
+    assert words in text
+    source_line, caret_line = text.splitlines()[1:3]
+    assert snippet in source_line
+    assert caret_line.index("^") == source_line.index(snippet)
+    assert isinstance(e, SyntaxError)
+
+
+def test_in_place_update_of_aliased_array_is_rejected(m):
+    with pytest.raises(TransformError, match="in-place"):
+        s2sgrad.grad(m.in_place)(np.array([0.3, 0.7]))
+
+
+def test_error_gives_a_suggestion(m):
+    with pytest.raises(TransformError) as err:
+        s2sgrad.grad(m.unknown_function)(np.ones(2))
+    assert "s2sgrad.defvjp" in str(err.value) or "s2sgrad.Function" in str(err.value)
+
+
+def test_unknown_function_on_non_differentiated_values_is_fine(m):
+    g = s2sgrad.grad(m.unknown_but_inactive)(np.array([1.0, 2.0]), 3)
+    np.testing.assert_allclose(g, [2.0, 2.0])
+
+
+def test_source_unavailable_is_a_transform_error():
+    namespace = {}
+    exec("def f(x):\n    return x * 2\n", namespace)
+    with pytest.raises(TransformError, match="cannot read the source"):
+        s2sgrad.grad(namespace["f"])(1.0)

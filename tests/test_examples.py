@@ -1,0 +1,59 @@
+"""The seed documents' examples print the documented numbers."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def run(name):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)], capture_output=True,
+                          text=True, env=env, cwd=EXAMPLES, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def numbers(text):
+    import re
+    return [float(t) for t in re.findall(r"-?\d+\.\d*", text)]
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("square.py", [2.0, 4.0, 6.0, 8.0, 10.0]),
+    ("cube.py", [0.5327, 0.1885, 0.3232]),
+    ("add_mul.py", [6.0, 7.0, 8.0, 3.0, 4.0, 5.0]),
+    ("exp_reducer.py", [5.7817, 7.2458, 5.7830, 6.7782,
+                        1.4458, 1.3962, 1.3042, 1.6354, 2.1288, 1.0652, 1.5483, 2.5035,
+                        2.2046, 1.1292, 1.1432, 1.3059, 1.3225, 1.6652, 1.7753, 2.0152] * 2),
+    ("adder.py", [2.4225, 2.3340, 2.0, 2.0, 3.0, 3.0]),
+])
+def test_example_prints_documented_numbers(name, expected):
+    got = numbers(run(name))
+    assert got == pytest.approx(expected, abs=1e-12), got
+
+
+def test_seed_numbers_directly():
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import add_mul
+        import cube
+        import exp_reducer
+
+        import s2sgrad
+        from s2sgrad import functional
+        np.testing.assert_allclose(s2sgrad.grad(cube.loss)(cube.X), [0.5327, 0.1885, 0.3232],
+                                   atol=5e-5)
+        ga, gb = s2sgrad.grad(add_mul.loss, wrt=(0, 1))(np.array([2.0, 3.0, 4.0]),
+                                                         np.array([5.0, 6.0, 7.0]))
+        np.testing.assert_allclose(ga, [6, 7, 8])
+        np.testing.assert_allclose(gb, [3, 4, 5])
+        out, vjp = functional.vjp(exp_reducer.exp_reducer, exp_reducer.INPUTS, np.ones(4))
+        np.testing.assert_allclose(out, [5.7817, 7.2458, 5.7830, 6.7782], atol=5e-5)
+        np.testing.assert_allclose(vjp, np.exp(exp_reducer.INPUTS))
+    finally:
+        sys.path.remove(EXAMPLES)
