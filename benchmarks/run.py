@@ -1,0 +1,508 @@
+#!/usr/bin/env python
+"""Benchmark s2sgrad's gradients against a hand-written NumPy adjoint and the peers.
+
+    python benchmarks/run.py                  # every workload (a few minutes)
+    python benchmarks/run.py --quick          # fewer repeats, under a minute
+    python benchmarks/run.py --only rnn,mlp --impl hand,s2sgrad --json out.json
+
+Every implementation's gradient is first checked against the hand-written
+adjoint; a mismatch is reported on stderr and its cell says WRONG instead of a
+time. See the "Benchmarks" section of README.md for how to read the table.
+"""
+# Pin one thread before anything imports numpy, jax or torch: these variables
+# are read once, when the libraries load.
+import os
+import sys
+
+XLA_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+PINNED_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "JAX_PLATFORMS": "cpu",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "S2SGRAD_CACHE": "0",          # first-call times are cold compiles, never disk hits
+}
+
+
+def _pin_threads() -> None:
+    already = [m for m in ("numpy", "jax", "torch") if m in sys.modules]
+    for key, value in PINNED_ENV.items():
+        os.environ[key] = value
+    flags = os.environ.get("XLA_FLAGS", "")
+    if XLA_THREAD_FLAGS not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " " + XLA_THREAD_FLAGS).strip()
+    if already and os.environ.get("_S2SGRAD_BENCH_REEXEC") != "1":
+        # Imported too late to pin (e.g. run through runpy): start again, pinned.
+        os.environ["_S2SGRAD_BENCH_REEXEC"] = "1"
+        os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:])
+
+
+_pin_threads()
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
+from dataclasses import asdict, dataclass, field  # noqa: E402
+from typing import Any, Callable, List, Optional  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+
+import s2sgrad  # noqa: E402
+import s2sgrad.compiler  # noqa: E402
+
+WORKLOADS = [
+    "scalar_recurrence", "rnn", "mlp", "elementwise", "branchy_loop", "custom_softplus",
+    "seed_square", "seed_cube", "seed_add_mul", "seed_exp_reducer", "seed_adder",
+]
+
+# (column name, builder attribute in the workload module); "forward", "hand" and
+# "s2sgrad" are built here, the peers by the workload.
+IMPLS = [
+    ("forward", None),
+    ("hand", None),
+    ("s2sgrad", None),
+    ("autograd", "grad_autograd"),
+    ("jax-eager", "grad_jax_eager"),
+    ("jax-jit", "grad_jax_jit"),
+    ("jax-lax", "grad_jax_lax"),
+    ("torch", "grad_torch"),
+]
+NUMPY_BASED = {"forward", "hand", "s2sgrad", "autograd"}   # tracemalloc sees their arrays
+PEER_MODULES = {"autograd": "autograd", "jax-eager": "jax", "jax-jit": "jax",
+                "jax-lax": "jax", "torch": "torch"}
+
+# In --quick mode, these (workload, impl) cells are skipped: JAX traces the Python
+# loop and XLA compiles it unrolled, which alone takes longer than the whole quick run.
+QUICK_SKIP = {("scalar_recurrence", "jax-jit"), ("branchy_loop", "jax-jit"),
+              ("custom_softplus", "jax-jit")}
+
+RTOL = 1e-6
+ATOL = 1e-9     # relative to the largest entry of the hand-written gradient
+
+
+@dataclass
+class Settings:
+    min_time: float      # a repeat runs the call this long (number of calls chosen to fit)
+    repeats: int         # repeats; the median of their per-call times is reported
+    budget: float        # seconds one cell may spend in timing repeats (fewer repeats if slow)
+    quick: bool
+
+
+FULL = Settings(min_time=0.2, repeats=7, budget=8.0, quick=False)
+QUICK = Settings(min_time=0.01, repeats=3, budget=0.6, quick=True)
+
+
+@dataclass
+class Cell:
+    workload: str
+    impl: str
+    status: str = "ok"            # ok | WRONG | unsupported | not installed | error | skipped
+    message: str = ""
+    median_s: Optional[float] = None
+    times_s: List[float] = field(default_factory=list)
+    calls_per_repeat: int = 0
+    vs_hand: Optional[float] = None
+    vs_forward: Optional[float] = None
+    first_call_s: Optional[float] = None
+    peak_bytes: Optional[int] = None
+    mem_vs_hand: Optional[float] = None
+    max_abs_err: Optional[float] = None
+
+
+# --- measuring ------------------------------------------------------------------
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def time_call(fn: Callable[[], Any]) -> tuple:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def timeit_median(fn: Callable[[], Any], settings: Settings) -> tuple:
+    """(median seconds per call, per-repeat times, calls per repeat), timeit-style."""
+    one, _ = time_call(fn)                      # warm-up, and a first estimate
+    number = max(1, int(settings.min_time / max(one, 1e-9)))
+    repeats = settings.repeats
+    times = []
+    if number == 1:
+        times.append(one)                       # a slow call: the warm-up is a sample too
+        repeats -= 1
+    if one * number * repeats > settings.budget:
+        least = 0 if settings.quick else 2
+        repeats = max(least, int(settings.budget / (one * number)))
+    if not times and repeats == 0:
+        repeats = 1
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times.append((time.perf_counter() - start) / number)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return statistics.median(times), times, number
+
+
+def peak_memory(fn: Callable[[], Any]) -> int:
+    """Peak bytes allocated during one call, above what was allocated before it."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base, _ = tracemalloc.get_traced_memory()
+        result = fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    del result
+    return max(0, peak - base)
+
+
+def to_numpy(value: Any) -> Any:
+    if hasattr(value, "detach"):                 # torch
+        return value.detach().cpu().numpy()
+    if isinstance(value, (float, int)):
+        return float(value)
+    return np.asarray(value)
+
+
+def as_tuple(grads: Any) -> tuple:
+    return tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+
+
+def compare(got: Any, ref: tuple) -> tuple:
+    """(ok, message, max abs error) comparing a gradient tuple with the hand-written one."""
+    got = tuple(to_numpy(g) for g in as_tuple(got))
+    if len(got) != len(ref):
+        return False, f"{len(got)} gradients, expected {len(ref)}", None
+    worst = 0.0
+    problems = []
+    for i, (g, r) in enumerate(zip(got, ref)):
+        if np.shape(g) != np.shape(r):
+            problems.append(f"gradient {i} has shape {np.shape(g)}, expected {np.shape(r)}")
+            continue
+        g64 = np.asarray(g, dtype=np.float64)
+        r64 = np.asarray(r, dtype=np.float64)
+        scale = max(1.0, float(np.max(np.abs(r64)))) if r64.size else 1.0
+        err = float(np.max(np.abs(g64 - r64))) if r64.size else 0.0
+        worst = max(worst, err)
+        if not np.allclose(g64, r64, rtol=RTOL, atol=ATOL * scale):
+            bad = np.abs(g64 - r64) > ATOL * scale + RTOL * np.abs(r64)
+            problems.append(f"gradient {i}: max abs error {err:.3g} "
+                            f"({int(np.sum(bad))} of {r64.size} entries beyond "
+                            f"rtol={RTOL:g}, atol={ATOL:g}*{scale:.3g})")
+    return not problems, "; ".join(problems), worst
+
+
+def shout(text: str) -> None:
+    bar = "!" * 78
+    print(f"\n{bar}\n{text}\n{bar}", file=sys.stderr, flush=True)
+
+
+# --- the implementations of one workload ------------------------------------------
+
+def s2sgrad_runner(module, args) -> Callable[[], Any]:
+    """s2sgrad on the workload's plain forward, as a user calls it."""
+    if hasattr(module, "cotangent"):
+        v = module.cotangent(args)
+
+        def run():
+            _, pullback = s2sgrad.vjp(module.forward, *args, wrt=module.WRT)
+            return pullback(v)
+        return run
+    g = s2sgrad.grad(module.forward, wrt=module.WRT)
+    return lambda: g(*args)
+
+
+def build(module, impl: str, attr: Optional[str], args) -> Callable[[], Any]:
+    if impl == "forward":
+        return lambda: module.forward(*args)
+    if impl == "hand":
+        return lambda: module.hand_grad(*args)
+    if impl == "s2sgrad":
+        return s2sgrad_runner(module, args)
+    return getattr(module, attr)(args)
+
+
+def run_workload(name: str, settings: Settings, impls: List[str]) -> List[Cell]:
+    module = importlib.import_module(f"benchmarks.workloads.{name}")
+    args = module.make_inputs()
+    cells: List[Cell] = []
+    ref = None
+    forward_median = hand_median = hand_peak = None
+    for impl, attr in IMPLS:
+        if impl not in impls and impl not in ("forward", "hand"):
+            continue
+        if attr is not None and not hasattr(module, attr):
+            continue                               # e.g. jax-lax only where there is a loop
+        cell = Cell(name, impl)
+        cells.append(cell)
+        if settings.quick and (name, impl) in QUICK_SKIP:
+            cell.status, cell.message = "skipped", "skipped (--quick: slow unrolled compile)"
+            continue
+        peer = PEER_MODULES.get(impl)
+        if peer is not None and importlib.util.find_spec(peer) is None:
+            cell.status, cell.message = "not installed", "not installed"
+            continue
+        try:
+            fn = build(module, impl, attr, args)
+        except ImportError as exc:
+            cell.status, cell.message = "not installed", f"not installed ({first_line(exc)})"
+            continue
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            cell.status, cell.message = "error", "error: " + first_line(exc)
+            continue
+        if impl == "s2sgrad":
+            s2sgrad.compiler.clear_cache()         # a cold compile (and S2SGRAD_CACHE=0)
+        try:
+            cell.first_call_s, result = time_call(fn)
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            if impl == "s2sgrad":
+                cell.status, cell.message = "unsupported", "unsupported: " + first_line(exc)
+            else:
+                cell.status, cell.message = "error", "error: " + first_line(exc)
+            continue
+        if impl == "hand":
+            ref = tuple(to_numpy(g) for g in as_tuple(result))
+        elif impl != "forward":
+            ok, why, worst = compare(result, ref)
+            cell.max_abs_err = worst
+            if not ok:
+                cell.status, cell.message = "WRONG", "WRONG"
+                shout(f"WRONG GRADIENT: {name} / {impl} disagrees with the hand-written "
+                      f"adjoint:\n{why}")
+                continue
+        del result
+        cell.median_s, cell.times_s, cell.calls_per_repeat = timeit_median(fn, settings)
+        if impl in NUMPY_BASED:
+            cell.peak_bytes = peak_memory(fn)
+        if impl == "forward":
+            forward_median = cell.median_s
+        if impl == "hand":
+            hand_median, hand_peak = cell.median_s, cell.peak_bytes
+        if hand_median and impl != "forward":
+            cell.vs_hand = cell.median_s / hand_median
+        if forward_median and impl != "forward":
+            cell.vs_forward = cell.median_s / forward_median
+        if hand_peak and cell.peak_bytes is not None and impl != "forward":
+            cell.mem_vs_hand = cell.peak_bytes / hand_peak
+    return cells
+
+
+# --- reporting --------------------------------------------------------------------
+
+def fmt_time(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def fmt_ratio(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3g}x" if x < 100 else f"{x:.0f}x"
+
+
+def fmt_bytes(n: Optional[int], ratio: Optional[float], impl: str) -> str:
+    if n is None:
+        return "n/a" if impl not in NUMPY_BASED else "-"
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            text = f"{n / scale:.3g} {unit}"
+            break
+    else:
+        text = f"{n} B"
+    return text + (f" ({ratio:.2g}x)" if ratio is not None else "")
+
+
+HEADER = ("workload", "impl", "median", "vs hand", "grad/fwd", "first call", "peak mem (vs hand)")
+
+
+def table(cells: List[Cell]) -> str:
+    rows = []
+    last = None
+    for c in cells:
+        label = c.workload if c.workload != last else ""
+        last = c.workload
+        if c.status == "ok":
+            rows.append((label, c.impl, fmt_time(c.median_s), fmt_ratio(c.vs_hand),
+                         fmt_ratio(c.vs_forward), fmt_time(c.first_call_s),
+                         fmt_bytes(c.peak_bytes, c.mem_vs_hand, c.impl)))
+        else:
+            rows.append((label, c.impl, c.message))
+    widths = [max(len(HEADER[i]), *(len(r[i]) for r in rows if len(r) > 3 and i < len(r)))
+              for i in range(len(HEADER))]
+    widths[0] = max(widths[0], *(len(r[0]) for r in rows))
+    widths[1] = max(widths[1], *(len(r[1]) for r in rows))
+
+    def line(r):
+        if len(r) == 3:                         # a message spans the number columns
+            return f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}"
+        parts = [f"{r[0]:<{widths[0]}}", f"{r[1]:<{widths[1]}}"]
+        parts += [f"{v:>{w}}" for v, w in zip(r[2:], widths[2:])]
+        return "  ".join(parts).rstrip()
+    out = [line(HEADER), "  ".join("-" * w for w in widths)]
+    last = None
+    for r, c in zip(rows, cells):
+        if last is not None and c.workload != last:
+            out.append("")
+        last = c.workload
+        out.append(line(r))
+    return "\n".join(out)
+
+
+def git_commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                "s2sgrad"], cwd=ROOT, text=True, capture_output=True,
+                               timeout=10).stdout.strip()
+        return head + (" (s2sgrad/ has uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for row in f:
+                if row.startswith("model name"):
+                    return row.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def versions() -> dict:
+    found = {"python": platform.python_version(), "numpy": np.__version__,
+             "s2sgrad": f"{s2sgrad.__version__} @ {git_commit()}"}
+    for name in ("autograd", "jax", "jaxlib", "torch"):
+        if importlib.util.find_spec(name) is None:
+            found[name] = "not installed"
+            continue
+        try:
+            from importlib.metadata import version
+            found[name] = version(name)
+        except Exception:  # noqa: BLE001
+            found[name] = "installed"
+    return found
+
+
+def load_average() -> Optional[float]:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def environment() -> dict:
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "load_average": load_average(),
+            "threads": {k: os.environ.get(k) for k in
+                        ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                         "XLA_FLAGS")},
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
+
+
+# --- main ---------------------------------------------------------------------------
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="fewer, shorter repeats (and no unrolled jax-jit on long loops)")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help="run only these workloads (comma-separated or repeated)")
+    p.add_argument("--impl", action="append", metavar="NAME",
+                   help="time only these implementations (forward and hand always run); "
+                        "names: " + ", ".join(i for i, _ in IMPLS[2:]))
+    p.add_argument("--json", metavar="FILE", help="also save the results as JSON")
+    p.add_argument("--list", action="store_true", help="list the workloads and exit")
+    return p.parse_args(argv)
+
+
+def split_names(values) -> List[str]:
+    return [n.strip() for v in values or () for n in v.split(",") if n.strip()]
+
+
+def main(argv=None) -> int:
+    opts = parse_args(argv)
+    if opts.list:
+        for name in WORKLOADS:
+            module = importlib.import_module(f"benchmarks.workloads.{name}")
+            print(f"{name:<18} {module.TITLE}  ({module.__name__.split('.')[-1]}.py:"
+                  f"{module.FUNCTION})")
+        return 0
+    names = split_names(opts.only) or WORKLOADS
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        print(f"unknown workload(s): {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}",
+              file=sys.stderr)
+        return 2
+    impls = split_names(opts.impl) or [i for i, _ in IMPLS]
+    known = {i for i, _ in IMPLS}
+    if any(i not in known for i in impls):
+        print(f"unknown implementation(s); choose from {', '.join(sorted(known))}",
+              file=sys.stderr)
+        return 2
+    settings = QUICK if opts.quick else FULL
+    info = {"versions": versions(), "environment": environment(),
+            "settings": asdict(settings)}
+    v, e = info["versions"], info["environment"]
+    print(f"s2sgrad benchmarks{' (--quick)' if settings.quick else ''}: "
+          f"{e['cpu']}, {e['cores']} cores, one thread; float64")
+    print("  " + ", ".join(f"{k} {val}" for k, val in v.items()))
+    print(f"  median of up to {settings.repeats} repeats of >= {settings.min_time:g} s each; "
+          f"'vs hand' = time / hand-written adjoint's; 'grad/fwd' = time / NumPy forward's")
+    busy = e["load_average"]
+    if busy is not None and busy > 0.5:
+        print(f"  note: load average {busy} before starting: other processes share the "
+              f"{e['cores']} cores, so timings are noisier than on an idle machine")
+    print(flush=True)
+    started = time.perf_counter()
+    cells: List[Cell] = []
+    for name in names:
+        t0 = time.perf_counter()
+        cells.extend(run_workload(name, settings, impls))
+        print(f"  ... {name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr,
+              flush=True)
+    print(table(cells))
+    wrong = [c for c in cells if c.status == "WRONG"]
+    print(f"\n{len(cells)} cells in {time.perf_counter() - started:.0f} s", end="")
+    print(f"; {len(wrong)} WRONG: " + ", ".join(f"{c.workload}/{c.impl}" for c in wrong)
+          if wrong else "")
+    if opts.json:
+        info["environment"]["load_average_after"] = load_average()
+        with open(opts.json, "w") as f:
+            json.dump({**info, "results": [asdict(c) for c in cells]}, f, indent=1)
+        print(f"saved {opts.json}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

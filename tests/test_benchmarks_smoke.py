@@ -1,0 +1,78 @@
+"""The benchmark workloads' hand-written adjoints are right (the oracle of benchmarks/run.py).
+
+Each workload module is imported and its hand-written gradient is compared
+with central finite differences of its plain NumPy forward, on reduced sizes.
+Nothing is timed here and no peer library (autograd, jax, torch) is needed.
+"""
+import copy
+import importlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import numeric_vjp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+WORKLOADS = ["scalar_recurrence", "rnn", "mlp", "elementwise", "branchy_loop",
+             "custom_softplus", "seed_square", "seed_cube", "seed_add_mul",
+             "seed_exp_reducer", "seed_adder"]
+
+
+def load(name):
+    return importlib.import_module(f"benchmarks.workloads.{name}")
+
+
+def test_the_runner_knows_every_workload():
+    files = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "benchmarks", "workloads"))
+                   if f.endswith(".py") and not f.startswith("_"))
+    assert files == sorted(WORKLOADS)
+    spec = importlib.util.spec_from_file_location(
+        "_bench_run_names", os.path.join(ROOT, "benchmarks", "run.py"))
+    source = open(spec.origin).read()
+    for name in WORKLOADS:
+        assert f'"{name}"' in source
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_hand_written_adjoint_matches_finite_differences(name):
+    module = load(name)
+    for attr in ("NAME", "TITLE", "FUNCTION", "WRT", "forward", "make_inputs", "hand_grad"):
+        assert hasattr(module, attr), attr
+    assert module.NAME == name
+    assert getattr(module, module.FUNCTION) is module.forward
+    args = module.make_inputs(small=True)
+    before = copy.deepcopy(args)
+    grads = module.hand_grad(*args)
+    for a, b in zip(args, before):           # the adjoint must not touch its inputs
+        np.testing.assert_array_equal(a, b)
+    assert isinstance(grads, tuple) and len(grads) == len(module.WRT)
+    v = module.cotangent(args) if hasattr(module, "cotangent") else 1.0
+    for g, i in zip(grads, module.WRT):
+        expected = numeric_vjp(module.forward, list(args), v, i)
+        assert np.shape(g) == np.shape(args[i])
+        np.testing.assert_allclose(g, expected, rtol=1e-6, atol=1e-7,
+                                   err_msg=f"{name}: gradient of argument {i}")
+
+
+def test_full_size_inputs_are_float64():
+    for name in WORKLOADS:
+        for a in load(name).make_inputs():
+            if isinstance(a, np.ndarray):
+                assert a.dtype == np.float64, name
+
+
+def test_workloads_do_not_import_the_peers():
+    """autograd, jax and torch are optional: importing a workload must not load them."""
+    code = ("import sys\n"
+            + "".join(f"import benchmarks.workloads.{n}\n" for n in WORKLOADS)
+            + "import benchmarks.peers\n"
+            + "print(sorted(m for m in ('autograd', 'jax', 'torch') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
