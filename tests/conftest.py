@@ -4,20 +4,39 @@ Every gradient in the suite is compared with central differences computed
 here from the *original* Python function, never from generated code.
 """
 import importlib.util
+import os
+import shutil
 import sys
+import tempfile
 import textwrap
 import uuid
 
 import numpy as np
 import pytest
 
+# The disk cache of the whole test session (and of the subprocesses it starts)
+# lives in a temporary directory, never in the user's ~/.cache.
+_CACHE_DIR = tempfile.mkdtemp(prefix="s2sgrad-test-cache-")
+os.environ["S2SGRAD_CACHE_DIR"] = _CACHE_DIR
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _s2sgrad_cache_dir():
+    yield _CACHE_DIR
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+
 EPS = 1e-6
 
 
 def _set(args, i, value):
-    args = list(args)
+    """A fresh argument list (arrays copied: the function may write into them)."""
+    args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     args[i] = value
     return args
+
+
+def _copies(args):
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
 
 
 def _inner(v, out):
@@ -61,8 +80,9 @@ def check_vjp(f, args, wrt=None, seed=0, rtol=1e-6, atol=1e-7):
     import s2sgrad
     rng = np.random.default_rng(seed)
     positions = tuple(range(len(args))) if wrt is None else tuple(wrt)
-    out, pullback = s2sgrad.vjp(f, *args, wrt=positions)
-    expected_out = f(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    args = _copies(args)
+    out, pullback = s2sgrad.vjp(f, *_copies(args), wrt=positions)
+    expected_out = f(*_copies(args))
     if isinstance(out, tuple):
         for o, e in zip(out, expected_out):
             np.testing.assert_allclose(o, e, rtol=1e-12, atol=1e-12)

@@ -19,6 +19,8 @@ from ..errors import error_at
 from .normalize import NormalForm
 from .ops import Op, describe, names
 
+SCALAR = "()"
+
 
 @dataclass
 class Activity:
@@ -30,6 +32,20 @@ class Activity:
     independent: Tuple[int, ...]
     reasons: Dict[int, str] = field(default_factory=dict)
     outputs: List[str] = field(default_factory=list)
+    # name -> representative of the names statically known to have its shape
+    # (SCALAR for Python scalars); only names assigned at a single place.
+    shapes: Dict[str, str] = field(default_factory=dict)
+
+    def same_shape(self, a: ast.expr, b: ast.expr) -> bool:
+        ra, rb = self.shape_of(a), self.shape_of(b)
+        return ra is not None and ra == rb
+
+    def shape_of(self, node: ast.expr) -> Optional[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return SCALAR
+        if isinstance(node, ast.Name):
+            return self.shapes.get(node.id)
+        return None
 
 
 def iter_statements(body: Sequence[ast.stmt]) -> Iterator[Tuple[ast.stmt, Optional[ast.AST]]]:
@@ -80,7 +96,98 @@ def analyze(nf: NormalForm, wrt: Sequence[int]) -> Activity:
             reasons[i] = _why_independent(name, ops, reach_all, nf)
     _check_supported(ops, active, varied, useful, nf)
     return Activity(wrt=tuple(wrt), varied=varied, useful=useful, active=active, ints=ints,
-                    independent=tuple(independent), reasons=reasons, outputs=outputs)
+                    independent=tuple(independent), reasons=reasons, outputs=outputs,
+                    shapes=shape_classes(nf.node.body, ops, ints))
+
+
+def _definition_counts(body) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+
+    def visit(stmts, in_loop):
+        for s in stmts:
+            targets = []
+            if isinstance(s, (ast.Assign, ast.AugAssign)):
+                targets = [n.id for t in (s.targets if isinstance(s, ast.Assign) else [s.target])
+                           for n in ast.walk(t) if isinstance(n, ast.Name)
+                           and isinstance(n.ctx, ast.Store)]
+                if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+                    targets = [s.target.id]
+            elif isinstance(s, ast.For):
+                targets = [n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)]
+            for t in targets:
+                counts[t] = counts.get(t, 0) + (2 if in_loop and isinstance(s, ast.For) else 1)
+            if isinstance(s, ast.If):
+                visit(s.body, in_loop)
+                visit(s.orelse, in_loop)
+            elif isinstance(s, (ast.For, ast.While)):
+                visit(s.body, True)
+    visit(body, False)
+    return counts
+
+
+def shape_classes(body, ops, ints: Set[str]) -> Dict[str, str]:
+    """Which names must have the same shape (elementwise results, copies, scalars).
+
+    Only names assigned at one place take part: their shape relation holds every
+    time the statement runs. The transform drops `unbroadcast` where an operand
+    has the result's shape, and the optimiser reads a shape from a value it keeps
+    anyway instead of keeping another.
+    """
+    import numpy as np
+    counts = _definition_counts(body)
+    parent: Dict[str, str] = {}
+
+    def find(n: str) -> str:
+        while parent.get(n, n) != n:
+            n = parent[n]
+        return n
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra == rb:
+            return
+        if rb == SCALAR:
+            ra, rb = rb, ra
+        parent[rb] = ra
+
+    def klass(node) -> Optional[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and \
+                not isinstance(node.value, bool):
+            return SCALAR
+        if isinstance(node, ast.Name):
+            if node.id in ints:
+                return SCALAR
+            if counts.get(node.id, 0) <= 1:
+                parent.setdefault(node.id, node.id)
+                return node.id
+        return None
+
+    for s, op in ops:
+        if len(op.outputs) != 1 or counts.get(op.outputs[0]) != 1 or \
+                not isinstance(s, ast.Assign):
+            continue
+        target = op.outputs[0]
+        parent.setdefault(target, target)
+        operands: List[ast.expr] = []
+        if op.kind == "copy":
+            operands = [s.value]
+        elif op.kind == "const":
+            if klass(s.value) == SCALAR:
+                union(SCALAR, target)
+            continue
+        elif op.kind == "rule" and (op.rule.broadcast or isinstance(op.rule.func, np.ufunc)):
+            operands = list(op.bound.values())
+        else:
+            continue
+        classes = [klass(o) for o in operands]
+        if any(c is None for c in classes):
+            continue
+        shaped = {find(c) for c in classes if find(c) != SCALAR}
+        if not shaped:
+            union(SCALAR, target)
+        elif len(shaped) == 1:
+            union(shaped.pop(), target)
+    return {n: find(n) for n in parent}
 
 
 def _forward_closure(seeds: Set[str], ops, diff_only: bool) -> Set[str]:

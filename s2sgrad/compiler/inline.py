@@ -102,7 +102,12 @@ def rule_placeholder(rule: Rule, bound, g, ans, wanted: Dict[str, str], origin) 
     return node
 
 
-def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str) -> List[ast.stmt]:
+def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None) -> List[ast.stmt]:
+    """The rule's template with the call's arguments substituted.
+
+    `shapes` (the analysis' Activity) lets broadcasting rules skip
+    `unbroadcast` where an argument provably has the result's shape.
+    """
     rule = p.rule
     mapping: Dict[str, ast.expr] = {"g": p.g, "ans": p.ans}
     given = set(p.bound)
@@ -150,7 +155,8 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str) -> List[ast.stmt]
             index = int(key.split("[")[1].rstrip("]"))
             expr = ast.Subscript(value=_name(sequences[param]), slice=ast.Constant(value=index),
                                  ctx=ast.Load())
-        elif rule.broadcast:
+        elif rule.broadcast and not (shapes is not None and isinstance(p.ans, ast.Name) and
+                                     shapes.same_shape(p.bound[param], p.ans)):
             expr = ast.Call(func=_helper("unbroadcast"),
                             args=[expr, copy.deepcopy(p.bound[param])], keywords=[])
         out.append(_assign(target, copy.deepcopy(expr)))
@@ -695,17 +701,18 @@ def inline(transformed) -> Any:
     transformed.np_name = np_name
     bindings: Dict[str, Any] = getattr(transformed, "bindings", {})
     for fdef in (transformed.forward, transformed.adjoint):
-        fdef.body = _expand_block(fdef.body, transformed.names, np_name, bindings)
+        fdef.body = _expand_block(fdef.body, transformed.names, np_name, bindings,
+                                  transformed.activity)
     transformed.bindings = bindings
     return transformed
 
 
-def _expand_block(stmts, names, np_name, bindings) -> List[ast.stmt]:
+def _expand_block(stmts, names, np_name, bindings, shapes) -> List[ast.stmt]:
     out: List[ast.stmt] = []
     for s in stmts:
         payload = getattr(s, _EXPAND, None)
         if isinstance(payload, RuleVjp):
-            new = expand_rule(payload, names, np_name)
+            new = expand_rule(payload, names, np_name, shapes)
         elif isinstance(payload, tuple):
             kind, site = payload[0], payload[1]
             bindings.update(site.bindings)
@@ -713,7 +720,8 @@ def _expand_block(stmts, names, np_name, bindings) -> List[ast.stmt]:
         else:
             for attr in ("body", "orelse"):
                 if hasattr(s, attr) and isinstance(getattr(s, attr), list):
-                    setattr(s, attr, _expand_block(getattr(s, attr), names, np_name, bindings))
+                    setattr(s, attr, _expand_block(getattr(s, attr), names, np_name, bindings,
+                                                   shapes))
             out.append(s)
             continue
         for n in new:

@@ -11,15 +11,13 @@ import re
 from typing import Iterable, Set
 
 RESERVED_PREFIX = "_s2s_"
-_MAX_STEM = 24
 
 
 def sanitize(stem: str) -> str:
+    """A valid identifier from a stem (stems from expressions are kept short upstream)."""
     stem = re.sub(r"\W+", "_", stem).strip("_") or "t"
     if stem[0].isdigit():
         stem = "v" + stem
-    if len(stem) > _MAX_STEM:
-        stem = stem[:_MAX_STEM].rstrip("_")
     if keyword.iskeyword(stem) or stem in ("None", "True", "False"):
         stem += "_"
     return stem

@@ -18,12 +18,13 @@ import ast
 import copy
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set
 
 from ..errors import error_at
 from ..function import is_function_class
 from ..rules import registry
+from .aliases import AliasFacts
 from .names import NameRegistry, names_in
 from .parse import ParsedFunction
 from .resolve import Resolver
@@ -47,6 +48,7 @@ class NormalForm:
     resolver: Resolver
     params: List[str]
     result: Optional[str] = None  # set when the function returns a single name
+    lists: Set[str] = field(default_factory=set)  # names bound to list literals
 
 
 def normalize(parsed: ParsedFunction) -> NormalForm:
@@ -139,11 +141,10 @@ class _Normalizer:
         self.names = NameRegistry(names_in(fdef) | local)
         self._check_reserved(fdef)
         self.unversioned: Set[str] = set()
-        for node in _walk_scope(fdef):
-            if isinstance(node, _COMPOUND):
-                self.unversioned |= _assigned_names(node.body + node.orelse)
-                if isinstance(node, ast.For):
-                    self.unversioned |= _assigned_names([node.target])
+        self.user_names: Set[str] = set(local)
+        self.force_in_place: Set[str] = set()
+        self.rebound_augassign: Set[str] = set()
+        self.lists: Set[str] = set()
         self.env: Dict[str, str] = {p: p for p in self.params}
         self.tuples: Dict[str, List[ast.expr]] = {}
         self.owned: Set[str] = set()
@@ -207,8 +208,25 @@ class _Normalizer:
         fdef = self.p.node
         body = [s for s in fdef.body if not _is_docstring(s)]
         body = self._lift_returns(body)
-        out: List[ast.stmt] = []
-        self.block(body, out)
+        self.unversioned = self._assigned_in_compound(body)
+        self.resolver.locals |= _assigned_names(body)
+        pristine = copy.deepcopy(body)
+        state = (set(self.names.taken), dict(self.env))
+        while True:
+            out: List[ast.stmt] = []
+            self.block(copy.deepcopy(pristine), out)
+            facts = AliasFacts(out, self.resolver.locals | self.names.taken, self.lists)
+            redo = {u for u in self.rebound_augassign
+                    if (facts.shares.members(u) - {u}) & self.user_names}
+            if not redo - self.force_in_place:
+                break
+            # `x += v` was rewritten as `x = x + v`, but x shares memory with another
+            # variable: keep the in-place update (and let the alias check judge it).
+            self.force_in_place |= redo
+            self.names.taken, self.env = set(state[0]), dict(state[1])
+            self.tuples, self.owned, self.lists = {}, set(), set()
+            self.rebound_augassign = set()
+        self._protect_in_place_writes(facts)
         new = ast.FunctionDef(name=fdef.name, args=copy.deepcopy(fdef.args), body=out,
                               decorator_list=[], returns=None, type_comment=None)
         ast.copy_location(new, fdef)
@@ -216,7 +234,46 @@ class _Normalizer:
         last = out[-1] if out else None
         result = (last.value.id if isinstance(last, ast.Return)
                   and isinstance(last.value, ast.Name) else None)
-        return NormalForm(self.p, new, self.names, self.resolver, self.params, result)
+        return NormalForm(self.p, new, self.names, self.resolver, self.params, result,
+                          lists=set(self.lists))
+
+    def _protect_in_place_writes(self, facts: AliasFacts) -> None:
+        """User variables that would see an in-place write are an error; temporaries
+        that would see it are copied when computed (`s2s_snapshot`)."""
+        for name, stmt in facts.writes:
+            for other in sorted(facts.affected(name)):
+                if other in self.user_names:
+                    where = facts.defined_at.get(other)
+                    line = f" (line {where.lineno})" if where is not None else ""
+                    message = (f"in-place update of '{name}' also changes '{other}'{line}, "
+                               f"which shares memory with it")
+                    hint = (f"Give '{name}' its own array where it is assigned (for example "
+                            f"{name} = {other}.copy()), or compute a new value instead of "
+                            f"updating it in place.")
+                    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+                        # `s = a; s += v` is fine for numbers (rebinding): check at run
+                        # time that s is not an array shared with a.
+                        error = self.err(stmt, message, hint)
+                        stmt.s2s_guard = (error.filename, error.lineno,
+                                          (error.offset or 1) - 1, error.reason, hint,
+                                          error.text)
+                        continue
+                    raise self.err(stmt, message, hint)
+                where = facts.defined_at.get(other)
+                if where is not None:
+                    where.s2s_snapshot = True
+
+    @staticmethod
+    def _assigned_in_compound(body: List[ast.stmt]) -> Set[str]:
+        """Names assigned inside a branch or loop keep one name (no SSA versions)."""
+        out: Set[str] = set()
+        module = ast.Module(body=body, type_ignores=[])
+        for node in _walk_scope(module):
+            if isinstance(node, _COMPOUND):
+                out |= _assigned_names(node.body + node.orelse)
+                if isinstance(node, ast.For):
+                    out |= _assigned_names([node.target])
+        return out
 
     def _lift_returns(self, body: List[ast.stmt]) -> List[ast.stmt]:
         """Give the function a single final `return`, moving early returns' tails."""
@@ -395,6 +452,8 @@ class _Normalizer:
             self.emit(out, _assign(name, ast.copy_location(node, value)), value)
             if isinstance(value, ast.Tuple):
                 self.tuples[name] = elts
+            else:
+                self.lists.add(name)
             self.owned.discard(name)
             return
         if isinstance(value, ast.Name) and self.env.get(value.id) in self.tuples:
@@ -519,25 +578,40 @@ class _Normalizer:
             current = self.env.get(target.id, target.id)
             binop = ast.copy_location(ast.BinOp(left=ast.Name(id=target.id, ctx=ast.Load()),
                                                 op=s.op, right=s.value), s)
-            if current in self.owned or target.id not in self.resolver.locals:
+            if current in self.owned and target.id not in self.force_in_place:
+                # Nothing else refers to the array: `x += v` is `x = x + v`.
+                if target.id in self.unversioned:
+                    self.rebound_augassign.add(target.id)
                 self.assign_name(target.id, binop, out, s)
                 return
             rhs = self.atom(s.value, out)
             node = ast.AugAssign(target=ast.Name(id=current, ctx=ast.Store()), op=s.op,
                                  value=rhs)
-            # Rebinding: for arrays this writes into the existing array.
+            # Python semantics: arrays are updated in place, numbers rebound.
             self.env[target.id] = current
             self.emit(out, node, s)
             return
         if isinstance(target, ast.Subscript):
             base = target.value
             if not (isinstance(base, ast.Name) and base.id in self.resolver.locals):
-                raise self.err(target, "augmented assignment into a non-local value")
-            rhs = self.atom(s.value, out)
+                raise self.err(target, "augmented assignment into a non-local value",
+                               "Copy it into a local array first.")
+            # x[i] += v  ->  t = x[i]; t2 = t + v; x[i] = t2 (the index is evaluated once)
             index = self.index(target.slice, out)
+            item = ast.copy_location(ast.Subscript(value=self.load(base.id),
+                                                   slice=copy.deepcopy(index),
+                                                   ctx=ast.Load()), target)
+            old = self.names.fresh(_stem(item, self) or "item")
+            self.emit(out, _assign(old, item), target)
+            rhs = self.atom(s.value, out)
+            new = ast.copy_location(ast.BinOp(left=ast.Name(id=old, ctx=ast.Load()), op=s.op,
+                                              right=rhs), s)
+            value = self.names.fresh(_stem(new, self) or "t")
+            self.emit(out, _assign(value, new), s)
             store = ast.Subscript(value=self.load(base.id), slice=index, ctx=ast.Store())
-            node = ast.AugAssign(target=ast.copy_location(store, target), op=s.op, value=rhs)
-            self.emit(out, node, s)
+            self.emit(out, ast.Assign(targets=[ast.copy_location(store, target)],
+                                      value=ast.Name(id=value, ctx=ast.Load()),
+                                      type_comment=None), target)
             return
         raise self.err(target, "augmented assignment to an attribute is not supported",
                        "Keep the value in a local variable.")

@@ -99,6 +99,13 @@ def _describe(stmt: ast.stmt, local_names) -> Op:
                   label="augmented assignment",
                   rule=registry.REGISTRY.operators.get(type(stmt.op)))
     if isinstance(stmt, ast.Expr):
+        call = stmt.value
+        if isinstance(call, ast.Call) and getattr(call, "s2s_method", None) == "append" and \
+                isinstance(call.func.value, ast.Name) and call.func.value.id in local_names \
+                and len(call.args) == 1 and not call.keywords:
+            base = call.func.value.id
+            return Op("append", [base], diff_inputs=[base] + names(call.args[0]),
+                      label="list.append", call=call)
         op = _value_op(stmt.value, [], local_names)
         if op.kind == "method" and op.label.rsplit(".", 1)[-1] in _MUTATING_METHODS:
             op.kind = "mutate"

@@ -34,10 +34,12 @@ def optimize(t: Transformed) -> Transformed:
     propagate_copies(t.adjoint, user_names)
     substitute_single_use(t.adjoint)
     while True:
+        shared = share_shape_witnesses(t)
         pruned = prune_saves(t)
         removed = eliminate_dead(t.adjoint, keep=set())
-        if not pruned and not removed:
+        if not (shared or pruned or removed):
             break
+    private_copies(t)
     link_residuals(t)
     eliminate_dead(t.forward, keep=set(t.nf.params))
     for fdef in (t.forward, t.adjoint):
@@ -221,12 +223,59 @@ def _remove_statement(stmts: List[ast.stmt], target: ast.stmt) -> bool:
 
 # -- single-use temporaries -----------------------------------------------------
 def substitute_single_use(fdef: ast.FunctionDef) -> None:
-    """`x_bar_part = E; x_bar = x_bar + x_bar_part` -> `x_bar = x_bar + E`."""
+    """`x_bar_part = E; x_bar = x_bar + x_bar_part` -> `x_bar = x_bar + E`.
+
+    Also propagates block-local copies between adjoints (`a_bar = b_bar` whose
+    uses all follow in the same block before b_bar changes).
+    """
+    _propagate_local_copies(fdef.body, fdef)
     load_counts: Dict[str, int] = {}
     for n in _loads(fdef):
         load_counts[n] = load_counts.get(n, 0) + 1
-    counts = assignment_sites(fdef.body)
+    counts: Dict[str, int] = {}
+    for s in _walk_statements(fdef.body):
+        for n in _stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
+            counts[n] = counts.get(n, 0) + 1
     _substitute_in_block(fdef.body, load_counts, counts)
+
+
+def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef) -> None:
+    for s in stmts:
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                _propagate_local_copies(inner, fdef)
+    i = 0
+    while i < len(stmts):
+        s = stmts[i]
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
+                _BAR.match(s.targets[0].id) and _BAR.match(s.value.id):
+            a, b = s.targets[0].id, s.value.id
+            if _copy_is_local(stmts, i, a, b, fdef):
+                for use in stmts[i + 1:]:
+                    _Rename(a, ast.Name(id=b, ctx=ast.Load())).visit(use)
+                del stmts[i]
+                continue
+        i += 1
+
+
+def _copy_is_local(stmts, i, a, b, fdef) -> bool:
+    """Every read of `a` comes after stmts[i] in this block, before `b` or `a` change."""
+    total = sum(1 for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id == a)
+    seen = 0
+    for s in stmts[i + 1:]:
+        reads = sum(1 for n in ast.walk(s) if isinstance(n, ast.Name) and n.id == a
+                    and isinstance(n.ctx, ast.Load))
+        writes = _stores(s)
+        if reads and isinstance(s, (ast.If, ast.For, ast.While)):
+            return False
+        seen += reads
+        if seen == total - 1:
+            return not (writes & {a}) or seen == total - 1
+        if writes & {a, b}:
+            return False
+    return seen == total - 1
 
 
 def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> None:
@@ -256,20 +305,175 @@ def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> None:
         i += 1
 
 
+# -- shapes from values already kept ----------------------------------------------
+def _shape_positions(fdef: ast.FunctionDef) -> List[tuple]:
+    """(call, argument index, Name) for every read that needs only a shape."""
+    out = []
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in _SHAPE_ARGS:
+            i = _SHAPE_ARGS[node.func.id]
+            if len(node.args) > i and isinstance(node.args[i], ast.Name):
+                out.append((node, i, node.args[i].id))
+    return out
+
+
+def _definition_paths(body, path=()) -> Dict[str, tuple]:
+    out: Dict[str, tuple] = {}
+    for i, s in enumerate(body):
+        here = path + (i,)
+        for n in _stores(s) if isinstance(s, (ast.Assign, ast.AugAssign)) else ():
+            out.setdefault(n, here)
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                for n, p in _definition_paths(inner, here + (attr,)).items():
+                    out.setdefault(n, p)
+    return out
+
+
+def share_shape_witnesses(t: Transformed) -> bool:
+    """Read a shape from a value the adjoint keeps anyway (or a scalar constant).
+
+    `unbroadcast(g, v)` needs only v's shape; when the analysis proves that an
+    earlier value u has that shape and the adjoint reads u anyway, read u, so v
+    need not be kept at all.
+    """
+    from .analyze import SCALAR
+    shapes = t.activity.shapes
+    if not shapes:
+        return False
+    params = set(t.nf.params)
+    positions = _shape_positions(t.adjoint)
+    if not positions:
+        return False
+    shape_reads = {id(call.args[i]) for call, i, _ in positions}
+    value_reads = {n.id for n in ast.walk(t.adjoint) if isinstance(n, ast.Name) and
+                   isinstance(n.ctx, ast.Load) and id(n) not in shape_reads} | params
+    paths = _definition_paths(t.nf.node.body)
+    members: Dict[str, List[str]] = {}
+    for name, rep in shapes.items():
+        members.setdefault(rep, []).append(name)
+    changed = False
+    for call, i, n in positions:
+        rep = shapes.get(n)
+        if rep is None:
+            continue
+        if rep == SCALAR:
+            call.args[i] = ast.Constant(value=0.0)
+            changed = True
+            continue
+        if n in value_reads:
+            continue
+        here = paths.get(n, ())
+        best = None
+        for m in sorted(members.get(rep, ()), key=lambda k: paths.get(k, ())):
+            if m == n or m not in value_reads:
+                continue
+            there = paths.get(m, ())
+            if m in params or (there < here and here[:len(there) - 1] == there[:-1]):
+                best = m
+                break
+        if best is not None:
+            call.args[i] = ast.Name(id=best, ctx=ast.Load())
+            changed = True
+    return changed
+
+
 # -- to-be-recorded: saves the adjoint never needs --------------------------------
 def prune_saves(t: Transformed) -> bool:
-    needed = set(_loads(t.adjoint))
-    dropped: Set[str] = set()
+    """Drop saved copies whose restored value nothing reads afterwards.
+
+    A restore is dead when its variable is not live after it in the adjoint. A
+    stack is dropped only when every pop of it is dead (its pushes and pops must
+    stay paired); a single saved copy is dropped on its own.
+    """
+    live_after: Dict[int, Set[str]] = {}
+    _live_block(t.adjoint.body, set(), live_after)
+    slots: Dict[str, bool] = {}
     for s in _walk_statements(t.adjoint.body):
         var = getattr(s, "s2s_restore_of", None)
-        if var is not None and var not in needed:
-            dropped.add(var)
+        if var is None:
+            continue
+        slot = s.s2s_slot
+        dead = var not in live_after.get(id(s), set())
+        slots[slot] = slots.get(slot, True) and dead
+    # A saved copy read directly (x op= v reads its slot) is needed whatever the restores.
+    read_outside = {n.id for s in _walk_statements(t.adjoint.body)
+                    if getattr(s, "s2s_slot", None) is None
+                    for n in ast.walk(_header(s)) if isinstance(n, ast.Name)}
+    dropped = {slot for slot, dead in slots.items() if dead and slot not in read_outside}
     if not dropped:
         return False
-    for fdef, attrs in ((t.adjoint, ("s2s_restore_of",)),
-                        (t.forward, ("s2s_save_of", "s2s_init_of", "s2s_stack_of"))):
-        fdef.body = _drop_marked(fdef.body, attrs, dropped)
+    t.adjoint.body = _drop_marked(t.adjoint.body, ("s2s_slot",), dropped)
+    t.forward.body = _drop_marked(t.forward.body, ("s2s_slot",), dropped)
+    still_saved = {getattr(s, "s2s_save_of", None) for s in _walk_statements(t.forward.body)}
+    inits = {getattr(s, "s2s_init_of", None) for s in _walk_statements(t.forward.body)} - \
+        still_saved - {None}
+    t.forward.body = _drop_marked(t.forward.body, ("s2s_init_of",), inits)
     return True
+
+
+def private_copies(t: Transformed) -> None:
+    """The adjoint puts overwritten items back into its own copy of an array (or
+    list), never into the caller's, so the pullback can run many times."""
+    names = []
+    for s in _walk_statements(t.adjoint.body):
+        var = getattr(s, "s2s_restore_item", None)
+        if var is not None and var not in names:
+            names.append(var)
+    copies = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())],
+                         value=ast.Call(func=ast.Name(id="_s2s_copy_value", ctx=ast.Load()),
+                                        args=[ast.Name(id=n, ctx=ast.Load())], keywords=[]),
+                         type_comment=None) for n in names]
+    t.adjoint.body[:0] = copies
+
+
+def _header(s: ast.stmt) -> ast.AST:
+    """The part of a statement that is not a nested block."""
+    if isinstance(s, (ast.If, ast.While)):
+        return s.test
+    if isinstance(s, ast.For):
+        return ast.Tuple(elts=[s.target, s.iter], ctx=ast.Load())
+    return s
+
+
+def _uses(s: ast.stmt) -> Set[str]:
+    used = set(_loads(s))
+    if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+        used.add(s.target.id)
+    # Putting items back into x (or popping from a list) writes x, it does not read it.
+    restored = getattr(s, "s2s_restore_item", None)
+    if restored is not None:
+        used.discard(restored)
+    return used
+
+
+def _live_block(stmts: List[ast.stmt], live_out: Set[str], record: Dict[int, Set[str]]):
+    """Backward liveness over structured code; records the live set after each statement."""
+    live = set(live_out)
+    for s in reversed(stmts):
+        record[id(s)] = set(live)
+        live = _live_statement(s, live, record)
+    return live
+
+
+def _live_statement(s, live_after: Set[str], record) -> Set[str]:
+    if isinstance(s, ast.If):
+        return (_live_block(s.body, live_after, record) |
+                _live_block(s.orelse, live_after, record) | set(_loads(s.test)))
+    if isinstance(s, (ast.For, ast.While)):
+        header = set(_loads(s.iter if isinstance(s, ast.For) else s.test))
+        head = set(live_after) | header
+        while True:
+            body_in = _live_block(s.body, head, record)
+            if isinstance(s, ast.For):
+                body_in -= _stores(s.target)
+            new_head = set(live_after) | body_in | header
+            if new_head == head:
+                return head
+            head = new_head
+    return (live_after - _stores(s)) | _uses(s)
 
 
 def _drop_marked(stmts, attrs, dropped) -> List[ast.stmt]:

@@ -22,6 +22,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from .. import runtime_inplace  # noqa: F401 - registers the helpers this pass emits
 from ..errors import error_at
 from . import inline
 from .analyze import Activity, iter_statements, loop_header_op
@@ -88,12 +89,15 @@ class _Reverse:
         self.names = nf.names
         self.locals = nf.resolver.locals | nf.names.taken
         self.bar: Dict[str, str] = {}
+        self.var_of_bar: Dict[str, str] = {}
         self.state: Dict[str, str] = {}          # adjoint name -> "owned" | "shared"
         self.saves: Dict[int, List[Tuple[str, str, str]]] = {}
         self.loops: Dict[int, _LoopInfo] = {}
         self.sites: Dict[int, inline.FunctionSite] = {}
         self.callees: Dict[str, inline.CalleeSite] = {}
         self.stacks: Dict[str, str] = {}
+        self.inplace: Set[str] = set()           # adjoints updated in place (need "owned")
+        self.sequences: Set[str] = set()         # run-time lists passed to sequence rules
         self.inits: List[ast.stmt] = []
         self.last_line: Optional[int] = None
         self.overwritable = self._overwritable(nf.node.body)
@@ -102,6 +106,7 @@ class _Reverse:
     def bar_of(self, var: str) -> str:
         if var not in self.bar:
             self.bar[var] = self.names.fresh(f"{var}_bar")
+            self.var_of_bar[self.bar[var]] = var
         return self.bar[var]
 
     def err(self, node, message, hint=None):
@@ -194,24 +199,31 @@ class _Reverse:
 
     # -- forward ------------------------------------------------------------------
     def save_before(self, var: str, in_loop: bool, out: List[ast.stmt], key) -> None:
+        """Keep the value an assignment is about to overwrite (pruned if unread)."""
         if var not in self.overwritable:
             return
+        self.save_value(var, in_loop, out, key, _name(var))
+
+    def save_value(self, var: str, in_loop: bool, out: List[ast.stmt], key,
+                   value: ast.expr) -> None:
         if in_loop:
             stack = self.stacks.get(var)
             if stack is None:
                 stack = self.stacks[var] = self.names.fresh(f"{var}_stack")
                 init = _assign(stack, ast.List(elts=[], ctx=ast.Load()))
                 init.s2s_stack_of = var
+                init.s2s_slot = stack
                 self.inits.append(init)
             node = ast.Expr(value=ast.Call(
                 func=ast.Attribute(value=_name(stack), attr="append", ctx=ast.Load()),
-                args=[_name(var)], keywords=[]))
+                args=[value], keywords=[]))
             self.saves.setdefault(key, []).append((var, "stack", stack))
         else:
             slot = self.names.fresh(f"{var}_prev")
-            node = _assign(slot, _name(var))
+            node = _assign(slot, value)
             self.saves.setdefault(key, []).append((var, "slot", slot))
         node.s2s_save_of = var
+        node.s2s_slot = self.saves[key][-1][2]
         if var not in self.nf.params and not any(
                 getattr(i, "s2s_init_of", None) == var for i in self.inits):
             init = _assign(var, ast.Constant(value=None))
@@ -239,17 +251,35 @@ class _Reverse:
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
         op = describe(s, self.locals)
         out: List[ast.stmt] = []
-        if op.kind in ("setitem", "augitem", "augassign", "mutate") and \
-                any(n in self.act.varied for n in op.diff_inputs + op.outputs):
-            raise self.err(s, "in-place updates of differentiated arrays are not supported yet",
-                           "Write the result to a new variable (y = x + v) instead.")
+        if op.kind == "setitem":
+            # x[i] = v: keep the items it overwrites (restored in the adjoint).
+            base = s.targets[0].value.id
+            self.save_value(base, in_loop, out, id(s),
+                            helper_call("copy_item", _name(base),
+                                        _index_expr(s.targets[0].slice)))
+            out.append(s)
+            return out
+        if op.kind == "augassign":
+            # x op= v: arrays change in place, so keep a copy of the old value.
+            var = s.target.id
+            guard = getattr(s, "s2s_guard", None)
+            if guard is not None:
+                out.append(ast.Expr(value=helper_call("unshared", _name(var),
+                                                      *[ast.Constant(value=g) for g in guard])))
+            self.save_value(var, in_loop, out, id(s), helper_call("copy_value", _name(var)))
+            out.append(s)
+            return out
+        key = id(s)
+        if getattr(s, "s2s_snapshot", False):
+            s = copy.copy(s)
+            s.value = helper_call("snapshot", s.value)
         outputs = list(op.outputs)
         site = None
         if op.kind in ("apply", "call") and any(n in self.act.active for n in op.outputs):
             site = self.site_for(s, op)
             outputs += site.slot_names
         for o in outputs:
-            self.save_before(o, in_loop, out, id(s))
+            self.save_before(o, in_loop, out, key)
         out.append(site.forward_statement(s) if site is not None else s)
         return out
 
@@ -385,7 +415,11 @@ class _Reverse:
     def accumulate(self, var: str, value: ast.expr, out: List[ast.stmt]) -> None:
         b = self.bar_of(var)
         if b in self.state:
-            out.append(_assign(b, ast.BinOp(left=_name(b), op=ast.Add(), right=value)))
+            if var in self.sequences or var in self.nf.lists:
+                total: ast.expr = helper_call("add", _name(b), value)
+            else:
+                total = ast.BinOp(left=_name(b), op=ast.Add(), right=value)
+            out.append(_assign(b, total))
             self.state[b] = "owned"
         else:
             out.append(_assign(b, value))
@@ -414,6 +448,7 @@ class _Reverse:
                 value = _name(name)
             node = _assign(var, value)
             node.s2s_restore_of = var
+            node.s2s_slot = name
             out.append(node)
 
     def adjoint_block(self, stmts: Sequence[ast.stmt], in_loop: bool) -> List[ast.stmt]:
@@ -425,11 +460,19 @@ class _Reverse:
                 out.extend(self.adjoint_loop(s))
             elif isinstance(s, (ast.Assign, ast.AugAssign)):
                 out.extend(self.adjoint_assign(s))
+            elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "append":
+                self.append_adjoint(s, describe(s, self.locals), out)
         return out
 
     def adjoint_assign(self, s) -> List[ast.stmt]:
         op = describe(s, self.locals)
         out: List[ast.stmt] = []
+        if op.kind == "setitem":
+            self.setitem_adjoint(s, op, out)
+            return out
+        if op.kind == "augassign":
+            self.augassign_adjoint(s, op, out)
+            return out
         active_outs = [o for o in op.outputs if o in self.act.active]
         live = [o for o in active_outs if self.bar_of(o) in self.state]
         if live and op.kind in _DIFFERENTIABLE_KINDS and \
@@ -467,11 +510,100 @@ class _Reverse:
             return
         raise AssertionError(kind)  # pragma: no cover
 
+    def _saved_value(self, s, out: List[ast.stmt]) -> Optional[ast.expr]:
+        """The value the forward saved for statement s (popped from its stack)."""
+        saves = self.saves.get(id(s), [])
+        if not saves:
+            return None
+        var, kind, name = saves[-1]
+        if kind == "slot":
+            return _name(name)
+        old = self.names.fresh(f"{var}_old")
+        pop = _assign(old, ast.Call(func=ast.Attribute(value=_name(name), attr="pop",
+                                                        ctx=ast.Load()), args=[], keywords=[]))
+        pop.s2s_restore_of = old
+        pop.s2s_slot = name
+        pop.s2s_restore_temp = True
+        out.append(pop)
+        return _name(old)
+
+    def setitem_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
+        """x[i] = v: v receives x_bar[i]; the overwritten items get no gradient."""
+        target = s.targets[0]
+        base = target.value.id
+        index = _index_expr(target.slice)
+        b = self.bar_of(base)
+        if base in self.act.active and b in self.state:
+            self.mark_line(s, out)
+            value = s.value
+            if isinstance(value, ast.Name) and value.id in self.act.active:
+                item = helper_call("copy_item", _name(b), copy.deepcopy(index))
+                part = self.names.fresh(f"{value.id}_bar_part")
+                out.append(_assign(part, helper_call("unbroadcast", item, _name(value.id))))
+                self.accumulate(value.id, _name(part), out)
+            self.inplace.add(b)
+            if self.state[b] == "shared":
+                out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                self.state[b] = "owned"
+            out.append(ast.Expr(value=helper_call("zero_item", _name(b), copy.deepcopy(index))))
+        saved = self._saved_value(s, out)
+        if saved is not None:
+            node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
+            node.s2s_restore_of = base
+            node.s2s_slot = self.saves[id(s)][-1][2]
+            node.s2s_restore_item = base
+            out.append(node)
+
+    def augassign_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
+        """x op= v reads like x_new = op(x_old, v), x_old being the saved copy."""
+        var = s.target.id
+        saved = self._saved_value(s, out)
+        b = self.bar_of(var)
+        if var in self.act.active and b in self.state and op.rule is not None:
+            self.mark_line(s, out)
+            rule_op = Op("rule", [var], diff_inputs=op.diff_inputs, rule=op.rule,
+                         bound=dict(zip(op.rule.params, [saved, s.value])))
+            self.rule_contribution(s, rule_op, out, reset=[var], old={var: saved})
+        else:
+            self.state.pop(b, None)
+        if saved is not None:
+            node = _assign(var, saved)
+            node.s2s_restore_of = var
+            node.s2s_slot = self.saves[id(s)][-1][2]
+            out.append(node)
+
+    def append_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
+        """xs.append(v): v receives the last item of xs_bar, which is removed."""
+        xs = op.outputs[0]
+        value = op.call.args[0]
+        b = self.bar_of(xs)
+        if xs in self.act.active and b in self.state:
+            self.mark_line(s, out)
+            self.inplace.add(b)
+            if self.state[b] == "shared":
+                out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                self.state[b] = "owned"
+            pop = ast.Call(func=ast.Attribute(value=_name(b), attr="pop", ctx=ast.Load()),
+                           args=[], keywords=[])
+            if isinstance(value, ast.Name) and value.id in self.act.active:
+                part = self.names.fresh(f"{value.id}_bar_part")
+                out.append(_assign(part, pop))
+                self.accumulate(value.id, _name(part), out)
+            else:
+                out.append(ast.Expr(value=pop))
+        node = ast.Expr(value=ast.Call(func=ast.Attribute(value=_name(xs), attr="pop",
+                                                          ctx=ast.Load()), args=[], keywords=[]))
+        node.s2s_restore_of = xs
+        node.s2s_slot = f"{xs}.append"
+        node.s2s_restore_item = xs
+        out.append(node)
+
     def getitem_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
         base = s.value.value
         if not (isinstance(base, ast.Name) and base.id in self.act.active):
             return
         b = self.bar_of(base.id)
+        self.inplace.add(b)
         if b not in self.state:
             self.materialize(base.id, out)
         elif self.state[b] == "shared":
@@ -481,7 +613,11 @@ class _Reverse:
         out.append(ast.Expr(value=helper_call("add_at", _name(b), _index_expr(s.value.slice),
                                               g)))
 
-    def rule_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
+    def rule_contribution(self, s, op: Op, out: List[ast.stmt], reset: Sequence[str] = (),
+                          old: Optional[Dict[str, ast.expr]] = None) -> None:
+        """Splice the rule's VJP. `reset` adjoints are consumed before the parts are
+        added (x op= v, where the output and an input are the same variable); `old`
+        names the saved value standing in for such an input."""
         rule = op.rule
         wanted: Dict[str, str] = {}
         targets: List[Tuple[str, str]] = []
@@ -496,10 +632,16 @@ class _Reverse:
                         wanted[key] = self.names.fresh(f"{e.id}_bar_part")
                         targets.append((e.id, wanted[key]))
                 continue
-            if isinstance(atom, ast.Name) and atom.id in self.act.active:
-                wanted[param] = self.names.fresh(f"{atom.id}_bar_part")
-                targets.append((atom.id, wanted[param]))
+            if param in rule.sequence and isinstance(atom, ast.Name):
+                # A list built at run time: its adjoint is a list, added itemwise.
+                self.sequences.add(atom.id)
+            var = _var_for(atom, old)
+            if var is not None and var in self.act.active:
+                wanted[param] = self.names.fresh(f"{var}_bar_part")
+                targets.append((var, wanted[param]))
         if not wanted:
+            for v in reset:
+                self.state.pop(self.bar_of(v), None)
             return
         gs = [_name(self.bar_of(o)) for o in op.outputs]
         if len(op.outputs) > 1:
@@ -511,6 +653,8 @@ class _Reverse:
         else:
             g, ans = gs[0], _name(op.outputs[0])
         out.append(inline.rule_placeholder(rule, op.bound, g, ans, wanted, s))
+        for v in reset:
+            self.state.pop(self.bar_of(v), None)
         for var, part in targets:
             self.accumulate(var, _name(part), out)
 
@@ -560,43 +704,56 @@ class _Reverse:
         return [node]
 
     def _var_of(self, bar: str) -> str:
-        for var, b in self.bar.items():
-            if b == bar:
-                return var
-        raise KeyError(bar)  # pragma: no cover
+        return self.var_of_bar[bar]
 
     def _materialize_into(self, var: str, block: List[ast.stmt]) -> None:
         block.append(_assign(self.bar_of(var), helper_call("zeros_like", _name(var))))
 
-    def adjoint_loop(self, s) -> List[ast.stmt]:
+    def reversed_body(self, s) -> List[ast.stmt]:
+        """The adjoint of one iteration: the body backwards, then the item loads."""
         info = self.loops[id(s)]
-        out: List[ast.stmt] = []
-        carried = self.loop_carried(s)
-        for var in sorted(carried):
-            b = self.bar_of(var)
-            if b not in self.state:
-                self.materialize(var, out)
-            elif self.state[b] == "shared":
-                out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
-                self.state[b] = "owned"
-        entry = dict(self.state)
-        self.last_line = None
-        header: List[ast.stmt] = []
-        self.mark_line(s, header, force=True)
-        self.last_line = None
-        body: List[ast.stmt] = []
-        body += self.adjoint_block(s.body, in_loop=True)
+        body = self.adjoint_block(s.body, in_loop=True)
         for b in reversed(info.item_assigns):
             body += self.adjoint_assign(b)
-        for var in sorted(carried):
-            b = self.bar_of(var)
+        return body
+
+    def probe(self, s) -> Tuple[Set[str], Set[str]]:
+        """Run the reversed body without keeping its code: (end state, in-place targets)."""
+        saved = (set(self.names.taken), dict(self.state), self.last_line, set(self.inplace))
+        self.inplace = set()
+        try:
+            self.reversed_body(s)
+            return set(self.state), set(self.inplace)
+        finally:
+            self.names.taken, self.state, self.last_line, inplace = saved
+            self.inplace = inplace
+
+    def adjoint_loop(self, s) -> List[ast.stmt]:
+        """Adjoints that one iteration hands to the previous one are live across
+        the loop boundary: they are materialised before the loop, and an iteration
+        that consumes one without writing it again leaves an explicit zero."""
+        info = self.loops[id(s)]
+        out: List[ast.stmt] = []
+        end_state, inplace = self.probe(s)
+        carried = set(self.state) | end_state
+        for b in sorted(carried - set(self.state)):
+            self.materialize(self._var_of(b), out)
+        for b in sorted(carried & inplace):
+            if self.state.get(b) == "shared":
+                out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+        self.state = {b: ("owned" if b in inplace else "shared") for b in carried}
+        header: List[ast.stmt] = []
+        self.last_line = None
+        self.mark_line(s, header, force=True)
+        self.last_line = None
+        body = self.reversed_body(s)
+        for b in sorted(carried):
             if b not in self.state:
-                self.materialize(var, body)
-            elif self.state[b] == "shared":
+                self.materialize(self._var_of(b), body)
+            elif b in inplace and self.state[b] == "shared":
                 body.append(_assign(b, helper_call("copy_adjoint", _name(b))))
-        self.state = {b: ("owned" if b in entry else st) for b, st in entry.items()}
-        for var in carried:
-            self.state[self.bar_of(var)] = "owned"
+        self.state = {b: ("owned" if b in inplace else "shared") for b in carried}
+        self.inplace |= inplace
         self.last_line = None
         if not any(not _is_comment(b) for b in body):
             return out
@@ -615,28 +772,14 @@ class _Reverse:
         out.append(ast.For(target=target, iter=it, body=body, orelse=[], type_comment=None))
         return out
 
-    def loop_carried(self, s) -> Set[str]:
-        """Active variables whose adjoints flow from one iteration to the previous."""
-        touched: Set[str] = set()
-        first_is_def: Dict[str, bool] = {}
-        info = self.loops[id(s)]
-        body_stmts = list(info.item_assigns) + list(s.body)
-        for stmt in body_stmts:
-            for sub, _ in iter_statements([stmt]):
-                if isinstance(sub, (ast.Assign, ast.AugAssign)):
-                    op = describe(sub, self.locals)
-                elif isinstance(sub, ast.For):
-                    op = loop_header_op(sub)
-                else:
-                    continue
-                for n in op.diff_inputs:
-                    first_is_def.setdefault(n, False)
-                    touched.add(n)
-                for n in op.outputs:
-                    first_is_def.setdefault(n, sub is stmt and not isinstance(sub, ast.For))
-                    touched.add(n)
-        local_to_iteration = {n for n, d in first_is_def.items() if d}
-        return {n for n in touched if n in self.act.active and n not in local_to_iteration}
+
+def _var_for(atom, old: Optional[Dict[str, ast.expr]]) -> Optional[str]:
+    """The variable an argument stands for (the saved copy stands for its variable)."""
+    if old:
+        for var, value in old.items():
+            if value is atom:
+                return var
+    return atom.id if isinstance(atom, ast.Name) else None
 
 
 def _index_expr(index: ast.expr) -> ast.expr:
@@ -644,8 +787,8 @@ def _index_expr(index: ast.expr) -> ast.expr:
     if isinstance(index, ast.Slice):
         parts = [index.lower, index.upper, index.step]
         args = [p if p is not None else ast.Constant(value=None) for p in parts]
-        while len(args) > 1 and isinstance(args[-1], ast.Constant) and args[-1].value is None:
-            args.pop()
+        if isinstance(args[2], ast.Constant) and args[2].value is None:
+            args.pop()  # slice(lower, upper); slice(x) alone would mean slice(None, x)
         return ast.Call(func=_name("slice"), args=args, keywords=[])
     if isinstance(index, ast.Tuple):
         return ast.Tuple(elts=[_index_expr(e) for e in index.elts], ctx=ast.Load())

@@ -1,0 +1,182 @@
+"""Which values share memory, so that in-place writes stay differentiable.
+
+The adjoint restores overwritten values by name. That is exact only if an
+in-place write (`x[i] = v`, `x += v` on an array, `xs.append(v)`) changes no
+other name the adjoint reads. This module finds, for every written name, the
+names that may see the write: views and copies of it (`y = x`, `x[1:]`,
+`x.T`, `x.reshape(...)`) and containers holding it (`[x, y]`).
+
+A user variable that may see the write is an error with a suggestion; a
+compiler temporary that may see it is marked to be snapshot (copied) when it is
+computed, which changes nothing the user can observe.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+from ..function import is_function_class
+from ..rules import registry
+
+# Methods that return a view of (or the same object as) their array.
+_VIEW_METHODS = {"reshape", "transpose", "ravel", "squeeze", "view", "swapaxes", "T",
+                 "diagonal", "__getitem__", "real", "imag", "flat", "conj"}
+_FRESH_METHODS = {"copy", "sum", "mean", "prod", "max", "min", "dot", "astype", "std",
+                  "var", "cumsum", "cumprod", "tolist", "item", "round", "clip", "any",
+                  "all", "argmax", "argmin", "flatten", "trace", "__len__"}
+
+
+class _Sets:
+    def __init__(self):
+        self.parent: Dict[str, str] = {}
+
+    def find(self, n: str) -> str:
+        self.parent.setdefault(n, n)
+        while self.parent[n] != n:
+            self.parent[n] = self.parent[self.parent[n]]
+            n = self.parent[n]
+        return n
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def members(self, n: str) -> Set[str]:
+        root = self.find(n)
+        return {m for m in list(self.parent) if self.find(m) == root}
+
+
+def _walk(body: List[ast.stmt]):
+    for s in body:
+        yield s
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                yield from _walk(inner)
+
+
+def _names(node: Optional[ast.AST], local: Set[str]) -> List[str]:
+    if node is None:
+        return []
+    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in local]
+
+
+class AliasFacts:
+    """Shares (symmetric: views, copies) and contains (container -> item) relations."""
+
+    def __init__(self, body: List[ast.stmt], local: Set[str], lists: Set[str]):
+        self.shares = _Sets()
+        self.contains: Dict[str, Set[str]] = {}
+        self.defined_at: Dict[str, ast.stmt] = {}
+        self.writes: List[Tuple[str, ast.stmt]] = []
+        self.local = local
+        self.lists = lists
+        for s in _walk(body):
+            self._statement(s)
+
+    def _contain(self, container: str, item: str) -> None:
+        self.contains.setdefault(container, set()).add(item)
+
+    def _statement(self, s: ast.stmt) -> None:
+        local = self.local
+        if isinstance(s, ast.For):
+            for t in _names(s.target, local):
+                self.defined_at.setdefault(t, s)
+                for src in _names(s.iter, local):
+                    if src in self.lists:
+                        self._contain(src, t)   # an item of a list
+                    else:
+                        self.shares.union(t, src)   # a row of an array is a view
+            return
+        if isinstance(s, ast.AugAssign):
+            target = s.target.value if isinstance(s.target, ast.Subscript) else s.target
+            if isinstance(target, ast.Name):
+                self.writes.append((target.id, s))
+            return
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
+                getattr(s.value, "s2s_method", None) in ("append", "extend", "insert"):
+            base = s.value.func.value
+            if isinstance(base, ast.Name) and base.id in local:
+                self.writes.append((base.id, s))
+                for item in _names(ast.Tuple(elts=s.value.args, ctx=ast.Load()), local):
+                    self._contain(base.id, item)
+            return
+        if not isinstance(s, ast.Assign):
+            return
+        target = s.targets[0]
+        if isinstance(target, ast.Subscript):
+            if isinstance(target.value, ast.Name):
+                self.writes.append((target.value.id, s))
+                if target.value.id in self.lists:
+                    for item in _names(s.value, local):
+                        self._contain(target.value.id, item)
+            return
+        outs = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+        for o in outs:
+            self.defined_at.setdefault(o, s)
+        value = s.value
+        for o in outs:
+            for src, kind in self._sources(value):
+                if kind == "share":
+                    self.shares.union(o, src)
+                elif kind == "holds":
+                    self._contain(o, src)
+                else:  # "item": o is an item of the list src
+                    self._contain(src, o)
+
+    def _sources(self, value: ast.expr) -> Iterable[Tuple[str, str]]:
+        """(name, relation) pairs: what the assigned value may refer to.
+
+        "share": the value may be (a view of) that name's array; "holds": the
+        value is a container holding it; "item": the value is an item of that list.
+        """
+        local = self.local
+        if isinstance(value, ast.Name):
+            return [(value.id, "share")] if value.id in local else []
+        if isinstance(value, (ast.Tuple, ast.List)):
+            return [(n, "holds") for n in _names(value, local)]
+        if isinstance(value, ast.Subscript):
+            base = _names(value.value, local)
+            kind = "item" if base and base[0] in self.lists else "share"
+            return [(n, kind) for n in base]
+        if isinstance(value, ast.Attribute):
+            return [(n, "share") for n in _names(value.value, local)]
+        if isinstance(value, ast.Call):
+            method = getattr(value, "s2s_method", None)
+            if method is not None:
+                if method in _FRESH_METHODS or method in registry.REGISTRY.nondiff_methods:
+                    return []
+                rule = registry.REGISTRY.methods.get(method)
+                if rule is not None and not rule.view:
+                    return []
+                return [(n, "share") for n in _names(value.func.value, local)]
+            callee = getattr(value, "s2s_callee", None)
+            if callee is not None:
+                if registry.is_constructor(callee) or registry.is_nondiff(callee):
+                    return []
+                rule = registry.lookup_function(callee)
+                if rule is not None:
+                    if not rule.view:
+                        return []
+                    first = value.args[0] if value.args else None
+                    return [(n, "share") for n in _names(first, local)]
+                if isinstance(callee, type) and not is_function_class(callee):
+                    return []
+            args = ast.Tuple(elts=list(value.args) + [k.value for k in value.keywords],
+                             ctx=ast.Load())
+            return [(n, "share") for n in _names(args, local)]
+        return []
+
+    def affected(self, name: str) -> Set[str]:
+        """Every name whose value an in-place write to `name` may change."""
+        out = set(self.shares.members(name))
+        changed = True
+        while changed:
+            changed = False
+            for container, items in self.contains.items():
+                if container not in out and items & out:
+                    out |= self.shares.members(container)
+                    changed = True
+        out.discard(name)
+        return out

@@ -1,0 +1,86 @@
+"""Helpers for in-place writes and Python lists in generated code.
+
+The forward saves the items an in-place write overwrites; the adjoint, on its
+own copy of the array, puts them back (restore semantics). These helpers do
+that for arrays and for lists alike.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .runtime import helper
+
+
+@helper
+def copy_item(container, index):
+    """container[index], copied if it is an array (a view would change later)."""
+    item = container[index]
+    if isinstance(item, np.ndarray):
+        return item.copy()
+    if isinstance(item, list):
+        return list(item)
+    return item
+
+
+@helper
+def restore_item(container, index, value) -> None:
+    """Put back what an in-place write overwrote."""
+    container[index] = value
+
+
+@helper
+def zero_item(adjoint, index) -> None:
+    """The overwritten items get no gradient: zero them in the adjoint."""
+    if isinstance(adjoint, list):
+        if isinstance(index, slice):
+            for k in range(*index.indices(len(adjoint))):
+                adjoint[k] = 0.0 * adjoint[k]
+        else:
+            adjoint[index] = 0.0 * adjoint[index]
+        return
+    adjoint[index] = 0
+
+
+@helper
+def copy_value(value):
+    """A private copy of an array or list the adjoint restores items into."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
+@helper
+def snapshot(value):
+    """A copy of a view whose base array is later written in place."""
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
+@helper
+def restore_value(current, saved):
+    """Undo `x op= v`: arrays get their old values back in place, numbers rebind."""
+    if isinstance(current, np.ndarray) and np.shape(saved) == current.shape:
+        current[...] = saved
+        return current
+    return saved
+
+
+@helper
+def add(total, contribution):
+    """total + contribution, itemwise when the adjoints are lists (of list values)."""
+    if isinstance(total, list) or isinstance(contribution, list):
+        return [add(a, b) for a, b in zip(total, contribution)]
+    return total + contribution
+
+
+@helper
+def unshared(value, filename, lineno, col, message, hint, text) -> None:
+    """An in-place update of a value that may be another variable's array too.
+
+    For numbers `x += v` rebinds and nothing is shared; an array is updated in
+    place, which would change the other variable behind the adjoint's back.
+    """
+    if isinstance(value, (np.ndarray, list)):
+        from .errors import TransformError
+        raise TransformError(message, filename, lineno, col, hint, text)
