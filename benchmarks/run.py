@@ -113,6 +113,7 @@ class Cell:
     status: str = "ok"            # ok | WRONG | unsupported | not installed | error | skipped
     message: str = ""
     median_s: Optional[float] = None
+    min_s: Optional[float] = None
     times_s: List[float] = field(default_factory=list)
     calls_per_repeat: int = 0
     vs_hand: Optional[float] = None
@@ -296,6 +297,7 @@ def run_workload(name: str, settings: Settings, impls: List[str]) -> List[Cell]:
                 continue
         del result
         cell.median_s, cell.times_s, cell.calls_per_repeat = timeit_median(fn, settings)
+        cell.min_s = min(cell.times_s)
         if impl in NUMPY_BASED:
             cell.peak_bytes = peak_memory(fn)
         if impl == "forward":
