@@ -127,3 +127,90 @@ def test_source_unavailable_is_a_transform_error():
     exec("def f(x):\n    return x * 2\n", namespace)
     with pytest.raises(TransformError, match="cannot read the source"):
         s2sgrad.grad(namespace["f"])(1.0)
+
+
+MORE = '''
+import numpy as np
+
+
+def generator(x):
+    yield x * 2
+
+
+async def coroutine(x):
+    return x
+
+
+def with_block(x):
+    with open("f") as fh:
+        y = x
+    return y
+
+
+def deletes(x):
+    y = x * 2
+    del y
+    return x
+
+
+def builds_array(x):
+    ys = np.array([np.sin(v) for v in x])
+    return np.sum(ys)
+
+
+def outer(x):
+    k = 2.0
+
+    def inner(v):
+        nonlocal k
+        k = v
+        return v
+    return inner(x)
+
+
+def lambda_inside(x):
+    f = lambda v: v * 2  # noqa: E731
+    return f(x)
+'''
+
+
+@pytest.fixture(scope="module")
+def more(tmp_path_factory):
+    import importlib.util
+    import sys
+    path = tmp_path_factory.mktemp("errors2") / "s2s_error_cases2.py"
+    path.write_text(MORE)
+    spec = importlib.util.spec_from_file_location("s2s_error_cases2", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["s2s_error_cases2"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("fname, snippet, words, hint", [
+    ("generator", "yield", "generators", "Return a value"),
+    ("with_block", "with open", "'With' statements", "outside"),
+    ("deletes", "del y", "'Delete' statements", "Drop the del"),
+    ("builds_array", "[np.sin(v)", "list comprehension", "for loop that appends"),
+    ("outer", "def inner", "'FunctionDef' statements", "module level"),
+])
+def test_unsupported_construct_points_at_code_with_suggestion(more, fname, snippet, words,
+                                                              hint):
+    fn = getattr(more, fname)
+    with pytest.raises(TransformError) as err:
+        s2sgrad.grad(fn)(np.array([0.3, 0.7]))
+    text = str(err.value)
+    line, col = _line_of(fn, snippet)
+    assert err.value.lineno == line and err.value.offset == col + 1
+    assert words in text and hint in text
+    assert "^" in text.splitlines()[2]
+
+
+def test_async_function_is_rejected(more):
+    with pytest.raises(TransformError, match="async"):
+        s2sgrad.grad(more.coroutine)(1.0)
+
+
+def test_lambda_defined_inside_is_rejected_when_differentiated(more):
+    with pytest.raises(TransformError, match="lambda|no gradient rule"):
+        s2sgrad.grad(lambda x: np.sum(more.lambda_inside(x)))(np.ones(2))

@@ -63,20 +63,40 @@ def _names(node: Optional[ast.AST], local: Set[str]) -> List[str]:
 
 
 class AliasFacts:
-    """Shares (symmetric: views, copies) and contains (container -> item) relations."""
+    """Shares (symmetric: views, copies) and contains (container -> item) relations.
+
+    Each relation remembers where it arises; a write only sees relations that
+    can already hold when it runs: earlier in the code, or in a loop that also
+    encloses the write (from an earlier iteration).
+    """
 
     def __init__(self, body: List[ast.stmt], local: Set[str], lists: Set[str]):
-        self.shares = _Sets()
-        self.contains: Dict[str, Set[str]] = {}
+        self.edges: List[Tuple[str, str, str, int, frozenset]] = []
         self.defined_at: Dict[str, ast.stmt] = {}
         self.writes: List[Tuple[str, ast.stmt]] = []
+        self.where: Dict[int, Tuple[int, frozenset]] = {}
         self.local = local
         self.lists = lists
-        for s in _walk(body):
+        self._position = 0
+        self._visit(body, frozenset())
+
+    def _visit(self, body: List[ast.stmt], loops: frozenset) -> None:
+        for s in body:
+            self._position += 1
+            self.where[id(s)] = (self._position, loops)
+            self._here = (self._position, loops)
             self._statement(s)
+            inner = loops | {id(s)} if isinstance(s, (ast.For, ast.While)) else loops
+            for attr in ("body", "orelse"):
+                block = getattr(s, attr, None)
+                if isinstance(block, list) and not isinstance(s, ast.Expr):
+                    self._visit(block, inner)
+
+    def _share(self, a: str, b: str) -> None:
+        self.edges.append(("share", a, b) + self._here)
 
     def _contain(self, container: str, item: str) -> None:
-        self.contains.setdefault(container, set()).add(item)
+        self.edges.append(("contain", container, item) + self._here)
 
     def _statement(self, s: ast.stmt) -> None:
         local = self.local
@@ -87,7 +107,7 @@ class AliasFacts:
                     if src in self.lists:
                         self._contain(src, t)   # an item of a list
                     else:
-                        self.shares.union(t, src)   # a row of an array is a view
+                        self._share(t, src)     # a row of an array is a view
             return
         if isinstance(s, ast.AugAssign):
             target = s.target.value if isinstance(s.target, ast.Subscript) else s.target
@@ -119,7 +139,7 @@ class AliasFacts:
         for o in outs:
             for src, kind in self._sources(value):
                 if kind == "share":
-                    self.shares.union(o, src)
+                    self._share(o, src)
                 elif kind == "holds":
                     self._contain(o, src)
                 else:  # "item": o is an item of the list src
@@ -168,15 +188,33 @@ class AliasFacts:
             return [(n, "share") for n in _names(args, local)]
         return []
 
-    def affected(self, name: str) -> Set[str]:
-        """Every name whose value an in-place write to `name` may change."""
-        out = set(self.shares.members(name))
+    def affected(self, name: str, write: ast.stmt) -> Set[str]:
+        """Every name whose value the in-place write to `name` may change."""
+        pos, loops = self.where[id(write)]
+        shares = _Sets()
+        contains: Dict[str, Set[str]] = {}
+        for kind, a, b, p, edge_loops in self.edges:
+            if not (p < pos or loops & edge_loops):
+                continue
+            if kind == "share":
+                shares.union(a, b)
+            else:
+                contains.setdefault(a, set()).add(b)
+        out = set(shares.members(name))
         changed = True
         while changed:
             changed = False
-            for container, items in self.contains.items():
+            for container, items in contains.items():
                 if container not in out and items & out:
-                    out |= self.shares.members(container)
+                    out |= shares.members(container)
                     changed = True
         out.discard(name)
         return out
+
+    def shared_with_user(self, name: str, user_names: Set[str]) -> bool:
+        """Does `name` share memory with another user variable anywhere (copies, views)?"""
+        shares = _Sets()
+        for kind, a, b, _, _ in self.edges:
+            if kind == "share":
+                shares.union(a, b)
+        return bool((shares.members(name) - {name}) & user_names)

@@ -97,7 +97,7 @@ def analyze(nf: NormalForm, wrt: Sequence[int]) -> Activity:
     _check_supported(ops, active, varied, useful, nf)
     return Activity(wrt=tuple(wrt), varied=varied, useful=useful, active=active, ints=ints,
                     independent=tuple(independent), reasons=reasons, outputs=outputs,
-                    shapes=shape_classes(nf.node.body, ops, ints))
+                    shapes=shape_classes(nf.node.body, ops, ints, nf.params))
 
 
 def _definition_counts(body) -> Dict[str, int]:
@@ -125,7 +125,7 @@ def _definition_counts(body) -> Dict[str, int]:
     return counts
 
 
-def shape_classes(body, ops, ints: Set[str]) -> Dict[str, str]:
+def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Dict[str, str]:
     """Which names must have the same shape (elementwise results, copies, scalars).
 
     Only names assigned at one place take part: their shape relation holds every
@@ -135,6 +135,8 @@ def shape_classes(body, ops, ints: Set[str]) -> Dict[str, str]:
     """
     import numpy as np
     counts = _definition_counts(body)
+    for p in params:  # a parameter is assigned by the call
+        counts[p] = counts.get(p, 0) + 1
     parent: Dict[str, str] = {}
 
     def find(n: str) -> str:
@@ -263,8 +265,9 @@ def _why_independent(name: str, ops, reach_all: Set[str], nf: NormalForm) -> str
 _UNSUPPORTED_HINTS = {
     "unknown": "Register a rule with s2sgrad.defvjp, or wrap the computation in an "
                "s2sgrad.Function with a vjp rule.",
-    "opaque": "Rewrite it with plain arithmetic and NumPy calls (no comprehensions or "
-              "and/or on arrays), or wrap it in an s2sgrad.Function with a vjp rule.",
+    "opaque": "Write comprehensions as a for loop that appends to a list (or as one "
+              "vectorised NumPy expression), and and/or on values as if/else; or wrap the "
+              "computation in an s2sgrad.Function with a vjp rule.",
     "method": "Call the NumPy function instead (np.f(x)), register it with "
               "s2sgrad.defvjp, or wrap it in an s2sgrad.Function.",
     "mutate": "Compute a new value instead of modifying one in place.",

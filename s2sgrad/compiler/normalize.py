@@ -216,8 +216,8 @@ class _Normalizer:
             out: List[ast.stmt] = []
             self.block(copy.deepcopy(pristine), out)
             facts = AliasFacts(out, self.resolver.locals | self.names.taken, self.lists)
-            redo = {u for u in self.rebound_augassign
-                    if (facts.shares.members(u) - {u}) & self.user_names}
+            redo = {u for u in self.rebound_augassign if facts.shared_with_user(u,
+                                                                             self.user_names)}
             if not redo - self.force_in_place:
                 break
             # `x += v` was rewritten as `x = x + v`, but x shares memory with another
@@ -241,7 +241,7 @@ class _Normalizer:
         """User variables that would see an in-place write are an error; temporaries
         that would see it are copied when computed (`s2s_snapshot`)."""
         for name, stmt in facts.writes:
-            for other in sorted(facts.affected(name)):
+            for other in sorted(facts.affected(name, stmt)):
                 if other in self.user_names:
                     where = facts.defined_at.get(other)
                     line = f" (line {where.lineno})" if where is not None else ""

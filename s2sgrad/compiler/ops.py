@@ -137,7 +137,10 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
         return Op("pack", outs, diff_inputs=flat, other_inputs=names(value))
     if getattr(value, "s2s_opaque", False):
         kind = "nondiff" if isinstance(value, ast.Compare) else "opaque"
-        label = {ast.Compare: "a comparison", ast.BoolOp: "an and/or expression"}.get(
+        label = {ast.Compare: "a comparison", ast.BoolOp: "an and/or expression",
+                 ast.ListComp: "a list comprehension", ast.GeneratorExp: "a generator expression",
+                 ast.SetComp: "a set comprehension", ast.DictComp: "a dict comprehension",
+                 ast.Dict: "a dict", ast.Set: "a set", ast.Lambda: "a lambda"}.get(
             type(value), f"a {type(value).__name__} expression")
         return Op(kind, outs, other_inputs=names(value), label=label)
     if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.Not, ast.Invert)):

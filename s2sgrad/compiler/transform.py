@@ -278,6 +278,9 @@ class _Reverse:
         if op.kind in ("apply", "call") and any(n in self.act.active for n in op.outputs):
             site = self.site_for(s, op)
             outputs += site.slot_names
+            if in_loop:
+                # A callee's residuals or a Function's saved values, once per iteration.
+                self.overwritable.update(site.slot_names)
         for o in outputs:
             self.save_before(o, in_loop, out, key)
         out.append(site.forward_statement(s) if site is not None else s)
