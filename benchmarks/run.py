@@ -85,10 +85,13 @@ NUMPY_BASED = {"forward", "hand", "s2sgrad", "autograd"}   # tracemalloc sees th
 PEER_MODULES = {"autograd": "autograd", "jax-eager": "jax", "jax-jit": "jax",
                 "jax-lax": "jax", "torch": "torch"}
 
-# In --quick mode, these (workload, impl) cells are skipped: JAX traces the Python
-# loop and XLA compiles it unrolled, which alone takes longer than the whole quick run.
-QUICK_SKIP = {("scalar_recurrence", "jax-jit"), ("branchy_loop", "jax-jit"),
-              ("custom_softplus", "jax-jit")}
+# In --quick mode, these (workload, impl) cells are skipped: for jax-jit, JAX traces
+# the Python loop and XLA compiles it unrolled (10 s to a minute); JAX eager takes
+# seconds per call on the 1000-step scalar loop.
+QUICK_SKIP = {("scalar_recurrence", "jax-jit"): "slow unrolled compile",
+              ("branchy_loop", "jax-jit"): "slow unrolled compile",
+              ("custom_softplus", "jax-jit"): "slow unrolled compile",
+              ("scalar_recurrence", "jax-eager"): "seconds per call"}
 
 RTOL = 1e-6
 ATOL = 1e-9     # relative to the largest entry of the hand-written gradient
@@ -138,8 +141,18 @@ def time_call(fn: Callable[[], Any]) -> tuple:
     return time.perf_counter() - start, result
 
 
-def timeit_median(fn: Callable[[], Any], settings: Settings) -> tuple:
-    """(median seconds per call, per-repeat times, calls per repeat), timeit-style."""
+@dataclass
+class Plan:
+    """How one implementation is timed: `number` calls per repeat, `repeats` repeats."""
+    fn: Callable[[], Any]
+    cell: "Cell"
+    number: int
+    repeats: int
+    times: List[float]
+
+
+def calibrate(fn: Callable[[], Any], cell: "Cell", settings: Settings) -> Plan:
+    """timeit-style: choose the calls per repeat (>= min_time) and the repeats (budget)."""
     one, _ = time_call(fn)                      # warm-up, and a first estimate
     number = max(1, int(settings.min_time / max(one, 1e-9)))
     repeats = settings.repeats
@@ -152,18 +165,35 @@ def timeit_median(fn: Callable[[], Any], settings: Settings) -> tuple:
         repeats = max(least, int(settings.budget / (one * number)))
     if not times and repeats == 0:
         repeats = 1
+    return Plan(fn, cell, number, repeats, times)
+
+
+def run_plans(plans: List[Plan]) -> None:
+    """Time the implementations of a workload in turns, one repeat each per round.
+
+    Interleaving the repeats means a burst of load from other processes falls
+    on every implementation alike, so the ratios between them stay fair.
+    """
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            times.append((time.perf_counter() - start) / number)
+        for r in range(max((p.repeats for p in plans), default=0)):
+            for p in plans:
+                if r >= p.repeats:
+                    continue
+                fn, number = p.fn, p.number
+                start = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                p.times.append((time.perf_counter() - start) / number)
     finally:
         if gc_was_enabled:
             gc.enable()
-    return statistics.median(times), times, number
+    for p in plans:
+        p.cell.median_s = statistics.median(p.times)
+        p.cell.min_s = min(p.times)
+        p.cell.times_s = p.times
+        p.cell.calls_per_repeat = p.number
 
 
 def peak_memory(fn: Callable[[], Any]) -> int:
@@ -251,8 +281,8 @@ def run_workload(name: str, settings: Settings, impls: List[str]) -> List[Cell]:
     module = importlib.import_module(f"benchmarks.workloads.{name}")
     args = module.make_inputs()
     cells: List[Cell] = []
+    plans: List[Plan] = []
     ref = None
-    forward_median = hand_median = hand_peak = None
     for impl, attr in IMPLS:
         if impl not in impls and impl not in ("forward", "hand"):
             continue
@@ -261,7 +291,8 @@ def run_workload(name: str, settings: Settings, impls: List[str]) -> List[Cell]:
         cell = Cell(name, impl)
         cells.append(cell)
         if settings.quick and (name, impl) in QUICK_SKIP:
-            cell.status, cell.message = "skipped", "skipped (--quick: slow unrolled compile)"
+            cell.status = "skipped"
+            cell.message = f"skipped (--quick: {QUICK_SKIP[name, impl]})"
             continue
         peer = PEER_MODULES.get(impl)
         if peer is not None and importlib.util.find_spec(peer) is None:
@@ -288,6 +319,9 @@ def run_workload(name: str, settings: Settings, impls: List[str]) -> List[Cell]:
         if impl == "hand":
             ref = tuple(to_numpy(g) for g in as_tuple(result))
         elif impl != "forward":
+            if ref is None:
+                cell.status, cell.message = "error", "error: no hand-written gradient to check"
+                continue
             ok, why, worst = compare(result, ref)
             cell.max_abs_err = worst
             if not ok:
@@ -296,20 +330,24 @@ def run_workload(name: str, settings: Settings, impls: List[str]) -> List[Cell]:
                       f"adjoint:\n{why}")
                 continue
         del result
-        cell.median_s, cell.times_s, cell.calls_per_repeat = timeit_median(fn, settings)
-        cell.min_s = min(cell.times_s)
-        if impl in NUMPY_BASED:
-            cell.peak_bytes = peak_memory(fn)
-        if impl == "forward":
-            forward_median = cell.median_s
-        if impl == "hand":
-            hand_median, hand_peak = cell.median_s, cell.peak_bytes
-        if hand_median and impl != "forward":
-            cell.vs_hand = cell.median_s / hand_median
-        if forward_median and impl != "forward":
-            cell.vs_forward = cell.median_s / forward_median
-        if hand_peak and cell.peak_bytes is not None and impl != "forward":
-            cell.mem_vs_hand = cell.peak_bytes / hand_peak
+        plans.append(calibrate(fn, cell, settings))
+    run_plans(plans)
+    by_impl = {p.cell.impl: p for p in plans}
+    for p in plans:
+        if p.cell.impl in NUMPY_BASED:
+            p.cell.peak_bytes = peak_memory(p.fn)
+    forward = by_impl.get("forward")
+    hand = by_impl.get("hand")
+    for p in plans:
+        c = p.cell
+        if c.impl == "forward":
+            continue
+        if hand is not None:
+            c.vs_hand = c.median_s / hand.cell.median_s
+            if c.peak_bytes is not None and hand.cell.peak_bytes:
+                c.mem_vs_hand = c.peak_bytes / hand.cell.peak_bytes
+        if forward is not None:
+            c.vs_forward = c.median_s / forward.cell.median_s
     return cells
 
 
