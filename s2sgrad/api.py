@@ -82,6 +82,21 @@ def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
     return arr
 
 
+def _derived_from(f: Callable, kind: str, positions: Tuple[int, ...]):
+    """Name and document a derived function like f, without making it look like f.
+
+    functools.wraps would set __wrapped__ = f, and whoever unwraps decorators
+    (the compiler does) would then see f itself instead of its gradient.
+    """
+    def decorate(wrapper: Callable) -> Callable:
+        name = getattr(f, "__name__", "f")
+        wrapper.__name__ = wrapper.__qualname__ = f"{kind}_{name}"
+        wrapper.__doc__ = f"{kind} of {name} with respect to arguments {positions}."
+        wrapper.__s2sgrad_derived__ = (kind, f, positions)
+        return wrapper
+    return decorate
+
+
 def _compiled(f: Callable, positions: Tuple[int, ...]) -> CompiledFunction:
     return compile_function(f, positions)
 
@@ -117,7 +132,7 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0) -> Callable:
     """Return a function computing (f(*args), gradient of f w.r.t. args[wrt])."""
     positions, single = normalize_wrt(wrt)
 
-    @functools.wraps(f)
+    @_derived_from(f, "value_and_grad", positions)
     def value_and_grad_f(*args, **kwargs):
         _check_args(f, args, positions)
         compiled = _compiled(f, positions)
@@ -132,7 +147,7 @@ def grad(f: Callable, wrt: Union[int, Sequence[int]] = 0) -> Callable:
     """Return a function with f's signature computing the gradient of scalar f."""
     vg = value_and_grad(f, wrt)
 
-    @functools.wraps(f)
+    @_derived_from(f, "grad", normalize_wrt(wrt)[0])
     def grad_f(*args, **kwargs):
         return vg(*args, **kwargs)[1]
     return grad_f

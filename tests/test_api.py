@@ -219,3 +219,21 @@ def test_cache_returns_same_compiled_pair(m):
 def test_wrt_out_of_range(m):
     with pytest.raises(TypeError, match="only 1 positional argument"):
         s2sgrad.grad(m.decorated, wrt=1)(np.ones(2))
+
+
+def test_gradient_of_a_gradient_is_never_the_first_derivative(m):
+    """grad(f) wraps f; the compiler must not mistake the wrapper for f itself."""
+    g = s2sgrad.grad(m.decorated)
+
+    def uses_gradient(x):
+        return np.sum(g(x))
+
+    x = np.array([0.3, -0.4])
+    try:
+        second = s2sgrad.grad(uses_gradient)(x)
+    except s2sgrad.TransformError as err:
+        assert "grad" in str(err)
+        return
+    h = 1e-5
+    expected = [(np.sum(g(x + h * e)) - np.sum(g(x - h * e))) / (2 * h) for e in np.eye(2)]
+    np.testing.assert_allclose(second, expected, rtol=1e-5)
