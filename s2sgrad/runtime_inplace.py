@@ -84,3 +84,46 @@ def unshared(value, filename, lineno, col, message, hint, text) -> None:
     if isinstance(value, (np.ndarray, list)):
         from .errors import TransformError
         raise TransformError(message, filename, lineno, col, hint, text)
+
+
+# -- pure forms: the same updates, returning new values (differentiable again) --
+@helper
+def scatter_add(adjoint, index, g):
+    """adjoint with g added at index (repeated indices accumulate), as a new value."""
+    from .runtime import add_at
+    out = copy_value(adjoint)
+    add_at(out, index, g)
+    return out
+
+
+@helper
+def with_zeroed(adjoint, index):
+    """adjoint with the items at index set to zero, as a new value."""
+    out = copy_value(adjoint)
+    zero_item(out, index)
+    return out
+
+
+@helper
+def with_item(container, index, value):
+    """container with value written at index, as a new value."""
+    out = copy_value(container)
+    out[index] = value
+    return out
+
+
+@helper
+def push(items, item):
+    """items + [item], as a new list."""
+    return list(items) + [item]
+
+
+@helper
+def last(items):
+    return items[-1]
+
+
+@helper
+def drop_last(items):
+    """items without its last item, as a new list."""
+    return list(items[:-1])

@@ -255,3 +255,12 @@ def test_scalar_loop_keeps_only_what_it_needs(m):
     # sin(a*x) needs a*x (for cos) and x; nothing else may be kept per step.
     assert forward.count(".append(") <= 2, forward
     assert "lambda" not in src
+
+
+def test_pullback_of_a_loop_is_reusable(m, rng):
+    x = rng.standard_normal(3)
+    out, pullback = s2sgrad.vjp(m.range_loop, x, 4, wrt=0)
+    g1 = pullback(1.0)
+    g2 = pullback(2.0)
+    np.testing.assert_allclose(g2, 2.0 * g1)
+    np.testing.assert_array_equal(pullback(1.0), g1)

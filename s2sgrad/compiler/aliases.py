@@ -136,6 +136,9 @@ class AliasFacts:
         for o in outs:
             self.defined_at.setdefault(o, s)
         value = s.value
+        if isinstance(value, ast.Call) and getattr(value, "s2s_method", None) == "pop" and \
+                isinstance(value.func.value, ast.Name) and value.func.value.id in local:
+            self.writes.append((value.func.value.id, s))
         for o in outs:
             for src, kind in self._sources(value):
                 if kind == "share":

@@ -87,7 +87,15 @@ def _describe(stmt: ast.stmt, local_names) -> Op:
             return Op("setitem", [base], diff_inputs=[base] + names(stmt.value),
                       other_inputs=names(target.slice), label="item assignment")
         outs = _targets(stmt)
-        return _value_op(stmt.value, outs, local_names)
+        value = stmt.value
+        if len(outs) == 1 and isinstance(value, ast.Call) and \
+                getattr(value, "s2s_method", None) == "pop" and not value.args and \
+                not value.keywords and isinstance(value.func.value, ast.Name) and \
+                value.func.value.id in local_names:
+            base = value.func.value.id
+            return Op("pop", [outs[0], base], diff_inputs=[base], label="list.pop",
+                      call=value)
+        return _value_op(value, outs, local_names)
     if isinstance(stmt, ast.AugAssign):
         target = stmt.target
         if isinstance(target, ast.Subscript):

@@ -416,12 +416,16 @@ def prune_saves(t: Transformed) -> bool:
 
 def private_copies(t: Transformed) -> None:
     """The adjoint puts overwritten items back into its own copy of an array (or
-    list), never into the caller's, so the pullback can run many times."""
+    list) and pops its own copy of each stack, never the forward's, so the
+    pullback can run many times."""
     names = []
     for s in _walk_statements(t.adjoint.body):
         var = getattr(s, "s2s_restore_item", None)
         if var is not None and var not in names:
             names.append(var)
+        stack = _popped_stack(s)
+        if stack is not None and stack not in names:
+            names.append(stack)
     copies = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())],
                          value=ast.Call(func=ast.Name(id="_s2s_copy_value", ctx=ast.Load()),
                                         args=[ast.Name(id=n, ctx=ast.Load())], keywords=[]),
@@ -436,6 +440,17 @@ def _header(s: ast.stmt) -> ast.AST:
     if isinstance(s, ast.For):
         return ast.Tuple(elts=[s.target, s.iter], ctx=ast.Load())
     return s
+
+
+def _popped_stack(s: ast.stmt) -> Optional[str]:
+    """`v = stack.pop()` restoring a saved value: the adjoint pops its own copy."""
+    if getattr(s, "s2s_restore_of", None) is None or not isinstance(s, ast.Assign):
+        return None
+    value = s.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and \
+            value.func.attr == "pop" and isinstance(value.func.value, ast.Name):
+        return value.func.value.id
+    return None
 
 
 def _uses(s: ast.stmt) -> Set[str]:

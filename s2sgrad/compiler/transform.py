@@ -69,8 +69,13 @@ def helper_call(helper: str, *args: ast.expr) -> ast.Call:
     return _call("_s2s_" + helper, *args)
 
 
-def transform(nf: NormalForm, activity: Activity) -> Transformed:
-    return _Reverse(nf, activity).run()
+def transform(nf: NormalForm, activity: Activity, pure: bool = False) -> Transformed:
+    """Forward and adjoint of a normal-form function.
+
+    pure=True writes the adjoint without in-place updates (arrays and lists are
+    replaced, not modified), so that it can itself be differentiated.
+    """
+    return _Reverse(nf, activity, pure).run()
 
 
 @dataclass
@@ -83,7 +88,8 @@ class _LoopInfo:
 
 
 class _Reverse:
-    def __init__(self, nf: NormalForm, activity: Activity):
+    def __init__(self, nf: NormalForm, activity: Activity, pure: bool = False):
+        self.pure = pure
         self.nf = nf
         self.act = activity
         self.names = nf.names
@@ -251,6 +257,10 @@ class _Reverse:
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
         op = describe(s, self.locals)
         out: List[ast.stmt] = []
+        if in_loop:
+            # Inside a loop every assignment overwrites the previous iteration's
+            # value, also the ones this pass adds (inner trip counts and ranges).
+            self.overwritable.update(op.outputs)
         if op.kind == "setitem":
             # x[i] = v: keep the items it overwrites (restored in the adjoint).
             base = s.targets[0].value.id
@@ -270,6 +280,10 @@ class _Reverse:
             out.append(s)
             return out
         key = id(s)
+        if op.kind == "pop":
+            self.save_before(op.outputs[0], in_loop, out, key)
+            out.append(s)
+            return out
         if getattr(s, "s2s_snapshot", False):
             s = copy.copy(s)
             s.value = helper_call("snapshot", s.value)
@@ -476,6 +490,9 @@ class _Reverse:
         if op.kind == "augassign":
             self.augassign_adjoint(s, op, out)
             return out
+        if op.kind == "pop":
+            self.pop_adjoint(s, op, out)
+            return out
         active_outs = [o for o in op.outputs if o in self.act.active]
         live = [o for o in active_outs if self.bar_of(o) in self.state]
         if live and op.kind in _DIFFERENTIABLE_KINDS and \
@@ -544,17 +561,26 @@ class _Reverse:
                 part = self.names.fresh(f"{value.id}_bar_part")
                 out.append(_assign(part, helper_call("unbroadcast", item, _name(value.id))))
                 self.accumulate(value.id, _name(part), out)
-            self.inplace.add(b)
-            if self.state[b] == "shared":
-                out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+            if self.pure:
+                out.append(_assign(b, helper_call("with_zeroed", _name(b),
+                                                  copy.deepcopy(index))))
                 self.state[b] = "owned"
-            out.append(ast.Expr(value=helper_call("zero_item", _name(b), copy.deepcopy(index))))
+            else:
+                self.inplace.add(b)
+                if self.state[b] == "shared":
+                    out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                    self.state[b] = "owned"
+                out.append(ast.Expr(value=helper_call("zero_item", _name(b),
+                                                      copy.deepcopy(index))))
         saved = self._saved_value(s, out)
         if saved is not None:
-            node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
+            if self.pure:
+                node = _assign(base, helper_call("with_item", _name(base), index, saved))
+            else:
+                node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
+                node.s2s_restore_item = base
             node.s2s_restore_of = base
             node.s2s_slot = self.saves[id(s)][-1][2]
-            node.s2s_restore_item = base
             out.append(node)
 
     def augassign_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
@@ -582,39 +608,85 @@ class _Reverse:
         b = self.bar_of(xs)
         if xs in self.act.active and b in self.state:
             self.mark_line(s, out)
-            self.inplace.add(b)
-            if self.state[b] == "shared":
-                out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
-                self.state[b] = "owned"
-            pop = ast.Call(func=ast.Attribute(value=_name(b), attr="pop", ctx=ast.Load()),
-                           args=[], keywords=[])
-            if isinstance(value, ast.Name) and value.id in self.act.active:
-                part = self.names.fresh(f"{value.id}_bar_part")
-                out.append(_assign(part, pop))
-                self.accumulate(value.id, _name(part), out)
+            wanted = isinstance(value, ast.Name) and value.id in self.act.active
+            part = self.names.fresh(f"{value.id}_bar_part") if wanted else None
+            if self.pure:
+                if wanted:
+                    out.append(_assign(part, helper_call("last", _name(b))))
+                out.append(_assign(b, helper_call("drop_last", _name(b))))
             else:
-                out.append(ast.Expr(value=pop))
-        node = ast.Expr(value=ast.Call(func=ast.Attribute(value=_name(xs), attr="pop",
-                                                          ctx=ast.Load()), args=[], keywords=[]))
+                self.inplace.add(b)
+                if self.state[b] == "shared":
+                    out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                    self.state[b] = "owned"
+                pop = ast.Call(func=ast.Attribute(value=_name(b), attr="pop", ctx=ast.Load()),
+                               args=[], keywords=[])
+                out.append(_assign(part, pop) if wanted else ast.Expr(value=pop))
+            if wanted:
+                self.accumulate(value.id, _name(part), out)
+        if self.pure:
+            node = _assign(xs, helper_call("drop_last", _name(xs)))
+        else:
+            node = ast.Expr(value=ast.Call(func=ast.Attribute(value=_name(xs), attr="pop",
+                                                              ctx=ast.Load()),
+                                           args=[], keywords=[]))
+            node.s2s_restore_item = xs
         node.s2s_restore_of = xs
         node.s2s_slot = f"{xs}.append"
-        node.s2s_restore_item = xs
         out.append(node)
+
+    def pop_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
+        """v = xs.pop(): xs_bar gets v_bar back as its last item; xs gets v back."""
+        v, xs = op.outputs
+        vb, xb = self.bar_of(v), self.bar_of(xs)
+        if xs in self.act.active and (vb in self.state or xb in self.state):
+            self.mark_line(s, out)
+            if xb not in self.state:
+                self.materialize(xs, out)
+            elif self.state[xb] == "shared" and not self.pure:
+                out.append(_assign(xb, helper_call("copy_adjoint", _name(xb))))
+                self.state[xb] = "owned"
+            item = _name(vb) if vb in self.state else helper_call("zeros_like", _name(v))
+            self.inplace.add(xb)
+            self._push(xb, item, out)
+        self.state.pop(vb, None)
+        node = self._push(xs, _name(v), out)
+        node.s2s_restore_of = xs
+        node.s2s_slot = f"{xs}.pop"
+        if not self.pure:
+            node.s2s_restore_item = xs
+        self.restores(s, out)
+
+    def _push(self, xs: str, item: ast.expr, out: List[ast.stmt]) -> ast.stmt:
+        if self.pure:
+            node = _assign(xs, helper_call("push", _name(xs), item))
+        else:
+            node = ast.Expr(value=ast.Call(func=ast.Attribute(value=_name(xs), attr="append",
+                                                              ctx=ast.Load()),
+                                           args=[item], keywords=[]))
+        out.append(node)
+        return node
 
     def getitem_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
         base = s.value.value
         if not (isinstance(base, ast.Name) and base.id in self.act.active):
             return
         b = self.bar_of(base.id)
+        g = _name(self.bar_of(op.outputs[0]))
+        index = _index_expr(s.value.slice)
+        if self.pure:
+            if b not in self.state:
+                self.materialize(base.id, out)
+            out.append(_assign(b, helper_call("scatter_add", _name(b), index, g)))
+            self.state[b] = "owned"
+            return
         self.inplace.add(b)
         if b not in self.state:
             self.materialize(base.id, out)
         elif self.state[b] == "shared":
             out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
             self.state[b] = "owned"
-        g = _name(self.bar_of(op.outputs[0]))
-        out.append(ast.Expr(value=helper_call("add_at", _name(b), _index_expr(s.value.slice),
-                                              g)))
+        out.append(ast.Expr(value=helper_call("add_at", _name(b), index, g)))
 
     def rule_contribution(self, s, op: Op, out: List[ast.stmt], reset: Sequence[str] = (),
                           old: Optional[Dict[str, ast.expr]] = None) -> None:
