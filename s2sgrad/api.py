@@ -48,6 +48,9 @@ def normalize_wrt(wrt: Wrt, nargs: int = None) -> Tuple[Tuple[int, ...], bool]:
 
 def check_differentiable(value: Any, what: str) -> None:
     """Only floating-point (or complex) values can carry a gradient."""
+    kind = type(value)
+    if kind is float or (kind is np.ndarray and value.dtype.kind in "fc"):
+        return  # the common cases, first and cheap
     if isinstance(value, bool) or isinstance(value, numbers.Integral):
         raise TypeError(f"{what} is an integer ({value!r}): only floating-point inputs can "
                         f"be differentiated; pass a float (e.g. {float(value)!r}) or do not "
@@ -65,6 +68,12 @@ def check_differentiable(value: Any, what: str) -> None:
 
 def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
     """Give a gradient the type, shape and dtype of the value it belongs to."""
+    if type(like) is np.ndarray and type(grad) is np.ndarray and grad.shape == like.shape \
+            and grad.dtype == like.dtype and grad.flags.writeable and \
+            not any(grad is a for a in avoid):
+        return grad  # already right: the common case
+    if type(like) is float and type(grad) is float:
+        return grad
     if isinstance(like, (float, complex)) and not isinstance(like, np.generic):
         if isinstance(like, complex):
             return complex(np.asarray(grad).sum()) if np.ndim(grad) else complex(grad)
@@ -102,6 +111,10 @@ def _compiled(f: Callable, positions: Tuple[int, ...]) -> CompiledFunction:
 
 
 def _check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> None:
+    if len(args) > max(positions) and all(
+            type(args[i]) is float or (type(args[i]) is np.ndarray and
+                                       args[i].dtype.kind in "fc") for i in positions):
+        return
     for i in positions:
         if i >= len(args):
             raise TypeError(f"cannot differentiate {getattr(f, '__name__', f)} with respect to "
@@ -132,10 +145,14 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0) -> Callable:
     """Return a function computing (f(*args), gradient of f w.r.t. args[wrt])."""
     positions, single = normalize_wrt(wrt)
 
+    compiled_pair: list = []  # filled on the first call; later calls skip the cache lookup
+
     @_derived_from(f, "value_and_grad", positions)
     def value_and_grad_f(*args, **kwargs):
         _check_args(f, args, positions)
-        compiled = _compiled(f, positions)
+        if not compiled_pair:
+            compiled_pair.append(_compiled(f, positions))
+        compiled = compiled_pair[0]
         out, residuals = compiled.forward(*args, **kwargs)
         grads = _pack(compiled.adjoint(residuals, _seed(out)), positions)
         grads = tuple(finalize(g, args[i]) for g, i in zip(grads, positions))
