@@ -132,6 +132,18 @@ def scalar_recurrence(a, x0):
     return x
 
 
+def inner_trips_vary(x, a):
+    n = 0
+    while np.sum(a * a) < 4.0 and n < 3:
+        k = 0
+        while np.sum(x * x) < 4.0 and k < 3:
+            x = x * 1.5 + 0.4
+            k += 1
+        a = a * 1.1
+        n += 1
+    return np.sum(x * a)
+
+
 def accumulate_in_loop(x):
     acc = np.zeros(x.shape)
     for i in range(4):
@@ -230,6 +242,12 @@ def test_loop_containing_branch(m, shape, rng):
 @pytest.mark.parametrize("shape", [(3,), (2, 2)])
 def test_return_inside_loop(m, scale, shape, rng):
     check_vjp(m.return_in_loop, [rng.uniform(0.1, 1.0, shape) * scale])
+
+
+@pytest.mark.parametrize("x", [[0.07, 0.08], [1.0, 1.2], [0.5, 0.5]])
+def test_nested_while_with_inner_trip_count_varying_per_outer_iteration(m, x):
+    # Found by the property test: the inner trip count must be saved per outer step.
+    check_vjp(m.inner_trips_vary, [np.array(x), 0.3])
 
 
 def test_scalar_recurrence_with_python_floats(m):

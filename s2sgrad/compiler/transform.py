@@ -104,6 +104,7 @@ class _Reverse:
         self.stacks: Dict[str, str] = {}
         self.inplace: Set[str] = set()           # adjoints updated in place (need "owned")
         self.sequences: Set[str] = set()         # run-time lists passed to sequence rules
+        self.loop_setups: Dict[int, List[ast.stmt]] = {}  # loop -> its range/trip-count lines
         self.inits: List[ast.stmt] = []
         self.last_line: Optional[int] = None
         self.overwritable = self._overwritable(nf.node.body)
@@ -315,6 +316,13 @@ class _Reverse:
             self.sites[id(s)] = site
         return site
 
+    def setup_assign(self, loop, target: str, value: ast.expr, in_loop: bool) -> List[ast.stmt]:
+        """A loop's range or trip counter. Inside an outer loop it is saved per
+        iteration like any variable, and restored after the adjoint loop."""
+        stmt = ast.copy_location(_assign(target, value), loop)
+        self.loop_setups.setdefault(id(loop), []).append(stmt)
+        return self.forward_assign(stmt, in_loop)
+
     def forward_for(self, s: ast.For, in_loop: bool) -> List[ast.stmt]:
         out: List[ast.stmt] = []
         header = loop_header_op(s)
@@ -327,7 +335,7 @@ class _Reverse:
             stem = s.target.id
             rng = self.names.fresh(f"{stem}_range")
             info = _LoopInfo("range", range_name=rng, target=s.target)
-            out += self.forward_assign(ast.copy_location(_assign(rng, it), s), in_loop)
+            out += self.setup_assign(s, rng, it, in_loop)
             loop_iter: ast.expr = _name(rng)
             target = s.target
         elif any(n in self.act.varied for n in header.diff_inputs):
@@ -343,8 +351,7 @@ class _Reverse:
             has_break = True  # the trip count is unknown without len()
         if has_break:
             info.trips = self.names.fresh("trips")
-            out += self.forward_assign(ast.copy_location(_assign(info.trips, ast.Constant(0)), s),
-                                       in_loop)
+            out += self.setup_assign(s, info.trips, ast.Constant(0), in_loop)
             incr = ast.AugAssign(target=_name(info.trips, True), op=ast.Add(),
                                  value=ast.Constant(1))
             body_prefix = [incr] + body_prefix
@@ -389,7 +396,7 @@ class _Reverse:
         rng = self.names.fresh(f"{k}_range")
         range_call = ast.Call(func=_name("range"), args=[n], keywords=[])
         range_call.s2s_callee = range
-        out += self.forward_assign(ast.copy_location(_assign(rng, range_call), s), in_loop)
+        out += self.setup_assign(s, rng, range_call, in_loop)
         prefix: List[ast.stmt] = []
         for t in index_targets:
             prefix.append(ast.copy_location(_assign(t.id, _name(k)), s))
@@ -422,7 +429,7 @@ class _Reverse:
         trips = self.names.fresh("trips")
         info = _LoopInfo("while", trips=trips)
         self.loops[id(s)] = info
-        out = self.forward_assign(ast.copy_location(_assign(trips, ast.Constant(0)), s), in_loop)
+        out = self.setup_assign(s, trips, ast.Constant(0), in_loop)
         incr = ast.AugAssign(target=_name(trips, True), op=ast.Add(), value=ast.Constant(1))
         body = [incr] + self.forward_block(s.body, True)
         out.append(ast.copy_location(ast.While(test=s.test, body=body, orelse=[]), s))
@@ -831,6 +838,8 @@ class _Reverse:
         self.inplace |= inplace
         self.last_line = None
         if not any(not _is_comment(b) for b in body):
+            for setup in reversed(self.loop_setups.get(id(s), [])):
+                self.restores(setup, out)
             return out
         if info.kind == "range":
             rng: ast.expr = _name(info.range_name)
@@ -845,6 +854,8 @@ class _Reverse:
             it = ast.Call(func=_name("range"), args=[_name(info.trips)], keywords=[])
         out += header
         out.append(ast.For(target=target, iter=it, body=body, orelse=[], type_comment=None))
+        for setup in reversed(self.loop_setups.get(id(s), [])):
+            self.restores(setup, out)
         return out
 
 
