@@ -12,6 +12,13 @@ def _draw(spec, rng):
         kind, shape = spec
         if kind == "const":
             return shape
+        if kind == "spd":  # symmetric positive definite (stacks of) matrices
+            m = rng.standard_normal(shape)
+            return m @ np.swapaxes(m, -1, -2) + shape[-1] * np.eye(shape[-1])
+        if kind == "wellcond":  # square matrices far from singular
+            return rng.standard_normal(shape) + 2 * shape[-1] * np.eye(shape[-1])
+        if kind == "sorted":  # strictly increasing, steps in [0.5, 1.5]
+            return np.cumsum(rng.uniform(0.5, 1.5, size=shape))
         x = rng.uniform(0.5, 2.0, size=shape) if shape else float(rng.uniform(0.5, 2.0))
         if kind == "away_from_zero":
             sign = rng.choice([-1.0, 1.0], size=shape) if shape else 1.0

@@ -65,10 +65,58 @@ class Registry:
 REGISTRY = Registry()
 
 
-def _signature(params: str) -> inspect.Signature:
-    ns: dict = {"np": np}
-    exec(f"def _rule_params({params}):\n    pass", ns)  # noqa: S102 - table text, not user input
-    return inspect.signature(ns["_rule_params"])
+class RuleSignature(inspect.Signature):
+    """A rule's parameters. Binding a call refuses argument forms whose
+    gradient the transform would drop: a list or tuple literal holding
+    variables, passed to a differentiable parameter that is not a sequence
+    parameter (`np.sum([a, b])`), or nested inside a sequence parameter
+    (`np.array([[a, b], [c, d]])`). The call then has no rule and is reported
+    as an error instead of getting a silent zero gradient. (Compiler gap,
+    tests/test_compiler_gaps.py; lift this once the transform handles it.)
+    """
+
+    __slots__ = ("rule",)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rule = None
+
+    def bind(self, *args, **kwargs):
+        bound = super().bind(*args, **kwargs)
+        if self.rule is not None:
+            _check_argument_forms(self.rule, bound)
+        return bound
+
+
+def _holds_variables(node) -> bool:
+    return isinstance(node, ast.AST) and any(isinstance(n, ast.Name) for n in ast.walk(node))
+
+
+def _check_argument_forms(rule: "Rule", bound: inspect.BoundArguments) -> None:
+    for param, value in bound.arguments.items():
+        if param not in rule.grads:
+            continue
+        kind = rule.signature.parameters[param].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            items = list(value)
+        elif param in rule.sequence and isinstance(value, (ast.List, ast.Tuple)):
+            items = list(value.elts)
+        else:
+            items = [value] if param not in rule.sequence else []
+        for item in items:
+            if isinstance(item, (ast.List, ast.Tuple)) and _holds_variables(item):
+                raise TypeError(f"{rule.name}: a list literal of variables as argument "
+                                f"{param!r} is not differentiated")
+
+
+def _signature(params) -> inspect.Signature:
+    if isinstance(params, inspect.Signature):
+        sig = params
+    else:
+        ns: dict = {"np": np}
+        exec(f"def _rule_params({params}):\n    pass", ns)  # noqa: S102 - table text
+        sig = inspect.signature(ns["_rule_params"])
+    return RuleSignature(list(sig.parameters.values()))
 
 
 def _parse_template(text: str, where: str) -> ast.expr:
@@ -91,7 +139,7 @@ def _check_names(rule: Rule, local_names: Iterable[str]) -> None:
                                  f"in s2sgrad.runtime")
 
 
-def make_rule(name: str, params: str, grads: Dict[str, str], *, prelude: str = "",
+def make_rule(name: str, params, grads: Dict[str, str], *, prelude: str = "",
               broadcast: bool = False, sequence: Iterable[str] = (),
               outputs: Optional[int] = None, view: bool = False,
               func: Optional[Callable] = None,
@@ -106,6 +154,7 @@ def make_rule(name: str, params: str, grads: Dict[str, str], *, prelude: str = "
                 texts=dict(grads), prelude=pre, broadcast=broadcast,
                 sequence=frozenset(sequence), outputs=outputs, view=view, func=func,
                 extra_names=dict(extra_names or {}))
+    sig.rule = rule
     local_names = {n.id for s in pre for n in ast.walk(s)
                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     _check_names(rule, local_names)
@@ -124,16 +173,116 @@ def _display_name(func: Callable) -> str:
     return f"{mod}.{name}" if mod else name
 
 
-def defvjp(func: Callable, params: str, *, prelude: str = "", broadcast: bool = False,
+def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False,
            sequence: Iterable[str] = (), outputs: Optional[int] = None, view: bool = False,
-           name: Optional[str] = None, **grads: str) -> Rule:
-    """Register the VJP of `func`: one template per differentiable parameter."""
-    rule = make_rule(name or _display_name(func), params, grads, prelude=prelude,
-                     broadcast=broadcast, sequence=sequence, outputs=outputs, view=view,
-                     func=func)
+           name: Optional[str] = None, **grads) -> Rule:
+    """Register the VJP of `func` (also public as `s2sgrad.defvjp`).
+
+    Template form: `params` is the parameter list as text and each keyword
+    gives one differentiable parameter's gradient as a NumPy expression in
+    `g` (the cotangent), `ans` (the result), the parameters and `np`:
+
+        defvjp(mylib.f, "x, y", x="g * y", y="g * x", broadcast=True)
+
+    A keyword may also be a Python callable `(g, ans, *params) -> gradient`.
+
+    Callable form: `params` is a function `(g, ans, p1, p2, ...)` returning
+    the gradient of each parameter without a default (a tuple when there are
+    several; None means zero). Parameters with defaults are options:
+
+        defvjp(mylib.f, lambda g, ans, x: g * 2 * x)
+
+    Generated code calls a user callable as a helper named after `func`
+    (`_s2s_vjp_mylib_f`). Register rules before the first gradient request.
+    """
+    if not callable(func):
+        raise TypeError(f"defvjp: {func!r} is not callable")
+    rule_name = name or _display_name(func)
+    extra: Dict[str, Callable] = {}
+    if callable(params) and not isinstance(params, str):
+        if grads:
+            raise TypeError("defvjp: give either one callable or per-parameter gradients")
+        params, grads, prelude, extra = _callable_rule(func, params)
+    elif not isinstance(params, (str, inspect.Signature)):
+        raise TypeError(f"defvjp: params must be a string like \"x, y\" or a callable, "
+                        f"not {type(params).__name__}")
+    else:
+        sig = _signature(params)
+        for param, grad in list(grads.items()):
+            if callable(grad) and not isinstance(grad, str):
+                helper_name = _register_user_helper(func, grad, param)
+                extra[helper_name] = grad
+                grads[param] = f"{helper_name}(g, ans, {_call_args(sig)})"
+            elif not isinstance(grad, str):
+                raise TypeError(f"defvjp: the gradient of {param!r} must be a template "
+                                f"string or a callable")
+    rule = make_rule(rule_name, params, grads, prelude=prelude, broadcast=broadcast,
+                     sequence=sequence, outputs=outputs, view=view, func=func,
+                     extra_names=extra)
     REGISTRY.functions[id(func)] = (func, rule)
     REGISTRY.nondiff_functions.pop(id(func), None)
+    REGISTRY.constructors.pop(id(func), None)
     return rule
+
+
+# (id(func), parameter or "") -> helper name: re-registering keeps the name.
+_USER_HELPERS: Dict[Tuple[int, str], str] = {}
+
+
+def _register_user_helper(func: Callable, fn: Callable, part: str = "") -> str:
+    """Bind a user's VJP callable as a runtime helper with a deterministic name."""
+    key = (id(func), part)
+    name = _USER_HELPERS.get(key)
+    if name is None:
+        stem = f"{getattr(func, '__module__', '') or ''}_{getattr(func, '__qualname__', '')}"
+        stem = "".join(c if c.isalnum() else "_" for c in stem).strip("_") or "func"
+        base = f"vjp_{stem}" + (f"_{part}" if part else "")
+        name, k = base, 1
+        while name in runtime.HELPERS or name in _USER_HELPERS.values():
+            k += 1
+            name = f"{base}_{k}"
+        _USER_HELPERS[key] = name
+    runtime.HELPERS[name] = fn
+    return name
+
+
+def _call_args(sig: inspect.Signature) -> str:
+    """The parameters as call arguments: positionally, then by keyword."""
+    out = []
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError("defvjp: a rule with *args or **kwargs needs template gradients")
+        if p.kind is p.KEYWORD_ONLY or p.default is not p.empty:
+            out.append(f"{p.name}={p.name}")
+        else:
+            out.append(p.name)
+    return ", ".join(out)
+
+
+def _callable_rule(func: Callable, vjp: Callable):
+    """The template rule that calls a user's `vjp(g, ans, *params)`."""
+    try:
+        full = inspect.signature(vjp)
+    except (TypeError, ValueError):
+        raise TypeError(f"defvjp: cannot read the signature of {vjp!r}") from None
+    ps = list(full.parameters.values())
+    if len(ps) < 3 or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in ps):
+        raise TypeError("defvjp: the callable must take (g, ans, param, ...) with explicit "
+                        "parameters")
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in ps[2:]]
+    sig = inspect.Signature(params)
+    diff = [p.name for p in params if p.default is p.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not diff:
+        raise TypeError("defvjp: the callable has no parameter without a default to "
+                        "differentiate")
+    helper_name = _register_user_helper(func, vjp)
+    call = f"{helper_name}(g, ans, {_call_args(sig)})"
+    if len(diff) == 1:
+        grads = {diff[0]: f"none_to_zero({call}, {diff[0]})"}
+        return sig, grads, "", {helper_name: vjp}
+    grads = {p: f"none_to_zero(vjp_parts[{i}], {p})" for i, p in enumerate(diff)}
+    return sig, grads, f"vjp_parts = {call}", {helper_name: vjp}
 
 
 def alias(func: Callable, like: Callable) -> Rule:

@@ -1,0 +1,1570 @@
+"""Helpers for the NumPy gradient table, where one line of NumPy would not read well.
+
+Each function is registered with `s2sgrad.runtime.helper`, so a template in
+`numpy_rules.py` calls it by name and generated code shows it as
+`_s2s_<name>(...)`. Every helper is plain NumPy.
+
+Conventions at points where a function has no derivative (README, "NumPy
+coverage"): ties of max/min/sort-like functions split the cotangent equally;
+norms and standard deviations at zero take the zero subgradient; a gradient
+that is undefined (eigenvectors of repeated eigenvalues, ...) raises instead
+of returning a value.
+"""
+from __future__ import annotations
+
+import numbers
+import string
+from collections import Counter
+
+import numpy as np
+
+from ..runtime import (
+    HELPERS,
+    _normalize_axes,
+    balanced_max_mask,
+    expand_reduced,
+    helper,
+    reduced_count,
+    sum_to_shape,
+    unbroadcast,
+)
+
+_NUMPY2 = int(np.__version__.split(".")[0]) >= 2
+
+
+def _helper(fn):
+    """Register a table helper; its name must not shadow another helper."""
+    if fn.__name__ in HELPERS and HELPERS[fn.__name__] is not fn:
+        raise ValueError(f"helper name {fn.__name__!r} is already taken")
+    return helper(fn)
+
+
+def _T(x):
+    return np.swapaxes(x, -1, -2)
+
+
+# -- errors and small arithmetic ------------------------------------------------
+@_helper
+def unsupported(what):
+    """Raise: the gradient through `what` is not implemented (never a silent zero)."""
+    raise NotImplementedError(f"s2sgrad cannot differentiate {what}")
+
+
+@_helper
+def safe_divide(num, den):
+    """num / den, with 0 where den == 0 (the zero subgradient of a norm at 0)."""
+    den = np.asarray(den)
+    zero = den == 0
+    out = np.where(zero, 0.0, num / np.where(zero, 1.0, den))
+    return out[()] if np.ndim(out) == 0 else out
+
+
+@_helper
+def real_only(grad, x):
+    """`grad`, after checking that `x` is real: complex derivatives are not supported."""
+    if np.iscomplexobj(x):
+        raise NotImplementedError("s2sgrad differentiates real-valued code; complex "
+                                  "intermediate values are not supported")
+    return grad
+
+
+@_helper
+def sinc_derivative(x):
+    """d/dx sin(pi x) / (pi x): (cos(pi x) - sinc(x)) / x, and 0 at x == 0."""
+    x = np.asarray(x)
+    zero = x == 0
+    safe = np.where(zero, 1.0, x)
+    return np.where(zero, 0.0, (np.cos(np.pi * safe) - np.sinc(safe)) / safe)
+
+
+@_helper
+def zero_unless_float(grad, ans):
+    """Integer results (dtype=int, astype(int)) are piecewise constant: zero gradient."""
+    dtype = getattr(ans, "dtype", None)
+    if dtype is not None and not np.issubdtype(dtype, np.inexact):
+        return np.zeros(np.shape(grad))
+    return grad
+
+
+# -- clip ---------------------------------------------------------------------------
+@_helper
+def clip_grads(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002 - NumPy's names
+    """Cotangents of (a, lower bound, upper bound) in np.clip.
+
+    clip is minimum(maximum(a, lo), hi), and ties split like np.maximum: at
+    a == lo both a and lo receive half of g.
+    """
+    lo = a_min if a_min is not None else min
+    hi = a_max if a_max is not None else max
+    g = np.asarray(g)
+    mid = a if lo is None else np.maximum(a, lo)
+    g_mid, g_hi, g_lo = g, None, None
+    if hi is not None:
+        out = np.minimum(mid, hi)
+        g_hi = g * balanced_max_mask(hi, out, mid)
+        g_mid = g * balanced_max_mask(mid, out, hi)
+    g_a = g_mid
+    if lo is not None:
+        g_lo = g_mid * balanced_max_mask(lo, mid, a)
+        g_a = g_mid * balanced_max_mask(a, mid, lo)
+    return g_a, g_lo, g_hi
+
+
+# -- reductions ------------------------------------------------------------------------
+def _kwargs(**kw):
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+@_helper
+def extremum_grad(g, a, ans, axis=None, keepdims=False, initial=None, where=None):
+    """Cotangent of `a` in max/min/amax/amin/nanmax/nanmin.
+
+    The cotangent goes to the elements equal to the result; ties split it
+    equally (an `initial` equal to the result takes its share). NaNs get 0.
+    """
+    a = np.asarray(a)
+    ge = expand_reduced(g, a, axis=axis, keepdims=keepdims)
+    ae = expand_reduced(ans, a, axis=axis, keepdims=keepdims)
+    hit = a == ae
+    if where is not None:
+        hit = hit & np.broadcast_to(where, a.shape)
+    count = np.sum(hit, axis=axis, keepdims=True) if a.ndim else hit.astype(int)
+    if initial is not None:
+        count = count + (np.asarray(initial) == ae)
+    return np.where(hit, ge / np.maximum(count, 1), 0.0)
+
+
+@_helper
+def extremum_initial_grad(g, a, ans, initial, axis=None, keepdims=False, where=None):
+    """Cotangent of `initial=` in max/min: its share where it equals the result."""
+    a = np.asarray(a)
+    ae = expand_reduced(ans, a, axis=axis, keepdims=keepdims)
+    hit = a == ae
+    if where is not None:
+        hit = hit & np.broadcast_to(where, a.shape)
+    count = np.sum(hit, axis=axis, keepdims=keepdims) if a.ndim else hit.astype(int)
+    wins = np.asarray(initial) == ans
+    share = np.where(wins, np.asarray(g) / (count + 1), 0.0)
+    return sum_to_shape(share, np.shape(initial))
+
+
+def _exclusive_products(x, axis=None):
+    """For each element, the product of the *other* elements reduced with it.
+
+    Computed with prefix and suffix products, so zeros in x are exact (no
+    division by x).
+    """
+    x = np.asarray(x)
+    nd = x.ndim
+    if nd == 0:
+        return np.ones_like(x)
+    axes = _normalize_axes(axis, nd)
+    keep = [i for i in range(nd) if i not in axes]
+    perm = keep + list(axes)
+    xt = np.transpose(x, perm)
+    lead = xt.shape[:len(keep)]
+    flat = xt.reshape(lead + (-1,))
+    if flat.shape[-1] == 0:
+        return np.ones_like(x)
+    one = np.ones(lead + (1,), dtype=flat.dtype)
+    left = np.cumprod(np.concatenate([one, flat[..., :-1]], axis=-1), axis=-1)
+    right = np.cumprod(np.concatenate([one, flat[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
+    return np.transpose((left * right).reshape(xt.shape), np.argsort(perm))
+
+
+@_helper
+def prod_grad(g, a, axis=None, keepdims=False, initial=None, where=None):
+    """Cotangent of `a` in np.prod: g times the product of the other factors (exact at 0)."""
+    a = np.asarray(a)
+    x = a if where is None else np.where(where, a, 1)
+    others = _exclusive_products(x, axis)
+    if initial is not None:
+        others = others * initial
+    out = expand_reduced(g, a, axis=axis, keepdims=keepdims) * others
+    return out if where is None else np.where(where, out, 0.0)
+
+
+@_helper
+def prod_initial_grad(g, a, initial, axis=None, keepdims=False, where=None):
+    """Cotangent of `initial=` in np.prod: g times the product of the elements."""
+    rest = np.prod(a, axis=axis, keepdims=keepdims, **_kwargs(where=where))
+    return sum_to_shape(np.asarray(g) * rest, np.shape(initial))
+
+
+def _moments(a, axis, where, mean=None):
+    """Element count and centred values for var/std (optional where mask, given mean)."""
+    a = np.asarray(a)
+    if where is None:
+        n = reduced_count(a, axis=axis)
+        if mean is None:
+            mean = np.mean(a, axis=axis, keepdims=True)
+        return n, a - mean
+    mask = np.broadcast_to(where, a.shape)
+    n = np.sum(mask, axis=axis, keepdims=True)
+    if mean is None:
+        mean = np.sum(np.where(mask, a, 0.0), axis=axis, keepdims=True) / n
+    return n, np.where(mask, a - mean, 0.0)
+
+
+@_helper
+def var_grad(g, a, axis=None, ddof=0, keepdims=False, where=None, mean=None, correction=None):
+    """Cotangent of `a` in np.var: 2 (a - mean) / (n - ddof)."""
+    if correction is not None:
+        ddof = correction
+    n, centred = _moments(a, axis, where, mean)
+    return expand_reduced(g, a, axis=axis, keepdims=keepdims) * centred * (2.0 / (n - ddof))
+
+
+@_helper
+def std_grad(g, a, ans, axis=None, ddof=0, keepdims=False, where=None, mean=None,
+             correction=None):
+    """Cotangent of `a` in np.std: (a - mean) / ((n - ddof) std); 0 where std == 0."""
+    if correction is not None:
+        ddof = correction
+    n, centred = _moments(a, axis, where, mean)
+    scale = expand_reduced(ans, a, axis=axis, keepdims=keepdims) * (n - ddof)
+    return expand_reduced(g, a, axis=axis, keepdims=keepdims) * safe_divide(centred, scale)
+
+
+@_helper
+def nanmean_grad(g, a, axis=None, keepdims=False):
+    """Cotangent of `a` in np.nanmean: shared by the non-NaN elements, 0 at NaNs."""
+    a = np.asarray(a)
+    valid = ~np.isnan(a)
+    count = np.sum(valid, axis=axis, keepdims=True)
+    return np.where(valid, expand_reduced(g, a, axis=axis, keepdims=keepdims) / count, 0.0)
+
+
+def _weights_like(w, a, axis):
+    """Weights of np.average broadcast against `a` (1-d weights lie along `axis`)."""
+    w = np.asarray(w)
+    if w.shape == a.shape:
+        return w
+    shape = [1] * a.ndim
+    for ax, n in zip(_normalize_axes(axis, a.ndim), w.shape):
+        shape[ax] = n
+    return w.reshape(shape)
+
+
+@_helper
+def average_grads(g, a, axis=None, weights=None, returned=False, keepdims=False):
+    """Cotangents of (a, weights) in np.average (and its sum of weights if returned)."""
+    g_sum = None
+    if returned:
+        g, g_sum = g[0], g[1]
+    a = np.asarray(a)
+    ge = expand_reduced(g, a, axis=axis, keepdims=keepdims)
+    if weights is None:
+        return ge / reduced_count(a, axis=axis), None
+    w = _weights_like(weights, a, axis)
+    wsum = np.sum(np.broadcast_to(w, a.shape), axis=axis, keepdims=True)
+    avg = np.sum(a * w, axis=axis, keepdims=True) / wsum
+    g_a = ge * w / wsum
+    g_w = ge * (a - avg) / wsum
+    if g_sum is not None:
+        g_w = g_w + expand_reduced(g_sum, a, axis=axis, keepdims=keepdims)
+    return g_a, np.reshape(sum_to_shape(g_w, w.shape), np.shape(weights))
+
+
+@_helper
+def cumprod_grad(g, a, ans, axis=None):
+    """Cotangent of `a` in np.cumprod, exact when `a` contains zeros.
+
+    Before the first zero of a slice the usual sum(g * ans) / a holds; at
+    the first zero the product of the other factors is formed explicitly;
+    after it every partial product contains that zero, so the gradient is 0.
+    """
+    a = np.asarray(a)
+    if axis is None:
+        x, ax = a.ravel(), 0
+    else:
+        x, ax = a, axis
+    x = np.moveaxis(x, ax, -1)
+    gg = np.moveaxis(np.asarray(g), ax, -1)
+    y = np.moveaxis(np.asarray(ans), ax, -1)
+    n = x.shape[-1]
+    idx = np.arange(n)
+    zero = x == 0
+    first = np.where(zero.any(axis=-1, keepdims=True), zero.argmax(axis=-1)[..., None], n)
+    before = idx < first
+    tail_sums = np.flip(np.cumsum(np.flip(gg * y, -1), -1), -1)
+    out = np.where(before, tail_sums / np.where(before, x, 1), 0.0)
+    at = idx == first
+    if at.any():
+        after = np.where(idx > first, x, 1)
+        tail = np.sum(np.where(idx >= first, gg * np.cumprod(after, axis=-1), 0.0), axis=-1,
+                      keepdims=True)
+        head = np.prod(np.where(before, x, 1), axis=-1, keepdims=True)
+        out = np.where(at, head * tail, out)
+    out = np.moveaxis(out, -1, ax)
+    return np.reshape(out, a.shape)
+
+
+@_helper
+def cumulative_grad(g, x, ans, axis=None, include_initial=False, product=False):
+    """Cotangent of `x` in np.cumulative_sum / np.cumulative_prod (NumPy >= 2.1)."""
+    x = np.asarray(x)
+    ax = 0 if axis is None else axis
+    g = np.asarray(g)
+    if include_initial:
+        n = g.shape[ax]
+        g = np.take(g, np.arange(1, n), axis=ax)
+        ans = np.take(ans, np.arange(1, n), axis=ax)
+    if product:
+        return cumprod_grad(g, x, ans, axis=ax)
+    return np.flip(np.cumsum(np.flip(g, ax), ax), ax)
+
+
+@_helper
+def quantile_grad(g, a, q, axis=None, method="linear", keepdims=False, ignore_nan=False,
+                  overwrite_input=False, weights=None, interpolation=None):
+    """Cotangent of `a` in np.quantile/percentile/median (and their nan versions).
+
+    With the default 'linear' method a quantile interpolates between two
+    order statistics; the cotangent goes to those two elements with the
+    interpolation weights. Equal values are told apart by a stable sort.
+    """
+    if method != "linear" or interpolation is not None or weights is not None:
+        unsupported("np.quantile other than method='linear' without weights")
+    if overwrite_input:
+        unsupported("np.quantile/median with overwrite_input=True (the input is reordered "
+                    "before the gradient can read it)")
+    a = np.asarray(a)
+    nd = a.ndim
+    axes = _normalize_axes(axis, nd) if nd else ()
+    keep = [i for i in range(nd) if i not in axes]
+    perm = keep + list(axes)
+    xt = np.transpose(a, perm)
+    lead = xt.shape[:len(keep)]
+    flat = xt.reshape(lead + (-1,))
+    n = flat.shape[-1]
+    order = np.argsort(flat, axis=-1, kind="stable")
+    valid = np.sum(~np.isnan(flat), axis=-1) if ignore_nan else np.full(lead, n)
+    qs = np.atleast_1d(np.asarray(q, dtype=float)).ravel()
+    gq = np.reshape(np.asarray(g), (len(qs),) + lead)
+    k = np.arange(n)
+    sorted_grad = np.zeros(lead + (n,), dtype=np.result_type(gq, np.float64))
+    for i, qi in enumerate(qs):
+        pos = qi * (valid - 1)
+        lo = np.floor(pos).astype(int)
+        hi = np.minimum(lo + 1, valid - 1)
+        frac = pos - lo
+        gi = np.where(valid > 0, gq[i], 0.0)
+        sorted_grad = sorted_grad + gi[..., None] * (
+            (k == lo[..., None]) * (1 - frac)[..., None] + (k == hi[..., None]) * frac[..., None])
+    out = np.zeros_like(sorted_grad)
+    np.put_along_axis(out, order, sorted_grad, axis=-1)
+    return np.transpose(out.reshape(xt.shape), np.argsort(perm))
+
+
+@_helper
+def ptp_grad(g, a, axis=None, keepdims=False):
+    """Cotangent of `a` in np.ptp = max - min (ties split as in max/min)."""
+    hi = np.max(a, axis=axis, keepdims=keepdims)
+    lo = np.min(a, axis=axis, keepdims=keepdims)
+    return (extremum_grad(g, a, hi, axis=axis, keepdims=keepdims)
+            - extremum_grad(g, a, lo, axis=axis, keepdims=keepdims))
+
+
+@_helper
+def diff_grads(g, a, n=1, axis=-1, prepend=None, append=None):
+    """Cotangents of (a, prepend, append) in np.diff.
+
+    The adjoint of one difference along an axis is minus the difference of
+    the cotangent padded with a zero at each end.
+    """
+    a = np.asarray(a)
+    g = np.asarray(g)
+    ax = axis % a.ndim
+    for _ in range(n):
+        width = [(0, 0)] * g.ndim
+        width[ax] = (1, 1)
+        g = -np.diff(np.pad(g, width), axis=ax)
+    parts = []
+    start = 0
+    for extra in (prepend, a, append):
+        if extra is None:
+            parts.append(None)
+            continue
+        shape = list(a.shape)
+        ext = np.asarray(extra)
+        shape[ax] = ext.shape[ax] if ext.ndim else 1
+        piece = np.take(g, np.arange(start, start + shape[ax]), axis=ax)
+        start += shape[ax]
+        parts.append(sum_to_shape(piece, ext.shape))
+    return parts[1], parts[0], parts[2]
+
+
+@_helper
+def ediff1d_grads(g, ary, to_end=None, to_begin=None):
+    """Cotangents of (ary, to_end, to_begin) in np.ediff1d."""
+    g = np.asarray(g)
+    nb = np.size(to_begin) if to_begin is not None else 0
+    ne = np.size(to_end) if to_end is not None else 0
+    mid = g[nb:len(g) - ne]
+    g_ary = -np.diff(np.pad(mid, (1, 1)))
+    g_begin = np.reshape(g[:nb], np.shape(to_begin)) if to_begin is not None else None
+    g_end = np.reshape(g[len(g) - ne:], np.shape(to_end)) if to_end is not None else None
+    return np.reshape(g_ary, np.shape(ary)), g_end, g_begin
+
+
+@_helper
+def trapezoid_grads(g, y, x=None, dx=1.0, axis=-1):
+    """Cotangents of (y, x, dx) in np.trapezoid (np.trapz).
+
+    The integral is sum_i d_i (y_i + y_(i+1)) / 2 with d_i the interval
+    lengths, so y_i's weight is (d_(i-1) + d_i) / 2 and x_j's gradient is the
+    difference of neighbouring interval means.
+    """
+    y = np.asarray(y)
+    ax = axis % y.ndim
+    n = y.shape[ax]
+    ge = np.expand_dims(np.asarray(g), ax)
+    shape = [1] * y.ndim
+    shape[ax] = n - 1
+    if x is None:
+        d = np.full(shape, dx, dtype=float)
+    elif np.ndim(x) == 1:
+        d = np.reshape(np.diff(x), shape)
+    else:
+        d = np.diff(x, axis=ax)
+    zero = np.zeros_like(np.take(d, [0], axis=ax))
+    weight = (np.concatenate([zero, d], axis=ax) + np.concatenate([d, zero], axis=ax)) / 2.0
+    g_y = sum_to_shape(ge * weight, y.shape)
+    means = (np.take(y, np.arange(1, n), axis=ax) + np.take(y, np.arange(n - 1), axis=ax)) / 2.0
+    g_d = ge * means  # cotangent of each interval length
+    g_x = g_dx = None
+    if x is None:
+        g_dx = np.sum(g_d)
+    else:
+        width = [(0, 0)] * y.ndim
+        width[ax] = (1, 1)
+        g_full = -np.diff(np.pad(g_d, width), axis=ax)
+        if np.ndim(x) == 1:
+            g_x = np.sum(g_full, axis=tuple(i for i in range(g_full.ndim) if i != ax))
+        else:
+            g_x = sum_to_shape(g_full, np.shape(x))
+    return g_y, g_x, g_dx
+
+
+# -- norms ---------------------------------------------------------------------------------
+def _vector_norm_grad(ge, x, ae, ord, axes):
+    if ord is None or ord == 2:
+        return ge * safe_divide(x, ae)
+    if ord == 1:
+        return ge * np.sign(x)
+    if ord == 0:
+        return np.zeros(x.shape, dtype=np.result_type(x, float))
+    if ord in (np.inf, -np.inf):
+        ax = np.abs(x)
+        hit = ax == ae
+        count = np.sum(hit, axis=axes, keepdims=True)
+        return np.where(hit & (ae != 0), ge * np.sign(x) / np.maximum(count, 1), 0.0)
+    p = float(ord)
+    if p < 1 and np.any(x == 0):
+        raise ValueError(f"the gradient of a vector norm with ord={ord} is undefined at "
+                         "zero entries")
+    return ge * np.sign(x) * np.abs(x) ** (p - 1) * safe_divide(1.0, ae ** (p - 1))
+
+
+def _matrix_norm_grad(ge, x, ae, ord, r, c):
+    xm = np.moveaxis(x, (r, c), (-2, -1))
+    gm = np.moveaxis(ge, (r, c), (-2, -1))[..., :1, :1]
+    am = np.moveaxis(ae, (r, c), (-2, -1))[..., :1, :1]
+    if ord in (None, "fro"):
+        out = gm * safe_divide(xm, am)
+    elif ord in (1, -1, np.inf, -np.inf):
+        sum_axis = -2 if ord in (1, -1) else -1
+        sums = np.sum(np.abs(xm), axis=sum_axis, keepdims=True)
+        pick = np.max if ord in (1, np.inf) else np.min
+        best = pick(sums, axis=-1 if sum_axis == -2 else -2, keepdims=True)
+        hit = sums == best
+        count = np.sum(hit, axis=-1 if sum_axis == -2 else -2, keepdims=True)
+        out = gm * np.sign(xm) * hit / count
+    elif ord in (2, -2, "nuc"):
+        u, s, vt = np.linalg.svd(xm, full_matrices=False)
+        tol = np.max(s, axis=-1, keepdims=True) * max(xm.shape[-2:]) * np.finfo(s.dtype).eps
+        if ord == "nuc":
+            weight = (s > tol).astype(s.dtype)
+        else:
+            target = s[..., :1] if ord == 2 else s[..., -1:]
+            hit = np.abs(s - target) <= tol
+            weight = hit / np.sum(hit, axis=-1, keepdims=True)
+            if ord == 2:
+                weight = np.where(s[..., :1] > 0, weight, 0.0)
+        out = gm * ((u * weight[..., None, :]) @ vt)
+    else:
+        raise ValueError(f"invalid norm order {ord!r} for matrices")
+    return np.moveaxis(out, (-2, -1), (r, c))
+
+
+@_helper
+def norm_grad(g, x, ans, ord=None, axis=None, keepdims=False):
+    """Cotangent of `x` in np.linalg.norm, for vector and matrix norms.
+
+    At a zero vector or matrix the zero subgradient is taken; ties (ord=inf,
+    1 for matrices, 2 with a repeated largest singular value) split g equally.
+    """
+    x = np.asarray(x)
+    nd = x.ndim
+    if axis is None:
+        if ord is None:
+            axes = tuple(range(nd))
+        elif nd == 2:
+            axes = (0, 1)
+        else:
+            axes = (0,)
+    elif isinstance(axis, numbers.Integral):
+        axes = (int(axis) % nd,)
+    else:
+        axes = tuple(int(a) % nd for a in axis)
+    ge = expand_reduced(g, x, axis=axes, keepdims=keepdims)
+    ae = expand_reduced(ans, x, axis=axes, keepdims=keepdims)
+    if len(axes) == 2 and not (axis is None and ord is None):
+        return _matrix_norm_grad(ge, x, ae, ord, axes[0], axes[1])
+    return _vector_norm_grad(ge, x, ae, ord, axes)
+
+
+@_helper
+def vector_norm_grad(g, x, ans, axis=None, keepdims=False, ord=2):
+    """Cotangent of `x` in np.linalg.vector_norm (axis=None: all elements, one vector)."""
+    x = np.asarray(x)
+    axes = _normalize_axes(axis, x.ndim) if x.ndim else ()
+    ge = expand_reduced(g, x, axis=axes, keepdims=keepdims)
+    ae = expand_reduced(ans, x, axis=axes, keepdims=keepdims)
+    return _vector_norm_grad(ge, x, ae, ord, axes)
+
+
+@_helper
+def matrix_norm_grad(g, x, ans, keepdims=False, ord="fro"):
+    """Cotangent of `x` in np.linalg.matrix_norm (the last two axes)."""
+    x = np.asarray(x)
+    axes = (x.ndim - 2, x.ndim - 1)
+    ge = expand_reduced(g, x, axis=axes, keepdims=keepdims)
+    ae = expand_reduced(ans, x, axis=axes, keepdims=keepdims)
+    return _matrix_norm_grad(ge, x, ae, ord, *axes)
+
+
+# -- statistics of several variables ---------------------------------------------------
+def _cov_rows(m, y, rowvar):
+    X = np.array(m, ndmin=2, dtype=np.result_type(m, np.float64))
+    flip_m = not rowvar and X.shape[0] != 1
+    if flip_m:
+        X = X.T
+    rows_m = X.shape[0]
+    flip_y = False
+    if y is not None:
+        Y = np.array(y, ndmin=2, dtype=np.result_type(y, np.float64))
+        flip_y = not rowvar and Y.shape[0] != 1
+        if flip_y:
+            Y = Y.T
+        X = np.concatenate([X, Y], axis=0)
+    return X, rows_m, flip_m, flip_y
+
+
+def _cov_back(g_c, X, rows_m, flip_m, flip_y, m, y, fact):
+    k = X.shape[0]
+    g2 = np.reshape(g_c, (k, k))
+    centred = X - np.mean(X, axis=1, keepdims=True)
+    gx = (g2 + g2.T) @ centred / fact
+    gx = gx - np.mean(gx, axis=1, keepdims=True)
+    gm = gx[:rows_m].T if flip_m else gx[:rows_m]
+    gy = None
+    if y is not None:
+        gy = gx[rows_m:].T if flip_y else gx[rows_m:]
+        gy = np.reshape(gy, np.shape(y))
+    return np.reshape(gm, np.shape(m)), gy
+
+
+def _cov_fact(X, bias, ddof):
+    if ddof is None:
+        ddof = 0 if bias else 1
+    return X.shape[1] - ddof
+
+
+@_helper
+def cov_grads(g, m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None):
+    """Cotangents of (m, y) in np.cov (without frequency or analytic weights)."""
+    if fweights is not None or aweights is not None:
+        unsupported("np.cov with fweights/aweights")
+    X, rows_m, flip_m, flip_y = _cov_rows(m, y, rowvar)
+    return _cov_back(g, X, rows_m, flip_m, flip_y, m, y, _cov_fact(X, bias, ddof))
+
+
+@_helper
+def corrcoef_grads(g, x, y=None, rowvar=True):
+    """Cotangents of (x, y) in np.corrcoef = cov / sqrt(var_i var_j)."""
+    X, rows_m, flip_m, flip_y = _cov_rows(x, y, rowvar)
+    fact = _cov_fact(X, False, None)
+    centred = X - np.mean(X, axis=1, keepdims=True)
+    c = centred @ centred.T / fact
+    d = np.sqrt(np.diag(c))
+    scale = np.outer(d, d)
+    r = c / scale
+    k = c.shape[0]
+    g2 = np.reshape(np.asarray(g, dtype=float), (k, k))
+    g_c = g2 / scale
+    diag = np.sum(g2 * r, axis=1) + np.sum(g2 * r, axis=0)
+    g_c = g_c - np.diag(diag / (2.0 * np.diag(c)))
+    return _cov_back(g_c, X, rows_m, flip_m, flip_y, x, y, fact)
+
+
+# -- gathers: functions that only move elements ----------------------------------------
+def _gather_vjp(g, build, *inputs):
+    """Cotangents of the inputs of a function that only copies elements around.
+
+    `build` is applied to arrays of 1-based element numbers of the inputs
+    (0 marks a value the function made up, like padding); every output
+    element then names its source, and the cotangent is summed back with
+    bincount, so repeated sources accumulate.
+    """
+    sizes = [int(np.size(x)) for x in inputs]
+    numbers_ = []
+    start = 1
+    for x, n in zip(inputs, sizes):
+        numbers_.append(np.arange(start, start + n).reshape(np.shape(x)))
+        start += n
+    source = np.asarray(build(*numbers_))
+    gflat = np.broadcast_to(np.asarray(g), source.shape).ravel()
+    total = np.bincount(source.ravel(), weights=gflat, minlength=start)
+    dtype = np.result_type(np.asarray(g).dtype, np.float32)
+    out = []
+    start = 1
+    for x, n in zip(inputs, sizes):
+        out.append(total[start:start + n].reshape(np.shape(x)).astype(dtype, copy=False))
+        start += n
+    return out if len(out) > 1 else out[0]
+
+
+@_helper
+def take_grad(g, a, indices, axis=None, mode="raise"):
+    """Cotangent of `a` in np.take (repeated indices accumulate)."""
+    return _gather_vjp(g, lambda i: np.take(i, indices, axis=axis, mode=mode), a)
+
+
+@_helper
+def take_along_axis_grad(g, arr, indices, axis):
+    return _gather_vjp(g, lambda i: np.take_along_axis(i, indices, axis), arr)
+
+
+@_helper
+def compress_grad(g, condition, a, axis=None):
+    return _gather_vjp(g, lambda i: np.compress(condition, i, axis=axis), a)
+
+
+@_helper
+def extract_grad(g, condition, arr):
+    return _gather_vjp(g, lambda i: np.extract(condition, i), arr)
+
+
+@_helper
+def diagonal_grad(g, a, offset=0, axis1=0, axis2=1):
+    return _gather_vjp(g, lambda i: np.diagonal(i, offset, axis1, axis2), a)
+
+
+@_helper
+def trace_grad(g, a, offset=0, axis1=0, axis2=1):
+    """Cotangent of `a` in np.trace: g on the chosen diagonal, 0 elsewhere."""
+    diag = np.diagonal(np.asarray(a), offset, axis1, axis2)
+    gd = np.broadcast_to(np.expand_dims(np.asarray(g), -1), diag.shape)
+    return diagonal_grad(gd, a, offset, axis1, axis2)
+
+
+@_helper
+def diag_grad(g, v, k=0):
+    return _gather_vjp(g, lambda i: np.diag(i, k), v)
+
+
+@_helper
+def diagflat_grad(g, v, k=0):
+    return _gather_vjp(g, lambda i: np.diagflat(i, k), v)
+
+
+@_helper
+def repeat_grad(g, a, repeats, axis=None):
+    return _gather_vjp(g, lambda i: np.repeat(i, repeats, axis=axis), a)
+
+
+@_helper
+def tile_grad(g, A, reps):
+    return _gather_vjp(g, lambda i: np.tile(i, reps), A)
+
+
+@_helper
+def resize_grad(g, a, new_shape):
+    return _gather_vjp(g, lambda i: np.resize(i, new_shape), a)
+
+
+@_helper
+def delete_grad(g, arr, obj, axis=None):
+    return _gather_vjp(g, lambda i: np.delete(i, obj, axis=axis), arr)
+
+
+@_helper
+def insert_grads(g, arr, obj, values, axis=None):
+    """Cotangents of (arr, values) in np.insert."""
+    return _gather_vjp(g, lambda i, v: np.insert(i, obj, v, axis=axis), arr, values)
+
+
+@_helper
+def append_grads(g, arr, values, axis=None):
+    """Cotangents of (arr, values) in np.append."""
+    return _gather_vjp(g, lambda i, v: np.append(i, v, axis=axis), arr, values)
+
+
+_PAD_MOVES = ("constant", "edge", "reflect", "symmetric", "wrap")
+
+
+@_helper
+def pad_grads(g, array, pad_width, mode="constant", constant_values=0, reflect_type="even"):
+    """Cotangents of (array, constant_values) in np.pad.
+
+    Modes that copy elements ('constant', 'edge', 'reflect', 'symmetric',
+    'wrap' with reflect_type='even') are exact; the statistical modes raise.
+    """
+    if mode not in _PAD_MOVES or reflect_type != "even":
+        unsupported(f"np.pad with mode={mode!r}, reflect_type={reflect_type!r}")
+    kw = {"constant_values": 0} if mode == "constant" else {}
+    g_arr = _gather_vjp(g, lambda i: np.pad(i, pad_width, mode=mode, **kw), array)
+    g_const = None
+    if mode == "constant":
+        filled = np.pad(np.zeros(np.shape(array), dtype=bool), pad_width, constant_values=True)
+        if np.ndim(constant_values) != 0:
+            unsupported("np.pad with per-axis constant_values")
+        g_const = np.sum(np.where(filled, g, 0.0))
+    return g_arr, g_const
+
+
+@_helper
+def unravel(g, a, order="C"):
+    """Cotangent of `a` in np.ravel(a, order): the cotangent reshaped back."""
+    if order in ("A", "K"):
+        a = np.asarray(a)
+        if a.flags.c_contiguous or a.ndim < 2:
+            order = "C"
+        elif a.flags.f_contiguous:
+            order = "F"
+        else:
+            unsupported(f"np.ravel(order={order!r}) of a non-contiguous array")
+    return np.reshape(g, np.shape(a), order=order)
+
+
+# -- joining and splitting --------------------------------------------------------------
+def _split_back(g, shapes, axis):
+    """Split g along axis into pieces of the given (promoted) shapes."""
+    sizes = [s[axis] for s in shapes]
+    cuts = np.cumsum(sizes)[:-1]
+    return np.split(np.asarray(g), cuts, axis=axis)
+
+
+@_helper
+def concatenate_grad(g, arrays, axis=0):
+    """One cotangent per item of np.concatenate(arrays, axis)."""
+    g = np.asarray(g)
+    items = list(arrays)
+    if axis is None:
+        sizes = [int(np.size(x)) for x in items]
+        pieces = np.split(g, np.cumsum(sizes)[:-1])
+    else:
+        shapes = [np.shape(x) for x in items]
+        pieces = _split_back(g, shapes, axis % g.ndim)
+    out = [np.reshape(p, np.shape(x)) for p, x in zip(pieces, items)]
+    return np.stack(out) if isinstance(arrays, np.ndarray) else out
+
+
+@_helper
+def stack_grad(g, arrays, axis=0):
+    """One cotangent per item of np.stack(arrays, axis)."""
+    g = np.asarray(g)
+    if isinstance(arrays, np.ndarray):
+        return np.moveaxis(g, axis, 0)
+    return [np.reshape(np.take(g, i, axis=axis), np.shape(x)) for i, x in enumerate(arrays)]
+
+
+def _joined_grad(g, arrays, promote, axis):
+    items = list(arrays)
+    shapes = [np.shape(promote(np.empty(np.shape(x), dtype=bool))) for x in items]
+    pieces = _split_back(g, shapes, axis)
+    out = [np.reshape(p, np.shape(x)) for p, x in zip(pieces, items)]
+    return np.stack(out) if isinstance(arrays, np.ndarray) else out
+
+
+@_helper
+def vstack_grad(g, tup):
+    return _joined_grad(g, tup, np.atleast_2d, 0)
+
+
+@_helper
+def hstack_grad(g, tup):
+    first = np.atleast_1d(np.empty(np.shape(tup[0]), dtype=bool))
+    return _joined_grad(g, tup, np.atleast_1d, 0 if first.ndim == 1 else 1)
+
+
+@_helper
+def dstack_grad(g, tup):
+    return _joined_grad(g, tup, np.atleast_3d, 2)
+
+
+@_helper
+def column_stack_grad(g, tup):
+    def promote(x):
+        return x.reshape(-1, 1) if x.ndim < 2 else x
+    return _joined_grad(g, tup, promote, 1)
+
+
+@_helper
+def array_grad(g, object, ans=None):  # noqa: A002 - NumPy's parameter name
+    """One cotangent per item of np.array([...]) (or the array's, for an array)."""
+    g = np.asarray(g)
+    if ans is not None and not np.issubdtype(np.asarray(ans).dtype, np.inexact):
+        g = np.zeros(g.shape)
+    if isinstance(object, (list, tuple)):
+        if not object:
+            return []
+        g = np.reshape(g, (len(object),) + np.shape(object[0]))  # undo ndmin
+        return [np.reshape(g[i], np.shape(x)) for i, x in enumerate(object)]
+    return np.reshape(g, np.shape(object))
+
+
+@_helper
+def atleast_grad(g, arys):
+    """Cotangents of np.atleast_1d/2d/3d: reshape back to each input's shape."""
+    if len(arys) == 1:
+        return [np.reshape(g, np.shape(arys[0]))]
+    return [np.reshape(gi, np.shape(x)) for gi, x in zip(g, arys)]
+
+
+@_helper
+def broadcast_arrays_grad(g, args):
+    return [unbroadcast(gi, x) for gi, x in zip(g, args)]
+
+
+@_helper
+def meshgrid_grad(g, xi, indexing="xy", sparse=False):
+    """One cotangent per input of np.meshgrid: sum over the axes it is repeated along."""
+    n = len(xi)
+    out = []
+    for i, (gi, x) in enumerate(zip(g, xi)):
+        axis = i
+        if indexing == "xy" and n > 1 and i < 2:
+            axis = 1 - i
+        gi = np.asarray(gi)
+        other = tuple(a for a in range(gi.ndim) if a != axis)
+        out.append(np.reshape(np.sum(gi, axis=other), np.shape(x)))
+    return out
+
+
+@_helper
+def select_grads(g, condlist, choicelist, default=0):
+    """Cotangents of (choicelist items, default) in np.select: the first true condition."""
+    g = np.asarray(g)
+    taken = np.zeros(g.shape, dtype=bool)
+    grads = []
+    for cond, choice in zip(condlist, choicelist):
+        cond = np.broadcast_to(cond, g.shape)
+        pick = cond & ~taken
+        taken = taken | cond
+        grads.append(unbroadcast(np.where(pick, g, 0.0), choice))
+    return grads, unbroadcast(np.where(taken, 0.0, g), default)
+
+
+@_helper
+def rollaxis_grad(g, a, axis, start=0):
+    nd = np.ndim(a)
+    axis = axis % nd
+    start = start + nd if start < 0 else start
+    perm = list(range(nd))
+    if axis < start:
+        start -= 1
+    if axis != start:
+        perm.remove(axis)
+        perm.insert(start, axis)
+    return np.transpose(g, np.argsort(perm))
+
+
+@_helper
+def sort_grad(g, a, axis=-1):
+    """Cotangent of `a` in np.sort: each sorted value's cotangent goes back to where
+    it came from (equal values are told apart by a stable sort)."""
+    a = np.asarray(a)
+    if axis is None:
+        order = np.argsort(a.ravel(), kind="stable")
+        out = np.zeros(a.size, dtype=np.result_type(np.asarray(g), np.float32))
+        out[order] = np.asarray(g)
+        return out.reshape(a.shape)
+    order = np.argsort(a, axis=axis, kind="stable")
+    out = np.zeros(a.shape, dtype=np.result_type(np.asarray(g), np.float32))
+    np.put_along_axis(out, order, np.asarray(g), axis=axis)
+    return out
+
+
+@_helper
+def item_grad(g, a, args):
+    """Cotangent of `a` in a.item(*args): g at that element, zeros elsewhere."""
+    a = np.asarray(a)
+    out = np.zeros(a.shape, dtype=np.result_type(a, np.float32))
+    if not args:
+        out[...] = g
+    elif len(args) == 1:
+        out.flat[args[0]] = g
+    else:
+        out[tuple(args)] = g
+    return out
+
+
+@_helper
+def astype_grad(g, x, dtype):
+    """Cotangent through a.astype(dtype): 0 for an integer or boolean dtype."""
+    if not np.issubdtype(np.dtype(dtype), np.inexact):
+        return np.zeros(np.shape(x))
+    return np.asarray(g).astype(np.result_type(x, np.float32), copy=False)
+
+
+# -- constructors whose values depend on their arguments -------------------------------
+@_helper
+def fill_grad(g, fill_value, ans):
+    """Cotangent of fill_value in np.full / np.full_like."""
+    return unbroadcast(zero_unless_float(np.asarray(g), ans), fill_value)
+
+
+def _linspace_steps(num, endpoint):
+    div = (num - 1) if endpoint else num
+    return np.arange(num) / div if div > 0 else np.zeros(num)
+
+
+@_helper
+def linspace_grads(g, start, stop, num=50, endpoint=True, retstep=False, axis=0, ans=None):
+    """Cotangents of (start, stop) in np.linspace: start + t (stop - start)."""
+    g_step = None
+    if retstep:
+        g, g_step = g[0], g[1]
+        ans = ans[0]
+    g = zero_unless_float(np.asarray(g), ans)
+    g = np.moveaxis(g, axis, 0)
+    t = _linspace_steps(num, endpoint).reshape((-1,) + (1,) * (g.ndim - 1))
+    g_start = np.sum(g * (1 - t), axis=0)
+    g_stop = np.sum(g * t, axis=0)
+    if g_step is not None:
+        div = (num - 1) if endpoint else num
+        if div > 0:
+            g_start = g_start - np.asarray(g_step) / div
+            g_stop = g_stop + np.asarray(g_step) / div
+    return unbroadcast(g_start, start), unbroadcast(g_stop, stop)
+
+
+@_helper
+def logspace_grads(g, start, stop, num=50, endpoint=True, base=10.0, axis=0, ans=None):
+    """Cotangents of (start, stop, base) in np.logspace: base ** linspace(start, stop)."""
+    g = zero_unless_float(np.asarray(g), ans)
+    gy = np.moveaxis(g * ans, axis, 0)
+    t = _linspace_steps(num, endpoint).reshape((-1,) + (1,) * (gy.ndim - 1))
+    log_base = np.log(base)
+    g_start = unbroadcast(np.sum(gy * (1 - t), axis=0) * log_base, start)
+    g_stop = unbroadcast(np.sum(gy * t, axis=0) * log_base, stop)
+    exponent = np.moveaxis(np.log(np.asarray(ans)) / log_base, axis, 0)
+    g_base = unbroadcast(np.sum(gy * exponent, axis=0) / base, base)
+    return g_start, g_stop, g_base
+
+
+@_helper
+def geomspace_grads(g, start, stop, num=50, endpoint=True, axis=0, ans=None):
+    """Cotangents of (start, stop) in np.geomspace: start (stop / start) ** t."""
+    g = zero_unless_float(np.asarray(g), ans)
+    gy = np.moveaxis(g * ans, axis, 0)
+    t = _linspace_steps(num, endpoint).reshape((-1,) + (1,) * (gy.ndim - 1))
+    g_start = unbroadcast(np.sum(gy * (1 - t), axis=0) / np.asarray(start), start)
+    g_stop = unbroadcast(np.sum(gy * t, axis=0) / np.asarray(stop), stop)
+    return g_start, g_stop
+
+
+@_helper
+def arange_grads(g, start=None, stop=None, step=None, ans=None):
+    """Cotangents of (start, stop, step) in np.arange: values start + i * step.
+
+    The number of values changes only by jumps, so stop's gradient is 0.
+    """
+    g = zero_unless_float(np.asarray(g), ans)
+    if stop is None:  # np.arange(stop): the only argument bound to `start`
+        return np.zeros(()), None, None
+    i = np.arange(g.shape[0])
+    g_step = np.sum(g * i) if step is not None else None
+    return np.sum(g), np.zeros(()), g_step
+
+
+# -- interpolation and polynomials ---------------------------------------------------------
+@_helper
+def interp_grads(g, x, xp, fp, left=None, right=None, period=None):
+    """Cotangents of (x, xp, fp, left, right) in np.interp.
+
+    At a knot the slope of the segment to its right is taken (at the last
+    knot, the segment to its left); outside [xp[0], xp[-1]] the value is
+    constant.
+    """
+    if period is not None:
+        unsupported("np.interp with period=")
+    xp = np.asarray(xp)
+    fp = np.asarray(fp)
+    n = len(xp)
+    if n < 2:
+        unsupported("np.interp with fewer than two points")
+    xa = np.asarray(x)
+    g = np.broadcast_to(np.asarray(g), xa.shape)
+    idx = np.clip(np.searchsorted(xp, xa, side="right") - 1, 0, n - 2)
+    x0, x1 = xp[idx], xp[idx + 1]
+    span = x1 - x0
+    t = (xa - x0) / span
+    slope = (fp[idx + 1] - fp[idx]) / span
+    below = xa < xp[0]
+    above = xa > xp[-1]
+    inside = ~below & ~above
+    gin = np.where(inside, g, 0.0)
+    g_x = gin * slope
+    g_fp = np.zeros(n)
+    np.add.at(g_fp, idx, gin * (1 - t))
+    np.add.at(g_fp, idx + 1, gin * t)
+    g_xp = np.zeros(n)
+    np.add.at(g_xp, idx, -gin * slope * (1 - t))
+    np.add.at(g_xp, idx + 1, -gin * slope * t)
+    g_below = np.sum(np.where(below, g, 0.0))
+    g_above = np.sum(np.where(above, g, 0.0))
+    g_left = g_right = None
+    if left is None:
+        g_fp[0] += g_below
+    else:
+        g_left = g_below
+    if right is None:
+        g_fp[-1] += g_above
+    else:
+        g_right = g_above
+    return g_x, g_xp, g_fp, g_left, g_right
+
+
+@_helper
+def polyval_grads(g, p, x):
+    """Cotangents of (p, x) in np.polyval (p highest power first)."""
+    n = len(p)
+    xa = np.asarray(x)
+    g = np.asarray(g)
+    g_p = [unbroadcast(g * xa ** (n - 1 - k), np.asarray(p[k])) for k in range(n)]
+    deriv = 0.0
+    for k in range(n - 1):
+        deriv = deriv * xa + np.asarray(p[k]) * (n - 1 - k)
+    g_x = unbroadcast(g * deriv, xa)
+    if isinstance(p, np.ndarray):
+        g_p = np.stack([np.asarray(gk) for gk in g_p])
+    return g_p, g_x
+
+
+def _convolve_back(g, a, v, mode):
+    na, nv = len(a), len(v)
+    full = na + nv - 1
+    start = {"full": 0, "same": (min(na, nv) - 1) // 2, "valid": min(na, nv) - 1}[mode]
+    padded = np.zeros(full, dtype=np.result_type(np.asarray(g), np.float32))
+    padded[start:start + len(g)] = g
+    return np.correlate(padded, v, "valid"), np.correlate(padded, a, "valid")
+
+
+@_helper
+def convolve_grads(g, a, v, mode="full"):
+    """Cotangents of (a, v) in np.convolve."""
+    return _convolve_back(np.asarray(g), np.asarray(a), np.asarray(v), mode)
+
+
+@_helper
+def correlate_grads(g, a, v, mode="valid"):
+    """Cotangents of (a, v) in np.correlate, via convolution with a reversed kernel."""
+    a, v, g = np.asarray(a), np.asarray(v), np.asarray(g)
+    if len(a) >= len(v):
+        ga, gw = _convolve_back(g, a, v[::-1], mode)
+        return ga, gw[::-1]
+    gv, gr = _convolve_back(g[::-1], v, a[::-1], mode)
+    return gr[::-1], gv
+
+
+# -- products ------------------------------------------------------------------------------
+@_helper
+def inner_grads(g, a, b):
+    """Cotangents of (a, b) in np.inner (sum over the last axes)."""
+    a, b, g = np.asarray(a), np.asarray(b), np.asarray(g)
+    if a.ndim == 0 or b.ndim == 0:
+        return unbroadcast(g * b, a), unbroadcast(g * a, b)
+    na, nb = a.ndim - 1, b.ndim - 1
+    ga = np.tensordot(g, b, axes=(list(range(na, na + nb)), list(range(nb))))
+    gb = np.tensordot(a, g, axes=(list(range(na)), list(range(na))))
+    return ga, np.moveaxis(gb, 0, -1)
+
+
+def _tensordot_axes(axes, nda, ndb):
+    if isinstance(axes, numbers.Integral):
+        ax_a = list(range(nda - axes, nda))
+        ax_b = list(range(axes))
+    else:
+        ax_a, ax_b = axes
+        ax_a = [ax_a] if isinstance(ax_a, numbers.Integral) else list(ax_a)
+        ax_b = [ax_b] if isinstance(ax_b, numbers.Integral) else list(ax_b)
+    return [int(i) % nda for i in ax_a], [int(j) % ndb for j in ax_b]
+
+
+@_helper
+def tensordot_grads(g, a, b, axes=2):
+    """Cotangents of (a, b) in np.tensordot."""
+    a, b, g = np.asarray(a), np.asarray(b), np.asarray(g)
+    ax_a, ax_b = _tensordot_axes(axes, a.ndim, b.ndim)
+    free_a = [i for i in range(a.ndim) if i not in ax_a]
+    free_b = [j for j in range(b.ndim) if j not in ax_b]
+    nfa = len(free_a)
+    ga = np.tensordot(g, b, axes=(list(range(nfa, g.ndim)), free_b))
+    order_a = free_a + [ax_a[ax_b.index(j)] for j in sorted(ax_b)]
+    gb = np.tensordot(a, g, axes=(free_a, list(range(nfa))))
+    order_b = [ax_b[ax_a.index(i)] for i in sorted(ax_a)] + free_b
+    return np.transpose(ga, np.argsort(order_a)), np.transpose(gb, np.argsort(order_b))
+
+
+@_helper
+def kron_grads(g, a, b):
+    """Cotangents of (a, b) in np.kron."""
+    a, b, g = np.asarray(a), np.asarray(b), np.asarray(g)
+    nd = max(a.ndim, b.ndim)
+    sa = (1,) * (nd - a.ndim) + a.shape
+    sb = (1,) * (nd - b.ndim) + b.shape
+    blocks = g.reshape([n for pair in zip(sa, sb) for n in pair])
+    even = list(range(0, 2 * nd, 2))
+    odd = list(range(1, 2 * nd, 2))
+    ga = np.tensordot(blocks, b.reshape(sb), axes=(odd, list(range(nd))))
+    gb = np.tensordot(blocks, a.reshape(sa), axes=(even, list(range(nd))))
+    return ga.reshape(a.shape), gb.reshape(b.shape)
+
+
+_LETTERS = string.ascii_uppercase + string.ascii_lowercase
+
+
+def _sublist(sub):
+    return "".join("..." if s is Ellipsis else _LETTERS[s] for s in sub)
+
+
+def _einsum_spec(operands):
+    """Input labels per array operand (ellipses expanded), output labels, arrays,
+    their positions in `operands`, and letters still free."""
+    if isinstance(operands[0], str):
+        subscripts = operands[0].replace(" ", "")
+        arrays = list(operands[1:])
+        positions = list(range(1, len(operands)))
+    else:  # interleaved: op0, sublist0, op1, sublist1, ..., [output sublist]
+        arrays = list(operands[0::2])
+        subs = list(operands[1::2])
+        out = None
+        if len(operands) % 2 == 1:
+            out = operands[-1]
+            arrays = arrays[:-1]
+        positions = [2 * i for i in range(len(arrays))]
+        subscripts = ",".join(_sublist(s) for s in subs)
+        if out is not None:
+            subscripts += "->" + _sublist(out)
+    ins, _, out = subscripts.partition("->")
+    explicit = "->" in subscripts
+    specs = ins.split(",")
+    if len(specs) != len(arrays):
+        raise ValueError(f"einsum subscripts {subscripts!r} do not match {len(arrays)} operands")
+    used = {c for c in subscripts if c.isalpha()}
+    free = [c for c in _LETTERS if c not in used]
+    ell_len = max([np.ndim(x) - len(s) + 3 for s, x in zip(specs, arrays) if "..." in s],
+                  default=0)
+    ell = [free.pop(0) for _ in range(ell_len)]
+    labels = []
+    for spec, x in zip(specs, arrays):
+        if "..." in spec:
+            pre, post = spec.split("...")
+            k = np.ndim(x) - len(pre) - len(post)
+            labels.append(list(pre) + ell[ell_len - k:] + list(post))
+        else:
+            labels.append(list(spec))
+    if explicit:
+        if "..." in out:
+            pre, post = out.split("...")
+            out_labels = list(pre) + ell + list(post)
+        else:
+            out_labels = list(out)
+    else:
+        counts = Counter(c for s in specs for c in s if c.isalpha())
+        out_labels = ell + sorted(c for c, n in counts.items() if n == 1)
+    return labels, out_labels, arrays, positions, free
+
+
+@_helper
+def einsum_grads(g, operands):
+    """One cotangent per array operand of np.einsum (any subscripts, explicit or
+    implicit output, ellipses, repeated labels, broadcasting); None for the
+    subscripts."""
+    labels, out_labels, arrays, positions, free = _einsum_spec(operands)
+    sizes = {}
+    for ls, x in zip(labels, arrays):
+        for c, n in zip(ls, np.shape(x)):
+            sizes[c] = max(sizes.get(c, 1), n)
+    result = [None] * len(operands)
+    for k, pos in enumerate(positions):
+        fresh = iter(free)
+        present = set(out_labels)
+        for j, ls in enumerate(labels):
+            if j != k:
+                present.update(ls)
+        target, extra_specs, extra_ops, seen = [], [], [], set()
+        for c, n in zip(labels[k], np.shape(arrays[k])):
+            if n == 1 and sizes[c] > 1:  # broadcast along c: sum over it
+                f = next(fresh)
+                target.append(f)
+                extra_specs.append(f)
+                extra_ops.append(np.ones(1))
+            elif c in seen:  # repeated label: the gradient lives on the diagonal
+                f = next(fresh)
+                target.append(f)
+                extra_specs.append(c + f)
+                extra_ops.append(np.eye(n))
+            else:
+                seen.add(c)
+                target.append(c)
+                if c not in present:  # summed within this operand only
+                    extra_specs.append(c)
+                    extra_ops.append(np.ones(n))
+        specs = ["".join(out_labels)] + ["".join(ls) for j, ls in enumerate(labels) if j != k]
+        spec = ",".join(specs + extra_specs) + "->" + "".join(target)
+        ops = [g] + [x for j, x in enumerate(arrays) if j != k] + extra_ops
+        result[pos] = np.einsum(spec, *ops)
+    return result
+
+
+@_helper
+def multi_dot_grads(g, arrays):
+    """One cotangent per matrix of np.linalg.multi_dot."""
+    mats = [np.asarray(x) for x in arrays]
+    first_vec, last_vec = mats[0].ndim == 1, mats[-1].ndim == 1
+    if first_vec:
+        mats[0] = mats[0][None, :]
+    if last_vec:
+        mats[-1] = mats[-1][:, None]
+    G = np.asarray(g).reshape(mats[0].shape[0], mats[-1].shape[1])
+    out = []
+    for i in range(len(mats)):
+        grad = G
+        if i + 1 < len(mats):
+            after = mats[i + 1]
+            for m in mats[i + 2:]:
+                after = after @ m
+            grad = grad @ after.T
+        if i > 0:
+            before = mats[0]
+            for m in mats[1:i]:
+                before = before @ m
+            grad = before.T @ grad
+        out.append(grad.reshape(np.shape(arrays[i])))
+    return out
+
+
+@_helper
+def cross_grads(g, a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """Cotangents of (a, b) in np.cross for 3-vectors: b x g and g x a."""
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    am = np.moveaxis(np.asarray(a), axisa, -1)
+    bm = np.moveaxis(np.asarray(b), axisb, -1)
+    if am.shape[-1] != 3 or bm.shape[-1] != 3:
+        unsupported("np.cross of 2-vectors")
+    gm = np.moveaxis(np.asarray(g), axisc, -1)
+    ga = sum_to_shape(np.cross(bm, gm), am.shape)
+    gb = sum_to_shape(np.cross(gm, am), bm.shape)
+    return np.moveaxis(ga, -1, axisa), np.moveaxis(gb, -1, axisb)
+
+
+# -- linear algebra ------------------------------------------------------------------------
+@_helper
+def solve_grads(g, a, b, ans):
+    """Cotangents of (a, b) in np.linalg.solve: b_bar = solve(a.T, g), a_bar = -b_bar x.T."""
+    a, g, x = np.asarray(a), np.asarray(g), np.asarray(ans)
+    vector = np.ndim(b) == 1 if _NUMPY2 else np.ndim(b) == a.ndim - 1
+    if vector:
+        gb = np.linalg.solve(_T(a), g[..., None])[..., 0]
+        ga = -gb[..., :, None] * x[..., None, :]
+    else:
+        gb = np.linalg.solve(_T(a), g)
+        ga = -gb @ _T(x)
+    return unbroadcast(ga, a), unbroadcast(gb, b)
+
+
+@_helper
+def det_grad(g, a):
+    """Cotangent of `a` in np.linalg.det: g times the cofactor matrix.
+
+    The cofactors come from an SVD with products of the *other* singular
+    values, so singular matrices (where inv(a) does not exist) are exact too.
+    """
+    u, s, vt = np.linalg.svd(np.asarray(a))
+    sign = np.sign(np.linalg.det(u) * np.linalg.det(vt))
+    cof = sign[..., None, None] * ((u * _exclusive_products(s, -1)[..., None, :]) @ vt)
+    return np.asarray(g)[..., None, None] * cof
+
+
+@_helper
+def slogdet_grad(g, a):
+    """Cotangent of `a` in np.linalg.slogdet: logdet_bar * inv(a).T (sign has none)."""
+    return np.asarray(g[1])[..., None, None] * _T(np.linalg.inv(a))
+
+
+def _lower_triangle_grad(sym, lower=True):
+    """Gradient w.r.t. an input of which only one triangle is read (cholesky, eigh)."""
+    eye = np.eye(sym.shape[-1], dtype=bool)
+    tri = np.tril(2 * sym) if lower else np.triu(2 * sym)
+    return np.where(eye, sym, tri)
+
+
+@_helper
+def cholesky_grad(g, L, upper=False):
+    """Cotangent of `a` in np.linalg.cholesky (which reads one triangle of `a`)."""
+    g = np.asarray(g)
+    if upper:
+        L, g = _T(L), _T(g)
+    g = np.tril(g)
+    phi = np.tril(_T(L) @ g)
+    n = L.shape[-1]
+    phi = phi - 0.5 * phi * np.eye(n)
+    inv = np.linalg.inv(L)
+    s = _T(inv) @ phi @ inv
+    sym = 0.5 * (s + _T(s))
+    return _lower_triangle_grad(sym, lower=not upper)
+
+
+def _clusters(values, tol):
+    """Label runs of (sorted) values closer than tol: equal labels = repeated values."""
+    return np.concatenate([[0], np.cumsum(np.abs(np.diff(values)) > tol)])
+
+
+def _cluster_mean(gv, labels):
+    """Replace each entry by the mean over its cluster (ties split equally)."""
+    out = np.array(gv, dtype=float)
+    for c in np.unique(labels):
+        members = labels == c
+        out[members] = np.mean(out[members])
+    return out
+
+
+def _degenerate_pairs(labels):
+    same = labels[:, None] == labels[None, :]
+    return same & ~np.eye(len(labels), dtype=bool)
+
+
+def _gauge_check(inner, degenerate, what):
+    """Refuse a cotangent that depends on the arbitrary basis of repeated values."""
+    anti = inner - inner.T
+    scale = np.max(np.abs(inner)) if inner.size else 0.0
+    if np.any(np.abs(anti[degenerate]) > 1e-8 * scale + 1e-300):
+        raise np.linalg.LinAlgError(
+            f"the gradient of {what} is undefined: repeated values make the vectors "
+            "non-unique, and the result depends on their choice")
+
+
+def _eigh_back(w, v, gw, gv, what):
+    """Symmetric cotangent of the input of a symmetric eigendecomposition."""
+    batch = w.shape[:-1]
+    n = w.shape[-1]
+    out = np.zeros(batch + (n, n))
+    for idx in np.ndindex(*batch):
+        wi, vi = w[idx], v[idx]
+        tol = np.max(np.abs(wi), initial=0.0) * n * np.finfo(wi.dtype).eps * 10
+        labels = _clusters(wi, tol)
+        degenerate = _degenerate_pairs(labels)
+        middle = np.diag(_cluster_mean(gw[idx], labels))
+        if gv is not None:
+            inner = vi.T @ gv[idx]
+            _gauge_check(inner, degenerate, what)
+            gap = wi[None, :] - wi[:, None]
+            off = ~np.eye(n, dtype=bool) & ~degenerate
+            f = np.where(off, 1.0 / np.where(off, gap, 1.0), 0.0)
+            middle = middle + f * inner
+        a_bar = vi @ middle @ vi.T
+        out[idx] = 0.5 * (a_bar + a_bar.T)
+    return out
+
+
+@_helper
+def eigh_grad(g, a, ans, UPLO="L"):
+    """Cotangent of `a` in np.linalg.eigh (reads one triangle of `a`).
+
+    Repeated eigenvalues: their cotangents are averaged (ties split equally);
+    eigenvectors of a repeated eigenvalue are not unique, so a cotangent that
+    depends on their choice raises LinAlgError.
+    """
+    w, v = np.asarray(ans[0]), np.asarray(ans[1])
+    sym = _eigh_back(w, v, np.asarray(g[0]), np.asarray(g[1]), "np.linalg.eigh")
+    return _lower_triangle_grad(sym, lower=UPLO.upper() == "L")
+
+
+@_helper
+def eigvalsh_grad(g, a, UPLO="L"):
+    """Cotangent of `a` in np.linalg.eigvalsh (repeated eigenvalues: averaged)."""
+    w, v = np.linalg.eigh(a, UPLO=UPLO)
+    sym = _eigh_back(w, v, np.broadcast_to(np.asarray(g), w.shape), None,
+                     "np.linalg.eigvalsh")
+    return _lower_triangle_grad(sym, lower=UPLO.upper() == "L")
+
+
+def _singular_values_back(u, s, vt, gs):
+    """U diag(gs) V^T with repeated singular values averaged and zero ones given 0."""
+    out = np.zeros(u.shape[:-2] + (u.shape[-2], vt.shape[-1]))
+    for idx in np.ndindex(*s.shape[:-1]):
+        si = s[idx]
+        tol = np.max(si, initial=0.0) * max(out.shape[-2:]) * np.finfo(si.dtype).eps * 10
+        labels = _clusters(si, tol)
+        gi = np.where(si > tol, _cluster_mean(gs[idx], labels), 0.0)
+        out[idx] = (u[idx] * gi[None, :]) @ vt[idx]
+    return out
+
+
+@_helper
+def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
+    """Cotangent of `a` in np.linalg.svd.
+
+    Repeated or zero singular values: their cotangents are averaged, resp.
+    zero; singular vectors that are not unique (repeated values, the extra
+    columns of full_matrices=True, zero values of a non-square matrix) raise
+    LinAlgError if the cotangent depends on them.
+    """
+    if hermitian:
+        unsupported("np.linalg.svd(..., hermitian=True)")
+    a = np.asarray(a)
+    if not compute_uv:
+        u, s, vt = np.linalg.svd(a, full_matrices=False)
+        return _singular_values_back(u, s, vt, np.asarray(g))
+    u, s, vt = (np.asarray(t) for t in ans)
+    gu, gs, gvt = (np.asarray(t) for t in g)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    if full_matrices and m != n:
+        if np.any(gu[..., :, k:]) or np.any(gvt[..., k:, :]):
+            raise np.linalg.LinAlgError(
+                "the gradient of np.linalg.svd(full_matrices=True) is undefined for the "
+                "extra singular vectors of a non-square matrix; use full_matrices=False")
+        u, gu = u[..., :, :k], gu[..., :, :k]
+        vt, gvt = vt[..., :k, :], gvt[..., :k, :]
+    out = _singular_values_back(u, s, vt, gs)
+    for idx in np.ndindex(*s.shape[:-1]):
+        ui, si, vti = u[idx], s[idx], vt[idx]
+        vi = vti.T
+        gui, gvi = gu[idx], gvt[idx].T
+        tol = np.max(si, initial=0.0) * max(m, n) * np.finfo(si.dtype).eps * 10
+        labels = _clusters(si, tol)
+        degenerate = _degenerate_pairs(labels)
+        j = ui.T @ gui
+        kk = vi.T @ gvi
+        pos = si > tol
+        _gauge_check(j + kk, degenerate & pos[:, None] & pos[None, :], "np.linalg.svd")
+        zero_pairs = degenerate & ~pos[:, None] & ~pos[None, :]
+        _gauge_check(j, zero_pairs, "np.linalg.svd")
+        _gauge_check(kk, zero_pairs, "np.linalg.svd")
+        s2 = si[None, :] ** 2 - si[:, None] ** 2
+        off = ~np.eye(k, dtype=bool) & ~degenerate
+        f = np.where(off, 1.0 / np.where(off, s2, 1.0), 0.0)
+        middle = (f * (j - j.T)) * si[None, :] + si[:, None] * (f * (kk - kk.T))
+        grad = ui @ middle @ vti
+        small = si <= tol
+        if m > k:
+            rest = gui - ui @ (ui.T @ gui)
+            if np.any(small & np.any(np.abs(rest) > tol, axis=0)):
+                raise np.linalg.LinAlgError("the gradient of np.linalg.svd is undefined "
+                                            "for a rank-deficient non-square matrix")
+            grad = grad + (rest / np.where(small, 1.0, si)[None, :]) @ vti
+        if n > k:
+            rest = gvi - vi @ (vi.T @ gvi)
+            if np.any(small & np.any(np.abs(rest) > tol, axis=0)):
+                raise np.linalg.LinAlgError("the gradient of np.linalg.svd is undefined "
+                                            "for a rank-deficient non-square matrix")
+            grad = grad + ui @ (rest / np.where(small, 1.0, si)[None, :]).T
+        out[idx] = out[idx] + grad
+    return out
+
+
+@_helper
+def svdvals_grad(g, x):
+    """Cotangent of `x` in np.linalg.svdvals."""
+    u, s, vt = np.linalg.svd(np.asarray(x), full_matrices=False)
+    return _singular_values_back(u, s, vt, np.asarray(g))
+
+
+@_helper
+def pinv_grad(g, a, ans, hermitian=False):
+    """Cotangent of `a` in np.linalg.pinv (valid where the rank does not change)."""
+    if hermitian:
+        unsupported("np.linalg.pinv(..., hermitian=True)")
+    a, p, g = np.asarray(a), np.asarray(ans), np.asarray(g)
+    m, n = a.shape[-2:]
+    left = np.eye(m) - a @ p
+    right = np.eye(n) - p @ a
+    return (-_T(p) @ g @ _T(p) + left @ _T(g) @ p @ _T(p)
+            + _T(p) @ p @ _T(g) @ right)
+
+
+def _copyltu(m):
+    return np.tril(m) + _T(np.tril(m, -1))
+
+
+def _qr_square_back(q, r, gq, gr):
+    """Cotangent of `a` = q r for a tall or square `a` (r square, invertible)."""
+    m = r @ _T(gr) - _T(gq) @ q
+    b = gq + q @ _copyltu(m)
+    return _T(np.linalg.solve(r, _T(b)))
+
+
+@_helper
+def qr_grad(g, a, ans, mode="reduced"):
+    """Cotangent of `a` in np.linalg.qr (modes 'reduced', 'complete', 'r').
+
+    A rank-deficient matrix (singular leading block of r) raises LinAlgError.
+    """
+    a = np.asarray(a)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    if mode == "r":
+        q, r = np.linalg.qr(a)
+        gq, gr = np.zeros_like(q), np.asarray(g)
+        gr = gr[..., :k, :]
+    elif mode in ("reduced", "complete"):
+        q, r = np.asarray(ans[0]), np.asarray(ans[1])
+        gq, gr = np.asarray(g[0]), np.asarray(g[1])
+        if mode == "complete" and m > n:
+            if np.any(gq[..., :, k:]) or np.any(gr[..., k:, :]):
+                raise np.linalg.LinAlgError(
+                    "the gradient of np.linalg.qr(mode='complete') is undefined for the "
+                    "extra columns of q; use mode='reduced'")
+            q, gq, r, gr = q[..., :, :k], gq[..., :, :k], r[..., :k, :], gr[..., :k, :]
+    else:
+        unsupported(f"np.linalg.qr(mode={mode!r})")
+    if m >= n:
+        return _qr_square_back(q, r, gq, gr)
+    x_r = r[..., :, :m]
+    gx_r, gy_r = gr[..., :, :m], gr[..., :, m:]
+    y = a[..., :, m:]
+    gy = q @ gy_r
+    gx = _qr_square_back(q, x_r, gq + y @ _T(gy_r), gx_r)
+    return np.concatenate([gx, gy], axis=-1)
+
+
+@_helper
+def matrix_power_grad(g, a, n):
+    """Cotangent of `a` in np.linalg.matrix_power(a, n)."""
+    a, g = np.asarray(a), np.asarray(g)
+    if n == 0:
+        return np.zeros(a.shape)
+    base = a if n > 0 else np.linalg.inv(a)
+    k = abs(n)
+    powers = [np.broadcast_to(np.eye(a.shape[-1]), a.shape)]
+    for _ in range(k - 1):
+        powers.append(powers[-1] @ base)
+    grad = sum(_T(powers[i]) @ g @ _T(powers[k - 1 - i]) for i in range(k))
+    if n < 0:
+        grad = -_T(base) @ grad @ _T(base)
+    return grad
+
+
+@_helper
+def vecdot_grads(g, x1, x2, axis=-1):
+    """Cotangents of (x1, x2) in np.vecdot (real arrays)."""
+    ge = np.expand_dims(np.asarray(g), axis)
+    return ge * np.asarray(x2), ge * np.asarray(x1)
+
