@@ -70,7 +70,7 @@ def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
     """Give a gradient the type, shape and dtype of the value it belongs to."""
     if type(like) is np.ndarray and type(grad) is np.ndarray and grad.shape == like.shape \
             and grad.dtype == like.dtype and grad.flags.writeable and \
-            not any(grad is a for a in avoid):
+            (not avoid or not any(grad is a for a in avoid)):
         return grad  # already right: the common case
     if type(like) is float and type(grad) is float:
         return grad
@@ -111,10 +111,13 @@ def _compiled(f: Callable, positions: Tuple[int, ...]) -> CompiledFunction:
 
 
 def _check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> None:
-    if len(args) > max(positions) and all(
-            type(args[i]) is float or (type(args[i]) is np.ndarray and
-                                       args[i].dtype.kind in "fc") for i in positions):
-        return
+    if len(args) > max(positions):
+        for i in positions:
+            a = args[i]
+            if not (type(a) is float or (type(a) is np.ndarray and a.dtype.kind in "fc")):
+                break
+        else:
+            return
     for i in positions:
         if i >= len(args):
             raise TypeError(f"cannot differentiate {getattr(f, '__name__', f)} with respect to "
@@ -124,6 +127,8 @@ def _check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> None:
 
 def _seed(out: Any) -> Any:
     """The cotangent 1 for a scalar output, or ValueError for anything else."""
+    if type(out) is float or type(out) is np.float64:
+        return 1.0
     if isinstance(out, (float, int)) and not isinstance(out, bool):
         return 1.0
     if isinstance(out, (np.ndarray, np.generic)) and np.ndim(out) == 0 and \
@@ -154,9 +159,10 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0) -> Callable:
             compiled_pair.append(_compiled(f, positions))
         compiled = compiled_pair[0]
         out, residuals = compiled.forward(*args, **kwargs)
-        grads = _pack(compiled.adjoint(residuals, _seed(out)), positions)
-        grads = tuple(finalize(g, args[i]) for g, i in zip(grads, positions))
-        return out, (grads[0] if single else grads)
+        grads = compiled.adjoint(residuals, _seed(out))
+        if single:
+            return out, finalize(grads, args[positions[0]])
+        return out, tuple([finalize(g, args[i]) for g, i in zip(grads, positions)])
     return value_and_grad_f
 
 

@@ -52,8 +52,13 @@ class ArrayMeta:
 
 @helper
 def meta(x):
-    """What the adjoint keeps of a value it reads only for shape and dtype."""
-    return ArrayMeta(x.shape, x.dtype) if isinstance(x, np.ndarray) else x
+    """What the adjoint keeps of a value it reads only for shape and dtype.
+
+    Small arrays are kept as they are (cheaper than describing them).
+    """
+    if type(x) is np.ndarray and x.size > _SMALL:
+        return ArrayMeta(x.shape, x.dtype)
+    return x
 
 
 @helper
@@ -118,7 +123,25 @@ def expand_reduced(g, x, axis=None, keepdims=False):
     shape = shape_of(x)
     if not keepdims and axis is not None and len(shape):
         g = np.expand_dims(g, _normalize_axes(axis, len(shape)))
+    if np.ndim(g) == 0 and _small(shape):
+        # np.broadcast_to costs microseconds; for a small array a filled copy is cheaper.
+        return np.full(shape, g, dtype=np.result_type(g, _dtype_of(x)))
     return np.broadcast_to(g, shape)
+
+
+_SMALL = 1 << 12
+
+
+def _small(shape) -> bool:
+    n = 1
+    for d in shape:
+        n *= d
+    return n <= _SMALL
+
+
+def _dtype_of(x):
+    dtype = getattr(x, "dtype", None)
+    return dtype if dtype is not None and dtype.kind in "fc" else np.float64
 
 
 @helper

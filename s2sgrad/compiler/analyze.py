@@ -75,7 +75,13 @@ def loop_header_op(s: ast.For) -> Op:
     return Op("iterate", targets, diff_inputs=names(it), label="iteration")
 
 
-def analyze(nf: NormalForm, wrt: Sequence[int]) -> Activity:
+def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = ()) -> Activity:
+    """Activity, independence reasons and shape facts.
+
+    `scalar_params` names parameters known to be Python numbers at run time
+    (the compiled pair is specialised for that): every value computed from them
+    by elementwise arithmetic is a scalar too, so no broadcasting is undone.
+    """
     local_names = nf.resolver.locals | nf.names.taken
     stmts = [s for s, _ in iter_statements(nf.node.body)]
     ops = [(s, statement_op(s, local_names)) for s in stmts]
@@ -95,9 +101,72 @@ def analyze(nf: NormalForm, wrt: Sequence[int]) -> Activity:
             independent.append(i)
             reasons[i] = _why_independent(name, ops, reach_all, nf)
     _check_supported(ops, active, varied, useful, nf)
+    shapes = shape_classes(nf.node.body, ops, ints, nf.params)
+    for n in scalar_names(ops, ints, set(scalar_params), set(nf.params)):
+        shapes[n] = SCALAR
     return Activity(wrt=tuple(wrt), varied=varied, useful=useful, active=active, ints=ints,
                     independent=tuple(independent), reasons=reasons, outputs=outputs,
-                    shapes=shape_classes(nf.node.body, ops, ints, nf.params))
+                    shapes=shapes)
+
+
+_FULL_REDUCTIONS = ("sum", "mean", "prod", "max", "min", "amax", "amin", "std", "var")
+
+
+def scalar_names(ops, ints: Set[str], scalar_params: Set[str], params: Set[str]) -> Set[str]:
+    """Names that hold a scalar at every assignment (a greatest fixed point).
+
+    Seeded by the parameters known to be Python numbers; elementwise arithmetic
+    on scalars and full reductions give scalars.
+    """
+    import numpy as np
+    if not scalar_params and not ints:
+        return set()
+    defs: Dict[str, List[Tuple[ast.stmt, Op]]] = {}
+    for s, op in ops:
+        for o in op.outputs:
+            defs.setdefault(o, []).append((s, op))
+    candidates = (set(defs) | scalar_params | ints) - (params - scalar_params)
+
+    def scalar_atom(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+        if isinstance(node, ast.Name):
+            return node.id in candidates or node.id in ints
+        if isinstance(node, ast.UnaryOp):
+            return scalar_atom(node.operand)
+        return False
+
+    def scalar_def(s, op: Op) -> bool:
+        if op.kind == "iterate":
+            return op.label == "range"
+        if isinstance(s, ast.AugAssign):
+            return scalar_atom(s.target) and scalar_atom(s.value)
+        if not isinstance(s, ast.Assign) or len(op.outputs) != 1:
+            return False
+        if op.kind in ("copy", "const"):
+            return scalar_atom(s.value)
+        if op.kind == "rule" and (op.rule.broadcast or isinstance(op.rule.func, np.ufunc)):
+            return all(scalar_atom(v) for v in op.bound.values())
+        if op.kind == "rule" and op.rule.name.split(".")[-1] in _FULL_REDUCTIONS:
+            axis = op.bound.get("axis")
+            whole = axis is None or (isinstance(axis, ast.Constant) and axis.value is None)
+            return whole and not _true(op.bound.get("keepdims"))
+        return False
+
+    changed = True
+    while changed:
+        changed = False
+        for n in sorted(candidates):
+            if n in scalar_params or n in ints:
+                continue
+            if n not in defs or not all(scalar_def(s, op) for s, op in defs[n]):
+                candidates.discard(n)
+                changed = True
+    return candidates
+
+
+def _true(node) -> bool:
+    return isinstance(node, ast.Constant) and bool(node.value)
 
 
 def _definition_counts(body) -> Dict[str, int]:

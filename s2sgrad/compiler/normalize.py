@@ -25,6 +25,7 @@ from ..errors import error_at
 from ..function import is_function_class
 from ..rules import registry
 from .aliases import AliasFacts
+from .hoist import hoist_invariants
 from .names import NameRegistry, names_in
 from .parse import ParsedFunction
 from .resolve import Resolver
@@ -227,6 +228,7 @@ class _Normalizer:
             self.tuples, self.owned, self.lists = {}, set(), set()
             self.rebound_augassign = set()
         self._protect_in_place_writes(facts)
+        out = hoist_invariants(out, self.user_names)
         new = ast.FunctionDef(name=fdef.name, args=copy.deepcopy(fdef.args), body=out,
                               decorator_list=[], returns=None, type_comment=None)
         ast.copy_location(new, fdef)

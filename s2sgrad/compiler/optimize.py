@@ -35,6 +35,8 @@ def optimize(t: Transformed) -> Transformed:
     substitute_single_use(t.adjoint)
     while True:
         shared = share_shape_witnesses(t)
+        if shared:
+            t.adjoint.body = fold_block(t.adjoint.body)
         pruned = prune_saves(t)
         removed = eliminate_dead(t.adjoint, keep=set())
         if not (shared or pruned or removed):
@@ -93,6 +95,10 @@ class _Folder(ast.NodeTransformer):
         if isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1 \
                 and isinstance(node.args[0], (ast.Tuple, ast.List)) and not node.keywords:
             return ast.copy_location(ast.Constant(value=len(node.args[0].elts)), node)
+        if isinstance(node.func, ast.Name) and node.func.id == "_s2s_zeros_like" and \
+                len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and \
+                isinstance(node.args[0].value, (int, float)):
+            return ast.copy_location(ast.Constant(value=0.0), node)
         return node
 
     def visit_Subscript(self, node: ast.Subscript):
@@ -228,15 +234,36 @@ def substitute_single_use(fdef: ast.FunctionDef) -> None:
     Also propagates block-local copies between adjoints (`a_bar = b_bar` whose
     uses all follow in the same block before b_bar changes).
     """
-    _propagate_local_copies(fdef.body, fdef)
-    load_counts: Dict[str, int] = {}
-    for n in _loads(fdef):
-        load_counts[n] = load_counts.get(n, 0) + 1
-    counts: Dict[str, int] = {}
-    for s in _walk_statements(fdef.body):
-        for n in _stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
-            counts[n] = counts.get(n, 0) + 1
-    _substitute_in_block(fdef.body, load_counts, counts)
+    while True:
+        before = ast.dump(ast.Module(body=fdef.body, type_ignores=[]))
+        fdef.body = _drop_self_assignments(fdef.body)
+        _propagate_local_copies(fdef.body, fdef)
+        load_counts: Dict[str, int] = {}
+        for n in _loads(fdef):
+            load_counts[n] = load_counts.get(n, 0) + 1
+        counts: Dict[str, int] = {}
+        for s in _walk_statements(fdef.body):
+            for n in _stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
+                counts[n] = counts.get(n, 0) + 1
+        _substitute_in_block(fdef.body, load_counts, counts)
+        if ast.dump(ast.Module(body=fdef.body, type_ignores=[])) == before:
+            return
+
+
+def _drop_self_assignments(stmts: List[ast.stmt]) -> List[ast.stmt]:
+    """`x_bar = x_bar` is what an identity contribution leaves behind."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
+                s.targets[0].id == s.value.id and getattr(s, "s2s_slot", None) is None:
+            continue
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                setattr(s, attr, _drop_self_assignments(inner))
+        out.append(s)
+    return out
 
 
 def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef) -> None:

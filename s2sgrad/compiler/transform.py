@@ -103,6 +103,7 @@ class _Reverse:
         self.callees: Dict[str, inline.CalleeSite] = {}
         self.stacks: Dict[str, str] = {}
         self.inplace: Set[str] = set()           # adjoints updated in place (need "owned")
+        self.resets: Set[str] = set()            # adjoints consumed (see probe)
         self.sequences: Set[str] = set()         # run-time lists passed to sequence rules
         self.loop_setups: Dict[int, List[ast.stmt]] = {}  # loop -> its range/trip-count lines
         self.inits: List[ast.stmt] = []
@@ -436,14 +437,21 @@ class _Reverse:
         return out
 
     # -- adjoint ------------------------------------------------------------------
+    def reset(self, bar: str) -> None:
+        """The adjoint's value was consumed: it is symbolically zero again."""
+        self.state.pop(bar, None)
+        self.resets.add(bar)
+
     def accumulate(self, var: str, value: ast.expr, out: List[ast.stmt]) -> None:
         b = self.bar_of(var)
         if b in self.state:
             if var in self.sequences or var in self.nf.lists:
-                total: ast.expr = helper_call("add", _name(b), value)
+                out.append(_assign(b, helper_call("add", _name(b), value)))
+            elif self.state[b] == "owned" and not self.pure:
+                # Nothing else refers to this array: add in place, no allocation.
+                out.append(ast.AugAssign(target=_name(b, True), op=ast.Add(), value=value))
             else:
-                total = ast.BinOp(left=_name(b), op=ast.Add(), right=value)
-            out.append(_assign(b, total))
+                out.append(_assign(b, ast.BinOp(left=_name(b), op=ast.Add(), right=value)))
             self.state[b] = "owned"
         else:
             out.append(_assign(b, value))
@@ -507,7 +515,7 @@ class _Reverse:
             self.mark_line(s, out)
             self.contributions(s, op, out)
         for o in active_outs:
-            self.state.pop(self.bar_of(o), None)
+            self.reset(self.bar_of(o))
         self.restores(s, out)
         return out
 
@@ -601,7 +609,7 @@ class _Reverse:
                          bound=dict(zip(op.rule.params, [saved, s.value])))
             self.rule_contribution(s, rule_op, out, reset=[var], old={var: saved})
         else:
-            self.state.pop(b, None)
+            self.reset(b)
         if saved is not None:
             node = _assign(var, saved)
             node.s2s_restore_of = var
@@ -656,7 +664,7 @@ class _Reverse:
             item = _name(vb) if vb in self.state else helper_call("zeros_like", _name(v))
             self.inplace.add(xb)
             self._push(xb, item, out)
-        self.state.pop(vb, None)
+        self.reset(vb)
         node = self._push(xs, _name(v), out)
         node.s2s_restore_of = xs
         node.s2s_slot = f"{xs}.pop"
@@ -723,7 +731,7 @@ class _Reverse:
                 targets.append((var, wanted[param]))
         if not wanted:
             for v in reset:
-                self.state.pop(self.bar_of(v), None)
+                self.reset(self.bar_of(v))
             return
         gs = [_name(self.bar_of(o)) for o in op.outputs]
         if len(op.outputs) > 1:
@@ -736,7 +744,7 @@ class _Reverse:
             g, ans = gs[0], _name(op.outputs[0])
         out.append(inline.rule_placeholder(rule, op.bound, g, ans, wanted, s))
         for v in reset:
-            self.state.pop(self.bar_of(v), None)
+            self.reset(self.bar_of(v))
         for var, part in targets:
             self.accumulate(var, _name(part), out)
 
@@ -801,14 +809,18 @@ class _Reverse:
 
     def probe(self, s) -> Tuple[Set[str], Set[str]]:
         """Run the reversed body without keeping its code: (end state, in-place targets)."""
-        saved = (set(self.names.taken), dict(self.state), self.last_line, set(self.inplace))
-        self.inplace = set()
+        saved = (set(self.names.taken), dict(self.state), self.last_line, set(self.inplace),
+                 set(self.resets))
+        self.inplace, self.resets = set(), set()
         try:
             self.reversed_body(s)
-            return set(self.state), set(self.inplace)
+            # Accumulators (carried, never consumed in the body) are kept owned too,
+            # so that they are added to in place.
+            accumulators = set(self.state) - self.resets
+            return set(self.state), set(self.inplace) | accumulators
         finally:
-            self.names.taken, self.state, self.last_line, inplace = saved
-            self.inplace = inplace
+            self.names.taken, self.state, self.last_line, inplace, resets = saved
+            self.inplace, self.resets = inplace, resets
 
     def adjoint_loop(self, s) -> List[ast.stmt]:
         """Adjoints that one iteration hands to the previous one are live across

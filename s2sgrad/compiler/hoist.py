@@ -1,0 +1,115 @@
+"""Loop-invariant code motion on the normal form.
+
+A temporary computed in a loop from values the loop never changes (`-a`,
+`dt * b`, `W.T`) is computed once before the loop. Beyond saving the work,
+this keeps the forward from saving the same value once per iteration for the
+adjoint. Only compiler temporaries move, and only operations that cannot
+raise or have effects (no division, power or calls outside NumPy's pure
+functions), so a loop that runs zero times behaves as before.
+"""
+from __future__ import annotations
+
+import ast
+from typing import List, Set
+
+import numpy as np
+
+from ..rules import registry
+
+_SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.MatMult)
+_SAFE_UNARY = (ast.USub, ast.UAdd)
+
+
+def hoist_invariants(body: List[ast.stmt], user_names: Set[str]) -> List[ast.stmt]:
+    """The normal-form body with loop-invariant temporaries moved out of loops."""
+    defs = _definition_counts(body)
+    return _hoist_block(body, defs, user_names)
+
+
+def _definition_counts(body) -> dict:
+    counts: dict = {}
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            counts[node.id] = counts.get(node.id, 0) + 1
+    return counts
+
+
+def _hoist_block(stmts: List[ast.stmt], defs, user_names) -> List[ast.stmt]:
+    out: List[ast.stmt] = []
+    for s in stmts:
+        if isinstance(s, ast.If):
+            s.body = _hoist_block(s.body, defs, user_names)
+            s.orelse = _hoist_block(s.orelse, defs, user_names)
+        elif isinstance(s, (ast.For, ast.While)):
+            s.body = _hoist_block(s.body, defs, user_names)
+            moved = _hoist_loop(s, defs, user_names)
+            out.extend(moved)
+        out.append(s)
+    return out
+
+
+def _changed_in(loop) -> Set[str]:
+    """Names a loop assigns or updates in place (x[i] = v, x += v, xs.append(v))."""
+    names: Set[str] = set()
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
+                isinstance(node.value, ast.Name):
+            names.add(node.value.id)
+        elif isinstance(node, ast.Call) and getattr(node, "s2s_method", None) in (
+                "append", "pop", "extend", "insert", "sort", "fill"):
+            base = node.func.value
+            if isinstance(base, ast.Name):
+                names.add(base.id)
+    return names
+
+
+def _hoist_loop(loop, defs, user_names) -> List[ast.stmt]:
+    moved: List[ast.stmt] = []
+    changed = _changed_in(loop)
+    progress = True
+    while progress:
+        progress = False
+        for s in list(loop.body):
+            if _invariant(s, changed, defs, user_names):
+                loop.body.remove(s)
+                moved.append(s)
+                changed.discard(s.targets[0].id)
+                progress = True
+    if not loop.body:
+        loop.body = [ast.copy_location(ast.Pass(), loop)]
+    return moved
+
+
+def _invariant(s, changed: Set[str], defs, user_names) -> bool:
+    if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
+            isinstance(s.targets[0], ast.Name)):
+        return False
+    target = s.targets[0].id
+    if target in user_names or defs.get(target) != 1:
+        return False
+    reads = {n.id for n in ast.walk(s.value) if isinstance(n, ast.Name)}
+    if reads & changed:
+        return False
+    return _pure(s.value)
+
+
+def _pure(value: ast.expr) -> bool:
+    if isinstance(value, ast.BinOp):
+        return isinstance(value.op, _SAFE_BINOPS)
+    if isinstance(value, ast.UnaryOp):
+        return isinstance(value.op, _SAFE_UNARY)
+    if isinstance(value, ast.Attribute):
+        return value.attr in ("T", "mT", "real", "imag", "shape", "ndim", "size", "dtype")
+    if isinstance(value, ast.Call):
+        callee = getattr(value, "s2s_callee", None)
+        if callee is None or getattr(value, "s2s_opaque", False):
+            return False
+        rule = registry.lookup_function(callee)
+        if rule is None:
+            return False
+        # NumPy's ufuncs never raise on values (they warn); views and plain
+        # reductions do not either. Anything else stays where the user put it.
+        return isinstance(callee, np.ufunc) or rule.view or callee in (np.sum, np.mean)
+    return False
