@@ -100,6 +100,12 @@ def list_append_sum(x):
     return total
 
 
+def list_alias(x, y):
+    a = [x * 2.0, y]
+    b = a
+    return np.sum(b[0] * a[1]) + np.sum(a[0] * b[1] * y)
+
+
 def while_fill(x):
     out = np.zeros(5)
     k = 0
@@ -212,6 +218,12 @@ def test_list_append_in_loop(m, shape, rng):
 @pytest.mark.parametrize("shape", [(3,), (2, 2)])
 def test_loop_over_appended_list(m, shape, rng):
     check_vjp(m.list_append_sum, [rng.standard_normal(shape)])
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_list_adjoints_add_item_by_item(m, shape, rng):
+    # Two names for one list: adding their adjoints must not concatenate lists.
+    check_vjp(m.list_alias, [rng.standard_normal(shape), rng.standard_normal(shape)])
 
 
 def test_while_loop_fills_array(m, rng):

@@ -104,7 +104,7 @@ class _Reverse:
         self.stacks: Dict[str, str] = {}
         self.inplace: Set[str] = set()           # adjoints updated in place (need "owned")
         self.resets: Set[str] = set()            # adjoints consumed (see probe)
-        self.sequences: Set[str] = set()         # run-time lists passed to sequence rules
+        self.sequences: Set[str] = self._list_valued(nf)  # adjoints that are lists
         self.loop_setups: Dict[int, List[ast.stmt]] = {}  # loop -> its range/trip-count lines
         self.inits: List[ast.stmt] = []
         self.last_line: Optional[int] = None
@@ -119,6 +119,30 @@ class _Reverse:
 
     def err(self, node, message, hint=None):
         return error_at(node, message, self.nf.parsed, hint)
+
+    def _list_valued(self, nf: NormalForm) -> Set[str]:
+        """Variables that may hold Python lists: their adjoints are lists too, added
+        item by item (a + between lists would concatenate them)."""
+        out = set(nf.lists)
+        list_helpers = {"push", "drop_last", "last_grad"}
+        changed = True
+        while changed:
+            changed = False
+            for s, _ in iter_statements(nf.node.body):
+                if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
+                        isinstance(s.targets[0], ast.Name)) or s.targets[0].id in out:
+                    continue
+                value = s.value
+                listy = (isinstance(value, ast.List) or
+                         (isinstance(value, ast.Name) and value.id in out) or
+                         (isinstance(value, ast.Call) and getattr(
+                             getattr(value, "s2s_callee", None), "__name__", None)
+                          in list_helpers and getattr(value.s2s_callee, "__module__", "")
+                          .startswith("s2sgrad")))
+                if listy:
+                    out.add(s.targets[0].id)
+                    changed = True
+        return out
 
     def _overwritable(self, body) -> Set[str]:
         """Variables a later assignment may overwrite while the adjoint needs them."""
@@ -445,7 +469,7 @@ class _Reverse:
     def accumulate(self, var: str, value: ast.expr, out: List[ast.stmt]) -> None:
         b = self.bar_of(var)
         if b in self.state:
-            if var in self.sequences or var in self.nf.lists:
+            if var in self.sequences:
                 out.append(_assign(b, helper_call("add", _name(b), value)))
             elif self.state[b] == "owned" and not self.pure:
                 # Nothing else refers to this array: add in place, no allocation.

@@ -1,5 +1,6 @@
 """Gradient rules: the declarative table (numpy_rules) and its registry."""
 from . import numpy_rules  # noqa: F401 - registers the table
+from . import runtime_rules  # noqa: F401 - rules for s2sgrad's own helpers (second order)
 from .registry import REGISTRY, all_rules, count, defvjp
 
 __all__ = ["REGISTRY", "all_rules", "count", "defvjp"]

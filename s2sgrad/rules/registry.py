@@ -380,8 +380,13 @@ def is_constructor(func: Callable) -> bool:
 
 
 def count() -> int:
-    """How many functions, methods, attributes and operators have a gradient rule."""
-    return len(REGISTRY.functions) + len(REGISTRY.methods) + len(REGISTRY.attributes)
+    """How many functions, methods, attributes and operators have a gradient rule.
+
+    s2sgrad's own runtime helpers (rules named _s2s_*, for second derivatives)
+    are not counted: they are not NumPy functions.
+    """
+    functions = [r for _, r in REGISTRY.functions.values() if not r.name.startswith("_s2s_")]
+    return len(functions) + len(REGISTRY.methods) + len(REGISTRY.attributes)
 
 
 def all_rules() -> List[Rule]:

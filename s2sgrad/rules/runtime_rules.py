@@ -1,0 +1,67 @@
+"""Gradient rules for s2sgrad's own runtime helpers.
+
+Generated adjoints call these helpers; giving them rules (in the same table
+format as NumPy's) is what lets the compiler differentiate its own output,
+for second derivatives (grad of grad, Hessian-vector products). The helper's
+first argument is named `cot` here because `g` is the template's cotangent.
+"""
+from __future__ import annotations
+
+from .. import runtime, runtime_inplace
+from ..runtime import helper
+from .registry import constructors, defvjp, nondiff
+
+# -- the reductions and broadcasting helpers the NumPy rules use ----------------
+defvjp(runtime.unbroadcast, "value, like", value="np.broadcast_to(g, np.shape(value))",
+       name="_s2s_unbroadcast")
+defvjp(runtime.expand_reduced, "cot, x, axis=None, keepdims=False",
+       cot="np.sum(g, axis=axis, keepdims=keepdims)", name="_s2s_expand_reduced")
+defvjp(runtime.transpose_grad, "cot, axes=None", cot="np.transpose(g, axes)",
+       name="_s2s_transpose_grad")
+defvjp(runtime.safe_log, "x", x="g * (x != 0) / np.where(x == 0, 1.0, x)",
+       name="_s2s_safe_log")
+
+# matmul_grad_a(cot, a, b) is bilinear in (cot, b): its transpose in cot is the
+# product itself, with g in the place of a; in b, matmul_grad_b with g for a.
+defvjp(runtime.matmul_grad_a, "cot, a, b", cot="unbroadcast(np.matmul(g, b), cot)",
+       b="matmul_grad_b(cot, g, b)", name="_s2s_matmul_grad_a")
+defvjp(runtime.matmul_grad_b, "cot, a, b", cot="unbroadcast(np.matmul(a, g), cot)",
+       a="matmul_grad_a(cot, a, g)", name="_s2s_matmul_grad_b")
+defvjp(runtime.dot_grad_a, "cot, a, b", cot="unbroadcast(np.dot(g, b), cot)",
+       b="dot_grad_b(cot, g, b)", name="_s2s_dot_grad_a")
+defvjp(runtime.dot_grad_b, "cot, a, b", cot="unbroadcast(np.dot(a, g), cot)",
+       a="dot_grad_a(cot, a, g)", name="_s2s_dot_grad_b")
+
+# -- copies, lists and the pure forms of in-place updates ----------------------------
+defvjp(runtime.copy_adjoint, "adjoint", adjoint="g", name="_s2s_copy_adjoint")
+defvjp(runtime_inplace.copy_value, "value", value="g", name="_s2s_copy_value")
+defvjp(runtime_inplace.snapshot, "value", value="g", name="_s2s_snapshot")
+defvjp(runtime.none_to_zero, "grad, like", grad="g", name="_s2s_none_to_zero")
+defvjp(runtime_inplace.add, "total, contribution", total="g", contribution="g",
+       name="_s2s_add")
+defvjp(runtime_inplace.copy_item, "container, index",
+       container="scatter_add(zeros_like(container), index, g)", name="_s2s_copy_item")
+defvjp(runtime_inplace.scatter_add, "adjoint, index, value", adjoint="g",
+       value="unbroadcast(copy_item(g, index), value)", name="_s2s_scatter_add")
+defvjp(runtime_inplace.with_zeroed, "adjoint, index", adjoint="with_zeroed(g, index)",
+       name="_s2s_with_zeroed")
+defvjp(runtime_inplace.with_item, "container, index, value",
+       container="with_zeroed(g, index)",
+       value="unbroadcast(copy_item(g, index), value)", name="_s2s_with_item")
+defvjp(runtime_inplace.push, "items, item", items="drop_last(g)", item="last(g)",
+       name="_s2s_push")
+
+
+@helper
+def last_grad(cot, items):
+    """The cotangent of items[-1] as a cotangent of the whole list."""
+    return [runtime.zeros_like(item) for item in items[:-1]] + [cot]
+
+
+defvjp(runtime_inplace.last, "items", items="last_grad(g, items)", name="_s2s_last")
+defvjp(runtime_inplace.drop_last, "items", items="push(g, zeros_like(items[-1]))",
+       name="_s2s_drop_last")
+
+# -- no gradient: shapes, masks, counts, constructors ---------------------------------
+nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta)
+constructors(runtime.zeros_like, runtime.ones_like)

@@ -1,0 +1,133 @@
+"""Rules of s2sgrad's runtime helpers (what second derivatives differentiate)."""
+import pytest
+from conftest import check_vjp
+
+from s2sgrad.rules import all_rules
+
+SOURCE = '''
+import numpy as np
+from s2sgrad.runtime import (unbroadcast as ub, expand_reduced as er, transpose_grad as tg,
+                             safe_log as sl, matmul_grad_a as mga, matmul_grad_b as mgb,
+                             dot_grad_a as dga, dot_grad_b as dgb, copy_adjoint as ca,
+                             none_to_zero as nz)
+from s2sgrad.runtime_inplace import (copy_value as cv, snapshot as sn, add as ad,
+                                     copy_item as ci, scatter_add as sa, with_zeroed as wz,
+                                     with_item as wi, push, last, drop_last)
+
+
+def f_unbroadcast(x, like):
+    return ub(x * x, like) * 2.0
+
+def f_expand_axis(c, x):
+    return er(c * c, x, axis=0) * x
+
+def f_expand_keep(c, x):
+    return er(c, x, axis=1, keepdims=True) * x
+
+def f_expand_all(c, x):
+    return er(c, x) * x
+
+def f_transpose(c):
+    return tg(c * c, (1, 2, 0))
+
+def f_transpose_none(c):
+    return tg(np.sin(c))
+
+def f_safe_log(x):
+    return sl(x) * x
+
+def f_mga(c, a, b):
+    return mga(c * c, a, b)
+
+def f_mgb(c, a, b):
+    return mgb(c * c, a, b)
+
+def f_dga(c, a, b):
+    return dga(c * c, a, b)
+
+def f_dgb(c, a, b):
+    return dgb(c * c, a, b)
+
+def f_copies(x):
+    return ca(x * 2.0) + cv(x * x) + sn(np.sin(x)) + nz(x * 3.0, x)
+
+def f_add(x, y):
+    return ad(x * y, np.sin(x))
+
+def f_items(x, y):
+    return ci(x * y, 1) * 2.0 + sa(x * x, 0, y[0] * 3.0)
+
+def f_with(x, y):
+    return wz(x * y, 1) + wi(x * x, 0, y[1] * 2.0)
+
+def f_lists(x, y):
+    items = [x * 2.0, y]
+    more = push(items, x * y)
+    return last(more) * 3.0 + drop_last(more)[0] * drop_last(more)[1]
+'''
+
+
+@pytest.fixture(scope="module")
+def m(tmp_path_factory):
+    import importlib.util
+    import sys
+    path = tmp_path_factory.mktemp("rt") / "s2s_runtime_rules.py"
+    path.write_text(SOURCE)
+    spec = importlib.util.spec_from_file_location("s2s_runtime_rules", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["s2s_runtime_rules"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# (function, argument shapes, positions differentiated, rules exercised)
+CASES = [
+    ("f_unbroadcast", [(2, 3), (3,)], [0], ["_s2s_unbroadcast"]),
+    ("f_unbroadcast", [(4, 1), (1, 1)], [0], ["_s2s_unbroadcast"]),
+    ("f_expand_axis", [(3,), (2, 3)], [0, 1], ["_s2s_expand_reduced"]),
+    ("f_expand_keep", [(2, 1), (2, 3)], [0, 1], ["_s2s_expand_reduced"]),
+    ("f_expand_all", [(), (2, 2)], [0, 1], ["_s2s_expand_reduced"]),
+    ("f_transpose", [(2, 3, 4)], [0], ["_s2s_transpose_grad"]),
+    ("f_transpose_none", [(2, 3)], [0], ["_s2s_transpose_grad"]),
+    ("f_safe_log", [("positive", (3,))], [0], ["_s2s_safe_log"]),
+    ("f_safe_log", [("positive", (2, 2))], [0], ["_s2s_safe_log"]),
+    ("f_mga", [(2, 4), (2, 3), (3, 4)], [0, 2], ["_s2s_matmul_grad_a"]),
+    ("f_mga", [(4,), (3,), (3, 4)], [0, 2], ["_s2s_matmul_grad_a"]),
+    ("f_mga", [(2,), (2, 3), (3,)], [0, 2], ["_s2s_matmul_grad_a"]),
+    ("f_mgb", [(2, 4), (2, 3), (3, 4)], [0, 1], ["_s2s_matmul_grad_b"]),
+    ("f_mgb", [(4,), (3,), (3, 4)], [0, 1], ["_s2s_matmul_grad_b"]),
+    ("f_dga", [(2, 4), (2, 3), (3, 4)], [0, 2], ["_s2s_dot_grad_a"]),
+    ("f_dga", [(), (3,), (3,)], [0, 2], ["_s2s_dot_grad_a"]),
+    ("f_dgb", [(2, 4), (2, 3), (3, 4)], [0, 1], ["_s2s_dot_grad_b"]),
+    ("f_dgb", [(2,), (2, 3), (3,)], [0, 1], ["_s2s_dot_grad_b"]),
+    ("f_copies", [(3,)], [0], ["_s2s_copy_adjoint", "_s2s_copy_value", "_s2s_snapshot",
+                               "_s2s_none_to_zero"]),
+    ("f_copies", [(2, 2)], [0], []),
+    ("f_add", [(3,), (3,)], [0, 1], ["_s2s_add"]),
+    ("f_add", [(2, 3), (3,)], [0, 1], []),
+    ("f_items", [(3,), (3,)], [0, 1], ["_s2s_copy_item", "_s2s_scatter_add"]),
+    ("f_items", [(4,), (4,)], [0, 1], []),
+    ("f_with", [(3,), (3,)], [0, 1], ["_s2s_with_zeroed", "_s2s_with_item"]),
+    ("f_with", [(5,), (5,)], [0, 1], []),
+    ("f_lists", [(3,), (3,)], [0, 1], ["_s2s_push", "_s2s_last", "_s2s_drop_last"]),
+    ("f_lists", [(2, 2), (2, 2)], [0, 1], []),
+]
+
+
+def _draw(spec, rng):
+    if isinstance(spec, tuple) and spec and spec[0] == "positive":
+        return rng.uniform(0.5, 2.0, spec[1])
+    return rng.standard_normal(spec) if spec else float(rng.standard_normal())
+
+
+@pytest.mark.parametrize("fname, shapes, wrt, rules", CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_runtime_rule_matches_finite_differences(m, fname, shapes, wrt, rules, rng):
+    args = [_draw(s, rng) for s in shapes]
+    check_vjp(getattr(m, fname), args, wrt=wrt)
+
+
+def test_every_runtime_rule_is_tested():
+    tested = {r for case in CASES for r in case[3]}
+    names = {r.name for r in all_rules() if r.name.startswith("_s2s_")}
+    assert names <= tested, sorted(names - tested)
