@@ -559,3 +559,40 @@ CASES.update({
     "ndarray.real": [("x.real", {"x": (3,)}), ("x.real * y", {"x": (2, 1), "y": (3,)})],
     "ndarray.imag": [("x.imag + x", {"x": (3,)}), ("x.imag * y + y", {"x": (2, 1), "y": (3,)})],
 })
+
+# --- scipy.special (only when SciPy is installed) -------------------------------------------
+try:
+    import scipy.special  # noqa: F401
+except ImportError:
+    pass
+else:
+    CASES.update({
+        "scipy.special.expit": [("scipy.special.expit(x)", {"x": (3,)}),
+                                ("scipy.special.expit(x) * y", {"x": (2, 1), "y": (3,)})],
+        "scipy.special.logit": [("scipy.special.logit(x)", {"x": ("unit", (3,))}),
+                                ("scipy.special.logit(x)", {"x": ("unit", ())})],
+        "scipy.special.erf": [("scipy.special.erf(x)", {"x": (3,)}),
+                              ("scipy.special.erf(x)", {"x": (2, 2)})],
+        "scipy.special.erfc": [("scipy.special.erfc(x)", {"x": (3,)}),
+                               ("scipy.special.erfc(x)", {"x": ()})],
+        "scipy.special.gammaln": [("scipy.special.gammaln(x)", {"x": ("positive", (3,))}),
+                                  ("scipy.special.gammaln(x)", {"x": ("positive", (2, 2))})],
+        "scipy.special.digamma": [("scipy.special.digamma(x)", {"x": ("positive", (3,))}),
+                                  ("scipy.special.digamma(x)", {"x": ("positive", ())})],
+        "scipy.special.xlogy": [
+            ("scipy.special.xlogy(x, y)", {"x": (2, 3), "y": ("positive", (3,))}),
+            ("scipy.special.xlogy(c, y)",
+             {"c": ("const", np.array([0.0, 1.5])), "y": ("positive", (2,))})],
+        "scipy.special.logsumexp": [
+            ("scipy.special.logsumexp(x)", {"x": (4,)}),
+            ("scipy.special.logsumexp(x, axis=1)", {"x": (2, 3)}),
+            ("scipy.special.logsumexp(x, axis=(0, 2), keepdims=True)", {"x": (2, 3, 2)}),
+            ("scipy.special.logsumexp(x, b=w, axis=0)", {"x": (3, 2), "w": ("positive", (3, 2))}),
+            ("scipy.special.logsumexp(x, b=w, return_sign=True)",
+             {"x": (3,), "w": ("away_from_zero", (3,))})],
+        "scipy.special.softmax": [("scipy.special.softmax(x)", {"x": (4,)}),
+                                  ("scipy.special.softmax(x, axis=1)", {"x": (2, 3)})],
+        "scipy.special.log_softmax": [("scipy.special.log_softmax(x)", {"x": (2, 2)}),
+                                      ("scipy.special.log_softmax(x, axis=0)", {"x": (3, 2)})],
+    })
+

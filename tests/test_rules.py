@@ -29,6 +29,15 @@ def _draw(spec, rng):
     return rng.standard_normal(spec) if spec else float(rng.standard_normal())
 
 
+def _source(params, expr, numpy="numpy"):
+    """The module text of one case (SciPy imported when the case uses it)."""
+    head = f"import {numpy} as np\n"
+    if "scipy." in expr:
+        head += ("import scipy.special\n" if numpy == "numpy" else
+                 "import autograd.scipy as scipy\nimport autograd.scipy.special\n")
+    return f"{head}\ndef f({', '.join(params)}):\n    return {expr}\n"
+
+
 def _cases():
     for name, cases in CASES.items():
         for k, (expr, specs) in enumerate(cases):
@@ -38,8 +47,7 @@ def _cases():
 @pytest.mark.parametrize("name, expr, specs", list(_cases()))
 def test_rule_matches_finite_differences(name, expr, specs, make_module, rng):
     params = list(specs)
-    module = make_module(f"import numpy as np\n\ndef f({', '.join(params)}):\n"
-                         f"    return {expr}\n")
+    module = make_module(_source(params, expr))
     args = [_draw(specs[p], rng) for p in params]
     wrt = [i for i, p in enumerate(params)
            if not (isinstance(specs[p], tuple) and specs[p] and specs[p][0] == "const")]
@@ -70,3 +78,63 @@ def test_float32_gradient_keeps_dtype(make_module):
     g = s2sgrad.grad(m.f)(x)
     assert g.dtype == np.float32
     np.testing.assert_allclose(g, np.cos(x) * x + np.sin(x), rtol=1e-5)
+
+
+# -- comparison with HIPS autograd (when installed) ---------------------------------------
+def _autograd_vjps(expr, specs, args, wrt, v):
+    """autograd's VJPs of the same expression, written against autograd.numpy."""
+    import warnings
+
+    import autograd
+    params = list(specs)
+    src = _source(params, expr, numpy="autograd.numpy")
+    ns: dict = {}
+    exec(compile(src, f"<autograd case {expr}>", "exec"), ns)  # noqa: S102 - test text
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [autograd.make_vjp(ns["f"], i)(*args)[0](v) for i in wrt]
+
+
+def _ours(expr, specs, make_module, rng):
+    """s2sgrad's VJPs, and what autograd needs to compute its own on the same point."""
+    from conftest import random_cotangent
+
+    import s2sgrad
+    params = list(specs)
+    module = make_module(_source(params, expr))
+    args = [_draw(specs[p], rng) for p in params]
+    wrt = tuple(i for i, p in enumerate(params)
+                if not (isinstance(specs[p], tuple) and specs[p] and specs[p][0] == "const"))
+    out, pullback = s2sgrad.vjp(module.f, *args, wrt=wrt)
+    v = random_cotangent(out, np.random.default_rng(0))
+    return pullback(v), (expr, specs, args, wrt, v)
+
+
+def _autograd_cases(different: bool):
+    from autograd_differences import AUTOGRAD_DIFFERENT
+    for param in _cases():
+        if (param.id in AUTOGRAD_DIFFERENT) == different:
+            yield param
+
+
+@pytest.mark.parametrize("name, expr, specs", list(_autograd_cases(False)))
+def test_rule_matches_autograd(name, expr, specs, make_module, rng):
+    pytest.importorskip("autograd")
+    ours, point = _ours(expr, specs, make_module, rng)
+    theirs = _autograd_vjps(*point)
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=f"argument {i}")
+
+
+@pytest.mark.parametrize("name, expr, specs", list(_autograd_cases(True)))
+def test_autograd_differences_are_real(name, expr, specs, make_module, rng):
+    """Every case listed in autograd_differences.py really fails or differs in autograd."""
+    pytest.importorskip("autograd")
+    ours, point = _ours(expr, specs, make_module, rng)
+    try:
+        theirs = _autograd_vjps(*point)
+    except Exception:
+        return  # autograd raised (no rule, or arguments it does not accept)
+    same = all(np.shape(a) == np.shape(b) and np.allclose(a, b, rtol=1e-6, atol=1e-7)
+               for a, b in zip(ours, theirs))
+    assert not same, f"{name}: autograd agrees here; remove it from AUTOGRAD_DIFFERENT"

@@ -1,6 +1,13 @@
 """Gradient rules: the declarative table (numpy_rules) and its registry."""
-from . import numpy_rules  # noqa: F401 - registers the table
-from . import runtime_rules  # noqa: F401 - rules for s2sgrad's own helpers (second order)
+from . import (
+    numpy_rules,  # noqa: F401 - registers the table
+    runtime_rules,  # noqa: F401 - rules for s2sgrad's own helpers (second order)
+)
 from .registry import REGISTRY, all_rules, count, defvjp
+
+try:  # scipy.special rules, only when SciPy is installed (never required)
+    from . import scipy_rules  # noqa: F401
+except ImportError:
+    pass
 
 __all__ = ["REGISTRY", "all_rules", "count", "defvjp"]

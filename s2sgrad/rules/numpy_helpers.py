@@ -740,12 +740,18 @@ def unravel(g, a, order="C"):
     """Cotangent of `a` in np.ravel(a, order): the cotangent reshaped back."""
     if order in ("A", "K"):
         a = np.asarray(a)
-        if a.flags.c_contiguous or a.ndim < 2:
-            order = "C"
-        elif a.flags.f_contiguous:
-            order = "F"
-        else:
-            unsupported(f"np.ravel(order={order!r}) of a non-contiguous array")
+        fortran = a.flags.f_contiguous and not a.flags.c_contiguous
+        if order == "K" and not (a.flags.c_contiguous or a.flags.f_contiguous):
+            strides = [s for s, n in zip(a.strides, a.shape) if n > 1]
+            if any(s < 0 for s in strides):
+                unsupported("np.ravel(order='K') of an array with negative strides")
+            if strides == sorted(strides, reverse=True):
+                fortran = False
+            elif strides == sorted(strides):
+                fortran = True
+            else:
+                unsupported("np.ravel(order='K') of an array with permuted strides")
+        order = "F" if fortran else "C"
     return np.reshape(g, np.shape(a), order=order)
 
 
@@ -1567,4 +1573,45 @@ def vecdot_grads(g, x1, x2, axis=-1):
     """Cotangents of (x1, x2) in np.vecdot (real arrays)."""
     ge = np.expand_dims(np.asarray(g), axis)
     return ge * np.asarray(x2), ge * np.asarray(x1)
+
+
+# -- scipy.special (rules in scipy_rules.py, registered only when scipy imports) -----------
+@_helper
+def scipy_digamma(x):
+    """d/dx gammaln(x)."""
+    from scipy import special
+    return special.digamma(x)
+
+
+@_helper
+def scipy_trigamma(x):
+    """d/dx digamma(x)."""
+    from scipy import special
+    return special.polygamma(1, x)
+
+
+@_helper
+def xlogy_grad_y(x, y):
+    """d/dy x log(y) = x / y, and 0 where x == 0 (xlogy(0, y) is 0 for every y)."""
+    x, y = np.asarray(x), np.asarray(y)
+    zero = x == 0
+    return np.where(zero, 0.0, x / np.where(zero, 1.0, y))
+
+
+@_helper
+def logsumexp_grads(g, a, ans, axis=None, b=None, keepdims=False, return_sign=False):
+    """Cotangents of (a, b) in scipy.special.logsumexp: softmax weights (times b)."""
+    sign = None
+    if return_sign:
+        g, ans, sign = g[0], ans[0], ans[1]
+    a = np.asarray(a)
+    if b is not None:
+        a = np.broadcast_arrays(a, np.asarray(b))[0]
+    ge = expand_reduced(g, a, axis=axis, keepdims=keepdims)
+    weight = np.exp(a - expand_reduced(ans, a, axis=axis, keepdims=keepdims))
+    if sign is not None:
+        weight = weight * expand_reduced(sign, a, axis=axis, keepdims=keepdims)
+    g_a = ge * weight if b is None else ge * weight * b
+    g_b = None if b is None else ge * weight
+    return g_a, g_b
 

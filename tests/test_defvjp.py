@@ -1,0 +1,120 @@
+"""s2sgrad.defvjp: rules for third-party functions (template and callable forms)."""
+import uuid
+
+import numpy as np
+import pytest
+from conftest import check_vjp
+
+import s2sgrad
+
+# A "third-party" library: its functions are opaque to s2sgrad (a comprehension,
+# which the compiler refuses), so only a registered rule can differentiate them.
+_LIB = '''
+import numpy as np
+
+def scale_mul(x, y):
+    y = np.broadcast_to(y, np.shape(x))
+    return np.array([a * b for a, b in zip(np.ravel(x), np.ravel(y))]).reshape(np.shape(x))
+
+def cube(x):
+    return np.array([v ** 3 for v in np.ravel(x)]).reshape(np.shape(x))
+
+def powsum(x, y, n=2):
+    return np.array([a ** n + b for a, b in zip(np.ravel(x), np.ravel(y))]).reshape(np.shape(x))
+
+def hypot_like(x, y):
+    return np.sqrt(np.array([a * a + b * b for a, b in zip(np.ravel(x), np.ravel(y))]))
+'''
+
+
+@pytest.fixture(autouse=True)
+def _restore_registry():
+    """Rules registered by a test are removed after it (the table stays as shipped)."""
+    from s2sgrad import runtime
+    from s2sgrad.rules import registry
+    saved = (dict(registry.REGISTRY.functions), dict(runtime.HELPERS),
+             dict(registry._USER_HELPERS))
+    yield
+    for live, old in zip((registry.REGISTRY.functions, runtime.HELPERS,
+                          registry._USER_HELPERS), saved):
+        live.clear()
+        live.update(old)
+
+
+@pytest.fixture
+def lib(make_module):
+    return make_module(_LIB, name=f"mylib_{uuid.uuid4().hex[:8]}")
+
+
+def _user(make_module, lib, body, params="x"):
+    return make_module(f"import numpy as np\nimport {lib.__name__} as mylib\n\n"
+                       f"def f({params}):\n    return {body}\n")
+
+
+def test_unregistered_third_party_function_is_an_error(make_module, lib):
+    m = _user(make_module, lib, "np.sum(mylib.cube(x))")
+    with pytest.raises(s2sgrad.TransformError):
+        s2sgrad.grad(m.f)(np.array([1.0, 2.0]))
+
+
+def test_template_form(make_module, lib, rng):
+    s2sgrad.defvjp(lib.scale_mul, "x, y", x="g * y", y="g * x", broadcast=True)
+    m = _user(make_module, lib, "np.sin(mylib.scale_mul(x, y))", "x, y")
+    check_vjp(m.f, [rng.standard_normal((2, 3)), rng.standard_normal(3)])
+    text = s2sgrad.source(m.f, wrt=(0, 1))
+    assert "_s2s_vjp_" not in text and "_s2s_unbroadcast(" in text  # the template, inline
+
+
+def test_callable_form(make_module, lib, rng):
+    s2sgrad.defvjp(lib.cube, lambda g, ans, x: g * 3 * x ** 2)
+    m = _user(make_module, lib, "mylib.cube(x) * 2.0")
+    check_vjp(m.f, [rng.standard_normal((2, 2))])
+    text = s2sgrad.source(m.f)
+    assert f"_s2s_vjp_{lib.__name__}_cube(" in text
+
+
+def test_callable_form_several_parameters_and_options(make_module, lib, rng):
+    def powsum_vjp(g, ans, x, y, n=2):
+        return g * n * x ** (n - 1), g
+
+    s2sgrad.defvjp(lib.powsum, powsum_vjp)
+    m = _user(make_module, lib, "mylib.powsum(x, y, n=3) + mylib.powsum(y, x)", "x, y")
+    check_vjp(m.f, [rng.standard_normal(3), rng.standard_normal(3)])
+
+
+def test_callable_none_means_zero(make_module, lib, rng):
+    s2sgrad.defvjp(lib.powsum, lambda g, ans, x, y: (g * 2 * x, None))
+    m = _user(make_module, lib, "np.sum(mylib.powsum(x, y) * x)", "x, y")
+    x, y = rng.standard_normal(3), rng.standard_normal(3)
+    gx, gy = s2sgrad.grad(m.f, wrt=(0, 1))(x, y)
+    np.testing.assert_allclose(gx, 2 * x * x + x ** 2 + y)
+    np.testing.assert_array_equal(gy, np.zeros(3))
+
+
+def test_per_parameter_callables_in_the_template_form(make_module, lib, rng):
+    s2sgrad.defvjp(lib.hypot_like, "x, y", x=lambda g, ans, x, y: g * x / ans,
+                   y="g * y / ans")
+    m = _user(make_module, lib, "mylib.hypot_like(x, y)", "x, y")
+    check_vjp(m.f, [rng.standard_normal(4), rng.standard_normal(4)])
+
+
+def test_reregistering_replaces_the_rule(make_module, lib):
+    s2sgrad.defvjp(lib.cube, lambda g, ans, x: g * 0.0)
+    s2sgrad.defvjp(lib.cube, lambda g, ans, x: g * 3 * x ** 2)
+    m = _user(make_module, lib, "np.sum(mylib.cube(x))")
+    np.testing.assert_allclose(s2sgrad.grad(m.f)(np.array([1.0, 2.0])), [3.0, 12.0])
+
+
+def test_defvjp_rejects_bad_rules(lib):
+    with pytest.raises(TypeError):
+        s2sgrad.defvjp(lib.cube, lambda g, ans, *xs: g)
+    with pytest.raises(TypeError):
+        s2sgrad.defvjp(3.0, "x", x="g")
+    with pytest.raises(ValueError, match="unknown name"):
+        s2sgrad.defvjp(lib.cube, "x", x="g * undefined_name")
+    with pytest.raises(ValueError, match="unknown parameters"):
+        s2sgrad.defvjp(lib.cube, "x", z="g")
+
+
+def test_rule_count_includes_at_least_150_numpy_entries():
+    assert s2sgrad.rules.count() >= 150

@@ -1,0 +1,273 @@
+"""Edges of the NumPy rule table: dtypes, 0-d values, kinks, ties, zeros,
+undefined gradients, and indexing (each against finite differences or a
+value derived by hand from the mathematics, never from the code)."""
+import numpy as np
+import pytest
+from conftest import check_vjp
+from rule_cases import CASES
+from test_rules import _draw, _source
+
+import s2sgrad
+
+
+def _grad(make_module, body, *args, wrt=0, params="x"):
+    m = make_module(f"import numpy as np\n\ndef f({params}):\n    return {body}\n")
+    return s2sgrad.grad(m.f, wrt=wrt)(*args)
+
+
+# -- dtypes, 0-d arrays, Python floats, integers ------------------------------------------
+def _float32_cases():
+    for name, cases in sorted(CASES.items()):
+        expr, specs = cases[0]
+        yield pytest.param(name, expr, specs, id=name)
+
+
+@pytest.mark.parametrize("name, expr, specs", list(_float32_cases()))
+def test_float32_inputs_get_float32_gradients(name, expr, specs, make_module, rng):
+    params = list(specs)
+    m = make_module(_source(params, expr))
+    args64 = [_draw(specs[p], rng) for p in params]
+    wrt = tuple(i for i, p in enumerate(params)
+                if not (isinstance(specs[p], tuple) and specs[p] and specs[p][0] == "const"))
+    args32 = [np.float32(a) if isinstance(a, float) and i in wrt
+              else a.astype(np.float32) if isinstance(a, np.ndarray) and i in wrt else a
+              for i, a in enumerate(args64)]
+    out, pullback = s2sgrad.vjp(m.f, *args32, wrt=wrt)
+    v = (tuple(np.ones(np.shape(o)) for o in out) if isinstance(out, tuple)
+         else np.ones(np.shape(out)))
+    grads32 = pullback(v)
+    grads64 = s2sgrad.vjp(m.f, *args64, wrt=wrt)[1](v)
+    for i, g32, g64 in zip(wrt, grads32, grads64):
+        assert np.asarray(g32).dtype == np.float32, (name, i, np.asarray(g32).dtype)
+        assert np.shape(g32) == np.shape(args32[i])
+        scale = max(1.0, float(np.max(np.abs(g64))) if np.size(g64) else 1.0)
+        np.testing.assert_allclose(g32, g64, rtol=2e-3, atol=2e-3 * scale)
+
+
+@pytest.mark.parametrize("body", ["np.sum(np.sin(x) * np.prod(x))", "np.linalg.norm(x)",
+                                  "np.max(np.cumsum(x))", "np.einsum(',,', x, x, 2.0)"])
+def test_zero_d_arrays_and_python_floats(body, make_module):
+    x0 = np.array(0.7)
+    m = make_module(f"import numpy as np\n\ndef f(x):\n    return {body}\n")
+    g = s2sgrad.grad(m.f)(x0)
+    assert isinstance(g, np.ndarray) and g.shape == ()
+    gf = s2sgrad.grad(m.f)(0.7)
+    assert isinstance(gf, float)
+    check_vjp(m.f, [0.7])
+    check_vjp(m.f, [np.array(0.7)])
+
+
+@pytest.mark.parametrize("value", [np.arange(3), 3, np.array([1, 2], dtype=np.int32),
+                                   np.array([True, False])])
+def test_integer_inputs_are_rejected(value, make_module):
+    m = make_module("import numpy as np\n\ndef f(x):\n    return np.sum(np.exp2(x) * np.cbrt(x))\n")
+    with pytest.raises(TypeError, match="floating-point"):
+        s2sgrad.grad(m.f)(value)
+
+
+def test_astype_float32_passes_the_cotangent_through(make_module):
+    # d/dx float32(x) = 1: rounding is piecewise constant with slope one a.e.
+    g = _grad(make_module, "np.sum(x.astype(np.float32) * 3.0)", np.array([0.1, 0.2]))
+    np.testing.assert_allclose(g, [3.0, 3.0])
+    g = _grad(make_module, "np.sum(x.astype(int) * 3.0 + x)", np.array([0.1, 2.7]))
+    np.testing.assert_allclose(g, [1.0, 1.0])
+
+
+# -- kinks: the documented subgradients ----------------------------------------------------
+def test_abs_and_fabs_at_zero_give_zero(make_module):
+    x = np.array([-2.0, 0.0, 3.0])
+    np.testing.assert_array_equal(_grad(make_module, "np.sum(np.abs(x))", x), [-1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(_grad(make_module, "np.sum(np.fabs(x))", x), [-1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(_grad(make_module, "np.sum(abs(x))", x), [-1.0, 0.0, 1.0])
+
+
+def test_sqrt_and_cbrt_at_zero_are_infinite(make_module):
+    with np.errstate(divide="ignore"):
+        assert np.isposinf(_grad(make_module, "np.sqrt(x)", 0.0))
+        assert np.isposinf(_grad(make_module, "np.cbrt(x)", 0.0))
+
+
+@pytest.mark.parametrize("fn", ["np.maximum", "np.minimum", "np.fmax", "np.fmin"])
+def test_elementwise_max_min_ties_split_equally(fn, make_module):
+    x, y = np.array([1.0, 2.0]), np.array([1.0, 5.0])
+    gx = _grad(make_module, f"np.sum({fn}(x, y))", x, y, params="x, y", wrt=0)
+    gy = _grad(make_module, f"np.sum({fn}(x, y))", x, y, params="x, y", wrt=1)
+    big = fn in ("np.maximum", "np.fmax")
+    np.testing.assert_array_equal(gx, [0.5, 0.0 if big else 1.0])
+    np.testing.assert_array_equal(gy, [0.5, 1.0 if big else 0.0])
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("np.max(x)", [0.0, 0.5, 0.5, 0.0]),
+    ("np.amax(x)", [0.0, 0.5, 0.5, 0.0]),
+    ("x.max()", [0.0, 0.5, 0.5, 0.0]),
+    ("np.min(x)", [0.5, 0.0, 0.0, 0.5]),
+    ("np.ptp(x)", [-0.5, 0.5, 0.5, -0.5]),
+    ("np.max(x, initial=3.0)", [0.0, 1 / 3, 1 / 3, 0.0]),
+    ("np.linalg.norm(x, ord=np.inf)", [0.0, 0.5, 0.5, 0.0]),
+])
+def test_reduction_ties_split_equally(body, expected, make_module):
+    x = np.array([-1.0, 3.0, 3.0, -1.0])
+    np.testing.assert_allclose(_grad(make_module, body, x), expected)
+
+
+def test_max_ties_along_an_axis(make_module):
+    x = np.array([[1.0, 1.0, 0.0], [2.0, 0.0, 2.0]])
+    g = _grad(make_module, "np.sum(np.max(x, axis=1) * np.array([1.0, 4.0]))", x)
+    np.testing.assert_allclose(g, [[0.5, 0.5, 0.0], [2.0, 0.0, 2.0]])
+
+
+def test_clip_at_a_bound_splits_like_maximum(make_module):
+    x = np.array([-1.0, 0.0, 0.5, 1.0, 2.0])
+    g = _grad(make_module, "np.sum(np.clip(x, 0.0, 1.0))", x)
+    np.testing.assert_allclose(g, [0.0, 0.5, 1.0, 0.5, 0.0])
+
+
+def test_norms_hypot_and_std_at_zero_take_the_zero_subgradient(make_module):
+    z = np.zeros(3)
+    for body in ("np.linalg.norm(x)", "np.linalg.norm(x, ord=1)", "np.linalg.norm(x, ord=np.inf)",
+                 "np.linalg.norm(x, ord=3)", "np.std(x)", "np.sum(np.hypot(x, x))",
+                 "np.linalg.norm(np.outer(x, x) + x[0], ord=2)",
+                 "np.linalg.norm(np.outer(x, x), ord='nuc')"):
+        np.testing.assert_array_equal(_grad(make_module, body, z), z, err_msg=body)
+    np.testing.assert_array_equal(_grad(make_module, "np.std(x)", np.full(4, 2.5)), np.zeros(4))
+
+
+def test_vector_norm_below_one_raises_at_zero_entries(make_module):
+    with pytest.raises(ValueError, match="undefined"):
+        _grad(make_module, "np.linalg.norm(x, ord=0.5)", np.array([1.0, 0.0, 2.0]))
+
+
+# -- zeros in products ---------------------------------------------------------------------
+@pytest.mark.parametrize("x, expected", [
+    ([2.0, 0.0, 3.0], [0.0, 6.0, 0.0]),          # one zero: only its own factor survives
+    ([0.0, 5.0, 0.0], [0.0, 0.0, 0.0]),          # two zeros: everything vanishes
+    ([2.0, 4.0, 3.0], [12.0, 6.0, 8.0]),
+])
+def test_prod_with_zeros_is_exact(x, expected, make_module):
+    np.testing.assert_array_equal(_grad(make_module, "np.prod(x)", np.array(x)), expected)
+    np.testing.assert_array_equal(_grad(make_module, "x.prod()", np.array(x)), expected)
+
+
+def test_cumprod_with_zeros_is_exact(make_module):
+    # y = (x0, x0 x1, x0 x1 x2); d sum(y) = (1 + x1 + x1 x2, x0 + x0 x2, x0 x1)
+    x = np.array([2.0, 0.0, 3.0])
+    np.testing.assert_array_equal(_grad(make_module, "np.sum(np.cumprod(x))", x), [1.0, 8.0, 0.0])
+    x = np.array([0.0, 2.0, 0.0, 4.0])
+    np.testing.assert_array_equal(_grad(make_module, "np.sum(np.cumprod(x))", x),
+                                  [1.0 + 2.0, 0.0, 0.0, 0.0])
+
+
+def test_det_of_a_singular_matrix_is_exact(make_module):
+    m = make_module("import numpy as np\n\ndef f(x):\n    return np.linalg.det(x)\n")
+    x = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.5, -1.0, 2.0]])  # rank 2
+    g = s2sgrad.grad(m.f)(x)
+    cof = np.array([[np.linalg.det(np.delete(np.delete(x, i, 0), j, 1)) * (-1) ** (i + j)
+                     for j in range(3)] for i in range(3)])
+    np.testing.assert_allclose(g, cof, atol=1e-12)
+    check_vjp(m.f, [x])
+
+
+# -- decompositions with repeated values -------------------------------------------------------
+def test_eigh_repeated_eigenvalue_cotangents_are_averaged(make_module):
+    a = np.diag([1.0, 2.0, 2.0])
+    g = _grad(make_module, "np.linalg.eigh(x)[0][2]", a)
+    np.testing.assert_allclose(g, np.diag([0.0, 0.5, 0.5]), atol=1e-12)
+    g = _grad(make_module, "np.linalg.eigvalsh(x)[1] + np.linalg.eigvalsh(x)[2]", a)
+    np.testing.assert_allclose(g, np.diag([0.0, 1.0, 1.0]), atol=1e-12)
+
+
+def test_eigh_projector_onto_a_repeated_eigenspace(make_module):
+    m = make_module("import numpy as np\n\ndef f(x):\n    w, v = np.linalg.eigh(x)\n"
+                    "    return v[:, 1:] @ v[:, 1:].T\n")
+    check_vjp(m.f, [np.diag([1.0, 2.0, 2.0])])
+    check_vjp(m.f, [np.array([[1.0, 0.0, 0.0], [0.3, 2.0, 0.0], [0.2, 0.0, 2.0]])])
+
+
+def test_eigh_eigenvector_of_a_repeated_eigenvalue_raises(make_module):
+    with pytest.raises(np.linalg.LinAlgError, match="undefined"):
+        _grad(make_module, "np.sum(np.linalg.eigh(x)[1][:, 2])", np.diag([1.0, 2.0, 2.0]))
+
+
+def test_svd_repeated_singular_values(make_module):
+    a = np.diag([3.0, 1.0, 1.0])
+    g = _grad(make_module, "np.linalg.svd(x)[1][1]", a)
+    np.testing.assert_allclose(g, np.diag([0.0, 0.5, 0.5]), atol=1e-12)
+    with pytest.raises(np.linalg.LinAlgError, match="undefined"):
+        _grad(make_module, "np.sum(np.linalg.svd(x)[0][:, 1])", a)
+
+
+def test_svd_full_matrices_extra_columns_raise(make_module):
+    x = np.arange(6.0).reshape(3, 2) + np.eye(3, 2)
+    check_vjp(make_module("import numpy as np\n\ndef f(x):\n"
+                          "    u, s, vt = np.linalg.svd(x)\n    return u[:, :2] * s, vt\n").f, [x])
+    with pytest.raises(np.linalg.LinAlgError, match="full_matrices"):
+        _grad(make_module, "np.sum(np.linalg.svd(x)[0][:, 2])", x)
+
+
+def test_singular_matrix_raises_for_inverse_based_rules(make_module):
+    x = np.array([[1.0, 2.0], [2.0, 4.0]])
+    with pytest.raises(np.linalg.LinAlgError):
+        _grad(make_module, "np.linalg.slogdet(x)[1]", x)
+
+
+def test_unused_outputs_of_multi_output_functions(make_module):
+    m = make_module("import numpy as np\n\ndef f(x):\n    w, v = np.linalg.eigh(x)\n"
+                    "    q, r = np.linalg.qr(x)\n    return np.sum(w) + np.sum(r)\n")
+    x = np.array([[3.0, 0.5, 0.1], [0.5, 2.0, 0.3], [0.1, 0.3, 1.0]])
+    check_vjp(m.f, [x])
+
+
+# -- unsupported arguments raise instead of returning a wrong gradient ---------------------------
+@pytest.mark.parametrize("body", [
+    "np.sum(np.pad(x, 1, mode='mean'))",
+    "np.quantile(x, 0.5, method='nearest')",
+    "np.median(x, overwrite_input=True)",
+    "np.sum(np.linalg.svd(np.outer(x, x), hermitian=True)[1])",
+    "np.sum(np.linalg.qr(np.outer(x, x), mode='raw')[0])",
+])
+def test_unsupported_arguments_raise(body, make_module):
+    with pytest.raises(NotImplementedError):
+        _grad(make_module, body, np.array([1.0, 2.0, 3.0]))
+
+
+def test_var_with_a_differentiated_mean_argument_raises(make_module):
+    m = make_module("import numpy as np\n\ndef f(x, c):\n"
+                    "    return np.var(x, mean=np.mean(x) * c)\n")
+    with pytest.raises(NotImplementedError, match="mean="):
+        s2sgrad.grad(m.f, wrt=1)(np.array([1.0, 2.0, 4.0]), 1.0)
+
+
+def test_list_literals_of_variables_raise_instead_of_dropping_gradients(make_module):
+    with pytest.raises(s2sgrad.TransformError, match="np.sum"):
+        _grad(make_module, "np.sum([x, 2.0 * x])", 1.0)
+
+
+# -- indexing: scatter-add adjoints, checked by finite differences ------------------------------
+_INDEXING = [
+    ("x[1]", (4,)), ("x[-1]", (4,)), ("x[1, 2]", (3, 4)), ("x[1:3]", (5,)), ("x[::2]", (5,)),
+    ("x[::-1]", (5,)), ("x[3:0:-2]", (5,)), ("x[-2::-3]", (7,)), ("x[None]", (3,)),
+    ("x[..., 1]", (2, 3, 4)), ("x[:, None, 1:]", (2, 3)), ("x[1, ::-1]", (2, 3)),
+    ("x[..., None, ::2]", (2, 5)), ("x[[0, 2, 2]]", (3,)), ("x[[0, 0, 1], [1, 1, 2]]", (2, 3)),
+    ("x[np.array([[0, 1], [1, 1]])]", (3,)), ("x[:, [2, 0, 2]]", (2, 3)),
+    ("x[1:, [0, 0]]", (3, 2)), ("x[x > 0]", (6,)), ("x[x > 0]", (2, 3)),
+    ("x[np.array([True, False, True])]", (3, 2)), ("x[:, np.array([True, False, True])]", (2, 3)),
+    ("x[[1, 0]][:, ::2]", (2, 5)), ("x[[0, 1], ::-1]", (2, 3)), ("x[0][1]", (2, 3)),
+    ("x[..., [True, False, True]]", (2, 3)), ("x[[[0], [1]], [0, 2]]", (2, 3)),
+    ("x[1, [0, 0, 2], 1:]", (2, 3, 3)), ("x[[-1, -1]] * x[-1]", (3,)),
+    ("x[2:0:-1, [1, 1]] + x[0, 1]", (3, 2)), ("x[()]", ()),
+]
+
+
+@pytest.mark.parametrize("expr, shape", _INDEXING, ids=[e for e, _ in _INDEXING])
+def test_indexing_matches_finite_differences(expr, shape, make_module, rng):
+    m = make_module(f"import numpy as np\n\ndef f(x):\n    return {expr} * 2.0\n")
+    x = rng.standard_normal(shape) if shape else np.array(rng.standard_normal())
+    check_vjp(m.f, [x])
+
+
+def test_repeated_indices_accumulate(make_module):
+    g = _grad(make_module, "np.sum(x[[0, 0, 2, 0]])", np.zeros(3))
+    np.testing.assert_array_equal(g, [3.0, 0.0, 1.0])
+    g = _grad(make_module, "np.sum(x[[1, 1], [0, 0]] * np.array([2.0, 5.0]))", np.zeros((2, 2)))
+    np.testing.assert_array_equal(g, [[0.0, 0.0], [7.0, 0.0]])
