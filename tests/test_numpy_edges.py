@@ -271,3 +271,47 @@ def test_repeated_indices_accumulate(make_module):
     np.testing.assert_array_equal(g, [3.0, 0.0, 1.0])
     g = _grad(make_module, "np.sum(x[[1, 1], [0, 0]] * np.array([2.0, 5.0]))", np.zeros((2, 2)))
     np.testing.assert_array_equal(g, [[0.0, 0.0], [7.0, 0.0]])
+
+
+# -- functions left out on purpose (README) raise, never return a wrong gradient -----------
+@pytest.mark.parametrize("body", [
+    "np.sum(np.unique(x))", "np.sum(np.histogram(x)[1])", "np.sum(np.partition(x, 1))",
+    "np.sum(np.abs(np.linalg.eigvals(np.outer(x, x))))", "np.sum(np.abs(np.fft.fft(x)))",
+    "np.sum(np.linalg.lstsq(np.outer(x, x) + np.eye(3), x)[0])", "np.sum(np.gradient(x))",
+    "np.sum(np.polyfit(x, x * x, 1))", "np.sum(np.choose([0, 1, 0], [x, 2 * x]))",
+    "np.sum(np.block([x, x]))", "np.linalg.cond(np.outer(x, x) + np.eye(3))",
+    "np.sum(np.vectorize(np.sin)(x))", "np.sum(np.apply_along_axis(np.sum, 0, x))",
+])
+def test_left_out_functions_raise(body, make_module):
+    with pytest.raises(s2sgrad.TransformError):
+        _grad(make_module, body, np.array([0.3, 1.2, 2.0]))
+
+
+def test_readme_defvjp_example(make_module):
+    from s2sgrad import runtime
+    from s2sgrad.rules import registry
+    saved = dict(registry.REGISTRY.functions), dict(runtime.HELPERS)
+    lib = make_module("import numpy as np\n"
+                      "def softplus(x):\n    return np.log1p(np.exp(x))\n"
+                      "def scale(x, y):\n    return x * y\n"
+                      "def cube(x):\n    return x ** 3\n"
+                      "def powsum(x, y, n=2):\n    return x ** n + y\n", name="mylib")
+    try:
+        s2sgrad.defvjp(lib.softplus, "x", x="g / (1.0 + np.exp(-x))")
+        s2sgrad.defvjp(lib.scale, "x, y", x="g * y", y="g * x", broadcast=True)
+        s2sgrad.defvjp(lib.cube, lambda g, ans, x: g * 3 * x ** 2)
+        s2sgrad.defvjp(lib.powsum, lambda g, ans, x, y, n=2: (g * n * x ** (n - 1), None))
+        m = make_module("import numpy as np\nimport mylib\n\ndef loss(x, y):\n"
+                        "    return np.sum(mylib.scale(mylib.softplus(x), y))\n\n"
+                        "def other(x, y):\n"
+                        "    return np.sum(mylib.cube(x) + mylib.powsum(x, y, n=3))\n")
+        x = np.array([0.5, -1.0, 2.0])
+        np.testing.assert_allclose(s2sgrad.grad(m.loss)(x, 2.0), 2.0 / (1.0 + np.exp(-x)))
+        gx, gy = s2sgrad.grad(m.other, wrt=(0, 1))(x, np.ones(3))
+        np.testing.assert_allclose(gx, 6 * x ** 2)
+        np.testing.assert_array_equal(gy, np.zeros(3))  # None: the rule says zero
+    finally:
+        registry.REGISTRY.functions.clear()
+        registry.REGISTRY.functions.update(saved[0])
+        runtime.HELPERS.clear()
+        runtime.HELPERS.update(saved[1])
