@@ -231,6 +231,14 @@ def test_unsupported_arguments_raise(body, make_module):
         _grad(make_module, body, np.array([1.0, 2.0, 3.0]))
 
 
+def test_interp_with_a_differentiated_period_raises(make_module):
+    m = make_module("import numpy as np\n\ndef f(p):\n"
+                    "    return np.sum(np.interp([0.5, 2.5], [0.0, 1.0, 2.0], [1.0, 3.0, 2.0], "
+                    "period=p))\n")
+    with pytest.raises(NotImplementedError, match="period"):
+        s2sgrad.grad(m.f)(3.0)
+
+
 def test_var_with_a_differentiated_mean_argument_raises(make_module):
     m = make_module("import numpy as np\n\ndef f(x, c):\n"
                     "    return np.var(x, mean=np.mean(x) * c)\n")
@@ -256,6 +264,11 @@ _INDEXING = [
     ("x[..., [True, False, True]]", (2, 3)), ("x[[[0], [1]], [0, 2]]", (2, 3)),
     ("x[1, [0, 0, 2], 1:]", (2, 3, 3)), ("x[[-1, -1]] * x[-1]", (3,)),
     ("x[2:0:-1, [1, 1]] + x[0, 1]", (3, 2)), ("x[()]", ()),
+    ("x[np.array([True, False]), 1:]", (2, 3)), ("x[1:, np.array([True, False, True])]", (3, 3)),
+    ("x[..., None, [0, 0]]", (2, 3)), ("x[[-1, -3, -1]]", (3,)), ("x[-1:-4:-1]", (5,)),
+    ("x[np.array(1)]", (3,)), ("x[np.int64(2), ::2]", (3, 4)), ("x[x > 0.5, None]", (5,)),
+    ("x[:, :, [1, 0, 1]][..., ::-1]", (2, 2, 2)),
+    ("x[np.array([[True, False], [True, True]])]", (2, 2)),
 ]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numbers
 import string
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -41,6 +42,31 @@ def _helper(fn):
 
 def _T(x):
     return np.swapaxes(x, -1, -2)
+
+
+class _Lazy(Sequence):
+    """Cotangents of several arguments, each computed when first read.
+
+    The adjoint indexes the result once per differentiated argument, so the
+    cotangents of constant arguments (often most operands of an einsum) are
+    never computed.
+    """
+
+    def __init__(self, thunks):
+        self._thunks = list(thunks)
+        self._done = {}
+
+    def __len__(self):
+        return len(self._thunks)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        index = range(len(self))[index]
+        if index not in self._done:
+            thunk = self._thunks[index]
+            self._done[index] = None if thunk is None else thunk()
+        return self._done[index]
 
 
 # -- errors and small arithmetic ------------------------------------------------
@@ -1095,9 +1121,9 @@ def inner_grads(g, a, b):
     if a.ndim == 0 or b.ndim == 0:
         return unbroadcast(g * b, a), unbroadcast(g * a, b)
     na, nb = a.ndim - 1, b.ndim - 1
-    ga = np.tensordot(g, b, axes=(list(range(na, na + nb)), list(range(nb))))
-    gb = np.tensordot(a, g, axes=(list(range(na)), list(range(na))))
-    return ga, np.moveaxis(gb, 0, -1)
+    return _Lazy([
+        lambda: np.tensordot(g, b, axes=(list(range(na, na + nb)), list(range(nb)))),
+        lambda: np.moveaxis(np.tensordot(a, g, axes=(list(range(na)), list(range(na)))), 0, -1)])
 
 
 def _tensordot_axes(axes, nda, ndb):
@@ -1119,11 +1145,13 @@ def tensordot_grads(g, a, b, axes=2):
     free_a = [i for i in range(a.ndim) if i not in ax_a]
     free_b = [j for j in range(b.ndim) if j not in ax_b]
     nfa = len(free_a)
-    ga = np.tensordot(g, b, axes=(list(range(nfa, g.ndim)), free_b))
     order_a = free_a + [ax_a[ax_b.index(j)] for j in sorted(ax_b)]
-    gb = np.tensordot(a, g, axes=(free_a, list(range(nfa))))
     order_b = [ax_b[ax_a.index(i)] for i in sorted(ax_a)] + free_b
-    return np.transpose(ga, np.argsort(order_a)), np.transpose(gb, np.argsort(order_b))
+    return _Lazy([
+        lambda: np.transpose(np.tensordot(g, b, axes=(list(range(nfa, g.ndim)), free_b)),
+                             np.argsort(order_a)),
+        lambda: np.transpose(np.tensordot(a, g, axes=(free_a, list(range(nfa)))),
+                             np.argsort(order_b))])
 
 
 @_helper
@@ -1136,9 +1164,9 @@ def kron_grads(g, a, b):
     blocks = g.reshape([n for pair in zip(sa, sb) for n in pair])
     even = list(range(0, 2 * nd, 2))
     odd = list(range(1, 2 * nd, 2))
-    ga = np.tensordot(blocks, b.reshape(sb), axes=(odd, list(range(nd))))
-    gb = np.tensordot(blocks, a.reshape(sa), axes=(even, list(range(nd))))
-    return ga.reshape(a.shape), gb.reshape(b.shape)
+    return _Lazy([
+        lambda: np.tensordot(blocks, b.reshape(sb), axes=(odd, list(range(nd)))).reshape(a.shape),
+        lambda: np.tensordot(blocks, a.reshape(sa), axes=(even, list(range(nd)))).reshape(b.shape)])
 
 
 _LETTERS = string.ascii_uppercase + string.ascii_lowercase
@@ -1206,36 +1234,42 @@ def einsum_grads(g, operands):
     for ls, x in zip(labels, arrays):
         for c, n in zip(ls, np.shape(x)):
             sizes[c] = max(sizes.get(c, 1), n)
-    result = [None] * len(operands)
+    thunks = [None] * len(operands)
     for k, pos in enumerate(positions):
-        fresh = iter(free)
-        present = set(out_labels)
-        for j, ls in enumerate(labels):
-            if j != k:
-                present.update(ls)
-        target, extra_specs, extra_ops, seen = [], [], [], set()
-        for c, n in zip(labels[k], np.shape(arrays[k])):
-            if n == 1 and sizes[c] > 1:  # broadcast along c: sum over it
-                f = next(fresh)
-                target.append(f)
-                extra_specs.append(f)
-                extra_ops.append(np.ones(1))
-            elif c in seen:  # repeated label: the gradient lives on the diagonal
-                f = next(fresh)
-                target.append(f)
-                extra_specs.append(c + f)
-                extra_ops.append(np.eye(n))
-            else:
-                seen.add(c)
-                target.append(c)
-                if c not in present:  # summed within this operand only
-                    extra_specs.append(c)
-                    extra_ops.append(np.ones(n))
-        specs = ["".join(out_labels)] + ["".join(ls) for j, ls in enumerate(labels) if j != k]
-        spec = ",".join(specs + extra_specs) + "->" + "".join(target)
-        ops = [g] + [x for j, x in enumerate(arrays) if j != k] + extra_ops
-        result[pos] = np.einsum(spec, *ops)
-    return result
+        thunks[pos] = (lambda k=k: _einsum_operand_grad(g, k, labels, out_labels, arrays,
+                                                        sizes, free))
+    return _Lazy(thunks)
+
+
+def _einsum_operand_grad(g, k, labels, out_labels, arrays, sizes, free):
+    """The cotangent of the k-th array operand of an einsum: one more einsum."""
+    fresh = iter(free)
+    present = set(out_labels)
+    for j, ls in enumerate(labels):
+        if j != k:
+            present.update(ls)
+    target, extra_specs, extra_ops, seen = [], [], [], set()
+    for c, n in zip(labels[k], np.shape(arrays[k])):
+        if n == 1 and sizes[c] > 1:  # broadcast along c: sum over it
+            f = next(fresh)
+            target.append(f)
+            extra_specs.append(f)
+            extra_ops.append(np.ones(1))
+        elif c in seen:  # repeated label: the gradient lives on the diagonal
+            f = next(fresh)
+            target.append(f)
+            extra_specs.append(c + f)
+            extra_ops.append(np.eye(n))
+        else:
+            seen.add(c)
+            target.append(c)
+            if c not in present:  # summed within this operand only
+                extra_specs.append(c)
+                extra_ops.append(np.ones(n))
+    specs = ["".join(out_labels)] + ["".join(ls) for j, ls in enumerate(labels) if j != k]
+    spec = ",".join(specs + extra_specs) + "->" + "".join(target)
+    ops = [g] + [x for j, x in enumerate(arrays) if j != k] + extra_ops
+    return np.einsum(spec, *ops)
 
 
 @_helper

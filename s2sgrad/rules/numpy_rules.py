@@ -313,7 +313,8 @@ if hasattr(np, "matrix_transpose"):
 defvjp(np.bincount, "x, weights=None, minlength=0", weights="np.asarray(g)[x]")
 defvjp(np.interp, "x, xp, fp, left=None, right=None, period=None",
        prelude="parts = interp_grads(g, x, xp, fp, left, right, period)",
-       x="parts[0]", xp="parts[1]", fp="parts[2]", left="parts[3]", right="parts[4]")
+       x="parts[0]", xp="parts[1]", fp="parts[2]", left="parts[3]", right="parts[4]",
+       period="unsupported('np.interp with a differentiated period')")
 defvjp(np.polyval, "p, x", prelude="parts = polyval_grads(g, p, x)", p="parts[0]", x="parts[1]",
        sequence=("p",))
 defvjp(np.convolve, "a, v, mode='full'", prelude="parts = convolve_grads(g, a, v, mode)",
