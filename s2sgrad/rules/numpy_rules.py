@@ -396,7 +396,8 @@ defmethod("transpose", "self, *axes",
           grads={"self": "transpose_grad(g, axes[0] if len(axes) == 1 else (axes or None))"},
           view=True)
 defattr("T", self="np.transpose(g)")
-defattr("mT", self="np.swapaxes(g, -1, -2)")
+if hasattr(np.ndarray, "mT"):
+    defattr("mT", self="np.swapaxes(g, -1, -2)")
 defattr("real", self="real_only(g, self)")
 defattr("imag", self="real_only(0.0 * g, self)")
 defmethod("prod", "self, axis=None, dtype=None, out=None, keepdims=False, initial=None, "
