@@ -146,9 +146,17 @@ def _pack(grads: Any, positions: Tuple[int, ...]) -> tuple:
     return (grads,) if len(positions) == 1 else tuple(grads)
 
 
-def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0) -> Callable:
-    """Return a function computing (f(*args), gradient of f w.r.t. args[wrt])."""
+def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
+                   jit: bool = False) -> Callable:
+    """Return a function computing (f(*args), gradient of f w.r.t. args[wrt]).
+
+    jit=True runs the generated code compiled by numba (s2sgrad.backends).
+    """
     positions, single = normalize_wrt(wrt)
+    if jit:
+        from .backends import jit_value_and_grad
+        return _derived_from(f, "value_and_grad", positions)(
+            jit_value_and_grad(f, positions, single))
 
     compiled_pair: list = []  # filled on the first call; later calls skip the cache lookup
 
@@ -166,9 +174,9 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0) -> Callable:
     return value_and_grad_f
 
 
-def grad(f: Callable, wrt: Union[int, Sequence[int]] = 0) -> Callable:
+def grad(f: Callable, wrt: Union[int, Sequence[int]] = 0, jit: bool = False) -> Callable:
     """Return a function with f's signature computing the gradient of scalar f."""
-    vg = value_and_grad(f, wrt)
+    vg = value_and_grad(f, wrt, jit=jit)
 
     @_derived_from(f, "grad", normalize_wrt(wrt)[0])
     def grad_f(*args, **kwargs):
@@ -176,14 +184,17 @@ def grad(f: Callable, wrt: Union[int, Sequence[int]] = 0) -> Callable:
     return grad_f
 
 
-def vjp(f: Callable, *args: Any, wrt: Wrt = None) -> Tuple[Any, Callable]:
+def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[Any, Callable]:
     """Run f(*args) and return (output, pullback); pullback(v) gives v^T J.
 
     The pullback reuses the values kept by the forward pass and may be called
-    many times with different v.
+    many times with different v. jit=True: see value_and_grad.
     """
     positions, single = normalize_wrt(wrt, len(args))
     _check_args(f, args, positions)
+    if jit:
+        from .backends import jit_vjp
+        return jit_vjp(f, args, positions, single)
     compiled = _compiled(f, positions)
     out, residuals = compiled.forward(*args)
 

@@ -1,0 +1,476 @@
+"""The numba backend: run the generated forward/adjoint as machine code.
+
+`JitFunction` holds, for one user function and one `wrt`, the NumPy pair the
+compiler generated and the numba versions built from it, one per signature of
+argument types (the rewrite's placeholders depend on the types, see
+`numba_rewrite`). Each call:
+
+1. binds the arguments (defaults applied) and reads the live globals;
+2. finds the variant for the argument types, or builds it: one run of the
+   NumPy forward (its residuals give the placeholder types), the rewrite,
+   `exec`, `numba.njit`;
+3. calls it. numba compiles on the first call of a type signature.
+
+Whatever goes wrong falls back to the NumPy pair, never to a guess:
+- numba is not installed, or the rewrite or numba's compiler rejects the code:
+  the NumPy pair runs from then on (for that type signature), and one
+  `JitWarning` per function says why (the first line of the error);
+- the compiled code raises at run time: the NumPy pair runs the same call; if
+  it raises too, that error propagates (the user's error, as without jit); if
+  it succeeds, its result is returned, with a warning, since the two disagree.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+import types
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import numba_rewrite as rw
+
+
+class JitWarning(UserWarning):
+    """The numba backend could not run a function; the NumPy backend ran instead."""
+
+
+_STATES: Dict[tuple, "JitFunction"] = {}
+_WARNED: set = set()            # functions a JitWarning was issued for
+_LOCK = threading.RLock()
+_NUMBA: List[Any] = []          # [numba module] once imported, [None] if unavailable
+
+
+def numba_module():
+    """numba, or None when it cannot be imported (cached)."""
+    if not _NUMBA:
+        try:
+            import numba
+
+            from . import numba_helpers  # noqa: F401 - registers the overloads
+        except Exception as exc:  # noqa: BLE001 - any import failure means: no numba
+            _NUMBA.append(None)
+            _NUMBA.append(first_line(exc))
+        else:
+            _NUMBA.append(numba)
+    return _NUMBA[0]
+
+
+def _numba_missing_reason() -> str:
+    return _NUMBA[1] if len(_NUMBA) > 1 else "numba is not installed"
+
+
+def reset() -> None:
+    """Forget every compiled variant (tests; also after s2sgrad.compiler.clear_cache)."""
+    with _LOCK:
+        _STATES.clear()
+        _NUMBA.clear()
+        _WARNED.clear()
+
+
+def first_line(exc: BaseException) -> str:
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # numba's messages start with "Failed in nopython mode pipeline (step: ...)":
+    # the line after it says what failed.
+    for ln in lines:
+        if not ln.startswith("Failed in ") and not ln.startswith("During:"):
+            return f"{type(exc).__name__}: {ln}"
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _is_numba_error(exc: BaseException) -> bool:
+    numba = numba_module()
+    if numba is None:
+        return False
+    from numba.core.errors import NumbaError
+    return isinstance(exc, NumbaError)
+
+
+# -- live values: the user's globals and closure cells the generated code reads --------
+def _data(value: Any) -> bool:
+    """Values passed as arguments on every call rather than frozen as constants."""
+    if isinstance(value, (bool, int, float, complex, np.ndarray, np.generic)):
+        return True
+    if isinstance(value, tuple):
+        return all(_data(v) for v in value)
+    return False
+
+
+@dataclass
+class _Binding:
+    name: str
+    read: Callable[[], Any]
+
+
+# -- one compiled variant -----------------------------------------------------------
+@dataclass
+class Variant:
+    """The numba functions of one type signature (built as they are first needed)."""
+
+    fused: Any = None            # (*args, *live) -> (out, grads), seeded with 1
+    pullback: Any = None         # (*args, *live, cotangent) -> (out, grads)
+    value: Any = None            # (*args, *live) -> out
+    source: str = ""
+    failed: Optional[str] = None
+
+
+class JitFunction:
+    """The numba backend for one function and one wrt."""
+
+    def __init__(self, fn: Callable, positions: Tuple[int, ...]):
+        self.fn = fn
+        self.positions = positions
+        self.compiled = None
+        self.pair: Optional[rw.Pair] = None
+        self.disabled: Optional[str] = None   # why the backend cannot run this function
+        self.variants: Dict[tuple, Variant] = {}
+        self.signature: Optional[inspect.Signature] = None
+        self.nparams = 0
+        self.live: List[_Binding] = []
+        self.constants: Dict[str, Any] = {}
+        self.blas = False
+        self.callees: Dict[str, "JitFunction"] = {}
+        self._lock = threading.RLock()
+
+    # -- set-up ------------------------------------------------------------------
+    def _prepare(self) -> None:
+        """Compile the NumPy pair and read its layout (once)."""
+        from ..compiler import compile_function
+        self.compiled = compile_function(self.fn, self.positions)
+        if numba_module() is None:
+            self.disabled = _numba_missing_reason()
+            return
+        if self.disabled is not None:
+            return
+        try:
+            self.pair = rw.parse_pair(self.compiled.module_source,
+                                      self.compiled.forward.__name__,
+                                      self.compiled.adjoint.__name__)
+            self._bind_free_names()
+            # Structural problems show before any run (the types come later).
+            rw.rewrite(self.pair, {}, [b.name for b in self.live], rw.KINDS)
+        except rw.Unsupported as exc:
+            self.disabled = str(exc)
+        try:
+            self.signature = inspect.signature(self.compiled.forward)
+        except (TypeError, ValueError):
+            self.signature = None
+        self.nparams = len(self.pair.params) if self.pair is not None else 0
+
+    def _bind_free_names(self) -> None:
+        compiled = self.compiled
+        cells: Dict[str, Any] = {}
+        for fn in (compiled.forward, compiled.adjoint):
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+                cells.setdefault(name, cell)
+        module_globals = compiled.forward.__globals__
+        callee_fns = {}
+        for callee in compiled.callees:
+            callee_fns[id(callee.forward)] = (callee, "forward")
+            callee_fns[id(callee.adjoint)] = (callee, "adjoint")
+        live, constants = [], {}
+        for name in self.pair.free:
+            if name in cells:
+                cell = cells[name]
+                try:
+                    value = cell.cell_contents
+                except ValueError:
+                    raise rw.Unsupported(f"the closure variable {name!r} is not set") from None
+                reader = functools.partial(getattr, cell, "cell_contents")
+            elif name in module_globals:
+                value = module_globals[name]
+                reader = functools.partial(module_globals.__getitem__, name)
+            elif name in rw._BUILTINS:
+                continue
+            else:
+                raise rw.Unsupported(f"the name {name!r} is not defined")
+            if id(value) in callee_fns:
+                callee, half = callee_fns[id(value)]
+                sub = state_for(callee.fn, callee.wrt)
+                sub._ensure_prepared()
+                if sub.disabled is not None:
+                    raise rw.Unsupported(f"the function it calls, {callee.name}, is "
+                                         f"unsupported: {sub.disabled}")
+                self.callees[name] = (sub, half)
+                continue
+            if callable(value) and getattr(value, "__name__", "").endswith(
+                    ("_forward", "_adjoint")) and name.startswith("_s2s_"):
+                raise rw.Unsupported(f"{name} is not a compiled callee")
+            if _data(value):
+                live.append(_Binding(name, reader))
+            elif isinstance(value, types.ModuleType):
+                if value.__name__ not in ("numpy", "math", "cmath"):
+                    raise rw.Unsupported(f"the module {value.__name__} (numba knows numpy "
+                                         f"and math)")
+                constants[name] = value
+            else:
+                constants[name] = value
+        self.live = live
+        self.constants = constants
+
+    def _ensure_prepared(self) -> None:
+        if self.compiled is None:
+            with self._lock:
+                if self.compiled is None:
+                    self._prepare()
+
+    def _warn(self, reason: str) -> None:
+        """One JitWarning per function (whatever its wrt), at the user's call."""
+        key = _function_key(self.fn)
+        with _LOCK:
+            if key in _WARNED:
+                return
+            _WARNED.add(key)
+        name = getattr(self.fn, "__qualname__", getattr(self.fn, "__name__", repr(self.fn)))
+        warnings.warn(f"s2sgrad: jit=True runs {name} on the NumPy backend: {reason}",
+                      JitWarning, stacklevel=_user_stacklevel())
+
+    # -- calls -------------------------------------------------------------------
+    def bind(self, args: tuple, kwargs: dict) -> tuple:
+        if not kwargs and len(args) == self.nparams:
+            return args
+        if self.signature is None:
+            raise TypeError("cannot bind arguments")
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return tuple(bound.arguments[p] for p in self.pair.params)
+
+    def live_values(self) -> tuple:
+        return tuple(b.read() for b in self.live)
+
+    def variant(self, args: tuple, live: tuple, need: str) -> Optional[Variant]:
+        """The variant for these types, with the functions `need` ("fused"/"vjp") built."""
+        key = _kinds(args) + _kinds(live)
+        v = self.variants.get(key)
+        if v is None or (v.failed is None and not self._has(v, need)):
+            with self._lock:
+                v = self.variants.get(key)
+                if v is None or (v.failed is None and not self._has(v, need)):
+                    v = self._build(args, live, key, need, v)
+        return None if v.failed is not None else v
+
+    @staticmethod
+    def _has(v: Variant, need: str) -> bool:
+        return v.fused is not None if need == "fused" else v.pullback is not None
+
+    def _build(self, args, live, key, need, old: Optional[Variant]) -> Variant:
+        """Learn the placeholder types from one NumPy run, rewrite, exec, njit."""
+        v = old or Variant()
+        out, residuals = self.compiled.forward(*args)
+        if need == "fused":
+            from ..api import _seed
+            _seed(out)        # a non-scalar output: the API's ValueError, now
+        try:
+            seeds = {}
+            for name, value in zip(self.pair.params + [b.name for b in self.live],
+                                   tuple(args) + tuple(live)):
+                kind = rw.kind_of(value)
+                if kind is not None:
+                    seeds[name] = kind
+            placeholders = rw.learn_placeholders(self.pair, residuals, seeds)
+            kinds = ["fused"] if need == "fused" else ["value", "fused_cot"]
+            out = rw.rewrite(self.pair, placeholders, [b.name for b in self.live], kinds)
+            ns = self._namespace(_wants_blas(args, live))
+            code = compile(out.source, f"<s2sgrad-numba {self.pair.name}>", "exec")
+            exec(code, ns)
+            jit = numba_module().njit
+            if need == "fused":
+                v.fused = jit(ns[out.names["fused"]])
+            else:
+                v.value = jit(ns[out.names["value"]])
+                v.pullback = jit(ns[out.names["fused_cot"]])
+            v.source = (v.source + "\n\n" + out.source).strip() + "\n"
+        except rw.Unsupported as exc:
+            v.failed = str(exc)
+            self._warn(v.failed)
+        self.variants[key] = v
+        return v
+
+    def _namespace(self, blas: bool) -> dict:
+        from . import numba_helpers
+        ns = {"np": np, "__builtins__": __builtins__}
+        ns.update(numba_helpers.namespace(blas))
+        ns.update(self.constants)
+        for name, (sub, half) in self.callees.items():
+            ns[name] = sub.split_dispatcher(half)
+        return ns
+
+    def split_dispatcher(self, half: str):
+        raise rw.Unsupported("calls to other user functions (not yet supported by jit=True)")
+
+    def fail(self, args: tuple, live: tuple, exc: BaseException) -> None:
+        """numba could not compile this type signature: NumPy from now on, one warning."""
+        v = self.variants.get(_kinds(args) + _kinds(live))
+        if v is not None:
+            v.failed = first_line(exc)
+        self._warn(first_line(exc))
+
+    # -- the entry points the API calls ---------------------------------------
+    def value_and_grad(self, args: tuple, kwargs: dict):
+        """(output, gradients as the adjoint returns them)."""
+        self._ensure_prepared()
+        if self.disabled is None:
+            call = self.bind(args, kwargs)
+            live = self.live_values()
+            v = self.variant(call, live, "fused")
+            if v is not None:
+                try:
+                    return v.fused(*call, *live)
+                except Exception as exc:  # noqa: BLE001 - decided below
+                    if _is_numba_error(exc):
+                        self.fail(call, live, exc)
+                    else:
+                        return self._numpy_after(exc, args, kwargs)
+        else:
+            self._warn(self.disabled)
+        return self._numpy_value_and_grad(args, kwargs)
+
+    def _numpy_value_and_grad(self, args, kwargs):
+        from ..api import _seed
+        out, residuals = self.compiled.forward(*args, **kwargs)
+        return out, self.compiled.adjoint(residuals, _seed(out))
+
+    def _numpy_after(self, exc: BaseException, args, kwargs):
+        """The compiled code raised: NumPy decides (its error, or its value and a warning)."""
+        result = self._numpy_value_and_grad(args, kwargs)   # raises the user's error
+        self._warn(f"the compiled code raised {first_line(exc)} where NumPy did not")
+        return result
+
+    def vjp(self, args: tuple):
+        """(output, pullback(v) -> gradients as the adjoint returns them).
+
+        The compiled pullback runs the forward again, then the adjoint: the
+        residuals never leave machine code (numba cannot pass Python its
+        stacks cheaply, nor type an empty one). The arrays given are copied,
+        so the pullback sees the values the output was computed from.
+        """
+        self._ensure_prepared()
+        if self.disabled is not None:
+            self._warn(self.disabled)
+            return self._numpy_vjp(args)
+        call = tuple(a.copy() if type(a) is np.ndarray else a for a in self.bind(args, {}))
+        live = self.live_values()
+        v = self.variant(call, live, "vjp")
+        if v is None:
+            return self._numpy_vjp(args)
+        try:
+            out = v.value(*call, *live)
+        except Exception as exc:  # noqa: BLE001
+            if _is_numba_error(exc):
+                self.fail(call, live, exc)
+            else:
+                self.compiled.forward(*args)      # the user's error, if any
+                self._warn(f"the compiled forward raised {first_line(exc)} where NumPy "
+                           f"did not")
+            return self._numpy_vjp(args)
+        numpy_pullback: List[Any] = []
+
+        def pullback(cot):
+            if not numpy_pullback:
+                try:
+                    return v.pullback(*call, *live, cot)[1]
+                except Exception as exc:  # noqa: BLE001
+                    if _is_numba_error(exc):
+                        self.fail(call, live, exc)
+                    else:
+                        _, residuals = self.compiled.forward(*call)
+                        result = self.compiled.adjoint(residuals, cot)   # NumPy's error?
+                        self._warn(f"the compiled pullback raised {first_line(exc)} "
+                                   f"where NumPy did not")
+                        return result
+                    numpy_pullback.append(self._numpy_vjp(call)[1])
+            return numpy_pullback[0](cot)
+        return out, pullback
+
+    def _numpy_vjp(self, args):
+        out, residuals = self.compiled.forward(*args)
+        return out, (lambda cot: self.compiled.adjoint(residuals, cot))
+
+    def source(self, args: tuple, kwargs: Optional[dict] = None) -> str:
+        """The numba-subset source for these arguments' types (builds it if needed)."""
+        self._ensure_prepared()
+        if self.disabled is not None:
+            raise RuntimeError(self.disabled)
+        call = self.bind(args, kwargs or {})
+        live = self.live_values()
+        v = self.variant(call, live, "fused")
+        if v is None:
+            raise RuntimeError(self.variants[_kinds(call) + _kinds(live)].failed)
+        return v.source
+
+
+def _function_key(fn: Callable) -> Any:
+    from ..compiler.parse import unwrap
+    fn = unwrap(fn)
+    return getattr(fn, "__code__", None) or id(fn)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel of the first frame outside s2sgrad (for warnings.warn)."""
+    import sys
+    frame = sys._getframe(1)      # the caller of this function calls warnings.warn
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            _PACKAGE_DIR + os.sep):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _kinds(values: Sequence[Any]) -> tuple:
+    """What numba's type of each value depends on (layout aside)."""
+    out = []
+    for v in values:
+        t = type(v)
+        if t is np.ndarray:
+            out.append((v.dtype.char, v.ndim))
+        elif t is tuple:
+            out.append(_kinds(v))
+        else:
+            out.append(t)
+    return tuple(out)
+
+
+def _wants_blas(args, live) -> bool:
+    """Use BLAS for large matrix products (numba's BLAS needs SciPy)."""
+    big = False
+    for v in list(args) + list(live):
+        if isinstance(v, np.ndarray) and v.ndim == 2 and v.size >= rw_blas_min():
+            big = True
+            break
+    if not big:
+        return False
+    try:
+        import scipy.linalg.cython_blas  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def rw_blas_min() -> int:
+    from .numba_helpers import BLAS_MIN_SIZE
+    return BLAS_MIN_SIZE
+
+
+def state_for(fn: Callable, positions: Tuple[int, ...]) -> JitFunction:
+    """The JitFunction of (fn, positions), shared by every jit=True wrapper of fn."""
+    from ..compiler import cache_key
+    key = cache_key(fn, tuple(positions), ("numba",))
+    with _LOCK:
+        state = _STATES.get(key)
+        if state is None:
+            state = _STATES[key] = JitFunction(fn, tuple(positions))
+        return state
+
+
+def enabled_by_env() -> bool:
+    return os.environ.get("S2SGRAD_JIT", "1") != "0"

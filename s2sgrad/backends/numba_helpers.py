@@ -1,0 +1,1017 @@
+"""numba versions of the helpers generated code calls (`_s2s_<name>` -> `_nb_<name>`).
+
+Each helper is a stub (calling it from Python raises) with a numba
+`@overload` that picks an implementation from the argument *types* when the
+generated function is compiled: a helper whose NumPy version branches on
+`np.ndim` or on `None` arguments branches here at compile time, so the
+machine code does only the work the case needs. Shapes are still checked at
+run time (numba compiles once per type signature, not per shape).
+
+Every implementation computes what its NumPy counterpart in `s2sgrad.runtime`
+or `s2sgrad.rules.numpy_helpers` computes, for the cases it accepts; a case
+it does not accept is a typing error, and the caller falls back to NumPy.
+Importing this module needs numba.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import types
+from numba.core.errors import TypingError
+from numba.cpython.unsafe.tuple import tuple_setitem
+from numba.extending import overload, register_jitable
+from numba.np.numpy_support import as_dtype
+
+STUBS = {}
+
+
+def _stub(fn):
+    """Register a Python stub; calling it outside compiled code is an error."""
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"{fn.__name__} runs only inside numba-compiled code")
+    refuse.__name__ = refuse.__qualname__ = fn.__name__
+    refuse.__signature_source__ = fn
+    STUBS[fn.__name__] = refuse
+    return refuse
+
+
+def _none(t) -> bool:
+    return t is None or isinstance(t, (types.NoneType, types.Omitted)) and \
+        (not isinstance(t, types.Omitted) or t.value is None)
+
+
+def _num(t) -> bool:
+    return isinstance(t, (types.Number, types.Boolean))
+
+
+def _arr(t) -> bool:
+    return isinstance(t, types.Array)
+
+
+def _scalar_like(t) -> bool:
+    """A number or a 0-d array."""
+    return _num(t) or (_arr(t) and t.ndim == 0)
+
+
+def _float_dtype(t):
+    """The dtype of a gradient for values of type t (floats keep theirs, else float64)."""
+    dt = t.dtype if _arr(t) else t
+    try:
+        npdt = as_dtype(dt)
+    except Exception:  # noqa: BLE001 - not a NumPy dtype
+        return np.float64
+    return npdt.type if npdt.kind in "fc" else np.float64
+
+
+# -- shape work shared by the helpers ----------------------------------------------
+@register_jitable
+def _c_strides(shape):
+    n = len(shape)
+    out = np.zeros(max(n, 1), np.int64)
+    acc = 1
+    for k in range(n - 1, -1, -1):
+        out[k] = acc
+        acc *= shape[k]
+    return out
+
+
+@register_jitable
+def _sum_to(value, shape):
+    """Sum `value` down to `shape` (the adjoint of broadcasting `shape` to value.shape)."""
+    vshape = value.shape
+    nd = len(vshape)
+    m = len(shape)
+    if m > nd:
+        raise ValueError("unbroadcast: the cotangent has fewer dimensions than its value")
+    cs = _c_strides(shape)
+    ostr = np.zeros(max(nd, 1), np.int64)
+    for j in range(nd):
+        k = j - (nd - m)
+        if k >= 0:
+            if shape[k] != 1:
+                if shape[k] != vshape[j]:
+                    raise ValueError("unbroadcast: shapes do not broadcast")
+                ostr[j] = cs[k]
+    out = np.zeros(shape, value.dtype)
+    o = out.reshape(out.size)
+    v = np.ascontiguousarray(value).reshape(value.size)
+    idx = np.zeros(max(nd, 1), np.int64)
+    off = 0
+    for f in range(v.size):
+        o[off] += v[f]
+        j = nd - 1
+        while j >= 0:
+            idx[j] += 1
+            off += ostr[j]
+            if idx[j] < vshape[j]:
+                break
+            off -= ostr[j] * vshape[j]
+            idx[j] = 0
+            j -= 1
+    return out
+
+
+@register_jitable
+def _broadcast_into(g, gstr, shape):
+    """An array of `shape` whose element at index i is g.flat[sum(i * gstr)]."""
+    out = np.empty(shape, g.dtype)
+    nd = len(shape)
+    o = out.reshape(out.size)
+    gf = np.ascontiguousarray(g).reshape(g.size)
+    idx = np.zeros(max(nd, 1), np.int64)
+    off = 0
+    for f in range(o.size):
+        o[f] = gf[off]
+        j = nd - 1
+        while j >= 0:
+            idx[j] += 1
+            off += gstr[j]
+            if idx[j] < shape[j]:
+                break
+            off -= gstr[j] * shape[j]
+            idx[j] = 0
+            j -= 1
+    return out
+
+
+@register_jitable
+def _reduced_mask(nd, axis):
+    mask = np.zeros(max(nd, 1), np.bool_)
+    for a in axis:
+        k = a % nd if nd else 0
+        mask[k] = True
+    return mask
+
+
+def _axis_tuple(axis):
+    """An implementation turning an axis argument (int or tuple) into a tuple."""
+    if isinstance(axis, types.Integer):
+        return register_jitable(lambda axis: (axis,))
+    if isinstance(axis, (types.UniTuple, types.Tuple)) and \
+            all(isinstance(t, types.Integer) for t in axis):
+        return register_jitable(lambda axis: axis)
+    if isinstance(axis, types.IntegerLiteral):
+        return register_jitable(lambda axis: (axis,))
+    raise TypingError(f"axis of type {axis}")
+
+
+# -- seed, ranges, matmul ------------------------------------------------------------
+@_stub
+def seed(out):
+    pass
+
+
+@overload(seed)
+def _seed(out):
+    if isinstance(out, types.Float):
+        one = as_dtype(out).type(1)
+        return lambda out: one
+    if isinstance(out, (types.Integer, types.Boolean)):
+        return lambda out: 1.0
+    if _arr(out) and out.ndim == 0:
+        dt = _float_dtype(out)
+        return lambda out: np.ones((), dt)
+    if _arr(out):
+        def refuse(out):
+            raise ValueError("grad requires a function that returns a scalar")
+        return refuse
+    return None
+
+
+@_stub
+def range_(a, b=None, c=None):
+    pass
+
+
+STUBS["range"] = STUBS.pop("range_")
+
+
+@overload(range_)
+def _range(a, b=None, c=None):
+    if _none(b):
+        return lambda a, b=None, c=None: (np.int64(0), np.int64(a), np.int64(1))
+    if _none(c):
+        return lambda a, b=None, c=None: (np.int64(a), np.int64(b), np.int64(1))
+    return lambda a, b=None, c=None: (np.int64(a), np.int64(b), np.int64(c))
+
+
+@_stub
+def riter(r):
+    pass
+
+
+@overload(riter)
+def _riter(r):
+    return lambda r: range(r[0], r[1], r[2])
+
+
+@_stub
+def rlen(r):
+    pass
+
+
+@overload(rlen)
+def _rlen(r):
+    return lambda r: len(range(r[0], r[1], r[2]))
+
+
+@_stub
+def rrev(r):
+    pass
+
+
+@overload(rrev)
+def _rrev(r):
+    def impl(r):
+        n = len(range(r[0], r[1], r[2]))
+        return range(r[0] + (n - 1) * r[2], r[0] - r[2], -r[2])
+    return impl
+
+
+@_stub
+def ritem(r, i):
+    pass
+
+
+@overload(ritem)
+def _ritem(r, i):
+    if not isinstance(i, types.Integer):
+        return None
+
+    def impl(r, i):
+        n = len(range(r[0], r[1], r[2]))
+        k = i + n if i < 0 else i
+        if k < 0 or k >= n:
+            raise IndexError("range object index out of range")
+        return r[0] + k * r[2]
+    return impl
+
+
+@register_jitable
+def _mm22(a, b, out):
+    n, k = a.shape
+    k2, m = b.shape
+    if k != k2:
+        raise ValueError("matmul: mismatch in its core dimension")
+    for i in range(n):
+        for p in range(k):
+            aip = a[i, p]
+            for j in range(m):
+                out[i, j] += aip * b[p, j]
+    return out
+
+
+@register_jitable
+def _mm21(a, b, out):
+    n, k = a.shape
+    if k != b.shape[0]:
+        raise ValueError("matmul: mismatch in its core dimension")
+    for i in range(n):
+        s = out[i]
+        for p in range(k):
+            s += a[i, p] * b[p]
+        out[i] = s
+    return out
+
+
+@register_jitable
+def _mm12(a, b, out):
+    k, m = b.shape
+    if k != a.shape[0]:
+        raise ValueError("matmul: mismatch in its core dimension")
+    for p in range(k):
+        ap = a[p]
+        for j in range(m):
+            out[j] += ap * b[p, j]
+    return out
+
+
+def _result_dtype(a, b):
+    return np.result_type(as_dtype(a.dtype), as_dtype(b.dtype)).type
+
+
+# Operands at least this large go to BLAS (np.dot) in the `_blas` variants; smaller
+# ones use the loops above, which numba compiles much faster than its BLAS binding.
+BLAS_MIN_SIZE = 4096
+
+
+def _matmul_impl(a, b, blas):
+    """matmul for 1-d and 2-d operands: loops, or BLAS above BLAS_MIN_SIZE if blas."""
+    if not (_arr(a) and _arr(b)) or a.ndim not in (1, 2) or b.ndim not in (1, 2):
+        return None
+    dt = _result_dtype(a, b)
+    big = blas and a.dtype == b.dtype and isinstance(a.dtype, types.Float)
+    if a.ndim == 2 and b.ndim == 2:
+        if big:
+            def impl(a, b):
+                if a.size + b.size >= BLAS_MIN_SIZE:
+                    return np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b))
+                return _mm22(a, b, np.zeros((a.shape[0], b.shape[1]), dt))
+            return impl
+        return lambda a, b: _mm22(a, b, np.zeros((a.shape[0], b.shape[1]), dt))
+    if a.ndim == 2:
+        if big:
+            def impl(a, b):
+                if a.size >= BLAS_MIN_SIZE:
+                    return np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b))
+                return _mm21(a, b, np.zeros(a.shape[0], dt))
+            return impl
+        return lambda a, b: _mm21(a, b, np.zeros(a.shape[0], dt))
+    if b.ndim == 2:
+        if big:
+            def impl(a, b):
+                if b.size >= BLAS_MIN_SIZE:
+                    return np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b))
+                return _mm12(a, b, np.zeros(b.shape[1], dt))
+            return impl
+        return lambda a, b: _mm12(a, b, np.zeros(b.shape[1], dt))
+
+    def dot11(a, b):
+        if a.shape[0] != b.shape[0]:
+            raise ValueError("matmul: mismatch in its core dimension")
+        s = dt(0)
+        for i in range(a.shape[0]):
+            s += a[i] * b[i]
+        return s
+    return dot11
+
+
+@_stub
+def matmul(a, b):
+    pass
+
+
+@_stub
+def matmul_blas(a, b):
+    pass
+
+
+@overload(matmul)
+def _matmul(a, b):
+    return _matmul_impl(a, b, blas=False)
+
+
+@overload(matmul_blas)
+def _matmul_blas(a, b):
+    return _matmul_impl(a, b, blas=True)
+
+
+@_stub
+def dot(a, b):
+    pass
+
+
+@_stub
+def dot_blas(a, b):
+    pass
+
+
+def _dot_impl(a, b, mm):
+    if _num(a) or _num(b):
+        return lambda a, b: a * b
+    if _arr(a) and _arr(b) and (a.ndim == 0 or b.ndim == 0):
+        return lambda a, b: a * b
+    if _arr(a) and _arr(b) and a.ndim <= 2 and b.ndim <= 2:
+        return lambda a, b: mm(a, b)
+    return None
+
+
+@overload(dot)
+def _dot(a, b):
+    return _dot_impl(a, b, matmul)
+
+
+@overload(dot_blas)
+def _dot_blas(a, b):
+    return _dot_impl(a, b, matmul_blas)
+
+
+def _outer_impl(u, v):
+    dt = _result_dtype(u, v)
+
+    def impl(u, v):
+        out = np.empty((u.shape[0], v.shape[0]), dt)
+        for i in range(u.shape[0]):
+            ui = u[i]
+            for j in range(v.shape[0]):
+                out[i, j] = ui * v[j]
+        return out
+    return impl
+
+
+@_stub
+def outer(u, v):
+    pass
+
+
+@overload(outer)
+def _outer_ov(u, v):
+    if _arr(u) and _arr(v) and u.ndim == 1 and v.ndim == 1:
+        return _outer_impl(u, v)
+    return None
+
+
+def _matmul_grads(mm):
+    def grad_a(g, a, b):
+        if not (_arr(a) and _arr(b)):
+            return None
+        if a.ndim == 2 and b.ndim == 2:
+            return lambda g, a, b: mm(g, b.T)
+        if a.ndim == 2 and b.ndim == 1:
+            return lambda g, a, b: outer(g, b)
+        if a.ndim == 1 and b.ndim == 2:
+            return lambda g, a, b: mm(b, g)
+        if a.ndim == 1 and b.ndim == 1:
+            return lambda g, a, b: g * b
+        return None
+
+    def grad_b(g, a, b):
+        if not (_arr(a) and _arr(b)):
+            return None
+        if a.ndim == 2 and b.ndim == 2:
+            return lambda g, a, b: mm(a.T, g)
+        if a.ndim == 1 and b.ndim == 2:
+            return lambda g, a, b: outer(a, g)
+        if a.ndim == 2 and b.ndim == 1:
+            return lambda g, a, b: mm(a.T, g)
+        if a.ndim == 1 and b.ndim == 1:
+            return lambda g, a, b: g * a
+        return None
+    return grad_a, grad_b
+
+
+for _suffix, _mm in (("", matmul), ("_blas", matmul_blas)):
+    _ga, _gb = _matmul_grads(_mm)
+    for _name, _impl in (("matmul_grad_a", _ga), ("matmul_grad_b", _gb)):
+        def _make_stub(g, a, b):
+            pass
+        _make_stub.__name__ = _name + _suffix
+        _s = _stub(_make_stub)
+        overload(_s)(_impl)
+
+    def _dot_grad(which, ga=_ga, gb=_gb):
+        def ov(g, a, b):
+            if _scalar_like(a) or _scalar_like(b):
+                if which == "a":
+                    return lambda g, a, b: unbroadcast(g * b, a)
+                return lambda g, a, b: unbroadcast(g * a, b)
+            return (ga if which == "a" else gb)(g, a, b)
+        return ov
+    for _which in ("a", "b"):
+        def _make_stub(g, a, b):
+            pass
+        _make_stub.__name__ = f"dot_grad_{_which}{_suffix}"
+        overload(_stub(_make_stub))(_dot_grad(_which))
+
+
+# -- broadcasting and reductions -----------------------------------------------------
+@_stub
+def unbroadcast(value, like):
+    pass
+
+
+@overload(unbroadcast)
+def _unbroadcast(value, like):
+    if _num(value) and (_num(like) or _none(like)):
+        return lambda value, like: value
+    if _num(value) and _arr(like):
+        if like.ndim == 0:
+            dt = _float_dtype(value)
+            return lambda value, like: np.full((), value, dt)
+        return lambda value, like: np.full(like.shape, value)
+    if _arr(value) and (_num(like) or _none(like)):
+        if value.ndim == 0:
+            return lambda value, like: value
+        return lambda value, like: value.sum()
+    if _arr(value) and _arr(like):
+        if value.ndim == like.ndim:
+            def same_rank(value, like):
+                if value.shape == like.shape:
+                    return value
+                return _sum_to(value, like.shape)
+            return same_rank
+        if value.ndim > like.ndim:
+            return lambda value, like: _sum_to(value, like.shape)
+    return None
+
+
+@_stub
+def zeros_like(x):
+    pass
+
+
+@overload(zeros_like)
+def _zeros_like(x):
+    if _num(x):
+        return lambda x: 0.0
+    if _arr(x):
+        dt = _float_dtype(x)
+        return lambda x: np.zeros(x.shape, dt)
+    return None
+
+
+@_stub
+def ones_like(x):
+    pass
+
+
+@overload(ones_like)
+def _ones_like(x):
+    if _num(x):
+        return lambda x: 1.0
+    if _arr(x):
+        dt = _float_dtype(x)
+        return lambda x: np.ones(x.shape, dt)
+    return None
+
+
+@_stub
+def expand_reduced(g, x, axis=None, keepdims=False):
+    pass
+
+
+@overload(expand_reduced)
+def _expand_reduced(g, x, axis=None, keepdims=False):
+    if _num(x) or (_arr(x) and x.ndim == 0):
+        return lambda g, x, axis=None, keepdims=False: g
+    if not _arr(x):
+        return None
+    if _num(g):
+        return lambda g, x, axis=None, keepdims=False: np.full(x.shape, g)
+    if not _arr(g):
+        return None
+    if g.ndim == 0:
+        return lambda g, x, axis=None, keepdims=False: np.full(x.shape, g.sum())
+    if _none(axis):
+        def all_axes(g, x, axis=None, keepdims=False):
+            # keepdims: g has x's rank with ones; broadcast it
+            gs = _c_strides(g.shape)
+            gstr = np.zeros(len(x.shape), np.int64)
+            for j in range(len(x.shape)):
+                if g.shape[j] != 1:
+                    gstr[j] = gs[j]
+            return _broadcast_into(g, gstr, x.shape)
+        if g.ndim != x.ndim:
+            return None
+        return all_axes
+    to_tuple = _axis_tuple(axis)
+
+    def some_axes(g, x, axis=None, keepdims=False):
+        nd = len(x.shape)
+        mask = _reduced_mask(nd, to_tuple(axis))
+        gs = _c_strides(g.shape)
+        gstr = np.zeros(max(nd, 1), np.int64)
+        k = 0
+        for j in range(nd):
+            if keepdims:
+                if g.shape[j] != 1:
+                    gstr[j] = gs[j]
+            elif not mask[j]:
+                if g.shape[k] != 1:
+                    gstr[j] = gs[k]
+                k += 1
+        return _broadcast_into(g, gstr, x.shape)
+    return some_axes
+
+
+@_stub
+def reduced_count(x, axis=None):
+    pass
+
+
+@overload(reduced_count)
+def _reduced_count(x, axis=None):
+    if _num(x):
+        return lambda x, axis=None: 1
+    if not _arr(x):
+        return None
+    if _none(axis):
+        return lambda x, axis=None: x.size
+    to_tuple = _axis_tuple(axis)
+
+    def impl(x, axis=None):
+        nd = len(x.shape)
+        mask = _reduced_mask(nd, to_tuple(axis))
+        n = 1
+        for j in range(nd):
+            if mask[j]:
+                n *= x.shape[j]
+        return n
+    return impl
+
+
+# -- copies ------------------------------------------------------------------------
+def _copy_ov(x):
+    if _arr(x) or isinstance(x, (types.List, types.ListType)):
+        return lambda x: x.copy()
+    return lambda x: x
+
+
+for _name in ("copy_value", "copy_adjoint", "snapshot"):
+    def _make_stub(x):
+        pass
+    _make_stub.__name__ = _name
+    overload(_stub(_make_stub))(_copy_ov)
+
+
+@_stub
+def real_only(grad, x):
+    pass
+
+
+@overload(real_only)
+def _real_only(grad, x):
+    dt = x.dtype if _arr(x) else x
+    if isinstance(dt, types.Complex):
+        return None
+    return lambda grad, x: grad
+
+
+# -- elementwise helpers -----------------------------------------------------------
+@_stub
+def balanced_max_mask(x, ans, other):
+    pass
+
+
+@overload(balanced_max_mask)
+def _balanced_max_mask(x, ans, other):
+    if _num(x) and _num(ans) and _num(other):
+        def scalar(x, ans, other):
+            return (1.0 if x == ans else 0.0) / (2.0 if x == other else 1.0)
+        return scalar
+    return lambda x, ans, other: np.where(x == ans, 1.0, 0.0) / np.where(x == other, 2.0, 1.0)
+
+
+@_stub
+def safe_log(x):
+    pass
+
+
+@overload(safe_log)
+def _safe_log(x):
+    if _num(x):
+        return lambda x: np.log(1.0 if x == 0 else x)
+    return lambda x: np.log(np.where(x == 0, 1.0, x))
+
+
+@_stub
+def safe_divide(num, den):
+    pass
+
+
+@overload(safe_divide)
+def _safe_divide(num, den):
+    if _num(num) and _num(den):
+        return lambda num, den: 0.0 if den == 0 else num / den
+    return lambda num, den: np.where(den == 0, 0.0, num / np.where(den == 0, 1.0, den))
+
+
+@_stub
+def pick(x, y):
+    pass
+
+
+@overload(pick)
+def _pick(x, y):
+    if _none(x):
+        return lambda x, y: y
+    return lambda x, y: x
+
+
+@_stub
+def clip_parts(g, a, lo, hi):
+    pass
+
+
+@overload(clip_parts)
+def _clip_parts(g, a, lo, hi):
+    no_lo, no_hi = _none(lo), _none(hi)
+    if no_lo and no_hi:
+        return lambda g, a, lo, hi: (g, None, None)
+    if no_lo:
+        def upper(g, a, lo, hi):
+            out = np.minimum(a, hi)
+            return (g * balanced_max_mask(a, out, hi), None, g * balanced_max_mask(hi, out, a))
+        return upper
+    if no_hi:
+        def lower(g, a, lo, hi):
+            mid = np.maximum(a, lo)
+            return (g * balanced_max_mask(a, mid, lo), g * balanced_max_mask(lo, mid, a), None)
+        return lower
+
+    def both(g, a, lo, hi):
+        mid = np.maximum(a, lo)
+        out = np.minimum(mid, hi)
+        g_hi = g * balanced_max_mask(hi, out, mid)
+        g_mid = g * balanced_max_mask(mid, out, hi)
+        return (g_mid * balanced_max_mask(a, mid, lo), g_mid * balanced_max_mask(lo, mid, a),
+                g_hi)
+    return both
+
+
+@_stub
+def clip_grads(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
+    pass
+
+
+@overload(clip_grads)
+def _clip_grads(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
+    def impl(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
+        return clip_parts(g, a, pick(a_min, min), pick(a_max, max))
+    return impl
+
+
+@_stub
+def extremum_grad(g, a, ans, axis=None, keepdims=False, initial=None, where=None):
+    pass
+
+
+@overload(extremum_grad)
+def _extremum_grad(g, a, ans, axis=None, keepdims=False, initial=None, where=None):
+    if not (_none(initial) and _none(where)):
+        return None
+    if _num(a):
+        return lambda g, a, ans, axis=None, keepdims=False, initial=None, where=None: g
+    if not _arr(a):
+        return None
+    if _none(axis):
+        def all_axes(g, a, ans, axis=None, keepdims=False, initial=None, where=None):
+            ge = expand_reduced(g, a, None, keepdims)
+            hit = a == expand_reduced(ans, a, None, keepdims)
+            count = max(np.sum(hit), 1)
+            return np.where(hit, ge / count, 0.0)
+        return all_axes
+    to_tuple = _axis_tuple(axis)
+
+    def some_axes(g, a, ans, axis=None, keepdims=False, initial=None, where=None):
+        ge = expand_reduced(g, a, axis, keepdims)
+        hit = a == expand_reduced(ans, a, axis, keepdims)
+        nd = len(a.shape)
+        mask = _reduced_mask(nd, to_tuple(axis))
+        kept = a.shape
+        for j in range(nd):
+            if mask[j]:
+                kept = tuple_setitem(kept, j, 1)
+        counts = _sum_to(np.where(hit, 1.0, 0.0), kept)
+        count = expand_reduced(counts, a, axis, True)
+        return np.where(hit, ge / np.maximum(count, 1.0), 0.0)
+    return some_axes
+
+
+@_stub
+def transpose_grad(g, axes=None):
+    pass
+
+
+@overload(transpose_grad)
+def _transpose_grad(g, axes=None):
+    if not _arr(g):
+        return None
+    if _none(axes):
+        return lambda g, axes=None: np.transpose(g)
+    if g.ndim <= 2:
+        return lambda g, axes=None: np.transpose(g, axes)   # a permutation of 2 is its inverse
+    return None
+
+
+# -- in-place writes ---------------------------------------------------------------
+def _basic_index(index) -> bool:
+    items = index.types if isinstance(index, types.BaseTuple) else (index,)
+    return all(isinstance(i, (types.Integer, types.SliceType)) for i in items)
+
+
+@_stub
+def add_at(adjoint, index, g):
+    pass
+
+
+@overload(add_at)
+def _add_at(adjoint, index, g):
+    if not _arr(adjoint):
+        return None
+    if _basic_index(index):
+        def basic(adjoint, index, g):
+            adjoint[index] += g
+        return basic
+    if _arr(index) and isinstance(index.dtype, types.Integer) and index.ndim == 1:
+        if _num(g):
+            def scatter_scalar(adjoint, index, g):
+                for k in range(index.shape[0]):
+                    adjoint[index[k]] += g
+            return scatter_scalar
+        if _arr(g) and g.ndim == adjoint.ndim:
+            def scatter(adjoint, index, g):
+                if g.shape[0] != index.shape[0]:
+                    raise ValueError("add_at: the cotangent does not match the index")
+                for k in range(index.shape[0]):
+                    adjoint[index[k]] += g[k]
+            return scatter
+    return None
+
+
+@_stub
+def copy_item(container, index):
+    pass
+
+
+@overload(copy_item)
+def _copy_item(container, index):
+    if not _arr(container):
+        return None
+
+    copy_value = STUBS["copy_value"]
+
+    def impl(container, index):
+        return copy_value(container[index])
+    return impl
+
+
+@_stub
+def restore_item(container, index, value):
+    pass
+
+
+@overload(restore_item)
+def _restore_item(container, index, value):
+    if not _arr(container):
+        return None
+
+    def impl(container, index, value):
+        container[index] = value
+    return impl
+
+
+@_stub
+def zero_item(adjoint, index):
+    pass
+
+
+@overload(zero_item)
+def _zero_item(adjoint, index):
+    if not _arr(adjoint):
+        return None
+
+    def impl(adjoint, index):
+        adjoint[index] = 0
+    return impl
+
+
+@_stub
+def accumulate(total, contribution):
+    pass
+
+
+@overload(accumulate)
+def _accumulate(total, contribution):
+    if _none(contribution):
+        return lambda total, contribution: total
+    if _none(total):
+        return lambda total, contribution: contribution
+    return lambda total, contribution: total + contribution
+
+
+@_stub
+def add(total, contribution):
+    pass
+
+
+@overload(add)
+def _add(total, contribution):
+    if isinstance(total, (types.List, types.ListType)) or \
+            isinstance(contribution, (types.List, types.ListType)):
+        return None
+    return lambda total, contribution: total + contribution
+
+
+@_stub
+def none_to_zero(grad, like):
+    pass
+
+
+@overload(none_to_zero)
+def _none_to_zero(grad, like):
+    if _none(grad):
+        return lambda grad, like: zeros_like(like)
+    return lambda grad, like: grad
+
+
+# -- reductions over an axis (numba's own take no axis, or no keepdims) -------------
+@register_jitable
+def _reduce_kept(x, kept, op):
+    """Reduce x to the shape `kept` (x.shape with ones on the reduced axes)."""
+    nd = len(x.shape)
+    cs = _c_strides(kept)
+    ostr = np.zeros(max(nd, 1), np.int64)
+    for j in range(nd):
+        if kept[j] != 1:
+            ostr[j] = cs[j]
+    if op == 0:
+        out = np.zeros(kept, x.dtype)
+    elif op == 3:
+        out = np.ones(kept, x.dtype)
+    else:
+        out = np.empty(kept, x.dtype)
+    o = out.reshape(out.size)
+    seen = np.zeros(o.size, np.bool_)
+    v = np.ascontiguousarray(x).reshape(x.size)
+    idx = np.zeros(max(nd, 1), np.int64)
+    off = 0
+    for f in range(v.size):
+        a = v[f]
+        if op == 0:
+            o[off] += a
+        elif op == 3:
+            o[off] *= a
+        elif not seen[off]:
+            o[off] = a
+            seen[off] = True
+        elif op == 1:
+            if a > o[off] or a != a:
+                o[off] = a
+        else:
+            if a < o[off] or a != a:
+                o[off] = a
+        j = nd - 1
+        while j >= 0:
+            idx[j] += 1
+            off += ostr[j]
+            if idx[j] < x.shape[j]:
+                break
+            off -= ostr[j] * x.shape[j]
+            idx[j] = 0
+            j -= 1
+    if op in (1, 2) and x.size == 0:
+        raise ValueError("zero-size array to reduction operation which has no identity")
+    return out
+
+
+def _literal(t):
+    return getattr(t, "literal_value", None) if isinstance(t, types.Literal) else None
+
+
+def _reduce_overload(op: int, mean: bool = False):
+    def ov(a, axis=None, keepdims=False):
+        if not _arr(a) or not isinstance(a.dtype, (types.Float, types.Integer)):
+            return None
+        k = _literal(axis)
+        kd = _literal(keepdims) if not isinstance(keepdims, types.Omitted) else keepdims.value
+        if isinstance(keepdims, types.Boolean) and kd is None:
+            raise TypingError("keepdims must be a constant")
+        if _none(axis):
+            k = None
+        elif not isinstance(k, int):
+            raise TypingError("axis must be a constant int")
+        nd = a.ndim
+        if k is not None:
+            k = k % nd
+
+        def impl(a, axis=None, keepdims=False):
+            kept = a.shape
+            for j in range(nd):
+                if k is None or j == k:
+                    kept = tuple_setitem(kept, j, 1)
+            r = _reduce_kept(a, kept, op)
+            if mean:
+                n = 1
+                for j in range(nd):
+                    if k is None or j == k:
+                        n *= a.shape[j]
+                r = r / n
+            return r
+        if kd:
+            return impl
+        kept_impl = register_jitable(impl)
+        if k is None or nd == 1:
+            def total(a, axis=None, keepdims=False):
+                return kept_impl(a, axis, keepdims).reshape(1)[0]
+            return total
+
+        # The result's shape drops axis k: a tuple built with constant indices.
+        items = ", ".join(f"s[{j}]" for j in range(nd) if j != k)
+        ns = {"kept_impl": kept_impl}
+        exec(f"def drop(a, axis=None, keepdims=False):\n"
+             f"    s = a.shape\n"
+             f"    return kept_impl(a, axis, keepdims).reshape(({items},))\n", ns)
+        return ns["drop"]
+    return ov
+
+
+for _name, _op, _mean in (("reduce_sum", 0, False), ("reduce_max", 1, False),
+                          ("reduce_min", 2, False), ("reduce_prod", 3, False),
+                          ("reduce_mean", 0, True)):
+    def _make_stub(a, axis=None, keepdims=False):
+        pass
+    _make_stub.__name__ = _name
+    overload(_stub(_make_stub), prefer_literal=True)(_reduce_overload(_op, _mean))
+
+
+def namespace(blas: bool) -> dict:
+    """The `_nb_` names generated numba code reads, bound to their stubs."""
+    from numba.typed import List
+    ns = {"_nb_" + name: stub for name, stub in STUBS.items()
+          if not name.endswith("_blas")}
+    ns["_nb_List"] = List
+    if blas:
+        for name, stub in STUBS.items():
+            if name.endswith("_blas"):
+                ns["_nb_" + name[:-len("_blas")]] = stub
+    return ns

@@ -1,0 +1,859 @@
+"""Rewrite a generated forward/adjoint pair into the subset numba compiles in nopython mode.
+
+This module does not import numba: it is pure `ast` work, tested on its own.
+The input is the text s2sgrad emits (`CompiledFunction.module_source`); the
+output is the text of up to three functions:
+
+- `<name>_nb_fused(*params, *live)`: the forward, then the adjoint seeded with
+  1, in one function: `(output, gradients)`. The residual tuple is never built
+  and the stacks are not copied, because they are used once. This is what
+  `grad`/`value_and_grad` run.
+- `<name>_nb_forward(*params, *live)` and `<name>_nb_adjoint(residuals,
+  cotangent, *live)`: the two halves, for `vjp` and for calls between user
+  functions.
+
+What changes on the way (everything else is the generated code as it is):
+
+- `_s2s_<helper>(...)` becomes `_nb_<helper>(...)`, a numba version of the
+  same helper (`numba_helpers.py`); a helper without one makes the function
+  unsupported. `_s2s_meta(x)` becomes `x`.
+- Names the generated code reads from the user's module or closure that hold
+  data (numbers, arrays, tuples) become extra parameters (`live`), passed on
+  every call, so they are read live as the NumPy backend reads them, instead
+  of being frozen into the machine code.
+- `range` objects kept as residuals become `(start, stop, step)` tuples;
+  `for i in r`, `reversed(r)` and `len(r)` on them become integer loops.
+- `x = None` placeholders (the value a loop's stack saves before the first
+  iteration) become a placeholder of the type the variable later holds
+  (`0.0`, an empty array of the right rank and dtype, ...), learned from one
+  run of the NumPy forward, so that numba sees one type per variable and per
+  stack instead of optional values. A placeholder is saved and restored like
+  the `None` was, and never read: the generated code reads a variable only
+  after the forward assigned it.
+- `a @ b` and `np.matmul`/`np.dot` become `_nb_matmul`/`_nb_dot`, which loop
+  over small operands (no BLAS call, short compile) and call BLAS for large
+  ones.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import keyword
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+HELPER_PREFIX = "_s2s_"
+NB_PREFIX = "_nb_"
+
+# The helpers with a numba version in numba_helpers.py (names without the prefix).
+NUMBA_HELPERS = frozenset({
+    "unbroadcast", "zeros_like", "ones_like", "expand_reduced", "reduced_count",
+    "copy_value", "copy_adjoint", "snapshot", "matmul_grad_a", "matmul_grad_b",
+    "dot_grad_a", "dot_grad_b", "balanced_max_mask", "safe_log", "clip_grads",
+    "real_only", "add_at", "copy_item", "restore_item", "zero_item", "accumulate",
+    "add", "transpose_grad", "extremum_grad", "safe_divide", "none_to_zero",
+})
+
+# Helpers the rewrite itself calls (numba_helpers.py defines them too).
+OWN_HELPERS = ("range", "riter", "rrev", "rlen", "ritem", "seed", "matmul", "dot")
+
+_REDUCTIONS = {"sum": "sum", "max": "max", "amax": "max", "min": "min", "amin": "min",
+               "prod": "prod", "mean": "mean"}
+
+# Names numba knows as builtins; anything else read as a global must be bound.
+_BUILTINS = frozenset(dir(builtins))
+
+
+class Unsupported(Exception):
+    """The generated code uses something the numba backend cannot compile."""
+
+
+@dataclass
+class Pair:
+    """The generated pair, parsed, with what the rewrite needs to know about it."""
+
+    forward: ast.FunctionDef
+    adjoint: ast.FunctionDef
+    name: str
+    params: List[str]
+    out_expr: ast.expr
+    residual_elts: List[ast.expr]            # the forward's residual tuple, as written
+    residual_names: List[Optional[str]]      # the name each element holds (meta removed)
+    adjoint_targets: Optional[List[str]]     # the adjoint's unpacking of `residuals`
+    cotangent: str                           # the adjoint's second parameter
+    none_inits: Set[str] = field(default_factory=set)
+    stacks: Dict[str, Set[str]] = field(default_factory=dict)   # stack -> names pushed
+    ranges: Set[str] = field(default_factory=set)               # forward names holding ranges
+    range_stacks: Set[str] = field(default_factory=set)
+    free: List[str] = field(default_factory=list)   # globals/closure names read
+
+
+def _names_stored(fn: ast.FunctionDef) -> Set[str]:
+    out = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+    return out
+
+
+def _names_loaded(fn: ast.FunctionDef) -> Set[str]:
+    return {node.id for node in ast.walk(fn)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+
+
+def _is_call(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+        node.func.id == name
+
+
+def _method_call(node: ast.AST, method: str) -> Optional[Tuple[str, List[ast.expr]]]:
+    """(receiver name, args) for `name.method(args)`, else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr == method and isinstance(node.func.value, ast.Name) and \
+            not node.keywords:
+        return node.func.value.id, node.args
+    return None
+
+
+def parse_pair(source: str, forward_name: str, adjoint_name: str) -> Pair:
+    """Find the forward and adjoint in the generated text and read their layout."""
+    tree = ast.parse(source)
+    fns = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    if forward_name not in fns or adjoint_name not in fns:
+        raise Unsupported("the generated module does not define the forward and adjoint")
+    fwd, adj = fns[forward_name], fns[adjoint_name]
+    a = fwd.args
+    if a.vararg or a.kwarg:
+        raise Unsupported("*args/**kwargs parameters")
+    params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+    last = fwd.body[-1] if fwd.body else None
+    if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Tuple)
+            and len(last.value.elts) == 2 and isinstance(last.value.elts[1], ast.Tuple)):
+        raise Unsupported("the forward does not end in `return output, (residuals...)`")
+    if sum(isinstance(n, ast.Return) for n in ast.walk(fwd)) != 1:
+        raise Unsupported("the forward returns in more than one place")
+    out_expr, res = last.value.elts
+    elts = list(res.elts)
+    names: List[Optional[str]] = []
+    for e in elts:
+        if isinstance(e, ast.Name):
+            names.append(e.id)
+        elif _is_call(e, HELPER_PREFIX + "meta") and len(e.args) == 1 and \
+                isinstance(e.args[0], ast.Name):
+            names.append(e.args[0].id)
+        else:
+            names.append(None)
+    if len(adj.args.args) != 2 or adj.args.vararg or adj.args.kwarg or adj.args.kwonlyargs:
+        raise Unsupported("the adjoint does not take (residuals, cotangent)")
+    res_param, cot = adj.args.args[0].arg, adj.args.args[1].arg
+    if not adj.body or not isinstance(adj.body[-1], ast.Return) or \
+            sum(isinstance(n, ast.Return) for n in ast.walk(adj)) != 1:
+        raise Unsupported("the adjoint returns in more than one place")
+    targets: Optional[List[str]] = None
+    uses = [n for n in ast.walk(adj) if isinstance(n, ast.Name) and n.id == res_param]
+    first = adj.body[0]
+    if isinstance(first, ast.Assign) and len(first.targets) == 1 and \
+            isinstance(first.value, ast.Name) and first.value.id == res_param:
+        tgt = first.targets[0]
+        if isinstance(tgt, ast.Name) and len(elts) == 1:
+            targets = [tgt.id]
+        elif isinstance(tgt, ast.Tuple) and all(isinstance(t, ast.Name) for t in tgt.elts) \
+                and len(tgt.elts) == len(elts):
+            targets = [t.id for t in tgt.elts]
+        else:
+            raise Unsupported("the adjoint unpacks its residuals in an unexpected way")
+        if len(uses) != 1:
+            raise Unsupported("the adjoint reads its residuals more than once")
+    elif uses:
+        raise Unsupported("the adjoint reads its residuals in an unexpected way")
+    pair = Pair(forward=fwd, adjoint=adj, name=forward_name[:-len("_forward")]
+                if forward_name.endswith("_forward") else forward_name,
+                params=params, out_expr=out_expr, residual_elts=elts, residual_names=names,
+                adjoint_targets=targets, cotangent=cot)
+    _read_forward(pair)
+    stored = _names_stored(fwd) | _names_stored(adj)
+    free = sorted((_names_loaded(fwd) | _names_loaded(adj)) - stored - {res_param, cot})
+    pair.free = [n for n in free if not n.startswith(HELPER_PREFIX)]
+    return pair
+
+
+def _read_forward(pair: Pair) -> None:
+    """None placeholders, stacks and range-valued names of the forward."""
+    fwd = pair.forward
+    empty_lists = set()
+    for node in ast.walk(fwd):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if isinstance(node.value, ast.Constant) and node.value.value is None:
+                pair.none_inits.add(name)
+            elif isinstance(node.value, ast.List) and not node.value.elts:
+                empty_lists.add(name)
+            elif _is_call(node.value, "range"):
+                pair.ranges.add(name)
+        call = _method_call(node, "append")
+        if call is not None and len(call[1]) == 1:
+            stack, (item,) = call
+            if stack in empty_lists or True:
+                pair.stacks.setdefault(stack, set())
+                if isinstance(item, ast.Name):
+                    pair.stacks[stack].add(item.id)
+                else:
+                    pair.stacks[stack].add("")
+    pair.stacks = {s: items for s, items in pair.stacks.items() if s in empty_lists}
+    pair.range_stacks = {s for s, items in pair.stacks.items() if items & pair.ranges}
+    for s in pair.range_stacks:
+        if not pair.stacks[s] <= pair.ranges:
+            raise Unsupported("a stack holds ranges and other values")
+
+
+# -- learning placeholder types --------------------------------------------------------
+# A kind is what numba's type of a value depends on: ("s", dtype) for a number,
+# ("a", ndim, dtype) for an array, ("r",) for a range kept as a triple.
+Kind = Tuple
+
+
+def kind_of(value: Any) -> Optional[Kind]:
+    """The kind of a value seen at run time (None: no kind, or not one numba has)."""
+    from ..runtime import ArrayMeta
+    if isinstance(value, (bool, np.bool_)):
+        return ("s", "bool")
+    if isinstance(value, np.generic):
+        return ("s", value.dtype.name) if value.dtype.kind in "fciu" else None
+    if isinstance(value, int):
+        return ("s", "int64")
+    if isinstance(value, float):
+        return ("s", "float64")
+    if isinstance(value, complex):
+        return ("s", "complex128")
+    if isinstance(value, (np.ndarray, ArrayMeta)):
+        dtype = np.dtype(value.dtype)
+        return ("a", len(value.shape), dtype.name) if dtype.kind in "fciub" else None
+    if isinstance(value, range):
+        return ("r",)
+    return None
+
+
+def placeholder_for(kind: Optional[Kind]) -> Optional[str]:
+    """Source of a value of this kind (never read: it stands where a None stood)."""
+    if kind is None:
+        return None
+    if kind[0] == "r":
+        return "(0, 0, 1)"
+    if kind[0] == "s":
+        return {"float64": "0.0", "int64": "0", "bool": "False",
+                "complex128": "0j"}.get(kind[1], f"np.{kind[1]}(0)")
+    _, ndim, dtype = kind
+    return f"np.empty({(0,) * ndim!r}, np.{'bool_' if dtype == 'bool' else dtype})"
+
+
+def placeholder(value: Any) -> Optional[str]:
+    return placeholder_for(kind_of(value))
+
+
+def learn_placeholders(pair: Pair, residuals: Sequence[Any],
+                       seeds: Optional[Dict[str, Kind]] = None) -> Dict[str, str]:
+    """For each `x = None` of the forward, a placeholder of the type x later holds.
+
+    The types come from the residuals of one run of the NumPy forward (the
+    final value of x when it is a residual, else the items of a stack x is
+    pushed on), and, for a name that run never assigned (a branch not
+    taken), from the kinds of the expressions assigned to it (`infer_kinds`,
+    seeded with the parameters' kinds). A name of unknown kind keeps its None.
+    """
+    values: Dict[str, List[Any]] = {}
+    if len(residuals) != len(pair.residual_names):
+        raise Unsupported("the forward's residuals do not match its text")
+    for name, value in zip(pair.residual_names, residuals):
+        if name is None:
+            continue
+        values.setdefault(name, []).append(value)
+        for pushed in pair.stacks.get(name, ()):
+            if isinstance(value, list):
+                values.setdefault(pushed, []).extend(value)
+    inferred: Optional[Dict[str, Kind]] = None
+    out: Dict[str, str] = {}
+    for name in sorted(pair.none_inits):
+        if name in pair.ranges:
+            out[name] = "(0, 0, 1)"
+            continue
+        seen = [v for v in values.get(name, ()) if v is not None]
+        text = placeholder(seen[-1]) if seen else None
+        if text is None and not seen:
+            if inferred is None:
+                known = dict(seeds or {})
+                for n, vs in values.items():
+                    k = [kind_of(v) for v in vs if v is not None and not isinstance(v, list)]
+                    if k and k[-1] is not None:
+                        known.setdefault(n, k[-1])
+                inferred = infer_kinds(pair.forward, known)
+            text = placeholder_for(inferred.get(name))
+        if text is not None:
+            out[name] = text
+    return out
+
+
+_ELEMENTWISE = frozenset({
+    "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "arcsinh",
+    "arccosh", "arctanh", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt",
+    "square", "abs", "absolute", "fabs", "sign", "negative", "positive", "reciprocal",
+    "floor", "ceil", "trunc", "rint", "round", "add", "subtract", "multiply", "divide",
+    "true_divide", "power", "maximum", "minimum", "fmax", "fmin", "logaddexp", "logaddexp2",
+    "hypot", "arctan2", "copysign", "clip", "where", "cbrt", "deg2rad", "rad2deg",
+    "degrees", "radians", "sinc", "heaviside", "mod", "fmod", "remainder"})
+_FLOAT_RESULT = frozenset({"divide", "true_divide", "sqrt", "exp", "log", "sin", "cos",
+                           "tan", "tanh", "logaddexp", "exp2", "expm1", "log2", "log10",
+                           "log1p", "arctan", "arcsin", "arccos", "sinh", "cosh", "hypot",
+                           "arctan2", "sinc", "cbrt", "deg2rad", "rad2deg", "degrees",
+                           "radians", "logaddexp2", "reciprocal"})
+
+
+def _combine(kinds: Sequence[Optional[Kind]], float_result: bool = False) -> Optional[Kind]:
+    """The kind of an elementwise result (broadcast rank, promoted dtype)."""
+    if any(k is None or k[0] == "r" for k in kinds) or not kinds:
+        return None
+    arrays = [k for k in kinds if k[0] == "a"]
+    dtypes = [k[-1] for k in (arrays or kinds)]
+    dtype = np.result_type(*[np.dtype(d) for d in dtypes])
+    if float_result and dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    if dtype.kind == "b" and not float_result and len(kinds) > 1 and not arrays:
+        dtype = np.dtype(np.int64)
+    if not arrays:
+        return ("s", dtype.name)
+    return ("a", max(k[1] for k in arrays), dtype.name)
+
+
+def infer_kinds(fn: ast.FunctionDef, known: Dict[str, Kind]) -> Dict[str, Kind]:
+    """Kinds of the names `fn` assigns, from the kinds of the names it starts from.
+
+    A small forward type inference over the generated code's forms (one
+    operation per statement): enough to type a placeholder for a variable a
+    run did not assign. Unknown stays unknown (the placeholder stays None).
+    """
+    env: Dict[str, Kind] = dict(known)
+    stacks: Dict[str, Kind] = {}
+
+    def np_call(node: ast.Call) -> Optional[str]:
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
+                f.value.id in ("np", HELPER_PREFIX + "np"):
+            return f.attr
+        return None
+
+    def infer(e: ast.AST) -> Optional[Kind]:
+        if isinstance(e, ast.Name):
+            return env.get(e.id)
+        if isinstance(e, ast.Constant):
+            v = e.value
+            if isinstance(v, bool):
+                return ("s", "bool")
+            if isinstance(v, int):
+                return ("s", "int64")
+            if isinstance(v, float):
+                return ("s", "float64")
+            return None
+        if isinstance(e, ast.BinOp):
+            left, right = infer(e.left), infer(e.right)
+            if isinstance(e.op, ast.MatMult):
+                return _matmul_kind(left, right)
+            return _combine([left, right], isinstance(e.op, ast.Div))
+        if isinstance(e, ast.UnaryOp):
+            k = infer(e.operand)
+            return ("s", "bool") if isinstance(e.op, ast.Not) else k
+        if isinstance(e, ast.Compare):
+            k = _combine([infer(e.left)] + [infer(c) for c in e.comparators])
+            return None if k is None else (k[:-1] + ("bool",))
+        if isinstance(e, ast.BoolOp):
+            return ("s", "bool")
+        if isinstance(e, ast.IfExp):
+            return infer(e.body) or infer(e.orelse)
+        if isinstance(e, ast.Attribute) and e.attr == "T":
+            return infer(e.value)
+        if isinstance(e, ast.Subscript):
+            k = infer(e.value)
+            if k is None or k[0] != "a":
+                return None
+            index = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+            drop = 0
+            for i in index:
+                if isinstance(i, ast.Slice):
+                    continue
+                ik = infer(i)
+                if ik is not None and ik[0] == "s" and ik[1].startswith("int"):
+                    drop += 1
+                else:
+                    return None
+            nd = k[1] - drop
+            return ("s", k[2]) if nd == 0 else ("a", nd, k[2])
+        if isinstance(e, ast.Call):
+            name = np_call(e)
+            if _is_call(e, "range"):
+                return ("r",)
+            if _is_call(e, HELPER_PREFIX + "meta") and e.args:
+                return infer(e.args[0])
+            popped = _method_call(e, "pop")
+            if popped is not None:
+                return stacks.get(popped[0])
+            if name in ("matmul", "dot") and len(e.args) == 2:
+                return _matmul_kind(infer(e.args[0]), infer(e.args[1]))
+            if name in ("clip",) and e.args:
+                return infer(e.args[0])
+            if name == "where" and len(e.args) == 3:
+                return _combine([infer(e.args[1]), infer(e.args[2])])
+            if name in _ELEMENTWISE:
+                return _combine([infer(a) for a in e.args], name in _FLOAT_RESULT)
+            reduce_on = None
+            if name in _REDUCTIONS and e.args:
+                reduce_on, rest = e.args[0], e.args[1:]
+            elif isinstance(e.func, ast.Attribute) and e.func.attr in _REDUCTIONS and \
+                    name is None:
+                reduce_on, rest = e.func.value, e.args
+            if reduce_on is not None:
+                k = infer(reduce_on)
+                kw = {x.arg: x.value for x in e.keywords}
+                axis = rest[0] if rest else kw.get("axis")
+                keep = kw.get("keepdims")
+                if k is None:
+                    return None
+                dtype = "float64" if _REDUCTIONS.get(e.func.attr) == "mean" and \
+                    k[-1] not in ("float32", "float64") else k[-1]
+                if k[0] == "s" or axis is None or (isinstance(axis, ast.Constant)
+                                                   and axis.value is None):
+                    if isinstance(keep, ast.Constant) and keep.value and k[0] == "a":
+                        return ("a", k[1], dtype)
+                    return ("s", dtype)
+                if isinstance(keep, ast.Constant) and keep.value:
+                    return ("a", k[1], dtype)
+                nd = k[1] - 1
+                return ("s", dtype) if nd == 0 else ("a", nd, dtype)
+            if isinstance(e.func, ast.Attribute) and e.func.attr == "copy" and not e.args:
+                return infer(e.func.value)
+        return None
+
+    def assign(name: str, kind: Optional[Kind]) -> bool:
+        if kind is not None and name not in env:
+            env[name] = kind
+            return True
+        return False
+
+    def run(body: Sequence[ast.stmt]) -> bool:
+        changed = False
+        for st in body:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1:
+                t = st.targets[0]
+                if isinstance(t, ast.Name):
+                    changed |= assign(t.id, infer(st.value))
+            elif isinstance(st, ast.Expr):
+                call = _method_call(st.value, "append")
+                if call is not None and len(call[1]) == 1:
+                    k = infer(call[1][0])
+                    if k is not None and call[0] not in stacks:
+                        stacks[call[0]] = k
+                        changed = True
+            elif isinstance(st, ast.For):
+                if isinstance(st.target, ast.Name):
+                    it = st.iter
+                    if _is_call(it, "reversed") and it.args:
+                        it = it.args[0]
+                    if _is_call(it, "range") or infer(it) == ("r",):
+                        changed |= assign(st.target.id, ("s", "int64"))
+                    else:
+                        k = infer(it)
+                        if k is not None and k[0] == "a":
+                            changed |= assign(st.target.id, ("s", k[2]) if k[1] == 1
+                                              else ("a", k[1] - 1, k[2]))
+                changed |= run(st.body) | run(st.orelse)
+            elif isinstance(st, (ast.If, ast.While)):
+                changed |= run(st.body) | run(st.orelse)
+        return changed
+
+    for _ in range(6):
+        if not run(fn.body):
+            break
+    for name, value in list(env.items()):
+        if _is_range_kind(value):
+            env[name] = ("r",)
+    return env
+
+
+def _is_range_kind(kind) -> bool:
+    return kind == ("r",)
+
+
+def _matmul_kind(a: Optional[Kind], b: Optional[Kind]) -> Optional[Kind]:
+    if a is None or b is None or a[0] != "a" or b[0] != "a":
+        return None
+    dtype = np.result_type(np.dtype(a[2]), np.dtype(b[2])).name
+    nd = {(2, 2): 2, (2, 1): 1, (1, 2): 1, (1, 1): 0}.get((a[1], b[1]))
+    if nd is None:
+        return None
+    return ("s", dtype) if nd == 0 else ("a", nd, dtype)
+
+
+# -- the rewrite ---------------------------------------------------------------------
+class _Rewriter(ast.NodeTransformer):
+    """The expression-level rewrite shared by the forward and the adjoint."""
+
+    def __init__(self, ranges: Set[str], placeholders: Dict[str, str],
+                 rename: Dict[str, str]):
+        self.ranges = ranges
+        self.placeholders = placeholders
+        self.rename = rename
+        self.helpers: Set[str] = set()
+
+    def _nb(self, name: str) -> ast.Name:
+        self.helpers.add(name)
+        return ast.Name(id=NB_PREFIX + name, ctx=ast.Load())
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id.startswith(HELPER_PREFIX):
+            short = node.id[len(HELPER_PREFIX):]
+            if short == "np":
+                return ast.copy_location(ast.Name(id="np", ctx=node.ctx), node)
+            if short not in NUMBA_HELPERS:
+                raise Unsupported(f"the helper {node.id} has no numba version")
+            return ast.copy_location(self._nb(short), node)
+        if node.id in self.rename:
+            return ast.copy_location(ast.Name(id=self.rename[node.id], ctx=node.ctx), node)
+        if node.id in self.ranges and isinstance(node.ctx, ast.Load):
+            # Only the uses handled in visit_For/visit_Call/visit_Subscript may read it.
+            raise Unsupported(f"the range object {node.id!r} is used as a value")
+        return node
+
+    def _range_name(self, node: ast.AST) -> Optional[str]:
+        return node.id if isinstance(node, ast.Name) and node.id in self.ranges else None
+
+    def _load(self, name: str) -> ast.Name:
+        return ast.Name(id=self.rename.get(name, name), ctx=ast.Load())
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if isinstance(node.value, ast.Constant) and node.value.value is None and \
+                    name in self.placeholders:
+                node.value = ast.parse(self.placeholders[name], mode="eval").body
+                node.targets = [self.visit(node.targets[0])]
+                return node
+            if name in self.ranges:
+                value = node.value
+                if _is_call(value, "range"):
+                    value = ast.Call(func=self._nb("range"),
+                                     args=[self.visit(a) for a in value.args], keywords=[])
+                elif isinstance(value, ast.Name) and value.id in self.ranges:
+                    value = self._load(value.id)
+                elif _method_call(value, "pop") is not None:
+                    value = self.visit(value)
+                elif isinstance(value, ast.Constant) and value.value is None:
+                    value = ast.parse("(0, 0, 1)", mode="eval").body
+                else:
+                    raise Unsupported(f"{name!r} holds a range and other values")
+                node.value = value
+                node.targets = [ast.Name(id=self.rename.get(name, name), ctx=ast.Store())]
+                return node
+        return self.generic_visit(node)
+
+    def visit_Tuple(self, node: ast.Tuple) -> ast.AST:
+        # Residual tuples may hold ranges (as triples).
+        node.elts = [self._load(e.id) if self._range_name(e) and isinstance(e.ctx, ast.Load)
+                     else self.visit(e) for e in node.elts]
+        return node
+
+    def visit_For(self, node: ast.For) -> ast.AST:
+        it = node.iter
+        r = self._range_name(it)
+        if r is not None:
+            node.iter = self._call("riter", [self._load(r)])
+        elif _is_call(it, "reversed") and len(it.args) == 1:
+            arg = it.args[0]
+            r = self._range_name(arg)
+            if r is not None:
+                node.iter = self._call("rrev", [self._load(r)])
+            elif _is_call(arg, "range"):
+                node.iter = self._call("rrev", [self._visit_range(arg)])
+            else:
+                node.iter = ast.Subscript(value=self.visit(arg),
+                                          slice=ast.Slice(lower=None, upper=None,
+                                                          step=ast.Constant(value=-1)),
+                                          ctx=ast.Load())
+        else:
+            node.iter = self.visit(it)
+        node.target = self.visit(node.target)
+        node.body = [self.visit(s) for s in node.body]
+        node.orelse = [self.visit(s) for s in node.orelse]
+        return node
+
+    def _call(self, helper: str, args: List[ast.expr]) -> ast.Call:
+        return ast.Call(func=self._nb(helper), args=args, keywords=[])
+
+    def _visit_range(self, call: ast.Call) -> ast.Call:
+        return ast.Call(func=self._nb("range"), args=[self.visit(a) for a in call.args],
+                        keywords=[])
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        f = node.func
+        if isinstance(f, ast.Name):
+            if f.id == "len" and len(node.args) == 1 and self._range_name(node.args[0]):
+                return ast.Call(func=self._nb("rlen"), args=[self._load(node.args[0].id)],
+                                keywords=[])
+            if f.id == "reversed":
+                raise Unsupported("reversed() outside a for loop")
+            if f.id == HELPER_PREFIX + "meta" and len(node.args) == 1:
+                return self.visit(node.args[0])
+        pushed = _method_call(node, "append")
+        if pushed is not None and len(pushed[1]) == 1 and self._range_name(pushed[1][0]):
+            node.args = [self._load(pushed[1][0].id)]
+            node.func = self.visit(node.func)
+            return node
+        reduced = self._reduction(node)
+        if reduced is not None:
+            return reduced
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
+                f.value.id in ("np", HELPER_PREFIX + "np") and f.attr in ("matmul", "dot") \
+                and len(node.args) == 2 and not node.keywords:
+            return ast.Call(func=self._nb(f.attr), args=[self.visit(a) for a in node.args],
+                            keywords=[])
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
+                f.value.id in ("np", HELPER_PREFIX + "np") and f.attr == "random":
+            raise Unsupported("np.random")
+        return self.generic_visit(node)
+
+    def _reduction(self, node: ast.Call) -> Optional[ast.Call]:
+        """np.sum/max/min/prod/mean (or the method) over an axis -> _nb_reduce_*."""
+        f = node.func
+        if not isinstance(f, ast.Attribute) or f.attr not in _REDUCTIONS:
+            return None
+        if isinstance(f.value, ast.Name) and f.value.id in ("np", HELPER_PREFIX + "np"):
+            if not node.args:
+                return None
+            array, rest = node.args[0], node.args[1:]
+        else:
+            array, rest = f.value, list(node.args)
+        kw = {k.arg: k.value for k in node.keywords}
+        if len(rest) > 1 or set(kw) - {"axis", "keepdims"} or (rest and "axis" in kw):
+            return None
+        axis = rest[0] if rest else kw.get("axis")
+        if axis is None and "keepdims" not in kw:
+            return None        # numba's own np.sum(x), x.max(), ...
+        args = [self.visit(array), self.visit(axis) if axis is not None
+                else ast.Constant(value=None),
+                self.visit(kw["keepdims"]) if "keepdims" in kw else ast.Constant(value=False)]
+        return self._call("reduce_" + _REDUCTIONS[f.attr], args)
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        if isinstance(node.value, ast.Name) and node.value.id in ("np", HELPER_PREFIX + "np") \
+                and node.attr == "random":
+            raise Unsupported("np.random (numba has its own generator, not NumPy's seeded "
+                              "state)")
+        return self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        r = self._range_name(node.value)
+        if r is not None:
+            return ast.Call(func=self._nb("ritem"), args=[self._load(r), self.visit(node.slice)],
+                            keywords=[])
+        return self.generic_visit(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.MatMult):
+            return ast.Call(func=self._nb("matmul"), args=[node.left, node.right], keywords=[])
+        return node
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        if isinstance(node.op, ast.MatMult):
+            raise Unsupported("@=")
+        return self.generic_visit(node)
+
+    def visit_FunctionDef(self, node):  # nested functions: let numba decide, unchanged
+        raise Unsupported("a nested function in generated code")
+
+    visit_Lambda = visit_FunctionDef
+
+
+def _adjoint_ranges(pair: Pair) -> Tuple[Set[str], Set[str]]:
+    """Names and stacks of the adjoint that hold ranges (from the residual layout)."""
+    ranges: Set[str] = set()
+    stacks: Set[str] = set()
+    if pair.adjoint_targets is None:
+        return ranges, stacks
+    for fwd_name, target in zip(pair.residual_names, pair.adjoint_targets):
+        if fwd_name in pair.ranges:
+            ranges.add(target)
+        if fwd_name in pair.range_stacks:
+            stacks.add(target)
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(pair.adjoint):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                    isinstance(node.targets[0], ast.Name):
+                name, value = node.targets[0].id, node.value
+                popped = _method_call(value, "pop")
+                copied = _is_call(value, HELPER_PREFIX + "copy_value") and value.args and \
+                    isinstance(value.args[0], ast.Name) and value.args[0].id in stacks
+                if popped is not None and popped[0] in stacks and name not in ranges:
+                    ranges.add(name)
+                    changed = True
+                elif isinstance(value, ast.Name) and value.id in ranges and name not in ranges:
+                    ranges.add(name)
+                    changed = True
+                elif copied and name not in stacks:
+                    stacks.add(name)
+                    changed = True
+    return ranges, stacks
+
+
+def _fresh(base: str, taken: Set[str]) -> str:
+    name = base
+    i = 2
+    while name in taken or keyword.iskeyword(name):
+        name = f"{base}_{i}"
+        i += 1
+    taken.add(name)
+    return name
+
+
+def _function(name: str, params: Sequence[str], body: List[ast.stmt]) -> ast.FunctionDef:
+    return ast.FunctionDef(
+        name=name,
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params], vararg=None,
+                           kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=body, decorator_list=[], returns=None, type_comment=None)
+
+
+@dataclass
+class Rewritten:
+    source: str
+    names: Dict[str, str]    # kind -> function name
+    helpers: Set[str]
+    live: List[str]          # extra parameters, read from the user's globals/closure
+
+
+KINDS = ("fused", "fused_cot", "value", "split")
+
+
+def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
+            kinds: Sequence[str] = ("fused",)) -> Rewritten:
+    """The numba-subset source of the requested functions.
+
+    fused: (*params, *live) -> (output, gradients), seeded with 1 (grad).
+    fused_cot: (*params, *live, cotangent) -> (output, gradients) (a vjp's pullback).
+    value: (*params, *live) -> output (the forward alone, for vjp's output).
+    split: the forward (*params, *live) -> (output, residuals) and the adjoint
+    (residuals, cotangent, *live) -> gradients.
+    """
+    live = list(live)
+    helpers: Set[str] = set()
+    adj_ranges, _ = _adjoint_ranges(pair)
+    fwd_ranges = set(pair.ranges)
+    functions: List[ast.FunctionDef] = []
+    names: Dict[str, str] = {}
+
+    def forward_body() -> List[ast.stmt]:
+        fwd = copy.deepcopy(pair.forward)
+        rw = _Rewriter(fwd_ranges, placeholders, {})
+        body = [rw.visit(s) for s in fwd.body]
+        helpers.update(rw.helpers)
+        return body
+
+    def adjoint_body(rename: Dict[str, str], drop_copies: bool) -> List[ast.stmt]:
+        adj = copy.deepcopy(pair.adjoint)
+        body = adj.body
+        if pair.adjoint_targets is not None:
+            body = body[1:]          # the unpacking of `residuals`
+        stacks = _adjoint_stacks(pair)
+        if drop_copies:
+            body = [s for s in body if not _is_stack_copy(s, stacks)]
+        rw = _Rewriter(adj_ranges, {}, rename)
+        body = [rw.visit(s) for s in body]
+        helpers.update(rw.helpers)
+        return body
+
+    for kind in kinds:
+        if kind not in KINDS:
+            raise ValueError(kind)
+        if kind in ("fused", "fused_cot"):
+            functions.append(_fused(pair, live, kind == "fused", forward_body, adjoint_body,
+                                    helpers))
+        elif kind == "value":
+            body = forward_body()
+            ret = body[-1]
+            body[-1] = ast.Return(value=ret.value.elts[0])
+            functions.append(_function(pair.name + "_nb_value", list(pair.params) + live,
+                                       body))
+        else:
+            functions.append(_function(pair.name + "_nb_forward", list(pair.params) + live,
+                                       forward_body()))
+            adj = copy.deepcopy(pair.adjoint)
+            rw = _Rewriter(adj_ranges, {}, {})
+            body = [rw.visit(s) for s in adj.body]
+            helpers.update(rw.helpers)
+            functions.append(_function(pair.name + "_nb_adjoint",
+                                       [a.arg for a in adj.args.args] + live, body))
+        names[kind] = functions[-1].name if kind != "split" else functions[-2].name
+    module = ast.Module(body=functions, type_ignores=[])
+    ast.fix_missing_locations(module)
+    source = ast.unparse(module) + "\n"
+    return Rewritten(source=source, names=names, helpers=helpers, live=live)
+
+
+def _fused(pair: Pair, live: List[str], seed: bool, forward_body, adjoint_body,
+           helpers: Set[str]) -> ast.FunctionDef:
+    """The forward then the adjoint in one function: no residual tuple, no stack copies."""
+    fwd_names = _names_stored(pair.forward) | set(pair.params) | set(live)
+    adj_names = _names_stored(pair.adjoint) - {pair.adjoint.args.args[0].arg}
+    taken = fwd_names | adj_names | set(pair.free)
+    same = set()
+    if pair.adjoint_targets is not None:
+        same = {t for t, n in zip(pair.adjoint_targets, pair.residual_names) if t == n}
+    rename = {}
+    for n in sorted(adj_names):
+        if n in fwd_names and n not in same:
+            rename[n] = _fresh(n + "_a", taken)
+    out_name = _fresh("nb_output", taken)
+    body = forward_body()
+    ret = body.pop()
+    out_expr, res = ret.value.elts
+    body.append(ast.Assign(targets=[ast.Name(id=out_name, ctx=ast.Store())],
+                           value=out_expr, lineno=0))
+    if pair.adjoint_targets is not None:
+        for target, elt in zip(pair.adjoint_targets, res.elts):
+            target = rename.get(target, target)
+            if isinstance(elt, ast.Name) and elt.id == target:
+                continue
+            body.append(ast.Assign(targets=[ast.Name(id=target, ctx=ast.Store())],
+                                   value=elt, lineno=0))
+    cot = rename.get(pair.cotangent, pair.cotangent)
+    if seed:
+        helpers.add("seed")
+        body.append(ast.Assign(
+            targets=[ast.Name(id=cot, ctx=ast.Store())],
+            value=ast.Call(func=ast.Name(id=NB_PREFIX + "seed", ctx=ast.Load()),
+                           args=[ast.Name(id=out_name, ctx=ast.Load())], keywords=[]),
+            lineno=0))
+    adj = adjoint_body(rename, drop_copies=True)
+    final = adj.pop()
+    adj.append(ast.Return(value=ast.Tuple(
+        elts=[ast.Name(id=out_name, ctx=ast.Load()), final.value], ctx=ast.Load())))
+    params = list(pair.params) + live + ([] if seed else [cot])
+    return _function(pair.name + ("_nb_fused" if seed else "_nb_pullback"), params,
+                     body + adj)
+
+
+def _adjoint_stacks(pair: Pair) -> Set[str]:
+    if pair.adjoint_targets is None:
+        return set()
+    return {t for t, n in zip(pair.adjoint_targets, pair.residual_names) if n in pair.stacks}
+
+
+def _is_stack_copy(stmt: ast.stmt, stacks: Set[str]) -> bool:
+    """`s = _s2s_copy_value(s)` for a stack: the fused function pops the original."""
+    return isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and \
+        isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id in stacks and \
+        _is_call(stmt.value, HELPER_PREFIX + "copy_value") and len(stmt.value.args) == 1 and \
+        isinstance(stmt.value.args[0], ast.Name) and \
+        stmt.value.args[0].id == stmt.targets[0].id

@@ -1,0 +1,315 @@
+"""The numba backend (jit=True): same gradients as the NumPy backend, or a fallback.
+
+Every JIT gradient is checked against the NumPy backend and against central
+differences. Tests that need numba call pytest.importorskip("numba") inside
+the test; the fallback tests run without numba (they hide it when present).
+"""
+import warnings
+
+import numpy as np
+import pytest
+from conftest import numeric_grad, numeric_vjp
+
+import s2sgrad
+from s2sgrad.backends import JitWarning, jit_source, numba_backend
+
+SCALE = 3.0        # a module-level constant read by `scaled` (read live)
+
+
+class Softplus(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return np.logaddexp(0.0, x)
+
+    @staticmethod
+    def vjp(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return grad_output / (1.0 + np.exp(-x))
+
+
+def pendulum(x0, v0, a, b, dt, n_steps):
+    x = x0
+    v = v0
+    for _ in range(n_steps):
+        v = v + dt * (-a * np.sin(x) - b * v)
+        x = x + dt * v
+    return x
+
+
+def logistic(r, x, n_steps):
+    for _ in range(n_steps):
+        x = r * x * (1.0 - x) / (1.0 + 0.1 * x * x)
+    return x * x
+
+
+def branchy(v, a, b, n_steps):
+    for _ in range(n_steps):
+        if np.sum(v) > 0:
+            v = v * a - 0.1
+        else:
+            v = np.clip(v, -1.0, 1.0) * b + 0.1
+    return np.sum(v ** 2)
+
+
+def rnn(W, U, b, xs, target):
+    h = np.zeros(W.shape[0])
+    for x in xs:
+        h = np.tanh(W @ h + U @ x + b)
+    return np.sum((h - target) ** 2)
+
+
+def softplus_loop(h, w, c, xs):
+    for x in xs:
+        h = 0.5 * Softplus.apply(w * h + c + x)
+    return np.sum(h)
+
+
+def while_loop(x, a):
+    n = 0
+    while np.sum(x * x) < 10.0 and n < 20:
+        x = x * a + 0.1
+        n += 1
+    return np.sum(np.exp(-x))
+
+
+def reductions(x, w):
+    y = np.tanh(x @ w)                          # (4, 3) @ (3,) -> (4,)
+    m = np.max(x, axis=1, keepdims=True)
+    z = np.exp(x - m)
+    s = np.sum(z, axis=1)
+    return np.mean(y * np.log(s)) + np.sum(x.T @ x) * 0.01
+
+
+def broadcasting(x, row, c):
+    y = x * row + c                             # (3, 4) * (4,) + scalar
+    return np.sum(np.sin(y) * y) / x.shape[0]
+
+
+def nested(x, n):
+    total = 0.0
+    for i in range(n):
+        for j in range(i + 1):
+            total = total + np.sum(np.sin(x * (i - j + 1)))
+    return total
+
+
+def scaled(x):
+    return np.sum(x * SCALE) ** 2
+
+
+def uses_random(x):
+    return np.sum(x * np.random.standard_normal(x.shape))
+
+
+def _jit_and_numpy(f, args, wrt, expect_warning=False):
+    """(jit gradient, NumPy gradient), checking whether a JitWarning was raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = s2sgrad.grad(f, wrt, jit=True)(*args)
+        got_again = s2sgrad.grad(f, wrt, jit=True)(*args)
+    jit_warnings = [w for w in caught if issubclass(w.category, JitWarning)]
+    if expect_warning:
+        assert len(jit_warnings) == 1, [str(w.message) for w in jit_warnings]
+    else:
+        assert not jit_warnings, str(jit_warnings[0].message)
+    want = s2sgrad.grad(f, wrt)(*args)
+    for a, b in zip(got if isinstance(got, tuple) else (got,),
+                    got_again if isinstance(got_again, tuple) else (got_again,)):
+        np.testing.assert_array_equal(a, b)
+    return got, want
+
+
+def _check(f, args, wrt, rtol=1e-9, fd_rtol=1e-5, expect_warning=False):
+    got, want = _jit_and_numpy(f, args, wrt, expect_warning)
+    single = isinstance(wrt, int)
+    got_t, want_t = ((got,), (want,)) if single else (got, want)
+    positions = (wrt,) if single else wrt
+    for i, g, w in zip(positions, got_t, want_t):
+        assert type(g) is type(w), (type(g), type(w))
+        assert np.shape(g) == np.shape(args[i])
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-12,
+                                   err_msg=f"jit vs NumPy backend, argument {i}")
+        fd = numeric_grad(f, list(args), i)
+        scale = max(1.0, float(np.max(np.abs(fd))))
+        np.testing.assert_allclose(g, fd, rtol=fd_rtol, atol=fd_rtol * scale,
+                                   err_msg=f"jit vs finite differences, argument {i}")
+    return got
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backend():
+    numba_backend.reset()
+    yield
+    numba_backend.reset()
+
+
+def _rng():
+    return np.random.default_rng(7)
+
+
+# -- with numba -----------------------------------------------------------------------
+def test_scalar_recurrence_stays_python_floats():
+    pytest.importorskip("numba")
+    got = _check(pendulum, (1.0, 0.0, 4.0, 0.1, 0.01, 300), (2, 3))
+    assert all(type(g) is float for g in got)
+    _check(logistic, (2.9, 0.3, 60), (0, 1))
+
+
+def test_branchy_loop_takes_both_branches():
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(10)
+    v = rng.standard_normal(8)
+    a, b = rng.uniform(0.5, 1.5, 8), rng.uniform(0.5, 1.5, 8)
+    _check(branchy, (v, a, b, 16), (0, 1, 2))
+
+
+def test_rnn_matrix_products():
+    pytest.importorskip("numba")
+    rng = _rng()
+    W = rng.standard_normal((4, 4)) * 0.4
+    U = rng.standard_normal((4, 3)) * 0.5
+    b = rng.standard_normal(4) * 0.1
+    xs = rng.standard_normal((6, 3))
+    target = rng.standard_normal(4)
+    _check(rnn, (W, U, b, xs, target), (0, 1, 2))
+
+
+def test_inlined_custom_function():
+    pytest.importorskip("numba")
+    rng = _rng()
+    _check(softplus_loop, (rng.standard_normal(5), rng.uniform(-1.5, 1.5, 5),
+                           rng.standard_normal(5), rng.standard_normal((8, 5))), (1, 2))
+
+
+def test_while_loop_with_data_dependent_trip_count():
+    pytest.importorskip("numba")
+    _check(while_loop, (np.array([0.3, -0.2, 0.5]), 1.3), (0, 1))
+
+
+def test_reductions_with_axes_and_matrix_products():
+    pytest.importorskip("numba")
+    rng = _rng()
+    _check(reductions, (rng.standard_normal((4, 3)), rng.standard_normal(3)), (0, 1))
+
+
+def test_broadcasting_is_undone():
+    pytest.importorskip("numba")
+    rng = _rng()
+    _check(broadcasting, (rng.standard_normal((3, 4)), rng.standard_normal(4), 0.7), (0, 1, 2))
+
+
+def test_nested_loops_with_ranges():
+    pytest.importorskip("numba")
+    _check(nested, (np.array([0.2, -0.4, 0.9]), 4), 0)
+
+
+def test_float32_arrays_keep_their_dtype():
+    pytest.importorskip("numba")
+    x = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    row = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    got = s2sgrad.grad(broadcasting, (0, 1), jit=True)(x[None, :], row, 0.5)
+    want = s2sgrad.grad(broadcasting, (0, 1))(x[None, :], row, 0.5)
+    for g, w in zip(got, want):
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+def test_value_and_grad_and_vjp():
+    pytest.importorskip("numba")
+    args = (1.0, 0.0, 4.0, 0.1, 0.01, 50)
+    value, g = s2sgrad.value_and_grad(pendulum, (2, 3), jit=True)(*args)
+    assert value == pytest.approx(pendulum(*args), rel=1e-12)
+    rng = _rng()
+    v0, a, b = rng.standard_normal(6), rng.uniform(0.5, 1.5, 6), rng.uniform(0.5, 1.5, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        out, pullback = s2sgrad.vjp(branchy, v0, a, b, 10, wrt=(0, 1), jit=True)
+        first, second = pullback(1.0), pullback(2.0)      # a pullback may be reused
+    assert out == pytest.approx(branchy(v0, a, b, 10), rel=1e-12)
+    want = s2sgrad.vjp(branchy, v0, a, b, 10, wrt=(0, 1))[1](1.0)
+    for g1, g2, w, i in zip(first, second, want, (0, 1)):
+        np.testing.assert_allclose(g1, w, rtol=1e-9)
+        np.testing.assert_allclose(g2, 2 * w, rtol=1e-9)
+        np.testing.assert_allclose(g1, numeric_vjp(branchy, [v0, a, b, 10], 1.0, i),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_module_constants_are_read_live():
+    pytest.importorskip("numba")
+    global SCALE
+    x = np.array([1.0, 2.0])
+    g = s2sgrad.grad(scaled, jit=True)
+    np.testing.assert_allclose(g(x), 2 * np.sum(x * 3.0) * 3.0)
+    SCALE = 5.0
+    try:
+        np.testing.assert_allclose(g(x), 2 * np.sum(x * 5.0) * 5.0)
+    finally:
+        SCALE = 3.0
+
+
+def test_unsupported_construct_falls_back_with_one_warning():
+    pytest.importorskip("numba")
+    x = np.array([1.0, 2.0, 3.0])
+    g = s2sgrad.grad(uses_random, jit=True)
+    with pytest.warns(JitWarning, match="np.random"):
+        np.random.seed(0)
+        got = g(x)
+    np.random.seed(0)
+    np.testing.assert_allclose(got, np.random.standard_normal(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)   # once per function
+        g(x)
+
+
+def test_errors_are_the_numpy_backends():
+    pytest.importorskip("numba")
+    with pytest.raises(ValueError, match="returns a scalar"):
+        s2sgrad.grad(lambda_free_vector, jit=True)(np.ones(3))
+    with pytest.raises(ValueError):
+        s2sgrad.grad(broadcasting, jit=True)(np.ones((2, 3)), np.ones(4), 1.0)
+
+
+def lambda_free_vector(x):
+    return x * 2.0
+
+
+def test_source_shows_the_numba_code():
+    pytest.importorskip("numba")
+    text = jit_source(pendulum, 1.0, 0.0, 4.0, 0.1, 0.01, 10, wrt=(2, 3))
+    assert "def pendulum_nb_fused(" in text
+    assert "None" not in text          # placeholders typed, no optional values
+
+
+# -- without numba (runs whether or not numba is installed) -----------------------------
+def _hide_numba(monkeypatch):
+    numba_backend.reset()
+    monkeypatch.setattr(numba_backend, "_NUMBA",
+                        [None, "ModuleNotFoundError: No module named 'numba'"])
+
+
+def test_without_numba_the_numpy_backend_runs_with_one_warning(monkeypatch):
+    _hide_numba(monkeypatch)
+    args = (1.0, 0.0, 4.0, 0.1, 0.01, 40)
+    g = s2sgrad.grad(pendulum, (2, 3), jit=True)
+    with pytest.warns(JitWarning, match="No module named 'numba'") as caught:
+        got = g(*args)
+    assert len([w for w in caught if issubclass(w.category, JitWarning)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        again = g(*args)
+        value, vg = s2sgrad.value_and_grad(pendulum, (2, 3), jit=True)(*args)
+        out, pullback = s2sgrad.vjp(pendulum, *args, wrt=2, jit=True)
+    want = s2sgrad.grad(pendulum, (2, 3))(*args)
+    assert got == want and again == want and vg == want
+    assert value == pendulum(*args) and out == pendulum(*args)
+    assert pullback(1.0) == want[0]
+
+
+def test_without_numba_errors_are_unchanged(monkeypatch):
+    _hide_numba(monkeypatch)
+    with pytest.warns(JitWarning):
+        with pytest.raises(ValueError, match="returns a scalar"):
+            s2sgrad.grad(lambda_free_vector, jit=True)(np.ones(3))
+    with pytest.raises(TypeError, match="integer"):
+        s2sgrad.grad(pendulum, 2, jit=True)(1.0, 0.0, 4, 0.1, 0.01, 3)
