@@ -75,6 +75,7 @@ IMPLS = [
     ("forward", None),
     ("hand", None),
     ("s2sgrad", None),
+    ("s2sgrad-jit", None),
     ("autograd", "grad_autograd"),
     ("jax-eager", "grad_jax_eager"),
     ("jax-jit", "grad_jax_jit"),
@@ -82,8 +83,8 @@ IMPLS = [
     ("torch", "grad_torch"),
 ]
 NUMPY_BASED = {"forward", "hand", "s2sgrad", "autograd"}   # tracemalloc sees their arrays
-PEER_MODULES = {"autograd": "autograd", "jax-eager": "jax", "jax-jit": "jax",
-                "jax-lax": "jax", "torch": "torch"}
+PEER_MODULES = {"s2sgrad-jit": "numba", "autograd": "autograd", "jax-eager": "jax",
+                "jax-jit": "jax", "jax-lax": "jax", "torch": "torch"}
 
 # In --quick mode, these (workload, impl) cells are skipped: for jax-jit, JAX traces
 # the Python loop and XLA compiles it unrolled (10 s to a minute); JAX eager takes
@@ -254,17 +255,29 @@ def shout(text: str) -> None:
 
 # --- the implementations of one workload ------------------------------------------
 
-def s2sgrad_runner(module, args) -> Callable[[], Any]:
-    """s2sgrad on the workload's plain forward, as a user calls it."""
+def s2sgrad_runner(module, args, jit: bool = False) -> Callable[[], Any]:
+    """s2sgrad on the workload's plain forward, as a user calls it (jit=True: numba)."""
     if hasattr(module, "cotangent"):
         v = module.cotangent(args)
 
         def run():
-            _, pullback = s2sgrad.vjp(module.forward, *args, wrt=module.WRT)
+            _, pullback = s2sgrad.vjp(module.forward, *args, wrt=module.WRT, jit=jit)
             return pullback(v)
         return run
-    g = s2sgrad.grad(module.forward, wrt=module.WRT)
+    g = s2sgrad.grad(module.forward, wrt=module.WRT, jit=jit)
     return lambda: g(*args)
+
+
+def jit_first_call(fn: Callable[[], Any]) -> tuple:
+    """The first s2sgrad-jit call, cold; a JitWarning (NumPy ran instead) is an error."""
+    import warnings
+
+    from s2sgrad.backends import JitWarning, reset
+    s2sgrad.compiler.clear_cache()
+    reset()                                    # no compiled variant from an earlier run
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        return time_call(fn)
 
 
 def build(module, impl: str, attr: Optional[str], args) -> Callable[[], Any]:
@@ -274,6 +287,9 @@ def build(module, impl: str, attr: Optional[str], args) -> Callable[[], Any]:
         return lambda: module.hand_grad(*args)
     if impl == "s2sgrad":
         return s2sgrad_runner(module, args)
+    if impl == "s2sgrad-jit":
+        import numba  # noqa: F401 - imported before timing, as the peers are by their builders
+        return s2sgrad_runner(module, args, jit=True)
     return getattr(module, attr)(args)
 
 
@@ -309,9 +325,14 @@ def run_workload(name: str, settings: Settings, impls: List[str]) -> List[Cell]:
         if impl == "s2sgrad":
             s2sgrad.compiler.clear_cache()         # a cold compile (and S2SGRAD_CACHE=0)
         try:
-            cell.first_call_s, result = time_call(fn)
+            if impl == "s2sgrad-jit":
+                cell.first_call_s, result = jit_first_call(fn)
+            else:
+                cell.first_call_s, result = time_call(fn)
         except Exception as exc:  # noqa: BLE001 - reported in the table
-            if impl == "s2sgrad":
+            if impl == "s2sgrad-jit" and type(exc).__name__ == "JitWarning":
+                cell.status, cell.message = "unsupported", "NumPy fallback: " + first_line(exc)
+            elif impl.startswith("s2sgrad"):
                 cell.status, cell.message = "unsupported", "unsupported: " + first_line(exc)
             else:
                 cell.status, cell.message = "error", "error: " + first_line(exc)
@@ -442,7 +463,7 @@ def cpu_model() -> str:
 def versions() -> dict:
     found = {"python": platform.python_version(), "numpy": np.__version__,
              "s2sgrad": f"{s2sgrad.__version__} @ {git_commit()}"}
-    for name in ("autograd", "jax", "jaxlib", "torch"):
+    for name in ("numba", "autograd", "jax", "jaxlib", "torch"):
         if importlib.util.find_spec(name) is None:
             found[name] = "not installed"
             continue
