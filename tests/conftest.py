@@ -3,6 +3,7 @@
 Every gradient in the suite is compared with central differences computed
 here from the *original* Python function, never from generated code.
 """
+import atexit
 import importlib.util
 import os
 import shutil
@@ -18,12 +19,7 @@ import pytest
 # lives in a temporary directory, never in the user's ~/.cache.
 _CACHE_DIR = tempfile.mkdtemp(prefix="s2sgrad-test-cache-")
 os.environ["S2SGRAD_CACHE_DIR"] = _CACHE_DIR
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _s2sgrad_cache_dir():
-    yield _CACHE_DIR
-    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+atexit.register(shutil.rmtree, _CACHE_DIR, True)
 
 EPS = 1e-6
 

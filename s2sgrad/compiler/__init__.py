@@ -2,16 +2,22 @@
 
 `compile_function` runs the passes in order and returns a `CompiledFunction`
 (the generated forward/adjoint pair plus the facts the API needs). Results are
-cached in memory per (function, closure, wrt, options).
+cached in memory per (function, closure, wrt, options), and on disk (see
+`s2sgrad.cache`): a process that finds a valid entry loads the stored code and
+runs no pass.
 """
 from __future__ import annotations
 
+import ast
+import dataclasses
+import marshal
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .. import cache as disk_cache
 from .analyze import Activity, analyze
-from .emit import Emitted, bind_late, load, to_source
+from .emit import Emitted, bind_late, compile_emitted, instantiate, to_source
 from .inline import inline
 from .normalize import normalize
 from .optimize import link_residuals, optimize
@@ -67,17 +73,26 @@ def cache_key(fn: Callable, wrt: Tuple[int, ...], options: tuple) -> tuple:
 
 def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                      ) -> CompiledFunction:
-    """The cached forward/adjoint pair of `fn` with respect to positions `wrt`."""
+    """The cached forward/adjoint pair of `fn` with respect to positions `wrt`.
+
+    Looks in memory, then on disk, then runs the passes (and stores the result).
+    """
     options = (bool(optimize_code),)
     key = cache_key(fn, wrt, options)
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
             return hit
-        return _compile(fn, tuple(wrt), options, key)
+        wrt = tuple(wrt)
+        store, disk_key = _disk(fn, wrt, options)
+        if store is not None:
+            compiled = _load_entry(store, disk_key, fn, wrt, options, key)
+            if compiled is not None:
+                return compiled
+        return _compile(fn, wrt, options, key, store, disk_key)
 
 
-def _compile(fn, wrt, options, key) -> CompiledFunction:
+def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
     (optimize_code,) = options
     parsed = parse_function(fn)
     if any(i >= len(parsed.params) or i < 0 for i in wrt):
@@ -88,7 +103,8 @@ def _compile(fn, wrt, options, key) -> CompiledFunction:
               f"{parsed.node.lineno}), gradient with respect to "
               f"{', '.join(parsed.params[i] for i in wrt)}\n")
     source = to_source([t.forward, t.adjoint], header)
-    filename = f"<s2sgrad {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} wrt={wrt}>"
+    filename = (f"<s2sgrad {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
+                f"wrt={wrt}{'' if optimize_code else ' unoptimized'}>")
     free = dict(getattr(t, "bindings", {}))
     for site in t.callees.values():
         free[site.forward_name] = None
@@ -96,7 +112,8 @@ def _compile(fn, wrt, options, key) -> CompiledFunction:
     emitted = Emitted(source=source, function_names=[t.forward.name, t.adjoint.name],
                       filename=filename, globals=parsed.globals, free=free,
                       closure_cells=dict(parsed.closure))
-    functions = load(emitted)
+    code, closure_names = compile_emitted(emitted)
+    functions = instantiate(code, closure_names, emitted)
     not_inlined = [f"{s.cls.__name__}: {s.reason}" for s in _function_sites(t)
                    if not s.inlined]
     compiled = CompiledFunction(fn=fn, wrt=wrt, forward=functions[t.forward.name],
@@ -113,7 +130,214 @@ def _compile(fn, wrt, options, key) -> CompiledFunction:
     except BaseException:
         _CACHE.pop(key, None)
         raise
+    if store is not None:
+        try:
+            payload = _entry(disk_key, compiled, t, emitted, code, closure_names)
+        except Exception:  # noqa: BLE001 - not storable: stays in memory only
+            payload = None
+        if payload is not None:
+            store.write(disk_key, payload)
     return compiled
+
+
+# -- the disk cache ------------------------------------------------------------------
+def _disk(fn, wrt, options):
+    """(store, key) when the disk cache is on and `fn` has source, else (None, None)."""
+    store = disk_cache.current()
+    if store is None:
+        return None, None
+    try:
+        disk_key = disk_cache.function_key(fn, wrt, options)
+    except Exception:  # noqa: BLE001 - no key, no disk cache; the compile reports errors
+        return None, None
+    return (store, disk_key) if disk_key else (None, None)
+
+
+def _entry(disk_key, compiled: CompiledFunction, t, emitted: Emitted, code,
+           closure_names) -> Optional[dict]:
+    """What the disk keeps: enough to rebuild `compiled` without any pass, or None.
+
+    Dependencies are the Function classes inlined (or called) and the user
+    functions called, each with how to find it again and its fingerprint. The
+    generated code's closure variables are rebound by name: `_s2s_` helpers by
+    `emit.helper_value`, callees by compiling them, the others (a Function body's
+    globals that the caller's module binds differently) through `cache.locate`.
+    """
+    root = unwrap(compiled.fn)
+    deps: List[tuple] = []
+    objects: List[Any] = []
+
+    def dependency(kind: str, obj: Any) -> Optional[int]:
+        for i, known in enumerate(objects):
+            if known is obj and deps[i][0] == kind:
+                return i
+        where = disk_cache.locate(obj, root)
+        if where is None:
+            return None
+        deps.append((kind, where, disk_cache.dependency_fingerprint(kind, obj, root)))
+        objects.append(obj)
+        return len(deps) - 1
+
+    for site in _function_sites(t):
+        if dependency("function", site.cls) is None:
+            return None
+    callees = []
+    for site in t.callees.values():
+        index = dependency("callee", site.fn)
+        if index is None:
+            return None
+        callees.append((site.forward_name, site.adjoint_name, index, tuple(site.wrt)))
+    # Which original name of which Function each alias stands for.
+    origins: Dict[str, List[tuple]] = {}
+    for site in _function_sites(t):
+        index = next(i for i, obj in enumerate(objects) if obj is site.cls)
+        for original, alias in getattr(site, "foreign", {}).items():
+            if isinstance(alias, ast.Name):
+                origins.setdefault(alias.id, []).append((index, original))
+    bindings = {}
+    for name, value in getattr(t, "bindings", {}).items():
+        where = _locate_binding(name, value, root, objects, origins.get(name, []))
+        if where is None:
+            return None
+        bindings[name] = where
+    facts = _chain_facts(root, objects, deps)
+    activity = {}
+    for f in dataclasses.fields(compiled.activity):
+        value = getattr(compiled.activity, f.name)
+        try:
+            marshal.dumps(value)
+        except ValueError:
+            continue
+        activity[f.name] = value
+    return {"format": disk_cache.FORMAT, "key": disk_key, "deps": deps,
+            "name": compiled.name, "params": list(compiled.params),
+            "source": compiled.module_source, "filename": emitted.filename,
+            "function_names": list(emitted.function_names), "code": code,
+            "closure_names": list(closure_names), "bindings": bindings, "callees": callees,
+            "not_inlined": list(compiled.not_inlined), "activity": activity, "facts": facts}
+
+
+def _chain_facts(root, objects, deps) -> List[tuple]:
+    """(scope, chain, description) for every dotted name the compile resolved.
+
+    Scope -1 is the function itself; (i, method) a Function dependency's body,
+    whose chains are also checked in the function's namespace, where the
+    inlined code reads the names the two modules agree on.
+    """
+    facts = []
+    parsed = parse_function(root)
+    for chain in disk_cache.attribute_chains(parsed.node, root.__code__.co_varnames
+                                             + root.__code__.co_cellvars):
+        facts.append((-1, chain, disk_cache.describe_chain(root, chain)))
+    for i, obj in enumerate(objects):
+        if deps[i][0] != "function":
+            continue
+        for meth in disk_cache._function_methods(obj):
+            body = unwrap(getattr(obj, meth))
+            try:
+                node = parse_function(body).node
+            except Exception:  # noqa: BLE001 - no source: called, not inlined
+                continue
+            code = body.__code__
+            for chain in disk_cache.attribute_chains(node, code.co_varnames + code.co_cellvars):
+                facts.append(((i, meth), chain, disk_cache.describe_chain(body, chain)))
+                facts.append((-1, chain, disk_cache.describe_chain(root, chain)))
+    return sorted(set(facts), key=repr)
+
+
+def _locate_binding(name: str, value: Any, root, objects, origins) -> Optional[tuple]:
+    """How to bind a closure name of generated code again in another process.
+
+    `origins` are the (Function dependency, name in its body) the alias stands
+    for: the value is looked up where that body looks it up.
+    """
+    from .emit import helper_value
+    try:
+        if helper_value(name) is value:
+            return ("helper",)
+    except KeyError:
+        pass
+    for index, original in origins:
+        for meth in disk_cache._function_methods(objects[index]):
+            body = unwrap(getattr(objects[index], meth))
+            if disk_cache.lookup(body, original) is value:
+                return ("dep", index, meth, original)
+    return disk_cache.locate(value, root, [original for _, original in origins])
+
+
+def _resolve_binding(where: tuple, root, objects) -> Any:
+    if where[0] == "dep":
+        _, i, meth, name = where
+        return disk_cache.lookup(unwrap(getattr(objects[i], meth)), name)
+    return disk_cache.resolve(where, root)
+
+
+def _load_entry(store, disk_key, fn, wrt, options, key) -> Optional[CompiledFunction]:
+    """The CompiledFunction stored on disk, or None if absent, stale or unusable."""
+    payload = store.read(disk_key)
+    if payload is None:
+        return None
+    try:
+        return _from_entry(payload, fn, wrt, options, key)
+    except Exception:  # noqa: BLE001 - a bad entry is regenerated, never an error
+        _CACHE.pop(key, None)
+        return None
+
+
+def _from_entry(payload: dict, fn, wrt, options, key) -> Optional[CompiledFunction]:
+    root = unwrap(fn)
+    objects = []
+    for kind, where, fingerprint in payload["deps"]:
+        obj = disk_cache.resolve(where, root)
+        if obj is disk_cache.MISSING or \
+                disk_cache.dependency_fingerprint(kind, obj, root) != fingerprint:
+            return None
+        objects.append(obj)
+    for scope, chain, description in payload["facts"]:
+        fn_scope = root if scope == -1 else unwrap(getattr(objects[scope[0]], scope[1]))
+        if disk_cache.describe_chain(fn_scope, chain) != description:
+            return None
+    free: Dict[str, Any] = {}
+    for name, where in payload["bindings"].items():
+        if where[0] == "helper":
+            continue
+        value = _resolve_binding(where, root, objects)
+        if value is disk_cache.MISSING:
+            return None
+        free[name] = value
+    for forward_name, adjoint_name, _, _ in payload["callees"]:
+        free[forward_name] = None
+        free[adjoint_name] = None
+    closure = dict(zip(root.__code__.co_freevars, root.__closure__ or ()))
+    emitted = Emitted(source=payload["source"], function_names=payload["function_names"],
+                      filename=payload["filename"], globals=root.__globals__, free=free,
+                      closure_cells=closure)
+    functions = instantiate(payload["code"], payload["closure_names"], emitted)
+    forward_name, adjoint_name = payload["function_names"]
+    compiled = CompiledFunction(fn=fn, wrt=wrt, forward=functions[forward_name],
+                                adjoint=functions[adjoint_name],
+                                module_source=payload["source"],
+                                activity=_activity(payload["activity"], wrt),
+                                params=list(payload["params"]), name=payload["name"],
+                                not_inlined=list(payload["not_inlined"]))
+    _CACHE[key] = compiled
+    for forward_name, adjoint_name, index, callee_wrt in payload["callees"]:
+        callee = compile_function(objects[index], callee_wrt, options[0])
+        compiled.callees.append(callee)
+        bind_late(functions, forward_name, callee.forward)
+        bind_late(functions, adjoint_name, callee.adjoint)
+    return compiled
+
+
+def _activity(data: dict, wrt) -> Activity:
+    """Activity facts read back from disk (strict mode needs `independent`/`reasons`)."""
+    kwargs = {}
+    for f in dataclasses.fields(Activity):
+        if f.name in data:
+            kwargs[f.name] = data[f.name]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs[f.name] = tuple(wrt) if f.name == "wrt" else set()
+    return Activity(**kwargs)
 
 
 def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool = True):

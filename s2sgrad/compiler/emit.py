@@ -15,7 +15,7 @@ import linecache
 import re
 import types
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import astor
 import numpy
@@ -91,12 +91,20 @@ def helper_value(name: str) -> Any:
 
 def load(emitted: Emitted) -> Dict[str, types.FunctionType]:
     """Compile the generated source; returns its functions by name."""
+    code, closure_names = compile_emitted(emitted)
+    return instantiate(code, closure_names, emitted)
+
+
+def compile_emitted(emitted: Emitted) -> Tuple[types.CodeType, List[str]]:
+    """The code of a factory taking the closure variables and returning the functions.
+
+    The code object depends only on the source and the names, so the disk cache
+    stores it (marshal) together with `closure_names`, its parameters in order.
+    """
     tree = ast.parse(emitted.source, filename=emitted.filename)
-    free = dict(emitted.free)
-    for name in free_names(emitted.source, emitted.function_names):
-        if name not in free:
-            free[name] = helper_value(name)
-    closure_names = sorted(set(free) | set(emitted.closure_cells))
+    names = set(emitted.free) | set(emitted.closure_cells)
+    names.update(free_names(emitted.source, emitted.function_names))
+    closure_names = sorted(names)
     factory = ast.FunctionDef(
         name="_s2s_factory",
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in closure_names],
@@ -109,8 +117,25 @@ def load(emitted: Emitted) -> Dict[str, types.FunctionType]:
     ast.fix_missing_locations(module)
     code = compile(module, emitted.filename, "exec")
     factory_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return factory_code, closure_names
+
+
+def instantiate(factory_code: types.CodeType, closure_names: Sequence[str],
+                emitted: Emitted) -> Dict[str, types.FunctionType]:
+    """Run the factory: bind helpers, `emitted.free` and the user's closure cells.
+
+    A closure name is looked up in `emitted.free` first, then among the user's
+    closure cells (shared, so they stay live), then as an `_s2s_` helper.
+    """
+    values = []
+    for name in closure_names:
+        if name in emitted.free:
+            values.append(emitted.free[name])
+        elif name in emitted.closure_cells:
+            values.append(None)
+        else:
+            values.append(helper_value(name))
     make = types.FunctionType(factory_code, emitted.globals, "_s2s_factory")
-    values = [free.get(n) for n in closure_names]
     functions = make(*values)
     out: Dict[str, types.FunctionType] = {}
     for name, fn in zip(emitted.function_names, functions):

@@ -1,0 +1,655 @@
+"""The disk cache of generated code (SPEC 1.6).
+
+A program should not pay the transform again every time it starts. Each
+compiled forward/adjoint pair is stored in one file under `$S2SGRAD_CACHE_DIR`
+(default `~/.cache/s2sgrad`), named by a hash of:
+
+- s2sgrad itself: its version and the size and modification time of every one
+  of its source files (the same test Python applies to its own .pyc files), the
+  gradient rules registered at run time, and the versions of Python, NumPy and
+  astor;
+- the function: its source lines, file name and line, qualified name, bytecode,
+  and what each global or closure name it reads is bound to (a module, a class,
+  a function, the value of a constant);
+- the options: `wrt` and whether the code is optimised.
+
+The entry then lists what the generated code depends on beyond the function
+itself -- the `s2sgrad.Function` classes whose `forward` and `vjp` it inlines
+and the user functions it calls -- each with the fingerprint of its sources;
+an entry whose dependencies changed is regenerated, and so is one in which a
+dotted name the compiler resolved (`np.sin`, `cfg.act`) now resolves to
+something else. The entry holds the
+generated source, its compiled code object and what is needed to bind its
+closure again (see `compiler._entry` and `compiler._from_entry`), so
+loading it runs no pass.
+
+Robustness: entries are written to a temporary file and renamed over the old
+one (atomic; concurrent writers leave one valid entry); the directory is
+created with mode 0700; an entry that does not verify (truncated, garbage,
+another version, not owned by the current user, writable by group or others)
+is ignored and regenerated; a directory that cannot be written falls back to
+memory with one warning. `S2SGRAD_CACHE=0` disables the disk cache.
+"""
+from __future__ import annotations
+
+import builtins
+import hashlib
+import importlib.util
+import inspect
+import linecache
+import marshal
+import operator
+import os
+import stat
+import sys
+import tempfile
+import types
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+FORMAT = 1
+SUFFIX = ".s2s"
+TMP_PREFIX = ".tmp-s2s-"
+_HEADER = b"s2sgrad-cache\x00" + FORMAT.to_bytes(2, "little") + importlib.util.MAGIC_NUMBER
+_DIGEST = 32
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_MISSING = object()
+
+
+class CacheWarning(UserWarning):
+    """The disk cache cannot be written; compiled code is kept in memory only."""
+
+
+# -- configuration -------------------------------------------------------------------
+def enabled() -> bool:
+    """False when S2SGRAD_CACHE is 0 (or false/no/off)."""
+    value = os.environ.get("S2SGRAD_CACHE", "1").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
+def directory() -> str:
+    """$S2SGRAD_CACHE_DIR, else ~/.cache/s2sgrad."""
+    path = os.environ.get("S2SGRAD_CACHE_DIR")
+    if not path:
+        path = os.path.join(os.path.expanduser("~"), ".cache", "s2sgrad")
+    return os.path.abspath(os.path.expanduser(path))
+
+
+_STORES: Dict[str, "DiskCache"] = {}
+
+
+def current() -> Optional["DiskCache"]:
+    """The cache for the configured directory, or None when disabled."""
+    if not enabled():
+        return None
+    path = directory()
+    store = _STORES.get(path)
+    if store is None:
+        store = _STORES[path] = DiskCache(path)
+    return store
+
+
+# -- the store ---------------------------------------------------------------------
+class DiskCache:
+    """One cache directory: verified reads, atomic writes."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.writable = True
+        self._dir_ready = False
+        self._warned = False
+
+    def entry_path(self, key: str) -> str:
+        return os.path.join(self.path, key + SUFFIX)
+
+    def read(self, key: str) -> Optional[dict]:
+        """The payload stored under `key`, or None if absent or not trustworthy."""
+        try:
+            fd = os.open(self.entry_path(key), _READ_FLAGS)
+        except OSError:
+            return None
+        try:
+            with open(fd, "rb") as f:
+                if not trusted(os.fstat(fd)):
+                    return None
+                data = f.read()
+        except OSError:
+            return None
+        return decode(data, key)
+
+    def write(self, key: str, payload: dict) -> bool:
+        """Store atomically (temporary file + rename); False when not stored."""
+        if not self.writable:
+            return False
+        try:
+            data = encode(payload)
+        except ValueError:  # something marshal cannot store: memory only
+            return False
+        for attempt in (0, 1):
+            try:
+                self._ensure_directory(force=attempt > 0)
+                self._write_file(key, data)
+                return True
+            except FileNotFoundError as exc:
+                # The directory vanished (or `cache clear` took our temporary file):
+                # make it again once.
+                self._dir_ready = False
+                if attempt:
+                    self._unwritable(exc)
+                    return False
+            except OSError as exc:
+                self._unwritable(exc)
+                return False
+        return False
+
+    def _ensure_directory(self, force: bool = False) -> None:
+        if self._dir_ready and not force:
+            return
+        if not os.path.isdir(self.path):
+            parent = os.path.dirname(self.path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            try:
+                os.mkdir(self.path, 0o700)
+            except FileExistsError:
+                if not os.path.isdir(self.path):
+                    raise
+            else:
+                os.chmod(self.path, 0o700)  # the umask may have taken bits away
+        self._dir_ready = True
+
+    def _write_file(self, key: str, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=self.path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.entry_path(key))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def _unwritable(self, exc: OSError) -> None:
+        self.writable = False
+        if self._warned:
+            return
+        self._warned = True
+        reason = exc.strerror or type(exc).__name__
+        warnings.warn(f"s2sgrad: cannot write the cache directory {self.path} ({reason}); "
+                      f"generated code is kept in memory only. Set S2SGRAD_CACHE_DIR to a "
+                      f"writable directory, or S2SGRAD_CACHE=0 to turn the disk cache off.",
+                      CacheWarning, stacklevel=2)
+
+
+def trusted(st: os.stat_result) -> bool:
+    """A regular file, owned by the current user and writable by nobody else."""
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if hasattr(os, "geteuid"):
+        if st.st_uid != os.geteuid():
+            return False
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return False
+    return True
+
+
+def encode(payload: dict) -> bytes:
+    body = marshal.dumps(payload)
+    return _HEADER + hashlib.sha256(body).digest() + body
+
+
+def decode(data: bytes, key: str) -> Optional[dict]:
+    """The payload if the header, checksum, format and key all match."""
+    start = len(_HEADER) + _DIGEST
+    if len(data) < start or not data.startswith(_HEADER):
+        return None
+    body = data[start:]
+    if hashlib.sha256(body).digest() != data[len(_HEADER):start]:
+        return None
+    try:
+        payload = marshal.loads(body)
+    except (EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT \
+            or payload.get("key") != key:
+        return None
+    return payload
+
+
+# -- inspection (`s2sgrad cache info` / `cache clear`) --------------------------------
+def _entry_files(path: str) -> List[os.DirEntry]:
+    try:
+        with os.scandir(path) as it:
+            return [e for e in it if e.is_file(follow_symlinks=False)
+                    and (e.name.endswith(SUFFIX) or e.name.startswith(TMP_PREFIX))]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def info(path: Optional[str] = None) -> dict:
+    """Directory, number of entries and their total size in bytes."""
+    path = path or directory()
+    files = [e for e in _entry_files(path) if e.name.endswith(SUFFIX)]
+    size = 0
+    for e in files:
+        try:
+            size += e.stat(follow_symlinks=False).st_size
+        except OSError:
+            pass
+    return {"directory": path, "entries": len(files), "bytes": size, "enabled": enabled(),
+            "exists": os.path.isdir(path)}
+
+
+def clear(path: Optional[str] = None) -> int:
+    """Remove every entry (and leftover temporary file); returns how many entries."""
+    path = path or directory()
+    removed = 0
+    for e in _entry_files(path):
+        try:
+            os.unlink(e.path)
+        except FileNotFoundError:
+            continue
+        if e.name.endswith(SUFFIX):
+            removed += 1
+    return removed
+
+
+# -- keys ----------------------------------------------------------------------------
+_ENVIRONMENT: Optional[str] = None
+
+
+def environment() -> str:
+    """Fingerprint of s2sgrad's sources and of the Python, NumPy and astor versions."""
+    global _ENVIRONMENT
+    if _ENVIRONMENT is None:
+        import astor
+        import numpy
+        root = os.path.dirname(os.path.abspath(__file__))
+        files: List[Tuple[str, int, int]] = []
+        _scan_sources(root, "", files)
+        parts = [sys.version, sys.implementation.cache_tag or "", numpy.__version__,
+                 getattr(astor, "__version__", "?"), repr(sorted(files))]
+        _ENVIRONMENT = _hash(parts)
+    return _ENVIRONMENT
+
+
+def _scan_sources(path: str, rel: str, out: List[Tuple[str, int, int]]) -> None:
+    with os.scandir(path) as it:
+        for e in it:
+            if e.name.endswith(".py"):
+                st = e.stat()
+                out.append((rel + e.name, st.st_size, st.st_mtime_ns))
+            elif e.name != "__pycache__" and not e.name.startswith(".") and e.is_dir():
+                _scan_sources(e.path, rel + e.name + "/", out)
+
+
+def function_key(fn: Callable, wrt: Sequence[int], options: tuple) -> Optional[str]:
+    """The disk key of `fn` differentiated w.r.t. `wrt`, or None (no source)."""
+    from . import __version__
+    fingerprint = function_fingerprint(fn)
+    if fingerprint is None:
+        return None
+    return _hash([str(FORMAT), __version__, environment(), rules_fingerprint(), fingerprint,
+                  repr(tuple(wrt)), repr(tuple(options))])
+
+
+def function_fingerprint(fn: Callable, root: Optional[Callable] = None) -> Optional[str]:
+    """Source, position, bytecode and resolved names of `fn`; None without source.
+
+    `root` is the function being compiled when `fn` is inlined into it: the
+    inlined body's names are also resolved in `root`'s namespace.
+    """
+    fn = _unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    text = source_text(fn)
+    if text is None:
+        return None
+    parts = [os.path.basename(code.co_filename), str(code.co_firstlineno),
+             getattr(fn, "__qualname__", code.co_name), text, _code_fingerprint(code),
+             _names_fingerprint(code, fn)]
+    if root is not None:
+        parts.append(_names_fingerprint(code, _unwrap(root)))
+    return _hash(parts)
+
+
+def dependency_fingerprint(kind: str, obj: Any, root: Callable) -> str:
+    """Fingerprint of an inlined Function class or a called function."""
+    if kind == "function":
+        parts = [f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"]
+        for meth in _function_methods(obj):
+            target = _unwrap(getattr(obj, meth))
+            parts.append(meth)
+            parts.append(function_fingerprint(target, root) or _describe(target))
+        return _hash(parts)
+    return function_fingerprint(obj) or _hash([_describe(obj)])
+
+
+def _function_methods(cls) -> List[str]:
+    """forward plus whichever of vjp/backward the class defines."""
+    out = ["forward"]
+    vjp = getattr(cls, "vjp_method", None)
+    if vjp is not None:
+        chosen = vjp()
+        out.append("vjp" if chosen is getattr(cls, "vjp", None) else "backward")
+    return out
+
+
+def source_text(fn: Callable) -> Optional[str]:
+    """The source lines the function was compiled from (as the parser sees them)."""
+    code = fn.__code__
+    if not hasattr(code, "co_positions"):  # Python < 3.11: no end positions
+        try:
+            return "".join(inspect.getsourcelines(fn)[0])
+        except (OSError, TypeError):
+            return None
+    filename = code.co_filename
+    linecache.checkcache(filename)
+    lines = linecache.getlines(filename, getattr(fn, "__globals__", None))
+    if not lines:
+        return None
+    first = code.co_firstlineno
+    last = _last_line(code, first)
+    if last > len(lines):
+        return None
+    return "".join(lines[first - 1:last])
+
+
+def _last_line(code: types.CodeType, last: int) -> int:
+    for _, end, _, _ in code.co_positions():
+        if end is not None and end > last:
+            last = end
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            last = _last_line(const, last)
+    return last
+
+
+def _code_fingerprint(code: types.CodeType) -> str:
+    out: List[str] = []
+    _code_parts(code, out)
+    return _hash(out)
+
+
+def _code_parts(code: types.CodeType, out: List[str]) -> None:
+    out.append(code.co_code.hex())
+    out.append(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+                     code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount)))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code_parts(const, out)
+        else:
+            out.append(_const(const))
+
+
+def _const(value: Any) -> str:
+    if isinstance(value, frozenset):  # set order depends on string hashing
+        return "frozenset{" + ",".join(sorted(_const(v) for v in value)) + "}"
+    if isinstance(value, tuple):
+        return "(" + ",".join(_const(v) for v in value) + ")"
+    return f"{type(value).__name__}:{value!r}"
+
+
+def _names_fingerprint(code: types.CodeType, fn: Callable) -> str:
+    """What each global, builtin or closure name the code reads is bound to."""
+    names = set()
+    _global_names(code, names)
+    namespace = getattr(fn, "__globals__", {})
+    builtins_ns = namespace.get("__builtins__", builtins)
+    if not isinstance(builtins_ns, dict):
+        builtins_ns = vars(builtins_ns)
+    cells = {}
+    if getattr(fn, "__closure__", None):
+        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__))
+    parts = []
+    for name in sorted(names | set(cells)):
+        if name in cells:
+            try:
+                value = cells[name].cell_contents
+            except ValueError:
+                parts.append(f"{name}=<empty cell>")
+                continue
+        elif name in namespace:
+            value = namespace[name]
+        elif name in builtins_ns:
+            value = builtins_ns[name]
+        else:
+            continue
+        parts.append(f"{name}={_describe(value)}")
+    return _hash(parts)
+
+
+def _global_names(code: types.CodeType, out: set) -> None:
+    out.update(code.co_names)
+    out.update(code.co_freevars)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _global_names(const, out)
+
+
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _describe(value: Any, depth: int = 0) -> str:
+    """A deterministic description of what a name is bound to."""
+    if isinstance(value, types.ModuleType):
+        return f"module {value.__name__}"
+    if isinstance(value, _SCALARS):
+        return f"{type(value).__name__} {value!r}"
+    if isinstance(value, (tuple, list)) and depth < 2 and len(value) <= 64:
+        inner = ", ".join(_describe(v, depth + 1) for v in value)
+        return f"{type(value).__name__}[{inner}]"
+    kind = type(value)
+    if isinstance(value, type) or callable(value):
+        name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+        if isinstance(name, str):
+            module = getattr(value, "__module__", None)
+            return f"{kind.__module__}.{kind.__qualname__} {module}.{name}"
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if isinstance(shape, tuple) and dtype is not None:
+        return f"{kind.__module__}.{kind.__qualname__} {dtype} {shape}"
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _hash(parts: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        data = p.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _unwrap(fn: Callable) -> Callable:
+    from .compiler.parse import unwrap
+    return unwrap(fn)
+
+
+# -- gradient rules registered at run time --------------------------------------------
+_RULES_MEMO: Optional[Tuple[Dict[str, Any], str]] = None
+
+
+def _registry_state() -> Dict[str, Any]:
+    from dataclasses import fields
+
+    from .rules import REGISTRY
+    state = {}
+    for f in fields(REGISTRY):
+        value = getattr(REGISTRY, f.name)
+        state[f.name] = dict(value) if isinstance(value, dict) else frozenset(value)
+    return state
+
+
+def _same(snapshot: Dict[str, Any]) -> bool:
+    """Is the registry still exactly (same objects) what `snapshot` recorded?"""
+    from .rules import REGISTRY
+    for name, old in snapshot.items():
+        new = getattr(REGISTRY, name)
+        if isinstance(old, dict):
+            if len(old) != len(new) or old.keys() != new.keys() or \
+                    not all(map(operator.is_, old.values(), new.values())):
+                return False
+        elif old != new:
+            return False
+    return True
+
+
+def rules_fingerprint() -> str:
+    """Empty while the registry is the built-in table, else a hash of the changes."""
+    global _RULES_MEMO
+    if _same(_BUILTIN_RULES):
+        return ""
+    if _RULES_MEMO is not None and _same(_RULES_MEMO[0]):
+        return _RULES_MEMO[1]
+    state = _registry_state()
+    changes = []
+    for name, now in state.items():
+        before = _BUILTIN_RULES.get(name)
+        if isinstance(now, dict):
+            for k in set(before) | set(now):
+                old, new = before.get(k, _MISSING), now.get(k, _MISSING)
+                if old is not new:
+                    changes.append(f"{name}: {_describe_rule_entry(old)} -> "
+                                   f"{_describe_rule_entry(new)}")
+        elif now != before:
+            changes.append(f"{name}: {sorted(map(_describe, before))} -> "
+                           f"{sorted(map(_describe, now))}")
+    digest = _hash(sorted(changes))
+    _RULES_MEMO = (state, digest)
+    return digest
+
+
+def _describe_rule_entry(entry: Any) -> str:
+    if entry is _MISSING:
+        return "-"
+    if isinstance(entry, tuple):
+        return "(" + ", ".join(_describe_rule_entry(e) for e in entry) + ")"
+    if type(entry).__name__ == "Rule":
+        import ast
+        return repr((entry.name, str(entry.signature), sorted(entry.texts.items()),
+                     [ast.dump(s) for s in entry.prelude], entry.broadcast,
+                     sorted(entry.sequence), entry.outputs, entry.view,
+                     _describe(entry.func), sorted(entry.extra_names)))
+    return _describe(entry)
+
+
+# -- dotted names the compiler resolved ------------------------------------------------
+def attribute_chains(node: Any, local_names: Sequence[str]) -> List[str]:
+    """Every `a.b.c` in a function's AST whose root `a` is not a local variable.
+
+    The compiler resolves such chains statically (`np.sin`, `cfg.activation`,
+    `ops.Cube.apply`) to pick gradient rules; what they resolve to is checked
+    again before an entry is used.
+    """
+    import ast
+    local = set(local_names)
+    chains = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute):
+            parts, cur = [], sub
+            while isinstance(cur, ast.Attribute):
+                parts.append(cur.attr)
+                cur = cur.value
+            if isinstance(cur, ast.Name) and cur.id not in local:
+                chains.add(".".join([cur.id] + parts[::-1]))
+    return sorted(chains)
+
+
+def describe_chain(fn: Callable, chain: str) -> str:
+    """What `chain` resolves to from `fn`'s namespace, described."""
+    head, *rest = chain.split(".")
+    obj = lookup(_unwrap(fn), head)
+    for part in rest:
+        if obj is _MISSING:
+            break
+        try:
+            obj = getattr(obj, part)
+        except Exception:  # noqa: BLE001 - as the compiler's resolver: not static
+            obj = _MISSING
+    return "<missing>" if obj is _MISSING else _describe(obj)
+
+
+# -- finding dependencies again in a new process ----------------------------------------
+def locate(obj: Any, fn: Callable, names: Sequence[str] = ()) -> Optional[tuple]:
+    """How to find `obj` again from `fn`'s namespace, as marshal-able data.
+
+    ("ns", name): a closure, global or builtin name of `fn`;
+    ("qual", module, qualname): an attribute path from an imported module;
+    ("module", name): an imported module. `names` are tried first.
+    """
+    fn = _unwrap(fn)
+    if isinstance(obj, types.ModuleType) and sys.modules.get(obj.__name__) is obj:
+        return ("module", obj.__name__)
+    for name in names:
+        if lookup(fn, name) is obj:
+            return ("ns", name)
+    code = fn.__code__
+    if fn.__closure__:
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                if cell.cell_contents is obj:
+                    return ("ns", name)
+            except ValueError:
+                pass
+    referenced: set = set()
+    _global_names(code, referenced)
+    for name in sorted(referenced):
+        if fn.__globals__.get(name, _MISSING) is obj:
+            return ("ns", name)
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qualname, str) and "<locals>" not in qualname:
+        if _walk(sys.modules.get(module), qualname) is obj:
+            return ("qual", module, qualname)
+    for name, value in fn.__globals__.items():
+        if value is obj:
+            return ("ns", name)
+    return None
+
+
+def resolve(locator: tuple, fn: Callable) -> Any:
+    """The object a locator names now, or MISSING."""
+    kind = locator[0]
+    if kind == "ns":
+        return lookup(_unwrap(fn), locator[1])
+    if kind == "qual":
+        return _walk(sys.modules.get(locator[1]), locator[2])
+    if kind == "module":
+        return sys.modules.get(locator[1], _MISSING)
+    return _MISSING
+
+
+def lookup(fn: Callable, name: str) -> Any:
+    """`name` as `fn`'s body would read it: closure, globals, builtins."""
+    code = getattr(fn, "__code__", None)
+    if code is not None and fn.__closure__ and name in code.co_freevars:
+        try:
+            return fn.__closure__[code.co_freevars.index(name)].cell_contents
+        except ValueError:
+            return _MISSING
+    namespace = getattr(fn, "__globals__", {})
+    if name in namespace:
+        return namespace[name]
+    builtins_ns = namespace.get("__builtins__", builtins)
+    if isinstance(builtins_ns, dict):
+        return builtins_ns.get(name, _MISSING)
+    return getattr(builtins_ns, name, _MISSING)
+
+
+def _walk(base: Any, qualname: str) -> Any:
+    if base is None:
+        return _MISSING
+    obj = base
+    for part in qualname.split("."):
+        obj = getattr(obj, part, _MISSING)
+        if obj is _MISSING:
+            return _MISSING
+    return obj
+
+
+MISSING = _MISSING
+# The built-in table as imported (the s2sgrad sources it comes from are in the key);
+# rules registered later are part of every key.
+_BUILTIN_RULES: Dict[str, Any] = _registry_state()
