@@ -39,6 +39,14 @@ class CheckReport:
         return "\n".join(lines)
 
 
+def _is_float(value) -> bool:
+    if isinstance(value, (bool, int)):
+        return False
+    if isinstance(value, float):
+        return True
+    return isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating)
+
+
 def central_difference_vjp(f: Callable, args: Sequence, v, positions: Sequence[int],
                            eps: float = 1e-6) -> List[np.ndarray]:
     """v . df/dargs[i] by central differences, one coordinate at a time."""
@@ -79,15 +87,25 @@ def check_gradient(fn: Callable, shapes: Dict[str, Tuple[int, ...]], seed: int =
         raise ValueError(f"--shape names {sorted(unknown)} are not parameters of "
                          f"{fn.__name__} ({', '.join(p.name for p in params)})")
     rng = np.random.default_rng(seed)
+    # Every parameter up to the last one that has a shape or no default: a random
+    # array of the given shape, a random scalar, or (for a default) the default.
+    needed = [i for i, p in enumerate(params)
+              if p.name in shapes or p.default is inspect.Parameter.empty]
     args = []
-    for p in params:
+    for p in params[:max(needed, default=-1) + 1]:
         if p.name in shapes:
             args.append(rng.standard_normal(shapes[p.name]))
         elif p.default is not inspect.Parameter.empty:
-            break
+            args.append(p.default)
         else:
             args.append(float(rng.standard_normal()))
-    positions = tuple(wrt) if wrt is not None else tuple(range(len(args)))
+    if wrt is not None:
+        positions = tuple(wrt)
+    else:
+        positions = tuple(i for i, a in enumerate(args) if _is_float(a))
+        if not positions:
+            raise ValueError(f"{fn.__name__} has no floating-point argument to check; give "
+                             f"--shape for its array arguments")
     out, pullback = vjp(fn, *args, wrt=positions)
     v = tuple(rng.standard_normal(np.shape(o)) for o in out) if isinstance(out, tuple) \
         else rng.standard_normal(np.shape(out))

@@ -1,20 +1,27 @@
 """The `s2sgrad` command: inspect and check generated gradient code.
 
-    s2sgrad show path/to/file.py:func [--wrt 0,1] [--no-optimize]
+    s2sgrad show path/to/file.py:func [--wrt 0,1] [--no-optimize] [--color/--no-color]
     s2sgrad check path/to/file.py:func --shape x=3,4 [--seed N] [--tol T]
+    s2sgrad cache info | s2sgrad cache clear
 
-Errors are one clear message on stderr and exit code 2, never a traceback.
+Errors are one clear message on stderr and exit code 2, never a traceback (a
+TransformError keeps its source line and caret).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import importlib.util
+import keyword
 import os
+import re
 import sys
-from typing import Callable, List, Optional, Sequence, Tuple
+import textwrap
+from importlib.machinery import SourceFileLoader
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .errors import TransformError
+from .function import is_function_class
 
 
 class CliError(Exception):
@@ -23,21 +30,30 @@ class CliError(Exception):
 
 def load_target(target: str) -> Callable:
     """`file.py:func`, `pkg.module:func` or `module:Class.method` -> the function."""
+    return _load_target(target)[0]
+
+
+def _load_target(target: str) -> Tuple[Callable, Any]:
+    """(function, the class it was found on or None)."""
     if ":" not in target:
         raise CliError(f"target {target!r} must be FILE.py:FUNCTION or package.module:FUNCTION")
     where, _, attr = target.rpartition(":")
     if not where or not attr:
         raise CliError(f"target {target!r} must be FILE.py:FUNCTION or package.module:FUNCTION")
     module = _load_module(where)
-    obj = module
+    obj, owner = module, None
     for part in attr.split("."):
         try:
-            obj = getattr(obj, part)
+            owner, obj = obj, getattr(obj, part)
         except AttributeError:
             raise CliError(f"{where} has no function {attr!r}") from None
+    if isinstance(obj, type):
+        hint = (f" (show one of its methods, e.g. {where}:{attr}.forward)"
+                if is_function_class(obj) else "")
+        raise CliError(f"{where}:{attr} is a class, not a function{hint}")
     if not callable(obj):
         raise CliError(f"{where}:{attr} is a {type(obj).__name__}, not a function")
-    return obj
+    return obj, owner if isinstance(owner, type) else None
 
 
 def _load_module(where: str):
@@ -48,16 +64,21 @@ def _load_module(where: str):
         directory = os.path.dirname(path)
         if directory not in sys.path:
             sys.path.insert(0, directory)
-        name = "_s2s_target_" + os.path.splitext(os.path.basename(path))[0]
-        spec = importlib.util.spec_from_file_location(name, path)
+        name = _module_name(path)
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, path,
+                                                      loader=SourceFileLoader(name, path))
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except SyntaxError as exc:
+            sys.modules.pop(name, None)
             raise CliError(f"syntax error in {where}:{exc.lineno}: {exc.msg}") from None
-        except Exception as exc:  # noqa: BLE001 - the user's module failed to import
-            raise CliError(f"importing {where} failed: {type(exc).__name__}: {exc}") from None
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module failed
+            sys.modules.pop(name, None)
+            raise CliError(f"importing {where} failed: {_one_line(exc)}") from None
         return module
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -67,8 +88,27 @@ def _load_module(where: str):
         raise CliError(f"cannot import module {where!r}: {exc}") from None
     except SyntaxError as exc:
         raise CliError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}") from None
-    except Exception as exc:  # noqa: BLE001
-        raise CliError(f"importing {where} failed: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
+        raise CliError(f"importing {where} failed: {_one_line(exc)}") from None
+
+
+def _module_name(path: str) -> str:
+    """The name a program in the file's directory would import it by, when free.
+
+    The same name means the same cache keys as that program. A name already
+    taken by another module gets a private one instead.
+    """
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if stem.isidentifier() and not keyword.iskeyword(stem) and not stem.startswith("__"):
+        existing = sys.modules.get(stem)
+        if existing is None or os.path.abspath(getattr(existing, "__file__", "") or "") == path:
+            return stem
+    return "_s2s_target_" + re.sub(r"\W", "_", stem)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def parse_wrt(text: str) -> Tuple[int, ...]:
@@ -83,8 +123,10 @@ def parse_wrt(text: str) -> Tuple[int, ...]:
 
 
 def _highlight(text: str, color: Optional[bool]) -> str:
+    """Pygments colours when asked, or by default on a terminal; else the text."""
     if color is None:
-        color = sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
+        color = (sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
+                 and os.environ.get("TERM") != "dumb")
     if not color:
         return text
     try:
@@ -96,10 +138,23 @@ def _highlight(text: str, color: Optional[bool]) -> str:
     return highlight(text, PythonLexer(), TerminalFormatter())
 
 
+def _default_wrt(fn: Callable, owner: Any) -> Tuple[int, ...]:
+    """Argument 0, except the first input after `ctx` in a Function's forward/vjp."""
+    if owner is not None and is_function_class(owner):
+        import inspect
+        try:
+            params = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            params = []
+        if len(params) > 1:
+            return (1,)
+    return (0,)
+
+
 def cmd_show(args) -> int:
     from .compiler import compile_function
-    fn = load_target(args.target)
-    wrt = parse_wrt(args.wrt)
+    fn, owner = _load_target(args.target)
+    wrt = parse_wrt(args.wrt) if args.wrt is not None else _default_wrt(fn, owner)
     compiled = compile_function(fn, wrt, not args.no_optimize)
     text = compiled.source
     print(_highlight(text, args.color), end="" if text.endswith("\n") else "\n")
@@ -110,12 +165,16 @@ def _parse_shapes(items: Sequence[str]) -> dict:
     shapes = {}
     for item in items or ():
         name, sep, dims = item.partition("=")
+        name = name.strip()
         if not sep or not name:
             raise CliError(f"--shape takes NAME=D1,D2,... (for example x=3,4), not {item!r}")
         try:
-            shapes[name] = tuple(int(d) for d in dims.split(",") if d.strip() != "")
+            shape = tuple(int(d) for d in dims.split(",") if d.strip() != "")
         except ValueError:
             raise CliError(f"--shape {item!r}: dimensions must be integers") from None
+        if any(d < 0 for d in shape):
+            raise CliError(f"--shape {item!r}: dimensions must not be negative")
+        shapes[name] = shape
     return shapes
 
 
@@ -123,47 +182,143 @@ def cmd_check(args) -> int:
     from .check import check_gradient
     fn = load_target(args.target)
     shapes = _parse_shapes(args.shape)
+    if args.tol is not None and not args.tol > 0:
+        raise CliError(f"--tol must be positive, not {args.tol!r}")
     report = check_gradient(fn, shapes, seed=args.seed, tol=args.tol,
                             wrt=parse_wrt(args.wrt) if args.wrt else None)
     print(report.table())
     return 0 if report.ok else 1
 
 
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)  # pragma: no cover
+
+
+def cmd_cache_info(args) -> int:
+    from . import cache
+    facts = cache.info()
+    state = "on" if facts["enabled"] else "off (S2SGRAD_CACHE=0)"
+    where = facts["directory"] + ("" if facts["exists"] else " (not created yet)")
+    print(f"directory: {where}")
+    print(f"entries:   {facts['entries']}")
+    size = _size(facts["bytes"])
+    print(f"size:      {size}" + ("" if facts["bytes"] < 1024 else f" ({facts['bytes']} bytes)"))
+    print(f"disk cache: {state}")
+    return 0
+
+
+def cmd_cache_clear(args) -> int:
+    from . import cache
+    path = cache.directory()
+    try:
+        removed = cache.clear(path)
+    except OSError as exc:
+        raise CliError(f"cannot clear {path}: {exc.strerror or exc}") from None
+    print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {path}")
+    return 0
+
+
+class _FORMATTER(argparse.HelpFormatter):
+    """Wraps paragraphs; keeps indented lines (the examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for line in text.splitlines():
+            if line.startswith(" ") or not line:
+                out.append(indent + line)
+            else:
+                out.append(textwrap.fill(line, width, initial_indent=indent,
+                                         subsequent_indent=indent))
+        return "\n".join(out)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line too, pointing at --help."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="s2sgrad",
         description="Inspect and check the gradient code s2sgrad generates.",
-        epilog="example: s2sgrad show examples/square.py:loss")
+        epilog="examples:\n"
+               "  s2sgrad show examples/square.py:loss\n"
+               "  s2sgrad check examples/cube.py:loss --shape x=5\n"
+               "  s2sgrad cache info\n\n"
+               "Run 's2sgrad COMMAND --help' for the options of a command.",
+        formatter_class=_FORMATTER)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     show = sub.add_parser(
         "show", help="print the generated forward and adjoint of a function",
-        description="Print the generated forward and adjoint functions.",
-        epilog="example: s2sgrad show examples/add_mul.py:loss --wrt 0,1",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    show.add_argument("target", help="FILE.py:FUNC, package.module:FUNC or module:Class.method")
-    show.add_argument("--wrt", default="0", help="argument positions to differentiate, e.g. 0,1")
+        description="Print the generated forward and adjoint functions (and those of the "
+                    "functions it calls). TARGET is FILE.py:FUNC, package.module:FUNC, or "
+                    "module:Class.method for a staticmethod such as a Function's forward "
+                    "(which is then differentiated as a function of its own).",
+        epilog="examples:\n"
+               "  s2sgrad show examples/square.py:loss\n"
+               "  s2sgrad show examples/add_mul.py:loss --wrt 0,1 --no-optimize\n"
+               "  s2sgrad show examples/square.py:SquareFunction.forward",
+        formatter_class=_FORMATTER)
+    show.add_argument("target", metavar="TARGET",
+                      help="FILE.py:FUNC, package.module:FUNC or module:Class.method")
+    show.add_argument("--wrt", default=None,
+                      help="argument positions to differentiate, e.g. 0,1 (default: 0, or "
+                           "the first input after ctx for a Function's method)")
     show.add_argument("--no-optimize", action="store_true",
                       help="show the code before the optimisation pass")
     color = show.add_mutually_exclusive_group()
     color.add_argument("--color", dest="color", action="store_true", default=None,
-                       help="colour the code (default: only on a terminal)")
+                       help="colour the code with pygments (default: only on a terminal)")
     color.add_argument("--no-color", dest="color", action="store_false",
                        help="never colour the code")
     show.set_defaults(func=cmd_show)
     check = sub.add_parser(
         "check", help="compare the gradient with central finite differences",
         description="Draw random inputs of the given shapes and compare the compiled "
-                    "gradient with central finite differences. Exit code 1 when the error "
-                    "exceeds the tolerance.",
-        epilog="example: s2sgrad check examples/cube.py:loss --shape x=5")
-    check.add_argument("target", help="FILE.py:FUNC or package.module:FUNC")
+                    "gradient (a vector-Jacobian product with a random cotangent) with "
+                    "central finite differences. Prints the largest absolute and relative "
+                    "error per argument; the relative error is relative to the largest "
+                    "gradient entry. Exit code 1 when it exceeds the tolerance. Arguments "
+                    "without --shape are scalar floats.",
+        epilog="examples:\n"
+               "  s2sgrad check examples/cube.py:loss --shape x=5\n"
+               "  s2sgrad check examples/add_mul.py:loss --shape a=3 --shape b=3 --seed 1",
+        formatter_class=_FORMATTER)
+    check.add_argument("target", metavar="TARGET", help="FILE.py:FUNC or package.module:FUNC")
     check.add_argument("--shape", action="append", metavar="NAME=D1,D2",
                        help="shape of an argument (repeat per argument; omit for a scalar)")
-    check.add_argument("--wrt", default=None, help="argument positions (default: all float)")
+    check.add_argument("--wrt", default=None,
+                       help="argument positions (default: every floating-point argument)")
     check.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     check.add_argument("--tol", type=float, default=1e-6,
                        help="largest accepted relative error (default 1e-6)")
     check.set_defaults(func=cmd_check)
+    cache = sub.add_parser(
+        "cache", help="inspect or clear the disk cache of generated code",
+        description="The disk cache keeps generated code between runs, in "
+                    "$S2SGRAD_CACHE_DIR (default ~/.cache/s2sgrad). S2SGRAD_CACHE=0 turns "
+                    "it off.",
+        epilog="examples:\n  s2sgrad cache info\n  s2sgrad cache clear",
+        formatter_class=_FORMATTER)
+    cache_sub = cache.add_subparsers(dest="cache_command", metavar="ACTION")
+    info = cache_sub.add_parser(
+        "info", help="print the directory, the number of entries and their size",
+        description="Print the cache directory, the number of entries and their total size.",
+        epilog="example:\n  S2SGRAD_CACHE_DIR=/tmp/s2s s2sgrad cache info",
+        formatter_class=_FORMATTER)
+    info.set_defaults(func=cmd_cache_info)
+    clear = cache_sub.add_parser(
+        "clear", help="delete every entry",
+        description="Delete every cache entry (other files in the directory are left alone).",
+        epilog="example:\n  s2sgrad cache clear", formatter_class=_FORMATTER)
+    clear.set_defaults(func=cmd_cache_clear)
+    cache.set_defaults(func=None, parser=cache)
     return parser
 
 
@@ -171,17 +326,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        sub = getattr(args, "parser", None)
+        if sub is not None:
+            sub.error("an action is required: info or clear")
+        parser.error("a command is required: show, check or cache")
     try:
         return args.func(args)
     except CliError as exc:
-        print(f"s2sgrad: error: {exc}", file=sys.stderr)
+        _error(str(exc))
     except TransformError as exc:
-        print(f"s2sgrad: error: {exc}", file=sys.stderr)
-    except (TypeError, ValueError, IndexError) as exc:
-        print(f"s2sgrad: error: {exc}", file=sys.stderr)
+        _error(str(exc))  # with the source line and caret
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback
+        _error(_one_line(exc) if not isinstance(exc, (TypeError, ValueError, IndexError))
+               else " ".join(str(exc).split()))
     return 2
+
+
+def _error(message: str) -> None:
+    print(f"s2sgrad: error: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover
