@@ -208,7 +208,9 @@ def test_float32_arrays_keep_their_dtype():
     pytest.importorskip("numba")
     x = np.array([0.5, -1.0, 2.0], dtype=np.float32)
     row = np.array([1.0, 2.0, 3.0], dtype=np.float32)
-    got = s2sgrad.grad(broadcasting, (0, 1), jit=True)(x[None, :], row, 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        got = s2sgrad.grad(broadcasting, (0, 1), jit=True)(x[None, :], row, 0.5)
     want = s2sgrad.grad(broadcasting, (0, 1))(x[None, :], row, 0.5)
     for g, w in zip(got, want):
         assert g.dtype == np.float32
@@ -313,3 +315,42 @@ def test_without_numba_errors_are_unchanged(monkeypatch):
             s2sgrad.grad(lambda_free_vector, jit=True)(np.ones(3))
     with pytest.raises(TypeError, match="integer"):
         s2sgrad.grad(pendulum, 2, jit=True)(1.0, 0.0, 4, 0.1, 0.01, 3)
+
+
+def _sabotage(monkeypatch, replacement):
+    """Make the compiled code's array multiplication `replacement`."""
+    original = numba_backend.JitFunction._namespace
+
+    def sabotaged(self, blas):
+        ns = original(self, blas)
+        ns["_nb_op_mul"] = replacement
+        return ns
+    monkeypatch.setattr(numba_backend.JitFunction, "_namespace", sabotaged)
+
+
+@pytest.mark.parametrize("how", ["wrong value", "raises"])
+def test_a_wrong_or_failing_compiled_gradient_gives_numpys(monkeypatch, how):
+    numba = pytest.importorskip("numba")
+
+    @numba.njit
+    def wrong_mul(a, b):
+        return a * b * 1.5
+
+    @numba.njit
+    def failing_mul(a, b):
+        if np.size(a) >= 0:
+            raise ValueError("boom")
+        return a * b
+
+    _sabotage(monkeypatch, wrong_mul if how == "wrong value" else failing_mul)
+    rng = np.random.default_rng(10)
+    v, a, b = rng.standard_normal(8), rng.uniform(0.5, 1.5, 8), rng.uniform(0.5, 1.5, 8)
+    expected = "differs from the NumPy backend" if how == "wrong value" else "raised ValueError"
+    with pytest.warns(JitWarning, match=expected):
+        got = s2sgrad.grad(branchy, (0, 1, 2), jit=True)(v, a, b, 16)
+    want = s2sgrad.grad(branchy, (0, 1, 2))(v, a, b, 16)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    again = s2sgrad.grad(branchy, (0, 1, 2), jit=True)(v, a, b, 16)   # NumPy from now on
+    for g, w in zip(again, want):
+        np.testing.assert_array_equal(g, w)

@@ -114,6 +114,7 @@ class Variant:
     """The numba functions of one type signature (built as they are first needed)."""
 
     fused: Any = None            # (*args, *live) -> (out, grads), seeded with 1
+    check: Any = None            # (out, residuals, seed) of the NumPy run, until checked
     pullback: Any = None         # (*args, *live, cotangent) -> (out, grads)
     value: Any = None            # (*args, *live) -> out
     source: str = ""
@@ -260,12 +261,13 @@ class JitFunction:
         return v.fused is not None if need == "fused" else v.pullback is not None
 
     def _build(self, args, live, key, need, old: Optional[Variant]) -> Variant:
-        """Learn the placeholder types from one NumPy run, rewrite, exec, njit."""
+        """Learn kinds from one NumPy run, rewrite, exec, njit (numba compiles at the call)."""
         v = old or Variant()
         out, residuals = self.compiled.forward(*args)
         if need == "fused":
             from ..api import _seed
-            _seed(out)        # a non-scalar output: the API's ValueError, now
+            seed = _seed(out)     # a non-scalar output: the API's ValueError, now
+            v.check = (out, residuals, seed)
         try:
             seeds = {}
             for name, value in zip(self.pair.params + [b.name for b in self.live],
@@ -274,23 +276,64 @@ class JitFunction:
                 if kind is not None:
                     seeds[name] = kind
             placeholders = rw.learn_placeholders(self.pair, residuals, seeds)
+            fwd_kinds, adj_kinds = self._kinds(seeds, residuals,
+                                               seed if need == "fused" else None)
+            blas = _wants_blas(args, live)
             kinds = ["fused"] if need == "fused" else ["value", "fused_cot"]
-            out = rw.rewrite(self.pair, placeholders, [b.name for b in self.live], kinds)
-            ns = self._namespace(_wants_blas(args, live))
-            code = compile(out.source, f"<s2sgrad-numba {self.pair.name}>", "exec")
+            out_src = rw.rewrite(self.pair, placeholders, [b.name for b in self.live], kinds,
+                                 fwd_kinds, adj_kinds, blas)
+            ns = self._namespace(blas)
+            code = compile(out_src.source, f"<s2sgrad-numba {self.pair.name}>", "exec")
             exec(code, ns)
             jit = numba_module().njit
             if need == "fused":
-                v.fused = jit(ns[out.names["fused"]])
+                v.fused = jit(ns[out_src.names["fused"]])
             else:
-                v.value = jit(ns[out.names["value"]])
-                v.pullback = jit(ns[out.names["fused_cot"]])
-            v.source = (v.source + "\n\n" + out.source).strip() + "\n"
+                v.value = jit(ns[out_src.names["value"]])
+                v.pullback = jit(ns[out_src.names["fused_cot"]])
+            v.source = (v.source + "\n\n" + out_src.source).strip() + "\n"
         except rw.Unsupported as exc:
             v.failed = str(exc)
             self._warn(v.failed)
         self.variants[key] = v
         return v
+
+    def _kinds(self, seeds, residuals, cotangent):
+        """Kind inference of the forward and the adjoint, seeded by one NumPy run."""
+        pair = self.pair
+        known = dict(seeds)
+        stacks = {}
+        for name, value in zip(pair.residual_names, residuals):
+            if name is None:
+                continue
+            if isinstance(value, list):
+                items = [rw.kind_of(x) for x in value if x is not None]
+                if items and items[-1] is not None:
+                    stacks[name] = items[-1]
+            else:
+                kind = rw.kind_of(value)
+                if kind is not None:
+                    known.setdefault(name, kind)
+        fwd = rw.KindInference(known)
+        fwd.run(pair.forward)
+        adj_known, adj_stacks = {}, {}
+        if pair.adjoint_targets is not None:
+            for target, name in zip(pair.adjoint_targets, pair.residual_names):
+                if name in stacks:
+                    adj_stacks[target] = stacks[name]
+                elif name is not None and name in fwd.env:
+                    adj_known[target] = fwd.env[name]
+                if name in pair.ranges:
+                    adj_known[target] = ("r",)
+        if cotangent is not None:
+            # numba's seed of a scalar output is a number, never a 0-d array
+            kind = rw.kind_of(cotangent[()] if isinstance(cotangent, np.ndarray) and
+                              cotangent.ndim == 0 else cotangent)
+            if kind is not None:
+                adj_known[pair.cotangent] = kind
+        adj = rw.KindInference(adj_known, adj_stacks)
+        adj.run(pair.adjoint)
+        return fwd, adj
 
     def _namespace(self, blas: bool) -> dict:
         from . import numba_helpers
@@ -321,12 +364,16 @@ class JitFunction:
             v = self.variant(call, live, "fused")
             if v is not None:
                 try:
-                    return v.fused(*call, *live)
+                    result = v.fused(*call, *live)
                 except Exception as exc:  # noqa: BLE001 - decided below
                     if _is_numba_error(exc):
                         self.fail(call, live, exc)
                     else:
-                        return self._numpy_after(exc, args, kwargs)
+                        return self._numpy_after(exc, args, kwargs, v)
+                else:
+                    if v.check is None:
+                        return result
+                    return self._first_result(v, call, live, result)
         else:
             self._warn(self.disabled)
         return self._numpy_value_and_grad(args, kwargs)
@@ -336,11 +383,29 @@ class JitFunction:
         out, residuals = self.compiled.forward(*args, **kwargs)
         return out, self.compiled.adjoint(residuals, _seed(out))
 
-    def _numpy_after(self, exc: BaseException, args, kwargs):
+    def _numpy_after(self, exc: BaseException, args, kwargs, v: Variant):
         """The compiled code raised: NumPy decides (its error, or its value and a warning)."""
         result = self._numpy_value_and_grad(args, kwargs)   # raises the user's error
-        self._warn(f"the compiled code raised {first_line(exc)} where NumPy did not")
+        v.failed = f"the compiled code raised {first_line(exc)} where NumPy did not"
+        self._warn(v.failed)
         return result
+
+    def _first_result(self, v: Variant, call, live, result):
+        """A variant's first result is compared with the NumPy backend's, once.
+
+        A disagreement (beyond rounding) means the rewrite or numba computed
+        something else: the variant is dropped, NumPy's result returned, and a
+        warning says so. Never a wrong value silently.
+        """
+        out, residuals, seed = v.check
+        v.check = None
+        want = (out, self.compiled.adjoint(residuals, seed))
+        problem = _mismatch(result, want)
+        if problem is None:
+            return result
+        v.failed = f"the compiled gradient differs from the NumPy backend's ({problem})"
+        self._warn(v.failed)
+        return want
 
     def vjp(self, args: tuple):
         """(output, pullback(v) -> gradients as the adjoint returns them).
@@ -403,6 +468,41 @@ class JitFunction:
         if v is None:
             raise RuntimeError(self.variants[_kinds(call) + _kinds(live)].failed)
         return v.source
+
+
+def _mismatch(got: Any, want: Any, rtol: float = 1e-7) -> Optional[str]:
+    """None if got equals want up to rounding (same structure, shapes, NaNs), else why."""
+    if isinstance(want, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(want):
+            return "a different structure"
+        for g, w in zip(got, want):
+            problem = _mismatch(g, w, rtol)
+            if problem is not None:
+                return problem
+        return None
+    if want is None or got is None:
+        return None if got is want else "None where a value was expected"
+    try:
+        g = np.asarray(got, dtype=np.complex128 if np.iscomplexobj(want) else np.float64)
+        w = np.asarray(want, dtype=g.dtype)
+    except (TypeError, ValueError):
+        return "values of another type"
+    if g.shape != w.shape:
+        return f"shape {g.shape} instead of {w.shape}"
+    if not np.array_equal(np.isnan(g), np.isnan(w)):
+        return "NaN in other places"
+    finite = np.isfinite(w)
+    if not np.array_equal(g[~finite & ~np.isnan(w)], w[~finite & ~np.isnan(w)]):
+        return "infinities in other places"
+    if not finite.any():
+        return None
+    scale = float(np.max(np.abs(w[finite]))) or 1.0
+    err = float(np.max(np.abs(g[finite] - w[finite])))
+    tol = rtol * scale * 10 if w.dtype.itemsize < 8 else rtol * scale
+    if w.dtype == np.float64 and (np.asarray(want).dtype == np.float32 or
+                                  np.asarray(got).dtype == np.float32):
+        tol = 1e-4 * scale
+    return None if err <= tol else f"largest difference {err:.3g} at scale {scale:.3g}"
 
 
 def _function_key(fn: Callable) -> Any:

@@ -14,14 +14,27 @@ Importing this module needs numba.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
-from numba import types
+from numba import njit, types
 from numba.core.errors import TypingError
 from numba.cpython.unsafe.tuple import tuple_setitem
 from numba.extending import overload, register_jitable
 from numba.np.numpy_support import as_dtype
 
 STUBS = {}
+
+# The machine code of the helpers below is kept on disk by numba (cache=True), in
+# __pycache__ beside this file or numba's user cache directory: it is library
+# code, compiled once per machine and type signature, as .pyc files are.
+# S2SGRAD_JIT_CACHE=0 turns that off.
+_CACHE = os.environ.get("S2SGRAD_JIT_CACHE", "1") != "0"
+
+
+def cached(fn):
+    """A helper compiled once per type signature and kept on disk (see _CACHE)."""
+    return njit(cache=_CACHE)(fn)
 
 
 def _stub(fn):
@@ -63,7 +76,7 @@ def _float_dtype(t):
 
 
 # -- shape work shared by the helpers ----------------------------------------------
-@register_jitable
+@cached
 def _c_strides(shape):
     n = len(shape)
     out = np.zeros(max(n, 1), np.int64)
@@ -74,7 +87,7 @@ def _c_strides(shape):
     return out
 
 
-@register_jitable
+@cached
 def _sum_to(value, shape):
     """Sum `value` down to `shape` (the adjoint of broadcasting `shape` to value.shape)."""
     vshape = value.shape
@@ -110,7 +123,7 @@ def _sum_to(value, shape):
     return out
 
 
-@register_jitable
+@cached
 def _broadcast_into(g, gstr, shape):
     """An array of `shape` whose element at index i is g.flat[sum(i * gstr)]."""
     out = np.empty(shape, g.dtype)
@@ -133,7 +146,7 @@ def _broadcast_into(g, gstr, shape):
     return out
 
 
-@register_jitable
+@cached
 def _reduced_mask(nd, axis):
     mask = np.zeros(max(nd, 1), np.bool_)
     for a in axis:
@@ -246,7 +259,7 @@ def _ritem(r, i):
     return impl
 
 
-@register_jitable
+@cached
 def _mm22(a, b, out):
     n, k = a.shape
     k2, m = b.shape
@@ -260,7 +273,7 @@ def _mm22(a, b, out):
     return out
 
 
-@register_jitable
+@cached
 def _mm21(a, b, out):
     n, k = a.shape
     if k != b.shape[0]:
@@ -273,7 +286,7 @@ def _mm21(a, b, out):
     return out
 
 
-@register_jitable
+@cached
 def _mm12(a, b, out):
     k, m = b.shape
     if k != a.shape[0]:
@@ -895,7 +908,7 @@ def _none_to_zero(grad, like):
 
 
 # -- reductions over an axis (numba's own take no axis, or no keepdims) -------------
-@register_jitable
+@cached
 def _reduce_kept(x, kept, op):
     """Reduce x to the shape `kept` (x.shape with ones on the reduced axes)."""
     nd = len(x.shape)
@@ -1004,12 +1017,357 @@ for _name, _op, _mean in (("reduce_sum", 0, False), ("reduce_max", 1, False),
     overload(_stub(_make_stub), prefer_literal=True)(_reduce_overload(_op, _mean))
 
 
+# -- specialised helpers: what the rewrite calls when it knows the argument kinds ----
+# Each is one cached function (numba compiles it per signature, once per machine);
+# the generic overloads above remain for kinds the rewrite could not infer.
+SPECIAL = {}
+
+
+def special(fn):
+    SPECIAL[fn.__name__] = cached(fn)
+    return SPECIAL[fn.__name__]
+
+
+@special
+def ub_same(value, like):
+    """unbroadcast for two arrays of the same rank."""
+    if value.shape == like.shape:
+        return value
+    return _sum_to(value, like.shape)
+
+
+@special
+def ub_sum_to(value, like):
+    return _sum_to(value, like.shape)
+
+
+@special
+def ub_sum_all(value):
+    return value.sum()
+
+
+@special
+def ub_full(value, like):
+    return np.full(like.shape, value)
+
+
+@special
+def zeros_same(x):
+    return np.zeros(x.shape, x.dtype)
+
+
+@special
+def zeros_f64(x):
+    return np.zeros(x.shape, np.float64)
+
+
+@special
+def full_like(x, g):
+    return np.full(x.shape, g)
+
+
+@special
+def bmm_aaa(x, ans, other):
+    """balanced_max_mask on three arrays of one shape: (x == ans) / (1 + (x == other))."""
+    if x.shape != ans.shape or x.shape != other.shape:
+        raise ValueError("balanced_max_mask: shapes differ")
+    out = np.empty(x.shape, np.float64)
+    o, xf = out.reshape(out.size), np.ascontiguousarray(x).reshape(x.size)
+    af = np.ascontiguousarray(ans).reshape(ans.size)
+    bf = np.ascontiguousarray(other).reshape(other.size)
+    for i in range(o.size):
+        o[i] = (1.0 if xf[i] == af[i] else 0.0) / (2.0 if xf[i] == bf[i] else 1.0)
+    return out
+
+
+@special
+def bmm_saa(x, ans, other):
+    if ans.shape != other.shape:
+        raise ValueError("balanced_max_mask: shapes differ")
+    out = np.empty(ans.shape, np.float64)
+    o = out.reshape(out.size)
+    af = np.ascontiguousarray(ans).reshape(ans.size)
+    bf = np.ascontiguousarray(other).reshape(other.size)
+    for i in range(o.size):
+        o[i] = (1.0 if x == af[i] else 0.0) / (2.0 if x == bf[i] else 1.0)
+    return out
+
+
+@special
+def bmm_aas(x, ans, other):
+    if x.shape != ans.shape:
+        raise ValueError("balanced_max_mask: shapes differ")
+    out = np.empty(x.shape, np.float64)
+    o, xf = out.reshape(out.size), np.ascontiguousarray(x).reshape(x.size)
+    af = np.ascontiguousarray(ans).reshape(ans.size)
+    for i in range(o.size):
+        o[i] = (1.0 if xf[i] == af[i] else 0.0) / (2.0 if xf[i] == other else 1.0)
+    return out
+
+
+@special
+def bmm_sss(x, ans, other):
+    return (1.0 if x == ans else 0.0) / (2.0 if x == other else 1.0)
+
+
+@special
+def clip_ss(g, a, lo, hi):
+    """clip_grads for an array between two numbers: (g_a, g_lo, g_hi), ties split in half.
+
+    mid = maximum(a, lo), out = minimum(mid, hi); NaN propagates as in NumPy.
+    """
+    if g.shape != a.shape:
+        raise ValueError("clip_grads: the cotangent's shape differs")
+    ga = np.empty(a.shape, np.float64)
+    glo = np.empty(a.shape, np.float64)
+    ghi = np.empty(a.shape, np.float64)
+    gf = np.ascontiguousarray(g).reshape(g.size)
+    af = np.ascontiguousarray(a).reshape(a.size)
+    oa, ol, oh = ga.reshape(ga.size), glo.reshape(glo.size), ghi.reshape(ghi.size)
+    for i in range(af.size):
+        x = af[i]
+        mid = np.nan if (x != x or lo != lo) else (x if x >= lo else lo)
+        out = np.nan if (mid != mid or hi != hi) else (mid if mid <= hi else hi)
+        gi = gf[i]
+        oh[i] = gi * ((1.0 if hi == out else 0.0) / (2.0 if hi == mid else 1.0))
+        gmid = gi * ((1.0 if mid == out else 0.0) / (2.0 if mid == hi else 1.0))
+        ol[i] = gmid * ((1.0 if lo == mid else 0.0) / (2.0 if lo == x else 1.0))
+        oa[i] = gmid * ((1.0 if x == mid else 0.0) / (2.0 if x == lo else 1.0))
+    return ga, glo, ghi
+
+
+# (x[:0] * y[:0]).dtype: the promoted dtype, typed at compile time (numba has no
+# np.result_type).
+@special
+def mm22(a, b):
+    dt = (a[:0, :0] * b[:0, :0]).dtype
+    return _mm22(a, b, np.zeros((a.shape[0], b.shape[1]), dt))
+
+
+@special
+def mm21(a, b):
+    return _mm21(a, b, np.zeros(a.shape[0], (a[0, :0] * b[:0]).dtype))
+
+
+@special
+def mm12(a, b):
+    return _mm12(a, b, np.zeros(b.shape[1], (a[:0] * b[0, :0]).dtype))
+
+
+@special
+def mm11(a, b):
+    if a.shape[0] != b.shape[0]:
+        raise ValueError("matmul: mismatch in its core dimension")
+    s = np.zeros(1, (a[:0] * b[:0]).dtype)
+    for i in range(a.shape[0]):
+        s[0] += a[i] * b[i]
+    return s[0]
+
+
+@special
+def outer11(u, v):
+    out = np.empty((u.shape[0], v.shape[0]), (u[:0] * v[:0]).dtype)
+    for i in range(u.shape[0]):
+        ui = u[i]
+        for j in range(v.shape[0]):
+            out[i, j] = ui * v[j]
+    return out
+
+
+# Array arithmetic as calls: numba compiles an inline array expression in every
+# function that contains it (tens of milliseconds each); a call of one of these is
+# compiled once per machine and signature.
+@special
+def op_add(a, b):
+    return a + b
+
+
+@special
+def op_sub(a, b):
+    return a - b
+
+
+@special
+def op_mul(a, b):
+    return a * b
+
+
+@special
+def op_div(a, b):
+    return a / b
+
+
+@special
+def op_pow(a, b):
+    return a ** b
+
+
+@special
+def op_neg(a):
+    return -a
+
+
+@special
+def op_iadd(a, b):
+    a += b
+    return a
+
+
+@special
+def op_isub(a, b):
+    a -= b
+    return a
+
+
+@special
+def op_imul(a, b):
+    a *= b
+    return a
+
+
+@special
+def op_gt(a, b):
+    return a > b
+
+
+@special
+def op_lt(a, b):
+    return a < b
+
+
+@special
+def op_ge(a, b):
+    return a >= b
+
+
+@special
+def op_le(a, b):
+    return a <= b
+
+
+@special
+def op_eq(a, b):
+    return a == b
+
+
+@special
+def np_sin(x):
+    return np.sin(x)
+
+
+@special
+def np_cos(x):
+    return np.cos(x)
+
+
+@special
+def np_tan(x):
+    return np.tan(x)
+
+
+@special
+def np_exp(x):
+    return np.exp(x)
+
+
+@special
+def np_log(x):
+    return np.log(x)
+
+
+@special
+def np_tanh(x):
+    return np.tanh(x)
+
+
+@special
+def np_sqrt(x):
+    return np.sqrt(x)
+
+
+@special
+def np_abs(x):
+    return np.abs(x)
+
+
+@special
+def np_sign(x):
+    return np.sign(x)
+
+
+@special
+def np_square(x):
+    return np.square(x)
+
+
+@special
+def np_log1p(x):
+    return np.log1p(x)
+
+
+@special
+def np_expm1(x):
+    return np.expm1(x)
+
+
+@special
+def np_logaddexp(x, y):
+    return np.logaddexp(x, y)
+
+
+@special
+def np_maximum(x, y):
+    return np.maximum(x, y)
+
+
+@special
+def np_minimum(x, y):
+    return np.minimum(x, y)
+
+
+@special
+def np_where(c, x, y):
+    return np.where(c, x, y)
+
+
+@special
+def np_clip(x, lo, hi):
+    return np.clip(x, lo, hi)
+
+
+@special
+def np_sum(x):
+    return np.sum(x)
+
+
+@special
+def np_mean(x):
+    return np.mean(x)
+
+
+@special
+def np_max(x):
+    return np.max(x)
+
+
+@special
+def np_min(x):
+    return np.min(x)
+
+
+@special
+def np_prod(x):
+    return np.prod(x)
+
+
 def namespace(blas: bool) -> dict:
     """The `_nb_` names generated numba code reads, bound to their stubs."""
     from numba.typed import List
     ns = {"_nb_" + name: stub for name, stub in STUBS.items()
           if not name.endswith("_blas")}
     ns["_nb_List"] = List
+    for name, fn in SPECIAL.items():
+        ns["_nb_" + name] = fn
     if blas:
         for name, stub in STUBS.items():
             if name.endswith("_blas"):

@@ -60,6 +60,24 @@ NUMBA_HELPERS = frozenset({
 # Helpers the rewrite itself calls (numba_helpers.py defines them too).
 OWN_HELPERS = ("range", "riter", "rrev", "rlen", "ritem", "seed", "matmul", "dot")
 
+_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
+_AUGOPS = {ast.Add: "iadd", ast.Sub: "isub", ast.Mult: "imul"}
+_COMPARES = {ast.Gt: "gt", ast.Lt: "lt", ast.GtE: "ge", ast.LtE: "le", ast.Eq: "eq"}
+# np functions with a cached wrapper, and how many positional arguments it takes.
+_NP_WRAPPED = {"sin": 1, "cos": 1, "tan": 1, "exp": 1, "log": 1, "tanh": 1, "sqrt": 1,
+               "abs": 1, "absolute": 1, "sign": 1, "square": 1, "log1p": 1, "expm1": 1,
+               "logaddexp": 2, "maximum": 2, "minimum": 2, "where": 3, "clip": 3,
+               "sum": 1, "mean": 1, "max": 1, "amax": 1, "min": 1, "amin": 1, "prod": 1}
+_NP_ALIASES = {"absolute": "abs", "amax": "max", "amin": "min"}
+_MATMUL = {(2, 2): "mm22", (2, 1): "mm21", (1, 2): "mm12", (1, 1): "mm11"}
+
+
+def _ranks(kinds) -> Optional[Tuple[int, int]]:
+    if kinds is None or any(k is None or k[0] != "a" for k in kinds):
+        return None
+    return tuple(k[1] for k in kinds)
+
+
 _REDUCTIONS = {"sum": "sum", "max": "max", "amax": "max", "min": "min", "amin": "min",
                "prod": "prod", "mean": "mean"}
 
@@ -327,26 +345,50 @@ def _combine(kinds: Sequence[Optional[Kind]], float_result: bool = False) -> Opt
     return ("a", max(k[1] for k in arrays), dtype.name)
 
 
-def infer_kinds(fn: ast.FunctionDef, known: Dict[str, Kind]) -> Dict[str, Kind]:
-    """Kinds of the names `fn` assigns, from the kinds of the names it starts from.
+def _with_dtype(kind: Optional[Kind], dtype: Optional[str]) -> Optional[Kind]:
+    if kind is None or dtype is None or kind[0] not in ("s", "a"):
+        return kind
+    return kind[:-1] + (dtype,)
 
-    A small forward type inference over the generated code's forms (one
-    operation per statement): enough to type a placeholder for a variable a
-    run did not assign. Unknown stays unknown (the placeholder stays None).
+
+def _dtype(kind: Optional[Kind]) -> Optional[str]:
+    return kind[-1] if kind is not None and kind[0] in ("s", "a") else None
+
+
+def _float(kind: Optional[Kind]) -> Optional[Kind]:
+    d = _dtype(kind)
+    if d is None:
+        return kind
+    return _with_dtype(kind, d if np.dtype(d).kind in "fc" else "float64")
+
+
+class KindInference:
+    """Kinds of expressions and names of one generated function.
+
+    A small flow-insensitive type inference over the generated code's forms
+    (one operation per statement, helpers with known result kinds): a name
+    keeps the first kind found for it. Unknown stays None. The rewrite uses
+    kinds to type placeholders and to call specialised helpers; both are
+    checked by numba's own typing, and a variant's first result is compared
+    with the NumPy backend's.
     """
-    env: Dict[str, Kind] = dict(known)
-    stacks: Dict[str, Kind] = {}
 
-    def np_call(node: ast.Call) -> Optional[str]:
+    def __init__(self, known: Dict[str, Kind], stacks: Optional[Dict[str, Kind]] = None):
+        self.env: Dict[str, Kind] = dict(known)
+        self.stacks: Dict[str, Kind] = dict(stacks or {})
+
+    @staticmethod
+    def np_name(node: ast.Call) -> Optional[str]:
         f = node.func
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
                 f.value.id in ("np", HELPER_PREFIX + "np"):
             return f.attr
         return None
 
-    def infer(e: ast.AST) -> Optional[Kind]:
+    def expr(self, e: ast.AST) -> Optional[Kind]:
+        infer = self.expr
         if isinstance(e, ast.Name):
-            return env.get(e.id)
+            return self.env.get(e.id)
         if isinstance(e, ast.Constant):
             v = e.value
             if isinstance(v, bool):
@@ -355,7 +397,11 @@ def infer_kinds(fn: ast.FunctionDef, known: Dict[str, Kind]) -> Dict[str, Kind]:
                 return ("s", "int64")
             if isinstance(v, float):
                 return ("s", "float64")
+            if v is None:
+                return ("none",)
             return None
+        if isinstance(e, ast.Tuple):
+            return ("t", tuple(infer(x) for x in e.elts))
         if isinstance(e, ast.BinOp):
             left, right = infer(e.left), infer(e.right)
             if isinstance(e.op, ast.MatMult):
@@ -374,110 +420,175 @@ def infer_kinds(fn: ast.FunctionDef, known: Dict[str, Kind]) -> Dict[str, Kind]:
         if isinstance(e, ast.Attribute) and e.attr == "T":
             return infer(e.value)
         if isinstance(e, ast.Subscript):
-            k = infer(e.value)
-            if k is None or k[0] != "a":
-                return None
-            index = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
-            drop = 0
-            for i in index:
-                if isinstance(i, ast.Slice):
-                    continue
-                ik = infer(i)
-                if ik is not None and ik[0] == "s" and ik[1].startswith("int"):
-                    drop += 1
-                else:
-                    return None
-            nd = k[1] - drop
-            return ("s", k[2]) if nd == 0 else ("a", nd, k[2])
+            return self._subscript(e)
         if isinstance(e, ast.Call):
-            name = np_call(e)
-            if _is_call(e, "range"):
-                return ("r",)
-            if _is_call(e, HELPER_PREFIX + "meta") and e.args:
-                return infer(e.args[0])
-            popped = _method_call(e, "pop")
-            if popped is not None:
-                return stacks.get(popped[0])
-            if name in ("matmul", "dot") and len(e.args) == 2:
-                return _matmul_kind(infer(e.args[0]), infer(e.args[1]))
-            if name in ("clip",) and e.args:
-                return infer(e.args[0])
-            if name == "where" and len(e.args) == 3:
-                return _combine([infer(e.args[1]), infer(e.args[2])])
-            if name in _ELEMENTWISE:
-                return _combine([infer(a) for a in e.args], name in _FLOAT_RESULT)
-            reduce_on = None
-            if name in _REDUCTIONS and e.args:
-                reduce_on, rest = e.args[0], e.args[1:]
-            elif isinstance(e.func, ast.Attribute) and e.func.attr in _REDUCTIONS and \
-                    name is None:
-                reduce_on, rest = e.func.value, e.args
-            if reduce_on is not None:
-                k = infer(reduce_on)
-                kw = {x.arg: x.value for x in e.keywords}
-                axis = rest[0] if rest else kw.get("axis")
-                keep = kw.get("keepdims")
-                if k is None:
-                    return None
-                dtype = "float64" if _REDUCTIONS.get(e.func.attr) == "mean" and \
-                    k[-1] not in ("float32", "float64") else k[-1]
-                if k[0] == "s" or axis is None or (isinstance(axis, ast.Constant)
-                                                   and axis.value is None):
-                    if isinstance(keep, ast.Constant) and keep.value and k[0] == "a":
-                        return ("a", k[1], dtype)
-                    return ("s", dtype)
-                if isinstance(keep, ast.Constant) and keep.value:
-                    return ("a", k[1], dtype)
-                nd = k[1] - 1
-                return ("s", dtype) if nd == 0 else ("a", nd, dtype)
-            if isinstance(e.func, ast.Attribute) and e.func.attr == "copy" and not e.args:
-                return infer(e.func.value)
+            return self._call(e)
         return None
 
-    def assign(name: str, kind: Optional[Kind]) -> bool:
-        if kind is not None and name not in env:
-            env[name] = kind
+    def _subscript(self, e: ast.Subscript) -> Optional[Kind]:
+        k = self.expr(e.value)
+        if k is not None and k[0] == "t" and isinstance(e.slice, ast.Constant) and \
+                isinstance(e.slice.value, int) and -len(k[1]) <= e.slice.value < len(k[1]):
+            return k[1][e.slice.value]
+        if k is None or k[0] != "a":
+            return None
+        index = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+        drop = 0
+        for i in index:
+            if isinstance(i, ast.Slice):
+                continue
+            ik = self.expr(i)
+            if ik is not None and ik[0] == "s" and ik[1].startswith("int"):
+                drop += 1
+            else:
+                return None
+        nd = k[1] - drop
+        return ("s", k[2]) if nd == 0 else ("a", nd, k[2])
+
+    def _call(self, e: ast.Call) -> Optional[Kind]:
+        infer = self.expr
+        name = self.np_name(e)
+        if _is_call(e, "range"):
+            return ("r",)
+        if isinstance(e.func, ast.Name) and e.func.id.startswith(HELPER_PREFIX):
+            return self._helper(e.func.id[len(HELPER_PREFIX):], e)
+        popped = _method_call(e, "pop")
+        if popped is not None:
+            return self.stacks.get(popped[0])
+        if name in ("matmul", "dot") and len(e.args) == 2:
+            return _matmul_kind(infer(e.args[0]), infer(e.args[1]))
+        if name == "clip" and e.args:
+            return infer(e.args[0])
+        if name == "where" and len(e.args) == 3:
+            return _combine([infer(e.args[1]), infer(e.args[2])])
+        if name in _ELEMENTWISE:
+            return _combine([infer(a) for a in e.args], name in _FLOAT_RESULT)
+        reduce_on = None
+        if name in _REDUCTIONS and e.args:
+            reduce_on, rest = e.args[0], e.args[1:]
+        elif isinstance(e.func, ast.Attribute) and e.func.attr in _REDUCTIONS and name is None:
+            reduce_on, rest = e.func.value, e.args
+        if reduce_on is not None:
+            k = infer(reduce_on)
+            kw = {x.arg: x.value for x in e.keywords}
+            axis = rest[0] if rest else kw.get("axis")
+            keep = kw.get("keepdims")
+            if k is None or k[0] not in ("s", "a"):
+                return None
+            dtype = "float64" if _REDUCTIONS.get(e.func.attr) == "mean" and \
+                k[-1] not in ("float32", "float64") else k[-1]
+            keepdims = isinstance(keep, ast.Constant) and bool(keep.value)
+            if k[0] == "s" or axis is None or (isinstance(axis, ast.Constant)
+                                               and axis.value is None):
+                return ("a", k[1], dtype) if keepdims and k[0] == "a" else ("s", dtype)
+            if keepdims:
+                return ("a", k[1], dtype)
+            nd = k[1] - 1
+            return ("s", dtype) if nd == 0 else ("a", nd, dtype)
+        if isinstance(e.func, ast.Attribute) and e.func.attr == "copy" and not e.args:
+            return infer(e.func.value)
+        return None
+
+    def _helper(self, short: str, e: ast.Call) -> Optional[Kind]:
+        """Result kinds of the runtime helpers (s2sgrad.runtime, rules.numpy_helpers)."""
+        args = [self.expr(a) for a in e.args]
+        kw = {x.arg: self.expr(x.value) for x in e.keywords}
+
+        def arg(i, name=None):
+            if i < len(args):
+                return args[i]
+            return kw.get(name)
+        if short == "meta" or short in ("copy_value", "copy_adjoint", "snapshot"):
+            return arg(0, "x")
+        if short == "unbroadcast":
+            v, like = arg(0, "value"), arg(1, "like")
+            if like is None or v is None:
+                return None
+            if like[0] == "a" and like[1] == 0 and v[0] == "s":
+                return ("a", 0, v[-1])
+            return _with_dtype(like if like[0] in ("s", "a") else v, _dtype(v))
+        if short in ("zeros_like", "ones_like"):
+            return _float(arg(0, "x"))
+        if short == "expand_reduced":
+            g, x = arg(0, "g"), arg(1, "x")
+            if x is None or g is None:
+                return None
+            return ("a", x[1], _dtype(g)) if x[0] == "a" else g
+        if short in ("matmul_grad_a", "dot_grad_a"):
+            return _with_dtype(arg(1), _dtype(_combine([arg(0), arg(2)])))
+        if short in ("matmul_grad_b", "dot_grad_b"):
+            return _with_dtype(arg(2), _dtype(_combine([arg(0), arg(1)])))
+        if short in ("balanced_max_mask", "safe_log", "safe_divide"):
+            return _float(_combine(args))
+        if short == "clip_grads":
+            g, a = arg(0, "g"), arg(1, "a")
+            k = _float(_combine([g, a]))
+            bounds = [arg(2, "a_min"), arg(3, "a_max")]
+            return ("t", (k,) + tuple(None if b == ("none",) else k for b in bounds))
+        if short in ("real_only", "transpose_grad"):
+            return arg(0)
+        if short == "extremum_grad":
+            return _float(arg(1, "a"))
+        if short == "reduced_count":
+            return ("s", "int64")
+        if short in ("accumulate", "add"):
+            return _combine([arg(0), arg(1)])
+        return None
+
+    def run(self, fn: ast.FunctionDef, passes: int = 6) -> "KindInference":
+        for _ in range(passes):
+            if not self._block(fn.body):
+                break
+        return self
+
+    def _assign(self, name: str, kind: Optional[Kind]) -> bool:
+        if kind is not None and kind != ("none",) and name not in self.env:
+            self.env[name] = kind
             return True
         return False
 
-    def run(body: Sequence[ast.stmt]) -> bool:
+    def _block(self, body: Sequence[ast.stmt]) -> bool:
         changed = False
         for st in body:
             if isinstance(st, ast.Assign) and len(st.targets) == 1:
                 t = st.targets[0]
+                k = self.expr(st.value)
                 if isinstance(t, ast.Name):
-                    changed |= assign(t.id, infer(st.value))
+                    changed |= self._assign(t.id, k)
+                elif isinstance(t, ast.Tuple) and k is not None and k[0] == "t" and \
+                        len(k[1]) == len(t.elts):
+                    for sub, sk in zip(t.elts, k[1]):
+                        if isinstance(sub, ast.Name):
+                            changed |= self._assign(sub.id, sk)
+            elif isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name):
+                changed |= self._assign(st.target.id, self.expr(st.value))
             elif isinstance(st, ast.Expr):
                 call = _method_call(st.value, "append")
                 if call is not None and len(call[1]) == 1:
-                    k = infer(call[1][0])
-                    if k is not None and call[0] not in stacks:
-                        stacks[call[0]] = k
+                    k = self.expr(call[1][0])
+                    if k is not None and k != ("none",) and call[0] not in self.stacks:
+                        self.stacks[call[0]] = k
                         changed = True
             elif isinstance(st, ast.For):
                 if isinstance(st.target, ast.Name):
                     it = st.iter
                     if _is_call(it, "reversed") and it.args:
                         it = it.args[0]
-                    if _is_call(it, "range") or infer(it) == ("r",):
-                        changed |= assign(st.target.id, ("s", "int64"))
-                    else:
-                        k = infer(it)
-                        if k is not None and k[0] == "a":
-                            changed |= assign(st.target.id, ("s", k[2]) if k[1] == 1
-                                              else ("a", k[1] - 1, k[2]))
-                changed |= run(st.body) | run(st.orelse)
+                    k = self.expr(it)
+                    if _is_call(it, "range") or k == ("r",):
+                        changed |= self._assign(st.target.id, ("s", "int64"))
+                    elif k is not None and k[0] == "a":
+                        changed |= self._assign(st.target.id, ("s", k[2]) if k[1] == 1
+                                                else ("a", k[1] - 1, k[2]))
+                changed |= self._block(st.body) | self._block(st.orelse)
             elif isinstance(st, (ast.If, ast.While)):
-                changed |= run(st.body) | run(st.orelse)
+                changed |= self._block(st.body) | self._block(st.orelse)
         return changed
 
-    for _ in range(6):
-        if not run(fn.body):
-            break
-    for name, value in list(env.items()):
-        if _is_range_kind(value):
-            env[name] = ("r",)
-    return env
+
+def infer_kinds(fn: ast.FunctionDef, known: Dict[str, Kind]) -> Dict[str, Kind]:
+    """Kinds of the names `fn` assigns, from the kinds of the names it starts from."""
+    return KindInference(known).run(fn).env
 
 
 def _is_range_kind(kind) -> bool:
@@ -499,11 +610,17 @@ class _Rewriter(ast.NodeTransformer):
     """The expression-level rewrite shared by the forward and the adjoint."""
 
     def __init__(self, ranges: Set[str], placeholders: Dict[str, str],
-                 rename: Dict[str, str]):
+                 rename: Dict[str, str], kinds: Optional["KindInference"] = None,
+                 blas: bool = False):
         self.ranges = ranges
         self.placeholders = placeholders
         self.rename = rename
+        self.kinds = kinds
+        self.blas = blas
         self.helpers: Set[str] = set()
+
+    def _kind(self, node: ast.AST) -> Optional[Kind]:
+        return self.kinds.expr(node) if self.kinds is not None else None
 
     def _nb(self, name: str) -> ast.Name:
         self.helpers.add(name)
@@ -595,6 +712,14 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         f = node.func
+        if isinstance(f, ast.Name) and f.id.startswith(HELPER_PREFIX) and \
+                self.kinds is not None and f.id != HELPER_PREFIX + "meta":
+            kinds = [self._kind(a) for a in node.args]
+            kw_kinds = {k.arg: self._kind(k.value) for k in node.keywords}
+            short = f.id[len(HELPER_PREFIX):]
+            done = self._specialize(short, node, kinds, kw_kinds)
+            if done is not None:
+                return done
         if isinstance(f, ast.Name):
             if f.id == "len" and len(node.args) == 1 and self._range_name(node.args[0]):
                 return ast.Call(func=self._nb("rlen"), args=[self._load(node.args[0].id)],
@@ -611,6 +736,9 @@ class _Rewriter(ast.NodeTransformer):
         reduced = self._reduction(node)
         if reduced is not None:
             return reduced
+        wrapped = self._np_array_call(node) if self.kinds is not None else None
+        if wrapped is not None:
+            return wrapped
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
                 f.value.id in ("np", HELPER_PREFIX + "np") and f.attr in ("matmul", "dot") \
                 and len(node.args) == 2 and not node.keywords:
@@ -657,15 +785,140 @@ class _Rewriter(ast.NodeTransformer):
                             keywords=[])
         return self.generic_visit(node)
 
+    def _array_op(self, *operands: ast.AST) -> bool:
+        """Whether an operation on names and numbers has an array operand.
+
+        Only such single operations become calls: numba fuses a nested
+        elementwise expression into one loop without temporaries, which is
+        faster than a call per operation.
+        """
+        if not all(isinstance(o, (ast.Name, ast.Constant)) for o in operands):
+            return False
+        kinds = [self._kind(o) for o in operands]
+        return all(k is not None and k[0] in ("s", "a") for k in kinds) and \
+            any(k[0] == "a" for k in kinds)
+
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        kinds = (self._kind(node.left), self._kind(node.right))
+        array = self._array_op(node.left, node.right)
         self.generic_visit(node)
         if isinstance(node.op, ast.MatMult):
-            return ast.Call(func=self._nb("matmul"), args=[node.left, node.right], keywords=[])
+            special = None if self.blas else _MATMUL.get(_ranks(kinds))
+            return self._call(special or "matmul", [node.left, node.right])
+        op = _BINOPS.get(type(node.op))
+        if array and op is not None:
+            return self._call("op_" + op, [node.left, node.right])
         return node
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        array = isinstance(node.op, ast.USub) and self._array_op(node.operand)
+        self.generic_visit(node)
+        return self._call("op_neg", [node.operand]) if array else node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        array = len(node.ops) == 1 and type(node.ops[0]) in _COMPARES and \
+            self._array_op(node.left, node.comparators[0])
+        self.generic_visit(node)
+        if array:
+            return self._call("op_" + _COMPARES[type(node.ops[0])],
+                              [node.left, node.comparators[0]])
+        return node
+
+    def _np_array_call(self, node: ast.Call) -> Optional[ast.expr]:
+        """np.<ufunc or reduction>(arrays...) -> the cached wrapper, positional args only."""
+        name = KindInference.np_name(node)
+        if name not in _NP_WRAPPED or node.keywords or \
+                len(node.args) != _NP_WRAPPED[name] or not self._array_op(*node.args):
+            return None
+        return self._call("np_" + _NP_ALIASES.get(name, name),
+                          [self.visit(a) for a in node.args])
+
+    def _specialize(self, short: str, node: ast.Call, kinds: List[Optional[Kind]],
+                    kw_kinds: Dict[str, Optional[Kind]]) -> Optional[ast.expr]:
+        """A direct call of a specialised helper when the argument kinds are known.
+
+        The generic overloads pick an implementation by type too, but each costs
+        a numba compile in every process; these are compiled once per machine.
+        """
+        def is_s(k):
+            return k is not None and k[0] == "s"
+
+        def is_a(k):
+            return k is not None and k[0] == "a"
+        n = len(node.args)
+        if node.keywords:
+            return None
+        args = lambda: [self.visit(a) for a in node.args]  # noqa: E731 - visited once
+        if short == "unbroadcast" and n == 2:
+            v, like = kinds
+            if is_s(v) and is_s(like):
+                return self.visit(node.args[0])
+            if is_a(v) and is_a(like) and v[1] >= like[1]:
+                return self._call("ub_same" if v[1] == like[1] else "ub_sum_to", args())
+            if is_a(v) and is_s(like):
+                return self._call("ub_sum_all", args()[:1])
+            if is_s(v) and is_a(like) and like[1] > 0:
+                return self._call("ub_full", args())
+        elif short == "zeros_like" and n == 1:
+            k = kinds[0]
+            if is_s(k):
+                return ast.Constant(value=0.0)
+            if is_a(k):
+                return self._call("zeros_same" if np.dtype(k[2]).kind in "fc"
+                                  else "zeros_f64", args())
+        elif short == "expand_reduced" and n == 2:
+            g, x = kinds
+            if is_s(x) and is_s(g):
+                return self.visit(node.args[0])
+            if is_a(x) and is_s(g):
+                g_node, x_node = args()
+                return self._call("full_like", [x_node, g_node])
+        elif short == "balanced_max_mask" and n == 3:
+            pattern = "".join("a" if is_a(k) else "s" if is_s(k) else "?" for k in kinds)
+            if pattern in ("aaa", "saa", "aas", "sss"):
+                return self._call("bmm_" + pattern, args())
+        elif short == "clip_grads" and n in (4, 6):
+            g, a, lo, hi = kinds[:4]
+            rest_none = all(isinstance(x, ast.Constant) and x.value is None
+                            for x in node.args[4:])
+            if rest_none and is_a(g) and is_a(a) and g[1] == a[1] and is_s(lo) and is_s(hi):
+                return self._call("clip_ss", args()[:4])
+        elif short in ("matmul_grad_a", "matmul_grad_b", "dot_grad_a", "dot_grad_b") and \
+                n == 3 and not self.blas:
+            g, a, b = kinds
+            ranks = _ranks((a, b))
+            if ranks is None or ranks not in _MATMUL:
+                return None
+            g_node, a_node, b_node = args()
+
+            def t(x):
+                return ast.Attribute(value=x, attr="T", ctx=ast.Load())
+            if short.endswith("_a"):
+                forms = {(2, 2): ("mm22", [g_node, t(b_node)]),
+                         (2, 1): ("outer11", [g_node, b_node]),
+                         (1, 2): ("mm21", [b_node, g_node]), (1, 1): (None, [g_node, b_node])}
+            else:
+                forms = {(2, 2): ("mm22", [t(a_node), g_node]),
+                         (1, 2): ("outer11", [a_node, g_node]),
+                         (2, 1): ("mm21", [t(a_node), g_node]), (1, 1): (None, [g_node, a_node])}
+            helper, operands = forms[ranks]
+            if helper is None:
+                return ast.BinOp(left=operands[0], op=ast.Mult(), right=operands[1])
+            return self._call(helper, operands)
+        return None
 
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
         if isinstance(node.op, ast.MatMult):
             raise Unsupported("@=")
+        op = _AUGOPS.get(type(node.op))
+        if op is not None and isinstance(node.target, ast.Name) and \
+                self._kind(node.target) is not None and self._kind(node.target)[0] == "a" and \
+                self._array_op(node.target, node.value):
+            # In place, as `x += v` is on an array (the call returns x itself).
+            target = self.visit(ast.Name(id=node.target.id, ctx=ast.Load()))
+            value = self.visit(node.value)
+            return ast.Assign(targets=[ast.Name(id=target.id, ctx=ast.Store())],
+                              value=self._call("op_" + op, [target, value]), lineno=0)
         return self.generic_visit(node)
 
     def visit_FunctionDef(self, node):  # nested functions: let numba decide, unchanged
@@ -737,7 +990,8 @@ KINDS = ("fused", "fused_cot", "value", "split")
 
 
 def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
-            kinds: Sequence[str] = ("fused",)) -> Rewritten:
+            kinds: Sequence[str] = ("fused",), fwd_kinds: Optional[KindInference] = None,
+            adj_kinds: Optional[KindInference] = None, blas: bool = False) -> Rewritten:
     """The numba-subset source of the requested functions.
 
     fused: (*params, *live) -> (output, gradients), seeded with 1 (grad).
@@ -755,7 +1009,7 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
 
     def forward_body() -> List[ast.stmt]:
         fwd = copy.deepcopy(pair.forward)
-        rw = _Rewriter(fwd_ranges, placeholders, {})
+        rw = _Rewriter(fwd_ranges, placeholders, {}, fwd_kinds, blas)
         body = [rw.visit(s) for s in fwd.body]
         helpers.update(rw.helpers)
         return body
@@ -768,7 +1022,7 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
         stacks = _adjoint_stacks(pair)
         if drop_copies:
             body = [s for s in body if not _is_stack_copy(s, stacks)]
-        rw = _Rewriter(adj_ranges, {}, rename)
+        rw = _Rewriter(adj_ranges, {}, rename, adj_kinds, blas)
         body = [rw.visit(s) for s in body]
         helpers.update(rw.helpers)
         return body
