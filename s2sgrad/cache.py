@@ -9,8 +9,8 @@ compiled forward/adjoint pair is stored in one file under `$S2SGRAD_CACHE_DIR`
   gradient rules registered at run time, and the versions of Python, NumPy and
   astor;
 - the function: its source lines, file name and line, qualified name, bytecode,
-  and what each global or closure name it reads is bound to (a module, a class,
-  a function, the value of a constant);
+  default values, and what each global or closure name it reads is bound to (a
+  module, a class, a function, the value of a constant);
 - the options: `wrt` and whether the code is optimised.
 
 The entry then lists what the generated code depends on beyond the function
@@ -310,7 +310,7 @@ def function_fingerprint(fn: Callable, root: Optional[Callable] = None) -> Optio
         return None
     parts = [os.path.basename(code.co_filename), str(code.co_firstlineno),
              getattr(fn, "__qualname__", code.co_name), text, _code_fingerprint(code),
-             _names_fingerprint(code, fn)]
+             _names_fingerprint(code, fn), _defaults_fingerprint(fn)]
     if root is not None:
         parts.append(_names_fingerprint(code, _unwrap(root)))
     return _hash(parts)
@@ -420,6 +420,14 @@ def _names_fingerprint(code: types.CodeType, fn: Callable) -> str:
             continue
         parts.append(f"{name}={_describe(value)}")
     return _hash(parts)
+
+
+def _defaults_fingerprint(fn: Callable) -> str:
+    """Default values: not in the source text when they are computed (`k=k`)."""
+    defaults = getattr(fn, "__defaults__", None) or ()
+    kwdefaults = getattr(fn, "__kwdefaults__", None) or {}
+    return _hash([_describe(v) for v in defaults]
+                 + [f"{k}={_describe(v)}" for k, v in sorted(kwdefaults.items())])
 
 
 def _global_names(code: types.CodeType, out: set) -> None:

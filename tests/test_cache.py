@@ -312,6 +312,35 @@ def test_entry_checks_the_attribute_chains_the_compiler_resolved(cache_dir, pass
     assert passes == ["f", "f"]
 
 
+def test_key_depends_on_default_values(cache_dir, make_module):
+    mod = make_module('''
+        import numpy as np
+
+        def make(k):
+            def f(x, k=k):
+                return np.sum(x * k)
+            return f
+        ''')
+    two, three = mod.make(2.0), mod.make(3.0)
+    assert cache.function_key(two, (0,), OPTIONS) != cache.function_key(three, (0,), OPTIONS)
+    assert cache.function_key(two, (0,), OPTIONS) == \
+        cache.function_key(mod.make(2.0), (0,), OPTIONS)
+
+
+def test_a_default_value_bound_in_generated_code_is_found_among_the_defaults():
+    from s2sgrad.compiler import _locate_binding, _resolve_binding
+    weights, two = np.ones(3), np.float64(2.0)
+
+    def f(x, w=weights, *, scale=two):
+        return np.sum(x * w) * scale
+    where = _locate_binding("_s2s_default", weights, f, [], [])
+    assert where == ("default", 0)
+    assert _resolve_binding(where, f, []) is weights
+    where = _locate_binding("_s2s_default_2", f.__kwdefaults__["scale"], f, [], [])
+    assert where == ("kwdefault", "scale")
+    assert _resolve_binding(where, f, []) is f.__kwdefaults__["scale"]
+
+
 def test_two_lambdas_on_one_line_have_different_keys(cache_dir):
     f, g = (lambda x: np.sum(x * 2.0)), (lambda x: np.sum(x * 3.0))  # noqa: E731
     assert cache.function_key(f, (0,), OPTIONS) != cache.function_key(g, (0,), OPTIONS)

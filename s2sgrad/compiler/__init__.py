@@ -248,8 +248,10 @@ def _chain_facts(root, objects, deps) -> List[tuple]:
 def _locate_binding(name: str, value: Any, root, objects, origins) -> Optional[tuple]:
     """How to bind a closure name of generated code again in another process.
 
-    `origins` are the (Function dependency, name in its body) the alias stands
-    for: the value is looked up where that body looks it up.
+    A default value of the function is found among its defaults (the object
+    bound when the def ran, not a name). `origins` are the (Function
+    dependency, name in its body) the alias stands for: the value is looked up
+    where that body looks it up.
     """
     from .emit import helper_value
     try:
@@ -257,6 +259,12 @@ def _locate_binding(name: str, value: Any, root, objects, origins) -> Optional[t
             return ("helper",)
     except KeyError:
         pass
+    for i, default in enumerate(getattr(root, "__defaults__", None) or ()):
+        if default is value:
+            return ("default", i)
+    for arg, default in (getattr(root, "__kwdefaults__", None) or {}).items():
+        if default is value:
+            return ("kwdefault", arg)
     for index, original in origins:
         for meth in disk_cache._function_methods(objects[index]):
             body = unwrap(getattr(objects[index], meth))
@@ -266,6 +274,10 @@ def _locate_binding(name: str, value: Any, root, objects, origins) -> Optional[t
 
 
 def _resolve_binding(where: tuple, root, objects) -> Any:
+    if where[0] == "default":
+        return root.__defaults__[where[1]]
+    if where[0] == "kwdefault":
+        return root.__kwdefaults__[where[1]]
     if where[0] == "dep":
         _, i, meth, name = where
         return disk_cache.lookup(unwrap(getattr(objects[i], meth)), name)
