@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import numbers
-from typing import Any, Callable, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -106,8 +106,33 @@ def _derived_from(f: Callable, kind: str, positions: Tuple[int, ...]):
     return decorate
 
 
-def _compiled(f: Callable, positions: Tuple[int, ...]) -> CompiledFunction:
+def _python_numbers(args: tuple, positions: Tuple[int, ...]) -> Tuple[int, ...]:
+    """Positions of arguments that are Python numbers, when some differentiated
+    argument is one (then a scalar-specialised pair pays off); else ()."""
+    if not any(i < len(args) and type(args[i]) is float for i in positions):
+        return ()
+    return tuple(i for i, a in enumerate(args) if type(a) is float or type(a) is int)
+
+
+def _compiled(f: Callable, positions: Tuple[int, ...],
+              numbers_at: Tuple[int, ...] = ()) -> CompiledFunction:
+    """The pair for f; where some arguments are Python numbers, one specialised to
+    that (values computed from them alone are scalars: no broadcasting to undo)."""
+    if numbers_at:
+        names = _parameter_names(f)
+        scalars = tuple(names[i] for i in numbers_at if i < len(names))
+        if scalars:
+            return compile_function(f, positions, scalars=scalars)
     return compile_function(f, positions)
+
+
+def _parameter_names(f: Callable) -> List[str]:
+    import inspect
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> None:
@@ -158,14 +183,17 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
         return _derived_from(f, "value_and_grad", positions)(
             jit_value_and_grad(f, positions, single))
 
-    compiled_pair: list = []  # filled on the first call; later calls skip the cache lookup
+    # The compiled pair per kind of call (which arguments are Python numbers);
+    # later calls skip the cache lookup.
+    compiled_pairs: Dict[tuple, CompiledFunction] = {}
 
     @_derived_from(f, "value_and_grad", positions)
     def value_and_grad_f(*args, **kwargs):
         _check_args(f, args, positions)
-        if not compiled_pair:
-            compiled_pair.append(_compiled(f, positions))
-        compiled = compiled_pair[0]
+        numbers_at = _python_numbers(args, positions)
+        compiled = compiled_pairs.get(numbers_at)
+        if compiled is None:
+            compiled = compiled_pairs[numbers_at] = _compiled(f, positions, numbers_at)
         out, residuals = compiled.forward(*args, **kwargs)
         grads = compiled.adjoint(residuals, _seed(out))
         if single:
@@ -195,7 +223,7 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
     if jit:
         from .backends import jit_vjp
         return jit_vjp(f, args, positions, single)
-    compiled = _compiled(f, positions)
+    compiled = _compiled(f, positions, _python_numbers(args, positions))
     out, residuals = compiled.forward(*args)
 
     def pullback(v):

@@ -2,8 +2,10 @@
 
 Inside a function that s2sgrad differentiates, `MyOp.apply(...)` is inlined:
 the body of `forward` goes into the generated forward function and the body
-of `vjp` into the adjoint. Outside compiled code, `apply` runs `forward`
-eagerly with a fresh context.
+of `vjp` into the adjoint. In forward mode the body of `jvp` (PyTorch's name,
+optional) goes into the tangent code; without one, the tangent is derived
+from `vjp`. Outside compiled code, `apply` runs `forward` eagerly with a
+fresh context.
 """
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ class Context:
 
     def save_for_backward(self, *values: Any) -> None:
         self.saved_tensors = tuple(values)
+
+    def save_for_forward(self, *values: Any) -> None:
+        """Values for `jvp`, which reads them as `ctx.saved_tensors` (as in PyTorch)."""
+        self.saved_for_forward = tuple(values)
 
     def mark_non_differentiable(self, *outputs: Any) -> None:
         self.non_differentiable = self.non_differentiable + tuple(outputs)
@@ -51,7 +57,9 @@ class Function(metaclass=_FunctionMeta):
     """Base class of differentiable operations with a hand-written VJP.
 
     Subclasses define ``forward(ctx, *inputs)`` and ``vjp(ctx, *grad_outputs)``
-    (or its alias ``backward``) as staticmethods.
+    (or its alias ``backward``) as staticmethods, and optionally
+    ``jvp(ctx, *grad_inputs)`` for forward mode (one tangent per input in, one
+    per output out; without it forward mode derives the JVP from ``vjp``).
     """
 
     @classmethod
@@ -63,6 +71,11 @@ class Function(metaclass=_FunctionMeta):
     def vjp_method(cls):
         """The user's vjp, whichever of the two names it was given."""
         return cls.vjp if _defines(cls, "vjp") else cls.backward
+
+    @classmethod
+    def jvp_method(cls):
+        """The user's jvp (forward mode), or None when the class defines none."""
+        return cls.jvp if _defines(cls, "jvp") else None
 
 
 def _is_differentiable(value: Any) -> bool:

@@ -64,7 +64,12 @@ def meta(x):
 @helper
 def unbroadcast(value, like):
     """Sum `value` down to the shape of `like`: the adjoint of broadcasting."""
-    shape = getattr(like, "shape", ())
+    if type(like) is float:
+        shape = ()
+    else:
+        shape = getattr(like, "shape", None)
+        if shape is None:
+            shape = np.shape(like)  # a list or tuple taken as an array
     vshape = getattr(value, "shape", ())
     if vshape == shape:
         return value
@@ -269,6 +274,14 @@ def _is_basic_index(index) -> bool:
                and not isinstance(i, bool) for i in items)
 
 
+def add_items(total, contribution):
+    """total + contribution, item by item where the adjoints are lists or tuples
+    (the adjoint of a list of arrays is a list; `+` would concatenate)."""
+    if isinstance(total, (list, tuple)) or isinstance(contribution, (list, tuple)):
+        return [add_items(a, b) for a, b in zip(total, contribution)]
+    return total + contribution
+
+
 @helper
 def add_at(adjoint, index, g):
     """adjoint[index] += g, where repeated indices accumulate (scatter-add).
@@ -279,9 +292,9 @@ def add_at(adjoint, index, g):
     if isinstance(adjoint, list):
         if isinstance(index, slice):
             for k, gk in zip(range(*index.indices(len(adjoint))), g):
-                adjoint[k] = adjoint[k] + gk
+                adjoint[k] = add_items(adjoint[k], gk)
         else:
-            adjoint[index] = adjoint[index] + g
+            adjoint[index] = add_items(adjoint[index], g)
         return
     if _is_basic_index(index):
         adjoint[index] += g
@@ -299,3 +312,20 @@ def accumulate(total, contribution):
     if total is None:
         return contribution
     return total + contribution
+
+
+@helper
+def seed(out):
+    """The cotangent 1 of a scalar output (what grad differentiates against)."""
+    if isinstance(out, (float, int)) and not isinstance(out, (bool, np.generic)):
+        return 1.0
+    if np.ndim(out) != 0:
+        raise ValueError(f"grad requires a function that returns a scalar, but it returned "
+                         f"shape {np.shape(out)}; use s2sgrad.vjp for non-scalar outputs")
+    return np.ones((), dtype=np.result_type(out, np.float64))
+
+
+@helper
+def backwards(indices):
+    """reversed(range): how pure adjoints walk a loop backwards (no gradient)."""
+    return reversed(indices)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .runtime import helper
+from .runtime import add_items, helper
 
 
 @helper
@@ -69,9 +69,7 @@ def restore_value(current, saved):
 @helper
 def add(total, contribution):
     """total + contribution, itemwise when the adjoints are lists (of list values)."""
-    if isinstance(total, list) or isinstance(contribution, list):
-        return [add(a, b) for a, b in zip(total, contribution)]
-    return total + contribution
+    return add_items(total, contribution)
 
 
 @helper

@@ -354,3 +354,31 @@ def test_a_wrong_or_failing_compiled_gradient_gives_numpys(monkeypatch, how):
     again = s2sgrad.grad(branchy, (0, 1, 2), jit=True)(v, a, b, 16)   # NumPy from now on
     for g, w in zip(again, want):
         np.testing.assert_array_equal(g, w)
+
+
+def writes_into_argument(x, w):
+    x[0] = x[0] * w
+    x *= 2.0
+    return np.sum(np.sin(x))
+
+
+def test_writes_into_arguments_happen_once():
+    pytest.importorskip("numba")
+    x = np.array([0.3, -0.7, 1.1])
+    expected_x = x.copy()
+    expected = writes_into_argument(expected_x, 1.3)
+    want = s2sgrad.value_and_grad(writes_into_argument, (0, 1))(x.copy(), 1.3)
+    caller = x.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        value, grads = s2sgrad.value_and_grad(writes_into_argument, (0, 1), jit=True)(caller, 1.3)
+    np.testing.assert_array_equal(caller, expected_x)     # written once, as without jit
+    assert value == pytest.approx(expected, rel=1e-12)
+    for g, w in zip(grads, want[1]):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    # vjp(jit=True) would run the forward again in its pullback: NumPy runs it.
+    caller = x.copy()
+    with pytest.warns(JitWarning, match="writes into its arguments"):
+        out, pullback = s2sgrad.vjp(writes_into_argument, caller, 1.3, wrt=1, jit=True)
+    np.testing.assert_array_equal(caller, expected_x)
+    assert pullback(1.0) == pytest.approx(want[1][1], rel=1e-12)

@@ -137,6 +137,7 @@ class JitFunction:
         self.constants: Dict[str, Any] = {}
         self.blas = False
         self.callees: Dict[str, "JitFunction"] = {}
+        self.mutates = False
         self._lock = threading.RLock()
 
     # -- set-up ------------------------------------------------------------------
@@ -154,6 +155,7 @@ class JitFunction:
                                       self.compiled.forward.__name__,
                                       self.compiled.adjoint.__name__)
             self._bind_free_names()
+            self.mutates = rw.writes_into_arguments(self.pair)
             # Structural problems show before any run (the types come later).
             rw.rewrite(self.pair, {}, [b.name for b in self.live], rw.KINDS)
         except rw.Unsupported as exc:
@@ -263,7 +265,9 @@ class JitFunction:
     def _build(self, args, live, key, need, old: Optional[Variant]) -> Variant:
         """Learn kinds from one NumPy run, rewrite, exec, njit (numba compiles at the call)."""
         v = old or Variant()
-        out, residuals = self.compiled.forward(*args)
+        # The NumPy run on copies: the call that follows writes into the arguments
+        # (if the function does) once, as without jit.
+        out, residuals = self.compiled.forward(*_copies(args))
         if need == "fused":
             from ..api import _seed
             seed = _seed(out)     # a non-scalar output: the API's ValueError, now
@@ -294,6 +298,9 @@ class JitFunction:
             v.source = (v.source + "\n\n" + out_src.source).strip() + "\n"
         except rw.Unsupported as exc:
             v.failed = str(exc)
+            self._warn(v.failed)
+        except Exception as exc:  # noqa: BLE001 - a bug of the rewrite: NumPy, and say so
+            v.failed = f"internal error of the numba rewrite: {first_line(exc)}"
             self._warn(v.failed)
         self.variants[key] = v
         return v
@@ -416,6 +423,10 @@ class JitFunction:
         so the pullback sees the values the output was computed from.
         """
         self._ensure_prepared()
+        if self.disabled is None and self.mutates:
+            self._warn("it writes into its arguments, and vjp(jit=True) runs the forward "
+                       "again in the pullback")
+            return self._numpy_vjp(args)
         if self.disabled is not None:
             self._warn(self.disabled)
             return self._numpy_vjp(args)
@@ -468,6 +479,12 @@ class JitFunction:
         if v is None:
             raise RuntimeError(self.variants[_kinds(call) + _kinds(live)].failed)
         return v.source
+
+
+def _copies(args: Sequence[Any]) -> tuple:
+    import copy
+    return tuple(a.copy() if type(a) is np.ndarray else
+                 copy.deepcopy(a) if isinstance(a, (list, dict)) else a for a in args)
 
 
 def _mismatch(got: Any, want: Any, rtol: float = 1e-7) -> Optional[str]:

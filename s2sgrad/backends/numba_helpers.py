@@ -241,6 +241,34 @@ def _rrev(r):
 
 
 @_stub
+def rslice(r, lower, upper, step):
+    pass
+
+
+@overload(rslice)
+def _rslice(r, lower, upper, step):
+    """range(...)[lower:upper:step] as a (start, stop, step) triple."""
+    def impl(r, lower, upper, step):
+        n = len(range(r[0], r[1], r[2]))
+        k = 1 if step is None else np.int64(step)
+        if k == 0:
+            raise ValueError("slice step cannot be zero")
+        if k > 0:
+            lo = 0 if lower is None else np.int64(lower)
+            hi = n if upper is None else np.int64(upper)
+            lo = max(lo + n, 0) if lo < 0 else min(lo, n)
+            hi = max(hi + n, 0) if hi < 0 else min(hi, n)
+        else:
+            lo = n - 1 if lower is None else np.int64(lower)
+            hi = -1 if upper is None else np.int64(upper)
+            lo = max(lo + n, -1) if lo < 0 else min(lo, n - 1)
+            if upper is not None:
+                hi = max(hi + n, -1) if hi < 0 else min(hi, n - 1)
+        return (r[0] + lo * r[2], r[0] + hi * r[2], r[2] * k)
+    return impl
+
+
+@_stub
 def ritem(r, i):
     pass
 

@@ -228,6 +228,70 @@ def _read_forward(pair: Pair) -> None:
             raise Unsupported("a stack holds ranges and other values")
 
 
+_MUTATING_HELPERS = frozenset({"restore_item", "zero_item", "add_at", "restore_value"})
+_VIEW_METHODS = frozenset({"reshape", "transpose", "ravel", "view", "swapaxes", "squeeze",
+                           "diagonal", "T", "real", "imag", "flat"})
+
+
+def writes_into_arguments(pair: Pair) -> bool:
+    """Whether the forward may write into an argument's array (conservatively).
+
+    Names that may share an argument's memory: the parameters, and names
+    assigned a name, a subscript, an attribute or a view method of such a
+    name. A write is a subscript assignment, an augmented assignment (of a
+    name not known to hold a number) or a mutating helper call on one of them.
+    """
+    fwd = pair.forward
+    shared = set(pair.params)
+
+    def root(e: ast.AST) -> Optional[str]:
+        while True:
+            if isinstance(e, ast.Name):
+                return e.id
+            if isinstance(e, ast.Subscript):
+                e = e.value
+            elif isinstance(e, ast.Attribute):
+                e = e.value
+            elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
+                    e.func.attr in _VIEW_METHODS:
+                e = e.func.value
+            else:
+                return None
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(fwd):
+            if isinstance(node, ast.Assign):
+                r = root(node.value)
+                if r in shared:
+                    for t in node.targets:
+                        for n in ast.walk(t):
+                            if isinstance(n, ast.Name) and n.id not in shared:
+                                shared.add(n.id)
+                                changed = True
+            elif isinstance(node, ast.For) and root(node.iter) in shared:
+                for n in ast.walk(node.target):
+                    if isinstance(n, ast.Name) and n.id not in shared:
+                        shared.add(n.id)
+                        changed = True
+    for node in ast.walk(fwd):
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and \
+                            root(n) in shared:
+                        return True
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and \
+                    node.target.id in shared:
+                return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id[len(HELPER_PREFIX):] in _MUTATING_HELPERS and node.args and \
+                root(node.args[0]) in shared:
+            return True
+    return False
+
+
 # -- learning placeholder types --------------------------------------------------------
 # A kind is what numba's type of a value depends on: ("s", dtype) for a number,
 # ("a", ndim, dtype) for an array, ("r",) for a range kept as a triple.
@@ -679,18 +743,32 @@ class _Rewriter(ast.NodeTransformer):
                      else self.visit(e) for e in node.elts]
         return node
 
+    def _range_triple(self, node: ast.AST) -> Optional[ast.expr]:
+        """The (start, stop, step) expression of a range-valued node, else None."""
+        r = self._range_name(node)
+        if r is not None:
+            return self._load(r)
+        if _is_call(node, "range"):
+            return self._visit_range(node)
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+            inner = self._range_triple(node.value)
+            if inner is not None:
+                sl = node.slice
+                bounds = [self.visit(b) if b is not None else ast.Constant(value=None)
+                          for b in (sl.lower, sl.upper, sl.step)]
+                return self._call("rslice", [inner] + bounds)
+        return None
+
     def visit_For(self, node: ast.For) -> ast.AST:
         it = node.iter
-        r = self._range_name(it)
-        if r is not None:
-            node.iter = self._call("riter", [self._load(r)])
+        triple = None if _is_call(it, "range") else self._range_triple(it)
+        if triple is not None:
+            node.iter = self._call("riter", [triple])
         elif _is_call(it, "reversed") and len(it.args) == 1:
             arg = it.args[0]
-            r = self._range_name(arg)
-            if r is not None:
-                node.iter = self._call("rrev", [self._load(r)])
-            elif _is_call(arg, "range"):
-                node.iter = self._call("rrev", [self._visit_range(arg)])
+            triple = self._range_triple(arg)
+            if triple is not None:
+                node.iter = self._call("rrev", [triple])
             else:
                 node.iter = ast.Subscript(value=self.visit(arg),
                                           slice=ast.Slice(lower=None, upper=None,
@@ -780,6 +858,8 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         r = self._range_name(node.value)
+        if r is not None and isinstance(node.slice, ast.Slice):
+            return self._range_triple(node)
         if r is not None:
             return ast.Call(func=self._nb("ritem"), args=[self._load(r), self.visit(node.slice)],
                             keywords=[])

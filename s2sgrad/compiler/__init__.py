@@ -68,16 +68,22 @@ def cache_key(fn: Callable, wrt: Tuple[int, ...], options: tuple) -> tuple:
     fn = unwrap(fn)
     code = getattr(fn, "__code__", None)
     closure = tuple(id(c) for c in (getattr(fn, "__closure__", None) or ()))
-    return (code, closure, id(getattr(fn, "__globals__", None)), tuple(wrt), options)
+    # Default values are bound into the generated code: functions that share code
+    # but not defaults (a def inside a loop) get pairs of their own.
+    defaults = tuple(id(d) for d in (getattr(fn, "__defaults__", None) or ()))
+    return (code, closure, id(getattr(fn, "__globals__", None)), defaults, tuple(wrt),
+            options)
 
 
 def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
-                     ) -> CompiledFunction:
+                     pure: bool = False, scalars: Tuple[str, ...] = ()) -> CompiledFunction:
     """The cached forward/adjoint pair of `fn` with respect to positions `wrt`.
 
     Looks in memory, then on disk, then runs the passes (and stores the result).
     """
-    options = (bool(optimize_code),)
+    # pure: an adjoint without in-place updates, to be differentiated again;
+    # scalars: parameters known to be Python numbers (a specialised pair).
+    options = (bool(optimize_code), bool(pure), tuple(scalars))
     key = cache_key(fn, wrt, options)
     with _LOCK:
         hit = _CACHE.get(key)
@@ -93,18 +99,19 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
 
 
 def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
-    (optimize_code,) = options
+    optimize_code, pure, scalars = options
     parsed = parse_function(fn)
     if any(i >= len(parsed.params) or i < 0 for i in wrt):
         raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
                          f"{len(parsed.params)} positional argument(s)")
-    t = run_passes(parsed, wrt, optimize_code)
+    t = run_passes(parsed, wrt, optimize_code, pure, scalars)
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
               f"{parsed.node.lineno}), gradient with respect to "
               f"{', '.join(parsed.params[i] for i in wrt)}\n")
     source = to_source([t.forward, t.adjoint], header)
     filename = (f"<s2sgrad {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
-                f"wrt={wrt}{'' if optimize_code else ' unoptimized'}>")
+                f"wrt={wrt}{'' if optimize_code else ' unoptimized'}{' pure' if pure else ''}"
+                f"{' scalars' if scalars else ''}>")
     free = dict(getattr(t, "bindings", {}))
     for site in t.callees.values():
         free[site.forward_name] = None
@@ -123,7 +130,7 @@ def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFuncti
     _CACHE[key] = compiled
     try:
         for site in t.callees.values():
-            callee = compile_function(site.fn, site.wrt, bool(optimize_code))
+            callee = compile_function(site.fn, site.wrt, bool(optimize_code), pure)
             compiled.callees.append(callee)
             bind_late(functions, site.forward_name, callee.forward)
             bind_late(functions, site.adjoint_name, callee.adjoint)
@@ -334,7 +341,7 @@ def _from_entry(payload: dict, fn, wrt, options, key) -> Optional[CompiledFuncti
                                 not_inlined=list(payload["not_inlined"]))
     _CACHE[key] = compiled
     for forward_name, adjoint_name, index, callee_wrt in payload["callees"]:
-        callee = compile_function(objects[index], callee_wrt, options[0])
+        callee = compile_function(objects[index], callee_wrt, options[0], options[1])
         compiled.callees.append(callee)
         bind_late(functions, forward_name, callee.forward)
         bind_late(functions, adjoint_name, callee.adjoint)
@@ -352,11 +359,12 @@ def _activity(data: dict, wrt) -> Activity:
     return Activity(**kwargs)
 
 
-def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool = True):
+def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool = True,
+               pure: bool = False, scalars: Tuple[str, ...] = ()):
     """Every pass from normalise to optimise; returns the Transformed record."""
     nf = normalize(parsed)
-    activity = analyze(nf, wrt)
-    t = transform(nf, activity)
+    activity = analyze(nf, wrt, scalars)
+    t = transform(nf, activity, pure)
     t = inline(t)
     if optimize_code:
         t = optimize(t)
@@ -381,4 +389,4 @@ def clear_cache() -> None:
 
 
 def cached(fn: Callable, wrt, optimize_code: bool = True) -> Optional[CompiledFunction]:
-    return _CACHE.get(cache_key(fn, tuple(wrt), (bool(optimize_code),)))
+    return _CACHE.get(cache_key(fn, tuple(wrt), (bool(optimize_code), False, ())))

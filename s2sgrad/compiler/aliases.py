@@ -170,6 +170,8 @@ class AliasFacts:
             if method is not None:
                 if method in _FRESH_METHODS or method in registry.REGISTRY.nondiff_methods:
                     return []
+                if method == "pop":  # the item taken out of the list
+                    return [(n, "item") for n in _names(value.func.value, local)]
                 rule = registry.REGISTRY.methods.get(method)
                 if rule is not None and not rule.view:
                     return []

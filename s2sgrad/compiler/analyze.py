@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..errors import error_at
+from ..rules import registry
 from .normalize import NormalForm
 from .ops import Op, describe, names
 
@@ -72,6 +73,8 @@ def loop_header_op(s: ast.For) -> Op:
     callee = getattr(it, "s2s_callee", None)
     if callee is range:
         return Op("iterate", targets, other_inputs=names(it), label="range")
+    if callee is not None and registry.is_nondiff(callee):
+        return Op("iterate", targets, other_inputs=names(it), label="indices")
     return Op("iterate", targets, diff_inputs=names(it), label="iteration")
 
 

@@ -700,6 +700,7 @@ def inline(transformed) -> Any:
     np_name = numpy_alias(transformed.nf)
     transformed.np_name = np_name
     bindings: Dict[str, Any] = getattr(transformed, "bindings", {})
+    bindings.update(getattr(transformed.nf, "bindings", {}))
     for fdef in (transformed.forward, transformed.adjoint):
         fdef.body = _expand_block(fdef.body, transformed.names, np_name, bindings,
                                   transformed.activity)

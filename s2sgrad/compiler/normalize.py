@@ -19,7 +19,7 @@ import copy
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import error_at
 from ..function import is_function_class
@@ -50,6 +50,7 @@ class NormalForm:
     params: List[str]
     result: Optional[str] = None  # set when the function returns a single name
     lists: Set[str] = field(default_factory=set)  # names bound to list literals
+    bindings: Dict[str, Callable] = field(default_factory=dict)  # extra closure names
 
 
 def normalize(parsed: ParsedFunction) -> NormalForm:
@@ -146,6 +147,7 @@ class _Normalizer:
         self.force_in_place: Set[str] = set()
         self.rebound_augassign: Set[str] = set()
         self.lists: Set[str] = set()
+        self.bindings: Dict[str, Callable] = {}   # names the generated code must see
         self.env: Dict[str, str] = {p: p for p in self.params}
         self.tuples: Dict[str, List[ast.expr]] = {}
         self.owned: Set[str] = set()
@@ -164,6 +166,8 @@ class _Normalizer:
                            self.p, "Give the function explicit positional parameters.")
 
     def _check_reserved(self, fdef):
+        if self.p.filename.startswith("<s2sgrad"):
+            return  # s2sgrad's own generated code (being differentiated again)
         for node in ast.walk(fdef):
             name = getattr(node, "id", None) or getattr(node, "arg", None)
             if isinstance(name, str) and name.startswith("_s2s_"):
@@ -237,7 +241,7 @@ class _Normalizer:
         result = (last.value.id if isinstance(last, ast.Return)
                   and isinstance(last.value, ast.Name) else None)
         return NormalForm(self.p, new, self.names, self.resolver, self.params, result,
-                          lists=set(self.lists))
+                          lists=set(self.lists), bindings=dict(self.bindings))
 
     def _protect_in_place_writes(self, facts: AliasFacts) -> None:
         """User variables that would see an in-place write are an error; temporaries
@@ -399,7 +403,7 @@ class _Normalizer:
     def stmt_Return(self, s, out):
         value = s.value or ast.Constant(value=None)
         if isinstance(value, ast.Tuple):
-            elts = [self.atom(e, out) for e in value.elts]
+            elts = [self.packed(e, out) for e in value.elts]
             ret = ast.Return(value=ast.Tuple(elts=elts, ctx=ast.Load()))
         elif isinstance(value, ast.Name) and self.env.get(value.id) in self.tuples:
             ret = ast.Return(value=ast.Tuple(elts=list(self.tuples[self.env[value.id]]),
@@ -411,6 +415,55 @@ class _Normalizer:
             self.emit(out, _assign(name, self.operation(value, out)), value)
             ret = ast.Return(value=ast.Name(id=name, ctx=ast.Load()))
         self.emit(out, ret, s)
+
+    def operand(self, expr: ast.expr, out) -> ast.expr:
+        """An operand of an operator: a literal holding variables (x * [a, b]) gets a
+        variable of its own, so that a and b receive their adjoints."""
+        if isinstance(expr, (ast.Tuple, ast.List)) and self._holds_locals(expr):
+            return self.packed(expr, out)
+        return self.atom(expr, out)
+
+    def _holds_locals(self, node) -> bool:
+        return any(isinstance(n, ast.Name) and n.id in self.resolver.locals
+                   for n in ast.walk(node))
+
+    def rule_arguments(self, rule, args, keywords, out, skip_first: bool = False):
+        """Atoms for a call's arguments. A literal holding variables passed where the
+        rule differentiates gets a variable of its own, except one level deep in a
+        sequence parameter (np.array([a, b]), whose items are split); deeper
+        literals (np.array([[a, b], [c, d]])) get variables for their rows."""
+        positional = list(args)
+        named = {k.arg: k.value for k in keywords}
+        roles: Dict[int, str] = {}
+        if rule is not None:
+            params = rule.params[1:] if skip_first else rule.params
+            for i, value in enumerate(positional):
+                if i < len(params):
+                    roles[id(value)] = params[i]
+            for k, value in named.items():
+                roles[id(value)] = k
+
+        def convert(value):
+            param = roles.get(id(value))
+            literal = isinstance(value, (ast.Tuple, ast.List)) and self._holds_locals(value)
+            if rule is None or param is None or param not in rule.grads or not literal:
+                return self.atom(value, out)
+            if param in rule.sequence:
+                elts = [self.operand(e, out) for e in value.elts]
+                return ast.copy_location(type(value)(elts=elts, ctx=ast.Load()), value)
+            return self.packed(value, out)
+        new_args = [convert(a) for a in positional]
+        new_keywords = [ast.keyword(arg=k.arg, value=convert(k.value)) for k in keywords]
+        return new_args, new_keywords
+
+    def packed(self, expr: ast.expr, out) -> ast.expr:
+        """An atom; a nested tuple or list becomes a variable of its own, so its
+        items receive their adjoints (the output's cotangent is nested too)."""
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            name = self.names.fresh("items")
+            self.assign_name(name, expr, out, expr)
+            return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), expr)
+        return self.atom(expr, out)
 
     def stmt_Assign(self, s, out):
         value = s.value
@@ -673,6 +726,14 @@ class _Normalizer:
     def iterable(self, it, out):
         """range/zip/enumerate keep their call (the transform reads them); else an atom."""
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
+                it.func.id == "_s2s_backwards":
+            call = ast.Call(func=ast.Name(id=it.func.id, ctx=ast.Load()),
+                            args=[self.atom(a, out) for a in it.args], keywords=[])
+            ok, obj = self.resolver.static(it.func)
+            if ok:
+                call.s2s_callee = obj
+            return ast.copy_location(call, it)
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id in ("range", "zip", "enumerate", "reversed") and not it.keywords:
             ok, obj = self.resolver.static(it.func)
             if ok and obj is {"range": range, "zip": zip, "enumerate": enumerate,
@@ -737,14 +798,14 @@ class _Normalizer:
         if isinstance(expr, (ast.Name, ast.Constant)) or is_atom(expr):
             return self.atom(expr, out)
         if isinstance(expr, ast.BinOp):
-            left = self.atom(expr.left, out)
-            right = self.atom(expr.right, out)
+            left = self.operand(expr.left, out)
+            right = self.operand(expr.right, out)
             return ast.copy_location(ast.BinOp(left=left, op=expr.op, right=right), expr)
         if isinstance(expr, ast.UnaryOp):
             if isinstance(expr.op, ast.Not):
                 return self.rename_loads(expr)
-            return ast.copy_location(ast.UnaryOp(op=expr.op, operand=self.atom(expr.operand, out)),
-                                     expr)
+            return ast.copy_location(ast.UnaryOp(op=expr.op,
+                                                 operand=self.operand(expr.operand, out)), expr)
         if isinstance(expr, ast.Call):
             return self.call(expr, out)
         if isinstance(expr, ast.Subscript):
@@ -796,6 +857,87 @@ class _Normalizer:
         self.unversioned.add(name)
         return ast.Name(id=name, ctx=ast.Load())
 
+    # -- derivatives inside differentiated code (second order) ----------------------
+    def derivative_call(self, expr: ast.Call, out) -> Optional[ast.Call]:
+        """`s2sgrad.grad(f)(x)`, `s2sgrad.value_and_grad(f)(x)` or
+        `functional.vjp(f, inputs, v, create_graph=True)`: a call to code that
+        computes the derivative (higher.derived), which the compiler can
+        differentiate again. A lambda's free variables become extra arguments."""
+        from . import higher
+        func = expr.func
+        if isinstance(func, ast.Call) and _dotted(func.func) and \
+                not self.resolver.is_local_chain(func.func):
+            ok, maker = self.resolver.static(func.func)
+            if not ok or not (_is_api(maker, "grad") or _is_api(maker, "value_and_grad")):
+                return None
+            base, extra = self.differentiated_function(func.args[0] if func.args else None,
+                                                       expr)
+            wrt = self.static_wrt(func, default=0)
+            positions = (wrt,) if isinstance(wrt, int) else tuple(wrt)
+            fn = higher.derived(maker.__name__, base, positions)
+            args = [self.atom(a, out) for a in expr.args]
+            keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out))
+                        for k in expr.keywords]
+        elif _dotted(func) and not self.resolver.is_local_chain(func):
+            ok, maker = self.resolver.static(func)
+            if not ok or not (_is_api(maker, "vjp") and
+                              (getattr(maker, "__module__", "") or "").endswith("functional")):
+                return None
+            bound = _bind_functional_vjp(expr, self)
+            base, extra = self.differentiated_function(bound["func"], expr)
+            inputs = bound["inputs"]
+            known = (self.tuples.get(self.env.get(inputs.id, inputs.id))
+                     if isinstance(inputs, ast.Name) else None)
+            items = list(inputs.elts) if isinstance(inputs, ast.Tuple) else \
+                (list(known) if known is not None else [inputs])
+            is_tuple = isinstance(inputs, ast.Tuple) or known is not None
+            fn = higher.derived("vjp", base, tuple(range(len(items))), inputs_tuple=is_tuple)
+            v = bound.get("v")
+            if v is None:
+                raise self.err(expr, "functional.vjp inside a differentiated function needs "
+                                     "its cotangent v", "Pass v explicitly.")
+            args = [self.atom(a, out) for a in items] + [self.atom(v, out)]
+            keywords = []
+        else:
+            return None
+        # The generated code calls the derivative's code directly, under a name bound
+        # in its closure; free variables of a lambda are passed explicitly.
+        name = self.names.fresh(fn.__name__)
+        self.bindings[name] = fn
+        args += [self.load(n) for n in extra]
+        node = ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=args, keywords=keywords)
+        node.s2s_callee = fn
+        return ast.copy_location(node, expr)
+
+    def differentiated_function(self, node, where) -> Tuple[Callable, List[str]]:
+        """The function object an inner derivative differentiates, and the outer
+        variables it closes over (lifted into extra trailing parameters)."""
+        from . import higher
+        if isinstance(node, ast.Lambda):
+            params = {a.arg for a in node.args.posonlyargs + node.args.args}
+            free = sorted({n.id for n in ast.walk(node.body) if isinstance(n, ast.Name)
+                           and n.id not in params and n.id in self.resolver.locals})
+            fn = higher.lift_lambda(node, free, self.p.globals, self.p.filename)
+            return fn, free
+        if node is not None and _dotted(node) and not self.resolver.is_local_chain(node):
+            ok, fn = self.resolver.static(node)
+            if ok and callable(fn):
+                return fn, []
+        raise self.err(where, "the function differentiated here must be a function "
+                              "defined with def (or a lambda) known when compiling",
+                       "Refer to the function by its name, or write a lambda inline.")
+
+    def static_wrt(self, maker_call: ast.Call, default):
+        node = maker_call.args[1] if len(maker_call.args) > 1 else next(
+            (k.value for k in maker_call.keywords if k.arg == "wrt"), None)
+        if node is None:
+            return default
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            raise self.err(node, "wrt of an inner derivative must be a constant",
+                           "Write wrt=0 or wrt=(0, 1).") from None
+
     def index(self, index: ast.expr, out) -> ast.expr:
         """Atoms inside a subscript: slices keep their shape, bounds become atoms."""
         if isinstance(index, ast.Slice):
@@ -809,6 +951,9 @@ class _Normalizer:
 
     def call(self, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
         func = expr.func
+        derived = self.derivative_call(expr, out)
+        if derived is not None:
+            return derived
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(
                 k.arg is None for k in expr.keywords):
             ok, obj = self.resolver.static(func) if _dotted(func) and \
@@ -823,22 +968,16 @@ class _Normalizer:
             if not ok:
                 raise self.err(func, f"name {ast.unparse(func)!r} is not defined",
                                "Define it before calling the differentiated function.")
-            if _is_sequence_call(obj) and len(expr.args) == 1 and \
-                    isinstance(expr.args[0], (ast.List, ast.Tuple)):
-                # np.array([a, b]) / np.stack((a, b)): keep the literal inline.
-                args = [self.atom(expr.args[0], out)]
-            else:
-                args = [self.atom(a, out) for a in expr.args]
-            keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out))
-                        for k in expr.keywords]
+            rule = registry.lookup_function(obj)
+            args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out)
             node = ast.Call(func=copy.deepcopy(func), args=args, keywords=keywords)
             node.s2s_callee = obj
             return ast.copy_location(node, expr)
         if isinstance(func, ast.Attribute):
             base = self.atom(func.value, out)
-            args = [self.atom(a, out) for a in expr.args]
-            keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out))
-                        for k in expr.keywords]
+            rule = registry.REGISTRY.methods.get(func.attr)
+            args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out,
+                                                 skip_first=True)
             method = ast.Attribute(value=base, attr=func.attr, ctx=ast.Load())
             node = ast.Call(func=ast.copy_location(method, func), args=args, keywords=keywords)
             node.s2s_method = func.attr
@@ -848,6 +987,11 @@ class _Normalizer:
         args = [self.atom(a, out) for a in expr.args]
         keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out)) for k in expr.keywords]
         return ast.copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)
+
+
+def _is_api(obj, name: str) -> bool:
+    module = getattr(obj, "__module__", "") or ""
+    return module.startswith("s2sgrad") and getattr(obj, "__name__", None) == name
 
 
 def _dotted(node: ast.expr) -> bool:
@@ -860,6 +1004,16 @@ def _dotted(node: ast.expr) -> bool:
 def _is_sequence_call(obj) -> bool:
     rule = registry.lookup_function(obj) if obj is not None else None
     return bool(rule and rule.sequence)
+
+
+def _bind_functional_vjp(expr: ast.Call, norm) -> dict:
+    names = ["func", "inputs", "v", "create_graph", "strict"]
+    bound = dict(zip(names, expr.args))
+    for k in expr.keywords:
+        bound[k.arg] = k.value
+    if "func" not in bound or "inputs" not in bound:
+        raise norm.err(expr, "functional.vjp needs func and inputs")
+    return bound
 
 
 def _assign(name: str, value: ast.expr) -> ast.Assign:

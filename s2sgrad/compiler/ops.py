@@ -14,12 +14,15 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from .. import runtime, runtime_inplace
 from ..function import is_function_class
 from ..rules import registry
 from ..rules.registry import Rule
 
 # Functions that write into one of their arguments: never silently skipped.
-_MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal)}
+_MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
+                                 runtime.add_at, runtime_inplace.zero_item,
+                                 runtime_inplace.restore_item)}
 _MUTATING_METHODS = {"sort", "fill", "put", "resize", "itemset", "setfield", "partition",
                      "append", "extend", "insert", "pop", "remove", "clear", "reverse"}
 
@@ -254,6 +257,13 @@ def _call_op(call: ast.Call, outs, local_names) -> Op:
         return op
     if registry.is_nondiff(callee):
         return Op("nondiff", outs, other_inputs=everything, callee=callee, label=label)
+    if getattr(callee, "__s2sgrad_derived__", None) is not None:
+        # A call to s2sgrad.grad(f) & co. inside differentiated code: its code.
+        from .higher import derived_of_wrapper
+        callee = derived_of_wrapper(callee)
+        return Op("call", outs, diff_inputs=names(ast.Tuple(
+            elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
+            other_inputs=everything, callee=callee, label=label, call=call)
     if isinstance(callee, types.FunctionType) and not _is_library(callee):
         return Op("call", outs, diff_inputs=names(ast.Tuple(
             elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),

@@ -320,7 +320,10 @@ def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> None:
             reads = set(_loads(s.value))
             for j in range(i + 1, len(stmts)):
                 use = stmts[j]
-                if not isinstance(use, (ast.Assign, ast.Return)):
+                if not isinstance(use, (ast.Assign, ast.AugAssign, ast.Return)):
+                    break
+                if isinstance(use, ast.AugAssign) and isinstance(use.target, ast.Name) and \
+                        use.target.id in reads:
                     break
                 if name in _loads(use.value):
                     _Rename(name, s.value).visit(use)

@@ -55,14 +55,10 @@ def unwrap(fn: Callable) -> Callable:
 def parse_function(fn: Callable) -> ParsedFunction:
     """Parse `fn`'s source into a FunctionDef whose positions are the user's."""
     fn = unwrap(fn)
-    derived = getattr(fn, "__s2sgrad_derived__", None)
-    if derived is not None:
-        kind, base, _ = derived
-        raise TransformError(
-            f"cannot differentiate {fn.__name__}, the {kind} of "
-            f"{getattr(base, '__name__', base)}: higher-order derivatives through "
-            f"s2sgrad.{kind} are not supported yet",
-            hint="Differentiate the function itself, or write its derivative out as code.")
+    if getattr(fn, "__s2sgrad_derived__", None) is not None:
+        # s2sgrad.grad(f) & co.: differentiate their code (second derivatives).
+        from .higher import derived_of_wrapper
+        fn = derived_of_wrapper(fn)
     if isinstance(fn, types.MethodType):
         raise TransformError(
             f"cannot differentiate the bound method {fn.__qualname__} directly",

@@ -106,6 +106,7 @@ class _Reverse:
         self.resets: Set[str] = set()            # adjoints consumed (see probe)
         self.sequences: Set[str] = self._list_valued(nf)  # adjoints that are lists
         self.loop_setups: Dict[int, List[ast.stmt]] = {}  # loop -> its range/trip-count lines
+        self.default_bindings: Dict[str, object] = {}
         self.inits: List[ast.stmt] = []
         self.last_line: Optional[int] = None
         self.overwritable = self._overwritable(nf.node.body)
@@ -183,7 +184,7 @@ class _Reverse:
                                              ctx=ast.Load()))
         forward = ast.FunctionDef(
             name=self.names.fresh(f"{self.nf.parsed.name}_forward"),
-            args=copy.deepcopy(fdef.args), body=self.inits + fwd_body + [fwd_ret],
+            args=self.forward_arguments(fdef.args), body=self.inits + fwd_body + [fwd_ret],
             decorator_list=[], returns=None, type_comment=None)
 
         g_param, adj_body = self.seed_output(ret)
@@ -209,8 +210,33 @@ class _Reverse:
                                   args=args, body=adj_body, decorator_list=[], returns=None,
                                   type_comment=None)
         ast.copy_location(adjoint, fdef)
-        return Transformed(self.nf, self.act, forward, adjoint, self.names, residuals,
-                           self.callees, list(self.sites.values()))
+        t = Transformed(self.nf, self.act, forward, adjoint, self.names, residuals,
+                        self.callees, list(self.sites.values()))
+        t.bindings = dict(self.default_bindings)
+        return t
+
+    def forward_arguments(self, args: ast.arguments) -> ast.arguments:
+        """The user's parameters; default values are the function's own (evaluated
+        when it was defined), bound by name, not re-evaluated from their text."""
+        args = copy.deepcopy(args)
+        fn = self.nf.parsed.fn
+        values = list(getattr(fn, "__defaults__", None) or ())
+        args.defaults = [self._default(value) for value in values]
+        kwdefaults = getattr(fn, "__kwdefaults__", None) or {}
+        new_kw = []
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+            new_kw.append(None if default is None else self._default(kwdefaults.get(arg.arg)))
+        args.kw_defaults = new_kw
+        return args
+
+    def _default(self, value) -> ast.expr:
+        """A literal for plain constants (readable); a bound name for anything else."""
+        if _is_literal(value):
+            return ast.Constant(value=value) if not isinstance(value, tuple) else \
+                ast.parse(repr(value), mode="eval").body
+        name = self.names.fresh("_s2s_default")
+        self.default_bindings[name] = value
+        return _name(name)
 
     def seed_output(self, ret: ast.Return) -> Tuple[str, List[ast.stmt]]:
         value = ret.value
@@ -854,6 +880,17 @@ class _Reverse:
         out: List[ast.stmt] = []
         end_state, inplace = self.probe(s)
         carried = set(self.state) | end_state
+        while True:
+            # An adjoint live at the start of an iteration can make more adjoints
+            # live at its end (v = xs.pop() needs xs_bar once v_bar is live): iterate.
+            entry = self.state
+            self.state = {b: entry.get(b, "shared") for b in carried}
+            more_end, more_inplace = self.probe(s)
+            self.state = entry
+            inplace |= more_inplace
+            if more_end <= carried:
+                break
+            carried |= more_end
         for b in sorted(carried - set(self.state)):
             self.materialize(self._var_of(b), out)
         for b in sorted(carried & inplace):
@@ -884,7 +921,10 @@ class _Reverse:
                                                                step=None), ctx=ast.Load())
             target = copy.deepcopy(info.target)
             target.ctx = ast.Store()
-            it = ast.Call(func=_name("reversed"), args=[rng], keywords=[])
+            # Pure code is differentiated again: its backwards iteration must be
+            # recognisably non-differentiable (a range), not any reversed(...).
+            it = helper_call("backwards", rng) if self.pure else \
+                ast.Call(func=_name("reversed"), args=[rng], keywords=[])
         else:
             target = _name("_", True)
             it = ast.Call(func=_name("range"), args=[_name(info.trips)], keywords=[])
@@ -893,6 +933,14 @@ class _Reverse:
         for setup in reversed(self.loop_setups.get(id(s), [])):
             self.restores(setup, out)
         return out
+
+
+def _is_literal(value) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return type(value) in (type(None), bool, int, float, str)
+    if type(value) is tuple:
+        return all(_is_literal(v) for v in value)
+    return False
 
 
 def _var_for(atom, old: Optional[Dict[str, ast.expr]]) -> Optional[str]:

@@ -63,5 +63,5 @@ defvjp(runtime_inplace.drop_last, "items", items="push(g, zeros_like(items[-1]))
        name="_s2s_drop_last")
 
 # -- no gradient: shapes, masks, counts, constructors ---------------------------------
-nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta)
-constructors(runtime.zeros_like, runtime.ones_like)
+nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.backwards)
+constructors(runtime.zeros_like, runtime.ones_like, runtime.seed)

@@ -1,0 +1,127 @@
+"""Higher order: derivatives written as code, so that they can be differentiated.
+
+`s2sgrad.grad(f)` is, at run time, a wrapper around f's generated forward and
+adjoint. To differentiate it (grad of grad, `functional.vjp(...,
+create_graph=True)` inside a differentiated function), the compiler needs
+source it can read. This module writes that source: a plain function that
+calls f's generated pair, compiled in *pure* mode (no in-place updates), so
+that the compiler can differentiate it like any user function:
+
+    def grad_f(x):
+        f_output, f_residuals = f_forward(x)
+        return f_adjoint(f_residuals, _s2s_seed(f_output))
+
+The generated pair and this function are ordinary Python with their text in
+`linecache`, so `s2sgrad.source` shows every level and tracebacks point into it.
+Inner and outer derivatives cannot be confused: a closure variable of the
+inner function becomes an explicit parameter (lambda lifting), so the outer
+derivative sees how the inner result depends on it.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import types
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import TransformError
+from .emit import Emitted, load
+
+_COUNTER = itertools.count()
+_DERIVED: Dict[tuple, types.FunctionType] = {}
+
+
+def _params(fn: Callable) -> List[inspect.Parameter]:
+    params = list(inspect.signature(fn).parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY) for p in params):
+        raise TransformError(f"cannot differentiate the derivative of {fn.__name__}, which "
+                             f"takes *args, **kwargs or keyword-only parameters",
+                             hint="Give it plain positional parameters.")
+    return params
+
+
+def derived(kind: str, base: Callable, positions: Tuple[int, ...],
+            inputs_tuple: bool = False) -> types.FunctionType:
+    """A differentiable Python function computing s2sgrad.<kind>(base, positions).
+
+    kind is "grad", "value_and_grad" or "vjp" (functional.vjp's (output, vjp),
+    taking the cotangent as a last argument; `inputs_tuple` makes the vjp a
+    tuple even for one input, as functional.vjp does for tuple inputs).
+    """
+    from . import compile_function
+    key = (kind, base, tuple(positions), inputs_tuple)
+    fn = _DERIVED.get(key)
+    if fn is not None:
+        return fn
+    params = _params(base)
+    names = [p.name for p in params]
+    pair = compile_function(base, tuple(positions), pure=True)
+    stem = pair.name
+    fwd, adj = f"{stem}_forward", f"{stem}_adjoint"
+    out, res = f"{stem}_output", f"{stem}_residuals"
+    args = ", ".join(names)
+    lines = [f"{out}, {res} = {fwd}({args})"]
+    if kind == "vjp":
+        cotangent = "v" if "v" not in names else "cotangent"
+        signature = f"{args}, {cotangent}" if args else cotangent
+        grads = f"{adj}({res}, {cotangent})"
+        if inputs_tuple and len(positions) == 1:
+            grads = f"({grads},)"
+        lines.append(f"return {out}, {grads}")
+        fname = f"vjp_{stem}"
+    else:
+        signature = args
+        grads = f"{adj}({res}, _s2s_seed({out}))"
+        lines.append(f"return {out}, {grads}" if kind == "value_and_grad" else f"return {grads}")
+        fname = f"{kind}_{stem}"
+    defaults = [p for p in params if p.default is not inspect.Parameter.empty]
+    free = {fwd: pair.forward, adj: pair.adjoint}
+    if defaults and kind != "vjp":
+        parts = []
+        for p in params:
+            if p.default is inspect.Parameter.empty:
+                parts.append(p.name)
+            else:
+                alias = f"_s2s_default_{p.name}"
+                free[alias] = p.default
+                parts.append(f"{p.name}={alias}")
+        signature = ", ".join(parts)
+    body = "\n".join("    " + line for line in lines)
+    source = (f"# s2sgrad: the {kind} of {stem} as code (with respect to "
+              f"{', '.join(names[i] for i in positions)})\n"
+              f"def {fname}({signature}):\n{body}\n")
+    filename = f"<s2sgrad {kind} of {stem} #{next(_COUNTER)}>"
+    globals_ = getattr(base, "__globals__", {})
+    functions = load(Emitted(source=source, function_names=[fname], filename=filename,
+                             globals=globals_, free=free))
+    fn = functions[fname]
+    fn.__s2sgrad_pair__ = pair
+    _DERIVED[key] = fn
+    return fn
+
+
+def lift_lambda(node: ast.Lambda, free: Sequence[str], globals_: dict,
+                filename: str) -> types.FunctionType:
+    """A module-level function for `lambda args: body` whose free variables are
+    extra trailing parameters (so an outer derivative sees them as inputs)."""
+    args = [a.arg for a in node.args.posonlyargs + node.args.args]
+    params = ", ".join(list(args) + list(free))
+    name = f"lambda_{node.lineno}"
+    source = f"def {name}({params}):\n    return {ast.unparse(node.body)}\n"
+    pseudo = f"<s2sgrad lifted lambda at {filename}:{node.lineno} #{next(_COUNTER)}>"
+    functions = load(Emitted(source=source, function_names=[name], filename=pseudo,
+                             globals=globals_))
+    return functions[name]
+
+
+def derived_of_wrapper(fn: Callable) -> Optional[types.FunctionType]:
+    """The differentiable equivalent of a grad/value_and_grad wrapper, else None."""
+    info = getattr(fn, "__s2sgrad_derived__", None)
+    if info is None:
+        return None
+    kind, base, positions = info
+    return derived(kind, base, tuple(positions))
+
+
+_ = Any
