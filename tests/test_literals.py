@@ -3,7 +3,6 @@
 Each item of a literal must receive its adjoint: as an operand of an operator,
 as an argument of a rule, and nested inside a sequence argument.
 """
-import numpy as np
 import pytest
 from conftest import check_vjp
 
