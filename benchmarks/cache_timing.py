@@ -14,8 +14,9 @@ NumPy, s2sgrad and the user's module, and times one `compile_function` call:
   raises, so a disk load that ran them would fail;
 - memory hit: the same process asking again (median of many calls).
 
-Each figure is the median over --repeat processes. The script exits with 1
-when a disk load is not at least 10x faster than the first call.
+Each figure is the median over --repeat processes, first calls and disk
+loads taking turns. The script exits with 1 when a disk load is not at least
+10x faster than the first call.
 """
 from __future__ import annotations
 
@@ -111,11 +112,10 @@ def main() -> int:
         for label, path, func, wrt in TARGETS:
             firsts, loads, hits = [], [], []
             warm = os.path.join(tmp, "warm-" + func + label.split(".")[0])
-            for r in range(args.repeat):
+            run_child("first", path, func, wrt, warm)  # writes the entry
+            for r in range(args.repeat):  # taking turns: load on the machine hits both
                 cold = os.path.join(tmp, f"cold-{func}-{label.split('.')[0]}-{r}")
                 firsts.append(run_child("first", path, func, wrt, cold)["seconds"])
-            run_child("first", path, func, wrt, warm)  # writes the entry
-            for _ in range(args.repeat):
                 result = run_child("load", path, func, wrt, warm)
                 loads.append(result["seconds"])
                 hits.append(result["hit"])

@@ -47,6 +47,8 @@ import types
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .rules import REGISTRY as _REGISTRY
+
 FORMAT = 1
 SUFFIX = ".s2s"
 TMP_PREFIX = ".tmp-s2s-"
@@ -275,9 +277,16 @@ def environment() -> str:
     return _ENVIRONMENT
 
 
+# Sources that do not take part in generating or loading code: the command line,
+# the gradient checker, and the backends that rewrite an already loaded pair.
+_NOT_CODEGEN = {"__main__.py", "cli.py", "check.py", "backends"}
+
+
 def _scan_sources(path: str, rel: str, out: List[Tuple[str, int, int]]) -> None:
     with os.scandir(path) as it:
         for e in it:
+            if not rel and e.name in _NOT_CODEGEN:
+                continue
             if e.name.endswith(".py"):
                 st = e.stat()
                 out.append((rel + e.name, st.st_size, st.st_mtime_ns))
@@ -371,7 +380,7 @@ def _last_line(code: types.CodeType, last: int) -> int:
 def _code_fingerprint(code: types.CodeType) -> str:
     out: List[str] = []
     _code_parts(code, out)
-    return _hash(out)
+    return "\x00".join(out)
 
 
 def _code_parts(code: types.CodeType, out: List[str]) -> None:
@@ -482,20 +491,17 @@ _RULES_MEMO: Optional[Tuple[Dict[str, Any], str]] = None
 
 def _registry_state() -> Dict[str, Any]:
     from dataclasses import fields
-
-    from .rules import REGISTRY
     state = {}
-    for f in fields(REGISTRY):
-        value = getattr(REGISTRY, f.name)
+    for f in fields(_REGISTRY):
+        value = getattr(_REGISTRY, f.name)
         state[f.name] = dict(value) if isinstance(value, dict) else frozenset(value)
     return state
 
 
 def _same(snapshot: Dict[str, Any]) -> bool:
     """Is the registry still exactly (same objects) what `snapshot` recorded?"""
-    from .rules import REGISTRY
     for name, old in snapshot.items():
-        new = getattr(REGISTRY, name)
+        new = getattr(_REGISTRY, name)
         if isinstance(old, dict):
             if len(old) != len(new) or old.keys() != new.keys() or \
                     not all(map(operator.is_, old.values(), new.values())):
