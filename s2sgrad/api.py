@@ -196,8 +196,9 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
             compiled = compiled_pairs[numbers_at] = _compiled(f, positions, numbers_at)
         out, residuals = compiled.forward(*args, **kwargs)
         grads = compiled.adjoint(residuals, _seed(out))
-        if single:
-            return out, finalize(grads, args[positions[0]])
+        if len(positions) == 1:  # the adjoint returns one gradient bare
+            g = finalize(grads, args[positions[0]])
+            return out, (g if single else (g,))
         return out, tuple([finalize(g, args[i]) for g, i in zip(grads, positions)])
     return value_and_grad_f
 

@@ -237,3 +237,12 @@ def test_gradient_of_a_gradient_is_never_the_first_derivative(m):
     h = 1e-5
     expected = [(np.sum(g(x + h * e)) - np.sum(g(x - h * e))) / (2 * h) for e in np.eye(2)]
     np.testing.assert_allclose(second, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 3)])
+def test_wrt_as_a_tuple_of_one_gives_a_tuple(m, shape, rng):
+    x = rng.standard_normal(shape)
+    (g,) = s2sgrad.grad(m.decorated, wrt=(0,))(x)
+    np.testing.assert_allclose(g, numeric_grad(m.decorated, [x], 0), rtol=1e-6)
+    value, (g2,) = s2sgrad.value_and_grad(m.decorated, wrt=(0,))(x)
+    np.testing.assert_allclose(g2, g)

@@ -14,6 +14,8 @@ import copy
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
+import numpy as np
+
 from .transform import Transformed, is_comment
 
 _PART = re.compile(r".*_bar_part(_\d+)?$")
@@ -33,6 +35,7 @@ def optimize(t: Transformed) -> Transformed:
     propagate_copies(t.forward, user_names, also=(t.adjoint,))
     propagate_copies(t.adjoint, user_names)
     substitute_single_use(t.adjoint)
+    elide_scalar_broadcasts(t)
     while True:
         shared = share_shape_witnesses(t)
         if shared:
@@ -44,6 +47,7 @@ def optimize(t: Transformed) -> Transformed:
     private_copies(t)
     link_residuals(t)
     eliminate_dead(t.forward, keep=set(t.nf.params))
+    fuse_forward_temporaries(t.forward, user_names)
     for fdef in (t.forward, t.adjoint):
         fdef.body = tidy(fdef.body)
     return t
@@ -408,6 +412,134 @@ def share_shape_witnesses(t: Transformed) -> bool:
             call.args[i] = ast.Name(id=best, ctx=ast.Load())
             changed = True
     return changed
+
+
+# -- a full reduction's cotangent stays a scalar ----------------------------------------
+def elide_scalar_broadcasts(t: Transformed) -> None:
+    """`v_bar = expand_reduced(g, x)` after `np.sum(x)` is g spread over x's
+    shape. When every use multiplies it elementwise with a value of x's shape,
+    the scalar g does the same job without allocating an array of x's size."""
+    shapes = t.activity.shapes
+    fdef = t.adjoint
+    for s in _walk_statements(fdef.body):
+        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
+                isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Call) and
+                isinstance(s.value.func, ast.Name) and
+                s.value.func.id == "_s2s_expand_reduced" and len(s.value.args) == 2 and
+                not s.value.keywords and isinstance(s.value.args[1], ast.Name)):
+            continue
+        name, like = s.targets[0].id, s.value.args[1].id
+        shape = shapes.get(like)
+        if shape is None:
+            continue
+        uses = [u for u in _walk_statements(fdef.body)
+                if u is not s and name in _loads(_header(u))]
+        if uses and all(_elementwise_with(u, name, shape, shapes) for u in uses):
+            s.value = s.value.args[0]
+
+
+def _elementwise_with(use, name: str, shape: str, shapes) -> bool:
+    if not isinstance(use, (ast.Assign, ast.AugAssign)):
+        return False
+    value = use.value
+    full = False
+    for node in ast.walk(value):
+        if isinstance(node, ast.Name):
+            if node.id != name and shapes.get(node.id) == shape:
+                full = True
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and
+                    func.value.id in ("np", "numpy", "_s2s_np") and
+                    isinstance(getattr(np, func.attr, None), np.ufunc)):
+                return False
+        elif not isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Attribute,
+                                   ast.operator, ast.unaryop, ast.expr_context)):
+            return False
+    return full
+
+
+# -- the forward: temporaries nobody keeps go back into expressions -----------------
+def fuse_forward_temporaries(fdef: ast.FunctionDef, user_names: Set[str]) -> None:
+    """`t = a * b; y = np.sum(t)` -> `y = np.sum(a * b)` for a compiler temporary
+    used once and not kept for the adjoint. The forward then reads like the
+    user's code, and NumPy frees such intermediates as soon as they are used
+    instead of when the forward returns (a lower peak memory)."""
+    marks = ("s2s_save_of", "s2s_init_of", "s2s_stack_of", "s2s_slot", "s2s_snapshot")
+    while True:
+        loads: Dict[str, int] = {}
+        for n in _loads(fdef):
+            loads[n] = loads.get(n, 0) + 1
+        counts: Dict[str, int] = {}
+        for s in _walk_statements(fdef.body):
+            for n in _stores(_header(s)):
+                counts[n] = counts.get(n, 0) + 1
+        residual_reads = set(_loads(fdef.body[-1])) if fdef.body and \
+            isinstance(fdef.body[-1], ast.Return) else set()
+        if not _fuse_block(fdef.body, loads, counts, residual_reads, user_names, marks):
+            return
+
+
+def _fusable(s, loads, counts, residual_reads, user_names, marks) -> Optional[str]:
+    if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
+            isinstance(s.targets[0], ast.Name)):
+        return None
+    name = s.targets[0].id
+    version = re.match(r"(.+)_\d+$", name)
+    if name in user_names or (version and version.group(1) in user_names) or \
+            counts.get(name) != 1 or loads.get(name) != 1 or \
+            name in residual_reads or any(getattr(s, m, None) for m in marks):
+        return None
+    value = s.value
+    if isinstance(value, (ast.Name, ast.Constant)) or not _pure(value):
+        return None
+    return name
+
+
+def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks) -> bool:
+    changed = False
+    for s in stmts:
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                changed |= _fuse_block(inner, loads, counts, residual_reads, user_names,
+                                       marks)
+    i = 0
+    while i < len(stmts):
+        s = stmts[i]
+        name = _fusable(s, loads, counts, residual_reads, user_names, marks)
+        if name is not None:
+            reads = set(_loads(s.value))
+            for j in range(i + 1, len(stmts)):
+                use = stmts[j]
+                simple = isinstance(use, (ast.Assign, ast.AugAssign, ast.Return, ast.Expr))
+                if simple and name in _loads(use):
+                    _Rename(name, s.value).visit(use)
+                    del stmts[i]
+                    i -= 1
+                    changed = True
+                    break
+                if not simple or _stores(_header(use)) & (reads | {name}) or \
+                        _mutates(use, reads):
+                    break
+        i += 1
+    return changed
+
+
+def _mutates(s, names: Set[str]) -> bool:
+    """Does s write into (not rebind) one of names: x[i] = v, x += v, xs.append(v)?"""
+    for node in ast.walk(s):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
+                isinstance(node.value, ast.Name) and node.value.id in names:
+            return True
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and \
+                node.target.id in names:
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name) and node.func.value.id in names and \
+                node.func.attr in _IMPURE_METHODS:
+            return True
+    return False
 
 
 # -- to-be-recorded: saves the adjoint never needs --------------------------------

@@ -505,7 +505,10 @@ class _Reverse:
             self.state[b] = "owned"
         else:
             out.append(_assign(b, value))
-            self.state[b] = "shared"
+            # Arithmetic makes a new array (or an immutable number): nothing else
+            # refers to it. Anything else (a name, a view, a helper) may be shared.
+            fresh = isinstance(value, (ast.BinOp, ast.UnaryOp)) and not self.pure
+            self.state[b] = "owned" if fresh else "shared"
 
     def materialize(self, var: str, out: List[ast.stmt]) -> None:
         b = self.bar_of(var)
