@@ -160,9 +160,16 @@ def scalar_names(ops, ints: Set[str], scalar_params: Set[str], params: Set[str])
     while changed:
         changed = False
         for n in sorted(candidates):
-            if n in scalar_params or n in ints:
+            if n in ints:
                 continue
-            if n not in defs or not all(scalar_def(s, op) for s, op in defs[n]):
+            if n not in defs:
+                if n in scalar_params:
+                    continue  # a Python-number parameter never reassigned
+                candidates.discard(n)
+                changed = True
+                continue
+            # A parameter known to be a number must also stay one where reassigned.
+            if not all(scalar_def(s, op) for s, op in defs[n]):
                 candidates.discard(n)
                 changed = True
     return candidates

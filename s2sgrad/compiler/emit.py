@@ -10,8 +10,8 @@ debuggers show the generated lines.
 from __future__ import annotations
 
 import ast
-import copy
 import linecache
+import math
 import re
 import types
 from dataclasses import dataclass, field
@@ -22,6 +22,7 @@ import numpy
 
 from .. import runtime
 from ..function import Context
+from .names import clone
 from .transform import COMMENT_MARK
 
 _MARKER_LINE = re.compile(r"^(\s*)(?:'''|\"\"\"|'|\")" + re.escape(COMMENT_MARK)
@@ -44,7 +45,7 @@ class Emitted:
 def to_source(functions: Sequence[ast.FunctionDef], header: str = "") -> str:
     """Deterministic text for the given functions, comments restored."""
     texts: List[str] = []
-    module = ast.Module(body=[copy.deepcopy(f) for f in functions], type_ignores=[])
+    module = ast.Module(body=[clone(f) for f in functions], type_ignores=[])
     for node in ast.walk(module):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and \
                 isinstance(node.value.value, str) and node.value.value.startswith(COMMENT_MARK):
@@ -82,6 +83,8 @@ def helper_value(name: str) -> Any:
     short = name[len("_s2s_"):]
     if short == "np":
         return numpy
+    if short == "math":
+        return math
     if short in runtime.HELPERS:
         return runtime.HELPERS[short]
     if short in _EXTRA_HELPERS:

@@ -32,9 +32,12 @@ class NameRegistry:
     def reserve(self, *names: str) -> None:
         self.taken.update(names)
 
-    def fresh(self, stem: str) -> str:
-        """`stem` itself if free, else stem_2, stem_3, ..."""
-        stem = sanitize(stem)
+    def fresh(self, stem: str, reserved: bool = False) -> str:
+        """`stem` itself if free, else stem_2, stem_3, ...
+
+        reserved=True gives a name under s2sgrad's `_s2s_` prefix (names the
+        generated code binds to values, never the user's)."""
+        stem = RESERVED_PREFIX + sanitize(stem) if reserved else sanitize(stem)
         if stem not in self.taken:
             self.taken.add(stem)
             return stem
@@ -74,3 +77,17 @@ def loaded_names(node: ast.AST) -> Set[str]:
 def stored_names(node: ast.AST) -> Set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
             and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
+def clone(node):
+    """A deep copy of an AST (fields cloned, other attributes shared): several
+    times faster than copy.deepcopy, which the passes would otherwise spend most
+    of their time in."""
+    if isinstance(node, ast.AST):
+        new = node.__class__.__new__(node.__class__)
+        for key, value in node.__dict__.items():
+            new.__dict__[key] = clone(value) if isinstance(value, (ast.AST, list)) else value
+        return new
+    if isinstance(node, list):
+        return [clone(item) for item in node]
+    return node

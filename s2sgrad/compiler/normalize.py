@@ -26,7 +26,7 @@ from ..function import is_function_class
 from ..rules import registry
 from .aliases import AliasFacts
 from .hoist import hoist_invariants
-from .names import NameRegistry, names_in
+from .names import NameRegistry, clone, names_in
 from .parse import ParsedFunction
 from .resolve import Resolver
 
@@ -197,7 +197,7 @@ class _Normalizer:
 
     def rename_loads(self, expr: ast.expr) -> ast.expr:
         """Rename reads to current SSA names inside an expression kept whole."""
-        expr = copy.deepcopy(expr)
+        expr = clone(expr)
         bound: Set[str] = set()
         for sub in ast.walk(expr):
             if isinstance(sub, (ast.Lambda, ast.comprehension)):
@@ -1080,6 +1080,8 @@ def _stem(op: ast.expr, norm: "_Normalizer") -> str:
     if isinstance(op, ast.Call):
         func = op.func
         fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "call")
+        if fname.startswith("_s2s_"):  # a temporary named after a helper is not a helper
+            fname = fname[len("_s2s_"):]
         if getattr(op, "s2s_method", None):
             base = part(func.value)
             return f"{base}_{fname}" if base else fname

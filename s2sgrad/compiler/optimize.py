@@ -63,10 +63,9 @@ def _is_constant(node: ast.AST) -> bool:
 
 
 def _evaluable(node: ast.AST) -> bool:
-    if _is_constant(node):
-        return True
+    """An operation on constants (children are folded first, so one level suffices)."""
     if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp)):
-        return all(_evaluable(c) for c in ast.iter_child_nodes(node)
+        return all(_is_constant(c) for c in ast.iter_child_nodes(node)
                    if not isinstance(c, (ast.operator, ast.unaryop, ast.cmpop, ast.boolop)))
     return False
 
@@ -83,7 +82,7 @@ def _to_ast(value) -> Optional[ast.expr]:
 class _Folder(ast.NodeTransformer):
     def generic_visit(self, node):
         super().generic_visit(node)
-        if isinstance(node, ast.expr) and not _is_constant(node) and _evaluable(node):
+        if isinstance(node, ast.expr) and _evaluable(node):
             try:
                 value = eval(compile(ast.Expression(body=ast.fix_missing_locations(
                     copy.deepcopy(node))), "<fold>", "eval"), {"__builtins__": {}})
@@ -181,15 +180,30 @@ class _Rename(ast.NodeTransformer):
         return node
 
 
+class _RenameMany(ast.NodeTransformer):
+    def __init__(self, mapping: Dict[str, str]):
+        self.mapping = mapping
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and node.id in self.mapping:
+            node.id = self.mapping[node.id]
+        return node
+
+
 def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
                      also: Sequence[ast.FunctionDef] = ()) -> None:
     """Drop `a = b` between generated names when both are assigned once, outside loops."""
     params = {a.arg for a in fdef.args.args}
     changed = True
+    also_stores = set()
+    for other in also:
+        also_stores |= _stores(other)
     while changed:
         changed = False
         counts = assignment_sites(fdef.body)
-        for s in _walk_statements(fdef.body):
+        renamed: Set[str] = set()
+        mapping: Dict[str, str] = {}
+        for s in list(_walk_statements(fdef.body)):
             if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
                     isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name)):
                 continue
@@ -201,13 +215,15 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
                 continue
             if getattr(s, "s2s_restore_of", None) or getattr(s, "s2s_save_of", None):
                 continue
-            if any(a in _stores(other) or b in _stores(other) for other in also):
-                continue
+            if a in also_stores or b in also_stores or a in renamed or b in renamed:
+                continue  # one renaming per name and round: counts stay valid
             _remove_statement(fdef.body, s)
-            for target in (fdef, *also):
-                _Rename(a, ast.Name(id=b, ctx=ast.Load())).visit(target)
+            mapping[a] = b
+            renamed |= {a, b}
             changed = True
-            break
+        if mapping:
+            for target in (fdef, *also):
+                _RenameMany(mapping).visit(target)
 
 
 def _walk_statements(stmts):
@@ -239,9 +255,9 @@ def substitute_single_use(fdef: ast.FunctionDef) -> None:
     uses all follow in the same block before b_bar changes).
     """
     while True:
-        before = ast.dump(ast.Module(body=fdef.body, type_ignores=[]))
-        fdef.body = _drop_self_assignments(fdef.body)
-        _propagate_local_copies(fdef.body, fdef)
+        dropped: List[int] = []
+        fdef.body = _drop_self_assignments(fdef.body, dropped)
+        copies = _propagate_local_copies(fdef.body, fdef)
         load_counts: Dict[str, int] = {}
         for n in _loads(fdef):
             load_counts[n] = load_counts.get(n, 0) + 1
@@ -249,33 +265,55 @@ def substitute_single_use(fdef: ast.FunctionDef) -> None:
         for s in _walk_statements(fdef.body):
             for n in _stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
                 counts[n] = counts.get(n, 0) + 1
-        _substitute_in_block(fdef.body, load_counts, counts)
-        if ast.dump(ast.Module(body=fdef.body, type_ignores=[])) == before:
+        substituted = _substitute_in_block(fdef.body, load_counts, counts)
+        if not (dropped or copies or substituted):
             return
 
 
-def _drop_self_assignments(stmts: List[ast.stmt]) -> List[ast.stmt]:
+def _simple_stores(s: ast.stmt) -> Set[str]:
+    """Names a simple statement assigns (cheaper than walking it)."""
+    if isinstance(s, ast.Assign):
+        out: Set[str] = set()
+        for t in s.targets:
+            out |= {t.id} if isinstance(t, ast.Name) else _stores(t)
+        return out
+    if isinstance(s, ast.AugAssign):
+        return {s.target.id} if isinstance(s.target, ast.Name) else set()
+    if isinstance(s, ast.Return):
+        return set()
+    return _stores(s)
+
+
+def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[int]) -> List[ast.stmt]:
     """`x_bar = x_bar` is what an identity contribution leaves behind."""
     out = []
     for s in stmts:
         if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
                 s.targets[0].id == s.value.id and getattr(s, "s2s_slot", None) is None:
+            dropped.append(1)
             continue
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                setattr(s, attr, _drop_self_assignments(inner))
+                setattr(s, attr, _drop_self_assignments(inner, dropped))
         out.append(s)
     return out
 
 
-def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef) -> None:
+def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
+                            occurrences: Optional[Dict[str, int]] = None) -> int:
+    if occurrences is None:
+        occurrences = {}
+        for n in ast.walk(fdef):
+            if isinstance(n, ast.Name):
+                occurrences[n.id] = occurrences.get(n.id, 0) + 1
+    done = 0
     for s in stmts:
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                _propagate_local_copies(inner, fdef)
+                done += _propagate_local_copies(inner, fdef, occurrences)
     i = 0
     while i < len(stmts):
         s = stmts[i]
@@ -283,22 +321,27 @@ def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef) -> Non
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
                 _BAR.match(s.targets[0].id) and _BAR.match(s.value.id):
             a, b = s.targets[0].id, s.value.id
-            if _copy_is_local(stmts, i, a, b, fdef):
+            if _copy_is_local(stmts, i, a, b, occurrences.get(a, 0)):
                 for use in stmts[i + 1:]:
                     _Rename(a, ast.Name(id=b, ctx=ast.Load())).visit(use)
                 del stmts[i]
+                occurrences[b] = occurrences.get(b, 0) + occurrences.get(a, 0) - 2
+                occurrences[a] = 0
+                done += 1
                 continue
         i += 1
+    return done
 
 
-def _copy_is_local(stmts, i, a, b, fdef) -> bool:
-    """Every read of `a` comes after stmts[i] in this block, before `b` or `a` change."""
-    total = sum(1 for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id == a)
+def _copy_is_local(stmts, i, a, b, total: int) -> bool:
+    """Every read of `a` comes after stmts[i] in this block, before `b` or `a` change.
+
+    `total` is how often `a` occurs in the whole function."""
     seen = 0
     for s in stmts[i + 1:]:
         reads = sum(1 for n in ast.walk(s) if isinstance(n, ast.Name) and n.id == a
                     and isinstance(n.ctx, ast.Load))
-        writes = _stores(s)
+        writes = _simple_stores(s)
         if reads and isinstance(s, (ast.If, ast.For, ast.While)):
             return False
         seen += reads
@@ -309,14 +352,15 @@ def _copy_is_local(stmts, i, a, b, fdef) -> bool:
     return seen == total - 1
 
 
-def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> None:
+def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> int:
+    done = 0
     i = 0
     while i < len(stmts):
         s = stmts[i]
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                _substitute_in_block(inner, load_counts, counts)
+                done += _substitute_in_block(inner, load_counts, counts)
         if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
                 isinstance(s.targets[0], ast.Name) and _PART.match(s.targets[0].id) and \
                 counts.get(s.targets[0].id) == 1 and load_counts.get(s.targets[0].id) == 1:
@@ -333,10 +377,12 @@ def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> None:
                     _Rename(name, s.value).visit(use)
                     del stmts[i]
                     i -= 1
+                    done += 1
                     break
-                if _stores(use) & (reads | {name}):
+                if _simple_stores(use) & (reads | {name}):
                     break
         i += 1
+    return done
 
 
 # -- shapes from values already kept ----------------------------------------------
@@ -421,6 +467,10 @@ def elide_scalar_broadcasts(t: Transformed) -> None:
     the scalar g does the same job without allocating an array of x's size."""
     shapes = t.activity.shapes
     fdef = t.adjoint
+    uses_of: Dict[str, List[ast.stmt]] = {}
+    for u in _walk_statements(fdef.body):
+        for n in set(_loads(_header(u))):
+            uses_of.setdefault(n, []).append(u)
     for s in _walk_statements(fdef.body):
         if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Call) and
@@ -432,8 +482,7 @@ def elide_scalar_broadcasts(t: Transformed) -> None:
         shape = shapes.get(like)
         if shape is None:
             continue
-        uses = [u for u in _walk_statements(fdef.body)
-                if u is not s and name in _loads(_header(u))]
+        uses = [u for u in uses_of.get(name, []) if u is not s]
         if uses and all(_elementwise_with(u, name, shape, shapes) for u in uses):
             s.value = s.value.args[0]
 
@@ -745,17 +794,17 @@ def link_residuals(t: Transformed) -> None:
     """The forward returns exactly the values the adjoint reads; the adjoint unpacks them."""
     fwd, adj = t.forward, t.adjoint
     adj_args = {a.arg for a in adj.args.args}
-    defined: List[str] = [a.arg for a in fwd.args.args]
+    defined: Dict[str, None] = {a.arg: None for a in fwd.args.args}
     for s in _walk_statements(fwd.body):
-        for n in sorted(_stores(s) | _loop_targets(s)):
-            if n not in defined:
-                defined.append(n)
+        for n in sorted(_stores(_header(s)) | _loop_targets(s)):
+            defined.setdefault(n, None)
     reads = set(_loads(adj)) - adj_args
     residuals = [n for n in defined if n in reads]
     # A value the adjoint reads only for its shape is kept as shape and dtype.
     restored = {getattr(s, "s2s_restore_of", None) for s in _walk_statements(adj.body)}
+    only_shape = _shape_only_names(adj)
     shape_only = {n for n in residuals if n not in restored and n not in fwd_params(fwd)
-                  and _shape_only(adj, n)}
+                  and n in only_shape}
     ret = fwd.body[-1]
     ret.value.elts[1] = ast.Tuple(elts=[_kept(n, n in shape_only) for n in residuals],
                                   ctx=ast.Load())
@@ -764,8 +813,8 @@ def link_residuals(t: Transformed) -> None:
                                                      for n in residuals], ctx=ast.Store())],
                             value=ast.Name(id=t.residuals, ctx=ast.Load()), type_comment=None)
         adj.body.insert(0, unpack)
-    maybe_undefined = [n for n in residuals if n not in _definitely_assigned(
-        fwd.body[:-1], set(a.arg for a in fwd.args.args))]
+    assigned = _definitely_assigned(fwd.body[:-1], set(a.arg for a in fwd.args.args))
+    maybe_undefined = [n for n in residuals if n not in assigned]
     inits = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())],
                         value=ast.Constant(value=None), type_comment=None)
              for n in maybe_undefined]
@@ -788,6 +837,30 @@ def fwd_params(fdef: ast.FunctionDef) -> Set[str]:
 _SHAPE_ARGS = {"_s2s_unbroadcast": 1, "_s2s_zeros_like": 0, "_s2s_expand_reduced": 1,
                "_s2s_reduced_count": 0}
 _SHAPE_FUNCS = {"shape", "ndim", "size"}
+
+
+def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
+    """Names every read of which (in fdef) uses only their shape and dtype."""
+    allowed = set()
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Call):
+            func = node.func
+            index = None
+            if isinstance(func, ast.Name) and func.id in _SHAPE_ARGS:
+                index = _SHAPE_ARGS[func.id]
+            elif isinstance(func, ast.Attribute) and func.attr in _SHAPE_FUNCS and \
+                    isinstance(func.value, ast.Name) and func.value.id in ("np", "numpy",
+                                                                          "_s2s_np"):
+                index = 0
+            if index is not None and len(node.args) > index:
+                allowed.add(id(node.args[index]))
+        elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim", "dtype", "size"):
+            allowed.add(id(node.value))
+    good: Dict[str, bool] = {}
+    for n in ast.walk(fdef):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            good[n.id] = good.get(n.id, True) and id(n) in allowed
+    return {name for name, ok in good.items() if ok}
 
 
 def _shape_only(fdef: ast.FunctionDef, name: str) -> bool:

@@ -234,7 +234,7 @@ class _Reverse:
         if _is_literal(value):
             return ast.Constant(value=value) if not isinstance(value, tuple) else \
                 ast.parse(repr(value), mode="eval").body
-        name = self.names.fresh("_s2s_default")
+        name = self.names.fresh("default", reserved=True)
         self.default_bindings[name] = value
         return _name(name)
 
