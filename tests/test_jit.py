@@ -94,6 +94,22 @@ def nested(x, n):
     return total
 
 
+def inner_step(h, w, x, k=1.0):
+    return np.tanh(w * h + x) * k + SCALE * 0.01
+
+
+def calls_a_function(h, w, xs):
+    for x in xs:
+        h = inner_step(h, w, x) + inner_step(h, x, w, k=0.5)
+    return np.sum(h * h)
+
+
+def recursive(x, n):
+    if n == 0:
+        return np.sum(x)
+    return recursive(np.sin(x), n - 1)
+
+
 def scaled(x):
     return np.sum(x * SCALE) ** 2
 
@@ -321,8 +337,8 @@ def _sabotage(monkeypatch, replacement):
     """Make the compiled code's array multiplication `replacement`."""
     original = numba_backend.JitFunction._namespace
 
-    def sabotaged(self, blas):
-        ns = original(self, blas)
+    def sabotaged(self, *args):
+        ns = original(self, *args)
         ns["_nb_op_mul"] = replacement
         return ns
     monkeypatch.setattr(numba_backend.JitFunction, "_namespace", sabotaged)
@@ -382,3 +398,18 @@ def test_writes_into_arguments_happen_once():
         out, pullback = s2sgrad.vjp(writes_into_argument, caller, 1.3, wrt=1, jit=True)
     np.testing.assert_array_equal(caller, expected_x)
     assert pullback(1.0) == pytest.approx(want[1][1], rel=1e-12)
+
+
+def test_calls_to_other_user_functions():
+    pytest.importorskip("numba")
+    rng = _rng()
+    _check(calls_a_function, (rng.standard_normal(4), rng.uniform(-1, 1, 4),
+                              rng.standard_normal((5, 4))), (0, 1))
+
+
+def test_recursion_falls_back():
+    pytest.importorskip("numba")
+    x = np.array([0.3, 0.5])
+    with pytest.warns(JitWarning, match="recursive"):
+        got = s2sgrad.grad(recursive, jit=True)(x, 3)
+    np.testing.assert_array_equal(got, s2sgrad.grad(recursive)(x, 3))

@@ -136,7 +136,10 @@ class JitFunction:
         self.live: List[_Binding] = []
         self.constants: Dict[str, Any] = {}
         self.blas = False
-        self.callees: Dict[str, "JitFunction"] = {}
+        self.callees: Dict[str, Tuple["JitFunction", str]] = {}
+        self.call_extra: Dict[str, List[Tuple[str, str]]] = {}
+        self.split: Optional[tuple] = None      # (forward, adjoint) dispatchers, for callers
+        self._building = False
         self.mutates = False
         self._lock = threading.RLock()
 
@@ -157,7 +160,8 @@ class JitFunction:
             self._bind_free_names()
             self.mutates = rw.writes_into_arguments(self.pair)
             # Structural problems show before any run (the types come later).
-            rw.rewrite(self.pair, {}, [b.name for b in self.live], rw.KINDS)
+            rw.rewrite(self.pair, {}, [b.name for b in self.live], rw.KINDS,
+                       call_extra=self.call_extra)
         except rw.Unsupported as exc:
             self.disabled = str(exc)
         try:
@@ -196,6 +200,9 @@ class JitFunction:
             if id(value) in callee_fns:
                 callee, half = callee_fns[id(value)]
                 sub = state_for(callee.fn, callee.wrt)
+                if sub is self or sub.compiled is not None and sub.pair is None and \
+                        sub.disabled is None:
+                    raise rw.Unsupported("a recursive call")
                 sub._ensure_prepared()
                 if sub.disabled is not None:
                     raise rw.Unsupported(f"the function it calls, {callee.name}, is "
@@ -214,6 +221,18 @@ class JitFunction:
                 constants[name] = value
             else:
                 constants[name] = value
+        # A callee's live values are parameters of its pair: the caller passes them on.
+        self.call_extra = {}
+        seen: Dict[int, List[Tuple[str, str]]] = {}
+        for name, (sub, _) in sorted(self.callees.items()):
+            if id(sub) not in seen:
+                extra = []
+                for b in sub.live:
+                    param = f"_nbl{len(seen)}_{b.name}"
+                    live.append(_Binding(param, b.read))
+                    extra.append((b.name, param))
+                seen[id(sub)] = extra
+            self.call_extra[name] = seen[id(sub)]
         self.live = live
         self.constants = constants
 
@@ -285,8 +304,8 @@ class JitFunction:
             blas = _wants_blas(args, live)
             kinds = ["fused"] if need == "fused" else ["value", "fused_cot"]
             out_src = rw.rewrite(self.pair, placeholders, [b.name for b in self.live], kinds,
-                                 fwd_kinds, adj_kinds, blas)
-            ns = self._namespace(blas)
+                                 fwd_kinds, adj_kinds, blas, self.call_extra)
+            ns = self._namespace(blas, residuals)
             code = compile(out_src.source, f"<s2sgrad-numba {self.pair.name}>", "exec")
             exec(code, ns)
             jit = numba_module().njit
@@ -342,17 +361,51 @@ class JitFunction:
         adj.run(pair.adjoint)
         return fwd, adj
 
-    def _namespace(self, blas: bool) -> dict:
+    def _namespace(self, blas: bool, residuals=None) -> dict:
         from . import numba_helpers
         ns = {"np": np, "__builtins__": __builtins__}
         ns.update(numba_helpers.namespace(blas))
         ns.update(self.constants)
+        examples = {}
+        if self.callees and residuals is not None:
+            examples = rw.callee_residuals(self.pair, list(self.callees), residuals)
         for name, (sub, half) in self.callees.items():
-            ns[name] = sub.split_dispatcher(half)
+            forward_name = next((n for n, (s2, h) in self.callees.items()
+                                 if s2 is sub and h == "forward"), None)
+            ns[name] = sub.split_dispatchers(examples.get(forward_name))[
+                0 if half == "forward" else 1]
         return ns
 
-    def split_dispatcher(self, half: str):
-        raise rw.Unsupported("calls to other user functions (not yet supported by jit=True)")
+    def split_dispatchers(self, residuals: Optional[tuple] = None) -> tuple:
+        """(forward, adjoint) of this function as numba functions, for its callers.
+
+        Placeholder types come from one residual tuple of a NumPy run (the
+        caller's), when there is one.
+        """
+        self._ensure_prepared()
+        if self.disabled is not None:
+            raise rw.Unsupported(self.disabled)
+        with self._lock:
+            if self.split is not None:
+                return self.split
+            if self._building:
+                raise rw.Unsupported("a recursive call")
+            self._building = True
+            try:
+                placeholders, fwd_kinds, adj_kinds = {}, None, None
+                if residuals is not None and len(residuals) == len(self.pair.residual_names):
+                    placeholders = rw.learn_placeholders(self.pair, residuals)
+                    fwd_kinds, adj_kinds = self._kinds({}, residuals, None)
+                src = rw.rewrite(self.pair, placeholders, [b.name for b in self.live],
+                                 ["split"], fwd_kinds, adj_kinds, False, self.call_extra)
+                ns = self._namespace(False, residuals)
+                exec(compile(src.source, f"<s2sgrad-numba {self.pair.name}>", "exec"), ns)
+                jit = numba_module().njit
+                self.split = (jit(ns[self.pair.name + "_nb_forward"]),
+                              jit(ns[self.pair.name + "_nb_adjoint"]))
+                return self.split
+            finally:
+                self._building = False
 
     def fail(self, args: tuple, live: tuple, exc: BaseException) -> None:
         """numba could not compile this type signature: NumPy from now on, one warning."""

@@ -1388,6 +1388,14 @@ def np_prod(x):
     return np.prod(x)
 
 
+@special
+def empty_list(item):
+    """An empty list of item's type (a placeholder for a callee's stack)."""
+    out = [item]
+    out.pop()
+    return out
+
+
 def namespace(blas: bool) -> dict:
     """The `_nb_` names generated numba code reads, bound to their stubs."""
     from numba.typed import List

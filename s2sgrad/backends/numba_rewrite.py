@@ -60,6 +60,23 @@ NUMBA_HELPERS = frozenset({
 # Helpers the rewrite itself calls (numba_helpers.py defines them too).
 OWN_HELPERS = ("range", "riter", "rrev", "rlen", "ritem", "seed", "matmul", "dot")
 
+def _atom(node: ast.AST) -> bool:
+    """A name or a number (-1.0 included)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+        return isinstance(node, ast.Constant)
+    return isinstance(node, (ast.Name, ast.Constant))
+
+
+def _arithmetic(node: ast.AST) -> bool:
+    """An elementwise operation numba would fuse with the one around it."""
+    if isinstance(node, ast.BinOp):
+        return not isinstance(node.op, ast.MatMult)
+    if isinstance(node, ast.UnaryOp):
+        return not _atom(node)
+    return False
+
+
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
 _AUGOPS = {ast.Add: "iadd", ast.Sub: "isub", ast.Mult: "imul"}
 _COMPARES = {ast.Gt: "gt", ast.Lt: "lt", ast.GtE: "ge", ast.LtE: "le", ast.Eq: "eq"}
@@ -316,6 +333,12 @@ def kind_of(value: Any) -> Optional[Kind]:
         return ("a", len(value.shape), dtype.name) if dtype.kind in "fciub" else None
     if isinstance(value, range):
         return ("r",)
+    if isinstance(value, tuple) and value:
+        kinds = tuple(kind_of(v) for v in value)
+        return None if any(k is None for k in kinds) else ("t", kinds)
+    if isinstance(value, list):
+        items = [kind_of(v) for v in value if v is not None]
+        return ("l", items[-1]) if items and items[-1] is not None else None
     return None
 
 
@@ -325,6 +348,12 @@ def placeholder_for(kind: Optional[Kind]) -> Optional[str]:
         return None
     if kind[0] == "r":
         return "(0, 0, 1)"
+    if kind[0] == "t":
+        items = [placeholder_for(k) for k in kind[1]]
+        return None if any(i is None for i in items) else "(" + ", ".join(items) + ",)"
+    if kind[0] == "l":
+        item = placeholder_for(kind[1])
+        return None if item is None else f"{NB_PREFIX}empty_list({item})"
     if kind[0] == "s":
         return {"float64": "0.0", "int64": "0", "bool": "False",
                 "complex128": "0j"}.get(kind[1], f"np.{kind[1]}(0)")
@@ -334,6 +363,35 @@ def placeholder_for(kind: Optional[Kind]) -> Optional[str]:
 
 def placeholder(value: Any) -> Optional[str]:
     return placeholder_for(kind_of(value))
+
+
+def callee_residuals(pair: Pair, callees: Sequence[str], residuals: Sequence[Any]
+                     ) -> Dict[str, tuple]:
+    """For each callee forward name, one residual tuple it returned in a NumPy run.
+
+    The caller keeps a callee's residuals in a variable (`y, g_res =
+    g_forward(...)`), itself a residual or pushed on a stack that is one.
+    """
+    holders: Dict[str, str] = {}
+    for node in ast.walk(pair.forward):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Tuple) and len(node.targets[0].elts) == 2 \
+                and isinstance(node.value, ast.Call) and \
+                isinstance(node.value.func, ast.Name) and node.value.func.id in callees and \
+                isinstance(node.targets[0].elts[1], ast.Name):
+            holders[node.targets[0].elts[1].id] = node.value.func.id
+    found: Dict[str, tuple] = {}
+    for name, value in zip(pair.residual_names, residuals):
+        candidates = []
+        if name in holders:
+            candidates = [(holders[name], value)]
+        for pushed in pair.stacks.get(name, ()):
+            if pushed in holders and isinstance(value, list):
+                candidates += [(holders[pushed], v) for v in value]
+        for callee, v in candidates:
+            if isinstance(v, tuple) and callee not in found:
+                found[callee] = v
+    return found
 
 
 def learn_placeholders(pair: Pair, residuals: Sequence[Any],
@@ -675,7 +733,10 @@ class _Rewriter(ast.NodeTransformer):
 
     def __init__(self, ranges: Set[str], placeholders: Dict[str, str],
                  rename: Dict[str, str], kinds: Optional["KindInference"] = None,
-                 blas: bool = False):
+                 blas: bool = False,
+                 call_extra: Optional[Dict[str, List[Tuple[str, str]]]] = None):
+        self.call_extra = call_extra or {}
+        self._no_route = 0
         self.ranges = ranges
         self.placeholders = placeholders
         self.rename = rename
@@ -798,6 +859,14 @@ class _Rewriter(ast.NodeTransformer):
             done = self._specialize(short, node, kinds, kw_kinds)
             if done is not None:
                 return done
+        if isinstance(f, ast.Name) and f.id in self.call_extra:
+            # A callee's pair: its live values are passed by name (its forward's
+            # parameters may have defaults).
+            node.args = [self.visit(a) for a in node.args]
+            node.keywords = [self.visit(k) for k in node.keywords] + \
+                [ast.keyword(arg=own, value=ast.Name(id=ours, ctx=ast.Load()))
+                 for own, ours in self.call_extra[f.id]]
+            return node
         if isinstance(f, ast.Name):
             if f.id == "len" and len(node.args) == 1 and self._range_name(node.args[0]):
                 return ast.Call(func=self._nb("rlen"), args=[self._load(node.args[0].id)],
@@ -872,16 +941,27 @@ class _Rewriter(ast.NodeTransformer):
         elementwise expression into one loop without temporaries, which is
         faster than a call per operation.
         """
-        if not all(isinstance(o, (ast.Name, ast.Constant)) for o in operands):
+        if self._no_route or not all(_atom(o) for o in operands):
             return False
         kinds = [self._kind(o) for o in operands]
         return all(k is not None and k[0] in ("s", "a") for k in kinds) and \
             any(k[0] == "a" for k in kinds)
 
+    def _visit_operands(self, node: ast.AST, nested: bool) -> None:
+        """Visit an operation's operands; inside a nested arithmetic expression none
+        of them becomes a call (numba fuses the whole expression into one loop)."""
+        self._no_route += nested
+        try:
+            self.generic_visit(node)
+        finally:
+            self._no_route -= nested
+
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         kinds = (self._kind(node.left), self._kind(node.right))
         array = self._array_op(node.left, node.right)
-        self.generic_visit(node)
+        nested = not isinstance(node.op, ast.MatMult) and \
+            (_arithmetic(node.left) or _arithmetic(node.right))
+        self._visit_operands(node, nested)
         if isinstance(node.op, ast.MatMult):
             special = None if self.blas else _MATMUL.get(_ranks(kinds))
             return self._call(special or "matmul", [node.left, node.right])
@@ -892,7 +972,7 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
         array = isinstance(node.op, ast.USub) and self._array_op(node.operand)
-        self.generic_visit(node)
+        self._visit_operands(node, _arithmetic(node.operand))
         return self._call("op_neg", [node.operand]) if array else node
 
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
@@ -991,9 +1071,10 @@ class _Rewriter(ast.NodeTransformer):
         if isinstance(node.op, ast.MatMult):
             raise Unsupported("@=")
         op = _AUGOPS.get(type(node.op))
+        value_kind = self._kind(node.value)
         if op is not None and isinstance(node.target, ast.Name) and \
                 self._kind(node.target) is not None and self._kind(node.target)[0] == "a" and \
-                self._array_op(node.target, node.value):
+                value_kind is not None and value_kind[0] in ("s", "a"):
             # In place, as `x += v` is on an array (the call returns x itself).
             target = self.visit(ast.Name(id=node.target.id, ctx=ast.Load()))
             value = self.visit(node.value)
@@ -1050,12 +1131,30 @@ def _fresh(base: str, taken: Set[str]) -> str:
     return name
 
 
-def _function(name: str, params: Sequence[str], body: List[ast.stmt]) -> ast.FunctionDef:
+def _function(name: str, params: Sequence[str], body: List[ast.stmt],
+              defaults: Sequence[ast.expr] = ()) -> ast.FunctionDef:
     return ast.FunctionDef(
         name=name,
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params], vararg=None,
-                           kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+                           kwonlyargs=[], kw_defaults=[], kwarg=None,
+                           defaults=[copy.deepcopy(d) for d in defaults]),
         body=body, decorator_list=[], returns=None, type_comment=None)
+
+
+def _split_defaults(pair: Pair, live: Sequence[str]) -> List[ast.expr]:
+    """Defaults of the split forward: the forward's, then None for each live value
+    (always passed by name by the callers) when the forward has any."""
+    a = pair.forward.args
+    defaults = list(a.defaults)
+    if a.kwonlyargs:
+        if any(d is None for d in a.kw_defaults):
+            raise Unsupported("a keyword-only parameter without a default")
+        defaults = defaults + list(a.kw_defaults) if defaults or a.kw_defaults else defaults
+        if len(defaults) < len(a.kwonlyargs):
+            raise Unsupported("keyword-only parameters after parameters without defaults")
+    if not defaults:
+        return []
+    return defaults + [ast.Constant(value=None) for _ in live]
 
 
 @dataclass
@@ -1071,7 +1170,8 @@ KINDS = ("fused", "fused_cot", "value", "split")
 
 def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
             kinds: Sequence[str] = ("fused",), fwd_kinds: Optional[KindInference] = None,
-            adj_kinds: Optional[KindInference] = None, blas: bool = False) -> Rewritten:
+            adj_kinds: Optional[KindInference] = None, blas: bool = False,
+            call_extra: Optional[Dict[str, List[Tuple[str, str]]]] = None) -> Rewritten:
     """The numba-subset source of the requested functions.
 
     fused: (*params, *live) -> (output, gradients), seeded with 1 (grad).
@@ -1089,7 +1189,7 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
 
     def forward_body() -> List[ast.stmt]:
         fwd = copy.deepcopy(pair.forward)
-        rw = _Rewriter(fwd_ranges, placeholders, {}, fwd_kinds, blas)
+        rw = _Rewriter(fwd_ranges, placeholders, {}, fwd_kinds, blas, call_extra)
         body = [rw.visit(s) for s in fwd.body]
         helpers.update(rw.helpers)
         return body
@@ -1102,7 +1202,7 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
         stacks = _adjoint_stacks(pair)
         if drop_copies:
             body = [s for s in body if not _is_stack_copy(s, stacks)]
-        rw = _Rewriter(adj_ranges, {}, rename, adj_kinds, blas)
+        rw = _Rewriter(adj_ranges, {}, rename, adj_kinds, blas, call_extra)
         body = [rw.visit(s) for s in body]
         helpers.update(rw.helpers)
         return body
@@ -1121,9 +1221,9 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
                                        body))
         else:
             functions.append(_function(pair.name + "_nb_forward", list(pair.params) + live,
-                                       forward_body()))
+                                       forward_body(), _split_defaults(pair, live)))
             adj = copy.deepcopy(pair.adjoint)
-            rw = _Rewriter(adj_ranges, {}, {})
+            rw = _Rewriter(adj_ranges, {}, {}, adj_kinds, blas, call_extra)
             body = [rw.visit(s) for s in adj.body]
             helpers.update(rw.helpers)
             functions.append(_function(pair.name + "_nb_adjoint",
