@@ -45,6 +45,7 @@ def optimize(t: Transformed) -> Transformed:
         if not (shared or pruned or removed):
             break
     private_copies(t)
+    drop_needless_inits(t.forward)
     link_residuals(t)
     eliminate_dead(t.forward, keep=set(t.nf.params))
     fuse_forward_temporaries(t.forward, user_names)
@@ -664,6 +665,28 @@ def _popped_stack(s: ast.stmt) -> Optional[str]:
     return None
 
 
+def drop_needless_inits(fdef: ast.FunctionDef) -> None:
+    """`v = None` exists so that saving v before its first assignment works; it is
+    not needed where v is always assigned before any statement that saves it."""
+    inits = {s.s2s_init_of: s for s in fdef.body
+             if getattr(s, "s2s_init_of", None) is not None}
+    if not inits:
+        return
+    params = {a.arg for a in fdef.args.args}
+    assigned = set(params)
+    needed: Set[str] = set()
+    for s in fdef.body:
+        if getattr(s, "s2s_init_of", None) is not None:
+            continue
+        for sub in _walk_statements([s]):
+            var = getattr(sub, "s2s_save_of", None)
+            if var in inits and var not in assigned:
+                needed.add(var)
+        assigned = _definitely_assigned([s], assigned)
+    fdef.body = [s for s in fdef.body
+                 if getattr(s, "s2s_init_of", None) is None or s.s2s_init_of in needed]
+
+
 def _uses(s: ast.stmt) -> Set[str]:
     used = set(_loads(s))
     if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
@@ -929,9 +952,10 @@ def tidy(stmts: List[ast.stmt]) -> List[ast.stmt]:
         elif isinstance(s, ast.Pass):
             continue
         out.append(s)
-    # A comment must describe the code that follows it.
+    # A comment must describe the code that follows it (a return is not that code).
     return [s for i, s in enumerate(out)
-            if not (is_comment(s) and (i + 1 == len(out) or is_comment(out[i + 1])))]
+            if not (is_comment(s) and (i + 1 == len(out) or is_comment(out[i + 1]) or
+                                       isinstance(out[i + 1], ast.Return)))]
 
 
 def _has_code(stmts) -> bool:
