@@ -413,3 +413,44 @@ def test_recursion_falls_back():
     with pytest.warns(JitWarning, match="recursive"):
         got = s2sgrad.grad(recursive, jit=True)(x, 3)
     np.testing.assert_array_equal(got, s2sgrad.grad(recursive)(x, 3))
+
+
+_CACHE_SCRIPT = """
+import sys
+sys.path.insert(0, {where!r})
+import s2sgrad
+from s2sgrad.backends import numba_backend
+from jit_cache_case import pendulum
+g = s2sgrad.grad(pendulum, (2, 3), jit=True)(1.0, 0.0, 4.0, 0.1, 0.01, 50)
+state = numba_backend.state_for(pendulum, (2, 3))
+variant = next(iter(state.variants.values()))
+print(repr(g), sum(variant.fused.stats.cache_hits.values()))
+"""
+
+
+def test_compiled_code_is_kept_on_disk_for_the_next_process(tmp_path):
+    pytest.importorskip("numba")
+    import inspect
+    import os
+    import subprocess
+    import sys
+    where = tmp_path / "src"
+    where.mkdir()
+    (where / "jit_cache_case.py").write_text("import numpy as np\n\n\n" +
+                                             inspect.getsource(pendulum))
+    env = dict(os.environ, S2SGRAD_CACHE_DIR=str(tmp_path), S2SGRAD_CACHE="1")
+    script = _CACHE_SCRIPT.format(where=str(where))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    (g1, hits1), (g2, hits2) = (r.stdout.split(") ") for r in runs)
+    assert g1 == g2
+    assert int(hits1) == 0 and int(hits2) >= 1
+    assert any(p.suffix == ".py" for p in (tmp_path / "numba").iterdir())
+    env["S2SGRAD_CACHE"] = "0"
+    off = subprocess.run([sys.executable, "-c", script], env=dict(
+        env, S2SGRAD_CACHE_DIR=str(tmp_path / "off")), capture_output=True, text=True,
+        timeout=300)
+    assert off.returncode == 0, off.stderr
+    assert int(off.stdout.split(") ")[1]) == 0 and not (tmp_path / "off").exists()

@@ -306,9 +306,9 @@ class JitFunction:
             out_src = rw.rewrite(self.pair, placeholders, [b.name for b in self.live], kinds,
                                  fwd_kinds, adj_kinds, blas, self.call_extra)
             ns = self._namespace(blas, residuals)
-            code = compile(out_src.source, f"<s2sgrad-numba {self.pair.name}>", "exec")
-            exec(code, ns)
-            jit = numba_module().njit
+            ns, cache = _load_module(out_src.source, ns, self.pair.name,
+                                     disk=not self.callees)
+            jit = functools.partial(numba_module().njit, cache=cache)
             if need == "fused":
                 v.fused = jit(ns[out_src.names["fused"]])
             else:
@@ -532,6 +532,100 @@ class JitFunction:
         if v is None:
             raise RuntimeError(self.variants[_kinds(call) + _kinds(live)].failed)
         return v.source
+
+
+def _cache_dir() -> Optional[str]:
+    """Where generated numba modules and their machine code are kept, or None.
+
+    $S2SGRAD_CACHE_DIR/numba (the disk cache's directory), unless S2SGRAD_CACHE=0
+    or S2SGRAD_JIT_CACHE=0; a directory that is not ours or that others may
+    write is not used.
+    """
+    from .. import cache as disk_cache
+    if not disk_cache.enabled() or os.environ.get("S2SGRAD_JIT_CACHE", "1") == "0":
+        return None
+    path = os.path.join(disk_cache.directory(), "numba")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError:
+        return None
+    if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & 0o022:
+        return None
+    return path
+
+
+def _load_module(source: str, ns: dict, name: str, disk: bool) -> Tuple[dict, bool]:
+    """Execute the generated source; (its namespace, whether numba may cache it on disk).
+
+    With a cache directory, the source is written to a file named by its hash
+    (with numba's and s2sgrad's versions and what its names are bound to) and
+    imported from there, so numba's `cache=True` keeps the machine code beside
+    it: a later process loads it instead of compiling. Otherwise the code is
+    exec'd from memory.
+    """
+    import hashlib
+    import importlib.util
+    directory = _cache_dir() if disk else None
+    if directory is not None:
+        numba = numba_module()
+        bound = sorted((k, _describe(v)) for k, v in ns.items() if k != "__builtins__")
+        digest = hashlib.sha256(repr((source, bound, numba.__version__, np.__version__,
+                                      _backend_fingerprint())).encode()).hexdigest()[:40]
+        path = os.path.join(directory, f"m_{digest}.py")
+        try:
+            if not os.path.exists(path):
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "w") as f:
+                    f.write(f"# s2sgrad: numba code for {name}; regenerated when missing\n")
+                    f.write(source)
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, path)
+            import sys
+            modname = f"s2sgrad_jit_{digest}"
+            module = sys.modules.get(modname)
+            if module is None:
+                spec = importlib.util.spec_from_file_location(modname, path)
+                module = importlib.util.module_from_spec(spec)
+                module.__dict__.update(ns)
+                sys.modules[modname] = module   # numba's cache finds functions by module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    sys.modules.pop(modname, None)
+                    raise
+            return module.__dict__, True
+        except (OSError, ImportError, SyntaxError):
+            pass
+    code = compile(source, f"<s2sgrad-numba {name}>", "exec")
+    exec(code, ns)
+    return ns, False
+
+
+_FINGERPRINT: List[str] = []
+
+
+def _backend_fingerprint() -> str:
+    """A hash of this package's sources: cached machine code links the helpers'."""
+    if not _FINGERPRINT:
+        import hashlib
+        h = hashlib.sha256()
+        here = os.path.dirname(os.path.abspath(__file__))
+        for fname in sorted(os.listdir(here)):
+            if fname.endswith(".py"):
+                with open(os.path.join(here, fname), "rb") as f:
+                    h.update(fname.encode() + f.read())
+        _FINGERPRINT.append(h.hexdigest())
+    return _FINGERPRINT[0]
+
+
+def _describe(value: Any) -> str:
+    """What a name of generated numba code is bound to, for the cache key."""
+    if isinstance(value, types.ModuleType):
+        return f"module {value.__name__}"
+    mod = getattr(value, "__module__", None) or type(value).__module__
+    qual = getattr(value, "__qualname__", None) or type(value).__qualname__
+    return f"{mod}.{qual}"
 
 
 def _copies(args: Sequence[Any]) -> tuple:
