@@ -1,6 +1,7 @@
 """The `s2sgrad` command: inspect and check generated gradient code.
 
     s2sgrad show path/to/file.py:func [--wrt 0,1] [--no-optimize] [--color/--no-color]
+                                      [--mode reverse|forward] [--order 1|2]
     s2sgrad check path/to/file.py:func --shape x=3,4 [--seed N] [--tol T]
     s2sgrad cache info | s2sgrad cache clear
 
@@ -155,10 +156,32 @@ def cmd_show(args) -> int:
     from .compiler import compile_function
     fn, owner = _load_target(args.target)
     wrt = parse_wrt(args.wrt) if args.wrt is not None else _default_wrt(fn, owner)
-    compiled = compile_function(fn, wrt, not args.no_optimize)
-    text = compiled.source
+    if args.order == 2:
+        text = _second_order_source(fn, wrt, args.mode, not args.no_optimize)
+    elif args.mode == "forward":
+        from .compiler.tangent import compile_jvp
+        text = compile_jvp(fn, wrt, not args.no_optimize).source
+    else:
+        text = compile_function(fn, wrt, not args.no_optimize).source
     print(_highlight(text, args.color), end="" if text.endswith("\n") else "\n")
     return 0
+
+
+def _second_order_source(fn: Callable, wrt: Tuple[int, ...], mode: str, optimize: bool) -> str:
+    """The gradient of `fn` as code (calling the first-order pair, shown next), then
+    that code differentiated again: its adjoint (reverse over reverse) or, with
+    --mode forward, its tangent code (forward over reverse)."""
+    import inspect
+
+    from .compiler import compile_function, higher
+    grad_fn = higher.derived("grad", fn, wrt)
+    if mode == "forward":
+        from .compiler.tangent import compile_jvp
+        code = compile_jvp(grad_fn, wrt, optimize).source
+    else:
+        code = compile_function(grad_fn, wrt, optimize).source
+    first = grad_fn.__s2sgrad_pair__.source
+    return inspect.getsource(grad_fn) + "\n\n" + first + "\n\n" + code
 
 
 def _parse_shapes(items: Sequence[str]) -> dict:
@@ -263,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
                "  s2sgrad show examples/square.py:loss\n"
                "  s2sgrad show examples/add_mul.py:loss --wrt 0,1 --no-optimize\n"
+               "  s2sgrad show examples/square.py:loss --mode forward\n"
+               "  s2sgrad show examples/square.py:loss --order 2\n"
                "  s2sgrad show examples/square.py:SquareFunction.forward",
         formatter_class=_FORMATTER)
     show.add_argument("target", metavar="TARGET",
@@ -272,6 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "the first input after ctx for a Function's method)")
     show.add_argument("--no-optimize", action="store_true",
                       help="show the code before the optimisation pass")
+    show.add_argument("--mode", choices=("reverse", "forward"), default="reverse",
+                      help="reverse: the forward and adjoint (default); forward: the tangent "
+                           "(JVP) code")
+    show.add_argument("--order", type=int, choices=(1, 2), default=1,
+                      help="2: the gradient's code differentiated again (reverse over "
+                           "reverse; with --mode forward, forward over reverse)")
     color = show.add_mutually_exclusive_group()
     color.add_argument("--color", dest="color", action="store_true", default=None,
                        help="colour the code with pygments (default: only on a terminal)")

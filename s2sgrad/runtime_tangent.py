@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .runtime import HELPERS, ArrayMeta, _normalize_axes, helper
 from .rules import numpy_helpers as _nh
+from .runtime import HELPERS, ArrayMeta, _normalize_axes, helper
 
 
 def _helper(fn):
@@ -57,6 +57,40 @@ def zero_tangent(x: Any) -> Any:
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return zero_tangent(np.asarray(x))
     return None
+
+
+@_helper
+def none_to_zero_tangent(t, like):
+    """A user's jvp may return None for "zero": make it the zero tangent of `like`."""
+    return zero_tangent(like) if t is None else t
+
+
+@_helper
+def check_tangents(tangents, expected: int, method: str):
+    """A Function's jvp returns one tangent per output of forward."""
+    if expected == 1 and not isinstance(tangents, (tuple, list)):
+        return (tangents,)
+    got = len(tangents) if isinstance(tangents, (tuple, list)) else 1
+    if got != expected:
+        cls = method.rsplit(".", 1)[0]
+        raise TypeError(f"{method} returns {got} tangent(s), expected {expected} "
+                        f"(one per output of {cls}.forward)")
+    return tangents
+
+
+@_helper
+def call_jvp(cls, ctx, *tangents):
+    """cls.jvp(ctx, *tangents) for a Function whose bodies are called, not inlined; in
+    jvp, ctx.saved_tensors are the values forward gave to save_for_forward, if any."""
+    saved = getattr(ctx, "saved_for_forward", None)
+    if saved is None:
+        return cls.jvp(ctx, *tangents)
+    before = ctx.saved_tensors
+    ctx.saved_tensors = saved
+    try:
+        return cls.jvp(ctx, *tangents)
+    finally:
+        ctx.saved_tensors = before
 
 
 @_helper
@@ -531,7 +565,8 @@ def svd_jvp(a_dot, a, ans, full_matrices=True, compute_uv=True, hermitian=False)
         s2 = si[None, :] ** 2 - si[:, None] ** 2
         off = ~np.eye(k, dtype=bool) & ~degenerate
         f = np.where(off, 1.0 / np.where(off, s2, 1.0), 0.0)
-        bad = _undefined(pi - _T(pi), degenerate) | _undefined(pi, degenerate & (si[:, None] <= tol))
+        bad = _undefined(pi - _T(pi), degenerate) | \
+            _undefined(pi, degenerate & (si[:, None] <= tol))
         f = np.where(bad, np.nan, f)
         ui, vi, ai = uk[idx], vk[idx], a_dot[idx]
         dui = ui @ (f * sym)
@@ -630,3 +665,4 @@ def matrix_power_jvp(a_dot, a, n):
     for _ in range(k - 1):
         powers.append(powers[-1] @ base)
     return sum(powers[i] @ db @ powers[k - 1 - i] for i in range(k))
+
