@@ -159,7 +159,7 @@ def f(x):
     check_jvp(m.f, [np.array([0.3, -1.2, 2.0])])
 
 
-def test_user_broadcasting_rule_is_derived_pointwise(make_module, restore_registry):
+def test_user_broadcasting_rule_needs_a_declaration(make_module, restore_registry):
     m = make_module('''
 import numpy as np
 import s2sgrad
@@ -167,11 +167,24 @@ import s2sgrad
 def scale(x, y):
     return x * y
 
+def rowdot(x, y):
+    return np.sum(x * y, axis=-1)
+
 s2sgrad.defvjp(scale, "x, y", x="g * y", y="g * x", broadcast=True)
+s2sgrad.defvjp(rowdot, "x, y", x="g[..., None] * y", y="g[..., None] * x", broadcast=True)
 
 def f(x, y):
     return scale(x, y) + x
+
+def g(x, y):
+    return rowdot(x, y)
 ''')
+    # broadcast=True does not make a function elementwise (rowdot reduces): no guess
+    for fn in (m.f, m.g):
+        with pytest.raises(s2sgrad.TransformError, match="no forward-mode"):
+            compile_jvp(fn, (0, 1))
+    name = s2sgrad.rules.registry.lookup_function(m.scale).name
+    jvp_rules.pointwise(name)
     check_jvp(m.f, [np.array([[0.3], [-1.2]]), np.array([1.0, 2.0, 3.0])])
 
 

@@ -35,7 +35,7 @@ import ast
 import copy
 import inspect
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Union
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -76,7 +76,7 @@ class JvpRule:
 _SPECS: Dict[str, dict] = {}
 # Rules deliberately without a JVP (name -> why); forward mode raises for them.
 UNSUPPORTED: Dict[str, str] = {}
-_BUILT: Dict[int, Optional[JvpRule]] = {}
+_BUILT: Dict[int, Tuple[Rule, Optional[JvpRule]]] = {}
 
 
 def _register(names: Iterable[str], **spec) -> None:
@@ -87,7 +87,8 @@ def _register(names: Iterable[str], **spec) -> None:
 
 def pointwise(*names: str) -> None:
     """Elementwise functions whose VJP template is g times pointwise factors, for
-    which the rule's flags do not say so (not a ufunc, no broadcast=True)."""
+    which the rule's flags do not say so: not a ufunc, or a rule of your own
+    (`jvp_rules.pointwise("mylib.scale")` after `s2sgrad.defvjp(mylib.scale, ...)`)."""
     _register(names, kind="pointwise")
 
 
@@ -146,13 +147,11 @@ def unsupported(name: str, why: str) -> None:
 # -- building a rule -------------------------------------------------------------------------
 def lookup(rule: Rule) -> Optional[JvpRule]:
     """The JVP of a VJP rule: explicit, derived, or None (forward mode must raise)."""
-    key = id(rule)
-    if key in _BUILT:
-        built = _BUILT[key]
-        if built is None or built.vjp is rule:
-            return built
+    entry = _BUILT.get(id(rule))
+    if entry is not None and entry[0] is rule:
+        return entry[1]
     built = _build(rule)
-    _BUILT[key] = built
+    _BUILT[id(rule)] = (rule, built)    # the rule is kept alive: its id is not reused
     return built
 
 
@@ -175,10 +174,16 @@ class _Mismatch(Exception):
 
 
 def _is_pointwise(rule: Rule) -> bool:
+    """Elementwise for sure: a ufunc without a core signature, or a `broadcast=True`
+    rule of the built-in table (each checked by tests/rule_cases.py). A user's
+    `broadcast=True` rule need not be elementwise (a reduction over broadcast
+    batches is too), so it gets no derived JVP: declare it with `pointwise(name)`
+    or give a template with `defjvp`."""
     func = rule.func
     ufunc = isinstance(func, np.ufunc) and getattr(func, "signature", None) is None
-    return (ufunc or rule.broadcast) and rule.outputs is None and not rule.sequence and \
+    builtin_broadcast = rule.broadcast and id(rule) in _BUILTIN and \
         not (isinstance(func, np.ufunc) and func.signature is not None)
+    return (ufunc or builtin_broadcast) and rule.outputs is None and not rule.sequence
 
 
 def _rename(node, mapping: Dict[str, str]):
@@ -448,3 +453,8 @@ defjvp("scipy.special.log_softmax",
        x="x_dot - np.sum(np.exp(ans) * x_dot, axis=axis, keepdims=True)")
 defjvp("scipy.special.logsumexp", joint="logsumexp_jvp(a, b, a_dot, b_dot, ans, axis, keepdims, "
                                         "return_sign)", joint_params=("a", "b"))
+
+# The table as shipped: its broadcasting rules are elementwise (and tested as such).
+# The rules are kept referenced, so no later rule can get one of their ids.
+_BUILTIN_RULES = list(all_rules())
+_BUILTIN = {id(rule) for rule in _BUILTIN_RULES}
