@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..function import is_function_class
 from ..rules import registry
+from .names import name_nodes
 
 # Methods that return a view of (or the same object as) their array.
 _VIEW_METHODS = {"reshape", "transpose", "ravel", "squeeze", "view", "swapaxes", "T",
@@ -59,7 +60,7 @@ def _walk(body: List[ast.stmt]):
 def _names(node: Optional[ast.AST], local: Set[str]) -> List[str]:
     if node is None:
         return []
-    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in local]
+    return [n.id for n in name_nodes(node) if n.id in local]
 
 
 class AliasFacts:
@@ -132,7 +133,7 @@ class AliasFacts:
                     for item in _names(s.value, local):
                         self._contain(target.value.id, item)
             return
-        outs = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+        outs = [n.id for n in name_nodes(target)]
         for o in outs:
             self.defined_at.setdefault(o, s)
         value = s.value

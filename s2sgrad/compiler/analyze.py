@@ -17,6 +17,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..errors import error_at
 from ..rules import registry
+from .names import name_nodes
 from .normalize import NormalForm
 from .ops import Op, describe, names
 
@@ -68,7 +69,7 @@ def statement_op(s: ast.stmt, local_names) -> Optional[Op]:
 
 
 def loop_header_op(s: ast.For) -> Op:
-    targets = [n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)]
+    targets = [n.id for n in name_nodes(s.target)]
     it = s.iter
     callee = getattr(it, "s2s_callee", None)
     if callee is range:
@@ -187,12 +188,12 @@ def _definition_counts(body) -> Dict[str, int]:
             targets = []
             if isinstance(s, (ast.Assign, ast.AugAssign)):
                 targets = [n.id for t in (s.targets if isinstance(s, ast.Assign) else [s.target])
-                           for n in ast.walk(t) if isinstance(n, ast.Name)
-                           and isinstance(n.ctx, ast.Store)]
+                           for n in name_nodes(t)
+                           if isinstance(n.ctx, ast.Store)]
                 if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
                     targets = [s.target.id]
             elif isinstance(s, ast.For):
-                targets = [n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)]
+                targets = [n.id for n in name_nodes(s.target)]
             for t in targets:
                 counts[t] = counts.get(t, 0) + (2 if in_loop and isinstance(s, ast.For) else 1)
             if isinstance(s, ast.If):

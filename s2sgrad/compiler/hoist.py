@@ -15,6 +15,7 @@ from typing import List, Set
 import numpy as np
 
 from ..rules import registry
+from .names import name_nodes
 
 _SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.MatMult)
 _SAFE_UNARY = (ast.USub, ast.UAdd)
@@ -89,7 +90,7 @@ def _invariant(s, changed: Set[str], defs, user_names) -> bool:
     target = s.targets[0].id
     if target in user_names or defs.get(target) != 1:
         return False
-    reads = {n.id for n in ast.walk(s.value) if isinstance(n, ast.Name)}
+    reads = {n.id for n in name_nodes(s.value)}
     if reads & changed:
         return False
     return _pure(s.value)

@@ -17,7 +17,7 @@ import ast
 import copy
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..errors import TransformError, error_at
 from ..rules.registry import Rule
@@ -50,9 +50,11 @@ def _helper(name: str) -> ast.Name:
 class _Substitute(ast.NodeTransformer):
     """Replace names by expressions; drop `kw=param` for parameters left at default."""
 
-    def __init__(self, mapping: Dict[str, ast.expr], drop_keywords: Set[str] = frozenset()):
+    def __init__(self, mapping: Dict[str, ast.expr], drop_keywords: Set[str] = frozenset(),
+                 helpers: Iterable[str] = ()):
         self.mapping = mapping
         self.drop = drop_keywords
+        self.helpers = helpers  # names that become `_s2s_<name>` unless mapped
 
     def visit_Call(self, node: ast.Call):
         node.keywords = [k for k in node.keywords
@@ -66,11 +68,13 @@ class _Substitute(ast.NodeTransformer):
             if isinstance(node.ctx, ast.Store) and isinstance(new, ast.Name):
                 new.ctx = ast.Store()
             return new
+        if node.id in self.helpers:
+            node.id = "_s2s_" + node.id
         return node
 
 
-def substitute(node, mapping, drop_keywords=frozenset()):
-    return _Substitute(mapping, set(drop_keywords)).visit(clone(node))
+def substitute(node, mapping, drop_keywords=frozenset(), helpers: Iterable[str] = ()):
+    return _Substitute(mapping, set(drop_keywords), helpers).visit(clone(node))
 
 
 def _constant(value: Any) -> ast.expr:
@@ -121,8 +125,6 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
             if kind is inspect.Parameter.VAR_POSITIONAL:
                 default = ()
             mapping[param] = _constant(None if default is inspect.Parameter.empty else default)
-    for helper in HELPERS:
-        mapping.setdefault(helper, _helper(helper))
     mapping["np"] = _name(np_name)
     drop = set(rule.params) - given
     out: List[ast.stmt] = []
@@ -133,13 +135,13 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
                     sub.id not in local:
                 local[sub.id] = _name(names.fresh(sub.id))
     full = dict(mapping, **local)
-    prelude = [substitute(s, full, drop) for s in rule.prelude]
+    prelude = [substitute(s, full, drop, HELPERS) for s in rule.prelude]
     needed_prelude = False
     parts: Dict[str, ast.expr] = {}
     for key in p.wanted:
         param = key.split("[")[0]
         if param not in parts:
-            parts[param] = substitute(rule.grads[param], full, drop)
+            parts[param] = substitute(rule.grads[param], full, drop, HELPERS)
             if any(isinstance(n, ast.Name) and n.id in {v.id for v in local.values()}
                    for n in ast.walk(parts[param])):
                 needed_prelude = True

@@ -15,7 +15,6 @@ error messages and for the comments of the generated adjoint.
 from __future__ import annotations
 
 import ast
-import copy
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from ..function import is_function_class
 from ..rules import registry
 from .aliases import AliasFacts
 from .hoist import hoist_invariants
-from .names import NameRegistry, clone, names_in
+from .names import NameRegistry, clone, name_nodes, names_in
 from .parse import ParsedFunction
 from .resolve import Resolver
 
@@ -121,8 +120,8 @@ def lift_jumps(stmts: List[ast.stmt], jumps) -> List[ast.stmt]:
         if isinstance(s, ast.If) and _has(s, jumps, stop=(ast.For, ast.While)
                                           if ast.Return not in jumps else ()):
             rest = stmts[i + 1:]
-            s.body = lift_jumps(s.body + copy.deepcopy(rest), jumps)
-            s.orelse = lift_jumps(s.orelse + copy.deepcopy(rest), jumps)
+            s.body = lift_jumps(s.body + clone(rest), jumps)
+            s.orelse = lift_jumps(s.orelse + clone(rest), jumps)
             out.append(s)
             return out
         out.append(s)
@@ -138,7 +137,7 @@ class _Normalizer:
         local = set(self.params) | _assigned_names(fdef.body)
         for node in _walk_scope(fdef):
             if isinstance(node, (ast.For, ast.comprehension)):
-                local |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+                local |= {n.id for n in name_nodes(node.target)}
         self.resolver = Resolver(parsed.globals, parsed.closure, local)
         self.names = NameRegistry(names_in(fdef) | local)
         self._check_reserved(fdef)
@@ -215,11 +214,11 @@ class _Normalizer:
         body = self._lift_returns(body)
         self.unversioned = self._assigned_in_compound(body)
         self.resolver.locals |= _assigned_names(body)
-        pristine = copy.deepcopy(body)
+        pristine = clone(body)
         state = (set(self.names.taken), dict(self.env))
         while True:
             out: List[ast.stmt] = []
-            self.block(copy.deepcopy(pristine), out)
+            self.block(clone(pristine), out)
             facts = AliasFacts(out, self.resolver.locals | self.names.taken, self.lists)
             redo = {u for u in self.rebound_augassign if facts.shared_with_user(u,
                                                                              self.user_names)}
@@ -233,7 +232,7 @@ class _Normalizer:
             self.rebound_augassign = set()
         self._protect_in_place_writes(facts)
         out = hoist_invariants(out, self.user_names)
-        new = ast.FunctionDef(name=fdef.name, args=copy.deepcopy(fdef.args), body=out,
+        new = ast.FunctionDef(name=fdef.name, args=clone(fdef.args), body=out,
                               decorator_list=[], returns=None, type_comment=None)
         ast.copy_location(new, fdef)
         new.end_lineno, new.end_col_offset = fdef.end_lineno, fdef.end_col_offset
@@ -594,7 +593,7 @@ class _Normalizer:
             known = self.tuples[self.env[value.id]]
             if len(known) != len(elts):
                 raise self.err(target, f"cannot unpack {len(known)} values into {len(elts)}")
-            atoms = [copy.deepcopy(a) for a in known]
+            atoms = [clone(a) for a in known]
             for t, a in zip(elts, atoms):
                 self.assign(t, a, out, s)
             return
@@ -610,7 +609,7 @@ class _Normalizer:
             return
         src = self.atom(value, out)
         for i, t in enumerate(elts):
-            item = ast.Subscript(value=copy.deepcopy(src), slice=ast.Constant(value=i),
+            item = ast.Subscript(value=clone(src), slice=ast.Constant(value=i),
                                  ctx=ast.Load())
             self.assign(t, ast.copy_location(item, t), out, s)
 
@@ -654,7 +653,7 @@ class _Normalizer:
             # x[i] += v  ->  t = x[i]; t2 = t + v; x[i] = t2 (the index is evaluated once)
             index = self.index(target.slice, out)
             item = ast.copy_location(ast.Subscript(value=self.load(base.id),
-                                                   slice=copy.deepcopy(index),
+                                                   slice=clone(index),
                                                    ctx=ast.Load()), target)
             old = self.names.fresh(_stem(item, self) or "item")
             self.emit(out, _assign(old, item), target)
@@ -776,7 +775,7 @@ class _Normalizer:
         if isinstance(expr, ast.Attribute) and not self.resolver.is_local_chain(expr):
             ok, _ = self.resolver.static(expr)
             if ok:
-                node = copy.deepcopy(expr)
+                node = clone(expr)
                 node.s2s_static = True
                 return node
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) and \
@@ -786,7 +785,7 @@ class _Normalizer:
                 isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, int):
             known = self.tuples.get(self.env.get(expr.value.id, expr.value.id))
             if known is not None and -len(known) <= expr.slice.value < len(known):
-                return copy.deepcopy(known[expr.slice.value])
+                return clone(known[expr.slice.value])
         op = self.operation(expr, out)
         name = self.names.fresh(_stem(op, self) or "t")
         self.emit(out, _assign(name, op), expr)
@@ -813,7 +812,7 @@ class _Normalizer:
                     self.env.get(expr.value.id, expr.value.id) in self.tuples and \
                     isinstance(expr.slice, ast.Constant):
                 known = self.tuples[self.env.get(expr.value.id, expr.value.id)]
-                return copy.deepcopy(known[expr.slice.value])
+                return clone(known[expr.slice.value])
             base = self.atom(expr.value, out)
             index = self.index(expr.slice, out)
             return ast.copy_location(ast.Subscript(value=base, slice=index, ctx=ast.Load()), expr)
@@ -915,8 +914,8 @@ class _Normalizer:
         from . import higher
         if isinstance(node, ast.Lambda):
             params = {a.arg for a in node.args.posonlyargs + node.args.args}
-            free = sorted({n.id for n in ast.walk(node.body) if isinstance(n, ast.Name)
-                           and n.id not in params and n.id in self.resolver.locals})
+            free = sorted({n.id for n in name_nodes(node.body)
+                           if n.id not in params and n.id in self.resolver.locals})
             fn = higher.lift_lambda(node, free, self.p.globals, self.p.filename)
             return fn, free
         if node is not None and _dotted(node) and not self.resolver.is_local_chain(node):
@@ -970,7 +969,7 @@ class _Normalizer:
                                "Define it before calling the differentiated function.")
             rule = registry.lookup_function(obj)
             args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out)
-            node = ast.Call(func=copy.deepcopy(func), args=args, keywords=keywords)
+            node = ast.Call(func=clone(func), args=args, keywords=keywords)
             node.s2s_callee = obj
             return ast.copy_location(node, expr)
         if isinstance(func, ast.Attribute):
@@ -1022,7 +1021,7 @@ def _assign(name: str, value: ast.expr) -> ast.Assign:
 
 
 def _loads(node: ast.AST) -> Set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {n.id for n in name_nodes(node) if isinstance(n.ctx, ast.Load)}
 
 
 def _is_docstring(s: ast.stmt) -> bool:

@@ -10,12 +10,12 @@ and a variable's saved copies survive only if some rule reads the variable.
 from __future__ import annotations
 
 import ast
-import copy
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 import numpy as np
 
+from .names import clone, name_nodes
 from .transform import Transformed, is_comment
 
 _PART = re.compile(r".*_bar_part(_\d+)?$")
@@ -80,53 +80,67 @@ def _to_ast(value) -> Optional[ast.expr]:
     return None
 
 
-class _Folder(ast.NodeTransformer):
-    def generic_visit(self, node):
-        super().generic_visit(node)
-        if isinstance(node, ast.expr) and _evaluable(node):
-            try:
-                value = eval(compile(ast.Expression(body=ast.fix_missing_locations(
-                    copy.deepcopy(node))), "<fold>", "eval"), {"__builtins__": {}})
-            except Exception:  # noqa: BLE001 - folding is best effort
-                return node
-            new = _to_ast(value)
-            if new is not None:
-                return ast.copy_location(new, node)
-        return node
+_FOLDABLE = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp)
 
-    def visit_Call(self, node: ast.Call):
-        self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1 \
+
+def _fold(node: ast.AST) -> ast.AST:
+    """Fold constant subexpressions of `node`, children first.
+
+    A hand-written recursion rather than a NodeTransformer: folding visits every
+    node of both functions, and the visitor's dispatch was most of its cost."""
+    for field in node._fields:
+        value = getattr(node, field, None)
+        if value.__class__ is list:
+            for i, item in enumerate(value):
+                if isinstance(item, ast.AST):
+                    new = _fold(item)
+                    if new is not item:
+                        value[i] = new
+        elif isinstance(value, ast.AST):
+            new = _fold(value)
+            if new is not value:
+                setattr(node, field, new)
+    if isinstance(node, _FOLDABLE) and _evaluable(node):
+        try:
+            value = eval(compile(ast.Expression(body=ast.fix_missing_locations(
+                clone(node))), "<fold>", "eval"), {"__builtins__": {}})
+        except Exception:  # noqa: BLE001 - folding is best effort
+            return node
+        new = _to_ast(value)
+        return node if new is None else ast.copy_location(new, node)
+    cls = node.__class__
+    if cls is ast.Call:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "len" and len(node.args) == 1 \
                 and isinstance(node.args[0], (ast.Tuple, ast.List)) and not node.keywords:
             return ast.copy_location(ast.Constant(value=len(node.args[0].elts)), node)
-        if isinstance(node.func, ast.Name) and node.func.id == "_s2s_zeros_like" and \
+        if isinstance(func, ast.Name) and func.id == "_s2s_zeros_like" and \
                 len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and \
                 isinstance(node.args[0].value, (int, float)):
             return ast.copy_location(ast.Constant(value=0.0), node)
-        return node
-
-    def visit_Subscript(self, node: ast.Subscript):
-        self.generic_visit(node)
+    elif cls is ast.Subscript:
         if isinstance(node.value, ast.Tuple) and isinstance(node.slice, ast.Constant) and \
                 isinstance(node.slice.value, int) and isinstance(node.ctx, ast.Load):
             n = len(node.value.elts)
             if -n <= node.slice.value < n:
                 return node.value.elts[node.slice.value]
-        return node
-
-    def visit_BinOp(self, node: ast.BinOp):
-        node = self.generic_visit(node)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and \
-                isinstance(node.right, ast.Constant) and node.right.value == 1 and \
-                not isinstance(node.right.value, bool):
+    elif cls is ast.BinOp:
+        if isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant) and \
+                node.right.value == 1 and not isinstance(node.right.value, bool):
             return node.left
-        return node
+    return node
 
 
 def fold_block(stmts: List[ast.stmt]) -> List[ast.stmt]:
     out: List[ast.stmt] = []
     for s in stmts:
-        s = _Folder().visit(s)
+        # Compound statements: fold only their header here; their bodies below.
+        if isinstance(s, (ast.If, ast.While)):
+            s.test = _fold(s.test)
+        elif isinstance(s, ast.For):
+            s.iter = _fold(s.iter)
+        else:
+            s = _fold(s)
         if isinstance(s, ast.If):
             if _is_constant(s.test):
                 out += fold_block(s.body if ast.literal_eval(s.test) else s.orelse)
@@ -155,7 +169,7 @@ def assignment_sites(stmts: Iterable[ast.stmt], in_loop: bool = False,
             assignment_sites(s.body, in_loop, counts)
             assignment_sites(s.orelse, in_loop, counts)
             continue
-        for n in _stores(s):
+        for n in _simple_stores(s):
             counts[n] = counts.get(n, 0) + weight
     return counts
 
@@ -163,12 +177,12 @@ def assignment_sites(stmts: Iterable[ast.stmt], in_loop: bool = False,
 def _stores(node) -> Set[str]:
     if node is None:
         return set()
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
-            and isinstance(n.ctx, (ast.Store, ast.Del))}
+    return {n.id for n in name_nodes(node)
+            if isinstance(n.ctx, (ast.Store, ast.Del))}
 
 
 def _loads(node) -> List[str]:
-    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    return [n.id for n in name_nodes(node) if isinstance(n.ctx, ast.Load)]
 
 
 class _Rename(ast.NodeTransformer):
@@ -177,7 +191,7 @@ class _Rename(ast.NodeTransformer):
 
     def visit_Name(self, node):
         if node.id == self.old and isinstance(node.ctx, ast.Load):
-            return ast.copy_location(copy.deepcopy(self.new), node)
+            return ast.copy_location(clone(self.new), node)
         return node
 
 
@@ -264,7 +278,7 @@ def substitute_single_use(fdef: ast.FunctionDef) -> None:
             load_counts[n] = load_counts.get(n, 0) + 1
         counts: Dict[str, int] = {}
         for s in _walk_statements(fdef.body):
-            for n in _stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
+            for n in _simple_stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
                 counts[n] = counts.get(n, 0) + 1
         substituted = _substitute_in_block(fdef.body, load_counts, counts)
         if not (dropped or copies or substituted):
@@ -306,9 +320,8 @@ def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
                             occurrences: Optional[Dict[str, int]] = None) -> int:
     if occurrences is None:
         occurrences = {}
-        for n in ast.walk(fdef):
-            if isinstance(n, ast.Name):
-                occurrences[n.id] = occurrences.get(n.id, 0) + 1
+        for n in name_nodes(fdef):
+            occurrences[n.id] = occurrences.get(n.id, 0) + 1
     done = 0
     for s in stmts:
         for attr in ("body", "orelse"):
@@ -324,7 +337,9 @@ def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
             a, b = s.targets[0].id, s.value.id
             if _copy_is_local(stmts, i, a, b, occurrences.get(a, 0)):
                 for use in stmts[i + 1:]:
-                    _Rename(a, ast.Name(id=b, ctx=ast.Load())).visit(use)
+                    for n in name_nodes(use):
+                        if n.id == a and n.ctx.__class__ is ast.Load:
+                            n.id = b
                 del stmts[i]
                 occurrences[b] = occurrences.get(b, 0) + occurrences.get(a, 0) - 2
                 occurrences[a] = 0
@@ -340,7 +355,7 @@ def _copy_is_local(stmts, i, a, b, total: int) -> bool:
     `total` is how often `a` occurs in the whole function."""
     seen = 0
     for s in stmts[i + 1:]:
-        reads = sum(1 for n in ast.walk(s) if isinstance(n, ast.Name) and n.id == a
+        reads = sum(1 for n in name_nodes(s) if n.id == a
                     and isinstance(n.ctx, ast.Load))
         writes = _simple_stores(s)
         if reads and isinstance(s, (ast.If, ast.For, ast.While)):
@@ -429,8 +444,8 @@ def share_shape_witnesses(t: Transformed) -> bool:
     if not positions:
         return False
     shape_reads = {id(call.args[i]) for call, i, _ in positions}
-    value_reads = {n.id for n in ast.walk(t.adjoint) if isinstance(n, ast.Name) and
-                   isinstance(n.ctx, ast.Load) and id(n) not in shape_reads} | params
+    value_reads = {n.id for n in name_nodes(t.adjoint)
+                   if isinstance(n.ctx, ast.Load) and id(n) not in shape_reads} | params
     paths = _definition_paths(t.nf.node.body)
     members: Dict[str, List[str]] = {}
     for name, rep in shapes.items():
@@ -613,7 +628,7 @@ def prune_saves(t: Transformed) -> bool:
     # A saved copy read directly (x op= v reads its slot) is needed whatever the restores.
     read_outside = {n.id for s in _walk_statements(t.adjoint.body)
                     if getattr(s, "s2s_slot", None) is None
-                    for n in ast.walk(_header(s)) if isinstance(n, ast.Name)}
+                    for n in name_nodes(_header(s))}
     dropped = {slot for slot, dead in slots.items() if dead and slot not in read_outside}
     if not dropped:
         return False
@@ -903,7 +918,7 @@ def _shape_only(fdef: ast.FunctionDef, name: str) -> bool:
                 allowed.add(id(node.args[index]))
         elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim", "dtype", "size"):
             allowed.add(id(node.value))
-    reads = [n for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id == name
+    reads = [n for n in name_nodes(fdef) if n.id == name
              and isinstance(n.ctx, ast.Load)]
     return bool(reads) and all(id(n) in allowed for n in reads)
 

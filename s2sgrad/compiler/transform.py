@@ -26,7 +26,7 @@ from .. import runtime_inplace  # noqa: F401 - registers the helpers this pass e
 from ..errors import error_at
 from . import inline
 from .analyze import Activity, iter_statements, loop_header_op
-from .names import NameRegistry
+from .names import NameRegistry, name_nodes
 from .normalize import NormalForm
 from .ops import Op, describe, names
 
@@ -169,7 +169,7 @@ class _Reverse:
         if isinstance(s, (ast.Assign, ast.AugAssign)):
             return describe(s, self.locals).outputs
         if isinstance(s, ast.For):
-            return [n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)]
+            return [n.id for n in name_nodes(s.target)]
         return []
 
     # -- driver ------------------------------------------------------------------
