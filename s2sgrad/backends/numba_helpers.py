@@ -1389,6 +1389,55 @@ def np_prod(x):
 
 
 @special
+def empty_f64_0():
+    return np.empty((), np.float64)
+
+
+@special
+def empty_f64_1():
+    return np.empty((0,), np.float64)
+
+
+@special
+def empty_f64_2():
+    return np.empty((0, 0), np.float64)
+
+
+@special
+def empty_f64_3():
+    return np.empty((0, 0, 0), np.float64)
+
+
+@special
+def range1(stop):
+    return (np.int64(0), np.int64(stop), np.int64(1))
+
+
+@special
+def range2(start, stop):
+    return (np.int64(start), np.int64(stop), np.int64(1))
+
+
+@special
+def range3(start, stop, step):
+    if step == 0:
+        raise ValueError("range() arg 3 must not be zero")
+    return (np.int64(start), np.int64(stop), np.int64(step))
+
+
+@special
+def riter_args(r):
+    return r
+
+
+@special
+def rrev_args(r):
+    """(start, stop, step) of reversed(range(*r))."""
+    n = len(range(r[0], r[1], r[2]))
+    return (r[0] + (n - 1) * r[2], r[0] - r[2], -r[2])
+
+
+@special
 def empty_list(item):
     """An empty list of item's type (a placeholder for a callee's stack)."""
     out = [item]

@@ -60,6 +60,28 @@ NUMBA_HELPERS = frozenset({
 # Helpers the rewrite itself calls (numba_helpers.py defines them too).
 OWN_HELPERS = ("range", "riter", "rrev", "rlen", "ritem", "seed", "matmul", "dot")
 
+def _range_of(triple: ast.expr, reverse: bool) -> ast.expr:
+    """range(t[0], t[1], t[2]), or the reversed range, for a (start, stop, step) triple.
+
+    Written out (no helper to compile); a triple that is not a plain name is
+    bound by `_nb_rrev_args`, a cached helper.
+    """
+    if not isinstance(triple, ast.Name):
+        name = NB_PREFIX + ("rrev_args" if reverse else "riter_args")
+        return ast.Call(func=ast.Name(id="range", ctx=ast.Load()),
+                        args=[ast.Starred(value=ast.Call(
+                            func=ast.Name(id=name, ctx=ast.Load()), args=[triple],
+                            keywords=[]), ctx=ast.Load())], keywords=[])
+    items = [ast.Subscript(value=ast.Name(id=triple.id, ctx=ast.Load()),
+                           slice=ast.Constant(value=i), ctx=ast.Load()) for i in range(3)]
+    if not reverse:
+        return ast.Call(func=ast.Name(id="range", ctx=ast.Load()), args=items, keywords=[])
+    return ast.Call(func=ast.Name(id="range", ctx=ast.Load()), args=[ast.Starred(
+        value=ast.Call(func=ast.Name(id=NB_PREFIX + "rrev_args", ctx=ast.Load()),
+                       args=[ast.Name(id=triple.id, ctx=ast.Load())], keywords=[]),
+        ctx=ast.Load())], keywords=[])
+
+
 def _atom(node: ast.AST) -> bool:
     """A name or a number (-1.0 included)."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -358,6 +380,8 @@ def placeholder_for(kind: Optional[Kind]) -> Optional[str]:
         return {"float64": "0.0", "int64": "0", "bool": "False",
                 "complex128": "0j"}.get(kind[1], f"np.{kind[1]}(0)")
     _, ndim, dtype = kind
+    if dtype == "float64" and ndim <= 3:
+        return f"{NB_PREFIX}empty_f64_{ndim}()"     # compiled once per machine
     return f"np.empty({(0,) * ndim!r}, np.{'bool_' if dtype == 'bool' else dtype})"
 
 
@@ -783,7 +807,7 @@ class _Rewriter(ast.NodeTransformer):
             if name in self.ranges:
                 value = node.value
                 if _is_call(value, "range"):
-                    value = ast.Call(func=self._nb("range"),
+                    value = ast.Call(func=self._nb(f"range{len(value.args)}"),
                                      args=[self.visit(a) for a in value.args], keywords=[])
                 elif isinstance(value, ast.Name) and value.id in self.ranges:
                     value = self._load(value.id)
@@ -824,12 +848,12 @@ class _Rewriter(ast.NodeTransformer):
         it = node.iter
         triple = None if _is_call(it, "range") else self._range_triple(it)
         if triple is not None:
-            node.iter = self._call("riter", [triple])
+            node.iter = _range_of(triple, reverse=False)
         elif _is_call(it, "reversed") and len(it.args) == 1:
             arg = it.args[0]
             triple = self._range_triple(arg)
             if triple is not None:
-                node.iter = self._call("rrev", [triple])
+                node.iter = _range_of(triple, reverse=True)
             else:
                 node.iter = ast.Subscript(value=self.visit(arg),
                                           slice=ast.Slice(lower=None, upper=None,
@@ -846,7 +870,8 @@ class _Rewriter(ast.NodeTransformer):
         return ast.Call(func=self._nb(helper), args=args, keywords=[])
 
     def _visit_range(self, call: ast.Call) -> ast.Call:
-        return ast.Call(func=self._nb("range"), args=[self.visit(a) for a in call.args],
+        return ast.Call(func=self._nb(f"range{len(call.args)}"),
+                        args=[self.visit(a) for a in call.args],
                         keywords=[])
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
@@ -1211,8 +1236,9 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
         if kind not in KINDS:
             raise ValueError(kind)
         if kind in ("fused", "fused_cot"):
+            seed_kind = adj_kinds.env.get(pair.cotangent) if adj_kinds is not None else None
             functions.append(_fused(pair, live, kind == "fused", forward_body, adjoint_body,
-                                    helpers))
+                                    helpers, seed_kind))
         elif kind == "value":
             body = forward_body()
             ret = body[-1]
@@ -1236,7 +1262,7 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
 
 
 def _fused(pair: Pair, live: List[str], seed: bool, forward_body, adjoint_body,
-           helpers: Set[str]) -> ast.FunctionDef:
+           helpers: Set[str], seed_kind: Optional[Kind] = None) -> ast.FunctionDef:
     """The forward then the adjoint in one function: no residual tuple, no stack copies."""
     fwd_names = _names_stored(pair.forward) | set(pair.params) | set(live)
     adj_names = _names_stored(pair.adjoint) - {pair.adjoint.args.args[0].arg}
@@ -1263,12 +1289,15 @@ def _fused(pair: Pair, live: List[str], seed: bool, forward_body, adjoint_body,
                                    value=elt, lineno=0))
     cot = rename.get(pair.cotangent, pair.cotangent)
     if seed:
-        helpers.add("seed")
-        body.append(ast.Assign(
-            targets=[ast.Name(id=cot, ctx=ast.Store())],
-            value=ast.Call(func=ast.Name(id=NB_PREFIX + "seed", ctx=ast.Load()),
-                           args=[ast.Name(id=out_name, ctx=ast.Load())], keywords=[]),
-            lineno=0))
+        out_kind = seed_kind
+        if out_kind == ("s", "float64"):
+            value = ast.Constant(value=1.0)
+        else:
+            helpers.add("seed")
+            value = ast.Call(func=ast.Name(id=NB_PREFIX + "seed", ctx=ast.Load()),
+                             args=[ast.Name(id=out_name, ctx=ast.Load())], keywords=[])
+        body.append(ast.Assign(targets=[ast.Name(id=cot, ctx=ast.Store())], value=value,
+                               lineno=0))
     adj = adjoint_body(rename, drop_copies=True)
     final = adj.pop()
     adj.append(ast.Return(value=ast.Tuple(
