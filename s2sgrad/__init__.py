@@ -7,6 +7,7 @@ from . import functional, rules
 from .api import differentiable, grad, source, value_and_grad, vjp
 from .errors import TransformError
 from .function import Context, Function
+from .rules.jvp_rules import defjvp  # noqa: F401 - public: s2sgrad.defjvp
 from .rules.registry import defvjp  # noqa: F401 - public: s2sgrad.defvjp
 
 __version__ = "0.1.0"

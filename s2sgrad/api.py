@@ -255,7 +255,15 @@ def check_cotangent(v: Any, out: Any) -> None:
                          f"{np.shape(out)}")
 
 
-def source(f: Callable, wrt: Union[int, Sequence[int]] = 0, optimize: bool = True) -> str:
-    """The generated forward and adjoint of f (and of the functions it calls), as text."""
+def source(f: Callable, wrt: Union[int, Sequence[int]] = 0, optimize: bool = True,
+           mode: str = "reverse") -> str:
+    """The generated code of f (and of the functions it calls), as text: its forward
+    and adjoint (mode="reverse"), or its tangent code (mode="forward")."""
     positions, _ = normalize_wrt(wrt)
+    if mode == "forward":
+        from .compiler.tangent import compile_jvp
+        return compile_jvp(f, positions, optimize).source
+    if mode != "reverse":
+        raise ValueError(f"source(mode={mode!r}): mode is 'reverse' (forward and adjoint) "
+                         "or 'forward' (tangent code)")
     return compile_function(f, positions, optimize).source

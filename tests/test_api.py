@@ -202,6 +202,20 @@ def test_source_is_deterministic(m):
     assert s2sgrad.source(m.loss, wrt=(0, 2)) == first
 
 
+def test_source_in_forward_mode_is_tangent_code(m):
+    src = s2sgrad.source(m.loss, wrt=0, mode="forward")
+    assert "def loss_jvp(w, x, b, w_dot):" in src
+    assert "h_dot" in src and "_bar" not in src
+    with pytest.raises(ValueError, match="'reverse'.*'forward'"):
+        s2sgrad.source(m.loss, mode="backward")
+
+
+def test_defjvp_and_defvjp_are_public():
+    from s2sgrad.rules import jvp_rules, registry
+    assert s2sgrad.defjvp is jvp_rules.defjvp
+    assert s2sgrad.defvjp is registry.defvjp
+
+
 def test_source_names_and_comments(m):
     src = s2sgrad.source(m.loss, wrt=0)
     assert "def loss_forward(w, x, b):" in src

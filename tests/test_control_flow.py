@@ -71,6 +71,28 @@ def loop_zip_enumerate(a, b):
     return s
 
 
+def loop_reversed(x, w):
+    s = 0.0
+    for r in reversed(x):
+        s = s * w + np.sin(r)
+    return np.sum(s)
+
+
+def loop_enumerate_reversed_zip(a, b):
+    s = 0.0
+    for i, (u, v) in enumerate(zip(reversed(a), b)):
+        s = s + np.tanh(u) * v * (i + 1)
+    return np.sum(s)
+
+
+def loop_reversed_list(x):
+    parts = [x, 2.0 * x, np.sin(x)]
+    s = 0.0
+    for p in reversed(parts):
+        s = s * 0.5 + p
+    return np.sum(s * s)
+
+
 def loop_over_list(x):
     s = 0.0
     for k in [0.5, 1.0, 2.0]:
@@ -210,6 +232,25 @@ def test_loop_over_array_rows(m, shapes, rng):
 def test_zip_and_enumerate(m, sizes, rng):
     check_vjp(m.loop_zip_enumerate, [rng.standard_normal(sizes[0]),
                                      rng.standard_normal(sizes[1])])
+
+
+@pytest.mark.parametrize("shapes", [((4,), ()), ((3, 2), (2,))])
+def test_reversed_iteration_over_array(m, shapes, rng):
+    # Rows of x, last first; w broadcasts against each row (a scalar, then a vector).
+    check_vjp(m.loop_reversed, [rng.standard_normal(shapes[0]),
+                                rng.standard_normal(shapes[1]) * 0.5])
+
+
+@pytest.mark.parametrize("sizes", [((4,), (4,)), ((5, 2), (3, 2))])
+def test_reversed_inside_zip_and_enumerate(m, sizes, rng):
+    # Unequal lengths: zip stops at the shorter, reversed(a) starts at a's last row.
+    check_vjp(m.loop_enumerate_reversed_zip, [rng.standard_normal(sizes[0]),
+                                              rng.standard_normal(sizes[1])])
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_reversed_over_a_list_of_arrays(m, shape, rng):
+    check_vjp(m.loop_reversed_list, [rng.standard_normal(shape)])
 
 
 @pytest.mark.parametrize("shape", [(3,), (2, 2)])

@@ -68,6 +68,29 @@ class Opaque(s2sgrad.Function):
         return g * (1 - np.tanh(ctx.x) ** 2)
 
 
+class CubeWithJvp(s2sgrad.Function):
+    """Saves for both modes: reverse mode inlines it and ignores save_for_forward."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+        return x ** 3
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        return 3 * x * x * g
+
+    @staticmethod
+    def jvp(ctx, x_dot):
+        x, = ctx.saved_tensors
+        return 3 * x * x * x_dot
+
+
+def cube_loss(x, w):
+    return np.sum(np.sin(CubeWithJvp.apply(x * w)))
+
+
 def remember(ctx, x):
     ctx.x = x
 
@@ -216,6 +239,15 @@ def test_unused_output_gets_zero_cotangent(fm):
 def test_backward_alias_is_inlined(fm):
     src = s2sgrad.source(fm.sincos_both)
     assert "np.cos(x) -" in src.replace("gs * ", "")
+
+
+@pytest.mark.parametrize("shapes", [((4,), (4,)), ((2, 3), (3,))])
+def test_save_for_forward_is_inlined_in_reverse_mode(fm, shapes, rng):
+    check_vjp(fm.cube_loss, [rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])],
+              wrt=[0, 1])
+    src = s2sgrad.source(fm.cube_loss, wrt=(0, 1))
+    assert "not inlined" not in src and "save_for_forward" not in src
+    assert "3 * " in src.split("def cube_loss_adjoint")[1]
 
 
 def test_not_inlinable_function_is_called_and_says_so(fm, rng):

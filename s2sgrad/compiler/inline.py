@@ -406,8 +406,8 @@ def _forward_statement(s, ctx, mapping, slots, saved, site, names) -> List[ast.s
                 out.append(_assign(slot, value))
                 saved.append(slot)
             return out
-        if method == "mark_non_differentiable":
-            return []
+        if method in ("mark_non_differentiable", "save_for_forward"):
+            return []  # save_for_forward feeds only `jvp`, which reverse mode never runs
         raise NotInlinable(f"forward calls ctx.{method}()")
     if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
             isinstance(s.targets[0], ast.Attribute) and \

@@ -419,6 +419,7 @@ class _Reverse:
     def index_loop(self, s: ast.For, out: List[ast.stmt], in_loop: bool):
         """`for x in xs` -> `for k in range(len(xs)): x = xs[k]` (also zip/enumerate)."""
         pairs: List[Tuple[ast.expr, ast.expr]] = []   # (target, sequence) pairs
+        backwards: Set[int] = set()                    # pairs read by reversed()
         index_targets: List[ast.expr] = []
 
         def flatten(target, it):
@@ -430,6 +431,10 @@ class _Reverse:
                     len(target.elts) == len(it.args):
                 for t, a in zip(target.elts, it.args):
                     flatten(t, a)
+            elif callee is reversed and len(it.args) == 1 and \
+                    not isinstance(it.args[0], ast.Call):
+                backwards.add(len(pairs))
+                pairs.append((target, it.args[0]))
             elif isinstance(it, ast.Call):
                 raise self.err(it, "cannot iterate over this expression while "
                                    "differentiating through it",
@@ -451,11 +456,14 @@ class _Reverse:
         prefix: List[ast.stmt] = []
         for t in index_targets:
             prefix.append(ast.copy_location(_assign(t.id, _name(k)), s))
-        for t, seq in pairs:
+        for i, (t, seq) in enumerate(pairs):
             if not isinstance(t, ast.Name):
                 raise self.err(t, "nested tuple targets over a differentiated sequence",
                                "Unpack the item in the loop body.")
-            item = ast.Subscript(value=copy.deepcopy(seq), slice=_name(k), ctx=ast.Load())
+            # reversed(xs) reads xs[-1 - k]: the same items, last first.
+            index = ast.BinOp(left=ast.Constant(-1), op=ast.Sub(), right=_name(k)) \
+                if i in backwards else _name(k)
+            item = ast.Subscript(value=copy.deepcopy(seq), slice=index, ctx=ast.Load())
             prefix.append(ast.copy_location(_assign(t.id, item), s))
         for p in prefix:
             p.s2s_origin = s
