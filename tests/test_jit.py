@@ -454,3 +454,22 @@ def test_compiled_code_is_kept_on_disk_for_the_next_process(tmp_path):
         timeout=300)
     assert off.returncode == 0, off.stderr
     assert int(off.stdout.split(") ")[1]) == 0 and not (tmp_path / "off").exists()
+
+
+def test_a_wrong_compiled_vjp_is_caught_on_the_first_pullback(monkeypatch):
+    numba = pytest.importorskip("numba")
+
+    @numba.njit
+    def wrong_mul(a, b):
+        return a * b * 1.5
+
+    _sabotage(monkeypatch, wrong_mul)
+    rng = np.random.default_rng(10)
+    v, a, b = rng.standard_normal(8), rng.uniform(0.5, 1.5, 8), rng.uniform(0.5, 1.5, 8)
+    want_out, want_pullback = s2sgrad.vjp(branchy, v, a, b, 16, wrt=(0, 1))
+    with pytest.warns(JitWarning, match="differs from the NumPy backend"):
+        out, pullback = s2sgrad.vjp(branchy, v, a, b, 16, wrt=(0, 1), jit=True)
+        got = pullback(1.0)
+    assert out == want_out
+    for g, w in zip(got, want_pullback(1.0)):
+        np.testing.assert_array_equal(g, w)

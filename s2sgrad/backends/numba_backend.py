@@ -115,6 +115,7 @@ class Variant:
 
     fused: Any = None            # (*args, *live) -> (out, grads), seeded with 1
     check: Any = None            # (out, residuals, seed) of the NumPy run, until checked
+    vjp_checked: bool = False    # a first vjp and pullback were compared with NumPy's
     pullback: Any = None         # (*args, *live, cotangent) -> (out, grads)
     value: Any = None            # (*args, *live) -> out
     source: str = ""
@@ -499,11 +500,32 @@ class JitFunction:
                            f"did not")
             return self._numpy_vjp(args)
         numpy_pullback: List[Any] = []
+        reference: List[Any] = []
+        if not v.vjp_checked:
+            # The first vjp of a variant is compared with the NumPy backend's.
+            v.vjp_checked = True
+            want_out, want_residuals = self.compiled.forward(*_copies(call))
+            problem = _mismatch(out, want_out)
+            if problem is not None:
+                v.failed = f"the compiled output differs from the NumPy backend's ({problem})"
+                self._warn(v.failed)
+                return self._numpy_vjp(args)
+            reference.append(want_residuals)
 
         def pullback(cot):
             if not numpy_pullback:
                 try:
-                    return v.pullback(*call, *live, cot)[1]
+                    grads = v.pullback(*call, *live, cot)[1]
+                    if reference:
+                        want = self.compiled.adjoint(reference.pop(), cot)
+                        problem = _mismatch(grads, want)
+                        if problem is not None:
+                            v.failed = (f"the compiled gradient differs from the NumPy "
+                                        f"backend's ({problem})")
+                            self._warn(v.failed)
+                            numpy_pullback.append(self._numpy_vjp(call)[1])
+                            return want
+                    return grads
                 except Exception as exc:  # noqa: BLE001
                     if _is_numba_error(exc):
                         self.fail(call, live, exc)
