@@ -40,6 +40,7 @@ class JitWarning(UserWarning):
 
 
 _STATES: Dict[tuple, "JitFunction"] = {}
+_BY_FUNCTION: Dict[tuple, "JitFunction"] = {}   # (function, wrt) -> state: skips the key
 _WARNED: set = set()            # functions a JitWarning was issued for
 _LOCK = threading.RLock()
 _NUMBA: List[Any] = []          # [numba module] once imported, [None] if unavailable
@@ -68,6 +69,7 @@ def reset() -> None:
     """Forget every compiled variant (tests; also after s2sgrad.compiler.clear_cache)."""
     with _LOCK:
         _STATES.clear()
+        _BY_FUNCTION.clear()
         _NUMBA.clear()
         _WARNED.clear()
 
@@ -749,12 +751,22 @@ def rw_blas_min() -> int:
 
 def state_for(fn: Callable, positions: Tuple[int, ...]) -> JitFunction:
     """The JitFunction of (fn, positions), shared by every jit=True wrapper of fn."""
+    try:
+        state = _BY_FUNCTION.get((fn, positions))
+    except TypeError:                   # an unhashable callable
+        state = None
+    if state is not None:
+        return state
     from ..compiler import cache_key
     key = cache_key(fn, tuple(positions), ("numba",))
     with _LOCK:
         state = _STATES.get(key)
         if state is None:
             state = _STATES[key] = JitFunction(fn, tuple(positions))
+        try:
+            _BY_FUNCTION[(fn, positions)] = state
+        except TypeError:
+            pass
         return state
 
 
