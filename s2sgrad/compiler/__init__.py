@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import cache as disk_cache
-from .analyze import Activity, analyze
+from .analyze import Activity, analyze, iter_statements
 from .emit import Emitted, bind_late, compile_emitted, instantiate, to_source
 from .inline import inline
 from .normalize import normalize
@@ -76,14 +76,18 @@ def cache_key(fn: Callable, wrt: Tuple[int, ...], options: tuple) -> tuple:
 
 
 def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
-                     pure: bool = False, scalars: Tuple[str, ...] = ()) -> CompiledFunction:
+                     pure: bool = False, scalars: Tuple[str, ...] = (),
+                     structure: Tuple[Tuple[int, Tuple[bool, ...]], ...] = ()
+                     ) -> CompiledFunction:
     """The cached forward/adjoint pair of `fn` with respect to positions `wrt`.
 
     Looks in memory, then on disk, then runs the passes (and stores the result).
     """
     # pure: an adjoint without in-place updates, to be differentiated again;
-    # scalars: parameters known to be Python numbers (a specialised pair).
-    options = (bool(optimize_code), bool(pure), tuple(scalars))
+    # scalars: parameters known to be Python numbers (a specialised pair);
+    # structure: for tuple parameters, the items the caller varies (the others'
+    # gradients are not computed: the caller does not read them).
+    options = (bool(optimize_code), bool(pure), tuple(scalars), tuple(structure))
     key = cache_key(fn, wrt, options)
     with _LOCK:
         hit = _CACHE.get(key)
@@ -99,12 +103,12 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
 
 
 def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
-    optimize_code, pure, scalars = options
+    optimize_code, pure, scalars, structure = options
     parsed = parse_function(fn)
     if any(i >= len(parsed.params) or i < 0 for i in wrt):
         raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
                          f"{len(parsed.params)} positional argument(s)")
-    t = run_passes(parsed, wrt, optimize_code, pure, scalars)
+    t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure)
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
               f"{parsed.node.lineno}), gradient with respect to "
               f"{', '.join(parsed.params[i] for i in wrt)}\n")
@@ -130,7 +134,9 @@ def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFuncti
     _CACHE[key] = compiled
     try:
         for site in t.callees.values():
-            callee = compile_function(site.fn, site.wrt, bool(optimize_code), pure)
+            site.structure = _item_structure(site, t, bool(optimize_code), pure)
+            callee = compile_function(site.fn, site.wrt, bool(optimize_code), pure,
+                                      structure=site.structure)
             compiled.callees.append(callee)
             bind_late(functions, site.forward_name, callee.forward)
             bind_late(functions, site.adjoint_name, callee.adjoint)
@@ -193,7 +199,8 @@ def _entry(disk_key, compiled: CompiledFunction, t, emitted: Emitted, code,
         index = dependency("callee", site.fn)
         if index is None:
             return None
-        callees.append((site.forward_name, site.adjoint_name, index, tuple(site.wrt)))
+        callees.append((site.forward_name, site.adjoint_name, index, tuple(site.wrt),
+                        tuple(getattr(site, "structure", ()))))
     # Which original name of which Function each alias stands for.
     origins: Dict[str, List[tuple]] = {}
     for site in _function_sites(t):
@@ -324,7 +331,7 @@ def _from_entry(payload: dict, fn, wrt, options, key) -> Optional[CompiledFuncti
         if value is disk_cache.MISSING:
             return None
         free[name] = value
-    for forward_name, adjoint_name, _, _ in payload["callees"]:
+    for forward_name, adjoint_name, *_ in payload["callees"]:
         free[forward_name] = None
         free[adjoint_name] = None
     closure = dict(zip(root.__code__.co_freevars, root.__closure__ or ()))
@@ -340,8 +347,9 @@ def _from_entry(payload: dict, fn, wrt, options, key) -> Optional[CompiledFuncti
                                 params=list(payload["params"]), name=payload["name"],
                                 not_inlined=list(payload["not_inlined"]))
     _CACHE[key] = compiled
-    for forward_name, adjoint_name, index, callee_wrt in payload["callees"]:
-        callee = compile_function(objects[index], callee_wrt, options[0], options[1])
+    for forward_name, adjoint_name, index, callee_wrt, structure in payload["callees"]:
+        callee = compile_function(objects[index], callee_wrt, options[0], options[1],
+                                  structure=_as_structure(structure))
         compiled.callees.append(callee)
         bind_late(functions, forward_name, callee.forward)
         bind_late(functions, adjoint_name, callee.adjoint)
@@ -360,10 +368,10 @@ def _activity(data: dict, wrt) -> Activity:
 
 
 def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool = True,
-               pure: bool = False, scalars: Tuple[str, ...] = ()):
+               pure: bool = False, scalars: Tuple[str, ...] = (), structure=()):
     """Every pass from normalise to optimise; returns the Transformed record."""
     nf = normalize(parsed)
-    activity = analyze(nf, wrt, scalars)
+    activity = analyze(nf, wrt, scalars, structure)
     t = transform(nf, activity, pure)
     t = inline(t)
     if optimize_code:
@@ -371,6 +379,43 @@ def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool
     else:
         link_residuals(t)
     return t
+
+
+def _item_structure(site, t, optimize_code: bool, pure: bool) -> tuple:
+    """Which items of each tuple argument of `site` vary, where the tuple is what
+    another call returned: `out, res = f_forward(x, W); f_adjoint(res, g)`.
+
+    Items that do not vary (W here) have no effect on the gradient, so the callee
+    is compiled without their cotangents (in second-order code, that skips an
+    outer product per constant matrix)."""
+    producers = {id(other.call): other for other in t.callees.values()}
+    defs: Dict[str, list] = {}
+    for s, _ in iter_statements(t.nf.node.body):
+        for target in (s.targets if isinstance(s, ast.Assign) else ()):
+            for n in ast.walk(target):
+                if isinstance(n, ast.Name):
+                    defs.setdefault(n.id, []).append((s, target))
+    out = []
+    for pos in site.wrt:
+        atom = site.arg_atoms[pos] if pos < len(site.arg_atoms) else None
+        if not isinstance(atom, ast.Name) or len(defs.get(atom.id, ())) != 1:
+            continue
+        s, target = defs[atom.id][0]
+        producer = producers.get(id(s.value))
+        if producer is None or producer.fn is site.fn or not isinstance(target, ast.Tuple) \
+                or not all(isinstance(e, ast.Name) for e in target.elts):
+            continue
+        k = [e.id for e in target.elts].index(atom.id)
+        made = compile_function(producer.fn, producer.wrt, optimize_code, pure,
+                                structure=getattr(producer, "structure", ()))
+        items = made.activity.output_items.get(k)
+        if items is not None and not all(items):
+            out.append((pos, tuple(items)))
+    return tuple(out)
+
+
+def _as_structure(value) -> tuple:
+    return tuple((int(pos), tuple(bool(b) for b in items)) for pos, items in value)
 
 
 def _function_sites(t):

@@ -37,6 +37,13 @@ class Activity:
     # name -> representative of the names statically known to have its shape
     # (SCALAR for Python scalars); only names assigned at a single place.
     shapes: Dict[str, str] = field(default_factory=dict)
+    # For a returned tuple whose element k is a tuple of names built in one place:
+    # k -> which of its items vary with the inputs (a caller passing that tuple on
+    # to another function need not ask for the constant items' gradients).
+    output_items: Dict[int, Tuple[bool, ...]] = field(default_factory=dict)
+    # Tuple parameters' items the caller does not vary (from `structure`): their
+    # cotangents are never read, so they stay a scalar zero.
+    constant_items: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
 
     def same_shape(self, a: ast.expr, b: ast.expr) -> bool:
         ra, rb = self.shape_of(a), self.shape_of(b)
@@ -79,12 +86,15 @@ def loop_header_op(s: ast.For) -> Op:
     return Op("iterate", targets, diff_inputs=names(it), label="iteration")
 
 
-def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = ()) -> Activity:
+def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (),
+            structure: Sequence[Tuple[int, Tuple[bool, ...]]] = ()) -> Activity:
     """Activity, independence reasons and shape facts.
 
     `scalar_params` names parameters known to be Python numbers at run time
     (the compiled pair is specialised for that): every value computed from them
     by elementwise arithmetic is a scalar too, so no broadcasting is undone.
+    `structure` gives, for tuple parameters, which items the caller differentiates
+    ((position, (True, False, ...)), ...): `p[i]` of a False item is a constant.
     """
     local_names = nf.resolver.locals | nf.names.taken
     stmts = [s for s, _ in iter_statements(nf.node.body)]
@@ -94,7 +104,9 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     outputs = names(ret.value) if isinstance(ret, ast.Return) else []
     wrt_names = [nf.params[i] for i in wrt]
 
-    varied = _forward_closure(set(wrt_names), ops, diff_only=True)
+    constant_items = _constant_items(nf, structure)
+    varied_ops = [(s, op) for s, op in ops if id(s) not in constant_items]
+    varied = _forward_closure(set(wrt_names), varied_ops, diff_only=True)
     useful = _backward_closure(set(outputs), ops, diff_only=True)
     active = varied & useful
     ints = _int_names(ops)
@@ -110,7 +122,48 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
         shapes[n] = SCALAR
     return Activity(wrt=tuple(wrt), varied=varied, useful=useful, active=active, ints=ints,
                     independent=tuple(independent), reasons=reasons, outputs=outputs,
-                    shapes=shapes)
+                    shapes=shapes, output_items=_output_items(nf, ret, varied),
+                    constant_items={nf.params[pos]: tuple(i for i, v in enumerate(items)
+                                                          if not v)
+                                    for pos, items in structure if pos < len(nf.params)})
+
+
+def _constant_items(nf: NormalForm, structure) -> Set[int]:
+    """ids of the statements `v = p[i]` that read an item the caller does not vary."""
+    flags = {nf.params[pos]: items for pos, items in structure if pos < len(nf.params)}
+    if not flags:
+        return set()
+    counts = _definition_counts(nf.node.body)
+    out: Set[int] = set()
+    for s, _ in iter_statements(nf.node.body):
+        if isinstance(s, ast.Assign) and isinstance(s.value, ast.Subscript) and \
+                isinstance(s.value.value, ast.Name) and s.value.value.id in flags and \
+                counts.get(s.value.value.id, 0) == 0 and \
+                isinstance(s.value.slice, ast.Constant) and \
+                type(s.value.slice.value) is int:
+            items, i = flags[s.value.value.id], s.value.slice.value
+            if -len(items) <= i < len(items) and not items[i]:
+                out.add(id(s))
+    return out
+
+
+def _output_items(nf: NormalForm, ret, varied: Set[str]) -> Dict[int, Tuple[bool, ...]]:
+    if not (isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple)):
+        return {}
+    counts = _definition_counts(nf.node.body)
+    built: Dict[str, ast.Tuple] = {}
+    for s in nf.node.body:  # top level only: built once, on every path
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Tuple) and \
+                counts.get(s.targets[0].id) == 1:
+            built[s.targets[0].id] = s.value
+    out: Dict[int, Tuple[bool, ...]] = {}
+    for k, elt in enumerate(ret.value.elts):
+        items = built.get(elt.id) if isinstance(elt, ast.Name) else None
+        if items is not None and all(isinstance(e, (ast.Name, ast.Constant))
+                                     for e in items.elts):
+            out[k] = tuple(isinstance(e, ast.Name) and e.id in varied for e in items.elts)
+    return out
 
 
 _FULL_REDUCTIONS = ("sum", "mean", "prod", "max", "min", "amax", "amin", "std", "var")

@@ -197,7 +197,7 @@ class _Reverse:
                 if self.last_line is not None:
                     adj_body.append(comment(f"'{p}' does not reach the output: its gradient "
                                             f"is zero"))
-                adj_body.append(_assign(b, helper_call("zeros_like", _name(p))))
+                adj_body.append(_assign(b, self.zeros_for(p)))
                 self.state[b] = "owned"
             grads.append(_name(b))
         value = grads[0] if len(grads) == 1 else ast.Tuple(elts=grads, ctx=ast.Load())
@@ -520,8 +520,17 @@ class _Reverse:
 
     def materialize(self, var: str, out: List[ast.stmt]) -> None:
         b = self.bar_of(var)
-        out.append(_assign(b, helper_call("zeros_like", _name(var))))
+        out.append(_assign(b, self.zeros_for(var)))
         self.state[b] = "owned"
+
+    def zeros_for(self, var: str) -> ast.expr:
+        """A zero cotangent for var; a tuple parameter's constant items (which the
+        caller never reads) stay a scalar zero instead of an array of their size."""
+        constant = self.act.constant_items.get(var)
+        if constant:
+            return helper_call("zeros_like", _name(var), ast.Tuple(
+                elts=[ast.Constant(i) for i in constant], ctx=ast.Load()))
+        return helper_call("zeros_like", _name(var))
 
     def mark_line(self, s, out: List[ast.stmt], force: bool = False) -> None:
         origin = getattr(s, "s2s_origin", None) or s
@@ -858,7 +867,7 @@ class _Reverse:
         return self.var_of_bar[bar]
 
     def _materialize_into(self, var: str, block: List[ast.stmt]) -> None:
-        block.append(_assign(self.bar_of(var), helper_call("zeros_like", _name(var))))
+        block.append(_assign(self.bar_of(var), self.zeros_for(var)))
 
     def reversed_body(self, s) -> List[ast.stmt]:
         """The adjoint of one iteration: the body backwards, then the item loads."""
