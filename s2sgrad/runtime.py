@@ -90,17 +90,19 @@ def sum_to_shape(value, shape):
 
 
 @helper
-def zeros_like(x, constant=()):
+def zeros_like(x, items=None):
     """A zero cotangent for `x`: a Python 0.0 for Python numbers, else an array.
 
-    Lists and tuples (of arrays) get a list of zeros, one per item; the items at
-    the positions in `constant` (ones the caller never reads) get a scalar 0.0.
+    Lists and tuples (of arrays) get a list of zeros, one per item. `items`, when
+    given, flags which items vary (nested for items that are tuples): the others,
+    whose cotangents the caller never reads, get a scalar 0.0.
     """
     if isinstance(x, (float, int)) and not isinstance(x, (bool, np.generic)):
         return 0.0
     if isinstance(x, (list, tuple)):
-        if constant:
-            return [0.0 if i in constant else zeros_like(item) for i, item in enumerate(x)]
+        if items is not None:
+            return [zeros_like(item, flag) if isinstance(flag, tuple) else
+                    (zeros_like(item) if flag else 0.0) for item, flag in zip(x, items)]
         return [zeros_like(item) for item in x]
     if isinstance(x, ArrayMeta):
         return np.zeros(x.shape, x.dtype if np.issubdtype(x.dtype, np.inexact) else np.float64)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import cache as disk_cache
-from .analyze import Activity, analyze, iter_statements
+from .analyze import Activity, analyze, iter_statements, output_items
 from .emit import Emitted, bind_late, compile_emitted, instantiate, to_source
 from .inline import inline
 from .normalize import normalize
@@ -133,13 +133,19 @@ def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFuncti
                                 not_inlined=not_inlined)
     _CACHE[key] = compiled
     try:
+        made: Dict[int, CompiledFunction] = {}   # id(call) -> the callee's pair
         for site in t.callees.values():
-            site.structure = _item_structure(site, t, bool(optimize_code), pure)
+            site.structure = _item_structure(site, t, made, bool(optimize_code), pure)
             callee = compile_function(site.fn, site.wrt, bool(optimize_code), pure,
                                       structure=site.structure)
+            made[id(site.call)] = callee
             compiled.callees.append(callee)
             bind_late(functions, site.forward_name, callee.forward)
             bind_late(functions, site.adjoint_name, callee.adjoint)
+        if made:  # what this function returns, seen through what its callees return
+            known = dict(t.activity.item_flags)
+            known.update(_callee_output_flags(t, made))
+            t.activity.output_items = output_items(t.nf, t.activity.varied, known)
     except BaseException:
         _CACHE.pop(key, None)
         raise
@@ -381,41 +387,81 @@ def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool
     return t
 
 
-def _item_structure(site, t, optimize_code: bool, pure: bool) -> tuple:
-    """Which items of each tuple argument of `site` vary, where the tuple is what
-    another call returned: `out, res = f_forward(x, W); f_adjoint(res, g)`.
-
-    Items that do not vary (W here) have no effect on the gradient, so the callee
-    is compiled without their cotangents (in second-order code, that skips an
-    outer product per constant matrix)."""
-    producers = {id(other.call): other for other in t.callees.values()}
+def _callee_targets(t) -> Dict[str, Tuple[int, int]]:
+    """name -> (id of the call, k) for names unpacked from a callee's tuple output
+    (`out, res = f_forward(x, W)`), each assigned there only."""
+    calls = {id(site.call) for site in t.callees.values()}
     defs: Dict[str, list] = {}
     for s, _ in iter_statements(t.nf.node.body):
         for target in (s.targets if isinstance(s, ast.Assign) else ()):
             for n in ast.walk(target):
                 if isinstance(n, ast.Name):
                     defs.setdefault(n.id, []).append((s, target))
+        if isinstance(s, (ast.AugAssign, ast.For)):
+            target = s.target
+            for n in ast.walk(target):
+                if isinstance(n, ast.Name):
+                    defs.setdefault(n.id, []).append((s, None))
+    out = {}
+    for name, sites in defs.items():
+        if len(sites) != 1:
+            continue
+        s, target = sites[0]
+        if target is None or id(s.value) not in calls or not isinstance(target, ast.Tuple) \
+                or not all(isinstance(e, ast.Name) for e in target.elts):
+            continue
+        out[name] = (id(s.value), [e.id for e in target.elts].index(name))
+    return out
+
+
+def _callee_output_flags(t, made: Dict[int, CompiledFunction]) -> Dict[str, tuple]:
+    out = {}
+    for name, (call, k) in _callee_targets(t).items():
+        flags = made[call].activity.output_items.get(k) if call in made else None
+        if flags is not None:
+            out[name] = flags
+    return out
+
+
+def _item_structure(site, t, made, optimize_code: bool, pure: bool) -> tuple:
+    """Which items of each tuple argument of `site` vary, where the tuple is what
+    another call returned (`out, res = f_forward(x, W); f_adjoint(res, g)`) or an
+    item of a parameter whose items are known.
+
+    Items that do not vary (W here) have no effect on the gradient, so the callee
+    is compiled without their cotangents (in second-order code, that skips an
+    outer product per constant matrix)."""
+    from .analyze import any_varies
+    producers = {id(other.call): other for other in t.callees.values()}
+    targets = _callee_targets(t)
     out = []
     for pos in site.wrt:
         atom = site.arg_atoms[pos] if pos < len(site.arg_atoms) else None
-        if not isinstance(atom, ast.Name) or len(defs.get(atom.id, ())) != 1:
+        if not isinstance(atom, ast.Name):
             continue
-        s, target = defs[atom.id][0]
-        producer = producers.get(id(s.value))
-        if producer is None or producer.fn is site.fn or not isinstance(target, ast.Tuple) \
-                or not all(isinstance(e, ast.Name) for e in target.elts):
-            continue
-        k = [e.id for e in target.elts].index(atom.id)
-        made = compile_function(producer.fn, producer.wrt, optimize_code, pure,
-                                structure=getattr(producer, "structure", ()))
-        items = made.activity.output_items.get(k)
-        if items is not None and not all(items):
-            out.append((pos, tuple(items)))
+        flags = t.activity.item_flags.get(atom.id)
+        if flags is None and atom.id in targets:
+            call, k = targets[atom.id]
+            producer = producers[call]
+            if producer.fn is site.fn:
+                continue
+            if call not in made:
+                made[call] = compile_function(producer.fn, producer.wrt, optimize_code, pure,
+                                              structure=getattr(producer, "structure", ()))
+            flags = made[call].activity.output_items.get(k)
+        if isinstance(flags, tuple) and not _all_vary(flags) and any_varies(flags):
+            out.append((pos, flags))
     return tuple(out)
 
 
+def _all_vary(flags) -> bool:
+    return all(_all_vary(f) for f in flags) if isinstance(flags, tuple) else bool(flags)
+
+
 def _as_structure(value) -> tuple:
-    return tuple((int(pos), tuple(bool(b) for b in items)) for pos, items in value)
+    def flags(f):
+        return tuple(flags(x) for x in f) if isinstance(f, (tuple, list)) else bool(f)
+    return tuple((int(pos), flags(items)) for pos, items in value)
 
 
 def _function_sites(t):

@@ -40,10 +40,12 @@ class Activity:
     # For a returned tuple whose element k is a tuple of names built in one place:
     # k -> which of its items vary with the inputs (a caller passing that tuple on
     # to another function need not ask for the constant items' gradients).
-    output_items: Dict[int, Tuple[bool, ...]] = field(default_factory=dict)
-    # Tuple parameters' items the caller does not vary (from `structure`): their
-    # cotangents are never read, so they stay a scalar zero.
-    constant_items: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
+    # (Flags: a tuple of bools, or of nested Flags for items that are tuples.)
+    output_items: Dict[int, tuple] = field(default_factory=dict)
+    # Tuple-valued names whose items are known to vary or not (parameters given a
+    # `structure`, and items read from them): the constant items' cotangents are
+    # never read, so they are not computed and their zeros stay scalars.
+    item_flags: Dict[str, tuple] = field(default_factory=dict)
 
     def same_shape(self, a: ast.expr, b: ast.expr) -> bool:
         ra, rb = self.shape_of(a), self.shape_of(b)
@@ -104,8 +106,8 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     outputs = names(ret.value) if isinstance(ret, ast.Return) else []
     wrt_names = [nf.params[i] for i in wrt]
 
-    constant_items = _constant_items(nf, structure)
-    varied_ops = [(s, op) for s, op in ops if id(s) not in constant_items]
+    constant_reads, item_flags = _item_flags(nf, structure)
+    varied_ops = [(s, op) for s, op in ops if id(s) not in constant_reads]
     varied = _forward_closure(set(wrt_names), varied_ops, diff_only=True)
     useful = _backward_closure(set(outputs), ops, diff_only=True)
     active = varied & useful
@@ -122,32 +124,54 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
         shapes[n] = SCALAR
     return Activity(wrt=tuple(wrt), varied=varied, useful=useful, active=active, ints=ints,
                     independent=tuple(independent), reasons=reasons, outputs=outputs,
-                    shapes=shapes, output_items=_output_items(nf, ret, varied),
-                    constant_items={nf.params[pos]: tuple(i for i, v in enumerate(items)
-                                                          if not v)
-                                    for pos, items in structure if pos < len(nf.params)})
+                    shapes=shapes, item_flags=item_flags,
+                    output_items=output_items(nf, varied, item_flags))
 
 
-def _constant_items(nf: NormalForm, structure) -> Set[int]:
-    """ids of the statements `v = p[i]` that read an item the caller does not vary."""
+def any_varies(flags) -> bool:
+    """Whether a flag (a bool, or nested Flags) marks anything as varying."""
+    return any(any_varies(f) for f in flags) if isinstance(flags, tuple) else bool(flags)
+
+
+def _item_flags(nf: NormalForm, structure) -> Tuple[Set[int], Dict[str, tuple]]:
+    """(ids of the statements `v = p[i]` that read a constant item, item flags of
+    names): from the parameters' `structure`, through reads of their items."""
     flags = {nf.params[pos]: items for pos, items in structure if pos < len(nf.params)}
     if not flags:
-        return set()
+        return set(), {}
     counts = _definition_counts(nf.node.body)
-    out: Set[int] = set()
-    for s, _ in iter_statements(nf.node.body):
-        if isinstance(s, ast.Assign) and isinstance(s.value, ast.Subscript) and \
-                isinstance(s.value.value, ast.Name) and s.value.value.id in flags and \
-                counts.get(s.value.value.id, 0) == 0 and \
-                isinstance(s.value.slice, ast.Constant) and \
-                type(s.value.slice.value) is int:
+    for p in list(flags):
+        if counts.get(p, 0):
+            del flags[p]  # reassigned: what the caller passed is not all it holds
+    constant: Set[int] = set()
+    changed = True
+    while changed:  # items of items: `inner = p[0]; v = inner[1]`
+        changed = False
+        for s, _ in iter_statements(nf.node.body):
+            if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
+                    isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Subscript)
+                    and isinstance(s.value.value, ast.Name) and s.value.value.id in flags and
+                    isinstance(s.value.slice, ast.Constant) and
+                    type(s.value.slice.value) is int):
+                continue
             items, i = flags[s.value.value.id], s.value.slice.value
-            if -len(items) <= i < len(items) and not items[i]:
-                out.add(id(s))
-    return out
+            if not -len(items) <= i < len(items):
+                continue
+            if not any_varies(items[i]):
+                constant.add(id(s))
+            target = s.targets[0].id
+            if isinstance(items[i], tuple) and counts.get(target) == 1 and \
+                    target not in flags:
+                flags[target] = items[i]
+                changed = True
+    return constant, flags
 
 
-def _output_items(nf: NormalForm, ret, varied: Set[str]) -> Dict[int, Tuple[bool, ...]]:
+def output_items(nf: NormalForm, varied: Set[str], known: Dict[str, tuple]
+                 ) -> Dict[int, tuple]:
+    """For the returned tuple's elements built as tuples of names in one place:
+    which of their items vary (nested where an item's own items are `known`)."""
+    ret = nf.node.body[-1] if nf.node.body else None
     if not (isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple)):
         return {}
     counts = _definition_counts(nf.node.body)
@@ -157,12 +181,13 @@ def _output_items(nf: NormalForm, ret, varied: Set[str]) -> Dict[int, Tuple[bool
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Tuple) and \
                 counts.get(s.targets[0].id) == 1:
             built[s.targets[0].id] = s.value
-    out: Dict[int, Tuple[bool, ...]] = {}
+    out: Dict[int, tuple] = {}
     for k, elt in enumerate(ret.value.elts):
         items = built.get(elt.id) if isinstance(elt, ast.Name) else None
-        if items is not None and all(isinstance(e, (ast.Name, ast.Constant))
-                                     for e in items.elts):
-            out[k] = tuple(isinstance(e, ast.Name) and e.id in varied for e in items.elts)
+        if items is not None:
+            # Any other expression (a call to _s2s_meta, say) counts as varying.
+            out[k] = tuple(known.get(e.id, e.id in varied) if isinstance(e, ast.Name)
+                           else not isinstance(e, ast.Constant) for e in items.elts)
     return out
 
 

@@ -526,10 +526,9 @@ class _Reverse:
     def zeros_for(self, var: str) -> ast.expr:
         """A zero cotangent for var; a tuple parameter's constant items (which the
         caller never reads) stay a scalar zero instead of an array of their size."""
-        constant = self.act.constant_items.get(var)
-        if constant:
-            return helper_call("zeros_like", _name(var), ast.Tuple(
-                elts=[ast.Constant(i) for i in constant], ctx=ast.Load()))
+        flags = self.act.item_flags.get(var)
+        if flags is not None and not _all_vary(flags):
+            return helper_call("zeros_like", _name(var), ast.Constant(value=flags))
         return helper_call("zeros_like", _name(var))
 
     def mark_line(self, s, out: List[ast.stmt], force: bool = False) -> None:
@@ -953,6 +952,10 @@ class _Reverse:
         for setup in reversed(self.loop_setups.get(id(s), [])):
             self.restores(setup, out)
         return out
+
+
+def _all_vary(flags) -> bool:
+    return all(_all_vary(f) for f in flags) if isinstance(flags, tuple) else bool(flags)
 
 
 def _is_literal(value) -> bool:
