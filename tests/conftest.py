@@ -94,18 +94,23 @@ def check_vjp(f, args, wrt=None, seed=0, rtol=1e-6, atol=1e-7):
     return grads
 
 
+def import_source(directory, name: str, source: str):
+    """Write `source` to directory/name.py and import it as module `name`
+    (s2sgrad reads functions' source, so test cases live in real files)."""
+    path = directory / f"{name}.py"
+    path.write_text(textwrap.dedent(source))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def make_module(tmp_path):
     """Write source to a real file and import it (s2sgrad needs real source)."""
     def make(source: str, name: str = None):
-        name = name or f"s2s_case_{uuid.uuid4().hex[:8]}"
-        path = tmp_path / f"{name}.py"
-        path.write_text(textwrap.dedent(source))
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
+        return import_source(tmp_path, name or f"s2s_case_{uuid.uuid4().hex[:8]}", source)
     return make
 
 

@@ -1,7 +1,7 @@
 """grad, value_and_grad, vjp, differentiable, source: behaviour and contracts."""
 import numpy as np
 import pytest
-from conftest import check_vjp, numeric_grad
+from conftest import check_vjp, import_source, numeric_grad
 
 import s2sgrad
 
@@ -63,15 +63,7 @@ def returns_input(x):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("api") / "s2s_api_cases.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_api_cases", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_api_cases"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("api"), "s2s_api_cases", SOURCE)
 
 
 @pytest.mark.parametrize("n, d, k", [(4, 3, 2), (1, 5, 1)])

@@ -1,7 +1,7 @@
 """Branches, loops, early returns, break/continue: gradients against finite differences."""
 import numpy as np
 import pytest
-from conftest import check_vjp
+from conftest import check_vjp, import_source
 
 import s2sgrad
 
@@ -176,15 +176,7 @@ def accumulate_in_loop(x):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("cf") / "s2s_control_flow.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_control_flow", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_control_flow"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("cf"), "s2s_control_flow", SOURCE)
 
 
 @pytest.mark.parametrize("scale", [1.0, -0.3, -3.0])

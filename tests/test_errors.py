@@ -3,6 +3,7 @@ import inspect
 
 import numpy as np
 import pytest
+from conftest import import_source
 
 import s2sgrad
 from s2sgrad import TransformError
@@ -61,15 +62,7 @@ def unknown_but_inactive(x, n):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("errors") / "s2s_error_cases.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_error_cases", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_error_cases"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("errors"), "s2s_error_cases", SOURCE)
 
 
 def _line_of(fn, text):
@@ -176,15 +169,7 @@ def lambda_inside(x):
 
 @pytest.fixture(scope="module")
 def more(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("errors2") / "s2s_error_cases2.py"
-    path.write_text(MORE)
-    spec = importlib.util.spec_from_file_location("s2s_error_cases2", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_error_cases2"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("errors2"), "s2s_error_cases2", MORE)
 
 
 @pytest.mark.parametrize("fname, snippet, words, hint", [

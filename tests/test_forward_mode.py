@@ -1,6 +1,7 @@
 """Forward mode: the tangent (JVP) source transform, its rule table and its code."""
 import numpy as np
 import pytest
+from conftest import import_source
 from rule_cases import CASES
 from test_rules import _draw, _source
 
@@ -502,15 +503,7 @@ def scalar_augmented(x):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("forward") / "s2s_forward_cases.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_forward_cases", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_forward_cases"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("forward"), "s2s_forward_cases", SOURCE)
 
 
 @pytest.mark.parametrize("shape", [(3,), (2, 3)])

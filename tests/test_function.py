@@ -1,7 +1,7 @@
 """s2sgrad.Function: class rules, eager apply, inlining into generated code."""
 import numpy as np
 import pytest
-from conftest import check_vjp
+from conftest import check_vjp, import_source
 
 import s2sgrad
 
@@ -149,15 +149,7 @@ def chained(x):
 
 @pytest.fixture(scope="module")
 def fm(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("fn") / "s2s_functions.py"
-    path.write_text(FUNCTIONS)
-    spec = importlib.util.spec_from_file_location("s2s_functions", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_functions"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("fn"), "s2s_functions", FUNCTIONS)
 
 
 def test_defining_both_vjp_and_backward_is_a_type_error():

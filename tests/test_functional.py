@@ -1,7 +1,7 @@
 """functional.vjp keeps torch.autograd.functional.vjp's contract."""
 import numpy as np
 import pytest
-from conftest import numeric_vjp
+from conftest import import_source, numeric_vjp
 
 from s2sgrad import functional
 
@@ -36,15 +36,7 @@ def ignores(x, y):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("functional") / "s2s_functional_cases.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_functional_cases", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_functional_cases"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("functional"), "s2s_functional_cases", SOURCE)
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (2, 5)])

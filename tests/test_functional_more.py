@@ -1,7 +1,7 @@
 """functional.jvp, jacobian, hessian, hvp and vhp keep torch.autograd.functional's contract."""
 import numpy as np
 import pytest
-from conftest import numeric_vjp
+from conftest import import_source, numeric_vjp
 
 from s2sgrad import functional
 
@@ -91,15 +91,7 @@ def in_place(x):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("functional_more") / "s2s_functional_more.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_functional_more", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_functional_more"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("functional_more"), "s2s_functional_more", SOURCE)
 
 
 EPS = 1e-6

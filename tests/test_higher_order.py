@@ -1,6 +1,7 @@
 """Second derivatives: differentiating s2sgrad's own generated code."""
 import numpy as np
 import pytest
+from conftest import import_source
 
 import s2sgrad
 from s2sgrad import functional
@@ -77,15 +78,7 @@ def closure_inner(x):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("ho") / "s2s_higher_order.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_higher_order", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_higher_order"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("ho"), "s2s_higher_order", SOURCE)
 
 
 def numeric_hessian(f, x, eps=1e-5):

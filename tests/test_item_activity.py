@@ -8,7 +8,7 @@ These tests check the values (finite differences) and that the work is gone.
 """
 import numpy as np
 import pytest
-from conftest import check_vjp, numeric_grad
+from conftest import check_vjp, import_source, numeric_grad
 
 import s2sgrad
 from s2sgrad import functional
@@ -45,15 +45,7 @@ def three_liner(x, W):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("items") / "s2s_item_activity.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_item_activity", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_item_activity"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("items"), "s2s_item_activity", SOURCE)
 
 
 def test_output_items_say_which_items_vary(m):

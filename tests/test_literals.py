@@ -4,7 +4,7 @@ Each item of a literal must receive its adjoint: as an operand of an operator,
 as an argument of a rule, and nested inside a sequence argument.
 """
 import pytest
-from conftest import check_vjp
+from conftest import check_vjp, import_source
 
 SOURCE = '''
 import numpy as np
@@ -33,15 +33,7 @@ def method_argument(x, a, b):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("lit") / "s2s_literals.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_literals", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_literals"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("lit"), "s2s_literals", SOURCE)
 
 
 @pytest.mark.parametrize("vector", [False, True])

@@ -1,7 +1,7 @@
 """In-place writes, augmented assignment, Python lists: gradients and semantics."""
 import numpy as np
 import pytest
-from conftest import check_vjp
+from conftest import check_vjp, import_source
 
 import s2sgrad
 
@@ -134,14 +134,7 @@ def view_kept(x):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("mut") / "s2s_mutation.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_mutation", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_mutation"] = module
-    spec.loader.exec_module(module)
+    module = import_source(tmp_path_factory.mktemp("mut"), "s2s_mutation", SOURCE)
     yield module
     from s2sgrad.rules.registry import REGISTRY
     REGISTRY.functions.pop(id(module.stack_rows), None)  # a test-only rule

@@ -4,6 +4,7 @@ import ast
 import astor
 import numpy as np
 import pytest
+from conftest import import_source
 
 from s2sgrad.compiler.analyze import analyze
 from s2sgrad.compiler.emit import Emitted, load, to_source
@@ -47,15 +48,7 @@ class Holder:
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("passes") / "s2s_pass_cases.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_pass_cases", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_pass_cases"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("passes"), "s2s_pass_cases", SOURCE)
 
 
 def test_parse_keeps_user_positions(m):

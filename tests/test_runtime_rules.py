@@ -1,6 +1,6 @@
 """Rules of s2sgrad's runtime helpers (what second derivatives differentiate)."""
 import pytest
-from conftest import check_vjp
+from conftest import check_vjp, import_source
 
 from s2sgrad.rules import all_rules
 
@@ -69,15 +69,7 @@ def f_lists(x, y):
 
 @pytest.fixture(scope="module")
 def m(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("rt") / "s2s_runtime_rules.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("s2s_runtime_rules", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s2s_runtime_rules"] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(tmp_path_factory.mktemp("rt"), "s2s_runtime_rules", SOURCE)
 
 
 # (function, argument shapes, positions differentiated, rules exercised)
