@@ -121,5 +121,7 @@ def test_runtime_rule_matches_finite_differences(m, fname, shapes, wrt, rules, r
 
 def test_every_runtime_rule_is_tested():
     tested = {r for case in CASES for r in case[3]}
-    names = {r.name for r in all_rules() if r.name.startswith("_s2s_")}
+    # The rules of numpy_helpers' helpers are tested in test_second_order_rules.py.
+    names = {r.name for r in all_rules() if r.name.startswith("_s2s_")
+             and r.func.__module__ != "s2sgrad.rules.numpy_helpers"}
     assert names <= tested, sorted(names - tested)

@@ -9,5 +9,6 @@ try:  # scipy.special rules, only when SciPy is installed (never required)
     from . import scipy_rules  # noqa: F401
 except ImportError:
     pass
+from . import helper_rules  # noqa: F401, E402 - rules for the table's helpers (second order)
 
 __all__ = ["REGISTRY", "all_rules", "count", "defvjp"]
