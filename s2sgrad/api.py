@@ -91,7 +91,7 @@ def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
     return arr
 
 
-def _derived_from(f: Callable, kind: str, positions: Tuple[int, ...]):
+def _derived_from(f: Callable, kind: str, positions: Tuple[int, ...], as_tuple: bool):
     """Name and document a derived function like f, without making it look like f.
 
     functools.wraps would set __wrapped__ = f, and whoever unwraps decorators
@@ -101,7 +101,8 @@ def _derived_from(f: Callable, kind: str, positions: Tuple[int, ...]):
         name = getattr(f, "__name__", "f")
         wrapper.__name__ = wrapper.__qualname__ = f"{kind}_{name}"
         wrapper.__doc__ = f"{kind} of {name} with respect to arguments {positions}."
-        wrapper.__s2sgrad_derived__ = (kind, f, positions)
+        # as_tuple: the gradient is a tuple even for one position (wrt=(i,)).
+        wrapper.__s2sgrad_derived__ = (kind, f, positions, as_tuple)
         return wrapper
     return decorate
 
@@ -180,19 +181,19 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     positions, single = normalize_wrt(wrt)
     if jit:
         from .backends import jit_value_and_grad
-        return _derived_from(f, "value_and_grad", positions)(
+        return _derived_from(f, "value_and_grad", positions, not single)(
             jit_value_and_grad(f, positions, single))
 
     # The compiled pair per kind of call (which arguments are Python numbers);
     # later calls skip the cache lookup.
     compiled_pairs: Dict[tuple, CompiledFunction] = {}
 
-    @_derived_from(f, "value_and_grad", positions)
+    @_derived_from(f, "value_and_grad", positions, not single)
     def value_and_grad_f(*args, **kwargs):
         _check_args(f, args, positions)
         numbers_at = _python_numbers(args, positions)
         compiled = compiled_pairs.get(numbers_at)
-        if compiled is None:
+        if compiled is None or not compiled.current():
             compiled = compiled_pairs[numbers_at] = _compiled(f, positions, numbers_at)
         out, residuals = compiled.forward(*args, **kwargs)
         grads = compiled.adjoint(residuals, _seed(out))
@@ -203,11 +204,16 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     return value_and_grad_f
 
 
+def _positions_and_tuple(wrt) -> Tuple[Tuple[int, ...], bool]:
+    positions, single = normalize_wrt(wrt)
+    return positions, not single
+
+
 def grad(f: Callable, wrt: Union[int, Sequence[int]] = 0, jit: bool = False) -> Callable:
     """Return a function with f's signature computing the gradient of scalar f."""
     vg = value_and_grad(f, wrt, jit=jit)
 
-    @_derived_from(f, "grad", normalize_wrt(wrt)[0])
+    @_derived_from(f, "grad", *_positions_and_tuple(wrt))
     def grad_f(*args, **kwargs):
         return vg(*args, **kwargs)[1]
     return grad_f

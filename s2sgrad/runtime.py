@@ -8,6 +8,7 @@ can be differentiated again.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
@@ -104,6 +105,9 @@ def zeros_like(x, items=None):
             return [zeros_like(item, flag) if isinstance(flag, tuple) else
                     (zeros_like(item) if flag else 0.0) for item, flag in zip(x, items)]
         return [zeros_like(item) for item in x]
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+        # A lazy sequence of cotangents (numpy_helpers._Lazy): None stays None.
+        return [None if item is None else zeros_like(item) for item in x]
     if isinstance(x, ArrayMeta):
         return np.zeros(x.shape, x.dtype if np.issubdtype(x.dtype, np.inexact) else np.float64)
     x = np.asarray(x)

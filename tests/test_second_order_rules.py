@@ -162,26 +162,6 @@ def _products(f, args, vs):
 # adjoint materialises a zero cotangent for such a value with _s2s_zeros_like, which does
 # not accept a _Lazy whose items differ in shape (runtime.zeros_like converts it with
 # np.asarray); those cases are expected to fail until it does.
-_LAZY_HELPERS = {"inner_grads", "tensordot_grads", "kron_grads", "einsum_grads"}
-
-
-def _zeros_like_takes_lazy():
-    lazy = numpy_helpers._Lazy([None, lambda: np.zeros(2), lambda: np.zeros(3)])
-    try:
-        runtime.HELPERS["zeros_like"](lazy)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-_LAZY_OK = _zeros_like_takes_lazy()
-
-
-def _lazy_failure(name, exc):
-    return (not _LAZY_OK and _CALLS.get(name, set()) & _LAZY_HELPERS
-            and isinstance(exc, ValueError) and "inhomogeneous" in str(exc))
-
-
 def _check(got, expected, what, rtol=1e-5, atol=1e-6):
     scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
     np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol * scale, err_msg=what)
@@ -193,12 +173,7 @@ def test_hessian_vector_product_matches_differences_of_the_gradient(name, expr, 
                                                                      make_module, rng):
     f, args = _build(expr, specs, make_module, rng)
     vs = [_random_like(a, rng) for a in args]
-    try:
-        hv, vh = _products(f, args, vs)
-    except ValueError as exc:
-        if _lazy_failure(name, exc):
-            pytest.xfail("runtime.zeros_like does not accept numpy_helpers._Lazy")
-        raise
+    hv, vh = _products(f, args, vs)
     expected = _gradient_differences(f, args, vs)
     _check(hv, expected, "forward over reverse (functional.hvp)")
     _check(vh, expected, "reverse over reverse (functional.vhp)")

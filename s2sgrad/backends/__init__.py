@@ -29,6 +29,8 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool) ->
         _check_args(f, args, positions)
         if not states:
             states.append(state_for(f, positions))
+        elif states[0].compiled is not None and not states[0].compiled.current():
+            states[0] = state_for(f, positions)  # a name it was built for was rebound
         out, grads = states[0].value_and_grad(args, kwargs)
         _seed(out)                       # a non-scalar output: the API's ValueError
         grads = _pack(grads, positions)

@@ -755,13 +755,14 @@ def state_for(fn: Callable, positions: Tuple[int, ...]) -> JitFunction:
         state = _BY_FUNCTION.get((fn, positions))
     except TypeError:                   # an unhashable callable
         state = None
-    if state is not None:
+    # A state whose pair was generated for names since rebound is rebuilt.
+    if state is not None and (state.compiled is None or state.compiled.current()):
         return state
     from ..compiler import cache_key
     key = cache_key(fn, tuple(positions), ("numba",))
     with _LOCK:
         state = _STATES.get(key)
-        if state is None:
+        if state is None or (state.compiled is not None and not state.compiled.current()):
             state = _STATES[key] = JitFunction(fn, tuple(positions))
         try:
             _BY_FUNCTION[(fn, positions)] = state

@@ -22,6 +22,7 @@ from .inline import inline
 from .normalize import normalize
 from .optimize import link_residuals, optimize
 from .parse import ParsedFunction, parse_function, unwrap
+from .resolve import Binding, unique_bindings
 from .transform import transform
 
 
@@ -43,6 +44,14 @@ class CompiledFunction:
     name: str
     callees: List["CompiledFunction"] = field(default_factory=list)
     not_inlined: List[str] = field(default_factory=list)
+    # The functions, classes and modules the code was generated for, by name.
+    bindings: List[Binding] = field(default_factory=list)
+
+    def current(self) -> bool:
+        """Whether every name the code was generated for (here and in the functions
+        it calls) is still bound to the same object: rebinding a global function
+        or a closure variable must not leave a pair that computes the old one."""
+        return _current(self, set())
 
     @property
     def source(self) -> str:
@@ -58,6 +67,14 @@ class CompiledFunction:
                 visit(sub)
         visit(self)
         return "\n\n".join(parts)
+
+
+def _current(c: CompiledFunction, seen: set) -> bool:
+    seen.add(id(c))
+    for b in c.bindings:
+        if not b.holds():
+            return False
+    return all(_current(sub, seen) for sub in c.callees if id(sub) not in seen)
 
 
 _CACHE: Dict[tuple, CompiledFunction] = {}
@@ -92,7 +109,9 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
-            return hit
+            if hit.current():
+                return hit
+            del _CACHE[key]  # a name it was generated for is bound to something else
         wrt = tuple(wrt)
         store, disk_key = _disk(fn, wrt, options)
         if store is not None:
@@ -130,7 +149,8 @@ def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFuncti
     compiled = CompiledFunction(fn=fn, wrt=wrt, forward=functions[t.forward.name],
                                 adjoint=functions[t.adjoint.name], module_source=source,
                                 activity=t.activity, params=parsed.params, name=parsed.name,
-                                not_inlined=not_inlined)
+                                not_inlined=not_inlined,
+                                bindings=unique_bindings(t.nf.resolver.facts))
     _CACHE[key] = compiled
     try:
         made: Dict[int, CompiledFunction] = {}   # id(call) -> the callee's pair
@@ -234,7 +254,11 @@ def _entry(disk_key, compiled: CompiledFunction, t, emitted: Emitted, code,
             "source": compiled.module_source, "filename": emitted.filename,
             "function_names": list(emitted.function_names), "code": code,
             "closure_names": list(closure_names), "bindings": bindings, "callees": callees,
-            "not_inlined": list(compiled.not_inlined), "activity": activity, "facts": facts}
+            "not_inlined": list(compiled.not_inlined), "activity": activity, "facts": facts,
+            "names_bound": [("global" if type(b.namespace) is dict else "cell", b.name)
+                            for b in compiled.bindings
+                            if b.namespace is root.__globals__ or
+                            type(b.namespace).__name__ == "cell"]}
 
 
 def _chain_facts(root, objects, deps) -> List[tuple]:
@@ -351,7 +375,8 @@ def _from_entry(payload: dict, fn, wrt, options, key) -> Optional[CompiledFuncti
                                 module_source=payload["source"],
                                 activity=_activity(payload["activity"], wrt),
                                 params=list(payload["params"]), name=payload["name"],
-                                not_inlined=list(payload["not_inlined"]))
+                                not_inlined=list(payload["not_inlined"]),
+                                bindings=_bindings_now(root, payload.get("names_bound", ())))
     _CACHE[key] = compiled
     for forward_name, adjoint_name, index, callee_wrt, structure in payload["callees"]:
         callee = compile_function(objects[index], callee_wrt, options[0], options[1],
@@ -360,6 +385,22 @@ def _from_entry(payload: dict, fn, wrt, options, key) -> Optional[CompiledFuncti
         bind_late(functions, forward_name, callee.forward)
         bind_late(functions, adjoint_name, callee.adjoint)
     return compiled
+
+
+def _bindings_now(root, names) -> List[Binding]:
+    """The bindings of a pair loaded from disk: the names as bound now (the entry's
+    dependencies and facts were just checked against them)."""
+    cells = dict(zip(root.__code__.co_freevars, root.__closure__ or ()))
+    out = []
+    for kind, name in names:
+        if kind == "cell" and name in cells:
+            try:
+                out.append(Binding(cells[name], name, cells[name].cell_contents))
+            except ValueError:
+                continue
+        elif kind == "global" and name in root.__globals__:
+            out.append(Binding(root.__globals__, name, root.__globals__[name]))
+    return out
 
 
 def _activity(data: dict, wrt) -> Activity:

@@ -46,14 +46,15 @@ def derived(kind: str, base: Callable, positions: Tuple[int, ...],
     """A differentiable Python function computing s2sgrad.<kind>(base, positions).
 
     kind is "grad", "value_and_grad" or "vjp" (functional.vjp's (output, vjp),
-    taking the cotangent as a last argument; `inputs_tuple` makes the vjp a
-    tuple even for one input, as functional.vjp does for tuple inputs).
+    taking the cotangent as a last argument). `inputs_tuple` makes the gradient
+    a tuple even for one position, as functional.vjp does for tuple inputs and
+    grad does for `wrt=(i,)`.
     """
     from . import compile_function
     key = (kind, base, tuple(positions), inputs_tuple)
     fn = _DERIVED.get(key)
-    if fn is not None:
-        return fn
+    if fn is not None and fn.__s2sgrad_pair__.current():
+        return fn  # (else base's pair was generated for names since rebound)
     params = _params(base)
     names = [p.name for p in params]
     pair = compile_function(base, tuple(positions), pure=True)
@@ -73,6 +74,8 @@ def derived(kind: str, base: Callable, positions: Tuple[int, ...],
     else:
         signature = args
         grads = f"{adj}({res}, _s2s_seed({out}))"
+        if inputs_tuple and len(positions) == 1:
+            grads = f"({grads},)"
         lines.append(f"return {out}, {grads}" if kind == "value_and_grad" else f"return {grads}")
         fname = f"{kind}_{stem}"
     defaults = [p for p in params if p.default is not inspect.Parameter.empty]
@@ -120,8 +123,8 @@ def derived_of_wrapper(fn: Callable) -> Optional[types.FunctionType]:
     info = getattr(fn, "__s2sgrad_derived__", None)
     if info is None:
         return None
-    kind, base, positions = info
-    return derived(kind, base, tuple(positions))
+    kind, base, positions, as_tuple = info
+    return derived(kind, base, tuple(positions), inputs_tuple=as_tuple)
 
 
 _ = Any

@@ -873,7 +873,9 @@ class _Normalizer:
                                                        expr)
             wrt = self.static_wrt(func, default=0)
             positions = (wrt,) if isinstance(wrt, int) else tuple(wrt)
-            fn = higher.derived(maker.__name__, base, positions)
+            # grad(f, wrt=(0,)) returns a one-tuple, grad(f, wrt=0) the gradient.
+            fn = higher.derived(maker.__name__, base, positions,
+                                inputs_tuple=not isinstance(wrt, int))
             args = [self.atom(a, out) for a in expr.args]
             keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out))
                         for k in expr.keywords]

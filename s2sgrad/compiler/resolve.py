@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import ast
 import builtins
-from typing import Any, Optional, Set, Tuple
+import types
+from typing import Any, List, Optional, Set, Tuple
 
 _MISSING = object()
 
@@ -18,6 +19,9 @@ class Resolver:
         self.globals = globals_
         self.closure = closure
         self.locals = set(local_names)
+        # (namespace, name, object) for every free name resolved to a function,
+        # class or module: generated code is only valid while they stay bound.
+        self.facts: List[Binding] = []
 
     def lookup(self, name: str) -> Any:
         """The object a free name refers to now, or _MISSING."""
@@ -25,15 +29,23 @@ class Resolver:
             return _MISSING
         if name in self.closure:
             try:
-                return self.closure[name].cell_contents
+                value = self.closure[name].cell_contents
             except ValueError:
                 return _MISSING
+            self._note(self.closure[name], name, value)
+            return value
         if name in self.globals:
-            return self.globals[name]
+            value = self.globals[name]
+            self._note(self.globals, name, value)
+            return value
         builtins_ns = self.globals.get("__builtins__", builtins)
         if isinstance(builtins_ns, dict):
             return builtins_ns.get(name, _MISSING)
         return getattr(builtins_ns, name, _MISSING)
+
+    def _note(self, namespace, name: str, value: Any) -> None:
+        if callable(value) or isinstance(value, types.ModuleType):
+            self.facts.append(Binding(namespace, name, value))
 
     def static(self, expr: ast.expr) -> Tuple[bool, Optional[Any]]:
         """Resolve a Name or a dotted Attribute chain on a non-local name."""
@@ -45,9 +57,12 @@ class Resolver:
             if not ok:
                 return False, None
             try:
-                return True, getattr(base, expr.attr)
+                value = getattr(base, expr.attr)
             except AttributeError:
                 return False, None
+            if isinstance(base, types.ModuleType):  # `mod.act = relu` is watched too
+                self._note(base, expr.attr, value)
+            return True, value
         return False, None
 
     def is_local_chain(self, expr: ast.expr) -> bool:
@@ -55,6 +70,37 @@ class Resolver:
         while isinstance(expr, ast.Attribute):
             expr = expr.value
         return isinstance(expr, ast.Name) and expr.id in self.locals
+
+
+class Binding:
+    """A free name and the object it was bound to when the code was generated
+    (namespace: the globals dict, a closure cell, or a module for `mod.name`)."""
+
+    __slots__ = ("namespace", "name", "value")
+
+    def __init__(self, namespace, name: str, value: Any):
+        self.namespace, self.name, self.value = namespace, name, value
+
+    def holds(self) -> bool:
+        ns = self.namespace
+        if type(ns) is dict:
+            return ns.get(self.name, _MISSING) is self.value
+        if isinstance(ns, types.ModuleType):
+            return getattr(ns, self.name, _MISSING) is self.value
+        try:
+            return ns.cell_contents is self.value
+        except ValueError:
+            return False
+
+
+def unique_bindings(facts: List[Binding]) -> List[Binding]:
+    seen, out = set(), []
+    for b in facts:
+        key = (id(b.namespace), b.name)
+        if key not in seen:
+            seen.add(key)
+            out.append(b)
+    return out
 
 
 MISSING = _MISSING

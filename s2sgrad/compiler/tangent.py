@@ -51,6 +51,7 @@ from .normalize import NormalForm, normalize
 from .ops import Op, describe
 from .optimize import eliminate_dead, fold_block, propagate_copies, tidy
 from .parse import ParsedFunction, parse_function
+from .resolve import unique_bindings
 from .transform import comment
 
 # The module (the package's `inline` attribute is the pass function of that name).
@@ -82,6 +83,11 @@ class CompiledJvp:
     output_varied: Any = True          # does the output depend on the inputs (per item)
     callees: List[Any] = field(default_factory=list)
     not_inlined: List[str] = field(default_factory=list)
+    bindings: List[Any] = field(default_factory=list)   # see CompiledFunction.current
+
+    def current(self) -> bool:
+        from . import _current
+        return _current(self, set())
 
     @property
     def zero_output(self) -> Any:
@@ -161,7 +167,9 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
-            return hit
+            if hit.current():
+                return hit
+            del _CACHE[key]  # a name it was generated for is bound to something else
         _IN_PROGRESS.add(key)
         try:
             return _compile(fn, tuple(wrt), bool(optimize_code), key, tuple(structure),
@@ -213,7 +221,8 @@ def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> Compiled
     compiled = CompiledJvp(fn=fn, wrt=wrt, jvp=functions[fdef.name], module_source=source,
                            activity=activity, params=parsed.params, name=parsed.name,
                            output_live=t.output_live, output_varied=t.output_varied,
-                           not_inlined=list(t.not_inlined))
+                           not_inlined=list(t.not_inlined),
+                           bindings=unique_bindings(nf.resolver.facts))
     for name in sorted(t.compiled):
         if name in t.bindings and t.compiled[name] not in compiled.callees:
             compiled.callees.append(t.compiled[name])
