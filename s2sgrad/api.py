@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
-from .compiler import CompiledFunction, compile_function
+from .compiler import CompiledFunction, all_hold, compile_function, flat_bindings
 
 Wrt = Union[int, Sequence[int], None]
 
@@ -136,24 +136,35 @@ def _parameter_names(f: Callable) -> List[str]:
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
-def _check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> None:
+def _check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> Tuple[int, ...]:
+    """Validate the differentiated arguments and say what kind of call this is:
+    the positions of Python numbers when some differentiated argument is a float
+    (a scalar-specialised pair pays off then), else (). One pass over the
+    positions: this runs on every call, and small functions feel every step."""
     if len(args) > max(positions):
+        some_float = False
         for i in positions:
             a = args[i]
-            if not (type(a) is float or (type(a) is np.ndarray and a.dtype.kind in "fc")):
+            if type(a) is float:
+                some_float = True
+            elif not (type(a) is np.ndarray and a.dtype.kind in "fc"):
                 break
         else:
-            return
+            if not some_float:
+                return ()
+            return tuple(i for i, a in enumerate(args) if type(a) is float or type(a) is int)
     for i in positions:
         if i >= len(args):
             raise TypeError(f"cannot differentiate {getattr(f, '__name__', f)} with respect to "
                             f"argument {i}: only {len(args)} positional argument(s) were given")
         check_differentiable(args[i], f"argument {i}")
+    return _python_numbers(args, positions)
 
 
 def _seed(out: Any) -> Any:
     """The cotangent 1 for a scalar output, or ValueError for anything else."""
-    if type(out) is float or type(out) is np.float64:
+    kind = type(out)
+    if kind is np.float64 or kind is float:
         return 1.0
     if isinstance(out, (float, int)) and not isinstance(out, bool):
         return 1.0
@@ -184,17 +195,19 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
         return _derived_from(f, "value_and_grad", positions, not single)(
             jit_value_and_grad(f, positions, single))
 
-    # The compiled pair per kind of call (which arguments are Python numbers);
-    # later calls skip the cache lookup.
-    compiled_pairs: Dict[tuple, CompiledFunction] = {}
+    # The compiled pair per kind of call (which arguments are Python numbers) with
+    # the bindings it was generated for, flattened: later calls skip the cache
+    # lookup and check the bindings in one loop.
+    compiled_pairs: Dict[tuple, Tuple[CompiledFunction, tuple]] = {}
 
     @_derived_from(f, "value_and_grad", positions, not single)
     def value_and_grad_f(*args, **kwargs):
-        _check_args(f, args, positions)
-        numbers_at = _python_numbers(args, positions)
-        compiled = compiled_pairs.get(numbers_at)
-        if compiled is None or not compiled.current():
-            compiled = compiled_pairs[numbers_at] = _compiled(f, positions, numbers_at)
+        numbers_at = _check_args(f, args, positions)
+        entry = compiled_pairs.get(numbers_at)
+        if entry is None or not all_hold(entry[1]):
+            compiled = _compiled(f, positions, numbers_at)
+            entry = compiled_pairs[numbers_at] = (compiled, flat_bindings(compiled))
+        compiled = entry[0]
         out, residuals = compiled.forward(*args, **kwargs)
         grads = compiled.adjoint(residuals, _seed(out))
         if len(positions) == 1:  # the adjoint returns one gradient bare
@@ -226,11 +239,11 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
     many times with different v. jit=True: see value_and_grad.
     """
     positions, single = normalize_wrt(wrt, len(args))
-    _check_args(f, args, positions)
+    numbers_at = _check_args(f, args, positions)
     if jit:
         from .backends import jit_vjp
         return jit_vjp(f, args, positions, single)
-    compiled = _compiled(f, positions, _python_numbers(args, positions))
+    compiled = _compiled(f, positions, numbers_at)
     out, residuals = compiled.forward(*args)
 
     def pullback(v):

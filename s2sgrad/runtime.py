@@ -137,10 +137,20 @@ def expand_reduced(g, x, axis=None, keepdims=False):
     shape = shape_of(x)
     if not keepdims and axis is not None and len(shape):
         g = np.expand_dims(g, _normalize_axes(axis, len(shape)))
-    if np.ndim(g) == 0 and _small(shape):
-        # np.broadcast_to costs microseconds; for a small array a filled copy is cheaper.
-        return np.full(shape, g, dtype=np.result_type(g, _dtype_of(x)))
+    if (type(g) is float or np.ndim(g) == 0) and _small(shape):
+        # np.broadcast_to costs microseconds; for a small array a filled copy is
+        # cheaper (and np.empty + fill cheaper than np.full, which costs as much
+        # again as the promotion we skip for the usual float seed of a float64 sum).
+        dtype = _dtype_of(x)
+        if not (type(g) is float and dtype is _FLOAT64):
+            dtype = np.result_type(g, dtype)
+        out = np.empty(shape, dtype)
+        out.fill(g)
+        return out
     return np.broadcast_to(g, shape)
+
+
+_FLOAT64 = np.dtype(np.float64)
 
 
 _SMALL = 1 << 12

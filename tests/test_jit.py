@@ -180,6 +180,31 @@ def test_branchy_loop_takes_both_branches():
     _check(branchy, (v, a, b, 16), (0, 1, 2))
 
 
+def clipped_between_numbers(x):
+    return np.sum(np.sin(np.clip(x, -0.5, 0.7)) * x)
+
+
+def clipped_between_arrays(x, lo):
+    return np.sum(np.sin(np.clip(x, lo, 0.7)) * x)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 4)])
+def test_clip_cotangent_of_the_clipped_array_alone(shape):
+    """np.clip whose bounds get no gradient: the adjoint calls clip_grad_a (between
+    two numbers: the compiled loop clip_a_ss; array bounds: the overload)."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-1.0, 1.0, shape)
+    x = np.where(np.abs(x + 0.5) < 0.02, 0.0, x)   # away from the kinks, for differences
+    x = np.where(np.abs(x - 0.7) < 0.02, 0.0, x)
+    _check(clipped_between_numbers, (x,), 0)
+    _check(clipped_between_arrays, (x, np.full(shape[-1], -0.5)), 0)
+    ties = np.array([-0.5, 0.7, 0.1, -2.0, 2.0])   # at a bound the gradient is halved
+    got, want = _jit_and_numpy(clipped_between_numbers, (ties,), 0)
+    np.testing.assert_array_equal(got, want)
+    assert got[0] == pytest.approx(0.5 * np.cos(-0.5) * -0.5 + np.sin(-0.5))
+
+
 def test_rnn_matrix_products():
     pytest.importorskip("numba")
     rng = _rng()
@@ -333,13 +358,13 @@ def test_without_numba_errors_are_unchanged(monkeypatch):
         s2sgrad.grad(pendulum, 2, jit=True)(1.0, 0.0, 4, 0.1, 0.01, 3)
 
 
-def _sabotage(monkeypatch, replacement):
-    """Make the compiled code's array multiplication `replacement`."""
+def _sabotage(monkeypatch, replacement, name="_nb_op_mul"):
+    """Make the compiled code's array multiplication (or helper `name`) `replacement`."""
     original = numba_backend.JitFunction._namespace
 
     def sabotaged(self, *args):
         ns = original(self, *args)
-        ns["_nb_op_mul"] = replacement
+        ns[name] = replacement
         return ns
     monkeypatch.setattr(numba_backend.JitFunction, "_namespace", sabotaged)
 
@@ -460,10 +485,12 @@ def test_a_wrong_compiled_vjp_is_caught_on_the_first_pullback(monkeypatch):
     numba = pytest.importorskip("numba")
 
     @numba.njit
-    def wrong_mul(a, b):
-        return a * b * 1.5
+    def wrong_unbroadcast(g, like):
+        return g * 1.5   # the shapes match here: only the value is wrong
 
-    _sabotage(monkeypatch, wrong_mul)
+    # branchy's products all sit inside larger expressions (numba fuses them
+    # itself), so the adjoint's unbroadcast is what gets a wrong value here.
+    _sabotage(monkeypatch, wrong_unbroadcast, "_nb_unbroadcast")
     rng = np.random.default_rng(10)
     v, a, b = rng.standard_normal(8), rng.uniform(0.5, 1.5, 8), rng.uniform(0.5, 1.5, 8)
     want_out, want_pullback = s2sgrad.vjp(branchy, v, a, b, 16, wrt=(0, 1))

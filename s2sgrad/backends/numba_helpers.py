@@ -762,6 +762,18 @@ def _clip_grads(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
 
 
 @_stub
+def clip_grad_a(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
+    pass
+
+
+@overload(clip_grad_a)
+def _clip_grad_a(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
+    def impl(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
+        return clip_parts(g, a, pick(a_min, min), pick(a_max, max))[0]
+    return impl
+
+
+@_stub
 def extremum_grad(g, a, ans, axis=None, keepdims=False, initial=None, where=None):
     pass
 
@@ -1162,6 +1174,24 @@ def clip_ss(g, a, lo, hi):
         ol[i] = gmid * ((1.0 if lo == mid else 0.0) / (2.0 if lo == x else 1.0))
         oa[i] = gmid * ((1.0 if x == mid else 0.0) / (2.0 if x == lo else 1.0))
     return ga, glo, ghi
+
+
+@special
+def clip_a_ss(g, a, lo, hi):
+    """clip_grad_a for an array between two numbers: clip_ss's first array alone."""
+    if g.shape != a.shape:
+        raise ValueError("clip_grads: the cotangent's shape differs")
+    ga = np.empty(a.shape, np.float64)
+    gf = np.ascontiguousarray(g).reshape(g.size)
+    af = np.ascontiguousarray(a).reshape(a.size)
+    oa = ga.reshape(ga.size)
+    for i in range(af.size):
+        x = af[i]
+        mid = np.nan if (x != x or lo != lo) else (x if x >= lo else lo)
+        out = np.nan if (mid != mid or hi != hi) else (mid if mid <= hi else hi)
+        gmid = gf[i] * ((1.0 if mid == out else 0.0) / (2.0 if mid == hi else 1.0))
+        oa[i] = gmid * ((1.0 if x == mid else 0.0) / (2.0 if x == lo else 1.0))
+    return ga
 
 
 # (x[:0] * y[:0]).dtype: the promoted dtype, typed at compile time (numba has no

@@ -52,7 +52,7 @@ NB_PREFIX = "_nb_"
 NUMBA_HELPERS = frozenset({
     "unbroadcast", "zeros_like", "ones_like", "expand_reduced", "reduced_count",
     "copy_value", "copy_adjoint", "snapshot", "matmul_grad_a", "matmul_grad_b",
-    "dot_grad_a", "dot_grad_b", "balanced_max_mask", "safe_log", "clip_grads",
+    "dot_grad_a", "dot_grad_b", "balanced_max_mask", "safe_log", "clip_grads", "clip_grad_a",
     "real_only", "add_at", "copy_item", "restore_item", "zero_item", "accumulate",
     "add", "transpose_grad", "extremum_grad", "safe_divide", "none_to_zero",
 })
@@ -671,6 +671,8 @@ class KindInference:
             k = _float(_combine([g, a]))
             bounds = [arg(2, "a_min"), arg(3, "a_max")]
             return ("t", (k,) + tuple(None if b == ("none",) else k for b in bounds))
+        if short == "clip_grad_a":
+            return _float(_combine([arg(0, "g"), arg(1, "a")]))
         if short in ("real_only", "transpose_grad"):
             return arg(0)
         if short == "extremum_grad":
@@ -1062,12 +1064,13 @@ class _Rewriter(ast.NodeTransformer):
             pattern = "".join("a" if is_a(k) else "s" if is_s(k) else "?" for k in kinds)
             if pattern in ("aaa", "saa", "aas", "sss"):
                 return self._call("bmm_" + pattern, args())
-        elif short == "clip_grads" and n in (4, 6):
+        elif short in ("clip_grads", "clip_grad_a") and n in (4, 6):
             g, a, lo, hi = kinds[:4]
             rest_none = all(isinstance(x, ast.Constant) and x.value is None
                             for x in node.args[4:])
             if rest_none and is_a(g) and is_a(a) and g[1] == a[1] and is_s(lo) and is_s(hi):
-                return self._call("clip_ss", args()[:4])
+                return self._call("clip_ss" if short == "clip_grads" else "clip_a_ss",
+                                  args()[:4])
         elif short in ("matmul_grad_a", "matmul_grad_b", "dot_grad_a", "dot_grad_b") and \
                 n == 3 and not self.blas:
             g, a, b = kinds

@@ -22,7 +22,7 @@ from .inline import inline
 from .normalize import normalize
 from .optimize import link_residuals, optimize
 from .parse import ParsedFunction, parse_function, unwrap
-from .resolve import Binding, unique_bindings
+from .resolve import MISSING, Binding, unique_bindings
 from .transform import transform
 
 
@@ -75,6 +75,39 @@ def _current(c: CompiledFunction, seen: set) -> bool:
         if not b.holds():
             return False
     return all(_current(sub, seen) for sub in c.callees if id(sub) not in seen)
+
+
+def flat_bindings(compiled: CompiledFunction) -> tuple:
+    """Every binding of a finished pair and of the pairs it calls, once each, as
+    (globals dict, name, value) triples and other Binding objects: what a caller
+    holding on to the pair checks on each call (see all_hold)."""
+    found: Dict[tuple, Binding] = {}
+    seen: set = set()
+
+    def visit(c: CompiledFunction) -> None:
+        seen.add(id(c))
+        for b in c.bindings:
+            found.setdefault((id(b.namespace), b.name), b)
+        for sub in c.callees:
+            if id(sub) not in seen:
+                visit(sub)
+    visit(compiled)
+    in_dicts = tuple((b.namespace, b.name, b.value) for b in found.values()
+                     if type(b.namespace) is dict)
+    others = tuple(b for b in found.values() if type(b.namespace) is not dict)
+    return in_dicts, others
+
+
+def all_hold(flat: tuple) -> bool:
+    """Whether every name in flat_bindings(...) is still bound to the same object."""
+    in_dicts, others = flat
+    for namespace, name, value in in_dicts:
+        if namespace.get(name, MISSING) is not value:
+            return False
+    for b in others:
+        if not b.holds():
+            return False
+    return True
 
 
 _CACHE: Dict[tuple, CompiledFunction] = {}

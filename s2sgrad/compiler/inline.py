@@ -158,8 +158,7 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
             index = int(key.split("[")[1].rstrip("]"))
             expr = ast.Subscript(value=_name(sequences[param]), slice=ast.Constant(value=index),
                                  ctx=ast.Load())
-        elif rule.broadcast and not (shapes is not None and isinstance(p.ans, ast.Name) and
-                                     shapes.same_shape(p.bound[param], p.ans)):
+        elif rule.broadcast and not _has_result_shape(p, param, shapes):
             expr = ast.Call(func=_helper("unbroadcast"),
                             args=[expr, clone(p.bound[param])], keywords=[])
         expr = clone(expr)
@@ -167,6 +166,25 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
             expr = _scalar_math(expr, np_name, math_name, shapes)
         out.append(_assign(target, expr))
     return out
+
+
+def _has_result_shape(p: RuleVjp, param: str, shapes) -> bool:
+    """Whether the argument bound to `param` of a broadcasting rule provably has
+    the result's shape, so `unbroadcast` of its cotangent would do nothing: the
+    analysis says so, or every other argument is a number (`v * a - 0.1`: a 0-d
+    operand never widens the result). Skipping it also spares the forward from
+    keeping the argument alive just to tell its shape."""
+    if shapes is None:
+        return False
+    if isinstance(p.ans, ast.Name) and shapes.same_shape(p.bound[param], p.ans):
+        return True
+    from .analyze import SCALAR
+
+    def number(node: ast.expr) -> bool:  # 0.1, -1.0, or a name the analysis knows is 0-d
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            node = node.operand
+        return shapes.shape_of(node) == SCALAR
+    return all(number(value) for other, value in p.bound.items() if other != param)
 
 
 # NumPy functions whose math-module twin is the same function on Python floats.

@@ -104,6 +104,8 @@ _LINEAR = [
     _rule(nh.astype_grad, "cot, x, dtype", cot="astype_transpose(g, cot, dtype)", view=True),
     _rule(nh.clip_grads, "cot, a, a_min=None, a_max=None, min=None, max=None",
           cot="clip_transpose(g, cot, a, a_min, a_max, min, max)", view=True),
+    _rule(nh.clip_grad_a, "cot, a, a_min=None, a_max=None, min=None, max=None",
+          cot="clip_grad_a(g, a, a_min, a_max, min, max)", view=True),  # a diagonal mask
     _rule(nh.select_grads, "cot, condlist, choicelist, default=0",
           cot="select_transpose(g, cot, condlist)"),
     # reductions that pick (max, min, ptp, quantiles) or average (nanmean): weights only

@@ -101,7 +101,8 @@ defvjp(np.fmin, "x1, x2", x1="g * balanced_max_mask(x1, ans, x2)",
        x2="g * balanced_max_mask(x2, ans, x1)", broadcast=True)
 defvjp(np.clip, "a, a_min=None, a_max=None, out=None, min=None, max=None",
        prelude="parts = clip_grads(g, a, a_min, a_max, min, max)",
-       a="parts[0]", a_min="parts[1]", a_max="parts[2]", min="parts[1]", max="parts[2]",
+       a="clip_grad_a(g, a, a_min, a_max, min, max)", a_min="parts[1]", a_max="parts[2]",
+       min="parts[1]", max="parts[2]",
        broadcast=True)                                   # at a bound: split like maximum
 defvjp(np.hypot, "x1, x2", x1="g * safe_divide(x1, ans)", x2="g * safe_divide(x2, ans)",
        broadcast=True)                                   # 0 at (0, 0)
@@ -424,7 +425,8 @@ defmethod("conj", "self", like=np.conjugate)
 defmethod("conjugate", "self", like=np.conjugate)
 defmethod("clip", "self, min=None, max=None, out=None",
           prelude="parts = clip_grads(g, self, None, None, min, max)",
-          grads={"self": "parts[0]", "min": "parts[1]", "max": "parts[2]"}, broadcast=True)
+          grads={"self": "clip_grad_a(g, self, None, None, min, max)", "min": "parts[1]",
+                 "max": "parts[2]"}, broadcast=True)
 defmethod("astype", "self, dtype, order='K', casting='unsafe', subok=True, copy=True",
           grads={"self": "astype_grad(g, self, dtype)"})
 defmethod("copy", "self, order='C'", grads={"self": "g"})

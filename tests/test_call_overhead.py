@@ -1,0 +1,119 @@
+"""The per-call path and what the forward keeps: fewer steps, same gradients.
+
+- `unbroadcast` is skipped where every other operand is a number (the result
+  has the argument's shape), so a loop no longer keeps each iteration's
+  temporary alive only to tell its shape;
+- the seed of a small sum is filled without promotion when it can be;
+- the value_and_grad fast path checks the pair's bindings in one flat loop
+  (rebinding still recompiles: tests/test_rebinding.py covers the rest).
+Every gradient is checked against central differences on two shapes.
+"""
+import numpy as np
+import pytest
+from conftest import check_vjp, numeric_grad
+
+import s2sgrad
+from s2sgrad.runtime import expand_reduced
+
+SOURCE = """
+import numpy as np
+
+
+def branchy(v, a, b, n_steps):
+    for _ in range(n_steps):
+        if np.sum(v) > 0:
+            v = v * a - 0.1
+        else:
+            v = np.clip(v, -1.0, 1.0) * b + 0.1
+    return np.sum(v ** 2)
+
+
+def shifted(x, w):
+    y = x * w - 0.5
+    z = 2.0 + y
+    return np.sum(np.sin(z) / 3.0)
+
+
+def helper(x):
+    return x * 2.0
+
+
+def calls_helper(x):
+    return np.sum(helper(x) ** 2)
+"""
+
+
+@pytest.fixture
+def m(make_module):
+    return make_module(SOURCE)
+
+
+def test_loop_keeps_no_shape_witness_for_scalar_operands(m):
+    text = s2sgrad.source(m.branchy, wrt=(0, 1, 2))
+    forward = text.split("def branchy_adjoint")[0]
+    # v * a - 0.1 and clip(v) * b + 0.1: the products' shapes are the results'
+    assert "v_times_a_stack" not in forward
+    assert "clip_v_times_b_stack" not in forward
+    assert "_s2s_unbroadcast(v_bar, " not in text
+
+
+@pytest.mark.parametrize("shapes", [((6,), (6,), (6,)), ((4, 3), (3,), (4, 1))])
+def test_branchy_loop_gradient(m, shapes):
+    rng = np.random.default_rng(7)
+    v = rng.standard_normal(shapes[0])
+    a = rng.uniform(0.5, 1.5, shapes[1])
+    b = rng.uniform(0.5, 1.5, shapes[2])
+    # keep entries away from the clip's kinks at +-1
+    v = np.where(np.abs(np.abs(v) - 1.0) < 0.05, 0.5, v)
+    check_vjp(m.branchy, (v, a, b, 5), wrt=(0, 1, 2))
+
+
+@pytest.mark.parametrize("shapes", [((5,), (5,)), ((3, 4), (4,)), ((4,), (2, 4))])
+def test_scalar_operands_keep_broadcast_undone(m, shapes):
+    """Where the other operand is an array, the broadcast is still undone."""
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    check_vjp(m.shifted, (x, w), wrt=(0, 1))
+
+
+def test_python_float_operands(m):
+    grads = s2sgrad.grad(m.shifted, wrt=(0, 1))(0.3, 1.7)
+    for i in (0, 1):
+        assert grads[i] == pytest.approx(numeric_grad(m.shifted, [0.3, 1.7], i), rel=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(5,), (3, 2)])
+def test_expand_reduced_small_seed(dtype, shape):
+    x = np.ones(shape, dtype=dtype)
+    out = expand_reduced(1.0, x)
+    assert out.shape == shape and out.dtype == np.result_type(1.0, dtype)
+    assert np.all(out == 1.0)
+    out[...] = 0.0  # a fresh array: writing it touches nothing else
+    assert np.all(expand_reduced(2.5, x) == 2.5)
+    g = expand_reduced(np.float32(2.0), np.ones(shape))
+    assert g.dtype == np.float64 and np.all(g == 2.0)
+
+
+def test_expand_reduced_large_is_a_view():
+    g = expand_reduced(1.0, np.ones(10_000))
+    assert g.shape == (10_000,) and g.strides == (0,)
+
+
+def test_fast_path_sees_a_rebound_callee(m):
+    vg = s2sgrad.value_and_grad(m.calls_helper)
+    x = np.array([1.0, -2.0, 0.5])
+    np.testing.assert_allclose(vg(x)[1], 8.0 * x)  # d/dx sum((2x)^2) = 8x
+    m.helper = lambda x: x * 3.0
+    value, grad = vg(x)
+    assert value == pytest.approx(np.sum((3.0 * x) ** 2))
+    np.testing.assert_allclose(grad, 18.0 * x)
+    np.testing.assert_allclose(grad, numeric_grad(m.calls_helper, [x], 0), rtol=1e-7)
+
+
+def test_bad_arguments_are_still_refused(m):
+    g = s2sgrad.grad(m.shifted)
+    with pytest.raises(TypeError, match="dtype int"):
+        g(np.array([1, 2]), np.ones(2))
+    with pytest.raises(TypeError, match="only 1 positional"):
+        s2sgrad.grad(m.shifted, wrt=1)(np.ones(2))
