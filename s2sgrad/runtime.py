@@ -180,6 +180,14 @@ def reduced_count(x, axis=None):
 @helper
 def matmul_grad_a(g, a, b):
     """Cotangent of `a` in a @ b, for every combination of 1-d and N-d operands."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        # The usual case, without np.ndim's dispatch or unbroadcast's call: this
+        # runs once per matrix product per loop step (an RNN's W @ h).
+        a_nd, b_nd = a.ndim, b.ndim
+        if a_nd == 2 and b_nd == 2:
+            return g @ b.T
+        if a_nd == 2 and b_nd == 1 and type(g) is np.ndarray and g.ndim == 1:
+            return np.multiply.outer(g, b)
     a_nd, b_nd = np.ndim(a), np.ndim(b)
     if a_nd == 2 and b_nd == 2:
         return g @ b.T
@@ -195,6 +203,12 @@ def matmul_grad_a(g, a, b):
 @helper
 def matmul_grad_b(g, a, b):
     """Cotangent of `b` in a @ b."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        a_nd, b_nd = a.ndim, b.ndim   # the usual cases first, as in matmul_grad_a
+        if a_nd == 2 and b_nd == 2:
+            return a.T @ g
+        if a_nd == 2 and b_nd == 1 and type(g) is np.ndarray and g.ndim == 1:
+            return a.T @ g
     a_nd, b_nd = np.ndim(a), np.ndim(b)
     if a_nd == 2 and b_nd == 2:
         return a.T @ g

@@ -40,6 +40,21 @@ def helper(x):
 
 def calls_helper(x):
     return np.sum(helper(x) ** 2)
+
+
+def two_sums(a, b):
+    s = (a + b).sum()
+    p = np.max(a * b)
+    return s + p * 2.0 - np.mean(a) / 3.0
+
+
+def sums_in_a_loop(x, n):
+    total = 0.0
+    for _ in range(n):
+        s = np.sum(np.sin(x))
+        x = x * s + 0.5
+        total = total + np.max(x) * s
+    return total
 """
 
 
@@ -117,3 +132,20 @@ def test_bad_arguments_are_still_refused(m):
         g(np.array([1, 2]), np.ones(2))
     with pytest.raises(TypeError, match="only 1 positional"):
         s2sgrad.grad(m.shifted, wrt=1)(np.ones(2))
+
+
+def test_full_reductions_need_no_shape_witness(m):
+    text = s2sgrad.source(m.two_sums, wrt=(0, 1))
+    adjoint = text.split("def two_sums_adjoint")[1]
+    last_line = adjoint.split("# line 31")[1].split("# line 30")[0]  # s + p * 2.0 - ...
+    assert "_s2s_unbroadcast" not in last_line, adjoint
+    assert "_s2s_meta(s)" not in text and "_s2s_meta(p)" not in text
+
+
+@pytest.mark.parametrize("shapes", [((5,), (5,)), ((2, 3), (3,))])
+def test_full_reduction_gradients(m, shapes):
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    check_vjp(m.two_sums, (a, b), wrt=(0, 1))
+    check_vjp(m.sums_in_a_loop, (a * 0.3, 3), wrt=(0,))
+

@@ -46,6 +46,9 @@ class Activity:
     # `structure`, and items read from them): the constant items' cotangents are
     # never read, so they are not computed and their zeros stay scalars.
     item_flags: Dict[str, tuple] = field(default_factory=dict)
+    # Names that always hold a 0-d value (np.sum(x), x.max(), and arithmetic on
+    # those and numbers): broadcasting with them never widens a result.
+    zero_d: Set[str] = field(default_factory=set)
 
     def same_shape(self, a: ast.expr, b: ast.expr) -> bool:
         ra, rb = self.shape_of(a), self.shape_of(b)
@@ -125,6 +128,7 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     return Activity(wrt=tuple(wrt), varied=varied, useful=useful, active=active, ints=ints,
                     independent=tuple(independent), reasons=reasons, outputs=outputs,
                     shapes=shapes, item_flags=item_flags,
+                    zero_d=zero_d_names(nf.node.body, ops, ints, nf.params),
                     output_items=output_items(nf, varied, item_flags))
 
 
@@ -281,6 +285,43 @@ def _definition_counts(body) -> Dict[str, int]:
                 visit(s.body, True)
     visit(body, False)
     return counts
+
+
+# Reductions over every axis when called with the array alone.
+_FULL_REDUCTIONS = frozenset(f"{kind}.{name}" for kind in ("np", "ndarray")
+                             for name in ("sum", "mean", "prod", "max", "min"))
+
+
+def zero_d_names(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Set[str]:
+    """Names assigned at one place from a full reduction, or from elementwise
+    arithmetic on such names, ints and numbers: always 0-d.
+
+    Kept apart from the shape classes on purpose: two 0-d values may differ in
+    dtype (a complex sum, a float32 mean), so neither may stand in for the other
+    where a witness's dtype matters (zeros_like); only broadcasting uses this."""
+    import numpy as np
+    counts = _definition_counts(body)
+    for p in params:
+        counts[p] = counts.get(p, 0) + 1
+    out: Set[str] = set()
+
+    def zero_d(node) -> bool:
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            node = node.operand
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, (int, float))
+        return isinstance(node, ast.Name) and (node.id in out or node.id in ints)
+
+    for s, op in ops:
+        if op.kind != "rule" or len(op.outputs) != 1 or not isinstance(s, ast.Assign) or \
+                counts.get(op.outputs[0]) != 1:
+            continue
+        if op.rule.name in _FULL_REDUCTIONS and set(op.bound) <= {"a", "self"}:
+            out.add(op.outputs[0])
+        elif (op.rule.broadcast or isinstance(op.rule.func, np.ufunc)) and op.bound and \
+                all(zero_d(v) for v in op.bound.values()):
+            out.add(op.outputs[0])
+    return out
 
 
 def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Dict[str, str]:

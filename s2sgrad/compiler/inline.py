@@ -183,7 +183,8 @@ def _has_result_shape(p: RuleVjp, param: str, shapes) -> bool:
     def number(node: ast.expr) -> bool:  # 0.1, -1.0, or a name the analysis knows is 0-d
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             node = node.operand
-        return shapes.shape_of(node) == SCALAR
+        return shapes.shape_of(node) == SCALAR or \
+            (isinstance(node, ast.Name) and node.id in shapes.zero_d)
     return all(number(value) for other, value in p.bound.items() if other != param)
 
 
