@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import weakref
 from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
@@ -243,7 +244,7 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
     if jit:
         from .backends import jit_vjp
         return jit_vjp(f, args, positions, single)
-    compiled = _compiled(f, positions, numbers_at)
+    compiled = _known_pair(f, positions, numbers_at)
     out, residuals = compiled.forward(*args)
 
     def pullback(v):
@@ -252,6 +253,30 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
         grads = tuple(finalize(g, args[i], avoid=_leaves(v)) for g, i in zip(grads, positions))
         return grads[0] if single else grads
     return out, pullback
+
+
+# vjp is called afresh for every pullback, so it keeps the pairs it used per
+# function (weakly: a function that goes away takes its pairs along) and skips
+# the cache key on later calls; the code, the defaults and every name the pair
+# was generated for are checked each time, as compile_function would.
+_PAIRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _known_pair(f: Callable, positions: Tuple[int, ...],
+                numbers_at: Tuple[int, ...]) -> CompiledFunction:
+    try:
+        pairs = _PAIRS.get(f)
+    except TypeError:   # not weakly referable (a builtin, a callable object)
+        return _compiled(f, positions, numbers_at)
+    code, defaults = getattr(f, "__code__", None), getattr(f, "__defaults__", None)
+    entry = pairs.get((positions, numbers_at)) if pairs is not None else None
+    if entry is not None and entry[1] is code and entry[2] is defaults and all_hold(entry[3]):
+        return entry[0]
+    compiled = _compiled(f, positions, numbers_at)
+    if pairs is None:
+        pairs = _PAIRS[f] = {}
+    pairs[(positions, numbers_at)] = (compiled, code, defaults, flat_bindings(compiled))
+    return compiled
 
 
 def _leaves(v) -> tuple:

@@ -136,7 +136,16 @@ def expand_reduced(g, x, axis=None, keepdims=False):
     """Broadcast the cotangent of a reduction back over the reduced axes of x."""
     shape = shape_of(x)
     if not keepdims and axis is not None and len(shape):
-        g = np.expand_dims(g, _normalize_axes(axis, len(shape)))
+        if type(axis) is int and type(g) is np.ndarray and g.ndim == len(shape) - 1 and \
+                -len(shape) <= axis < len(shape):
+            a = axis % len(shape)    # one axis: a reshape, without expand_dims' checks
+            g = g.reshape(g.shape[:a] + (1,) + g.shape[a:])
+        else:
+            g = np.expand_dims(g, _normalize_axes(axis, len(shape)))
+    if type(g) is np.ndarray and g.ndim and _small(shape):
+        out = np.empty(shape, g.dtype)   # as broadcast_to would give, but cheaper
+        out[...] = g
+        return out
     if (type(g) is float or np.ndim(g) == 0) and _small(shape):
         # np.broadcast_to costs microseconds; for a small array a filled copy is
         # cheaper (and np.empty + fill cheaper than np.full, which costs as much

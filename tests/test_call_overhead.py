@@ -48,6 +48,14 @@ def two_sums(a, b):
     return s + p * 2.0 - np.mean(a) / 3.0
 
 
+def row_sums(x, scale=2.0):
+    return np.exp(x).sum(axis=1) * scale
+
+
+def row_sums_cubed(x, scale=2.0):
+    return (x ** 3).sum(axis=1) * scale
+
+
 def sums_in_a_loop(x, n):
     total = 0.0
     for _ in range(n):
@@ -149,3 +157,42 @@ def test_full_reduction_gradients(m, shapes):
     check_vjp(m.two_sums, (a, b), wrt=(0, 1))
     check_vjp(m.sums_in_a_loop, (a * 0.3, 3), wrt=(0,))
 
+
+
+@pytest.mark.parametrize("shape, axis", [((3, 4), 1), ((3, 4), 0), ((3, 4), -1),
+                                         ((2, 3, 4), 1), ((200, 30), 1)])
+def test_expand_reduced_along_an_axis(shape, axis):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape)
+    g = rng.standard_normal(np.sum(x, axis=axis).shape)
+    want = np.broadcast_to(np.expand_dims(g, axis), shape)
+    got = expand_reduced(g, x, axis=axis)
+    assert got.shape == shape and got.dtype == g.dtype
+    np.testing.assert_array_equal(got, want)
+    kept = expand_reduced(np.expand_dims(g, axis), x, axis=axis, keepdims=True)
+    np.testing.assert_array_equal(kept, want)
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (50, 100)])
+def test_vjp_of_a_row_sum(m, shape):
+    rng = np.random.default_rng(1)
+    check_vjp(m.row_sums, (rng.standard_normal(shape) * 0.5,), wrt=(0,))
+
+
+def test_vjp_fast_path_follows_code_defaults_and_names(m):
+    x = np.array([[0.1, -0.2, 0.3], [0.5, 0.0, -1.0]])
+    v = np.array([1.0, -2.0])
+    _, pullback = s2sgrad.vjp(m.row_sums, x)
+    np.testing.assert_allclose(pullback(v)[0], 2.0 * v[:, None] * np.exp(x))
+    m.row_sums.__defaults__ = (3.0,)
+    _, pullback = s2sgrad.vjp(m.row_sums, x)
+    np.testing.assert_allclose(pullback(v)[0], 3.0 * v[:, None] * np.exp(x))
+    m.row_sums.__code__ = m.row_sums_cubed.__code__
+    _, pullback = s2sgrad.vjp(m.row_sums, x)
+    np.testing.assert_allclose(pullback(v)[0], 3.0 * v[:, None] * 3.0 * x ** 2)
+    y = np.array([1.0, -2.0, 0.5])
+    _, pullback = s2sgrad.vjp(m.calls_helper, y)
+    np.testing.assert_allclose(pullback(1.0)[0], 8.0 * y)
+    m.helper = lambda x: x * 3.0            # a name the pair was generated for
+    _, pullback = s2sgrad.vjp(m.calls_helper, y)
+    np.testing.assert_allclose(pullback(1.0)[0], 18.0 * y)

@@ -95,12 +95,15 @@ def flat_bindings(compiled: CompiledFunction) -> tuple:
     in_dicts = tuple((b.namespace, b.name, b.value) for b in found.values()
                      if type(b.namespace) is dict)
     others = tuple(b for b in found.values() if type(b.namespace) is not dict)
-    return in_dicts, others
+    return in_dicts, others, _GENERATION[0]
 
 
 def all_hold(flat: tuple) -> bool:
-    """Whether every name in flat_bindings(...) is still bound to the same object."""
-    in_dicts, others = flat
+    """Whether every name in flat_bindings(...) is still bound to the same object
+    (and clear_cache has not run since: then callers holding pairs compile anew)."""
+    in_dicts, others, generation = flat
+    if generation != _GENERATION[0]:
+        return False
     for namespace, name, value in in_dicts:
         if namespace.get(name, MISSING) is not value:
             return False
@@ -111,6 +114,7 @@ def all_hold(flat: tuple) -> bool:
 
 
 _CACHE: Dict[tuple, CompiledFunction] = {}
+_GENERATION = [0]    # how many times clear_cache ran (see all_hold)
 _LOCK = threading.RLock()
 
 
@@ -551,6 +555,7 @@ def _short(filename: str) -> str:
 def clear_cache() -> None:
     with _LOCK:
         _CACHE.clear()
+        _GENERATION[0] += 1
 
 
 def cached(fn: Callable, wrt, optimize_code: bool = True) -> Optional[CompiledFunction]:
