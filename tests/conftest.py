@@ -21,6 +21,12 @@ _CACHE_DIR = tempfile.mkdtemp(prefix="s2sgrad-test-cache-")
 os.environ["S2SGRAD_CACHE_DIR"] = _CACHE_DIR
 atexit.register(shutil.rmtree, _CACHE_DIR, True)
 
+# Tests may import the benchmark workloads (benchmarks.workloads.*), whatever
+# directory pytest was started from.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
 EPS = 1e-6
 
 

@@ -12,11 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import numeric_vjp
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from conftest import ROOT, numeric_vjp
 
 WORKLOADS = ["scalar_recurrence", "rnn", "mlp", "elementwise", "branchy_loop",
              "custom_softplus", "seed_square", "seed_cube", "seed_add_mul",
