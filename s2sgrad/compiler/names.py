@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import keyword
 import re
-from typing import Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 RESERVED_PREFIX = "_s2s_"
 
@@ -66,23 +66,64 @@ def name_nodes(node: ast.AST, args: Optional[Set[str]] = None) -> List[ast.Name]
     Parameter names found on the way are added to `args` when it is given."""
     out: List[ast.Name] = []
     stack = [node]
-    pop, push, append = stack.pop, stack.append, out.append
-    Name, AST = ast.Name, ast.AST
+    pop, push, extend, append = stack.pop, stack.append, stack.extend, out.append
+    Name, Arg, table = ast.Name, ast.arg, _NAME_FIELDS
     while stack:
         n = pop()
-        if n.__class__ is Name:
+        cls = n.__class__
+        if cls is Name:
             append(n)
             continue
-        if args is not None and n.__class__ is ast.arg:
+        fields = table.get(cls)
+        if fields is None:
+            fields = _name_fields(cls)
+        if cls is Arg and args is not None:
             args.add(n.arg)
-        for field in reversed(n._fields):  # reversed: popped in source order
-            value = getattr(n, field, None)
+        if not fields:
+            continue
+        d = n.__dict__
+        for field in fields:  # reversed: popped in source order
+            value = d.get(field)
+            if value is None:
+                continue
             if value.__class__ is list:
-                for item in reversed(value):
-                    if isinstance(item, AST):
-                        push(item)
-            elif isinstance(value, AST):
+                extend(reversed(value))  # items that are not nodes are skipped when popped
+            else:
                 push(value)
+    return out
+
+
+# Class -> the fields (last first) that may hold a Name: none for what is not a
+# node, for constants, contexts and operators; no context, operator or identifier.
+_NAME_FIELDS: Dict[type, Tuple[str, ...]] = {}
+_NO_NAMES = {"ctx", "op", "ops", "id", "attr", "name", "arg", "asname", "module",
+             "type_comment", "kind", "level", "conversion", "is_async", "simple", "tag"}
+
+
+def _name_fields(cls: type) -> Tuple[str, ...]:
+    if not isinstance(cls, type) or not issubclass(cls, ast.AST) or cls is ast.Constant or \
+            issubclass(cls, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop,
+                             ast.boolop)):
+        fields: Tuple[str, ...] = ()
+    else:
+        fields = tuple(f for f in reversed(cls._fields) if f not in _NO_NAMES)
+    _NAME_FIELDS[cls] = fields
+    return fields
+
+
+def walk(node: ast.AST) -> List[ast.AST]:
+    """`list(ast.walk(node))`, in the same order, without its generators."""
+    out = [node]
+    append, AST = out.append, ast.AST
+    for n in out:  # grows as it goes: breadth first, as ast.walk
+        for field in n._fields:
+            value = getattr(n, field, None)
+            if isinstance(value, AST):
+                append(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, AST):
+                        append(item)
     return out
 
 

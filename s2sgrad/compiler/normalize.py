@@ -25,7 +25,7 @@ from ..function import is_function_class
 from ..rules import registry
 from .aliases import AliasFacts
 from .hoist import hoist_invariants
-from .names import NameRegistry, clone, name_nodes, names_in
+from .names import NameRegistry, clone, name_nodes, names_in, walk
 from .parse import ParsedFunction
 from .resolve import Resolver
 
@@ -64,22 +64,54 @@ def is_atom(node: ast.AST) -> bool:
     return bool(getattr(node, "s2s_static", False))
 
 
-def _walk_scope(node: ast.AST):
-    """ast.walk that does not enter nested functions, lambdas or classes."""
-    todo = list(ast.iter_child_nodes(node))
+def _walk_scope(node: ast.AST) -> List[ast.AST]:
+    """The nodes under `node`, not entering nested functions, lambdas or classes
+    (depth first, last child first). A list: building it costs less than a
+    generator over `ast.iter_child_nodes` would."""
+    out: List[ast.AST] = []
+    todo = [node]
+    pop, push, append, AST = todo.pop, todo.append, out.append, ast.AST
     while todo:
-        sub = todo.pop()
-        yield sub
-        if not isinstance(sub, _SCOPES):
-            todo.extend(ast.iter_child_nodes(sub))
+        sub = pop()
+        if sub is not node:
+            append(sub)
+            if isinstance(sub, _SCOPES):
+                continue
+        for attr in sub._fields:  # its children, in ast.iter_child_nodes order
+            value = getattr(sub, attr, None)
+            if isinstance(value, AST):
+                push(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, AST):
+                        push(item)
+    return out
 
 
 def _assigned_names(nodes) -> Set[str]:
+    """Names stored or deleted in `nodes`, outside nested scopes (each node of
+    `nodes` itself is entered)."""
     out = set()
+    Name, AST, stored = ast.Name, ast.AST, (ast.Store, ast.Del)
     for node in nodes:
-        for sub in [node, *_walk_scope(node)]:
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
-                out.add(sub.id)
+        todo = [node]
+        pop, push = todo.pop, todo.append
+        while todo:
+            sub = pop()
+            if isinstance(sub, Name):
+                if isinstance(sub.ctx, stored):
+                    out.add(sub.id)
+                continue  # its only child is its context
+            if sub is not node and isinstance(sub, _SCOPES):
+                continue
+            for attr in sub._fields:
+                value = getattr(sub, attr, None)
+                if isinstance(value, AST):
+                    push(value)
+                elif isinstance(value, list):
+                    for item in value:
+                        if isinstance(item, AST):
+                            push(item)
     return out
 
 
@@ -167,7 +199,7 @@ class _Normalizer:
     def _check_reserved(self, fdef):
         if self.p.filename.startswith("<s2sgrad"):
             return  # s2sgrad's own generated code (being differentiated again)
-        for node in ast.walk(fdef):
+        for node in walk(fdef):
             name = getattr(node, "id", None) or getattr(node, "arg", None)
             if isinstance(name, str) and name.startswith("_s2s_"):
                 raise error_at(node, f"the name {name!r} uses s2sgrad's reserved prefix _s2s_",
@@ -198,11 +230,11 @@ class _Normalizer:
         """Rename reads to current SSA names inside an expression kept whole."""
         expr = clone(expr)
         bound: Set[str] = set()
-        for sub in ast.walk(expr):
+        for sub in walk(expr):
             if isinstance(sub, (ast.Lambda, ast.comprehension)):
                 target = sub.args if isinstance(sub, ast.Lambda) else sub.target
                 bound |= names_in(target)
-        for sub in ast.walk(expr):
+        for sub in walk(expr):
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in bound:
                 sub.id = self.env.get(sub.id, sub.id)
         return expr
@@ -424,7 +456,7 @@ class _Normalizer:
 
     def _holds_locals(self, node) -> bool:
         return any(isinstance(n, ast.Name) and n.id in self.resolver.locals
-                   for n in ast.walk(node))
+                   for n in walk(node))
 
     def rule_arguments(self, rule, args, keywords, out, skip_first: bool = False):
         """Atoms for a call's arguments. A literal holding variables passed where the
@@ -564,7 +596,7 @@ class _Normalizer:
             self.owned.add(name)
         else:
             self.owned.discard(name)
-        for sub in ast.walk(op):
+        for sub in walk(op):
             if isinstance(sub, ast.Name) and sub.id != name and sub.id in self.owned:
                 if not (isinstance(op, (ast.BinOp, ast.UnaryOp, ast.Compare))
                         or (isinstance(op, ast.Call) and _is_fresh(op, self))):

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 import numpy as np
 
-from .names import clone, name_nodes
+from .names import clone, name_nodes, walk
 from .transform import Transformed, is_comment
 
 _PART = re.compile(r".*_bar_part(_\d+)?$")
@@ -81,6 +81,10 @@ def _to_ast(value) -> Optional[ast.expr]:
 
 
 _FOLDABLE = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp)
+# Nodes `_fold` returns as they are (no children, or none it folds).
+_FOLD_LEAVES = {ast.Name, ast.Constant, *ast.expr_context.__subclasses__(),
+                *ast.operator.__subclasses__(), *ast.unaryop.__subclasses__(),
+                *ast.cmpop.__subclasses__(), *ast.boolop.__subclasses__()}
 
 
 def _fold(node: ast.AST) -> ast.AST:
@@ -92,11 +96,11 @@ def _fold(node: ast.AST) -> ast.AST:
         value = getattr(node, field, None)
         if value.__class__ is list:
             for i, item in enumerate(value):
-                if isinstance(item, ast.AST):
+                if isinstance(item, ast.AST) and item.__class__ not in _FOLD_LEAVES:
                     new = _fold(item)
                     if new is not item:
                         value[i] = new
-        elif isinstance(value, ast.AST):
+        elif isinstance(value, ast.AST) and value.__class__ not in _FOLD_LEAVES:
             new = _fold(value)
             if new is not value:
                 setattr(node, field, new)
@@ -185,6 +189,34 @@ def _loads(node) -> List[str]:
     return [n.id for n in name_nodes(node) if isinstance(n.ctx, ast.Load)]
 
 
+class _Names:
+    """`_loads` and `_stores` of nodes, each node walked once: for use while the
+    nodes asked about do not change (statements may leave the function). The
+    lists and sets returned are shared: do not modify them."""
+
+    def __init__(self):
+        self._known: Dict[int, tuple] = {}
+
+    def _get(self, node) -> tuple:
+        known = self._known.get(id(node))
+        if known is None:
+            loads: List[str] = []
+            stores: Set[str] = set()
+            for n in name_nodes(node):
+                if isinstance(n.ctx, ast.Load):
+                    loads.append(n.id)
+                elif isinstance(n.ctx, (ast.Store, ast.Del)):
+                    stores.add(n.id)
+            known = self._known[id(node)] = (node, loads, stores)  # node: its id stays its
+        return known
+
+    def loads(self, node) -> List[str]:
+        return self._get(node)[1]
+
+    def stores(self, node) -> Set[str]:
+        return self._get(node)[2]
+
+
 class _Rename(ast.NodeTransformer):
     def __init__(self, old: str, new: ast.expr):
         self.old, self.new = old, new
@@ -192,16 +224,6 @@ class _Rename(ast.NodeTransformer):
     def visit_Name(self, node):
         if node.id == self.old and isinstance(node.ctx, ast.Load):
             return ast.copy_location(clone(self.new), node)
-        return node
-
-
-class _RenameMany(ast.NodeTransformer):
-    def __init__(self, mapping: Dict[str, str]):
-        self.mapping = mapping
-
-    def visit_Name(self, node):
-        if isinstance(node.ctx, ast.Load) and node.id in self.mapping:
-            node.id = self.mapping[node.id]
         return node
 
 
@@ -213,12 +235,13 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
     also_stores = set()
     for other in also:
         also_stores |= _stores(other)
+    loads_of: Optional[Dict[str, List[ast.Name]]] = None
     while changed:
         changed = False
         counts = assignment_sites(fdef.body)
         renamed: Set[str] = set()
         mapping: Dict[str, str] = {}
-        for s in list(_walk_statements(fdef.body)):
+        for s in _walk_statements(fdef.body):
             if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
                     isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name)):
                 continue
@@ -237,17 +260,35 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
             renamed |= {a, b}
             changed = True
         if mapping:
-            for target in (fdef, *also):
-                _RenameMany(mapping).visit(target)
+            if loads_of is None:
+                # Each name's reads, found once: from here on names change in place
+                # (n.id) and statements leave, nothing else.
+                loads_of = {}
+                for target in (fdef, *also):
+                    for n in name_nodes(target):
+                        if n.ctx.__class__ is ast.Load:
+                            loads_of.setdefault(n.id, []).append(n)
+            for a, b in mapping.items():  # (no b is also renamed: see `renamed`)
+                for n in loads_of.pop(a, ()):
+                    n.id = b
+                    loads_of.setdefault(b, []).append(n)
 
 
-def _walk_statements(stmts):
+def _walk_statements(stmts) -> List[ast.stmt]:
+    """Every statement in `stmts` and in their blocks, in order (a list: no caller
+    changes the blocks while it goes through them)."""
+    out: List[ast.stmt] = []
+    _collect_statements(stmts, out.append)
+    return out
+
+
+def _collect_statements(stmts, append) -> None:
     for s in stmts:
-        yield s
+        append(s)
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list):
-                yield from _walk_statements(inner)
+                _collect_statements(inner, append)
 
 
 def _remove_statement(stmts: List[ast.stmt], target: ast.stmt) -> bool:
@@ -272,10 +313,14 @@ def substitute_single_use(fdef: ast.FunctionDef) -> None:
     while True:
         dropped: List[int] = []
         fdef.body = _drop_self_assignments(fdef.body, dropped)
-        copies = _propagate_local_copies(fdef.body, fdef)
+        occurrences: Dict[str, int] = {}
         load_counts: Dict[str, int] = {}
-        for n in _loads(fdef):
-            load_counts[n] = load_counts.get(n, 0) + 1
+        for n in name_nodes(fdef):
+            occurrences[n.id] = occurrences.get(n.id, 0) + 1
+            if isinstance(n.ctx, ast.Load):
+                load_counts[n.id] = load_counts.get(n.id, 0) + 1
+        # Keeps both counts as they are after the copies it propagates.
+        copies = _propagate_local_copies(fdef.body, fdef, occurrences, load_counts)
         counts: Dict[str, int] = {}
         for s in _walk_statements(fdef.body):
             for n in _simple_stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
@@ -285,8 +330,9 @@ def substitute_single_use(fdef: ast.FunctionDef) -> None:
             return
 
 
-def _simple_stores(s: ast.stmt) -> Set[str]:
-    """Names a simple statement assigns (cheaper than walking it)."""
+def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[str]:
+    """Names a simple statement assigns (cheaper than walking it). `names`, if
+    given, are the Name nodes of `s`."""
     if isinstance(s, ast.Assign):
         out: Set[str] = set()
         for t in s.targets:
@@ -296,6 +342,8 @@ def _simple_stores(s: ast.stmt) -> Set[str]:
         return {s.target.id} if isinstance(s.target, ast.Name) else set()
     if isinstance(s, ast.Return):
         return set()
+    if names is not None:
+        return {n.id for n in names if isinstance(n.ctx, (ast.Store, ast.Del))}
     return _stores(s)
 
 
@@ -317,17 +365,18 @@ def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[int]) -> List[as
 
 
 def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
-                            occurrences: Optional[Dict[str, int]] = None) -> int:
-    if occurrences is None:
-        occurrences = {}
-        for n in name_nodes(fdef):
-            occurrences[n.id] = occurrences.get(n.id, 0) + 1
+                            occurrences: Dict[str, int], load_counts: Dict[str, int]) -> int:
+    """`occurrences`: how often each name occurs in fdef (`load_counts`: is read),
+    kept up to date."""
     done = 0
     for s in stmts:
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                done += _propagate_local_copies(inner, fdef, occurrences)
+                done += _propagate_local_copies(inner, fdef, occurrences, load_counts)
+    # The Name nodes of each statement of this block, found once: below, names
+    # change in place (n.id) and statements leave the block, nothing else.
+    nodes: Dict[int, List[ast.Name]] = {}
     i = 0
     while i < len(stmts):
         s = stmts[i]
@@ -335,37 +384,45 @@ def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
                 _BAR.match(s.targets[0].id) and _BAR.match(s.value.id):
             a, b = s.targets[0].id, s.value.id
-            if _copy_is_local(stmts, i, a, b, occurrences.get(a, 0)):
-                for use in stmts[i + 1:]:
-                    for n in name_nodes(use):
-                        if n.id == a and n.ctx.__class__ is ast.Load:
-                            n.id = b
-                del stmts[i]
+            reads = _copy_is_local(stmts, i, a, b, occurrences.get(a, 0), nodes)
+            if reads is not None:
+                # These are all the reads of a (its occurrences are counted): after
+                # this copy, in this block.
+                for n in reads:
+                    n.id = b
+                del stmts[i]  # (with its store of a and read of b)
                 occurrences[b] = occurrences.get(b, 0) + occurrences.get(a, 0) - 2
                 occurrences[a] = 0
+                load_counts[b] = load_counts.get(b, 0) + len(reads) - 1
+                load_counts[a] = 0
                 done += 1
                 continue
         i += 1
     return done
 
 
-def _copy_is_local(stmts, i, a, b, total: int) -> bool:
-    """Every read of `a` comes after stmts[i] in this block, before `b` or `a` change.
+def _copy_is_local(stmts, i, a, b, total: int,
+                   nodes: Dict[int, List[ast.Name]]) -> Optional[List[ast.Name]]:
+    """Every read of `a` comes after stmts[i] in this block, before `b` or `a` change:
+    those reads (Name nodes), else None.
 
-    `total` is how often `a` occurs in the whole function."""
-    seen = 0
+    `total` is how often `a` occurs in the whole function; `nodes` the Name
+    nodes of statements of the block, by id, as far as known."""
+    seen: List[ast.Name] = []
+    Load = ast.Load
     for s in stmts[i + 1:]:
-        reads = sum(1 for n in name_nodes(s) if n.id == a
-                    and isinstance(n.ctx, ast.Load))
-        writes = _simple_stores(s)
+        names = nodes.get(id(s))
+        if names is None:
+            names = nodes[id(s)] = name_nodes(s)
+        reads = [n for n in names if n.id == a and n.ctx.__class__ is Load]
         if reads and isinstance(s, (ast.If, ast.For, ast.While)):
-            return False
+            return None
         seen += reads
-        if seen == total - 1:
-            return not (writes & {a}) or seen == total - 1
-        if writes & {a, b}:
-            return False
-    return seen == total - 1
+        if len(seen) == total - 1:
+            return seen
+        if _simple_stores(s, names) & {a, b}:
+            return None
+    return seen if len(seen) == total - 1 else None
 
 
 def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> int:
@@ -405,7 +462,7 @@ def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> int:
 def _shape_positions(fdef: ast.FunctionDef) -> List[tuple]:
     """(call, argument index, Name) for every read that needs only a shape."""
     out = []
-    for node in ast.walk(fdef):
+    for node in walk(fdef):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                 node.func.id in _SHAPE_ARGS:
             i = _SHAPE_ARGS[node.func.id]
@@ -508,7 +565,7 @@ def _elementwise_with(use, name: str, shape: str, shapes) -> bool:
         return False
     value = use.value
     full = False
-    for node in ast.walk(value):
+    for node in walk(value):
         if isinstance(node, ast.Name):
             if node.id != name and shapes.get(node.id) == shape:
                 full = True
@@ -593,7 +650,7 @@ def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks) -> bool
 
 def _mutates(s, names: Set[str]) -> bool:
     """Does s write into (not rebind) one of names: x[i] = v, x += v, xs.append(v)?"""
-    for node in ast.walk(s):
+    for node in walk(s):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
                 isinstance(node.value, ast.Name) and node.value.id in names:
             return True
@@ -616,7 +673,8 @@ def prune_saves(t: Transformed) -> bool:
     stay paired); a single saved copy is dropped on its own.
     """
     live_after: Dict[int, Set[str]] = {}
-    _live_block(t.adjoint.body, set(), live_after)
+    names = _Names()  # nothing changes until the drops below
+    _live_block(t.adjoint.body, set(), live_after, names)
     slots: Dict[str, bool] = {}
     for s in _walk_statements(t.adjoint.body):
         var = getattr(s, "s2s_restore_of", None)
@@ -626,9 +684,12 @@ def prune_saves(t: Transformed) -> bool:
         dead = var not in live_after.get(id(s), set())
         slots[slot] = slots.get(slot, True) and dead
     # A saved copy read directly (x op= v reads its slot) is needed whatever the restores.
-    read_outside = {n.id for s in _walk_statements(t.adjoint.body)
-                    if getattr(s, "s2s_slot", None) is None
-                    for n in name_nodes(_header(s))}
+    read_outside: Set[str] = set()
+    for s in _walk_statements(t.adjoint.body):
+        if getattr(s, "s2s_slot", None) is None:
+            for part in _header_parts(s):
+                read_outside.update(names.loads(part))
+                read_outside |= names.stores(part)
     dropped = {slot for slot, dead in slots.items() if dead and slot not in read_outside}
     if not dropped:
         return False
@@ -669,6 +730,15 @@ def _header(s: ast.stmt) -> ast.AST:
     return s
 
 
+def _header_parts(s: ast.stmt) -> tuple:
+    """The nodes that make `_header(s)` (which, for a loop, is a new node)."""
+    if isinstance(s, (ast.If, ast.While)):
+        return (s.test,)
+    if isinstance(s, ast.For):
+        return (s.target, s.iter)
+    return (s,)
+
+
 def _popped_stack(s: ast.stmt) -> Optional[str]:
     """`v = stack.pop()` restoring a saved value: the adjoint pops its own copy."""
     if getattr(s, "s2s_restore_of", None) is None or not isinstance(s, ast.Assign):
@@ -702,8 +772,8 @@ def drop_needless_inits(fdef: ast.FunctionDef) -> None:
                  if getattr(s, "s2s_init_of", None) is None or s.s2s_init_of in needed]
 
 
-def _uses(s: ast.stmt) -> Set[str]:
-    used = set(_loads(s))
+def _uses(s: ast.stmt, names: _Names) -> Set[str]:
+    used = set(names.loads(s))
     if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
         used.add(s.target.id)
     # Putting items back into x (or popping from a list) writes x, it does not read it.
@@ -713,31 +783,32 @@ def _uses(s: ast.stmt) -> Set[str]:
     return used
 
 
-def _live_block(stmts: List[ast.stmt], live_out: Set[str], record: Dict[int, Set[str]]):
+def _live_block(stmts: List[ast.stmt], live_out: Set[str], record: Dict[int, Set[str]],
+                names: _Names):
     """Backward liveness over structured code; records the live set after each statement."""
     live = set(live_out)
     for s in reversed(stmts):
         record[id(s)] = set(live)
-        live = _live_statement(s, live, record)
+        live = _live_statement(s, live, record, names)
     return live
 
 
-def _live_statement(s, live_after: Set[str], record) -> Set[str]:
+def _live_statement(s, live_after: Set[str], record, names: _Names) -> Set[str]:
     if isinstance(s, ast.If):
-        return (_live_block(s.body, live_after, record) |
-                _live_block(s.orelse, live_after, record) | set(_loads(s.test)))
+        return (_live_block(s.body, live_after, record, names) |
+                _live_block(s.orelse, live_after, record, names) | set(names.loads(s.test)))
     if isinstance(s, (ast.For, ast.While)):
-        header = set(_loads(s.iter if isinstance(s, ast.For) else s.test))
+        header = set(names.loads(s.iter if isinstance(s, ast.For) else s.test))
         head = set(live_after) | header
         while True:
-            body_in = _live_block(s.body, head, record)
+            body_in = _live_block(s.body, head, record, names)
             if isinstance(s, ast.For):
-                body_in -= _stores(s.target)
+                body_in -= names.stores(s.target)
             new_head = set(live_after) | body_in | header
             if new_head == head:
                 return head
             head = new_head
-    return (live_after - _stores(s)) | _uses(s)
+    return (live_after - names.stores(s)) | _uses(s, names)
 
 
 def _drop_marked(stmts, attrs, dropped) -> List[ast.stmt]:
@@ -755,7 +826,7 @@ def _drop_marked(stmts, attrs, dropped) -> List[ast.stmt]:
 
 # -- dead code ------------------------------------------------------------------
 def _pure(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
             return False
         if isinstance(sub, ast.Call):
@@ -771,9 +842,8 @@ def _pure(node: ast.AST) -> bool:
                 root = func
                 while isinstance(root, ast.Attribute):
                     root = root.value
-                chain = ast.unparse(func)
                 if not (isinstance(root, ast.Name) and root.id in ("np", "numpy", "_s2s_np")) \
-                        or ".random." in chain:
+                        or ".random." in ast.unparse(func):
                     return False
             else:
                 return False
@@ -783,24 +853,24 @@ def _pure(node: ast.AST) -> bool:
 def eliminate_dead(fdef: ast.FunctionDef, keep: Set[str]) -> bool:
     """Remove pure assignments nobody reads; True if anything was removed."""
     removed_any = False
+    names = _Names()  # statements only leave the function below
     while True:
         used: Dict[str, int] = {}
         for s in _walk_statements(fdef.body):
-            nodes = [s]
+            node = s
             if isinstance(s, (ast.If, ast.While)):
-                nodes = [s.test]
+                node = s.test
             elif isinstance(s, ast.For):
-                nodes = [s.iter]
-            for node in nodes:
-                for n in _loads(node):
-                    used[n] = used.get(n, 0) + 1
-        removed = _remove_dead(fdef.body, used, keep)
+                node = s.iter
+            for n in names.loads(node):
+                used[n] = used.get(n, 0) + 1
+        removed = _remove_dead(fdef.body, used, keep, names)
         if not removed:
             return removed_any
         removed_any = True
 
 
-def _remove_dead(stmts: List[ast.stmt], used, keep) -> bool:
+def _remove_dead(stmts: List[ast.stmt], used, keep, names: _Names) -> bool:
     removed = False
     i = 0
     while i < len(stmts):
@@ -808,7 +878,7 @@ def _remove_dead(stmts: List[ast.stmt], used, keep) -> bool:
         dead = False
         if isinstance(s, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple))
                                              for t in s.targets):
-            targets = _stores(s)
+            targets = names.stores(s)
             if targets and not any(used.get(n, 0) > 0 or n in keep for n in targets) and \
                     _pure(s.value):
                 dead = True
@@ -822,7 +892,7 @@ def _remove_dead(stmts: List[ast.stmt], used, keep) -> bool:
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                removed |= _remove_dead(inner, used, keep)
+                removed |= _remove_dead(inner, used, keep, names)
         i += 1
     return removed
 
@@ -833,8 +903,12 @@ def link_residuals(t: Transformed) -> None:
     fwd, adj = t.forward, t.adjoint
     adj_args = {a.arg for a in adj.args.args}
     defined: Dict[str, None] = {a.arg: None for a in fwd.args.args}
+    names = _Names()  # of the forward's statements before its return, which stay
     for s in _walk_statements(fwd.body):
-        for n in sorted(_stores(_header(s)) | _loop_targets(s)):
+        stored: Set[str] = set()
+        for part in _header_parts(s):
+            stored |= names.stores(part)
+        for n in sorted(stored):
             defined.setdefault(n, None)
     reads = set(_loads(adj)) - adj_args
     residuals = [n for n in defined if n in reads]
@@ -851,7 +925,7 @@ def link_residuals(t: Transformed) -> None:
                                                      for n in residuals], ctx=ast.Store())],
                             value=ast.Name(id=t.residuals, ctx=ast.Load()), type_comment=None)
         adj.body.insert(0, unpack)
-    assigned = _definitely_assigned(fwd.body[:-1], set(a.arg for a in fwd.args.args))
+    assigned = _definitely_assigned(fwd.body[:-1], set(a.arg for a in fwd.args.args), names)
     maybe_undefined = [n for n in residuals if n not in assigned]
     inits = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())],
                         value=ast.Constant(value=None), type_comment=None)
@@ -880,7 +954,7 @@ _SHAPE_FUNCS = {"shape", "ndim", "size"}
 def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
     """Names every read of which (in fdef) uses only their shape and dtype."""
     allowed = set()
-    for node in ast.walk(fdef):
+    for node in walk(fdef):
         if isinstance(node, ast.Call):
             func = node.func
             index = None
@@ -895,7 +969,7 @@ def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
         elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim", "dtype", "size"):
             allowed.add(id(node.value))
     good: Dict[str, bool] = {}
-    for n in ast.walk(fdef):
+    for n in walk(fdef):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             good[n.id] = good.get(n.id, True) and id(n) in allowed
     return {name for name, ok in good.items() if ok}
@@ -904,7 +978,7 @@ def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
 def _shape_only(fdef: ast.FunctionDef, name: str) -> bool:
     """Every read of `name` in fdef uses only its shape and dtype."""
     allowed = set()
-    for node in ast.walk(fdef):
+    for node in walk(fdef):
         if isinstance(node, ast.Call):
             func = node.func
             index = None
@@ -923,19 +997,17 @@ def _shape_only(fdef: ast.FunctionDef, name: str) -> bool:
     return bool(reads) and all(id(n) in allowed for n in reads)
 
 
-def _loop_targets(s) -> Set[str]:
-    return _stores(s.target) if isinstance(s, ast.For) else set()
-
-
-def _definitely_assigned(stmts, assigned: Set[str]) -> Set[str]:
+def _definitely_assigned(stmts, assigned: Set[str],
+                         names: Optional[_Names] = None) -> Set[str]:
     out = set(assigned)
     for s in stmts:
         if isinstance(s, ast.If):
-            out |= _definitely_assigned(s.body, out) & _definitely_assigned(s.orelse, out)
+            out |= _definitely_assigned(s.body, out, names) & \
+                _definitely_assigned(s.orelse, out, names)
         elif isinstance(s, (ast.For, ast.While)):
             continue
         else:
-            out |= _stores(s)
+            out |= _stores(s) if names is None else names.stores(s)
     return out
 
 

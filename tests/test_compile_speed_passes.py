@@ -1,0 +1,319 @@
+"""The shortcuts that make compiling cheaper give what the longer ways gave.
+
+`emit.to_source` writes the functions without copying them first and notes
+the `_s2s_` names it writes; `emit.compile_emitted` puts the source in its
+factory as text; the optimiser and the normaliser walk nodes with lists
+instead of generators. Each is compared here with the way it replaced.
+"""
+import ast
+import importlib
+import types
+
+import numpy as np
+
+import s2sgrad
+from s2sgrad.compiler import clear_cache, compile_function, emit
+from s2sgrad.compiler.emit import Emitted, compile_emitted, free_names, to_source
+from s2sgrad.compiler.names import clone
+from s2sgrad.compiler.transform import comment
+
+# The package's `normalize` and `optimize` are the pass functions: the modules.
+names_mod = importlib.import_module("s2sgrad.compiler.names")
+normalize_mod = importlib.import_module("s2sgrad.compiler.normalize")
+optimize_mod = importlib.import_module("s2sgrad.compiler.optimize")
+
+
+def _sample(x, W, n):
+    h = np.tanh(W @ x)
+    total = 0.0
+    for i in range(n):
+        if i % 2 == 0:
+            total = total + np.sum(h * i)
+        else:
+            total = total - np.sum(np.sin(h)) / (i + 1)
+    ys = []
+    for j in range(2):
+        ys.append(h[j] ** 2)
+    return total + ys[0] + ys[1] * 2
+
+
+def _compiled():
+    clear_cache()
+    return compile_function(_sample, (0, 1))
+
+
+def _code_facts(code: types.CodeType):
+    """Everything about a code object a traceback, debugger or caller can see."""
+    facts = [code.co_name, code.co_qualname if hasattr(code, "co_qualname") else None,
+             code.co_firstlineno, code.co_code, code.co_names, code.co_varnames,
+             code.co_freevars, code.co_cellvars, code.co_flags, code.co_argcount,
+             list(code.co_lines())]
+    if hasattr(code, "co_positions"):
+        facts.append(list(code.co_positions()))
+    for const in code.co_consts:
+        facts.append(_code_facts(const) if isinstance(const, types.CodeType) else repr(const))
+    return facts
+
+
+def _factory_facts(factory: types.CodeType):
+    """What the factory's functions are made of (where the factory's own return
+    is written does not matter: it cannot raise)."""
+    return [factory.co_name, factory.co_argcount, factory.co_varnames, factory.co_cellvars,
+            factory.co_freevars, factory.co_names] + \
+        [_code_facts(c) for c in factory.co_consts if isinstance(c, types.CodeType)]
+
+
+def _emitted(source, names=("f",), filename="<test>"):
+    return Emitted(source=source, function_names=list(names), filename=filename,
+                   globals={"np": np})
+
+
+# -- the factory written as text ------------------------------------------------------
+def test_textual_factory_compiles_what_the_tree_compiled():
+    c = _compiled()
+    e = _emitted(c.module_source, [c.forward.__name__, c.adjoint.__name__],
+                 "<s2sgrad test factory>")
+    code, closure_names = compile_emitted(e)
+    assert emit._factory_text(e.source, closure_names, e.function_names) is not None
+    assert _factory_facts(code) == _factory_facts(emit._factory_from_tree(e, closure_names))
+    assert closure_names == sorted(free_names(e.source, e.function_names))
+
+
+def test_generated_lines_and_columns_are_those_of_the_source():
+    c = _compiled()
+    lines = c.module_source.splitlines()
+    for fn in (c.forward, c.adjoint):
+        first = lines[fn.__code__.co_firstlineno - 1]
+        assert first.startswith(f"def {fn.__name__}(")
+        if not hasattr(fn.__code__, "co_positions"):
+            continue
+        spans = 0
+        for start, end, col, end_col in fn.__code__.co_positions():
+            if start is None or col is None or start != end or col == end_col:
+                continue
+            text = lines[start - 1]
+            assert 0 <= col < end_col <= len(text)
+            assert text[col:end_col].strip()
+            spans += 1
+        assert spans > 10
+
+
+def test_traceback_points_at_the_generated_line():
+    def f(x):
+        y = np.log(x)
+        return np.sum(1.0 / (y - y))
+
+    clear_cache()
+    pair = compile_function(f, (0,))
+    with np.errstate(all="raise"):
+        try:
+            pair.forward(np.ones(3))
+        except FloatingPointError as error:
+            tb = error.__traceback__
+            while tb.tb_next is not None:
+                tb = tb.tb_next
+            line = pair.module_source.splitlines()[tb.tb_lineno - 1]
+            assert "/" in line
+        else:  # pragma: no cover - numpy raised nothing
+            raise AssertionError("expected a floating point error")
+
+
+def test_triple_quoted_string_falls_back_to_the_tree():
+    source = '# header\ndef f(x):\n    s = """a\ndef g():\n    pass"""\n    return x, s\n'
+    e = _emitted(source)
+    assert emit._factory_text(source, ["_s2s_np"], ["f"]) is None
+    code, names = compile_emitted(e)
+    assert _factory_facts(code) == _factory_facts(emit._factory_from_tree(e, names))
+    fn = types.FunctionType(code, e.globals, "_s2s_factory")()[0]
+    assert fn(1) == (1, "a\ndef g():\n    pass")
+
+
+def test_other_unusual_text_falls_back():
+    base = "# header\ndef f(x):\n    return x\n"
+    assert emit._factory_text(base, [], ["f"]) is not None
+    for bad in ("# header\ndef f(x):\n    return x + \\\n1\n",          # continuation
+                "def f(x):\n    return x\n",                          # no header line
+                "# header\ndef f(x):\n\treturn x\n",                    # tab
+                "# header\nx = 1\ndef f(x):\n    return x\n",           # top-level code
+                "# header\ndef f(x):\n    return x"):                   # no final newline
+        assert emit._factory_text(bad, [], ["f"]) is None, bad
+
+
+def test_text_that_does_not_compile_reports_as_before():
+    e = _emitted("# header\ndef f(x):\n    return x +\n")
+    try:
+        compile_emitted(e)
+    except SyntaxError as error:
+        assert error.filename == "<test>"
+    else:  # pragma: no cover
+        raise AssertionError("expected a SyntaxError")
+
+
+# -- to_source ------------------------------------------------------------------------
+def _reference_to_source(functions, header=""):
+    """What to_source did before: copy, swap comments for markers, swap back."""
+    import re
+
+    import astor
+    mark = "__s2s_comment__"
+    texts = []
+    module = ast.Module(body=[clone(f) for f in functions], type_ignores=[])
+    for node in ast.walk(module):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and \
+                isinstance(node.value.value, str) and node.value.value.startswith(mark):
+            texts.append(node.value.value[len(mark):])
+            node.value.value = f"{mark}{len(texts) - 1}"
+    raw = astor.to_source(module, pretty_source="".join)
+    pattern = re.compile(r"^(\s*)(?:'''|\"\"\"|'|\")" + mark + r"(\d+)(?:'''|\"\"\"|'|\")\s*$")
+    lines = []
+    for line in raw.splitlines():
+        m = pattern.match(line)
+        lines.append(f"{m.group(1)}# {texts[int(m.group(2))]}" if m else line)
+    text = "\n".join(lines).rstrip() + "\n"
+    return header + text
+
+
+def _dump_all(functions):
+    return [(type(n).__name__, sorted(k for k in n.__dict__)) for f in functions
+            for n in ast.walk(f)] + [ast.dump(f, include_attributes=True) for f in functions]
+
+
+def test_to_source_matches_the_copying_version_and_leaves_the_tree_alone():
+    tree = ast.parse("def f(x, y):\n"
+                     "    a = -x + (y - 1) * 2 ** -x\n"
+                     "    if not (a > 0 and y < 1):\n"
+                     "        a = _s2s_helper(a, 'text', (1,), {'k': [a]})\n"
+                     "    return (lambda t: -t)(a), f'{a!r:>3}'\n")
+    fdef = tree.body[0]
+    fdef.body.insert(1, comment("line 2: a = -x  # \"quoted\" 'both'"))
+    fdef.body[2].body.insert(0, comment("inside"))
+    before = _dump_all([fdef])
+    header = "# s2sgrad: test\n"
+    assert to_source([fdef], header) == _reference_to_source([fdef], header)
+    assert _dump_all([fdef]) == before
+    text = to_source([fdef], header)
+    assert emit.helper_names(text) == ["_s2s_helper"]
+    assert to_source([fdef]) == _reference_to_source([fdef])
+
+
+def test_to_source_of_a_tree_sharing_a_node():
+    tree = ast.parse("def f(x):\n    y = -x\n    return y\n")
+    fdef = tree.body[0]
+    shared = ast.UnaryOp(op=ast.USub(), operand=ast.BinOp(
+        left=ast.Name(id="x", ctx=ast.Load()), op=ast.Add(), right=ast.Constant(1)))
+    fdef.body[0].value = ast.BinOp(left=shared, op=ast.Pow(), right=shared)
+    before = _dump_all([fdef])
+    assert to_source([fdef]) == _reference_to_source([fdef])
+    assert _dump_all([fdef]) == before
+
+
+def test_generated_pairs_are_written_as_before():
+    c = _compiled()
+    assert c.module_source.startswith("# s2sgrad: generated from _sample")
+    x, W = np.linspace(0.1, 0.5, 3), np.eye(3) * 0.5
+    g = s2sgrad.grad(_sample, wrt=(0, 1))(x, W, 3)
+    eps = 1e-6
+    numeric = np.array([(_sample(x + eps * e, W, 3) - _sample(x - eps * e, W, 3)) / (2 * eps)
+                        for e in np.eye(3)])
+    np.testing.assert_allclose(g[0], numeric, rtol=1e-5, atol=1e-8)
+
+
+def test_helper_names_of_text_not_made_by_to_source_are_parsed():
+    text = "# h\ndef f(x):\n    return _s2s_np.sum(x) + _s2s_copy_value(x)  # _s2s_nothing\n"
+    assert sorted(emit.helper_names(text)) == ["_s2s_copy_value", "_s2s_np"]
+
+
+# -- walks ------------------------------------------------------------------------------
+def _corpus():
+    return ast.parse(open(normalize_mod.__file__).read())
+
+
+def test_walk_is_ast_walk():
+    tree = _corpus()
+    for node in [tree, *list(ast.walk(tree))[:400]]:
+        assert [id(n) for n in names_mod.walk(node)] == [id(n) for n in ast.walk(node)]
+
+
+def _reference_walk_scope(node):
+    todo = list(ast.iter_child_nodes(node))
+    while todo:
+        sub = todo.pop()
+        yield sub
+        if not isinstance(sub, normalize_mod._SCOPES):
+            todo.extend(ast.iter_child_nodes(sub))
+
+
+def test_walk_scope_and_assigned_names():
+    tree = _corpus()
+    for node in [tree, *list(ast.walk(tree))[:400]]:
+        assert [id(n) for n in normalize_mod._walk_scope(node)] == \
+            [id(n) for n in _reference_walk_scope(node)]
+        expected = {sub.id for sub in [node, *_reference_walk_scope(node)]
+                    if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del))}
+        assert normalize_mod._assigned_names([node]) == expected
+
+
+def test_walk_statements_order():
+    tree = _corpus()
+    expected = []
+
+    def visit(stmts):
+        for s in stmts:
+            expected.append(s)
+            for attr in ("body", "orelse"):
+                inner = getattr(s, attr, None)
+                if isinstance(inner, list):
+                    visit(inner)
+    visit(tree.body)
+    assert optimize_mod._walk_statements(tree.body) == expected
+
+
+def test_names_memo_matches_loads_and_stores():
+    tree = _corpus()
+    memo = optimize_mod._Names()
+    for node in list(ast.walk(tree))[:600]:
+        if isinstance(node, ast.stmt):
+            assert memo.loads(node) == optimize_mod._loads(node)
+            assert memo.stores(node) == optimize_mod._stores(node)
+            assert memo.loads(node) is memo.loads(node)
+
+
+def test_parsed_and_generated_trees_are_written_without_a_copy(monkeypatch):
+    def no_copy(node):
+        raise AssertionError("copied")
+
+    tree = ast.parse("def f(x, y):\n    return -x + y * 2, [x, y]\n")  # shares Load()
+    expected = _reference_to_source(tree.body)
+    monkeypatch.setattr(emit, "clone", no_copy)
+    assert to_source(tree.body) == expected
+    assert not any(attr in n.__dict__ for n in ast.walk(tree) for attr in ("_pp", "_p_op"))
+    assert _compiled().module_source.startswith("# s2sgrad: generated from _sample")
+
+
+def _reference_name_nodes(node, args=None):
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name):
+            out.append(n)
+            continue
+        if args is not None and isinstance(n, ast.arg):
+            args.add(n.arg)
+        for field in reversed(n._fields):
+            value = getattr(n, field, None)
+            if isinstance(value, list):
+                stack.extend(item for item in reversed(value) if isinstance(item, ast.AST))
+            elif isinstance(value, ast.AST):
+                stack.append(value)
+    return out
+
+
+def test_name_nodes_order_and_parameters():
+    tree = _corpus()
+    tree.body.append(ast.parse("def g(a, /, b=1, *c, d: int = 2, **e):\n"
+                               "    global q\n    {**e, 'k': [x for x in c]}\n").body[0])
+    for node in [tree, *list(ast.walk(tree))[:3000]]:
+        want_args, got_args = set(), set()
+        want = _reference_name_nodes(node, want_args)
+        assert [id(n) for n in names_mod.name_nodes(node, got_args)] == [id(n) for n in want]
+        assert got_args == want_args
