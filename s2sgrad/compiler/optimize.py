@@ -594,17 +594,23 @@ def fuse_forward_temporaries(fdef: ast.FunctionDef, user_names: Set[str]) -> Non
     instead of when the forward returns (a lower peak memory)."""
     marks = ("s2s_save_of", "s2s_init_of", "s2s_stack_of", "s2s_slot", "s2s_snapshot")
     while True:
-        loads: Dict[str, int] = {}
-        for n in _loads(fdef):
-            loads[n] = loads.get(n, 0) + 1
-        counts: Dict[str, int] = {}
-        for s in _walk_statements(fdef.body):
-            for n in _stores(_header(s)):
-                counts[n] = counts.get(n, 0) + 1
-        residual_reads = set(_loads(fdef.body[-1])) if fdef.body and \
-            isinstance(fdef.body[-1], ast.Return) else set()
+        loads, counts, residual_reads = _name_counts(fdef)
         if not _fuse_block(fdef.body, loads, counts, residual_reads, user_names, marks):
             return
+
+
+def _name_counts(fdef: ast.FunctionDef) -> tuple:
+    """(reads per name, assignments per name, names the final return reads) of fdef."""
+    loads: Dict[str, int] = {}
+    for n in _loads(fdef):
+        loads[n] = loads.get(n, 0) + 1
+    counts: Dict[str, int] = {}
+    for s in _walk_statements(fdef.body):
+        for n in _stores(_header(s)):
+            counts[n] = counts.get(n, 0) + 1
+    returned = set(_loads(fdef.body[-1])) if fdef.body and \
+        isinstance(fdef.body[-1], ast.Return) else set()
+    return loads, counts, returned
 
 
 def _fusable(s, loads, counts, residual_reads, user_names, marks) -> Optional[str]:
@@ -1068,15 +1074,7 @@ def fuse_adjoint_temporaries(fdef: ast.FunctionDef) -> None:
     alias of what it reads could change), a call statement, a loop or branch, or
     the comment that opens the next source line's block. One pass suffices: a
     fused statement is looked at again, so chains fold from the top."""
-    loads: Dict[str, int] = {}
-    for n in _loads(fdef):
-        loads[n] = loads.get(n, 0) + 1
-    counts: Dict[str, int] = {}
-    for s in _walk_statements(fdef.body):
-        for n in _stores(_header(s)):
-            counts[n] = counts.get(n, 0) + 1
-    returned = set(_loads(fdef.body[-1])) if fdef.body and \
-        isinstance(fdef.body[-1], ast.Return) else set()
+    loads, counts, returned = _name_counts(fdef)
     _fuse_adjoint_block(fdef.body, loads, counts, returned, {})
 
 
@@ -1174,13 +1172,7 @@ def collapse_unbroadcast_chains(fdef: ast.FunctionDef) -> bool:
     down to s's shape and then to a's is summing it down to a's shape at once.
     Then s is no longer a shape witness, and a loop stops keeping it for every
     step (`W @ h + U @ x + b` in an RNN: two stacks fewer)."""
-    loads: Dict[str, int] = {}
-    for n in _loads(fdef):
-        loads[n] = loads.get(n, 0) + 1
-    counts: Dict[str, int] = {}
-    for s in _walk_statements(fdef.body):
-        for n in _stores(_header(s)):
-            counts[n] = counts.get(n, 0) + 1
+    loads, counts, _ = _name_counts(fdef)
     return _collapse_block(fdef.body, loads, counts)
 
 
