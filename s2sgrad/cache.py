@@ -40,6 +40,7 @@ import linecache
 import marshal
 import operator
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -256,6 +257,33 @@ def clear(path: Optional[str] = None) -> int:
         if e.name.endswith(SUFFIX):
             removed += 1
     return removed
+
+
+# The numba backend's generated modules (m_<hash>.py) and the machine code numba
+# keeps beside them (in __pycache__) live in this subdirectory.
+NUMBA_SUBDIR = "numba"
+
+
+def numba_modules(path: Optional[str] = None) -> List[str]:
+    """Paths of the numba backend's cached modules under the cache directory."""
+    folder = os.path.join(path or directory(), NUMBA_SUBDIR)
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        return []
+    with os.scandir(folder) as it:
+        return [e.path for e in it if e.is_file(follow_symlinks=False)
+                and e.name.startswith("m_") and e.name.endswith(".py")]
+
+
+def clear_numba(path: Optional[str] = None) -> int:
+    """Remove the numba backend's cached modules and their machine code; returns
+    how many modules. Only the subdirectory s2sgrad made is touched, never
+    through a symbolic link."""
+    folder = os.path.join(path or directory(), NUMBA_SUBDIR)
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        return 0
+    count = len(numba_modules(path))
+    shutil.rmtree(folder)
+    return count
 
 
 # -- keys ----------------------------------------------------------------------------

@@ -231,6 +231,10 @@ def cmd_cache_info(args) -> int:
     size = _size(facts["bytes"])
     print(f"size:      {size}" + ("" if facts["bytes"] < 1024 else f" ({facts['bytes']} bytes)"))
     print(f"disk cache: {state}")
+    modules = len(cache.numba_modules(facts["directory"]))
+    if modules:
+        print(f"numba:     {modules} compiled module{'' if modules == 1 else 's'} "
+              f"(jit=True) in {os.path.join(facts['directory'], cache.NUMBA_SUBDIR)}")
     return 0
 
 
@@ -239,9 +243,11 @@ def cmd_cache_clear(args) -> int:
     path = cache.directory()
     try:
         removed = cache.clear(path)
+        modules = cache.clear_numba(path)
     except OSError as exc:
         raise CliError(f"cannot clear {path}: {exc.strerror or exc}") from None
-    print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {path}")
+    jit = f" and {modules} numba module{'' if modules == 1 else 's'}" if modules else ""
+    print(f"removed {removed} entr{'y' if removed == 1 else 'ies'}{jit} from {path}")
     return 0
 
 
@@ -345,8 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_FORMATTER)
     info.set_defaults(func=cmd_cache_info)
     clear = cache_sub.add_parser(
-        "clear", help="delete every entry",
-        description="Delete every cache entry (other files in the directory are left alone).",
+        "clear", help="delete every entry (and the numba modules of jit=True)",
+        description="Delete every cache entry and the numba/ subdirectory where jit=True "
+                    "keeps its modules (other files in the directory are left alone).",
         epilog="example:\n  s2sgrad cache clear", formatter_class=_FORMATTER)
     clear.set_defaults(func=cmd_cache_clear)
     cache.set_defaults(func=None, parser=cache)

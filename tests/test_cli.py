@@ -226,6 +226,36 @@ def test_cache_info_and_clear(tmp_path):
     assert "disk cache: off" in off.stdout
 
 
+def test_cache_clear_also_removes_the_jit_modules(tmp_path):
+    """jit=True keeps numba modules (and numba's machine code beside them) in
+    <cache>/numba; `cache info` counts them and `cache clear` removes them."""
+    numba_dir = tmp_path / "c" / "numba"
+    (numba_dir / "__pycache__").mkdir(parents=True)
+    for name in ("m_aaa.py", "m_bbb.py"):
+        (numba_dir / name).write_text("x = 1\n")
+    (numba_dir / "__pycache__" / "m_aaa.f-1.py311.nbi").write_bytes(b"index")
+    env = {"S2SGRAD_CACHE_DIR": str(tmp_path / "c")}
+    info = run("cache", "info", env=env)
+    assert info.returncode == 0, info.stderr
+    assert "numba:     2 compiled modules" in info.stdout
+    clear = run("cache", "clear", env=env)
+    assert clear.returncode == 0, clear.stderr
+    assert "removed 0 entries and 2 numba modules" in clear.stdout
+    assert not numba_dir.exists() and (tmp_path / "c").exists()
+    assert "numba:" not in run("cache", "info", env=env).stdout
+
+
+def test_cache_clear_does_not_follow_a_linked_numba_directory(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "m_keep.py").write_text("x = 1\n")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "numba").symlink_to(elsewhere, target_is_directory=True)
+    clear = run("cache", "clear", env={"S2SGRAD_CACHE_DIR": str(tmp_path / "c")})
+    assert clear.returncode == 0 and "numba" not in clear.stdout
+    assert (elsewhere / "m_keep.py").exists()
+
+
 def test_cache_info_on_an_unusable_directory(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
