@@ -91,28 +91,9 @@ def _walk_scope(node: ast.AST) -> List[ast.AST]:
 def _assigned_names(nodes) -> Set[str]:
     """Names stored or deleted in `nodes`, outside nested scopes (each node of
     `nodes` itself is entered)."""
-    out = set()
-    Name, AST, stored = ast.Name, ast.AST, (ast.Store, ast.Del)
-    for node in nodes:
-        todo = [node]
-        pop, push = todo.pop, todo.append
-        while todo:
-            sub = pop()
-            if isinstance(sub, Name):
-                if isinstance(sub.ctx, stored):
-                    out.add(sub.id)
-                continue  # its only child is its context
-            if sub is not node and isinstance(sub, _SCOPES):
-                continue
-            for attr in sub._fields:
-                value = getattr(sub, attr, None)
-                if isinstance(value, AST):
-                    push(value)
-                elif isinstance(value, list):
-                    for item in value:
-                        if isinstance(item, AST):
-                            push(item)
-    return out
+    stored = (ast.Store, ast.Del)
+    return {n.id for node in nodes for n in (node, *_walk_scope(node))
+            if n.__class__ is ast.Name and isinstance(n.ctx, stored)}
 
 
 def _has(node: ast.AST, kinds, stop=()) -> bool:
