@@ -22,6 +22,19 @@ def helper(fn: Callable) -> Callable:
     return fn
 
 
+def new_helper(fn: Callable) -> Callable:
+    """helper() for the rule tables' helpers: a name already taken by another
+    function is an error, not a silent replacement."""
+    if fn.__name__ in HELPERS and HELPERS[fn.__name__] is not fn:
+        raise ValueError(f"helper name {fn.__name__!r} is already taken")
+    return helper(fn)
+
+
+def swap_last_axes(x):
+    """The transpose of a matrix, or of each matrix in a stack."""
+    return np.swapaxes(x, -1, -2)
+
+
 def shape_of(x: Any) -> Tuple[int, ...]:
     shape = getattr(x, "shape", None)
     return shape if shape is not None else np.shape(x)
@@ -286,14 +299,20 @@ def check_count(grads, expected: int, method: str):
 
     `method` is "Class.vjp" (or "Class.backward"), for the message.
     """
-    if expected == 1 and not isinstance(grads, (tuple, list)):
-        return (grads,)
-    got = len(grads) if isinstance(grads, (tuple, list)) else 1
+    return one_per(grads, expected, method, "gradient", "input")
+
+
+def one_per(values, expected: int, method: str, what: str, per: str):
+    """`values` as a sequence of `expected` items (one bare value is a 1-tuple),
+    or a TypeError naming the Function method that returned the wrong count."""
+    if expected == 1 and not isinstance(values, (tuple, list)):
+        return (values,)
+    got = len(values) if isinstance(values, (tuple, list)) else 1
     if got != expected:
         cls = method.rsplit(".", 1)[0]
-        raise TypeError(f"{method} returns {got} gradient(s), expected {expected} "
-                        f"(one per input of {cls}.forward)")
-    return grads
+        raise TypeError(f"{method} returns {got} {what}(s), expected {expected} "
+                        f"(one per {per} of {cls}.forward)")
+    return values
 
 
 @helper

@@ -21,17 +21,9 @@ from typing import Any
 import numpy as np
 
 from .rules import numpy_helpers as _nh
-from .runtime import HELPERS, ArrayMeta, _normalize_axes, helper
-
-
-def _helper(fn):
-    if fn.__name__ in HELPERS and HELPERS[fn.__name__] is not fn:
-        raise ValueError(f"helper name {fn.__name__!r} is already taken")
-    return helper(fn)
-
-
-def _T(x):
-    return np.swapaxes(x, -1, -2)
+from .runtime import ArrayMeta, _normalize_axes, one_per
+from .runtime import new_helper as _helper
+from .runtime import swap_last_axes as _T
 
 
 # -- zeros, shapes and dtypes ---------------------------------------------------------
@@ -68,14 +60,7 @@ def none_to_zero_tangent(t, like):
 @_helper
 def check_tangents(tangents, expected: int, method: str):
     """A Function's jvp returns one tangent per output of forward."""
-    if expected == 1 and not isinstance(tangents, (tuple, list)):
-        return (tangents,)
-    got = len(tangents) if isinstance(tangents, (tuple, list)) else 1
-    if got != expected:
-        cls = method.rsplit(".", 1)[0]
-        raise TypeError(f"{method} returns {got} tangent(s), expected {expected} "
-                        f"(one per output of {cls}.forward)")
-    return tangents
+    return one_per(tangents, expected, method, "tangent", "output")
 
 
 @_helper

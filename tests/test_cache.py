@@ -18,14 +18,8 @@ from s2sgrad.compiler import clear_cache, compile_function
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-MODULE = '''
-import numpy as np
-import s2sgrad
-
-SCALE = 3.0
-
-
-class Cube(s2sgrad.Function):
+# The Function the cached modules inline (two of them, below, use it).
+CUBE = '''class Cube(s2sgrad.Function):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -35,7 +29,16 @@ class Cube(s2sgrad.Function):
     def vjp(ctx, g):
         x, = ctx.saved_tensors
         return 3 * x ** 2 * g
+'''
 
+MODULE = f'''
+import numpy as np
+import s2sgrad
+
+SCALE = 3.0
+
+
+{CUBE}
 
 def helper(a, b):
     return np.sin(a) * b
@@ -638,22 +641,7 @@ def write(path, text):
     os.utime(path, ns=(time.time_ns(), time.time_ns()))
 
 
-OPS = textwrap.dedent('''
-    import numpy as np
-    import s2sgrad
-
-
-    class Cube(s2sgrad.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x ** 3
-
-        @staticmethod
-        def vjp(ctx, g):
-            x, = ctx.saved_tensors
-            return 3 * x ** 2 * g
-    ''')
+OPS = '\nimport numpy as np\nimport s2sgrad\n\n\n' + CUBE
 
 HELPERS = textwrap.dedent('''
     import numpy as np

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import cache as disk_cache
 from .analyze import Activity, analyze, iter_statements, output_items
-from .emit import Emitted, bind_late, compile_emitted, instantiate, to_source
+from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
 from .inline import inline
 from .normalize import normalize
 from .optimize import link_residuals, optimize
@@ -56,17 +56,7 @@ class CompiledFunction:
     @property
     def source(self) -> str:
         """This function's generated code followed by that of the functions it calls."""
-        parts, seen = [], set()
-
-        def visit(c: "CompiledFunction"):
-            if id(c) in seen:
-                return
-            seen.add(id(c))
-            parts.append(c.module_source)
-            for sub in c.callees:
-                visit(sub)
-        visit(self)
-        return "\n\n".join(parts)
+        return joined_source(self)
 
 
 def _current(c: CompiledFunction, seen: set) -> bool:

@@ -172,6 +172,22 @@ def helper_names(source: str) -> List[str]:
     return free_names(source, ()) if known is None else known
 
 
+def joined_source(root) -> str:
+    """The generated text of a compiled function (anything with `module_source`
+    and `callees`) followed by that of each function it calls, once each."""
+    parts, seen = [], set()
+
+    def visit(c) -> None:
+        if id(c) in seen:
+            return
+        seen.add(id(c))
+        parts.append(c.module_source)
+        for sub in c.callees:
+            visit(sub)
+    visit(root)
+    return "\n\n".join(parts)
+
+
 def free_names(source: str, function_names: Sequence[str]) -> List[str]:
     """Names the generated functions read that s2sgrad must bind (helpers etc.)."""
     return _tree_names(ast.parse(source))

@@ -368,14 +368,16 @@ class _CtxRewriter(ast.NodeTransformer):
         return node
 
 
-def _inline_function(site: FunctionSite, cls, vjp_fn, names: NameRegistry, nf) -> None:
+def bind_forward(site, cls, names: NameRegistry, nf) -> tuple:
+    """A Function's `forward` at a call site, ready to splice in (reverse and
+    forward mode alike): (ctx's name, its body, its returned expression, the
+    mapping of its parameters and locals to fresh names or the call's
+    arguments, the assignments copying arguments forward rebinds)."""
     fwd = _parse_method(cls.forward, cls, "forward")
-    vjp = _parse_method(vjp_fn, cls, site.vjp_name)
     fparams = [a.arg for a in fwd.node.args.posonlyargs + fwd.node.args.args]
     if fwd.node.args.vararg or fwd.node.args.kwarg or len(fparams) != len(site.arg_atoms) + 1:
         raise NotInlinable("forward's parameters do not match the call")
     site.bindings.update(_foreign_globals(fwd, nf, names, site))
-    site.bindings.update(_foreign_globals(vjp, nf, names, site))
     ctx, *inputs = fparams
     body, result = _single_return([s for s in fwd.node.body if not _is_docstring(s)],
                                   "forward")
@@ -392,6 +394,13 @@ def _inline_function(site: FunctionSite, cls, vjp_fn, names: NameRegistry, nf) -
     for n in sorted(local - set(inputs)):
         mapping[n] = _name(names.fresh(n))
     mapping.update(site.foreign)
+    return ctx, body, result, mapping, prologue
+
+
+def _inline_function(site: FunctionSite, cls, vjp_fn, names: NameRegistry, nf) -> None:
+    vjp = _parse_method(vjp_fn, cls, site.vjp_name)
+    ctx, body, result, mapping, prologue = bind_forward(site, cls, names, nf)
+    site.bindings.update(_foreign_globals(vjp, nf, names, site))
     slots: Dict[str, str] = {}
     saved: List[str] = []
     out: List[ast.stmt] = list(prologue)

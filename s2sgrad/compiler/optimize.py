@@ -986,28 +986,6 @@ def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
     return {name for name, ok in good.items() if ok}
 
 
-def _shape_only(fdef: ast.FunctionDef, name: str) -> bool:
-    """Every read of `name` in fdef uses only its shape and dtype."""
-    allowed = set()
-    for node in walk(fdef):
-        if isinstance(node, ast.Call):
-            func = node.func
-            index = None
-            if isinstance(func, ast.Name) and func.id in _SHAPE_ARGS:
-                index = _SHAPE_ARGS[func.id]
-            elif isinstance(func, ast.Attribute) and func.attr in _SHAPE_FUNCS and \
-                    isinstance(func.value, ast.Name) and func.value.id in ("np", "numpy",
-                                                                          "_s2s_np"):
-                index = 0
-            if index is not None and len(node.args) > index:
-                allowed.add(id(node.args[index]))
-        elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim", "dtype", "size"):
-            allowed.add(id(node.value))
-    reads = [n for n in name_nodes(fdef) if n.id == name
-             and isinstance(n.ctx, ast.Load)]
-    return bool(reads) and all(id(n) in allowed for n in reads)
-
-
 def _definitely_assigned(stmts, assigned: Set[str],
                          names: Optional[_Names] = None) -> Set[str]:
     out = set(assigned)

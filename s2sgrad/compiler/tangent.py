@@ -44,15 +44,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from .. import runtime_tangent  # noqa: F401 - registers the helpers this pass emits
 from ..errors import TransformError, error_at
 from ..rules import jvp_rules, registry
+from ..runtime import HELPERS
 from .analyze import Activity, analyze, iter_statements
-from .emit import Emitted, bind_late, compile_emitted, instantiate, to_source
+from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
 from .names import NameRegistry, names_in
 from .normalize import NormalForm, normalize
 from .ops import Op, describe
 from .optimize import eliminate_dead, fold_block, propagate_copies, tidy
 from .parse import ParsedFunction, parse_function
 from .resolve import unique_bindings
-from .transform import comment
+from .transform import comment, line_comment
 
 # The module (the package's `inline` attribute is the pass function of that name).
 inline = importlib.import_module(__name__.rsplit(".", 1)[0] + ".inline")
@@ -99,17 +100,7 @@ class CompiledJvp:
     @property
     def source(self) -> str:
         """This function's tangent code followed by that of everything it calls."""
-        parts, seen = [], set()
-
-        def visit(c):
-            if id(c) in seen:
-                return
-            seen.add(id(c))
-            parts.append(c.module_source)
-            for sub in c.callees:
-                visit(sub)
-        visit(self)
-        return "\n\n".join(parts)
+        return joined_source(self)
 
     def call(self, args: Sequence[Any], tangents: Sequence[Any], kwargs=None):
         """Run the jvp on a call's arguments (defaults of omitted ones filled in)."""
@@ -512,27 +503,7 @@ def _fallback(site: _FunctionSite, names: NameRegistry, reason: str) -> _Functio
 def _inline_forward(site: _FunctionSite, cls, names: NameRegistry, nf) -> None:
     """forward's body with ctx turned into variables; then the jvp (or the vjp as a
     function, for a derived JVP)."""
-    fwd = inline._parse_method(cls.forward, cls, "forward")
-    fparams = [a.arg for a in fwd.node.args.posonlyargs + fwd.node.args.args]
-    if fwd.node.args.vararg or fwd.node.args.kwarg or len(fparams) != len(site.arg_atoms) + 1:
-        raise inline.NotInlinable("forward's parameters do not match the call")
-    site.bindings.update(inline._foreign_globals(fwd, nf, names, site))
-    ctx, *inputs = fparams
-    body, result = inline._single_return(
-        [s for s in fwd.node.body if not inline._is_docstring(s)], "forward")
-    local = inline._local_names(fwd.node) - {ctx}
-    mapping: Dict[str, ast.expr] = {}
-    out: List[ast.stmt] = []
-    for param, atom in zip(inputs, site.arg_atoms):
-        if param in local:
-            fresh = names.fresh(param)
-            out.append(_assign(fresh, copy.deepcopy(atom)))
-            mapping[param] = _name(fresh)
-        else:
-            mapping[param] = atom
-    for n in sorted(local - set(inputs)):
-        mapping[n] = _name(names.fresh(n))
-    mapping.update(site.foreign)
+    ctx, body, result, mapping, out = inline.bind_forward(site, cls, names, nf)
     slots: Dict[str, str] = {}
     saved: List[str] = []
     saved_fwd: List[str] = []
@@ -811,13 +782,10 @@ class _Tangent:
         out.append(node)
 
     def mark_line(self, s, out: List[ast.stmt], force: bool = False) -> None:
-        origin = getattr(s, "s2s_origin", None) or s
-        lineno = getattr(origin, "lineno", None)
-        if lineno is None or (lineno == self.last_line and not force):
-            return
-        self.last_line = lineno
-        text = self.parsed.line_text(lineno) or ""
-        out.append(comment(f"line {lineno}: {text.strip()}"))
+        opened = line_comment(s, self.parsed, self.last_line, force)
+        if opened is not None:
+            self.last_line = opened[0]
+            out.append(opened[1])
 
     def _written_in_place(self, body) -> Set[str]:
         out = set()
@@ -1417,7 +1385,7 @@ class _Tangent:
                 mapping[param] = inline._constant(None if default is inspect.Parameter.empty
                                                   else default)
             mapping[f"{param}_dot"] = self._param_tangent(rule, param, op.bound.get(param))
-        for h in runtime_tangent.HELPERS:
+        for h in HELPERS:
             mapping.setdefault(h, _name("_s2s_" + h))
         mapping["np"] = _name(self.np_name)
         drop = set(rule.params) - given

@@ -53,6 +53,18 @@ def comment(text: str) -> ast.Expr:
     return ast.Expr(value=ast.Constant(value=f"{COMMENT_MARK}{text}"))
 
 
+def line_comment(s: ast.stmt, parsed, last_line: Optional[int],
+                 force: bool = False) -> Optional[Tuple[int, ast.Expr]]:
+    """(line, `# line N: <source>` comment) opening the generated block of the
+    user's statement s; None while that line's block is already open."""
+    origin = getattr(s, "s2s_origin", None) or s
+    lineno = getattr(origin, "lineno", None)
+    if lineno is None or (lineno == last_line and not force):
+        return None
+    text = parsed.line_text(lineno) or ""
+    return lineno, comment(f"line {lineno}: {text.strip()}")
+
+
 def _name(id_: str, store: bool = False) -> ast.Name:
     return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
 
@@ -532,13 +544,10 @@ class _Reverse:
         return helper_call("zeros_like", _name(var))
 
     def mark_line(self, s, out: List[ast.stmt], force: bool = False) -> None:
-        origin = getattr(s, "s2s_origin", None) or s
-        lineno = getattr(origin, "lineno", None)
-        if lineno is None or (lineno == self.last_line and not force):
-            return
-        self.last_line = lineno
-        text = self.nf.parsed.line_text(lineno) or ""
-        out.append(comment(f"line {lineno}: {text.strip()}"))
+        opened = line_comment(s, self.nf.parsed, self.last_line, force)
+        if opened is not None:
+            self.last_line = opened[0]
+            out.append(opened[1])
 
     def restores(self, s, out: List[ast.stmt]) -> None:
         for var, kind, name in reversed(self.saves.get(id(s), [])):

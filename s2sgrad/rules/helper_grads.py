@@ -33,19 +33,10 @@ import numbers
 import numpy as np
 
 from .. import runtime_tangent as rt
-from ..runtime import HELPERS, _normalize_axes, expand_reduced, helper, sum_to_shape, unbroadcast
+from ..runtime import _normalize_axes, expand_reduced, sum_to_shape, unbroadcast
+from ..runtime import new_helper as _helper
+from ..runtime import swap_last_axes as _T
 from . import numpy_helpers as nh
-
-
-def _helper(fn):
-    """Register a helper; its name must not shadow another helper."""
-    if fn.__name__ in HELPERS and HELPERS[fn.__name__] is not fn:
-        raise ValueError(f"helper name {fn.__name__!r} is already taken")
-    return helper(fn)
-
-
-def _T(x):
-    return np.swapaxes(x, -1, -2)
 
 
 def _zero(t, like):

@@ -20,28 +20,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..runtime import (
-    HELPERS,
     _normalize_axes,
     balanced_max_mask,
     expand_reduced,
-    helper,
     reduced_count,
     sum_to_shape,
     unbroadcast,
 )
+from ..runtime import new_helper as _helper
+from ..runtime import swap_last_axes as _T
 
 _NUMPY2 = int(np.__version__.split(".")[0]) >= 2
 
 
-def _helper(fn):
-    """Register a table helper; its name must not shadow another helper."""
-    if fn.__name__ in HELPERS and HELPERS[fn.__name__] is not fn:
-        raise ValueError(f"helper name {fn.__name__!r} is already taken")
-    return helper(fn)
-
-
-def _T(x):
-    return np.swapaxes(x, -1, -2)
 
 
 class _Lazy(Sequence):
