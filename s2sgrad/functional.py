@@ -47,15 +47,19 @@ def _shape(x: Any) -> tuple:
     return tuple(np.shape(x))
 
 
+def _unit_like(x: Any) -> Any:
+    """The v that v=None stands for beside a one-element value: 1, in its float type."""
+    if isinstance(x, (float, int)) and not isinstance(x, np.generic):
+        return 1.0
+    return np.ones_like(np.asarray(x, dtype=np.result_type(x, np.float64)))
+
+
 def _validate_v(v: Any, outputs: tuple, is_outputs_tuple: bool) -> tuple:
     if v is None:
         if is_outputs_tuple or len(outputs) != 1 or np.size(outputs[0]) != 1:
             raise RuntimeError("The vector v can only be None if the user-provided function "
                                "returns a single array with a single element.")
-        out = outputs[0]
-        if isinstance(out, (float, int)) and not isinstance(out, np.generic):
-            return (1.0,)
-        return (np.ones_like(np.asarray(out, dtype=np.result_type(out, np.float64))),)
+        return (_unit_like(outputs[0]),)
     vs = v if isinstance(v, tuple) else (v,)
     if len(vs) != len(outputs):
         raise RuntimeError(f"v is a tuple of invalid length: should be {len(outputs)} but got "
@@ -137,10 +141,7 @@ def _validate_v_inputs(v: Any, inputs: tuple, is_inputs_tuple: bool, fn_name: st
         if len(inputs) != 1 or np.size(inputs[0]) != 1:
             raise RuntimeError("The vector v can only be None if the input to the "
                                "user-provided function is a single array with a single element.")
-        x = inputs[0]
-        if isinstance(x, (float, int)) and not isinstance(x, np.generic):
-            return (1.0,)
-        return (np.ones_like(np.asarray(x, dtype=np.result_type(x, np.float64))),)
+        return (_unit_like(inputs[0]),)
     _, vs = _as_tuple(v, "v", fn_name)
     if len(vs) != len(inputs):
         if is_inputs_tuple:

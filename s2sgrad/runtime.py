@@ -155,16 +155,17 @@ def expand_reduced(g, x, axis=None, keepdims=False):
             g = g.reshape(g.shape[:a] + (1,) + g.shape[a:])
         else:
             g = np.expand_dims(g, _normalize_axes(axis, len(shape)))
-    if type(g) is np.ndarray and g.ndim and _small(shape):
-        out = np.empty(shape, g.dtype)   # as broadcast_to would give, but cheaper
+    if not _small(shape):
+        return np.broadcast_to(g, shape)
+    # np.broadcast_to costs microseconds; for a small array a filled copy is
+    # cheaper (np.empty + fill or one broadcast write, cheaper than np.full).
+    if type(g) is np.ndarray and g.ndim:
+        out = np.empty(shape, g.dtype)   # the dtype broadcast_to would give
         out[...] = g
         return out
-    if (type(g) is float or np.ndim(g) == 0) and _small(shape):
-        # np.broadcast_to costs microseconds; for a small array a filled copy is
-        # cheaper (and np.empty + fill cheaper than np.full, which costs as much
-        # again as the promotion we skip for the usual float seed of a float64 sum).
+    if type(g) is float or np.ndim(g) == 0:
         dtype = _dtype_of(x)
-        if not (type(g) is float and dtype is _FLOAT64):
+        if not (type(g) is float and dtype is _FLOAT64):   # skip the usual promotion
             dtype = np.result_type(g, dtype)
         out = np.empty(shape, dtype)
         out.fill(g)

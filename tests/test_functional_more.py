@@ -2,36 +2,12 @@
 import numpy as np
 import pytest
 from conftest import import_source, numeric_vjp
+from test_functional import SOURCE as VJP_SOURCE  # the functions functional.vjp is tested on
 
 from s2sgrad import functional
 
-SOURCE = '''
-import numpy as np
+SOURCE = VJP_SOURCE + '''
 import s2sgrad
-
-
-def exp_reducer(x):
-    return np.exp(x).sum(axis=1)
-
-
-def adder(x, y):
-    return 2 * x + 3 * y
-
-
-def two_outputs(x, y):
-    return x * y, np.sin(x)
-
-
-def scalar(x):
-    return np.sum(x ** 2)
-
-
-def floors(x, y):
-    return np.floor(x) * y
-
-
-def ignores(x, y):
-    return x * 2.0
 
 
 def constant_output(x):

@@ -11,21 +11,11 @@ import pytest
 from conftest import numeric_grad, numeric_vjp
 
 import s2sgrad
+from benchmarks.workloads.branchy_loop import branchy  # the benchmarks' own workloads
+from benchmarks.workloads.custom_softplus import Softplus
 from s2sgrad.backends import JitWarning, jit_source, numba_backend
 
 SCALE = 3.0        # a module-level constant read by `scaled` (read live)
-
-
-class Softplus(s2sgrad.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return np.logaddexp(0.0, x)
-
-    @staticmethod
-    def vjp(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return grad_output / (1.0 + np.exp(-x))
 
 
 def pendulum(x0, v0, a, b, dt, n_steps):
@@ -41,15 +31,6 @@ def logistic(r, x, n_steps):
     for _ in range(n_steps):
         x = r * x * (1.0 - x) / (1.0 + 0.1 * x * x)
     return x * x
-
-
-def branchy(v, a, b, n_steps):
-    for _ in range(n_steps):
-        if np.sum(v) > 0:
-            v = v * a - 0.1
-        else:
-            v = np.clip(v, -1.0, 1.0) * b + 0.1
-    return np.sum(v ** 2)
 
 
 def rnn(W, U, b, xs, target):
