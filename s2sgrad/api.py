@@ -47,19 +47,27 @@ def normalize_wrt(wrt: Wrt, nargs: int = None) -> Tuple[Tuple[int, ...], bool]:
     return positions, False
 
 
+_COMPLEX_HINT = ("s2sgrad differentiates real-valued code: pass the real and imaginary "
+                 "parts as separate float arguments")
+
+
 def check_differentiable(value: Any, what: str) -> None:
-    """Only floating-point (or complex) values can carry a gradient."""
+    """Only real floating-point values can carry a gradient (complex ones are refused:
+    the rules are those of real analysis, so their gradient would be wrong)."""
     kind = type(value)
-    if kind is float or (kind is np.ndarray and value.dtype.kind in "fc"):
+    if kind is float or (kind is np.ndarray and value.dtype.kind == "f"):
         return  # the common cases, first and cheap
     if isinstance(value, bool) or isinstance(value, numbers.Integral):
         raise TypeError(f"{what} is an integer ({value!r}): only floating-point inputs can "
                         f"be differentiated; pass a float (e.g. {float(value)!r}) or do not "
                         f"differentiate with respect to it")
-    if isinstance(value, (float, complex, np.floating, np.complexfloating)):
+    if isinstance(value, (complex, np.complexfloating)) or (
+            isinstance(value, np.ndarray) and value.dtype.kind == "c"):
+        raise TypeError(f"{what} is complex: {_COMPLEX_HINT}")
+    if isinstance(value, (float, np.floating)):
         return
     if isinstance(value, np.ndarray):
-        if np.issubdtype(value.dtype, np.inexact):
+        if np.issubdtype(value.dtype, np.floating):
             return
         raise TypeError(f"{what} has dtype {value.dtype}: only floating-point inputs can be "
                         f"differentiated; convert it with .astype(float)")
@@ -148,7 +156,7 @@ def _check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> Tuple[i
             a = args[i]
             if type(a) is float:
                 some_float = True
-            elif not (type(a) is np.ndarray and a.dtype.kind in "fc"):
+            elif not (type(a) is np.ndarray and a.dtype.kind == "f"):
                 break
         else:
             if not some_float:

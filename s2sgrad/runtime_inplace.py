@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .runtime import add_items, helper
+from .runtime import _is_basic_index, add_items, helper, unbroadcast
 
 
 @helper
@@ -20,6 +20,26 @@ def copy_item(container, index):
     if isinstance(item, list):
         return list(item)
     return item
+
+
+@helper
+def written_grad(adjoint, index, value):
+    """The cotangent of `value` in `container[index] = value`, from the container's.
+
+    An integer-array index may name an element more than once; NumPy keeps one
+    writer per element, and only that writer reaches the result, so the others get
+    zero. Which one NumPy keeps is found by making the same write with positions."""
+    if isinstance(adjoint, list) or _is_basic_index(index) or (
+            isinstance(index, np.ndarray) and index.dtype == bool):
+        return unbroadcast(copy_item(adjoint, index), value)
+    g = adjoint[index]   # advanced indexing: already a copy
+    positions = np.arange(g.size).reshape(g.shape)
+    probe = np.full(np.shape(adjoint), -1, dtype=np.intp)
+    probe[index] = positions
+    winners = probe[index] == positions
+    if not winners.all():
+        g = np.where(winners, g, 0)
+    return unbroadcast(g, value)
 
 
 @helper

@@ -12,7 +12,8 @@ from s2sgrad.runtime import (unbroadcast as ub, expand_reduced as er, transpose_
                              none_to_zero as nz)
 from s2sgrad.runtime_inplace import (copy_value as cv, snapshot as sn, add as ad,
                                      copy_item as ci, scatter_add as sa, with_zeroed as wz,
-                                     with_item as wi, push, last, drop_last)
+                                     with_item as wi, push, last, drop_last,
+                                     written_grad as wg)
 
 
 def f_unbroadcast(x, like):
@@ -60,6 +61,13 @@ def f_items(x, y):
 def f_with(x, y):
     return wz(x * y, 1) + wi(x * x, 0, y[1] * 2.0)
 
+def f_written(x, y):
+    # y's cotangent as the value written at [2, 0, 2]: element 2 is written twice
+    return wg(x * x, np.array([2, 0, 2]), y) * y + wi(x, np.array([1, 1]), y[:2] * 3.0)
+
+def f_written_scalar(x, y):
+    return wg(np.sin(x), np.array([0, 0, 1]), y) * y
+
 def f_lists(x, y):
     items = [x * 2.0, y]
     more = push(items, x * y)
@@ -101,6 +109,9 @@ CASES = [
     ("f_items", [(4,), (4,)], [0, 1], []),
     ("f_with", [(3,), (3,)], [0, 1], ["_s2s_with_zeroed", "_s2s_with_item"]),
     ("f_with", [(5,), (5,)], [0, 1], []),
+    ("f_written", [(3,), (3,)], [0, 1], ["_s2s_written_grad"]),
+    ("f_written_scalar", [(4,), ()], [0, 1], []),
+    ("f_written_scalar", [(3,), ()], [0, 1], []),
     ("f_lists", [(3,), (3,)], [0, 1], ["_s2s_push", "_s2s_last", "_s2s_drop_last"]),
     ("f_lists", [(2, 2), (2, 2)], [0, 1], []),
 ]

@@ -18,6 +18,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 from ..function import is_function_class
 from ..rules import registry
 from .names import name_nodes
+from .ops import ufunc_at_kind
 
 # Methods that return a view of (or the same object as) their array.
 _VIEW_METHODS = {"reshape", "transpose", "ravel", "squeeze", "view", "swapaxes", "T",
@@ -122,6 +123,12 @@ class AliasFacts:
                 self.writes.append((base.id, s))
                 for item in _names(ast.Tuple(elts=s.value.args, ctx=ast.Load()), local):
                     self._contain(base.id, item)
+            return
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args and \
+                ufunc_at_kind(getattr(s.value, "s2s_callee", None)) is not None:
+            base = s.value.args[0]
+            if isinstance(base, ast.Name) and base.id in local:
+                self.writes.append((base.id, s))   # np.add.at(a, idx, b) writes into a
             return
         if not isinstance(s, ast.Assign):
             return

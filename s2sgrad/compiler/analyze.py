@@ -122,6 +122,7 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
             independent.append(i)
             reasons[i] = _why_independent(name, ops, reach_all, nf)
     _check_supported(ops, active, varied, useful, nf)
+    _check_real(ops, active, nf)
     shapes = shape_classes(nf.node.body, ops, ints, nf.params)
     for n in scalar_names(ops, ints, set(scalar_params), set(nf.params)):
         shapes[n] = SCALAR
@@ -204,7 +205,6 @@ def scalar_names(ops, ints: Set[str], scalar_params: Set[str], params: Set[str])
     Seeded by the parameters known to be Python numbers; elementwise arithmetic
     on scalars and full reductions give scalars.
     """
-    import numpy as np
     if not scalar_params and not ints:
         return set()
     defs: Dict[str, List[Tuple[ast.stmt, Op]]] = {}
@@ -231,7 +231,7 @@ def scalar_names(ops, ints: Set[str], scalar_params: Set[str], params: Set[str])
             return False
         if op.kind in ("copy", "const"):
             return scalar_atom(s.value)
-        if op.kind == "rule" and (op.rule.broadcast or isinstance(op.rule.func, np.ufunc)):
+        if op.kind == "rule" and registry.is_elementwise(op.rule):
             return all(scalar_atom(v) for v in op.bound.values())
         if op.kind == "rule" and op.rule.name.split(".")[-1] in _FULL_REDUCTIONS:
             axis = op.bound.get("axis")
@@ -299,7 +299,6 @@ def zero_d_names(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Set[s
     Kept apart from the shape classes on purpose: two 0-d values may differ in
     dtype (a complex sum, a float32 mean), so neither may stand in for the other
     where a witness's dtype matters (zeros_like); only broadcasting uses this."""
-    import numpy as np
     counts = _definition_counts(body)
     for p in params:
         counts[p] = counts.get(p, 0) + 1
@@ -318,7 +317,7 @@ def zero_d_names(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Set[s
             continue
         if op.rule.name in _FULL_REDUCTIONS and set(op.bound) <= {"a", "self"}:
             out.add(op.outputs[0])
-        elif (op.rule.broadcast or isinstance(op.rule.func, np.ufunc)) and op.bound and \
+        elif registry.is_elementwise(op.rule) and op.bound and \
                 all(zero_d(v) for v in op.bound.values()):
             out.add(op.outputs[0])
     return out
@@ -332,7 +331,6 @@ def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Dict
     has the result's shape, and the optimiser reads a shape from a value it keeps
     anyway instead of keeping another.
     """
-    import numpy as np
     counts = _definition_counts(body)
     for p in params:  # a parameter is assigned by the call
         counts[p] = counts.get(p, 0) + 1
@@ -376,7 +374,7 @@ def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Dict
             if klass(s.value) == SCALAR:
                 union(SCALAR, target)
             continue
-        elif op.kind == "rule" and (op.rule.broadcast or isinstance(op.rule.func, np.ufunc)):
+        elif op.kind == "rule" and registry.is_elementwise(op.rule):
             operands = list(op.bound.values())
         else:
             continue
@@ -490,3 +488,55 @@ def _check_supported(ops, active, varied, useful, nf: NormalForm) -> None:
             else:
                 message = f"s2sgrad has no gradient rule for {op.label}"
             raise error_at(node, message, nf.parsed, _UNSUPPORTED_HINTS[op.kind])
+
+
+_COMPLEX_DTYPES = frozenset({"complex", "complex64", "complex128", "complex256", "csingle",
+                             "cdouble", "clongdouble", "complexfloating"})
+
+
+def _complex_node(s: ast.stmt, nf: NormalForm) -> Optional[ast.AST]:
+    """A complex literal, dtype or constant read by a statement (None if it has none)."""
+    if isinstance(s, (ast.If, ast.While, ast.For)):
+        return None
+    import numpy as np
+    for node in ast.walk(s):
+        if isinstance(node, ast.Constant) and isinstance(node.value, complex):
+            return node
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                node.value.lower() in _COMPLEX_DTYPES:
+            return node
+        if isinstance(node, (ast.Name, ast.Attribute)) and \
+                (node.id if isinstance(node, ast.Name) else node.attr) in _COMPLEX_DTYPES:
+            return node
+        if isinstance(node, ast.Name) and node.id not in nf.resolver.locals:
+            ok, value = nf.resolver.static(node)
+            if ok and (isinstance(value, (complex, np.complexfloating)) or (
+                    isinstance(value, np.ndarray) and value.dtype.kind == "c")):
+                return node
+    return None
+
+
+def _check_real(ops, active: Set[str], nf: NormalForm) -> None:
+    """Complex values on the gradient path are an error: the rules are those of real
+    analysis (np.abs, np.conj, ... of a complex value would get a wrong gradient)."""
+    complex_names: Set[str] = set()
+    literal = {id(s): _complex_node(s, nf) for s, _ in ops}
+    changed = True
+    while changed:
+        changed = False
+        for s, op in ops:
+            reads = op.diff_inputs + op.other_inputs
+            if (literal[id(s)] is not None or any(n in complex_names for n in reads)) and \
+                    not set(op.outputs) <= complex_names:
+                complex_names |= set(op.outputs)
+                changed = True
+    for s, op in ops:
+        if not any(o in active for o in op.outputs):
+            continue
+        node = literal[id(s)]
+        reads = [n for n in op.diff_inputs + op.other_inputs if n in complex_names]
+        if node is not None or reads:
+            where = node if node is not None else getattr(s, "value", s)
+            raise error_at(where, "complex values are not differentiated", nf.parsed,
+                           "s2sgrad differentiates real-valued code: keep real and imaginary "
+                           "parts in separate float arrays.")

@@ -49,6 +49,7 @@ class NormalForm:
     params: List[str]
     result: Optional[str] = None  # set when the function returns a single name
     lists: Set[str] = field(default_factory=set)  # names bound to list literals
+    tuples: Set[str] = field(default_factory=set)  # names bound to tuple literals
     bindings: Dict[str, Callable] = field(default_factory=dict)  # extra closure names
 
 
@@ -147,7 +148,10 @@ class _Normalizer:
         fdef = parsed.node
         self.params = [a.arg for a in fdef.args.posonlyargs + fdef.args.args]
         self._check_signature(fdef)
-        local = set(self.params) | _assigned_names(fdef.body)
+        # Keyword-only parameters are never differentiated, but they are locals: a
+        # global of the same name must not stand in for them.
+        kwonly = {a.arg for a in fdef.args.kwonlyargs}
+        local = set(self.params) | kwonly | _assigned_names(fdef.body)
         for node in _walk_scope(fdef):
             if isinstance(node, (ast.For, ast.comprehension)):
                 local |= {n.id for n in name_nodes(node.target)}
@@ -160,7 +164,7 @@ class _Normalizer:
         self.rebound_augassign: Set[str] = set()
         self.lists: Set[str] = set()
         self.bindings: Dict[str, Callable] = {}   # names the generated code must see
-        self.env: Dict[str, str] = {p: p for p in self.params}
+        self.env: Dict[str, str] = {p: p for p in self.params + sorted(kwonly)}
         self.tuples: Dict[str, List[ast.expr]] = {}
         self.owned: Set[str] = set()
         self.origin: Optional[ast.stmt] = None
@@ -208,7 +212,15 @@ class _Normalizer:
         return new
 
     def rename_loads(self, expr: ast.expr) -> ast.expr:
-        """Rename reads to current SSA names inside an expression kept whole."""
+        """Rename reads to current SSA names inside an expression kept whole.
+
+        An assignment expression inside it would bind a variable the analyses never
+        see (its gradient would be lost): refused here; conditions hoist theirs
+        first (see `test`)."""
+        for sub in _walk_scope(expr) + [expr]:
+            if isinstance(sub, ast.NamedExpr):
+                raise self.err(sub, "an assignment expression (:=) here is not supported",
+                               "Assign the value in a statement of its own first.")
         expr = clone(expr)
         bound: Set[str] = set()
         for sub in walk(expr):
@@ -253,7 +265,8 @@ class _Normalizer:
         result = (last.value.id if isinstance(last, ast.Return)
                   and isinstance(last.value, ast.Name) else None)
         return NormalForm(self.p, new, self.names, self.resolver, self.params, result,
-                          lists=set(self.lists), bindings=dict(self.bindings))
+                          lists=set(self.lists), tuples=set(self.tuples),
+                          bindings=dict(self.bindings))
 
     def _protect_in_place_writes(self, facts: AliasFacts) -> None:
         """User variables that would see an in-place write are an error; temporaries
@@ -435,15 +448,25 @@ class _Normalizer:
             return self.packed(expr, out)
         return self.atom(expr, out)
 
+    def element(self, expr: ast.expr, out) -> ast.expr:
+        """An item of a literal: a nested literal holding variables gets a variable of
+        its own (`[(W1, b1), (W2, b2)]`), so every item the adjoint unpacks is a name."""
+        if isinstance(expr, (ast.Tuple, ast.List)) and self._holds_locals(expr):
+            return self.packed(expr, out)
+        return self.atom(expr, out)
+
     def _holds_locals(self, node) -> bool:
         return any(isinstance(n, ast.Name) and n.id in self.resolver.locals
                    for n in walk(node))
 
-    def rule_arguments(self, rule, args, keywords, out, skip_first: bool = False):
+    def rule_arguments(self, rule, args, keywords, out, skip_first: bool = False,
+                       pack: bool = False):
         """Atoms for a call's arguments. A literal holding variables passed where the
         rule differentiates gets a variable of its own, except one level deep in a
         sequence parameter (np.array([a, b]), whose items are split); deeper
-        literals (np.array([[a, b], [c, d]])) get variables for their rows."""
+        literals (np.array([[a, b], [c, d]])) get variables for their rows. `pack`:
+        the callee has no rule but may be differentiated (a user function), so
+        every literal holding variables gets a variable (its adjoint is unpacked)."""
         positional = list(args)
         named = {k.arg: k.value for k in keywords}
         roles: Dict[int, str] = {}
@@ -458,6 +481,8 @@ class _Normalizer:
         def convert(value):
             param = roles.get(id(value))
             literal = isinstance(value, (ast.Tuple, ast.List)) and self._holds_locals(value)
+            if pack and literal:
+                return self.packed(value, out)
             if rule is None or param is None or param not in rule.grads or not literal:
                 return self.atom(value, out)
             if param in rule.sequence:
@@ -513,7 +538,7 @@ class _Normalizer:
     def assign_name(self, user_name: str, value: ast.expr, out, s) -> None:
         if isinstance(value, (ast.Tuple, ast.List)) and all(
                 not isinstance(e, ast.Starred) for e in value.elts):
-            elts = [self.atom(e, out) for e in value.elts]
+            elts = [self.element(e, out) for e in value.elts]
             name = self.target(user_name)
             node = type(value)(elts=elts, ctx=ast.Load())
             self.emit(out, _assign(name, ast.copy_location(node, value)), value)
@@ -697,7 +722,16 @@ class _Normalizer:
     def stmt_While(self, s, out):
         if s.orelse:
             raise self.err(s, "while ... else is not supported", "Use a flag variable.")
-        body = lift_jumps(list(s.body), (ast.Break, ast.Continue))
+        body = list(s.body)
+        test = s.test
+        if any(isinstance(n, ast.NamedExpr) for n in _walk_scope(test) + [test]):
+            # `while (v := f(x)) > 0: ...` is `while True: if not (...): break; ...`,
+            # so the assignment runs as a statement before each test.
+            stop = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=test),
+                          body=[ast.copy_location(ast.Break(), s)], orelse=[])
+            body = [ast.copy_location(stop, test)] + body
+            test = ast.copy_location(ast.Constant(value=True), test)
+        body = lift_jumps(body, (ast.Break, ast.Continue))
         body = _drop_trailing_continue(body)
         inner: List[ast.stmt] = []
         saved = self.origin
@@ -705,7 +739,7 @@ class _Normalizer:
         self.block(body, inner)
         self.loop_depth -= 1
         self.origin = saved
-        node = ast.While(test=self.rename_loads(s.test),
+        node = ast.While(test=self.rename_loads(test),
                          body=inner or [ast.copy_location(ast.Pass(), s)], orelse=[])
         self.emit(out, node, s)
 
@@ -756,15 +790,58 @@ class _Normalizer:
                                 keywords=[])
                 call.s2s_callee = obj
                 return ast.copy_location(call, it)
-        return self.atom(it, out)
+        # `for t in [x, x ** 2]`: the literal gets a name, so that the items the loop
+        # reads can hand their adjoints back to x and x ** 2.
+        return self.operand(it, out)
 
     def test(self, expr, out, stem) -> ast.expr:
-        """A branch condition: non-differentiable, computed into a flag variable."""
+        """A branch condition: non-differentiable, computed into a flag variable.
+
+        Assignment expressions in it (`if (s := np.sum(x)) > 0:`) become statements
+        before it, in evaluation order, so the value they bind keeps its gradient."""
+        expr = self.hoist_walrus(expr, out)
         if isinstance(expr, ast.Name):
             return self.load(expr.id)
         name = self.names.fresh(stem)
         self.emit(out, _assign(name, self.rename_loads(expr)), expr)
         return ast.Name(id=name, ctx=ast.Load())
+
+    def hoist_walrus(self, expr: ast.expr, out) -> ast.expr:
+        """`(s := v)` -> a statement `s = v` emitted now and the name `s` in its place.
+
+        Only where Python always evaluates it: not inside the later operands of
+        and/or, the branches of a conditional expression, or a nested scope."""
+        if not any(isinstance(n, ast.NamedExpr) for n in _walk_scope(expr) + [expr]):
+            return expr
+
+        def visit(node, always: bool):
+            if isinstance(node, ast.NamedExpr):
+                if not always:
+                    raise self.err(node, "an assignment expression (:=) that runs only on "
+                                         "some paths of the condition",
+                                   "Assign the value in a statement before the condition.")
+                value = visit(node.value, always)
+                self.assign_name(node.target.id, value, out, node)
+                return ast.copy_location(ast.Name(id=node.target.id, ctx=ast.Load()), node)
+            if isinstance(node, _SCOPES + (ast.ListComp, ast.SetComp, ast.DictComp,
+                                           ast.GeneratorExp)):
+                return node
+            if isinstance(node, ast.BoolOp):
+                first, *rest = node.values
+                node.values = [visit(first, always)] + [visit(v, False) for v in rest]
+                return node
+            if isinstance(node, ast.IfExp):
+                node.test = visit(node.test, always)
+                node.body, node.orelse = visit(node.body, False), visit(node.orelse, False)
+                return node
+            for field_name, value in ast.iter_fields(node):
+                if isinstance(value, ast.AST):
+                    setattr(node, field_name, visit(value, always))
+                elif isinstance(value, list):
+                    setattr(node, field_name, [visit(v, always) if isinstance(v, ast.AST)
+                                               else v for v in value])
+            return node
+        return visit(clone(expr), True)
 
     def stmt_Break(self, s, out):
         self.emit(out, ast.Break(), s)
@@ -783,7 +860,7 @@ class _Normalizer:
             return expr
         if isinstance(expr, (ast.Tuple, ast.List)) and not any(
                 isinstance(e, ast.Starred) for e in expr.elts):
-            node = type(expr)(elts=[self.atom(e, out) for e in expr.elts], ctx=ast.Load())
+            node = type(expr)(elts=[self.element(e, out) for e in expr.elts], ctx=ast.Load())
             return ast.copy_location(node, expr)
         if isinstance(expr, ast.Attribute) and not self.resolver.is_local_chain(expr):
             ok, _ = self.resolver.static(expr)
@@ -983,7 +1060,10 @@ class _Normalizer:
                 raise self.err(func, f"name {ast.unparse(func)!r} is not defined",
                                "Define it before calling the differentiated function.")
             rule = registry.lookup_function(obj)
-            args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out)
+            opaque = rule is None and not registry.is_nondiff(obj) and \
+                not registry.is_constructor(obj)
+            args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out,
+                                                 pack=opaque)
             node = ast.Call(func=clone(func), args=args, keywords=keywords)
             node.s2s_callee = obj
             return ast.copy_location(node, expr)
@@ -998,8 +1078,9 @@ class _Normalizer:
             return ast.copy_location(node, expr)
         # Calling a local variable or the result of an expression.
         callee = self.atom(func, out)
-        args = [self.atom(a, out) for a in expr.args]
-        keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out)) for k in expr.keywords]
+        args = [self.operand(a, out) for a in expr.args]
+        keywords = [ast.keyword(arg=k.arg, value=self.operand(k.value, out))
+                    for k in expr.keywords]
         return ast.copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)
 
 

@@ -117,6 +117,9 @@ def _describe(stmt: ast.stmt, local_names) -> Op:
             base = call.func.value.id
             return Op("append", [base], diff_inputs=[base] + names(call.args[0]),
                       label="list.append", call=call)
+        scatter = _ufunc_at(call, local_names)
+        if scatter is not None:
+            return scatter
         op = _value_op(stmt.value, [], local_names)
         if op.kind == "method" and op.label.rsplit(".", 1)[-1] in _MUTATING_METHODS:
             op.kind = "mutate"
@@ -130,6 +133,35 @@ def _describe(stmt: ast.stmt, local_names) -> Op:
     if isinstance(stmt, ast.Return):
         return Op("return", [], diff_inputs=names(stmt.value))
     return Op("effect", [], other_inputs=names(stmt))
+
+
+# ufunc.at(a, indices, b) that s2sgrad differentiates: a[indices] op= b, unbuffered
+# (repeated indices accumulate); the sign b's cotangent gets.
+UFUNC_AT_SIGNS = {"add": 1.0, "subtract": -1.0}
+
+
+def ufunc_at_kind(callee) -> Optional[str]:
+    """'add' for np.add.at (any ufunc's name), None for anything else."""
+    owner = getattr(callee, "__self__", None)
+    if isinstance(owner, np.ufunc) and getattr(callee, "__name__", None) == "at":
+        return owner.__name__
+    return None
+
+
+def _ufunc_at(call, local_names) -> Optional[Op]:
+    """np.add.at(a, idx, b) on a local array a: an in-place scatter-add."""
+    if not isinstance(call, ast.Call):
+        return None
+    kind = ufunc_at_kind(getattr(call, "s2s_callee", None))
+    if kind is None:
+        return None
+    args = call.args
+    base = args[0] if args else None
+    if kind not in UFUNC_AT_SIGNS or len(args) != 3 or call.keywords or \
+            not (isinstance(base, ast.Name) and base.id in local_names):
+        return Op("mutate", [], other_inputs=names(call), label=f"np.{kind}.at", call=call)
+    return Op("ufunc_at", [base.id], diff_inputs=[base.id] + names(args[2]),
+              other_inputs=names(args[1]), label=f"np.{kind}.at", call=call)
 
 
 def _has_out_kw(call) -> bool:

@@ -235,7 +235,7 @@ class _Rename(ast.NodeTransformer):
 def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
                      also: Sequence[ast.FunctionDef] = ()) -> None:
     """Drop `a = b` between generated names when both are assigned once, outside loops."""
-    params = {a.arg for a in fdef.args.args}
+    params = fwd_params(fdef)
     changed = True
     also_stores = set()
     for other in also:
@@ -576,10 +576,13 @@ def _elementwise_with(use, name: str, shape: str, shapes) -> bool:
                 full = True
         elif isinstance(node, ast.Call):
             func = node.func
+            ufunc = getattr(np, func.attr, None) if isinstance(func, ast.Attribute) else None
             if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and
                     func.value.id in ("np", "numpy", "_s2s_np") and
-                    isinstance(getattr(np, func.attr, None), np.ufunc)):
+                    isinstance(ufunc, np.ufunc) and ufunc.signature is None):
                 return False
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            return False  # not elementwise
         elif not isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Attribute,
                                    ast.operator, ast.unaryop, ast.expr_context)):
             return False
@@ -768,7 +771,7 @@ def drop_needless_inits(fdef: ast.FunctionDef) -> None:
              if getattr(s, "s2s_init_of", None) is not None}
     if not inits:
         return
-    params = {a.arg for a in fdef.args.args}
+    params = fwd_params(fdef)
     assigned = set(params)
     needed: Set[str] = set()
     for s in fdef.body:
@@ -913,7 +916,7 @@ def link_residuals(t: Transformed) -> None:
     """The forward returns exactly the values the adjoint reads; the adjoint unpacks them."""
     fwd, adj = t.forward, t.adjoint
     adj_args = {a.arg for a in adj.args.args}
-    defined: Dict[str, None] = {a.arg: None for a in fwd.args.args}
+    defined: Dict[str, None] = {a: None for a in param_list(fwd)}
     names = _Names()  # of the forward's statements before its return, which stay
     for s in _walk_statements(fwd.body):
         stored: Set[str] = set()
@@ -936,7 +939,7 @@ def link_residuals(t: Transformed) -> None:
                                                      for n in residuals], ctx=ast.Store())],
                             value=ast.Name(id=t.residuals, ctx=ast.Load()), type_comment=None)
         adj.body.insert(0, unpack)
-    assigned = _definitely_assigned(fwd.body[:-1], set(a.arg for a in fwd.args.args), names)
+    assigned = _definitely_assigned(fwd.body[:-1], fwd_params(fwd), names)
     maybe_undefined = [n for n in residuals if n not in assigned]
     inits = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())],
                         value=ast.Constant(value=None), type_comment=None)
@@ -952,8 +955,15 @@ def _kept(name: str, shape_only: bool) -> ast.expr:
     return value
 
 
+def param_list(fdef: ast.FunctionDef) -> List[str]:
+    """Every parameter of a generated function, in order (keyword-only ones too: the
+    adjoint reads them like any value the forward had)."""
+    a = fdef.args
+    return [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+
+
 def fwd_params(fdef: ast.FunctionDef) -> Set[str]:
-    return {a.arg for a in fdef.args.args}
+    return set(param_list(fdef))
 
 
 # Where reading a value needs only its shape and dtype.

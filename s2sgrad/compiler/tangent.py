@@ -50,7 +50,7 @@ from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_sourc
 from .names import NameRegistry, names_in
 from .normalize import NormalForm, normalize
 from .ops import Op, describe
-from .optimize import eliminate_dead, fold_block, propagate_copies, tidy
+from .optimize import eliminate_dead, fold_block, fwd_params, propagate_copies, tidy
 from .parse import ParsedFunction, parse_function
 from .resolve import unique_bindings
 from .transform import comment, line_comment
@@ -253,7 +253,7 @@ def _optimize(fdef: ast.FunctionDef, nf: NormalForm, t: "_Tangent") -> None:
     fdef.body = [_Peephole().visit(s) for s in fdef.body]
     fdef.body = fold_block(fdef.body)
     propagate_copies(fdef, set(nf.resolver.locals))
-    eliminate_dead(fdef, keep={a.arg for a in fdef.args.args})
+    eliminate_dead(fdef, keep=fwd_params(fdef))
     fdef.body = tidy(fdef.body)
 
 

@@ -28,7 +28,7 @@ from . import inline
 from .analyze import Activity, iter_statements, loop_header_op
 from .names import NameRegistry, name_nodes
 from .normalize import NormalForm
-from .ops import Op, describe, names
+from .ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
 
 COMMENT_MARK = "__s2s_comment__"
 _DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "apply", "call"}
@@ -314,8 +314,22 @@ class _Reverse:
                 out.extend(self.forward_while(s, in_loop))
             elif isinstance(s, (ast.Assign, ast.AugAssign)):
                 out.extend(self.forward_assign(s, in_loop))
+            elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "ufunc_at":
+                out.extend(self.forward_ufunc_at(s, in_loop))
             else:
                 out.append(s)
+        return out
+
+    def forward_ufunc_at(self, s: ast.Expr, in_loop: bool) -> List[ast.stmt]:
+        """np.add.at(a, idx, b): keep the items of a it changes (restored later)."""
+        op = describe(s, self.locals)
+        base, index = op.outputs[0], s.value.args[1]
+        if in_loop:
+            self.overwritable.add(base)
+        out: List[ast.stmt] = []
+        self.save_value(base, in_loop, out, id(s),
+                        helper_call("copy_item", _name(base), copy.deepcopy(index)))
+        out.append(s)
         return out
 
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
@@ -468,15 +482,34 @@ class _Reverse:
         prefix: List[ast.stmt] = []
         for t in index_targets:
             prefix.append(ast.copy_location(_assign(t.id, _name(k)), s))
-        for i, (t, seq) in enumerate(pairs):
-            if not isinstance(t, ast.Name):
-                raise self.err(t, "nested tuple targets over a differentiated sequence",
+        def unpack(t, value: ast.expr) -> None:
+            # `for W, b in params`: the item gets a name, then each target reads its
+            # part (item[0], item[1], nested as deep as the target).
+            if isinstance(t, ast.Name):
+                prefix.append(ast.copy_location(_assign(t.id, value), s))
+                return
+            if not isinstance(t, (ast.Tuple, ast.List)) or \
+                    any(isinstance(e, ast.Starred) for e in t.elts):
+                raise self.err(s, "this loop target over a differentiated sequence",
                                "Unpack the item in the loop body.")
+            item = self.names.fresh(f"{stem}_item")
+            prefix.append(ast.copy_location(_assign(item, value), s))
+            # The item is new here, after the analysis: it carries a gradient exactly
+            # when a target it is unpacked into does.
+            parts = {n.id for n in name_nodes(t)}
+            self.locals.add(item)
+            for facts in (self.act.varied, self.act.useful, self.act.active):
+                if parts & facts:
+                    facts.add(item)
+            for j, e in enumerate(t.elts):
+                unpack(e, ast.Subscript(value=_name(item), slice=ast.Constant(value=j),
+                                        ctx=ast.Load()))
+
+        for i, (t, seq) in enumerate(pairs):
             # reversed(xs) reads xs[-1 - k]: the same items, last first.
             index = ast.BinOp(left=ast.Constant(-1), op=ast.Sub(), right=_name(k)) \
                 if i in backwards else _name(k)
-            item = ast.Subscript(value=copy.deepcopy(seq), slice=index, ctx=ast.Load())
-            prefix.append(ast.copy_location(_assign(t.id, item), s))
+            unpack(t, ast.Subscript(value=copy.deepcopy(seq), slice=index, ctx=ast.Load()))
         for p in prefix:
             p.s2s_origin = s
             self.overwritable.add(p.targets[0].id)
@@ -572,7 +605,37 @@ class _Reverse:
                 out.extend(self.adjoint_assign(s))
             elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "append":
                 self.append_adjoint(s, describe(s, self.locals), out)
+            elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "ufunc_at":
+                self.ufunc_at_adjoint(s, describe(s, self.locals), out)
         return out
+
+    def ufunc_at_adjoint(self, s: ast.Expr, op: Op, out: List[ast.stmt]) -> None:
+        """np.add.at(a, idx, b): a's cotangent passes through unchanged; b receives
+        the cotangent of every element it was added to (a gather: repeated indices
+        read the same element again), negated for np.subtract.at."""
+        base = op.outputs[0]
+        _, index, value = s.value.args
+        b = self.bar_of(base)
+        if base in self.act.active and b in self.state and \
+                isinstance(value, ast.Name) and value.id in self.act.active:
+            self.mark_line(s, out)
+            gathered: ast.expr = ast.Subscript(value=_name(b), slice=copy.deepcopy(index),
+                                               ctx=ast.Load())
+            if UFUNC_AT_SIGNS[ufunc_at_kind(s.value.s2s_callee)] < 0:
+                gathered = ast.UnaryOp(op=ast.USub(), operand=gathered)
+            part = self.names.fresh(f"{value.id}_bar_part")
+            out.append(_assign(part, helper_call("unbroadcast", gathered, _name(value.id))))
+            self.accumulate(value.id, _name(part), out)
+        saved = self._saved_value(s, out)
+        if saved is not None:
+            if self.pure:
+                node = _assign(base, helper_call("with_item", _name(base), index, saved))
+            else:
+                node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
+                node.s2s_restore_item = base
+            node.s2s_restore_of = base
+            node.s2s_slot = self.saves[id(s)][-1][2]
+            out.append(node)
 
     def adjoint_assign(self, s) -> List[ast.stmt]:
         op = describe(s, self.locals)
@@ -650,9 +713,14 @@ class _Reverse:
             self.mark_line(s, out)
             value = s.value
             if isinstance(value, ast.Name) and value.id in self.act.active:
-                item = helper_call("copy_item", _name(b), copy.deepcopy(index))
                 part = self.names.fresh(f"{value.id}_bar_part")
-                out.append(_assign(part, helper_call("unbroadcast", item, _name(value.id))))
+                if self._basic_index(target.slice):
+                    item = helper_call("copy_item", _name(b), copy.deepcopy(index))
+                    grad = helper_call("unbroadcast", item, _name(value.id))
+                else:  # an index array may repeat: only the last writer counts
+                    grad = helper_call("written_grad", _name(b), copy.deepcopy(index),
+                                       _name(value.id))
+                out.append(_assign(part, grad))
                 self.accumulate(value.id, _name(part), out)
             if self.pure:
                 out.append(_assign(b, helper_call("with_zeroed", _name(b),
@@ -675,6 +743,19 @@ class _Reverse:
             node.s2s_restore_of = base
             node.s2s_slot = self.saves[id(s)][-1][2]
             out.append(node)
+
+    def _basic_index(self, index: ast.expr) -> bool:
+        """An index that cannot name an element twice: ints, slices, None, `...`."""
+        if isinstance(index, ast.Tuple):
+            return all(self._basic_index(e) for e in index.elts)
+        if isinstance(index, ast.Slice):
+            return True
+        if isinstance(index, ast.Constant):
+            return index.value is None or index.value is Ellipsis or (
+                isinstance(index.value, int) and not isinstance(index.value, bool))
+        if isinstance(index, ast.UnaryOp) and isinstance(index.operand, ast.Constant):
+            return self._basic_index(index.operand)
+        return isinstance(index, ast.Name) and index.id in self.act.ints
 
     def augassign_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
         """x op= v reads like x_new = op(x_old, v), x_old being the saved copy."""

@@ -10,5 +10,8 @@ try:  # scipy.special rules, only when SciPy is installed (never required)
 except ImportError:
     pass
 from . import helper_rules  # noqa: F401, E402 - rules for the table's helpers (second order)
+from .registry import mark_shipped  # noqa: E402
+
+mark_shipped()
 
 __all__ = ["REGISTRY", "all_rules", "count", "defvjp"]

@@ -37,9 +37,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple, Union
 
-import numpy as np
-
 from .. import runtime, runtime_tangent  # noqa: F401 - registers the tangent helpers
+from . import registry
 from .registry import REGISTRY, TEMPLATE_BUILTINS, Rule, all_rules, lookup_function
 
 
@@ -174,16 +173,10 @@ class _Mismatch(Exception):
 
 
 def _is_pointwise(rule: Rule) -> bool:
-    """Elementwise for sure: a ufunc without a core signature, or a `broadcast=True`
-    rule of the built-in table (each checked by tests/rule_cases.py). A user's
-    `broadcast=True` rule need not be elementwise (a reduction over broadcast
-    batches is too), so it gets no derived JVP: declare it with `pointwise(name)`
-    or give a template with `defjvp`."""
-    func = rule.func
-    ufunc = isinstance(func, np.ufunc) and getattr(func, "signature", None) is None
-    builtin_broadcast = rule.broadcast and id(rule) in _BUILTIN and \
-        not (isinstance(func, np.ufunc) and func.signature is not None)
-    return (ufunc or builtin_broadcast) and rule.outputs is None and not rule.sequence
+    """Elementwise for sure (registry.is_elementwise), with one result and no
+    sequence parameter. A user's `broadcast=True` rule gets no derived JVP:
+    declare it with `pointwise(name)` or give a template with `defjvp`."""
+    return registry.is_elementwise(rule) and rule.outputs is None and not rule.sequence
 
 
 def _rename(node, mapping: Dict[str, str]):
@@ -365,7 +358,7 @@ linear("np.reshape", "np.transpose", "ndarray.reshape", "ndarray.transpose", "nd
        "_s2s_unbroadcast", "_s2s_expand_reduced", "_s2s_transpose_grad",
        "_s2s_copy_adjoint", "_s2s_copy_value", "_s2s_snapshot", "_s2s_none_to_zero",
        "_s2s_add", "_s2s_copy_item", "_s2s_scatter_add", "_s2s_with_zeroed",
-       "_s2s_with_item", "_s2s_push", "_s2s_last", "_s2s_drop_last")
+       "_s2s_with_item", "_s2s_written_grad", "_s2s_push", "_s2s_last", "_s2s_drop_last")
 defjvp("np.nansum", a="np.sum(np.where(np.isnan(a), 0.0, a_dot), axis=axis, keepdims=keepdims)",
        cast="dtype")
 defjvp("np.nancumsum", a="np.cumsum(np.where(np.isnan(a), 0.0, a_dot), axis=axis)",
@@ -454,7 +447,3 @@ defjvp("scipy.special.log_softmax",
 defjvp("scipy.special.logsumexp", joint="logsumexp_jvp(a, b, a_dot, b_dot, ans, axis, keepdims, "
                                         "return_sign)", joint_params=("a", "b"))
 
-# The table as shipped: its broadcasting rules are elementwise (and tested as such).
-# The rules are kept referenced, so no later rule can get one of their ids.
-_BUILTIN_RULES = list(all_rules())
-_BUILTIN = {id(rule) for rule in _BUILTIN_RULES}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -387,6 +387,30 @@ def count() -> int:
     """
     functions = [r for _, r in REGISTRY.functions.values() if not r.name.startswith("_s2s_")]
     return len(functions) + len(REGISTRY.methods) + len(REGISTRY.attributes)
+
+
+# The rules of the table as shipped (kept referenced, so that no later rule can reuse
+# an id): their broadcast=True rules are elementwise, and tests/rule_cases.py checks it.
+_SHIPPED: List[Rule] = []
+_SHIPPED_IDS: Set[int] = set()
+
+
+def mark_shipped() -> None:
+    """Record the rules registered so far as the shipped table (rules/__init__)."""
+    _SHIPPED[:] = all_rules()
+    _SHIPPED_IDS.clear()
+    _SHIPPED_IDS.update(id(rule) for rule in _SHIPPED)
+
+
+def is_elementwise(rule: Rule) -> bool:
+    """Whether the rule's result has the broadcast shape of its operands, item for
+    item: a ufunc without a core signature (np.matmul is a gufunc: it is not), or a
+    broadcast=True rule of the shipped table. A user's broadcast=True rule need not
+    be elementwise (a reduction over broadcast batches is too), so it does not count."""
+    func = rule.func
+    if isinstance(func, np.ufunc):
+        return func.signature is None
+    return rule.broadcast and id(rule) in _SHIPPED_IDS
 
 
 def all_rules() -> List[Rule]:

@@ -47,7 +47,10 @@ defvjp(runtime_inplace.with_zeroed, "adjoint, index", adjoint="with_zeroed(g, in
        name="_s2s_with_zeroed")
 defvjp(runtime_inplace.with_item, "container, index, value",
        container="with_zeroed(g, index)",
-       value="unbroadcast(copy_item(g, index), value)", name="_s2s_with_item")
+       value="written_grad(g, index, value)", name="_s2s_with_item")
+# Linear in the adjoint: its transpose writes g where the winning writers were.
+defvjp(runtime_inplace.written_grad, "adjoint, index, value",
+       adjoint="with_item(zeros_like(adjoint), index, g)", name="_s2s_written_grad")
 defvjp(runtime_inplace.push, "items, item", items="drop_last(g)", item="last(g)",
        name="_s2s_push")
 

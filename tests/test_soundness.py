@@ -1,0 +1,232 @@
+"""Everyday code that once gave a silently wrong gradient (issue 12).
+
+Each program is checked against central differences of the original Python
+function on two argument shapes (one broadcasting where that applies), or, where
+s2sgrad cannot differentiate it exactly, must raise a TransformError at the
+user's line.
+"""
+import numpy as np
+import pytest
+from conftest import check_vjp, import_source
+
+import s2sgrad
+
+SOURCE = '''
+import numpy as np
+
+scale = 100.0        # a global with a parameter's name: must never stand in for it
+C = 1j
+
+
+def list_loop(x):
+    acc = 0.0
+    for term in [x, x ** 2, np.sin(x)]:
+        acc = acc + np.sum(term * term)
+    return acc
+
+
+def mlp(W1, b1, W2, b2, x):
+    params = [(W1, b1), (W2, b2)]
+    for W, b in params:
+        x = np.tanh(x @ W + b)
+    return np.sum(x ** 2)
+
+
+def nested_targets(x, y):
+    pairs = [(x, y), (y * 2.0, x)]
+    s = 0.0
+    for k, (a, b) in enumerate(pairs):
+        s = s + np.sum(a * b ** 2) * (k + 1)
+    return s
+
+
+def zipped_pairs(x, y):
+    s = 0.0
+    for (a, b), w in zip([(x, y), (y, x)], [0.5, 2.0]):
+        s = s + w * np.sum(np.sin(a) * b)
+    return s
+
+
+def _product(p):
+    return p[0] * p[1]
+
+
+def tuple_argument(x, y):
+    return np.sum(_product((x, np.cos(y))) ** 2)
+
+
+def _pair(x):
+    return x * 2.0, np.exp(x)
+
+
+def returned_tuple(x, y):
+    a, b = _pair(x)
+    return np.sum(a * b * y)
+
+
+def element_update(theta):
+    e1 = theta @ theta
+    fwd = theta + theta
+    fwd[1] += np.log(1.0 + np.exp(e1))
+    return np.sum(fwd) + 0.1 * e1
+
+
+def matmul_then_elementwise(a, b):
+    m = a @ b
+    return np.sum(np.exp(m * 0.1) + b[0])
+
+
+def keyword_only(x, *, scale=2.0):
+    return scale * np.sum(x ** 2)
+
+
+def keyword_only_rebound(x, *, scale=2.0):
+    scale = scale * 3.0
+    return scale * np.sum(x ** 2)
+
+
+def walrus_if(x):
+    if (s := np.sum(x)) > -100.0:
+        return s ** 2
+    return s
+
+
+def walrus_while(x):
+    k = 0
+    y = x
+    while (s := np.sum(y * y)) < 50.0 and k < 4:
+        y = y * 1.5
+        k += 1
+    return s + np.sum(y)
+
+
+def walrus_ifexp(x):
+    y = np.sum(np.sin(x)) if (t := np.sum(x * x)) > 0.0 else -1.0
+    return y * t
+
+
+def walrus_short_circuit(x):
+    a = np.sum(x)
+    if a > 100.0 or (t := a * 2.0) > 0.0:
+        return a
+    return a * 2.0
+
+
+def add_at(x):
+    y = np.zeros(3)
+    np.add.at(y, np.array([0, 0, 2]), x)
+    return np.sum(y ** 2)
+
+
+def subtract_at(x, w):
+    y = w * 1.0
+    z = y ** 2
+    np.subtract.at(y, [2, 0, 2], x * 2.0)
+    return np.sum(y ** 3) + np.sum(z)
+
+
+def multiply_at(x):
+    y = x * 1.0
+    np.multiply.at(y, [0], 2.0)
+    return np.sum(y)
+
+
+def repeated_write(x, w):
+    y = w * 1.0
+    y[[0, 0, 1]] = x
+    return np.sum(y * np.array([1.0, 2.0, 3.0]))
+
+
+def repeated_add(x, w):
+    y = w * 1.0
+    y[[0, 0, 1]] += x
+    return np.sum(y ** 2)
+
+
+def repeated_mul(x, w):
+    y = w * 1.0
+    y[[0, 0, 1]] *= x
+    return np.sum(y ** 2)
+
+
+def complex_constant(x):
+    return np.sum(np.abs(x * 1j + 1.0))
+
+
+def complex_global(x):
+    return np.sum(np.abs(x * C))
+'''
+
+
+@pytest.fixture(scope="module")
+def m(tmp_path_factory):
+    return import_source(tmp_path_factory.mktemp("sound"), "s2s_soundness_cases", SOURCE)
+
+
+def _args(shapes, rng):
+    return [rng.standard_normal(s) * 0.5 if s else float(rng.standard_normal()) * 0.5
+            for s in shapes]
+
+
+# (function, argument shapes per case: the second broadcasts where the code allows)
+CASES = [
+    ("list_loop", [[(3,)], [(2, 4)]]),
+    ("mlp", [[(3, 2), (2,), (2, 2), (2,), (3,)], [(4, 3), (1,), (3, 2), (2,), (5, 4)]]),
+    ("nested_targets", [[(3,), (3,)], [(2, 3), (3,)]]),
+    ("zipped_pairs", [[(3,), (3,)], [(2, 3), (3,)]]),
+    ("tuple_argument", [[(3,), (3,)], [(2, 3), (3,)]]),
+    ("returned_tuple", [[(3,), (3,)], [(3,), (2, 3)]]),
+    ("element_update", [[(3,)], [(5,)]]),
+    ("matmul_then_elementwise", [[(3,), (3, 2)], [(2, 3), (3, 4)]]),
+    ("keyword_only", [[(3,)], [(2, 2)]]),
+    ("keyword_only_rebound", [[(3,)], [(2, 2)]]),
+    ("walrus_if", [[(3,)], [(2, 2)]]),
+    ("walrus_while", [[(3,)], [(2, 2)]]),
+    ("walrus_ifexp", [[(3,)], [(2, 2)]]),
+    ("add_at", [[(3,)], [()]]),
+    ("subtract_at", [[(3,), (3,)], [(), (3,)]]),
+    ("repeated_write", [[(3,), (3,)], [(), (3,)]]),
+    ("repeated_add", [[(3,), (3,)], [(), (3,)]]),
+    ("repeated_mul", [[(3,), (3,)], [(), (3,)]]),
+]
+
+
+@pytest.mark.parametrize("name, shapes", [(n, s) for n, cases in CASES for s in cases],
+                         ids=[f"{n}-{i}" for n, cases in CASES for i in range(len(cases))])
+def test_gradient_matches_finite_differences(m, name, shapes, rng):
+    check_vjp(getattr(m, name), _args(shapes, rng))
+
+
+def test_documented_values(m):
+    """The numbers the issue reports, right."""
+    theta = np.array([0.3, -0.2, 0.7])
+    np.testing.assert_allclose(s2sgrad.grad(m.element_update)(theta), [2.45, 1.70, 3.05],
+                               atol=5e-3)
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(s2sgrad.grad(m.keyword_only)(x), [4.0, 8.0])
+    np.testing.assert_allclose(s2sgrad.grad(m.keyword_only)(x, scale=3.0), [6.0, 12.0])
+    np.testing.assert_allclose(s2sgrad.grad(m.repeated_write)(np.ones(3), np.ones(3)),
+                               [0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("name, line, what", [
+    ("walrus_short_circuit", "(t := a * 2.0)", "only on some paths"),
+    ("multiply_at", "np.multiply.at", "in place"),
+    ("complex_constant", "x * 1j", "complex"),
+    ("complex_global", "x * C", "complex"),
+])
+def test_refused_with_the_users_line(m, name, line, what):
+    with pytest.raises(s2sgrad.TransformError) as info:
+        s2sgrad.grad(getattr(m, name))(np.array([0.3, -0.2, 0.7]))
+    message = str(info.value)
+    assert what in message and line in message and "^" in message
+    assert "s2s_soundness_cases.py:" in message
+
+
+@pytest.mark.parametrize("value", [np.array([1.0 + 2.0j, 3.0]), 1.0 + 1.0j,
+                                   np.complex128(2.0)])
+def test_complex_inputs_are_refused(m, value):
+    with pytest.raises(TypeError, match="complex"):
+        s2sgrad.grad(m.keyword_only)(value)
+    with pytest.raises(TypeError, match="complex"):
+        s2sgrad.functional.vjp(lambda x: x * 2.0, value)
