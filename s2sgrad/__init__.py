@@ -5,12 +5,12 @@ adjoint (vector-Jacobian product) function in plain NumPy.
 """
 from . import functional, rules
 from .api import differentiable, grad, source, value_and_grad, vjp
-from .errors import TransformError
+from .errors import InternalError, TransformError
 from .function import Context, Function
 from .rules.jvp_rules import defjvp  # noqa: F401 - public: s2sgrad.defjvp
 from .rules.registry import defvjp  # noqa: F401 - public: s2sgrad.defvjp
 
 __version__ = "0.1.0"
 
-__all__ = ["Function", "Context", "TransformError", "differentiable", "grad",
+__all__ = ["Function", "Context", "TransformError", "InternalError", "differentiable", "grad",
            "value_and_grad", "vjp", "source", "functional", "rules", "__version__"]

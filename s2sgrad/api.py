@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 import numpy as np
 
 from .compiler import CompiledFunction, all_hold, compile_function, flat_bindings
+from .optimizer_check import checked_pair
 
 Wrt = Union[int, Sequence[int], None]
 
@@ -128,12 +129,12 @@ def _compiled(f: Callable, positions: Tuple[int, ...],
               numbers_at: Tuple[int, ...] = ()) -> CompiledFunction:
     """The pair for f; where some arguments are Python numbers, one specialised to
     that (values computed from them alone are scalars: no broadcasting to undo)."""
+    scalars: Tuple[str, ...] = ()
     if numbers_at:
         names = _parameter_names(f)
         scalars = tuple(names[i] for i in numbers_at if i < len(names))
-        if scalars:
-            return compile_function(f, positions, scalars=scalars)
-    return compile_function(f, positions)
+    return checked_pair(compile_function(f, positions, scalars=scalars),
+                        lambda: compile_function(f, positions, False, scalars=scalars))
 
 
 def _parameter_names(f: Callable) -> List[str]:

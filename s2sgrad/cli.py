@@ -21,7 +21,7 @@ import textwrap
 from importlib.machinery import SourceFileLoader
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from .errors import TransformError
+from .errors import InternalError, TransformError
 from .function import is_function_class
 
 
@@ -372,7 +372,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return args.func(args)
     except CliError as exc:
         _error(str(exc))
-    except TransformError as exc:
+    except (TransformError, InternalError) as exc:
         _error(str(exc))  # with the source line and caret
     except KeyboardInterrupt:
         _error("interrupted")

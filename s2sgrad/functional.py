@@ -20,8 +20,20 @@ import numpy as np
 from .api import check_differentiable, finalize
 from .compiler import CompiledFunction, compile_function, higher
 from .compiler.tangent import compile_jvp
+from .optimizer_check import checked_jvp, checked_pair
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
+
+
+def _pair(func: Callable, wrt: Tuple[int, ...]) -> CompiledFunction:
+    """The forward/adjoint pair of func (checked against the plain transform in the
+    S2SGRAD_CHECK_OPTIMIZER test mode)."""
+    return checked_pair(compile_function(func, wrt), lambda: compile_function(func, wrt, False))
+
+
+def _jvp(func: Callable, wrt: Tuple[int, ...]):
+    """The tangent code of func (checked like _pair)."""
+    return checked_jvp(compile_jvp(func, wrt), lambda: compile_jvp(func, wrt, False))
 
 
 def _as_tuple_inputs(inputs: Any, fname: str) -> Tuple[bool, tuple]:
@@ -92,7 +104,7 @@ def vjp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     s2sgrad differentiates.
     """
     is_inputs_tuple, items = _as_tuple_inputs(inputs, "vjp")
-    compiled = compile_function(func, tuple(range(len(items))))
+    compiled = _pair(func, tuple(range(len(items))))
     if strict:
         _strict_check(compiled)
     output, residuals = compiled.forward(*items)
@@ -197,7 +209,7 @@ def _strict_independent(activity) -> None:
 
 
 def _jvp_code(func: Callable, n: int):
-    return compile_jvp(func, tuple(range(n)))
+    return _jvp(func, tuple(range(n)))
 
 
 def jvp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
@@ -243,7 +255,7 @@ def _dependence(func: Callable, n_inputs: int, n_outputs: int) -> List[List[bool
     """dep[i][j]: can output i depend on input j (static, from the tangent code)."""
     dep = [[True] * n_inputs for _ in range(n_outputs)]
     for j in range(n_inputs):
-        zero = compile_jvp(func, (j,)).zero_output
+        zero = _jvp(func, (j,)).zero_output
         flags = zero if isinstance(zero, tuple) and len(zero) == n_outputs else \
             (zero,) * n_outputs
         for i in range(n_outputs):
@@ -273,7 +285,7 @@ def _assemble(blocks, is_outputs_tuple: bool, is_inputs_tuple: bool):
 
 def _jacobian_reverse(func, items):
     """Rows of the Jacobian from one forward pass and one adjoint call per output element."""
-    compiled = compile_function(func, tuple(range(len(items))))
+    compiled = _pair(func, tuple(range(len(items))))
     out, residuals = compiled.forward(*items)
     is_outputs_tuple, outputs = _outputs(out, "jacobian")
     blocks = [[np.zeros(_shape(o) + _shape(x), dtype=_float_dtype(o, x)) for x in items]
@@ -346,7 +358,7 @@ def jacobian(func: Callable, inputs: Any, create_graph: bool = False, strict: bo
     n_in = sum(_size(x) for x in items)
     mode = strategy
     if mode is None:
-        compiled = compile_function(func, tuple(range(len(items))))
+        compiled = _pair(func, tuple(range(len(items))))
         out, _ = compiled.forward(*items)
         _, outputs = _outputs(out, "jacobian")
         mode = "forward-mode" if n_in < sum(_size(o) for o in outputs) else "reverse-mode"
@@ -417,13 +429,13 @@ def _second_order_zeros(func: Callable, n: int) -> List[List[bool]]:
     for i in range(n):
         grad_i = higher.derived("grad", func, (i,))
         for j in range(n):
-            zero[i][j] = bool(compile_jvp(grad_i, (j,)).zero_output)
+            zero[i][j] = bool(_jvp(grad_i, (j,)).zero_output)
     return zero
 
 
 def _strict_second_order(func: Callable, n: int, fn_name: str) -> List[List[bool]]:
     """torch's strict checks of hessian/hvp/vhp up to the last stage, from the code."""
-    code = compile_jvp(func, tuple(range(n)))
+    code = _jvp(func, tuple(range(n)))
     _strict_outputs(_varied(code.output_varied, 1))
     zero = _second_order_zeros(func, n)
     for i in range(n):
@@ -447,7 +459,7 @@ def hvp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     is_inputs_tuple, items = _inputs(inputs, "hvp")
     vs = _validate_v_inputs(v, items, is_inputs_tuple, "hvp")
     n = len(items)
-    code = compile_jvp(_derived("value_and_grad", func, n), tuple(range(n)))
+    code = _jvp(_derived("value_and_grad", func, n), tuple(range(n)))
     (out, _grads), (_, hv) = _run_scalar("hvp", func, items, lambda: code.call(items, vs))
     _outputs(out, "hvp")
     _scalar_output(out, "hvp")
@@ -474,7 +486,7 @@ def vhp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     is_inputs_tuple, items = _inputs(inputs, "vhp")
     vs = _validate_v_inputs(v, items, is_inputs_tuple, "vhp")
     n = len(items)
-    pair = compile_function(_derived("value_and_grad", func, n), tuple(range(n)))
+    pair = _pair(_derived("value_and_grad", func, n), tuple(range(n)))
     (out, _grads), residuals = _run_scalar("vhp", func, items, lambda: pair.forward(*items))
     _outputs(out, "vhp")
     _scalar_output(out, "vhp")
@@ -511,7 +523,7 @@ def hessian(func: Callable, inputs: Any, create_graph: bool = False, strict: boo
     blocks = [[np.zeros(_shape(a) + _shape(b), dtype=_float_dtype(a, b)) for b in items]
               for a in items]
     if mode == "forward-mode":
-        code = compile_jvp(_derived("value_and_grad", func, n), tuple(range(n)))
+        code = _jvp(_derived("value_and_grad", func, n), tuple(range(n)))
         out = None
         for k, x in enumerate(items):
             for j in range(_size(x)):
@@ -528,7 +540,7 @@ def hessian(func: Callable, inputs: Any, create_graph: bool = False, strict: boo
             (out, _), _ = _run_scalar("hessian", func, items, lambda: code.call(
                 items, tuple(_one_hot(x, None) for x in items)))
     else:
-        pair = compile_function(_derived("value_and_grad", func, n), tuple(range(n)))
+        pair = _pair(_derived("value_and_grad", func, n), tuple(range(n)))
         (out, _grads), residuals = _run_scalar("hessian", func, items,
                                                lambda: pair.forward(*items))
         _outputs(out, "hessian")

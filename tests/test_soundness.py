@@ -230,3 +230,57 @@ def test_complex_inputs_are_refused(m, value):
         s2sgrad.grad(m.keyword_only)(value)
     with pytest.raises(TypeError, match="complex"):
         s2sgrad.functional.vjp(lambda x: x * 2.0, value)
+
+
+def test_a_compiler_bug_is_an_internal_error_at_the_users_line(make_module, monkeypatch):
+    """An exception inside a pass that is not a deliberate refusal names the
+    function, the user's line and the original exception, and asks for a report."""
+    import sys
+    mod = make_module('''
+import numpy as np
+
+def f(x):
+    y = np.sin(x)
+    return np.sum(y * 2.0)
+''')
+    transform = sys.modules["s2sgrad.compiler.transform"]
+    original = transform._Reverse.rule_contribution
+
+    def broken(self, s, op, out, *args, **kwargs):
+        if op.rule.name == "np.sin":
+            raise KeyError(12345)
+        return original(self, s, op, out, *args, **kwargs)
+    monkeypatch.setattr(transform._Reverse, "rule_contribution", broken)
+    with pytest.raises(s2sgrad.InternalError) as info:
+        s2sgrad.grad(mod.f)(np.ones(3))
+    message = str(info.value)
+    assert not isinstance(info.value, s2sgrad.TransformError)
+    assert isinstance(info.value.__cause__, KeyError)
+    assert ":5:" in message and "y = np.sin(x)" in message and "^" in message
+    assert "KeyError: 12345" in message and "bug in s2sgrad" in message
+
+
+def test_optimizer_check_mode_catches_a_difference(make_module, monkeypatch):
+    """S2SGRAD_CHECK_OPTIMIZER=1 runs the plain pair beside the optimised one; a pair
+    that computes something else (here: another function's) is reported."""
+    from s2sgrad import optimizer_check
+    from s2sgrad.compiler import compile_function
+    mod = make_module('''
+import numpy as np
+
+def f(x):
+    return np.sum(np.sin(x) * x)
+
+def g(x):
+    return np.sum(np.sin(x) * x * 1.01)
+''')
+    monkeypatch.setattr(optimizer_check, "ENABLED", True)
+    same = optimizer_check.checked_pair(compile_function(mod.f, (0,)),
+                                        lambda: compile_function(mod.f, (0,), False))
+    x = np.array([0.3, -0.2, 0.7])
+    out, res = same.forward(x)
+    np.testing.assert_allclose(same.adjoint(res, 1.0), np.sin(x) + x * np.cos(x))
+    other = optimizer_check.checked_pair(compile_function(mod.f, (0,)),
+                                         lambda: compile_function(mod.g, (0,), False))
+    with pytest.raises(optimizer_check.OptimizerMismatch, match="the output"):
+        other.forward(x)

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import cache as disk_cache
+from ..errors import reporting_bugs
 from .analyze import Activity, analyze, iter_statements, output_items
 from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
 from .inline import inline
 from .normalize import normalize
-from .optimize import link_residuals, optimize
+from .optimize import link_residuals, optimize, private_copies
 from .parse import ParsedFunction, parse_function, unwrap
 from .resolve import MISSING, Binding, unique_bindings
 from .transform import transform
@@ -150,10 +151,17 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
 
 def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
     optimize_code, pure, scalars, structure = options
-    parsed = parse_function(fn)
+    with reporting_bugs(getattr(fn, "__qualname__", repr(fn))):
+        parsed = parse_function(fn)
     if any(i >= len(parsed.params) or i < 0 for i in wrt):
         raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
                          f"{len(parsed.params)} positional argument(s)")
+    with reporting_bugs(parsed.name, parsed):
+        return _generate(fn, wrt, options, key, store, disk_key, parsed)
+
+
+def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunction:
+    optimize_code, pure, scalars, structure = options
     t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure)
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
               f"{parsed.node.lineno}), gradient with respect to "
@@ -450,7 +458,8 @@ def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool
     t = inline(t)
     if optimize_code:
         t = optimize(t)
-    else:
+    else:  # what makes the pair correct, not faster: reusable pullbacks, residuals
+        private_copies(t)
         link_residuals(t)
     return t
 

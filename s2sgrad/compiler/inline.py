@@ -19,7 +19,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ..errors import TransformError, error_at
+from ..errors import TransformError, deliberate, error_at
 from ..rules.registry import Rule
 from ..runtime import HELPERS
 from .names import NameRegistry, clone
@@ -274,8 +274,9 @@ def function_site(cls, call: ast.Call, out_names: List[str], needs: Tuple[bool, 
     site.vjp_name = "vjp" if vjp_fn is getattr(cls, "vjp", None) else "backward"
     n_out = _vjp_arity(vjp_fn)
     if n_out is not None and n_out != len(out_names):
-        raise TypeError(f"{cls.__name__}.{site.vjp_name} takes {n_out} gradient(s) but "
-                        f"{cls.__name__}.forward returns {len(out_names)} output(s)")
+        raise deliberate(TypeError(f"{cls.__name__}.{site.vjp_name} takes {n_out} gradient(s) "
+                                   f"but {cls.__name__}.forward returns {len(out_names)} "
+                                   f"output(s)"))
     if call.keywords:
         return _fallback(site, names, "apply() was called with keyword arguments")
     try:
@@ -501,8 +502,8 @@ def _result_elements(result, n_in: int, site: FunctionSite) -> Optional[List[ast
 
 def _count_error(site: FunctionSite, got: int):
     name = site.cls.__name__
-    raise TypeError(f"{name}.{site.vjp_name} returns {got} gradient(s), expected "
-                    f"{len(site.arg_atoms)} (one per input of {name}.forward)")
+    raise deliberate(TypeError(f"{name}.{site.vjp_name} returns {got} gradient(s), expected "
+                               f"{len(site.arg_atoms)} (one per input of {name}.forward)"))
 
 
 def _is_none(e) -> bool:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import runtime_tangent  # noqa: F401 - registers the helpers this pass emits
-from ..errors import TransformError, error_at
+from ..errors import TransformError, deliberate, error_at, reporting_bugs
 from ..rules import jvp_rules, registry
 from ..runtime import HELPERS
 from .analyze import Activity, analyze, iter_statements
@@ -183,10 +183,16 @@ def clear_cache() -> None:
 
 
 def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> CompiledJvp:
-    parsed = parse_function(fn)
+    with reporting_bugs(getattr(fn, "__qualname__", repr(fn))):
+        parsed = parse_function(fn)
     if any(i >= len(parsed.params) or i < 0 for i in wrt):
         raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
                          f"{len(parsed.params)} positional argument(s)")
+    with reporting_bugs(parsed.name, parsed):
+        return _generate(fn, wrt, optimize_code, key, structure, demand, parsed)
+
+
+def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> CompiledJvp:
     nf = normalize(parsed)
     activity = analyze(nf, wrt)
     t = _Tangent(nf, activity, optimize_code, dict(structure), demand)
@@ -571,8 +577,9 @@ def _inline_jvp(site, cls, jvp_fn, slots, saved, names, nf) -> None:
         raise inline.NotInlinable("jvp takes *args")
     ctx, *grads = params
     if len(grads) != len(site.arg_atoms):
-        raise TypeError(f"{cls.__name__}.jvp takes {len(grads)} tangent(s) but "
-                        f"{cls.__name__}.forward takes {len(site.arg_atoms)} input(s)")
+        raise deliberate(TypeError(f"{cls.__name__}.jvp takes {len(grads)} tangent(s) but "
+                                   f"{cls.__name__}.forward takes {len(site.arg_atoms)} "
+                                   f"input(s)"))
     body, result = inline._single_return(
         [s for s in parsed.node.body if not inline._is_docstring(s)], "jvp")
     local = inline._local_names(parsed.node) - {ctx}
