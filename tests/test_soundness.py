@@ -13,6 +13,7 @@ import s2sgrad
 
 SOURCE = '''
 import numpy as np
+import s2sgrad
 
 scale = 100.0        # a global with a parameter's name: must never stand in for it
 C = 1j
@@ -149,6 +150,63 @@ def repeated_mul(x, w):
     return np.sum(y ** 2)
 
 
+def _scaled(u, k=0.25, *, scale=0.5):
+    return np.sum(u * scale * k + scale ** 2)
+
+
+def keyword_only_callee(x, y):
+    return _scaled(y, k=np.sum(x), scale=np.sum(x) * 2.0) + _scaled(x, scale=np.sum(y))
+
+
+def keyword_only_reassigned(x, *, s=0.7):
+    s *= 0.5
+    return np.sum(x * s)
+
+
+class SinCos(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return np.sin(x), np.cos(x)
+
+    @staticmethod
+    def vjp(ctx, gs, gc):
+        x, = ctx.saved_tensors
+        return gs * np.cos(x) - gc * np.sin(x)
+
+
+def output_of_apply_indexed(x):
+    return np.sum(SinCos.apply(x * 2.0)[0] * SinCos.apply(x)[1])
+
+
+def iterated_then_rebound(x, w):
+    acc = w * np.sum(x)
+    for r in acc:
+        acc = r * w
+    return acc @ acc
+
+
+def written_with_itself(x):
+    v = np.mean(x, axis=0)
+    v[[2, 0, 2]] = v
+    return np.sum(v * np.array([1.0, 2.0, 3.0]))
+
+
+def _doubles_in_place(u):
+    u += u
+    return np.sum(u)
+
+
+def callee_writes_argument(x):
+    v = x * 1.0
+    s = _doubles_in_place(v)
+    return s + np.sum(v)
+
+
+def callee_updates_number(x):
+    return _doubles_in_place(np.sum(x) * 1.0) * 2.0
+
+
 def complex_constant(x):
     return np.sum(np.abs(x * 1j + 1.0))
 
@@ -188,6 +246,12 @@ CASES = [
     ("repeated_write", [[(3,), (3,)], [(), (3,)]]),
     ("repeated_add", [[(3,), (3,)], [(), (3,)]]),
     ("repeated_mul", [[(3,), (3,)], [(), (3,)]]),
+    ("keyword_only_callee", [[(3,), (3,)], [(2, 3), (3,)]]),
+    ("keyword_only_reassigned", [[(3,)], [(2, 2)]]),
+    ("output_of_apply_indexed", [[(3,)], [(2, 2)]]),
+    ("iterated_then_rebound", [[(3,), (4,)], [(2, 2), (3,)]]),
+    ("written_with_itself", [[(2, 3)], [(4, 3)]]),
+    ("callee_updates_number", [[(3,)], [(2, 2)]]),
 ]
 
 
@@ -207,6 +271,37 @@ def test_documented_values(m):
     np.testing.assert_allclose(s2sgrad.grad(m.keyword_only)(x, scale=3.0), [6.0, 12.0])
     np.testing.assert_allclose(s2sgrad.grad(m.repeated_write)(np.ones(3), np.ones(3)),
                                [0.0, 1.0, 2.0])
+
+
+FORWARD_MODE = {"add_at", "subtract_at", "repeated_write", "repeated_add", "repeated_mul",
+                "keyword_only_callee", "keyword_only", "iterated_then_rebound",
+                "written_with_itself", "mlp", "list_loop"}
+
+
+@pytest.mark.parametrize("name, shapes", [(n, s) for n, cases in CASES for s in cases
+                                          if n in FORWARD_MODE],
+                         ids=[f"{n}-{i}" for n, cases in CASES for i in range(len(cases))
+                              if n in FORWARD_MODE])
+def test_forward_mode_matches_finite_differences(m, name, shapes, rng):
+    """The tangent code of the same programs, along a random direction."""
+    f = getattr(m, name)
+    args = _args(shapes, rng)
+    direction = _args(shapes, rng)
+    _, tangent = s2sgrad.functional.jvp(f, tuple(args), tuple(direction))
+    eps = 1e-6
+    plus = f(*[a + eps * d for a, d in zip(args, direction)])
+    minus = f(*[a - eps * d for a, d in zip(args, direction)])
+    np.testing.assert_allclose(tangent, (plus - minus) / (2 * eps), rtol=1e-6, atol=1e-7)
+
+
+def test_a_callee_writing_into_an_argument_array_is_refused(m):
+    """The caller's adjoint would not see the write: refused at run time, at the
+    callee's line (numbers are rebound, not written: callee_updates_number passes)."""
+    with pytest.raises(s2sgrad.TransformError) as info:
+        s2sgrad.grad(m.callee_writes_argument)(np.array([0.3, -0.2, 0.7]))
+    message = str(info.value)
+    assert "_doubles_in_place writes into its parameter 'u'" in message
+    assert "u += u" in message and "^" in message
 
 
 @pytest.mark.parametrize("name, line, what", [

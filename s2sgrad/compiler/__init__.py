@@ -153,7 +153,7 @@ def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFuncti
     optimize_code, pure, scalars, structure = options
     with reporting_bugs(getattr(fn, "__qualname__", repr(fn))):
         parsed = parse_function(fn)
-    if any(i >= len(parsed.params) or i < 0 for i in wrt):
+    if any(i >= len(parsed.all_params) or i < 0 for i in wrt):
         raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
                          f"{len(parsed.params)} positional argument(s)")
     with reporting_bugs(parsed.name, parsed):
@@ -165,7 +165,7 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
     t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure)
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
               f"{parsed.node.lineno}), gradient with respect to "
-              f"{', '.join(parsed.params[i] for i in wrt)}\n")
+              f"{', '.join(parsed.all_params[i] for i in wrt)}\n")
     source = to_source([t.forward, t.adjoint], header)
     filename = (f"<s2sgrad {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
                 f"wrt={wrt}{'' if optimize_code else ' unoptimized'}{' pure' if pure else ''}"

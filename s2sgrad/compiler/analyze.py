@@ -15,7 +15,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-from ..errors import error_at
+from ..errors import TransformError, error_at
 from ..rules import registry
 from .names import name_nodes
 from .normalize import NormalForm
@@ -107,7 +107,7 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     ops = [(s, op) for s, op in ops if op is not None]
     ret = nf.node.body[-1]
     outputs = names(ret.value) if isinstance(ret, ast.Return) else []
-    wrt_names = [nf.params[i] for i in wrt]
+    wrt_names = [nf.all_params[i] for i in wrt]
 
     constant_reads, item_flags = _item_flags(nf, structure)
     varied_ops = [(s, op) for s, op in ops if id(s) not in constant_reads]
@@ -540,3 +540,83 @@ def _check_real(ops, active: Set[str], nf: NormalForm) -> None:
             raise error_at(where, "complex values are not differentiated", nf.parsed,
                            "s2sgrad differentiates real-valued code: keep real and imaginary "
                            "parts in separate float arrays.")
+
+
+# -- calls to functions that write into their arguments ---------------------------------
+_PARAMETER_WRITES: Dict[object, Optional[Dict[int, tuple]]] = {}
+
+
+def parameter_writes(fn) -> Optional[Dict[int, tuple]]:
+    """Which parameters `fn` may write into in place (x[i] = v, x += v on an array,
+    xs.append(v), np.add.at(x, ...), directly or through a view or alias of the
+    parameter): position -> the error's (filename, lineno, col, message, hint, text)
+    for the caller to raise if an array is passed there. None when fn's source
+    cannot be read as a differentiable function (then every argument may be written).
+
+    The caller's adjoint would not see such a write: the generated forward checks
+    at run time that no array goes to these positions (numbers are rebound, fine)."""
+    from .aliases import AliasFacts
+    from .normalize import normalize
+    from .parse import parse_function
+    key = getattr(fn, "__code__", fn)
+    if key in _PARAMETER_WRITES:
+        return _PARAMETER_WRITES[key]
+    try:
+        nf = normalize(parse_function(fn))
+    except Exception:  # noqa: BLE001 - unreadable: no facts, the caller guards everything
+        _PARAMETER_WRITES[key] = None
+        return None
+    facts = AliasFacts(nf.node.body, nf.resolver.locals | nf.names.taken, nf.lists)
+    params = nf.all_params
+    out: Dict[int, tuple] = {}
+    for name, stmt in facts.writes:
+        for hit in sorted(({name} | facts.affected(name, stmt)) & set(params)):
+            pos = params.index(hit)
+            if pos in out:
+                continue
+            error = error_at(stmt, f"{nf.parsed.name} writes into its parameter '{hit}' in "
+                                   f"place, and the caller's gradient would not see it",
+                             nf.parsed, f"Give {nf.parsed.name} its own array ({hit} = "
+                                        f"{hit}.copy()) or return the new value instead.")
+            out[pos] = _guard_fields(error)
+    _PARAMETER_WRITES[key] = out
+    return out
+
+
+def _guard_fields(error: TransformError) -> tuple:
+    """What the run-time guard (runtime_inplace.unshared) needs to raise `error`."""
+    return (error.filename, error.lineno, (error.offset or 1) - 1, error.reason, error.hint,
+            error.text)
+
+
+def call_write_guards(op: Op, ints: Set[str], local_names, parsed) -> List[Tuple[str, tuple]]:
+    """(argument name, guard fields) for each local passed to a parameter the called
+    user function may write into (see parameter_writes)."""
+    import inspect
+    import types
+    call = op.call
+    fn = op.callee
+    if call is None or not isinstance(fn, types.FunctionType):
+        return []
+    writes = parameter_writes(fn)
+    if writes == {}:
+        return []
+    try:
+        sig = inspect.signature(fn)
+        bound = sig.bind(*call.args, **{k.arg: k.value for k in call.keywords})
+    except (TypeError, ValueError):
+        return []
+    params = [p.name for p in sig.parameters.values()]
+    out = []
+    for pos, name in enumerate(params):
+        atom = bound.arguments.get(name)
+        if not (isinstance(atom, ast.Name) and atom.id in local_names) or atom.id in ints:
+            continue
+        if writes is None:
+            error = error_at(call, f"cannot tell whether {getattr(fn, '__name__', 'it')} "
+                                   f"writes into its argument '{atom.id}' in place", parsed,
+                             "Pass a copy, or make the function readable by s2sgrad.")
+            out.append((atom.id, _guard_fields(error)))
+        elif pos in writes:
+            out.append((atom.id, writes[pos]))
+    return out

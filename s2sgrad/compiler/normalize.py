@@ -52,6 +52,12 @@ class NormalForm:
     tuples: Set[str] = field(default_factory=set)  # names bound to tuple literals
     bindings: Dict[str, Callable] = field(default_factory=dict)  # extra closure names
 
+    @property
+    def all_params(self) -> List[str]:
+        """The positional parameters and then the keyword-only ones (never
+        differentiated, but bound by the call like the others)."""
+        return self.params + [a.arg for a in self.node.args.kwonlyargs]
+
 
 def normalize(parsed: ParsedFunction) -> NormalForm:
     return _Normalizer(parsed).run()
@@ -191,7 +197,8 @@ class _Normalizer:
                                self.p, "Rename the variable.")
 
     def emit(self, out: List[ast.stmt], stmt: ast.stmt, at: ast.AST) -> ast.stmt:
-        ast.copy_location(stmt, at)
+        # A node the normaliser made has no position: the user's statement gives one.
+        ast.copy_location(stmt, at if getattr(at, "lineno", None) else self.origin)
         stmt.s2s_origin = self.origin
         out.append(stmt)
         return stmt
@@ -275,7 +282,8 @@ class _Normalizer:
             for other in sorted(facts.affected(name, stmt)):
                 if other in self.user_names:
                     where = facts.defined_at.get(other)
-                    line = f" (line {where.lineno})" if where is not None else ""
+                    lineno = getattr(where, "lineno", None)
+                    line = f" (line {lineno})" if lineno is not None else ""
                     message = (f"in-place update of '{name}' also changes '{other}'{line}, "
                                f"which shares memory with it")
                     hint = (f"Give '{name}' its own array where it is assigned (for example "
@@ -747,6 +755,15 @@ class _Normalizer:
         if s.orelse:
             raise self.err(s, "for ... else is not supported", "Use a flag variable.")
         iterable = self.iterable(s.iter, out)
+        # Python iterates over the object the header named; a body that rebinds the
+        # name (`for r in acc: acc = r * w`) must not change what is iterated.
+        rebound = _assigned_names(s.body) | _assigned_names([s.target])
+        for node in _walk_scope(iterable) + [iterable]:
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
+                    node.id in rebound and node.id in self.resolver.locals:
+                held = self.names.fresh(f"{node.id}_iterated")
+                self.emit(out, _assign(held, ast.Name(id=node.id, ctx=ast.Load())), s.iter)
+                node.id = held
         body = lift_jumps(list(s.body), (ast.Break, ast.Continue))
         body = _drop_trailing_continue(body)
         target = self.loop_target(s.target)
@@ -876,6 +893,11 @@ class _Normalizer:
             known = self.tuples.get(self.env.get(expr.value.id, expr.value.id))
             if known is not None and -len(known) <= expr.slice.value < len(known):
                 return clone(known[expr.slice.value])
+        if isinstance(expr, ast.Call) and self._output_count(expr) > 1:
+            # `SinCos.apply(x)[0]`: the outputs get names, the tuple is a known one.
+            name = self.names.fresh("outputs")
+            self.assign_name(name, expr, out, expr)
+            return ast.copy_location(self.load(name), expr)
         op = self.operation(expr, out)
         name = self.names.fresh(_stem(op, self) or "t")
         self.emit(out, _assign(name, op), expr)

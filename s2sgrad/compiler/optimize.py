@@ -51,7 +51,7 @@ def optimize(t: Transformed) -> Transformed:
     private_copies(t)
     drop_needless_inits(t.forward)
     link_residuals(t)
-    eliminate_dead(t.forward, keep=set(t.nf.params))
+    eliminate_dead(t.forward, keep=set(t.nf.all_params))
     fuse_forward_temporaries(t.forward, user_names)
     fuse_adjoint_temporaries(t.adjoint)
     for fdef in (t.forward, t.adjoint):
@@ -501,7 +501,7 @@ def share_shape_witnesses(t: Transformed) -> bool:
     shapes = t.activity.shapes
     if not shapes:
         return False
-    params = set(t.nf.params)
+    params = set(t.nf.all_params)
     positions = _shape_positions(t.adjoint)
     if not positions:
         return False

@@ -40,6 +40,13 @@ class ParsedFunction:
     def params(self) -> List[str]:
         return [a.arg for a in self.node.args.posonlyargs + self.node.args.args]
 
+    @property
+    def all_params(self) -> List[str]:
+        """Positional then keyword-only parameters: what `wrt` positions index (the
+        public API differentiates positional ones only; a caller's generated code
+        may differentiate a callee's keyword-only parameter too)."""
+        return self.params + [a.arg for a in self.node.args.kwonlyargs]
+
 
 def unwrap(fn: Callable) -> Callable:
     """Peel decorators that keep `__wrapped__` (ours and functools.wraps)."""

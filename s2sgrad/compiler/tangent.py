@@ -45,11 +45,11 @@ from .. import runtime_tangent  # noqa: F401 - registers the helpers this pass e
 from ..errors import TransformError, deliberate, error_at, reporting_bugs
 from ..rules import jvp_rules, registry
 from ..runtime import HELPERS
-from .analyze import Activity, analyze, iter_statements
+from .analyze import Activity, analyze, call_write_guards, iter_statements
 from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
 from .names import NameRegistry, names_in
 from .normalize import NormalForm, normalize
-from .ops import Op, describe
+from .ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
 from .optimize import eliminate_dead, fold_block, fwd_params, propagate_copies, tidy
 from .parse import ParsedFunction, parse_function
 from .resolve import unique_bindings
@@ -185,7 +185,7 @@ def clear_cache() -> None:
 def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> CompiledJvp:
     with reporting_bugs(getattr(fn, "__qualname__", repr(fn))):
         parsed = parse_function(fn)
-    if any(i >= len(parsed.params) or i < 0 for i in wrt):
+    if any(i >= len(parsed.all_params) or i < 0 for i in wrt):
         raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
                          f"{len(parsed.params)} positional argument(s)")
     with reporting_bugs(parsed.name, parsed):
@@ -202,7 +202,7 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> Compile
     else:
         prune_zeros(fdef)
         fdef.body = tidy(fdef.body)
-    what = ", ".join(parsed.params[i] for i in wrt) if wrt else "nothing"
+    what = ", ".join(parsed.all_params[i] for i in wrt) if wrt else "nothing"
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
               f"{parsed.node.lineno}), forward mode (tangents of {what})\n")
     source = to_source([fdef], header)
@@ -696,7 +696,7 @@ class _Tangent:
         self.names = nf.names
         self.locals = nf.resolver.locals | nf.names.taken
         self.tan: Dict[str, str] = {}
-        self.state = _State(set(), set(), set(nf.params))
+        self.state = _State(set(), set(), set(nf.all_params))
         self.bindings: Dict[str, Any] = dict(getattr(nf, "bindings", {}))
         self.late: Dict[str, Tuple[Any, Tuple[int, ...], str]] = {}
         self.inits: List[str] = []
@@ -833,7 +833,7 @@ class _Tangent:
     # -- driver ------------------------------------------------------------------------------
     def run(self) -> ast.FunctionDef:
         fdef = self.nf.node
-        params = self.nf.params
+        params = self.nf.all_params
         self.own_name = self.names.fresh(f"{self.parsed.name}_jvp")
         tangent_params = []
         for i in self.act.wrt:
@@ -1112,7 +1112,38 @@ class _Tangent:
         op = describe(s, self.locals)
         if op.kind == "append":
             return self.append(s, op)
-        return [s]
+        if op.kind == "ufunc_at":
+            return self.ufunc_at(s, op)
+        return self.write_guards(op) + [s]
+
+    def write_guards(self, op: Op) -> List[ast.stmt]:
+        """See transform._Reverse.write_guards: a callee writing into an argument
+        array would change a value behind the tangents' back."""
+        return [ast.Expr(value=_helper("unshared", _name(arg),
+                                       *[ast.Constant(value=f) for f in fields]))
+                for arg, fields in call_write_guards(op, self.act.ints, self.locals,
+                                                     self.parsed)]
+
+    def ufunc_at(self, s: ast.Expr, op: Op) -> List[ast.stmt]:
+        """np.add.at(a, idx, b): a's tangent gets b's added the same way."""
+        base = op.outputs[0]
+        _, index, value = s.value.args
+        out: List[ast.stmt] = [s]
+        if base not in self.act.active or not self.live_atom(value):
+            return out
+        item = self.tangent_of(value)
+        if UFUNC_AT_SIGNS[ufunc_at_kind(s.value.s2s_callee)] < 0:
+            item = ast.UnaryOp(op=ast.USub(), operand=item)
+        self.read([value], fresh=False)
+        if self.is_live(base) and base not in self.state.owned:
+            out.append(_assign(self.dot(base), _helper(
+                "scatter_add", _name(self.dot(base)), copy.deepcopy(index), item)))
+            self.state.owned.add(base)
+            return out
+        self._own(base, out)
+        out.append(ast.Expr(value=_helper("add_at", _name(self.dot(base)),
+                                          copy.deepcopy(index), item)))
+        return out
 
     def return_(self, s: ast.Return) -> List[ast.stmt]:
         out: List[ast.stmt] = []
@@ -1152,6 +1183,7 @@ class _Tangent:
         elif op.kind == "apply":
             out += self.apply(s, op)
         elif op.kind == "call":
+            out += self.write_guards(op)
             out += self.call(s, op)
         else:
             out += self.simple(s, op)
@@ -1547,7 +1579,9 @@ class _Tangent:
                                  f"*args/**kwargs", "Give the helper explicit parameters.")
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
                                                       p.POSITIONAL_OR_KEYWORD)]
-        atoms = [bound.arguments.get(p.name) for p in positional]
+        # Keyword-only parameters come after the positional ones in `wrt` (the
+        # callee's all_params): a tangent passed to one is differentiated too.
+        atoms = [bound.arguments.get(p.name) for p in params]
         wrt = tuple(i for i, a in enumerate(atoms)
                     if isinstance(a, ast.Name) and a.id in self.act.varied)
         if not active or not any(self.live_atom(atoms[i]) for i in wrt):

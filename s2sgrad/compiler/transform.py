@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 from .. import runtime_inplace  # noqa: F401 - registers the helpers this pass emits
 from ..errors import error_at
 from . import inline
-from .analyze import Activity, iter_statements, loop_header_op
+from .analyze import Activity, call_write_guards, iter_statements, loop_header_op
 from .names import NameRegistry, name_nodes
 from .normalize import NormalForm
 from .ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
@@ -172,7 +172,7 @@ class _Reverse:
                 elif isinstance(s, (ast.For, ast.While)):
                     visit(s.body, True)
         visit(body, False)
-        for p in self.nf.params:
+        for p in self.nf.all_params:
             if p in counts:
                 counts[p] += 1
         return {n for n, c in counts.items() if c > 1}
@@ -203,7 +203,7 @@ class _Reverse:
         adj_body += self.adjoint_block(body, in_loop=False)
         grads = []
         for i in self.act.wrt:
-            p = self.nf.params[i]
+            p = self.nf.all_params[i]
             b = self.bar_of(p)
             if b not in self.state:
                 if self.last_line is not None:
@@ -294,7 +294,7 @@ class _Reverse:
             self.saves.setdefault(key, []).append((var, "slot", slot))
         node.s2s_save_of = var
         node.s2s_slot = self.saves[key][-1][2]
-        if var not in self.nf.params and not any(
+        if var not in self.nf.all_params and not any(
                 getattr(i, "s2s_init_of", None) == var for i in self.inits):
             init = _assign(var, ast.Constant(value=None))
             init.s2s_init_of = var
@@ -317,8 +317,19 @@ class _Reverse:
             elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "ufunc_at":
                 out.extend(self.forward_ufunc_at(s, in_loop))
             else:
+                if isinstance(s, ast.Expr):
+                    out += self.write_guards(describe(s, self.locals))
                 out.append(s)
         return out
+
+    def write_guards(self, op: Op) -> List[ast.stmt]:
+        """A called user function that writes into an argument array in place changes
+        a value behind this adjoint's back: refused at run time when an array goes
+        there (numbers are rebound, which is fine)."""
+        return [ast.Expr(value=helper_call("unshared", _name(arg),
+                                           *[ast.Constant(value=f) for f in fields]))
+                for arg, fields in call_write_guards(op, self.act.ints, self.locals,
+                                                     self.nf.parsed)]
 
     def forward_ufunc_at(self, s: ast.Expr, in_loop: bool) -> List[ast.stmt]:
         """np.add.at(a, idx, b): keep the items of a it changes (restored later)."""
@@ -362,20 +373,29 @@ class _Reverse:
             self.save_before(op.outputs[0], in_loop, out, key)
             out.append(s)
             return out
-        if getattr(s, "s2s_snapshot", False):
-            s = copy.copy(s)
-            s.value = helper_call("snapshot", s.value)
+        if op.kind == "call":
+            out += self.write_guards(op)
+        snapshot = getattr(s, "s2s_snapshot", False)   # a later in-place write would see it
         outputs = list(op.outputs)
         site = None
         if op.kind in ("apply", "call") and any(n in self.act.active for n in op.outputs):
-            site = self.site_for(s, op)
+            site = self.site_for(s, op)   # keyed by the statement the adjoint walks too
             outputs += site.slot_names
             if in_loop:
                 # A callee's residuals or a Function's saved values, once per iteration.
                 self.overwritable.update(site.slot_names)
         for o in outputs:
             self.save_before(o, in_loop, out, key)
-        out.append(site.forward_statement(s) if site is not None else s)
+        if site is not None:
+            out.append(site.forward_statement(s))
+            if snapshot:
+                out.extend(_assign(o, helper_call("snapshot", _name(o))) for o in op.outputs)
+        elif snapshot:
+            copied = copy.copy(s)
+            copied.value = helper_call("snapshot", s.value)
+            out.append(copied)
+        else:
+            out.append(s)
         return out
 
     def site_for(self, s, op: Op):
@@ -712,6 +732,7 @@ class _Reverse:
         if base in self.act.active and b in self.state:
             self.mark_line(s, out)
             value = s.value
+            part = None
             if isinstance(value, ast.Name) and value.id in self.act.active:
                 part = self.names.fresh(f"{value.id}_bar_part")
                 if self._basic_index(target.slice):
@@ -721,7 +742,6 @@ class _Reverse:
                     grad = helper_call("written_grad", _name(b), copy.deepcopy(index),
                                        _name(value.id))
                 out.append(_assign(part, grad))
-                self.accumulate(value.id, _name(part), out)
             if self.pure:
                 out.append(_assign(b, helper_call("with_zeroed", _name(b),
                                                   copy.deepcopy(index))))
@@ -733,6 +753,9 @@ class _Reverse:
                     self.state[b] = "owned"
                 out.append(ast.Expr(value=helper_call("zero_item", _name(b),
                                                       copy.deepcopy(index))))
+            if part is not None:
+                # After the zeroing: the value may be the array itself (x[i] = x).
+                self.accumulate(value.id, _name(part), out)
         saved = self._saved_value(s, out)
         if saved is not None:
             if self.pure:
