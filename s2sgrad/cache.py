@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .rules import REGISTRY as _REGISTRY
 
-FORMAT = 1
+FORMAT = 2
 SUFFIX = ".s2s"
 TMP_PREFIX = ".tmp-s2s-"
 _HEADER = b"s2sgrad-cache\x00" + FORMAT.to_bytes(2, "little") + importlib.util.MAGIC_NUMBER
@@ -367,12 +367,8 @@ def dependency_fingerprint(kind: str, obj: Any, root: Callable) -> str:
 
 def _function_methods(cls) -> List[str]:
     """forward plus whichever of vjp/backward the class defines."""
-    out = ["forward"]
-    vjp = getattr(cls, "vjp_method", None)
-    if vjp is not None:
-        chosen = vjp()
-        out.append("vjp" if chosen is getattr(cls, "vjp", None) else "backward")
-    return out
+    from .compiler.bindings import function_methods
+    return function_methods(cls)
 
 
 def source_text(fn: Callable) -> Optional[str]:

@@ -46,13 +46,13 @@ from ..errors import TransformError, error_at
 from ..rules import jvp_rules, registry
 from ..runtime import HELPERS
 from .analyze import Activity, analyze, iter_statements
+from .bindings import pair_bindings
 from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
 from .names import NameRegistry, names_in
 from .normalize import NormalForm, normalize
 from .ops import Op, describe
 from .optimize import eliminate_dead, fold_block, propagate_copies, tidy
 from .parse import ParsedFunction, parse_function
-from .resolve import unique_bindings
 from .transform import comment, line_comment
 
 # The module (the package's `inline` attribute is the pass function of that name).
@@ -182,6 +182,12 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
+def _inlined_classes(t) -> List[type]:
+    """The Function classes whose bodies the tangent code inlines (their
+    methods and the names those read are bindings of the pair)."""
+    return [s.cls for s in t.sites.values() if isinstance(s, _FunctionSite) and s.inlined]
+
+
 def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> CompiledJvp:
     parsed = parse_function(fn)
     if any(i >= len(parsed.params) or i < 0 for i in wrt):
@@ -213,7 +219,8 @@ def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> Compiled
                            activity=activity, params=parsed.params, name=parsed.name,
                            output_live=t.output_live, output_varied=t.output_varied,
                            not_inlined=list(t.not_inlined),
-                           bindings=unique_bindings(nf.resolver.facts))
+                           bindings=pair_bindings(fn, nf.resolver.facts, _inlined_classes(t),
+                                                  with_jvp=True))
     for name in sorted(t.compiled):
         if name in t.bindings and t.compiled[name] not in compiled.callees:
             compiled.callees.append(t.compiled[name])
