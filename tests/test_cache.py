@@ -667,7 +667,8 @@ def test_info_and_clear(cache_dir, m):
     assert facts["bytes"] == sum(os.path.getsize(cache_dir / e) for e in entries(cache_dir))
     (cache_dir / "notes.txt").write_text("not ours")
     (cache_dir / (cache.TMP_PREFIX + "leftover.part")).write_bytes(b"x")
-    assert cache.clear() == 3
+    removed = cache.clear()
+    assert removed["entries"] == 3 and removed["temporary"] == 1 and removed["left"] == []
     assert entries(cache_dir) == [] and os.listdir(cache_dir) == ["notes.txt"]
 
 
@@ -698,7 +699,8 @@ print(json.dumps({{"value": float(value), "gx": grads[0].tolist(), "gw": grads[1
 '''
 
 
-def run_child(directory, cache_path, module="main_mod", extra_env=None, wait=True):
+def run_child(directory, cache_path, module="main_mod", extra_env=None, wait=True,
+              timeout=120, stderr=False):
     script = os.path.join(directory, "child.py")
     with open(script, "w") as f:
         f.write(CHILD.format(module=module))
@@ -710,9 +712,15 @@ def run_child(directory, cache_path, module="main_mod", extra_env=None, wait=Tru
                             stderr=subprocess.PIPE, text=True, env=env)
     if not wait:
         return proc
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
     assert proc.returncode == 0, err
-    return json.loads(out.strip().splitlines()[-1])
+    result = json.loads(out.strip().splitlines()[-1])
+    return (result, err) if stderr else result
 
 
 def write(path, text):

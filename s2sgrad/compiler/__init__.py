@@ -19,6 +19,7 @@ from .analyze import Activity, analyze, iter_statements, output_items
 from .bindings import Binding, all_hold, flat_bindings, pair_bindings  # noqa: F401
 from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
 from .inline import inline
+from .memory import PairCache, memory_cache_size  # noqa: F401 - the CLI reports the size
 from .normalize import normalize
 from .optimize import link_residuals, optimize
 from .parse import ParsedFunction, parse_function, unwrap
@@ -61,7 +62,7 @@ class CompiledFunction:
 
 
 _current = _bindings.current  # CompiledJvp.current (tangent.py) uses it too
-_CACHE: Dict[tuple, CompiledFunction] = {}
+_CACHE = PairCache()   # least recently used pairs go first (see compiler.memory)
 _LOCK = threading.RLock()
 
 
@@ -97,12 +98,16 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
                 return hit
             del _CACHE[key]  # a name it was generated for is bound to something else
         wrt = tuple(wrt)
-        store, disk_key = _entry.disk_store(fn, wrt, options)
-        if store is not None:
-            compiled = _entry.load(store, disk_key, fn, wrt, options, key)
-            if compiled is not None:
-                return compiled
-        return _compile(fn, wrt, options, key, store, disk_key)
+        _CACHE.enter()
+        try:
+            store, disk_key = _entry.disk_store(fn, wrt, options)
+            if store is not None:
+                compiled = _entry.load(store, disk_key, fn, wrt, options, key)
+                if compiled is not None:
+                    return compiled
+            return _compile(fn, wrt, options, key, store, disk_key)
+        finally:
+            _CACHE.leave()  # evicts beyond S2SGRAD_MEMORY_CACHE_SIZE once all are done
 
 
 def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:

@@ -48,6 +48,7 @@ from ..runtime import HELPERS
 from .analyze import Activity, analyze, iter_statements
 from .bindings import pair_bindings
 from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
+from .memory import PairCache
 from .names import NameRegistry, names_in
 from .normalize import NormalForm, normalize
 from .ops import Op, describe
@@ -137,7 +138,7 @@ def _merge(a: Any, b: Any) -> Any:
     return any_live(a) or any_live(b)
 
 
-_CACHE: Dict[tuple, CompiledJvp] = {}
+_CACHE = PairCache()   # bounded like the reverse-mode cache (compiler.memory)
 _LOCK = threading.RLock()
 _IN_PROGRESS: Set[tuple] = set()
 
@@ -162,11 +163,13 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                 return hit
             del _CACHE[key]  # a name it was generated for is bound to something else
         _IN_PROGRESS.add(key)
+        _CACHE.enter()
         try:
             return _compile(fn, tuple(wrt), bool(optimize_code), key, tuple(structure),
                             demand)
         finally:
             _IN_PROGRESS.discard(key)
+            _CACHE.leave()
 
 
 def in_progress(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
