@@ -53,7 +53,7 @@ class CompiledFunction:
         it calls) is still bound to the same object: rebinding a global function,
         a closure variable, a module attribute or a name an inlined Function body
         reads must not leave a pair that computes the old one."""
-        return _bindings.current(self, set())
+        return _bindings.current(self)
 
     @property
     def source(self) -> str:

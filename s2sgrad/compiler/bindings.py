@@ -8,12 +8,14 @@ and the object it was bound to. The namespaces are
   module an inlined `Function` body was written in);
 - a closure cell;
 - a module, for a dotted name the compiler resolved (`h.helper`, `np.sin`);
-- a class, for the `forward`/`vjp` an inlined `Function` class (or a class
-  it inherits them from) defines itself: each class of the MRO up to the
-  one that defines the method, with MISSING for those before it, so a
-  method replaced in a base or added to a subclass later is seen too;
-- a function, for its own `__code__`, `__defaults__` and `__kwdefaults__`
-  (reassigning them changes what the function computes).
+- a class, for the `forward`/`vjp` an inlined `Function` class has, wherever
+  in its bases it defines them (an inlined method is a staticmethod or a
+  plain function, which reads as the same function object each time, so one
+  identity check per method sees it replaced in the class or a base, or
+  added to a subclass);
+- a function, for its own `__code__`, `__defaults__` and, if it has
+  keyword-only parameters, `__kwdefaults__` (reassigning them changes what
+  the function computes).
 
 A freshly compiled pair gets its bindings from `pair_bindings`; a pair
 loaded from disk gets the same list back (see `compiler.entry`), so both are
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import ast
 import types
-from typing import Any, Callable, Dict, Iterable, List, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 MISSING = object()   # the value of a name that is not bound (also resolve.MISSING)
 
@@ -63,8 +65,6 @@ def read(namespace, name: str) -> Any:
             return namespace.cell_contents
         except ValueError:
             return MISSING
-    if isinstance(namespace, type):  # only what the class defines itself
-        return namespace.__dict__.get(name, MISSING)
     try:
         return getattr(namespace, name, MISSING)
     except Exception:  # noqa: BLE001 - a module __getattr__ that raises: not bound
@@ -82,7 +82,7 @@ def unique_bindings(facts: Iterable[Binding]) -> List[Binding]:
 
 
 # -- what a freshly compiled pair depends on ------------------------------------------
-_OWN = ("__code__", "__defaults__", "__kwdefaults__")
+_OWN = ("__code__", "__defaults__")
 
 
 def pair_bindings(fn: Callable, facts: Sequence[Binding], classes: Iterable[type] = (),
@@ -96,6 +96,8 @@ def pair_bindings(fn: Callable, facts: Sequence[Binding], classes: Iterable[type
     out = list(facts)
     if isinstance(root, types.FunctionType):
         out += [Binding(root, attr, getattr(root, attr)) for attr in _OWN]
+        if root.__code__.co_kwonlyargcount:   # without keyword-only parameters, unused
+            out.append(Binding(root, "__kwdefaults__", root.__kwdefaults__))
     caller = getattr(root, "__globals__", None)
     done: set = set()
     for cls in classes:
@@ -117,18 +119,13 @@ def function_methods(cls, with_jvp: bool = False) -> List[str]:
 
 
 def class_bindings(cls: type, caller_globals, with_jvp: bool = False) -> List[Binding]:
-    """Where `cls` finds the methods it inlines (each class of its MRO up to the
-    one that defines the method), and the names their bodies read."""
-    from ..function import Function
-    mro = [k for k in cls.__mro__ if k is not Function and k is not object]
+    """The methods `cls` inlines, as the class finds them (in itself or a base),
+    and the names their bodies read."""
     out = []
     for meth in function_methods(cls, with_jvp):
-        for klass in mro:
-            value = klass.__dict__.get(meth, MISSING)
-            out.append(Binding(klass, meth, value))
-            if value is not MISSING:
-                break
-        body = _plain_function(getattr(cls, meth, None))
+        value = read(cls, meth)
+        out.append(Binding(cls, meth, value))
+        body = _plain_function(value if value is not MISSING else None)
         if body is not None:
             out += body_bindings(body, caller_globals)
     return out
@@ -205,21 +202,32 @@ def _shapes_code(value) -> bool:
 
 
 # -- the checks --------------------------------------------------------------------------
-def current(compiled, seen: set) -> bool:
-    """Every binding of `compiled` and of the pairs it calls still holds."""
+def current(compiled, seen: Optional[set] = None) -> bool:
+    """Every binding of `compiled` and of the pairs it calls still holds (a
+    memory-cache hit asks this). Each pair flattens its own bindings once."""
+    checks = compiled.__dict__.get("_flat_checks")
+    if checks is None or checks[0] is not compiled.bindings:
+        checks = compiled._flat_checks = (compiled.bindings, _flatten(compiled.bindings))
+    if not _hold(*checks[1]):
+        return False
+    callees = compiled.callees
+    if not callees:
+        return True
+    if seen is None:
+        seen = set()
     seen.add(id(compiled))
-    for b in compiled.bindings:
-        if not b.holds():
+    for sub in callees:
+        if id(sub) not in seen and not current(sub, seen):
             return False
-    return all(current(sub, seen) for sub in compiled.callees if id(sub) not in seen)
+    return True
 
 
 def flat_bindings(compiled) -> tuple:
     """Every binding of a finished pair and of the pairs it calls, once each, in
-    the form all_hold checks fastest: (mapping, name, value) triples (globals,
-    a plain module's __dict__, a class's __dict__ as its live read-only view),
-    (function, code, defaults, kwdefaults), (cell, value) pairs, (object,
-    attribute, value) triples (other modules) and the cache generation."""
+    the form all_hold checks fastest: (dict, name, value) triples (globals, a
+    plain module's __dict__), (function, code, defaults), (cell, value) pairs,
+    (object, attribute, value) triples (a Function class's methods,
+    __kwdefaults__, other modules) and the cache generation."""
     found: Dict[tuple, Binding] = {}
     seen: set = set()
 
@@ -231,16 +239,18 @@ def flat_bindings(compiled) -> tuple:
             if id(sub) not in seen:
                 visit(sub)
     visit(compiled)
+    return _flatten(found.values()) + (GENERATION[0],)
+
+
+def _flatten(bindings: Iterable[Binding]) -> tuple:
     mappings, cells, attributes = [], [], []
     own: Dict[int, Dict[str, Any]] = {}
-    for b in found.values():
+    for b in bindings:
         ns = b.namespace
         if type(ns) is dict:
             mappings.append((ns, b.name, b.value))
         elif type(ns) is _CELL:
             cells.append((ns, b.value))
-        elif isinstance(ns, type):
-            mappings.append((ns.__dict__, b.name, b.value))
         elif type(ns) is _MODULE and b.value is not MISSING and \
                 ns.__dict__.get(b.name, MISSING) is b.value:
             mappings.append((ns.__dict__, b.name, b.value))
@@ -254,35 +264,47 @@ def flat_bindings(compiled) -> tuple:
             functions.append((attrs["fn"],) + tuple(attrs[a] for a in _OWN))
         else:
             attributes += [(attrs["fn"], a, attrs[a]) for a in _OWN if a in attrs]
-    return (tuple(mappings), tuple(functions), tuple(cells), tuple(attributes),
-            GENERATION[0])
+    return tuple(mappings), tuple(functions), tuple(cells), tuple(attributes)
 
 
 def all_hold(flat: tuple) -> bool:
     """Whether every binding in flat_bindings(...) still holds (and clear_cache
     has not run since: then callers holding pairs compile anew). This runs on
     every call of a gradient wrapper: the common parts first, no calls but
-    dict.get."""
+    dict.get (the same loops as _hold, written out: a call costs as much as
+    two bindings)."""
     mappings, functions, cells, attributes, generation = flat
     if generation != GENERATION[0]:
         return False
     for namespace, name, value in mappings:
         if namespace.get(name, MISSING) is not value:
             return False
-    for fn, code, defaults, kwdefaults in functions:
-        if fn.__code__ is not code or fn.__defaults__ is not defaults or \
-                fn.__kwdefaults__ is not kwdefaults:
+    for fn, code, defaults in functions:
+        if fn.__code__ is not code or fn.__defaults__ is not defaults:
             return False
-    if attributes:   # a module without a plain __dict__, a function's other attributes
-        for obj, name, value in attributes:
-            if getattr(obj, name, MISSING) is not value:
-                return False
+    for obj, name, value in attributes:
+        if getattr(obj, name, MISSING) is not value:
+            return False
     if cells:
-        for cell, value in cells:
-            try:
-                if cell.cell_contents is not value:
-                    return False
-            except ValueError:
-                if value is not MISSING:
-                    return False
+        return _hold((), (), cells, ())
+    return True
+
+
+def _hold(mappings, functions, cells, attributes) -> bool:
+    for namespace, name, value in mappings:
+        if namespace.get(name, MISSING) is not value:
+            return False
+    for fn, code, defaults in functions:
+        if fn.__code__ is not code or fn.__defaults__ is not defaults:
+            return False
+    for obj, name, value in attributes:
+        if getattr(obj, name, MISSING) is not value:
+            return False
+    for cell, value in cells:
+        try:
+            if cell.cell_contents is not value:
+                return False
+        except ValueError:
+            if value is not MISSING:
+                return False
     return True

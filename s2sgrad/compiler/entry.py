@@ -190,9 +190,8 @@ def _namespace_locator(ns, root, objects, deps) -> Optional[tuple]:
         return None
     if isinstance(ns, type):
         for i in functions:
-            mro = objects[i].__mro__
-            if ns in mro:
-                return ("mro", i, mro.index(ns))
+            if objects[i] is ns:
+                return ("class", i)
         return None
     if isinstance(ns, types.ModuleType):
         where = disk_cache.locate(ns, root)
@@ -216,9 +215,8 @@ def _namespace_at(where: tuple, root, objects) -> Any:
         fn = root if kind == "cell" else _method(objects, where[1], where[2])
         cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
         return cells.get(where[-1], MISSING)
-    if kind == "mro":
-        mro = objects[where[1]].__mro__
-        return mro[where[2]] if where[2] < len(mro) else MISSING
+    if kind == "class":
+        return objects[where[1]]
     if kind == "module":
         module = disk_cache.resolve(where[1], root)
         return module if isinstance(module, types.ModuleType) else MISSING
