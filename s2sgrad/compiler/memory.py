@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from typing import Any, Iterator
 
 DEFAULT_SIZE = 1024
-_NONE = object()
 
 
 def memory_cache_size() -> int:
@@ -32,47 +30,16 @@ def memory_cache_size() -> int:
     return max(size, 0)
 
 
-class PairCache:
-    """A dict-like LRU of compiled pairs (callers hold the compiler's lock)."""
+class PairCache(OrderedDict):
+    """An OrderedDict of compiled pairs, least recently used first (callers hold
+    the compiler's lock, and move a pair to the end when they use it: `get`
+    stays the C method, for the memory-hit path)."""
 
-    def __init__(self):
-        self._data: "OrderedDict[Any, Any]" = OrderedDict()
-        self.depth = 0   # compiles in progress (nested: callees)
-
-    def get(self, key, default=None):
-        value = self._data.get(key, _NONE)
-        if value is _NONE:
-            return default
-        self._data.move_to_end(key)
-        return value
+    depth = 0   # compiles in progress (nested: callees)
 
     def __setitem__(self, key, value) -> None:
-        self._data[key] = value
-        self._data.move_to_end(key)
-
-    def __getitem__(self, key):
-        return self._data[key]
-
-    def __delitem__(self, key) -> None:
-        del self._data[key]
-
-    def pop(self, key, default=None):
-        return self._data.pop(key, default)
-
-    def __contains__(self, key) -> bool:
-        return key in self._data
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __iter__(self) -> Iterator:
-        return iter(self._data)
-
-    def values(self):
-        return self._data.values()
-
-    def clear(self) -> None:
-        self._data.clear()
+        OrderedDict.__setitem__(self, key, value)
+        self.move_to_end(key)
 
     def enter(self) -> None:
         """A compile starts (see leave)."""
@@ -88,5 +55,5 @@ class PairCache:
     def trim(self) -> None:
         size = memory_cache_size()
         if size:
-            while len(self._data) > size:
-                self._data.popitem(last=False)
+            while len(self) > size:
+                self.popitem(last=False)
