@@ -257,9 +257,11 @@ def test_the_memory_cache_keeps_the_most_recently_used_pairs(make_module, monkey
     _, fns = _closures(make_module, 200)
     x = np.linspace(0, 1, 3)
     alive = []
+    hot = compile_function(fns[0], (0,))
     for i, f in enumerate(fns):
         np.testing.assert_allclose(s2sgrad.grad(f)(x), i * np.cos(x))
         alive.append(weakref.ref(f))
+        assert compile_function(fns[0], (0,)) is hot   # used all along: never dropped
     assert len(compiler._CACHE) == 50
     hot = compile_function(fns[-1], (0,))
     assert compile_function(fns[-1], (0,)) is hot   # still in memory

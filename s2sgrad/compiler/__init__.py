@@ -95,7 +95,7 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
         hit = _CACHE.get(key)
         if hit is not None:
             if hit.current():
-                _CACHE.move_to_end(key)   # least recently used pairs go first
+                hit._recent = True   # kept when the cache is trimmed (compiler.memory)
                 return hit
             del _CACHE[key]  # a name it was generated for is bound to something else
         wrt = tuple(wrt)

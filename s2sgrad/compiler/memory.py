@@ -31,15 +31,14 @@ def memory_cache_size() -> int:
 
 
 class PairCache(OrderedDict):
-    """An OrderedDict of compiled pairs, least recently used first (callers hold
-    the compiler's lock, and move a pair to the end when they use it: `get`
-    stays the C method, for the memory-hit path)."""
+    """Compiled pairs in the order they were stored (callers hold the compiler's
+    lock). Eviction is least-recently-used by second chance: a memory hit only
+    sets the pair's `_recent` flag (an attribute store, cheaper than moving it:
+    the hit path of compile_function runs on every call of the functional
+    API), and `trim` moves a flagged pair to the end, clearing the flag,
+    instead of dropping it."""
 
     depth = 0   # compiles in progress (nested: callees)
-
-    def __setitem__(self, key, value) -> None:
-        OrderedDict.__setitem__(self, key, value)
-        self.move_to_end(key)
 
     def enter(self) -> None:
         """A compile starts (see leave)."""
@@ -54,6 +53,10 @@ class PairCache(OrderedDict):
 
     def trim(self) -> None:
         size = memory_cache_size()
-        if size:
-            while len(self) > size:
-                self.popitem(last=False)
+        if not size:
+            return
+        while len(self) > size:
+            key, pair = self.popitem(last=False)
+            if getattr(pair, "_recent", False):
+                pair._recent = False
+                self[key] = pair   # a second chance, at the end

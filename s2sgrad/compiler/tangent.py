@@ -160,7 +160,7 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
         hit = _CACHE.get(key)
         if hit is not None:
             if hit.current():
-                _CACHE.move_to_end(key)
+                hit._recent = True   # kept when the cache is trimmed (compiler.memory)
                 return hit
             del _CACHE[key]  # a name it was generated for is bound to something else
         _IN_PROGRESS.add(key)
