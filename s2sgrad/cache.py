@@ -18,17 +18,29 @@ itself -- the `s2sgrad.Function` classes whose `forward` and `vjp` it inlines
 and the user functions it calls -- each with the fingerprint of its sources;
 an entry whose dependencies changed is regenerated, and so is one in which a
 dotted name the compiler resolved (`np.sin`, `cfg.act`) now resolves to
-something else. The entry holds the
-generated source, its compiled code object and what is needed to bind its
-closure again (see `compiler._entry` and `compiler._from_entry`), so
-loading it runs no pass.
+something else. The entry holds the generated source, its compiled code
+object, what is needed to bind its closure again and every binding the code
+was generated for (see `compiler.entry`), so loading it runs no pass and the
+loaded pair is checked on every call like a fresh one (`compiler.bindings`).
+
+Trust (see DiskCache): an entry is code that runs, so the directory must be
+the user's and writable by nobody else, else it is not used (one warning,
+memory only); entries are opened with O_NOFOLLOW | O_NONBLOCK and used only if
+fstat shows a regular file of the user's that nobody else may write. The
+SHA-256 detects corruption, not tampering.
 
 Robustness: entries are written to a temporary file and renamed over the old
-one (atomic; concurrent writers leave one valid entry); the directory is
-created with mode 0700; an entry that does not verify (truncated, garbage,
-another version, not owned by the current user, writable by group or others)
-is ignored and regenerated; a directory that cannot be written falls back to
-memory with one warning. `S2SGRAD_CACHE=0` disables the disk cache.
+one (atomic; concurrent writers leave one valid entry); the directory and any
+missing parent are created 0700 whatever the umask; an entry that does not
+verify is ignored and regenerated; a directory at one entry path keeps only
+that entry out; a directory that cannot be written falls back to memory with
+one warning. `S2SGRAD_CACHE=0` disables the disk cache.
+
+Bounds: at most $S2SGRAD_CACHE_MAX_MB (default 256) of entries; a hit touches
+an entry, and a write that goes beyond the cap removes the least recently
+used down to 90% of it (`evict`, safe with other processes doing the same).
+`info` and `clear` also see temporary files (stale ones are left by killed
+writers) and whatever else sits at an entry path.
 """
 from __future__ import annotations
 
@@ -44,23 +56,40 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 import types
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .rules import REGISTRY as _REGISTRY
 
-FORMAT = 1
+FORMAT = 2
 SUFFIX = ".s2s"
 TMP_PREFIX = ".tmp-s2s-"
+TMP_SUFFIX = ".part"
 _HEADER = b"s2sgrad-cache\x00" + FORMAT.to_bytes(2, "little") + importlib.util.MAGIC_NUMBER
 _DIGEST = 32
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+# Never follow a link, never wait (a FIFO planted at an entry path would block an
+# ordinary open for good): what is opened is then checked with fstat.
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0))
 _MISSING = object()
+
+DEFAULT_MAX_MB = 256
+# A temporary file older than this is left over from a process that died while
+# writing (a write takes milliseconds): `cache info` reports it, `cache clear`
+# and eviction remove it.
+STALE_SECONDS = 600
+# Eviction counts the directory again at most this often (other processes write
+# and evict too); in between, a process adds up what it wrote itself.
+RESCAN_SECONDS = 30.0
+# Eviction goes down to this fraction of the cap, so it runs once per many writes.
+LOW_WATER = 0.9
 
 
 class CacheWarning(UserWarning):
-    """The disk cache cannot be written; compiled code is kept in memory only."""
+    """The disk cache cannot be used (unwritable, or a directory others can
+    write); compiled code is kept in memory only."""
 
 
 # -- configuration -------------------------------------------------------------------
@@ -78,6 +107,17 @@ def directory() -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
+def max_bytes() -> Optional[int]:
+    """The size cap of the entries, from S2SGRAD_CACHE_MAX_MB (megabytes, default
+    256; 0 or a negative number: no cap). None means no cap."""
+    text = os.environ.get("S2SGRAD_CACHE_MAX_MB", "").strip()
+    try:
+        mb = float(text) if text else DEFAULT_MAX_MB
+    except ValueError:
+        mb = DEFAULT_MAX_MB
+    return int(mb * 1024 * 1024) if mb > 0 else None
+
+
 _STORES: Dict[str, "DiskCache"] = {}
 
 
@@ -92,36 +132,158 @@ def current() -> Optional["DiskCache"]:
     return store
 
 
+def _euid() -> Optional[int]:
+    return os.geteuid() if hasattr(os, "geteuid") else None
+
+
+def directory_problem(st: os.stat_result) -> str:
+    """Why a directory with this stat may not hold trusted code, or ""."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    euid = _euid()
+    if euid is not None and st.st_uid != euid:
+        return f"belongs to another user (uid {st.st_uid}; you are uid {euid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "group and others" if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH \
+            else "its group" if st.st_mode & stat.S_IWGRP else "others"
+        return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return ""
+
+
+def _fix_for(path: str, problem: str) -> str:
+    if problem.startswith("is writable"):
+        return (f"Run `chmod 700 {path}`, or set S2SGRAD_CACHE_DIR to a directory only you "
+                f"can write.")
+    return "Set S2SGRAD_CACHE_DIR to a directory of your own that only you can write."
+
+
+def make_private_dirs(path: str) -> None:
+    """Create `path` and any missing parent with mode 0700, whatever the umask
+    (os.makedirs gives parents the umask's mode, 0777 under umask 000)."""
+    missing = []
+    p = path
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(p):
+                raise
+        else:
+            os.chmod(p, 0o700)  # the umask may have taken bits away
+
+
 # -- the store ---------------------------------------------------------------------
 class DiskCache:
-    """One cache directory: verified reads, atomic writes."""
+    """One cache directory: verified reads, atomic writes, a size cap.
+
+    Trust: an entry is code that will run, so it is read only from a directory
+    that only the current user can write (checked once per process; otherwise
+    one CacheWarning, memory only) and only if it is a regular file owned by
+    the user and writable by nobody else. The SHA-256 in each entry detects
+    corruption (a torn or damaged file), not tampering: someone who can write
+    the directory could write a valid entry, which is why such directories
+    are refused.
+    """
 
     def __init__(self, path: str):
         self.path = path
         self.writable = True
-        self._dir_ready = False
+        self._problem: Optional[str] = None   # None: not checked yet; "": usable
         self._warned = False
+        self._bytes: Optional[int] = None     # entry bytes, as last counted + our writes
+        self._counted_at = 0.0
 
     def entry_path(self, key: str) -> str:
         return os.path.join(self.path, key + SUFFIX)
 
+    # -- the directory ----------------------------------------------------------------
+    def usable(self, create: bool = False) -> bool:
+        """Whether the directory exists (is made, with `create`) and may be used.
+
+        A directory that is not ours alone is refused for good (one warning); a
+        missing one is not remembered (it may be made later). With `create`,
+        OSError means it could not be made.
+        """
+        if self._problem is not None:
+            return self._problem == ""
+        try:
+            st = os.stat(self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            if not create:
+                return False
+            make_private_dirs(self.path)
+            st = os.stat(self.path)
+        problem = directory_problem(st)
+        self._problem = problem
+        if problem:
+            self.writable = False
+            self._warn(f"s2sgrad: not using the cache directory {self.path}: it {problem}, "
+                       f"so entries in it could have been written by someone else, and an "
+                       f"entry is code that runs. Generated code is kept in memory only. "
+                       f"{_fix_for(self.path, problem)}")
+        return not problem
+
+    def subdirectory(self, name: str) -> Optional[str]:
+        """A private subdirectory (made 0700 if missing), or None when the cache
+        directory cannot be used or the subdirectory is not ours alone (a link,
+        another user's, writable by others)."""
+        try:
+            if not self.usable(create=True):
+                return None
+            sub = os.path.join(self.path, name)
+            try:
+                os.mkdir(sub, 0o700)
+            except FileExistsError:
+                pass
+            else:
+                os.chmod(sub, 0o700)
+            st = os.lstat(sub)
+        except OSError:
+            return None
+        return sub if not directory_problem(st) else None
+
+    # -- reading ----------------------------------------------------------------------
     def read(self, key: str) -> Optional[dict]:
-        """The payload stored under `key`, or None if absent or not trustworthy."""
+        """The payload stored under `key`, or None if absent or not trustworthy.
+
+        Opened without following a link and without blocking; anything but a
+        regular file of ours that nobody else may write is ignored. A hit
+        touches the entry (its mtime is the last use, for eviction).
+        """
+        if not self.usable():
+            return None
         try:
             fd = os.open(self.entry_path(key), _READ_FLAGS)
         except OSError:
             return None
         try:
-            with open(fd, "rb") as f:
-                if not trusted(os.fstat(fd)):
-                    return None
-                data = f.read()
+            if not trusted(os.fstat(fd)):
+                return None
+            data = _read_all(fd)
+            payload = decode(data, key)
+            if payload is not None:
+                _touch(fd)
+            return payload
         except OSError:
             return None
-        return decode(data, key)
+        finally:
+            os.close(fd)
 
+    # -- writing ----------------------------------------------------------------------
     def write(self, key: str, payload: dict) -> bool:
-        """Store atomically (temporary file + rename); False when not stored."""
+        """Store atomically (temporary file + rename); False when not stored.
+
+        An obstacle at this one entry's path (a directory) is removed if it is
+        an empty directory of ours, else this entry is not stored: one bad
+        path never turns the cache off. Errors writing the directory itself
+        (read-only, full, not permitted) do: memory only, one warning.
+        """
         if not self.writable:
             return False
         try:
@@ -130,13 +292,16 @@ class DiskCache:
             return False
         for attempt in (0, 1):
             try:
-                self._ensure_directory(force=attempt > 0)
-                self._write_file(key, data)
-                return True
+                if not self.usable(create=True):
+                    return False
+                stored = self._write_file(key, data)
+                if stored:
+                    self._account(len(data))
+                return stored
             except FileNotFoundError as exc:
                 # The directory vanished (or `cache clear` took our temporary file):
                 # make it again once.
-                self._dir_ready = False
+                self._problem = None
                 if attempt:
                     self._unwritable(exc)
                     return False
@@ -145,28 +310,23 @@ class DiskCache:
                 return False
         return False
 
-    def _ensure_directory(self, force: bool = False) -> None:
-        if self._dir_ready and not force:
-            return
-        if not os.path.isdir(self.path):
-            parent = os.path.dirname(self.path)
-            if parent:
-                os.makedirs(parent, exist_ok=True)
-            try:
-                os.mkdir(self.path, 0o700)
-            except FileExistsError:
-                if not os.path.isdir(self.path):
-                    raise
-            else:
-                os.chmod(self.path, 0o700)  # the umask may have taken bits away
-        self._dir_ready = True
-
-    def _write_file(self, key: str, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=self.path)
+    def _write_file(self, key: str, data: bytes) -> bool:
+        target = self.entry_path(key)
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=TMP_SUFFIX, dir=self.path)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            os.replace(tmp, self.entry_path(key))
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                if not _is_directory(target):
+                    raise
+                # A directory at this entry's path: this entry only is not stored.
+                if not _remove_empty_directory(target):
+                    os.unlink(tmp)
+                    return False
+                os.replace(tmp, target)
+            return True
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -176,26 +336,90 @@ class DiskCache:
 
     def _unwritable(self, exc: OSError) -> None:
         self.writable = False
-        if self._warned:
-            return
-        self._warned = True
         reason = exc.strerror or type(exc).__name__
-        warnings.warn(f"s2sgrad: cannot write the cache directory {self.path} ({reason}); "
-                      f"generated code is kept in memory only. Set S2SGRAD_CACHE_DIR to a "
-                      f"writable directory, or S2SGRAD_CACHE=0 to turn the disk cache off.",
-                      CacheWarning, stacklevel=2)
+        self._warn(f"s2sgrad: cannot write the cache directory {self.path} ({reason}); "
+                   f"generated code is kept in memory only. Set S2SGRAD_CACHE_DIR to a "
+                   f"writable directory, or S2SGRAD_CACHE=0 to turn the disk cache off.")
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(message, CacheWarning, stacklevel=4)
+
+    # -- the size cap -----------------------------------------------------------------
+    def _account(self, size: int) -> None:
+        """After a write: count it, and evict beyond the cap."""
+        cap = max_bytes()
+        if cap is None:
+            return
+        now = time.monotonic()
+        if self._bytes is None or now - self._counted_at > RESCAN_SECONDS:
+            self._bytes = scan(self.path).bytes
+            self._counted_at = now
+        else:
+            self._bytes += size
+        if self._bytes > cap:
+            self._bytes = evict(self.path, int(cap * LOW_WATER))
+            self._counted_at = time.monotonic()
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _touch(fd: int) -> None:
+    """Mark an entry used now (its mtime orders eviction)."""
+    try:
+        if os.utime in os.supports_fd:
+            os.utime(fd)
+    except OSError:
+        pass  # a read-only file system: eviction order is only approximate
+
+
+def _is_directory(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _remove_empty_directory(path: str) -> bool:
+    """Remove an empty directory of ours at `path` (never through a link)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or (_euid() is not None and st.st_uid != _euid()):
+            return False
+        os.rmdir(path)
+        return True
+    except OSError:
+        return False
 
 
 def trusted(st: os.stat_result) -> bool:
     """A regular file, owned by the current user and writable by nobody else."""
-    if not stat.S_ISREG(st.st_mode):
-        return False
-    if hasattr(os, "geteuid"):
-        if st.st_uid != os.geteuid():
-            return False
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return False
-    return True
+    return not _file_problem(st)
+
+
+def _file_problem(st: os.stat_result) -> str:
+    """Why a file at an entry path is not a trusted entry, or ""."""
+    mode = st.st_mode
+    if not stat.S_ISREG(mode):
+        kinds = [(stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+                 (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
+        return next((what for test, what in kinds if test(mode)), "not a regular file")
+    euid = _euid()
+    if euid is not None:
+        if st.st_uid != euid:
+            return f"owned by uid {st.st_uid}"
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"writable by others (mode {stat.S_IMODE(mode):04o})"
+    return ""
 
 
 def encode(payload: dict) -> bytes:
@@ -221,41 +445,125 @@ def decode(data: bytes, key: str) -> Optional[dict]:
     return payload
 
 
-# -- inspection (`s2sgrad cache info` / `cache clear`) --------------------------------
-def _entry_files(path: str) -> List[os.DirEntry]:
+# -- what is in the directory ---------------------------------------------------------
+class Scan:
+    """The files of a cache directory that are s2sgrad's by name, sorted out."""
+
+    def __init__(self):
+        self.entries: List[Tuple[str, int, float]] = []   # (path, bytes, mtime)
+        self.bytes = 0
+        self.writing: List[str] = []      # temporary files of writes in progress
+        self.stale: List[str] = []        # temporary files older than STALE_SECONDS
+        self.ignored: List[Tuple[str, str]] = []   # (path, why) at entry/temporary paths
+
+
+def _ours(name: str) -> bool:
+    return name.endswith(SUFFIX) or name.startswith(TMP_PREFIX)
+
+
+def scan(path: str, now: Optional[float] = None) -> Scan:
+    """Sort the directory's files (never following a link; files that vanish
+    meanwhile are skipped)."""
+    out = Scan()
+    now = time.time() if now is None else now
     try:
-        with os.scandir(path) as it:
-            return [e for e in it if e.is_file(follow_symlinks=False)
-                    and (e.name.endswith(SUFFIX) or e.name.startswith(TMP_PREFIX))]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+        it = os.scandir(path)
+    except OSError:
+        return out
+    with it:
+        for e in it:
+            if not _ours(e.name):
+                continue
+            try:
+                st = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                out.ignored.append((e.path, exc.strerror or type(exc).__name__))
+                continue
+            problem = _file_problem(st)
+            if problem:
+                out.ignored.append((e.path, problem))
+            elif e.name.startswith(TMP_PREFIX):
+                (out.stale if now - st.st_mtime > STALE_SECONDS else out.writing).append(e.path)
+            else:
+                out.entries.append((e.path, st.st_size, st.st_mtime))
+                out.bytes += st.st_size
+    out.ignored.sort()
+    return out
+
+
+def evict(path: str, target: int) -> int:
+    """Remove the least recently used entries until they take at most `target`
+    bytes, and stale temporary files; returns the bytes left. Safe with other
+    processes doing the same: an entry that is already gone is skipped, and
+    one another process is reading stays readable through its open file."""
+    found = scan(path)
+    for tmp in found.stale:
+        _unlink(tmp)
+    total = found.bytes
+    for entry, size, _ in sorted(found.entries, key=lambda e: e[2]):
+        if total <= target:
+            break
+        _unlink(entry)
+        total -= size
+    return total
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def info(path: Optional[str] = None) -> dict:
-    """Directory, number of entries and their total size in bytes."""
+    """What `s2sgrad cache info` reports: the directory and whether it is used,
+    the entries and their size, the cap, temporary files (in progress and
+    stale) and the paths that look like entries but are ignored."""
     path = path or directory()
-    files = [e for e in _entry_files(path) if e.name.endswith(SUFFIX)]
-    size = 0
-    for e in files:
-        try:
-            size += e.stat(follow_symlinks=False).st_size
-        except OSError:
-            pass
-    return {"directory": path, "entries": len(files), "bytes": size, "enabled": enabled(),
-            "exists": os.path.isdir(path)}
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    problem = directory_problem(st) if st is not None else ""
+    found = scan(path) if st is not None and stat.S_ISDIR(st.st_mode) else Scan()
+    return {"directory": path, "entries": len(found.entries), "bytes": found.bytes,
+            "enabled": enabled(), "exists": st is not None and stat.S_ISDIR(st.st_mode),
+            "problem": problem, "fix": _fix_for(path, problem) if problem else "",
+            "max_bytes": max_bytes(), "writing": len(found.writing), "stale": found.stale,
+            "ignored": found.ignored}
 
 
-def clear(path: Optional[str] = None) -> int:
-    """Remove every entry (and leftover temporary file); returns how many entries."""
+def clear(path: Optional[str] = None) -> dict:
+    """Remove every entry, temporary file and other file at an entry path (links,
+    FIFOs, other users' files: unlinked, never followed; an empty directory of
+    ours is removed, any other directory is left and reported). Returns how
+    many of each, and what was left with why."""
     path = path or directory()
-    removed = 0
-    for e in _entry_files(path):
+    found = scan(path)
+    removed = {"entries": 0, "temporary": 0, "other": 0, "left": []}
+    for entry, _, _ in found.entries:
+        removed["entries"] += _unlink(entry)
+    for tmp in found.writing + found.stale:
+        removed["temporary"] += _unlink(tmp)
+    for other, why in found.ignored:
         try:
-            os.unlink(e.path)
+            st = os.lstat(other)
         except FileNotFoundError:
             continue
-        if e.name.endswith(SUFFIX):
-            removed += 1
+        if stat.S_ISDIR(st.st_mode):
+            if _remove_empty_directory(other):
+                removed["other"] += 1
+            else:
+                removed["left"].append((other, f"{why} (not removed: not an empty directory "
+                                               f"of yours; remove it yourself)"))
+            continue
+        try:
+            removed["other"] += _unlink(other)
+        except OSError as exc:
+            removed["left"].append((other, f"{why} (not removed: {exc.strerror})"))
     return removed
 
 
@@ -367,12 +675,8 @@ def dependency_fingerprint(kind: str, obj: Any, root: Callable) -> str:
 
 def _function_methods(cls) -> List[str]:
     """forward plus whichever of vjp/backward the class defines."""
-    out = ["forward"]
-    vjp = getattr(cls, "vjp_method", None)
-    if vjp is not None:
-        chosen = vjp()
-        out.append("vjp" if chosen is getattr(cls, "vjp", None) else "backward")
-    return out
+    from .compiler.bindings import function_methods
+    return function_methods(cls)
 
 
 def source_text(fn: Callable) -> Optional[str]:

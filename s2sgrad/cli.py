@@ -223,14 +223,41 @@ def _size(n: int) -> str:
 
 def cmd_cache_info(args) -> int:
     from . import cache
+    from .compiler import memory_cache_size
     facts = cache.info()
-    state = "on" if facts["enabled"] else "off (S2SGRAD_CACHE=0)"
     where = facts["directory"] + ("" if facts["exists"] else " (not created yet)")
     print(f"directory: {where}")
     print(f"entries:   {facts['entries']}")
     size = _size(facts["bytes"])
-    print(f"size:      {size}" + ("" if facts["bytes"] < 1024 else f" ({facts['bytes']} bytes)"))
+    cap = facts["max_bytes"]
+    limit = f", cap {_size(cap)} (S2SGRAD_CACHE_MAX_MB)" if cap else ", no cap"
+    print(f"size:      {size}" + ("" if facts["bytes"] < 1024 else f" ({facts['bytes']} bytes)")
+          + limit)
+    if not facts["enabled"]:
+        state = "off (S2SGRAD_CACHE=0)"
+    elif facts["problem"]:
+        state = f"not used: the directory {facts['problem']}. {facts['fix']}"
+    else:
+        state = "on"
     print(f"disk cache: {state}")
+    if facts["writing"]:
+        print(f"writing:   {facts['writing']} temporary file"
+              f"{'' if facts['writing'] == 1 else 's'} of writes in progress")
+    stale = facts["stale"]
+    if stale:
+        print(f"stale:     {len(stale)} temporary file{'' if len(stale) == 1 else 's'} older "
+              f"than {cache.STALE_SECONDS // 60} minutes, left by processes that died while "
+              f"writing (`s2sgrad cache clear` removes them)")
+    ignored = facts["ignored"]
+    if ignored:
+        print(f"ignored:   {len(ignored)} path{'' if len(ignored) == 1 else 's'} named like "
+              f"entries that are not entries of yours (never read; `s2sgrad cache clear` "
+              f"removes them):")
+        for path, why in ignored:
+            print(f"  {path}: {why}")
+    size = memory_cache_size()
+    print(f"memory:    up to {size} pairs per process (S2SGRAD_MEMORY_CACHE_SIZE)"
+          if size else "memory:    no limit (S2SGRAD_MEMORY_CACHE_SIZE=0)")
     modules = len(cache.numba_modules(facts["directory"]))
     if modules:
         print(f"numba:     {modules} compiled module{'' if modules == 1 else 's'} "
@@ -246,8 +273,16 @@ def cmd_cache_clear(args) -> int:
         modules = cache.clear_numba(path)
     except OSError as exc:
         raise CliError(f"cannot clear {path}: {exc.strerror or exc}") from None
-    jit = f" and {modules} numba module{'' if modules == 1 else 's'}" if modules else ""
-    print(f"removed {removed} entr{'y' if removed == 1 else 'ies'}{jit} from {path}")
+    n = removed["entries"]
+    parts = [f"{n} entr{'y' if n == 1 else 'ies'}"]
+    for count, what in ((removed["temporary"], "temporary file"),
+                        (removed["other"], "other file"), (modules, "numba module")):
+        if count:
+            parts.append(f"{count} {what}{'' if count == 1 else 's'}")
+    listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    print(f"removed {listed} from {path}")
+    for other, why in removed["left"]:
+        print(f"left {other}: {why}")
     return 0
 
 
@@ -339,21 +374,28 @@ def build_parser() -> argparse.ArgumentParser:
     cache = sub.add_parser(
         "cache", help="inspect or clear the disk cache of generated code",
         description="The disk cache keeps generated code between runs, in "
-                    "$S2SGRAD_CACHE_DIR (default ~/.cache/s2sgrad). S2SGRAD_CACHE=0 turns "
-                    "it off.",
+                    "$S2SGRAD_CACHE_DIR (default ~/.cache/s2sgrad), at most "
+                    "S2SGRAD_CACHE_MAX_MB megabytes (default 256; least recently used "
+                    "entries go first). S2SGRAD_CACHE=0 turns it off.",
         epilog="examples:\n  s2sgrad cache info\n  s2sgrad cache clear",
         formatter_class=_FORMATTER)
     cache_sub = cache.add_subparsers(dest="cache_command", metavar="ACTION")
     info = cache_sub.add_parser(
         "info", help="print the directory, the number of entries and their size",
-        description="Print the cache directory, the number of entries and their total size.",
+        description="Print the cache directory and whether it is used, the number of "
+                    "entries, their total size and the cap, temporary files of writes in "
+                    "progress or left by processes that died, and paths named like entries "
+                    "that are ignored (links, FIFOs, directories, other users' files).",
         epilog="example:\n  S2SGRAD_CACHE_DIR=/tmp/s2s s2sgrad cache info",
         formatter_class=_FORMATTER)
     info.set_defaults(func=cmd_cache_info)
     clear = cache_sub.add_parser(
         "clear", help="delete every entry (and the numba modules of jit=True)",
-        description="Delete every cache entry and the numba/ subdirectory where jit=True "
-                    "keeps its modules (other files in the directory are left alone).",
+        description="Delete every cache entry, temporary files of interrupted writes, "
+                    "whatever else sits at an entry path (links and FIFOs are unlinked, "
+                    "never followed; a directory only if it is empty and yours) and the "
+                    "numba/ subdirectory where jit=True keeps its modules (other files in "
+                    "the directory are left alone).",
         epilog="example:\n  s2sgrad cache clear", formatter_class=_FORMATTER)
     clear.set_defaults(func=cmd_cache_clear)
     cache.set_defaults(func=None, parser=cache)

@@ -197,6 +197,84 @@ def test_foreign_globals_of_an_inlined_function_are_rebound(cache_dir, passes, m
     assert passes == ["f"]
 
 
+def _all_bindings(compiled, seen=None):
+    """(namespace, name, value) of a pair and the pairs it calls, by identity."""
+    seen = set() if seen is None else seen
+    seen.add(id(compiled))
+    out = {(id(b.namespace), b.name, id(b.value)) for b in compiled.bindings}
+    for sub in compiled.callees:
+        if id(sub) not in seen:
+            out |= _all_bindings(sub, seen)
+    return out
+
+
+def test_a_pair_from_disk_checks_exactly_what_a_fresh_pair_checks(cache_dir, passes,
+                                                                  make_module, monkeypatch):
+    ops = make_module('''
+        import numpy as xp
+        import s2sgrad
+
+        FACTOR = 2.0
+
+
+        def dwave(x):
+            return xp.cos(x) * FACTOR
+
+
+        class Wave(s2sgrad.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return xp.sin(x) * FACTOR
+
+            @staticmethod
+            def vjp(ctx, g):
+                x, = ctx.saved_tensors
+                return dwave(x) * g
+        ''')
+    monkeypatch.setitem(sys.modules, "s2s_cache_ops2", ops)
+    helpers = make_module('''
+        import numpy as np
+
+
+        def act(z):
+            return np.tanh(z)
+        ''')
+    monkeypatch.setitem(sys.modules, "s2s_cache_helpers2", helpers)
+    user = make_module('''
+        import numpy as np
+        import s2s_cache_helpers2 as hh
+        from s2s_cache_ops2 import Wave
+
+
+        def f(x, k=2.0):
+            return np.sum(hh.act(Wave.apply(x)) * k)
+        ''')
+    fresh = compile_function(user.f, (0,))
+    expected = _all_bindings(fresh)
+    names = {name for _, name, _ in expected}
+    # the helper reached as hh.act, the Function's methods, the names its bodies
+    # read in their own module (a helper the vjp calls, a constant), the defaults
+    assert {"hh", "act", "Wave", "forward", "vjp", "dwave", "FACTOR", "xp",
+            "__defaults__"} <= names
+    clear_cache()
+    del passes[:]
+    loaded = compile_function(user.f, (0,))
+    assert passes == [] and loaded is not fresh
+    assert _all_bindings(loaded) == expected
+    x = np.linspace(-1, 1, 4)
+    g = s2sgrad.grad(user.f)
+    np.testing.assert_allclose(g(x), 2 * (1 - np.tanh(2 * np.sin(x)) ** 2) * 2 * np.cos(x))
+    helpers.act = lambda z: z * z   # reached as hh.act: the loaded pair must notice
+    np.testing.assert_allclose(g(x), 2 * 2 * (2 * np.sin(x)) * 2 * np.cos(x))
+    ops.dwave = lambda z: xp_cos(z) * 3.0   # the vjp's helper, in the Function's module
+    np.testing.assert_allclose(g(x), 2 * 2 * (2 * np.sin(x)) * 3 * np.cos(x))
+
+
+def xp_cos(z):
+    return np.cos(z)
+
+
 def test_strict_mode_facts_survive_the_disk(cache_dir, passes, m, rng):
     x, y = rng.random(3), rng.random(3)
     with pytest.raises(RuntimeError) as first:
@@ -331,7 +409,8 @@ def test_key_depends_on_default_values(cache_dir, make_module):
 
 
 def test_a_default_value_bound_in_generated_code_is_found_among_the_defaults():
-    from s2sgrad.compiler import _locate_binding, _resolve_binding
+    from s2sgrad.compiler.entry import locate_binding as _locate_binding
+    from s2sgrad.compiler.entry import resolve_binding as _resolve_binding
     weights, two = np.ones(3), np.float64(2.0)
 
     def f(x, w=weights, *, scale=two):
@@ -588,7 +667,8 @@ def test_info_and_clear(cache_dir, m):
     assert facts["bytes"] == sum(os.path.getsize(cache_dir / e) for e in entries(cache_dir))
     (cache_dir / "notes.txt").write_text("not ours")
     (cache_dir / (cache.TMP_PREFIX + "leftover.part")).write_bytes(b"x")
-    assert cache.clear() == 3
+    removed = cache.clear()
+    assert removed["entries"] == 3 and removed["temporary"] == 1 and removed["left"] == []
     assert entries(cache_dir) == [] and os.listdir(cache_dir) == ["notes.txt"]
 
 
@@ -619,7 +699,8 @@ print(json.dumps({{"value": float(value), "gx": grads[0].tolist(), "gw": grads[1
 '''
 
 
-def run_child(directory, cache_path, module="main_mod", extra_env=None, wait=True):
+def run_child(directory, cache_path, module="main_mod", extra_env=None, wait=True,
+              timeout=120, stderr=False):
     script = os.path.join(directory, "child.py")
     with open(script, "w") as f:
         f.write(CHILD.format(module=module))
@@ -631,9 +712,15 @@ def run_child(directory, cache_path, module="main_mod", extra_env=None, wait=Tru
                             stderr=subprocess.PIPE, text=True, env=env)
     if not wait:
         return proc
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
     assert proc.returncode == 0, err
-    return json.loads(out.strip().splitlines()[-1])
+    result = json.loads(out.strip().splitlines()[-1])
+    return (result, err) if stderr else result
 
 
 def write(path, text):

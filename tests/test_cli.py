@@ -226,6 +226,36 @@ def test_cache_info_and_clear(tmp_path):
     assert "disk cache: off" in off.stdout
 
 
+def test_cache_info_reports_and_clear_removes_what_is_not_an_entry(tmp_path):
+    import time
+
+    from s2sgrad import cache
+    env = {"S2SGRAD_CACHE_DIR": str(tmp_path / "c"), "S2SGRAD_CACHE_MAX_MB": "64"}
+    assert run("show", "examples/square.py:loss", env=env).returncode == 0
+    folder = tmp_path / "c"
+    fifo = folder / ("f" * 64 + cache.SUFFIX)
+    os.mkfifo(fifo)
+    stale = folder / (cache.TMP_PREFIX + "killed" + cache.TMP_SUFFIX)
+    stale.write_bytes(b"half")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    info = run("cache", "info", env=env)
+    assert info.returncode == 0, info.stderr
+    assert "entries:   1" in info.stdout and "cap 64.0 MiB" in info.stdout
+    assert "stale:     1 temporary file older than 10 minutes" in info.stdout
+    assert f"  {fifo}: a FIFO" in info.stdout
+    assert "memory:    up to 1024 pairs" in info.stdout
+    clear = run("cache", "clear", env=env)
+    assert clear.returncode == 0, clear.stderr
+    assert "removed 1 entry, 1 temporary file and 1 other file" in clear.stdout
+    assert os.listdir(folder) == []
+    os.chmod(folder, 0o777)
+    info = run("cache", "info", env=env)
+    assert ("disk cache: not used: the directory is writable by group and others "
+            "(mode 0777)") in info.stdout
+    assert f"chmod 700 {folder}" in info.stdout
+
+
 def test_cache_clear_also_removes_the_jit_modules(tmp_path):
     """jit=True keeps numba modules (and numba's machine code beside them) in
     <cache>/numba; `cache info` counts them and `cache clear` removes them."""

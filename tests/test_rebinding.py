@@ -168,3 +168,109 @@ def loss(x):
     np.testing.assert_allclose(g(x), 1 - np.tanh(x) ** 2, rtol=1e-12)
     helpers.act = lambda z: z * z
     np.testing.assert_allclose(g(x), 2 * x, rtol=1e-12)
+
+
+FUNCTION_SOURCE = '''
+import numpy as np
+import s2sgrad
+
+POWER = 3.0
+
+
+def dpow(x):
+    return POWER * x ** (POWER - 1)
+
+
+class Pow(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** POWER
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        return dpow(x) * g
+'''
+
+
+@pytest.fixture
+def ops(tmp_path):
+    return import_source(tmp_path, "s2s_rebinding_ops", FUNCTION_SOURCE)
+
+
+@pytest.fixture
+def user(tmp_path, ops):
+    return import_source(tmp_path, "s2s_rebinding_ops_user", '''
+import numpy as np
+from s2s_rebinding_ops import Pow
+
+
+def f(x):
+    return np.sum(Pow.apply(x))
+''')
+
+
+def test_a_helper_and_a_global_of_an_inlined_vjp_are_watched_in_their_module(ops, user, rng):
+    x = np.abs(rng.standard_normal(3)) + 0.5
+    g = s2sgrad.grad(user.f)
+    np.testing.assert_allclose(g(x), 3 * x ** 2, rtol=1e-12)
+    ops.POWER = 4.0   # read by forward and by the helper: Python now computes x ** 4
+    np.testing.assert_allclose(g(x), numeric_grad(user.f, [x], 0), rtol=1e-6)
+    np.testing.assert_allclose(g(x), 4 * x ** 3, rtol=1e-12)
+    ops.dpow = lambda z: 2 * 4.0 * z ** 3   # a (wrong on purpose) vjp helper: it runs
+    np.testing.assert_allclose(g(x), 8 * x ** 3, rtol=1e-12)
+
+
+def test_a_method_replaced_on_the_class_or_added_to_a_subclass_recompiles(ops, tmp_path, rng):
+    x = rng.standard_normal(3)
+    sub = import_source(tmp_path, "s2s_rebinding_sub", '''
+import numpy as np
+from s2s_rebinding_ops import Pow
+
+
+class Sub(Pow):
+    pass
+
+
+def f(x):
+    return np.sum(Sub.apply(x))
+''')
+    g = s2sgrad.grad(sub.f)
+    np.testing.assert_allclose(g(x), 3 * x ** 2, rtol=1e-12)
+
+    def cube_vjp(ctx, g):
+        x, = ctx.saved_tensors
+        return 3.0 * x ** 2 * g * 10.0
+    ops.Pow.vjp = staticmethod(cube_vjp)   # in the base class: Sub inherits it
+    np.testing.assert_allclose(g(x), 30 * x ** 2, rtol=1e-12)
+
+    def sub_vjp(ctx, g):
+        x, = ctx.saved_tensors
+        return -3.0 * x ** 2 * g
+    sub.Sub.vjp = staticmethod(sub_vjp)    # now the subclass has one of its own
+    np.testing.assert_allclose(g(x), -3 * x ** 2, rtol=1e-12)
+
+
+def test_reassigned_defaults_and_code_are_seen_by_a_held_wrapper(make_module, rng):
+    mod = make_module('''
+import numpy as np
+
+
+def f(x, k=3.0, *, c=1.0):
+    return np.sum((x + c) ** k)
+
+
+def g(x, k=3.0, *, c=1.0):
+    return np.sum(np.sin(x + c) * k)
+''')
+    x = np.abs(rng.standard_normal(3)) + 0.5
+    grad_f = s2sgrad.grad(mod.f)
+    np.testing.assert_allclose(grad_f(x), 3 * (x + 1) ** 2, rtol=1e-12)
+    mod.f.__defaults__ = (2.0,)
+    np.testing.assert_allclose(grad_f(x), 2 * (x + 1), rtol=1e-12)
+    mod.f.__kwdefaults__ = {"c": 5.0}
+    np.testing.assert_allclose(grad_f(x), 2 * (x + 5), rtol=1e-12)
+    mod.f.__code__ = mod.g.__code__
+    np.testing.assert_allclose(grad_f(x), 2.0 * np.cos(x + 5), rtol=1e-12)
+    np.testing.assert_allclose(grad_f(x), numeric_grad(mod.f, [x], 0), rtol=1e-6)

@@ -562,21 +562,14 @@ def _cache_dir() -> Optional[str]:
     """Where generated numba modules and their machine code are kept, or None.
 
     $S2SGRAD_CACHE_DIR/numba (the disk cache's directory), unless S2SGRAD_CACHE=0
-    or S2SGRAD_JIT_CACHE=0; a directory that is not ours or that others may
-    write is not used.
+    or S2SGRAD_JIT_CACHE=0; a cache directory or subdirectory that is not ours
+    alone (another user's, writable by others, a link) is not used.
     """
     from .. import cache as disk_cache
-    if not disk_cache.enabled() or os.environ.get("S2SGRAD_JIT_CACHE", "1") == "0":
+    if os.environ.get("S2SGRAD_JIT_CACHE", "1") == "0":
         return None
-    path = os.path.join(disk_cache.directory(), "numba")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.stat(path)
-    except OSError:
-        return None
-    if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & 0o022:
-        return None
-    return path
+    store = disk_cache.current()
+    return store.subdirectory(disk_cache.NUMBA_SUBDIR) if store is not None else None
 
 
 def _load_module(source: str, ns: dict, name: str, disk: bool) -> Tuple[dict, bool]:

@@ -9,21 +9,21 @@ runs no pass.
 from __future__ import annotations
 
 import ast
-import dataclasses
-import marshal
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from .. import cache as disk_cache
 from ..errors import reporting_bugs
+from . import bindings as _bindings
+from . import entry as _entry
 from .analyze import Activity, analyze, iter_statements, output_items
+from .bindings import Binding, all_hold, flat_bindings, pair_bindings  # noqa: F401
 from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
 from .inline import inline
+from .memory import PairCache, memory_cache_size  # noqa: F401 - the CLI reports the size
 from .normalize import normalize
 from .optimize import link_residuals, optimize, private_copies
 from .parse import ParsedFunction, parse_function, unwrap
-from .resolve import MISSING, Binding, unique_bindings
 from .transform import transform
 
 
@@ -45,14 +45,16 @@ class CompiledFunction:
     name: str
     callees: List["CompiledFunction"] = field(default_factory=list)
     not_inlined: List[str] = field(default_factory=list)
-    # The functions, classes and modules the code was generated for, by name.
+    # What the code was generated for: names, dotted attributes, Function methods,
+    # the function's code and defaults (see compiler.bindings).
     bindings: List[Binding] = field(default_factory=list)
 
     def current(self) -> bool:
-        """Whether every name the code was generated for (here and in the functions
-        it calls) is still bound to the same object: rebinding a global function
-        or a closure variable must not leave a pair that computes the old one."""
-        return _current(self, set())
+        """Whether everything the code was generated for (here and in the functions
+        it calls) is still bound to the same object: rebinding a global function,
+        a closure variable, a module attribute or a name an inlined Function body
+        reads must not leave a pair that computes the old one."""
+        return _bindings.current(self)
 
     @property
     def source(self) -> str:
@@ -60,52 +62,8 @@ class CompiledFunction:
         return joined_source(self)
 
 
-def _current(c: CompiledFunction, seen: set) -> bool:
-    seen.add(id(c))
-    for b in c.bindings:
-        if not b.holds():
-            return False
-    return all(_current(sub, seen) for sub in c.callees if id(sub) not in seen)
-
-
-def flat_bindings(compiled: CompiledFunction) -> tuple:
-    """Every binding of a finished pair and of the pairs it calls, once each, as
-    (globals dict, name, value) triples and other Binding objects: what a caller
-    holding on to the pair checks on each call (see all_hold)."""
-    found: Dict[tuple, Binding] = {}
-    seen: set = set()
-
-    def visit(c: CompiledFunction) -> None:
-        seen.add(id(c))
-        for b in c.bindings:
-            found.setdefault((id(b.namespace), b.name), b)
-        for sub in c.callees:
-            if id(sub) not in seen:
-                visit(sub)
-    visit(compiled)
-    in_dicts = tuple((b.namespace, b.name, b.value) for b in found.values()
-                     if type(b.namespace) is dict)
-    others = tuple(b for b in found.values() if type(b.namespace) is not dict)
-    return in_dicts, others, _GENERATION[0]
-
-
-def all_hold(flat: tuple) -> bool:
-    """Whether every name in flat_bindings(...) is still bound to the same object
-    (and clear_cache has not run since: then callers holding pairs compile anew)."""
-    in_dicts, others, generation = flat
-    if generation != _GENERATION[0]:
-        return False
-    for namespace, name, value in in_dicts:
-        if namespace.get(name, MISSING) is not value:
-            return False
-    for b in others:
-        if not b.holds():
-            return False
-    return True
-
-
-_CACHE: Dict[tuple, CompiledFunction] = {}
-_GENERATION = [0]    # how many times clear_cache ran (see all_hold)
+_current = _bindings.current  # CompiledJvp.current (tangent.py) uses it too
+_CACHE = PairCache()   # least recently used pairs go first (see compiler.memory)
 _LOCK = threading.RLock()
 
 
@@ -138,15 +96,20 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
         hit = _CACHE.get(key)
         if hit is not None:
             if hit.current():
+                hit._recent = True   # kept when the cache is trimmed (compiler.memory)
                 return hit
             del _CACHE[key]  # a name it was generated for is bound to something else
         wrt = tuple(wrt)
-        store, disk_key = _disk(fn, wrt, options)
-        if store is not None:
-            compiled = _load_entry(store, disk_key, fn, wrt, options, key)
-            if compiled is not None:
-                return compiled
-        return _compile(fn, wrt, options, key, store, disk_key)
+        _CACHE.enter()
+        try:
+            store, disk_key = _entry.disk_store(fn, wrt, options)
+            if store is not None:
+                compiled = _entry.load(store, disk_key, fn, wrt, options, key)
+                if compiled is not None:
+                    return compiled
+            return _compile(fn, wrt, options, key, store, disk_key)
+        finally:
+            _CACHE.leave()  # evicts beyond S2SGRAD_MEMORY_CACHE_SIZE once all are done
 
 
 def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
@@ -179,13 +142,14 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
                       closure_cells=dict(parsed.closure))
     code, closure_names = compile_emitted(emitted)
     functions = instantiate(code, closure_names, emitted)
-    not_inlined = [f"{s.cls.__name__}: {s.reason}" for s in _function_sites(t)
-                   if not s.inlined]
+    sites = _function_sites(t)
+    not_inlined = [f"{s.cls.__name__}: {s.reason}" for s in sites if not s.inlined]
     compiled = CompiledFunction(fn=fn, wrt=wrt, forward=functions[t.forward.name],
                                 adjoint=functions[t.adjoint.name], module_source=source,
                                 activity=t.activity, params=parsed.params, name=parsed.name,
                                 not_inlined=not_inlined,
-                                bindings=unique_bindings(t.nf.resolver.facts))
+                                bindings=pair_bindings(fn, t.nf.resolver.facts,
+                                                       [s.cls for s in sites if s.inlined]))
     _CACHE[key] = compiled
     try:
         made: Dict[int, CompiledFunction] = {}   # id(call) -> the callee's pair
@@ -206,247 +170,13 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
         raise
     if store is not None:
         try:
-            payload = _entry(disk_key, compiled, t, emitted, code, closure_names)
+            payload = _entry.make_entry(disk_key, compiled, t, emitted, code, closure_names,
+                                        sites)
         except Exception:  # noqa: BLE001 - not storable: stays in memory only
             payload = None
         if payload is not None:
             store.write(disk_key, payload)
     return compiled
-
-
-# -- the disk cache ------------------------------------------------------------------
-def _disk(fn, wrt, options):
-    """(store, key) when the disk cache is on and `fn` has source, else (None, None)."""
-    store = disk_cache.current()
-    if store is None:
-        return None, None
-    try:
-        disk_key = disk_cache.function_key(fn, wrt, options)
-    except Exception:  # noqa: BLE001 - no key, no disk cache; the compile reports errors
-        return None, None
-    return (store, disk_key) if disk_key else (None, None)
-
-
-def _entry(disk_key, compiled: CompiledFunction, t, emitted: Emitted, code,
-           closure_names) -> Optional[dict]:
-    """What the disk keeps: enough to rebuild `compiled` without any pass, or None.
-
-    Dependencies are the Function classes inlined (or called) and the user
-    functions called, each with how to find it again and its fingerprint. The
-    generated code's closure variables are rebound by name: `_s2s_` helpers by
-    `emit.helper_value`, callees by compiling them, the others (a Function body's
-    globals that the caller's module binds differently) through `cache.locate`.
-    """
-    root = unwrap(compiled.fn)
-    deps: List[tuple] = []
-    objects: List[Any] = []
-
-    def dependency(kind: str, obj: Any) -> Optional[int]:
-        for i, known in enumerate(objects):
-            if known is obj and deps[i][0] == kind:
-                return i
-        where = disk_cache.locate(obj, root)
-        if where is None:
-            return None
-        deps.append((kind, where, disk_cache.dependency_fingerprint(kind, obj, root)))
-        objects.append(obj)
-        return len(deps) - 1
-
-    for site in _function_sites(t):
-        if dependency("function", site.cls) is None:
-            return None
-    callees = []
-    for site in t.callees.values():
-        index = dependency("callee", site.fn)
-        if index is None:
-            return None
-        callees.append((site.forward_name, site.adjoint_name, index, tuple(site.wrt),
-                        tuple(getattr(site, "structure", ()))))
-    # Which original name of which Function each alias stands for.
-    origins: Dict[str, List[tuple]] = {}
-    for site in _function_sites(t):
-        index = next(i for i, obj in enumerate(objects) if obj is site.cls)
-        for original, alias in getattr(site, "foreign", {}).items():
-            if isinstance(alias, ast.Name):
-                origins.setdefault(alias.id, []).append((index, original))
-    bindings = {}
-    for name, value in getattr(t, "bindings", {}).items():
-        where = _locate_binding(name, value, root, objects, origins.get(name, []))
-        if where is None:
-            return None
-        bindings[name] = where
-    facts = _chain_facts(root, objects, deps)
-    activity = {}
-    for f in dataclasses.fields(compiled.activity):
-        value = getattr(compiled.activity, f.name)
-        try:
-            marshal.dumps(value)
-        except ValueError:
-            continue
-        activity[f.name] = value
-    return {"format": disk_cache.FORMAT, "key": disk_key, "deps": deps,
-            "name": compiled.name, "params": list(compiled.params),
-            "source": compiled.module_source, "filename": emitted.filename,
-            "function_names": list(emitted.function_names), "code": code,
-            "closure_names": list(closure_names), "bindings": bindings, "callees": callees,
-            "not_inlined": list(compiled.not_inlined), "activity": activity, "facts": facts,
-            "names_bound": [("global" if type(b.namespace) is dict else "cell", b.name)
-                            for b in compiled.bindings
-                            if b.namespace is root.__globals__ or
-                            type(b.namespace).__name__ == "cell"]}
-
-
-def _chain_facts(root, objects, deps) -> List[tuple]:
-    """(scope, chain, description) for every dotted name the compile resolved.
-
-    Scope -1 is the function itself; (i, method) a Function dependency's body,
-    whose chains are also checked in the function's namespace, where the
-    inlined code reads the names the two modules agree on.
-    """
-    facts = []
-    parsed = parse_function(root)
-    for chain in disk_cache.attribute_chains(parsed.node, root.__code__.co_varnames
-                                             + root.__code__.co_cellvars):
-        facts.append((-1, chain, disk_cache.describe_chain(root, chain)))
-    for i, obj in enumerate(objects):
-        if deps[i][0] != "function":
-            continue
-        for meth in disk_cache._function_methods(obj):
-            body = unwrap(getattr(obj, meth))
-            try:
-                node = parse_function(body).node
-            except Exception:  # noqa: BLE001 - no source: called, not inlined
-                continue
-            code = body.__code__
-            for chain in disk_cache.attribute_chains(node, code.co_varnames + code.co_cellvars):
-                facts.append(((i, meth), chain, disk_cache.describe_chain(body, chain)))
-                facts.append((-1, chain, disk_cache.describe_chain(root, chain)))
-    return sorted(set(facts), key=repr)
-
-
-def _locate_binding(name: str, value: Any, root, objects, origins) -> Optional[tuple]:
-    """How to bind a closure name of generated code again in another process.
-
-    A default value of the function is found among its defaults (the object
-    bound when the def ran, not a name). `origins` are the (Function
-    dependency, name in its body) the alias stands for: the value is looked up
-    where that body looks it up.
-    """
-    from .emit import helper_value
-    try:
-        if helper_value(name) is value:
-            return ("helper",)
-    except KeyError:
-        pass
-    for i, default in enumerate(getattr(root, "__defaults__", None) or ()):
-        if default is value:
-            return ("default", i)
-    for arg, default in (getattr(root, "__kwdefaults__", None) or {}).items():
-        if default is value:
-            return ("kwdefault", arg)
-    for index, original in origins:
-        for meth in disk_cache._function_methods(objects[index]):
-            body = unwrap(getattr(objects[index], meth))
-            if disk_cache.lookup(body, original) is value:
-                return ("dep", index, meth, original)
-    return disk_cache.locate(value, root, [original for _, original in origins])
-
-
-def _resolve_binding(where: tuple, root, objects) -> Any:
-    if where[0] == "default":
-        return root.__defaults__[where[1]]
-    if where[0] == "kwdefault":
-        return root.__kwdefaults__[where[1]]
-    if where[0] == "dep":
-        _, i, meth, name = where
-        return disk_cache.lookup(unwrap(getattr(objects[i], meth)), name)
-    return disk_cache.resolve(where, root)
-
-
-def _load_entry(store, disk_key, fn, wrt, options, key) -> Optional[CompiledFunction]:
-    """The CompiledFunction stored on disk, or None if absent, stale or unusable."""
-    payload = store.read(disk_key)
-    if payload is None:
-        return None
-    try:
-        return _from_entry(payload, fn, wrt, options, key)
-    except Exception:  # noqa: BLE001 - a bad entry is regenerated, never an error
-        _CACHE.pop(key, None)
-        return None
-
-
-def _from_entry(payload: dict, fn, wrt, options, key) -> Optional[CompiledFunction]:
-    root = unwrap(fn)
-    objects = []
-    for kind, where, fingerprint in payload["deps"]:
-        obj = disk_cache.resolve(where, root)
-        if obj is disk_cache.MISSING or \
-                disk_cache.dependency_fingerprint(kind, obj, root) != fingerprint:
-            return None
-        objects.append(obj)
-    for scope, chain, description in payload["facts"]:
-        fn_scope = root if scope == -1 else unwrap(getattr(objects[scope[0]], scope[1]))
-        if disk_cache.describe_chain(fn_scope, chain) != description:
-            return None
-    free: Dict[str, Any] = {}
-    for name, where in payload["bindings"].items():
-        if where[0] == "helper":
-            continue
-        value = _resolve_binding(where, root, objects)
-        if value is disk_cache.MISSING:
-            return None
-        free[name] = value
-    for forward_name, adjoint_name, *_ in payload["callees"]:
-        free[forward_name] = None
-        free[adjoint_name] = None
-    closure = dict(zip(root.__code__.co_freevars, root.__closure__ or ()))
-    emitted = Emitted(source=payload["source"], function_names=payload["function_names"],
-                      filename=payload["filename"], globals=root.__globals__, free=free,
-                      closure_cells=closure)
-    functions = instantiate(payload["code"], payload["closure_names"], emitted)
-    forward_name, adjoint_name = payload["function_names"]
-    compiled = CompiledFunction(fn=fn, wrt=wrt, forward=functions[forward_name],
-                                adjoint=functions[adjoint_name],
-                                module_source=payload["source"],
-                                activity=_activity(payload["activity"], wrt),
-                                params=list(payload["params"]), name=payload["name"],
-                                not_inlined=list(payload["not_inlined"]),
-                                bindings=_bindings_now(root, payload.get("names_bound", ())))
-    _CACHE[key] = compiled
-    for forward_name, adjoint_name, index, callee_wrt, structure in payload["callees"]:
-        callee = compile_function(objects[index], callee_wrt, options[0], options[1],
-                                  structure=_as_structure(structure))
-        compiled.callees.append(callee)
-        bind_late(functions, forward_name, callee.forward)
-        bind_late(functions, adjoint_name, callee.adjoint)
-    return compiled
-
-
-def _bindings_now(root, names) -> List[Binding]:
-    """The bindings of a pair loaded from disk: the names as bound now (the entry's
-    dependencies and facts were just checked against them)."""
-    cells = dict(zip(root.__code__.co_freevars, root.__closure__ or ()))
-    out = []
-    for kind, name in names:
-        if kind == "cell" and name in cells:
-            try:
-                out.append(Binding(cells[name], name, cells[name].cell_contents))
-            except ValueError:
-                continue
-        elif kind == "global" and name in root.__globals__:
-            out.append(Binding(root.__globals__, name, root.__globals__[name]))
-    return out
-
-
-def _activity(data: dict, wrt) -> Activity:
-    """Activity facts read back from disk (strict mode needs `independent`/`reasons`)."""
-    kwargs = {}
-    for f in dataclasses.fields(Activity):
-        if f.name in data:
-            kwargs[f.name] = data[f.name]
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[f.name] = tuple(wrt) if f.name == "wrt" else set()
-    return Activity(**kwargs)
 
 
 def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool = True,
@@ -535,12 +265,6 @@ def _all_vary(flags) -> bool:
     return all(_all_vary(f) for f in flags) if isinstance(flags, tuple) else bool(flags)
 
 
-def _as_structure(value) -> tuple:
-    def flags(f):
-        return tuple(flags(x) for x in f) if isinstance(f, (tuple, list)) else bool(f)
-    return tuple((int(pos), flags(items)) for pos, items in value)
-
-
 def _function_sites(t):
     from .inline import FunctionSite
     return [s for s in t.sites if isinstance(s, FunctionSite)]
@@ -554,7 +278,7 @@ def _short(filename: str) -> str:
 def clear_cache() -> None:
     with _LOCK:
         _CACHE.clear()
-        _GENERATION[0] += 1
+        _bindings.GENERATION[0] += 1
 
 
 def cached(fn: Callable, wrt, optimize_code: bool = True) -> Optional[CompiledFunction]:

@@ -11,7 +11,8 @@ import builtins
 import types
 from typing import Any, List, Optional, Set, Tuple
 
-_MISSING = object()
+from .bindings import MISSING as _MISSING
+from .bindings import Binding, unique_bindings  # noqa: F401 - also imported from here
 
 
 class Resolver:
@@ -70,37 +71,6 @@ class Resolver:
         while isinstance(expr, ast.Attribute):
             expr = expr.value
         return isinstance(expr, ast.Name) and expr.id in self.locals
-
-
-class Binding:
-    """A free name and the object it was bound to when the code was generated
-    (namespace: the globals dict, a closure cell, or a module for `mod.name`)."""
-
-    __slots__ = ("namespace", "name", "value")
-
-    def __init__(self, namespace, name: str, value: Any):
-        self.namespace, self.name, self.value = namespace, name, value
-
-    def holds(self) -> bool:
-        ns = self.namespace
-        if type(ns) is dict:
-            return ns.get(self.name, _MISSING) is self.value
-        if isinstance(ns, types.ModuleType):
-            return getattr(ns, self.name, _MISSING) is self.value
-        try:
-            return ns.cell_contents is self.value
-        except ValueError:
-            return False
-
-
-def unique_bindings(facts: List[Binding]) -> List[Binding]:
-    seen, out = set(), []
-    for b in facts:
-        key = (id(b.namespace), b.name)
-        if key not in seen:
-            seen.add(key)
-            out.append(b)
-    return out
 
 
 MISSING = _MISSING

@@ -46,13 +46,14 @@ from ..errors import TransformError, deliberate, error_at, reporting_bugs
 from ..rules import jvp_rules, registry
 from ..runtime import HELPERS
 from .analyze import Activity, analyze, call_write_guards, iter_statements
+from .bindings import pair_bindings
 from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
+from .memory import PairCache
 from .names import NameRegistry, names_in
 from .normalize import NormalForm, normalize
 from .ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
 from .optimize import eliminate_dead, fold_block, fwd_params, propagate_copies, tidy
 from .parse import ParsedFunction, parse_function
-from .resolve import unique_bindings
 from .transform import comment, line_comment
 
 # The module (the package's `inline` attribute is the pass function of that name).
@@ -137,7 +138,7 @@ def _merge(a: Any, b: Any) -> Any:
     return any_live(a) or any_live(b)
 
 
-_CACHE: Dict[tuple, CompiledJvp] = {}
+_CACHE = PairCache()   # bounded like the reverse-mode cache (compiler.memory)
 _LOCK = threading.RLock()
 _IN_PROGRESS: Set[tuple] = set()
 
@@ -159,14 +160,17 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
         hit = _CACHE.get(key)
         if hit is not None:
             if hit.current():
+                hit._recent = True   # kept when the cache is trimmed (compiler.memory)
                 return hit
             del _CACHE[key]  # a name it was generated for is bound to something else
         _IN_PROGRESS.add(key)
+        _CACHE.enter()
         try:
             return _compile(fn, tuple(wrt), bool(optimize_code), key, tuple(structure),
                             demand)
         finally:
             _IN_PROGRESS.discard(key)
+            _CACHE.leave()
 
 
 def in_progress(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
@@ -180,6 +184,12 @@ def in_progress(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
 def clear_cache() -> None:
     with _LOCK:
         _CACHE.clear()
+
+
+def _inlined_classes(t) -> List[type]:
+    """The Function classes whose bodies the tangent code inlines (their
+    methods and the names those read are bindings of the pair)."""
+    return [s.cls for s in t.sites.values() if isinstance(s, _FunctionSite) and s.inlined]
 
 
 def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> CompiledJvp:
@@ -219,7 +229,8 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> Compile
                            activity=activity, params=parsed.params, name=parsed.name,
                            output_live=t.output_live, output_varied=t.output_varied,
                            not_inlined=list(t.not_inlined),
-                           bindings=unique_bindings(nf.resolver.facts))
+                           bindings=pair_bindings(fn, nf.resolver.facts, _inlined_classes(t),
+                                                  with_jvp=True))
     for name in sorted(t.compiled):
         if name in t.bindings and t.compiled[name] not in compiled.callees:
             compiled.callees.append(t.compiled[name])

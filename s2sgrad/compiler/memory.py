@@ -1,0 +1,62 @@
+"""The in-memory cache of compiled pairs: least recently used first out.
+
+Without a bound, every function ever differentiated keeps its pair (and,
+through it, the function, its closure and whatever they hold): a loop that
+differentiates a fresh closure each time grows the process without end. The
+cache keeps at most $S2SGRAD_MEMORY_CACHE_SIZE pairs (default 1024; 0 means
+no limit). A pair dropped from it stays alive as long as something uses it
+(a `grad` wrapper keeps its own, a caller's pair keeps its callees'); asking
+for it again loads it from disk or compiles it.
+
+Eviction waits until the outermost compile is done (`compiling`): a pair
+being compiled is already in the cache so that recursion finds it, and must
+not be dropped while its callees are compiled.
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+DEFAULT_SIZE = 1024
+
+
+def memory_cache_size() -> int:
+    """$S2SGRAD_MEMORY_CACHE_SIZE (pairs; default 1024); 0 means no limit."""
+    text = os.environ.get("S2SGRAD_MEMORY_CACHE_SIZE", "").strip()
+    try:
+        size = int(text) if text else DEFAULT_SIZE
+    except ValueError:
+        size = DEFAULT_SIZE
+    return max(size, 0)
+
+
+class PairCache(OrderedDict):
+    """Compiled pairs in the order they were stored (callers hold the compiler's
+    lock). Eviction is least-recently-used by second chance: a memory hit only
+    sets the pair's `_recent` flag (an attribute store, cheaper than moving it:
+    the hit path of compile_function runs on every call of the functional
+    API), and `trim` moves a flagged pair to the end, clearing the flag,
+    instead of dropping it."""
+
+    depth = 0   # compiles in progress (nested: callees)
+
+    def enter(self) -> None:
+        """A compile starts (see leave)."""
+        self.depth += 1
+
+    def leave(self) -> None:
+        """A compile ended; after the outermost one, drop the least recently used
+        pairs beyond the size."""
+        self.depth -= 1
+        if self.depth == 0:
+            self.trim()
+
+    def trim(self) -> None:
+        size = memory_cache_size()
+        if not size:
+            return
+        while len(self) > size:
+            key, pair = self.popitem(last=False)
+            if getattr(pair, "_recent", False):
+                pair._recent = False
+                self[key] = pair   # a second chance, at the end
