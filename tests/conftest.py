@@ -129,6 +129,7 @@ def rng():
 # unoptimised pair beside every pair the API uses. Tests that count compiles or
 # disk entries would count those too; they run in the default mode only.
 _COUNTS_COMPILES = ("tests/test_cache.py", "tests/test_cache_reload.py",
+                    "tests/test_cache_trust.py",
                     "test_hvp_is_forward_over_reverse_and_vhp_reverse_over_reverse")
 
 
