@@ -169,6 +169,7 @@ class _Normalizer:
         self.force_in_place: Set[str] = set()
         self.rebound_augassign: Set[str] = set()
         self.lists: Set[str] = set()
+        self.tuple_names: Set[str] = set()   # names bound to tuple literals
         self.bindings: Dict[str, Callable] = {}   # names the generated code must see
         self.env: Dict[str, str] = {p: p for p in self.params + sorted(kwonly)}
         self.tuples: Dict[str, List[ast.expr]] = {}
@@ -261,6 +262,7 @@ class _Normalizer:
             self.force_in_place |= redo
             self.names.taken, self.env = set(state[0]), dict(state[1])
             self.tuples, self.owned, self.lists = {}, set(), set()
+            self.tuple_names = set()
             self.rebound_augassign = set()
         self._protect_in_place_writes(facts)
         out = hoist_invariants(out, self.user_names)
@@ -272,7 +274,7 @@ class _Normalizer:
         result = (last.value.id if isinstance(last, ast.Return)
                   and isinstance(last.value, ast.Name) else None)
         return NormalForm(self.p, new, self.names, self.resolver, self.params, result,
-                          lists=set(self.lists), tuples=set(self.tuples),
+                          lists=set(self.lists), tuples=set(self.tuple_names),
                           bindings=dict(self.bindings))
 
     def _protect_in_place_writes(self, facts: AliasFacts) -> None:
@@ -551,7 +553,8 @@ class _Normalizer:
             node = type(value)(elts=elts, ctx=ast.Load())
             self.emit(out, _assign(name, ast.copy_location(node, value)), value)
             if isinstance(value, ast.Tuple):
-                self.tuples[name] = elts
+                self.tuple_names.add(name)
+                self.know_tuple(name, elts)
             else:
                 self.lists.add(name)
             self.owned.discard(name)
@@ -560,7 +563,7 @@ class _Normalizer:
             src = self.env[value.id]
             name = self.target(user_name)
             self.emit(out, _assign(name, self.load(value.id)), value)
-            self.tuples[name] = self.tuples[src]
+            self.know_tuple(name, self.tuples[src])
             return
         arity = self._output_count(value)
         if arity > 1:
@@ -573,7 +576,7 @@ class _Normalizer:
             elts = [ast.Name(id=n, ctx=ast.Load()) for n in parts]
             name = self.target(user_name)
             self.emit(out, _assign(name, ast.Tuple(elts=elts, ctx=ast.Load())), value)
-            self.tuples[name] = elts
+            self.know_tuple(name, elts)
             return
         op = self.operation(value, out)
         # The statement may read the old value of a name it overwrites
@@ -586,6 +589,17 @@ class _Normalizer:
         name = self.target(user_name)
         self.emit(out, _assign(name, op), value)
         self._note_owned(name, op)
+
+    def know_tuple(self, name: str, elts: List[ast.expr]) -> None:
+        """Remember that `name` holds the tuple `elts`, so that `name[0]` reads the
+        item's variable directly; only while neither can be bound to something else
+        (names assigned in a branch or loop are: after an `if`, `t[0]` may be either
+        branch's item, and after a loop the item's variable may hold a later value)."""
+        if name in self.unversioned:
+            return
+        if any(isinstance(e, ast.Name) and e.id in self.unversioned for e in elts):
+            return
+        self.tuples[name] = elts
 
     def _output_count(self, value) -> int:
         """How many outputs a Function.apply call has (its vjp takes one per output)."""

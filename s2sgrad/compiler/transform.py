@@ -136,7 +136,7 @@ class _Reverse:
     def _list_valued(self, nf: NormalForm) -> Set[str]:
         """Variables that may hold Python lists: their adjoints are lists too, added
         item by item (a + between lists would concatenate them)."""
-        out = set(nf.lists)
+        out = set(nf.lists) | set(nf.tuples)   # a tuple's adjoint is a list too
         list_helpers = {"push", "drop_last", "last_grad"}
         changed = True
         while changed:
