@@ -21,10 +21,15 @@ _SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.MatMult)
 _SAFE_UNARY = (ast.USub, ast.UAdd)
 
 
-def hoist_invariants(body: List[ast.stmt], user_names: Set[str]) -> List[ast.stmt]:
-    """The normal-form body with loop-invariant temporaries moved out of loops."""
+def hoist_invariants(body: List[ast.stmt], user_names: Set[str],
+                     facts=None) -> List[ast.stmt]:
+    """The normal-form body with loop-invariant temporaries moved out of loops.
+
+    `facts` (aliases.AliasFacts of the body) says which names share memory with a
+    name the loop writes in place: a value read through any of them is not
+    invariant either."""
     defs = _definition_counts(body)
-    return _hoist_block(body, defs, user_names)
+    return _hoist_block(body, defs, user_names, facts)
 
 
 def _definition_counts(body) -> dict:
@@ -35,24 +40,35 @@ def _definition_counts(body) -> dict:
     return counts
 
 
-def _hoist_block(stmts: List[ast.stmt], defs, user_names) -> List[ast.stmt]:
+def _hoist_block(stmts: List[ast.stmt], defs, user_names, facts) -> List[ast.stmt]:
     out: List[ast.stmt] = []
     for s in stmts:
         if isinstance(s, ast.If):
-            s.body = _hoist_block(s.body, defs, user_names)
-            s.orelse = _hoist_block(s.orelse, defs, user_names)
+            s.body = _hoist_block(s.body, defs, user_names, facts)
+            s.orelse = _hoist_block(s.orelse, defs, user_names, facts)
         elif isinstance(s, (ast.For, ast.While)):
-            s.body = _hoist_block(s.body, defs, user_names)
-            moved = _hoist_loop(s, defs, user_names)
+            s.body = _hoist_block(s.body, defs, user_names, facts)
+            moved = _hoist_loop(s, defs, user_names, facts)
             out.extend(moved)
         out.append(s)
     return out
 
 
-def _changed_in(loop) -> Set[str]:
-    """Names a loop assigns or updates in place (x[i] = v, x += v, xs.append(v))."""
+def _changed_in(loop, facts=None) -> Set[str]:
+    """Names a loop assigns or updates in place (x[i] = v, x += v, xs.append(v),
+    np.add.at(x, ...)), the names sharing memory with those, and every name passed
+    to a call that may write into its arguments (a user function)."""
     names: Set[str] = set()
+    inside = {id(n) for n in ast.walk(loop)}
+    if facts is not None:
+        for name, stmt in facts.writes:
+            if id(stmt) in inside:
+                names.add(name)
+                names |= facts.affected(name, stmt)
     for node in ast.walk(loop):
+        if isinstance(node, ast.Call) and _may_write_arguments(node):
+            names |= {n.id for a in list(node.args) + [k.value for k in node.keywords]
+                      for n in name_nodes(a)}
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             names.add(node.id)
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
@@ -66,9 +82,24 @@ def _changed_in(loop) -> Set[str]:
     return names
 
 
-def _hoist_loop(loop, defs, user_names) -> List[ast.stmt]:
+def _may_write_arguments(call: ast.Call) -> bool:
+    """A call that is not known to leave its arguments alone: a user function, an
+    unknown callable, or anything given `out=`."""
+    if any(k.arg == "out" for k in call.keywords):
+        return True
+    if getattr(call, "s2s_method", None) is not None:
+        return False   # mutating methods are in _changed_in's own list
+    callee = getattr(call, "s2s_callee", None)
+    if callee is None:
+        return True
+    return not (registry.lookup_function(callee) is not None or registry.is_nondiff(callee)
+                or registry.is_constructor(callee) or callee in (range, len, zip, enumerate,
+                                                                 reversed))
+
+
+def _hoist_loop(loop, defs, user_names, facts=None) -> List[ast.stmt]:
     moved: List[ast.stmt] = []
-    changed = _changed_in(loop)
+    changed = _changed_in(loop, facts)
     progress = True
     while progress:
         progress = False
@@ -112,5 +143,6 @@ def _pure(value: ast.expr) -> bool:
             return False
         # NumPy's ufuncs never raise on values (they warn); views and plain
         # reductions do not either. Anything else stays where the user put it.
-        return isinstance(callee, np.ufunc) or rule.view or callee in (np.sum, np.mean)
+        elementwise = isinstance(callee, np.ufunc) and callee.signature is None
+        return elementwise or rule.view or callee in (np.sum, np.mean)
     return False

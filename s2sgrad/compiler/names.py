@@ -6,6 +6,7 @@ names come from stems and counters, never from ids or hashes.
 from __future__ import annotations
 
 import ast
+import builtins
 import keyword
 import re
 from typing import Dict, Iterable, List, Optional, Set, Tuple
@@ -23,6 +24,12 @@ def sanitize(stem: str) -> str:
     return stem
 
 
+BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
+_BUILTIN_STEMS = {"sum": "total", "min": "smallest", "max": "largest", "abs": "magnitude",
+                  "len": "length", "pow": "power", "round": "rounded", "all": "every",
+                  "any": "some", "map": "mapped", "range": "span"}
+
+
 class NameRegistry:
     """Hands out names nobody else in the generated module uses."""
 
@@ -36,8 +43,12 @@ class NameRegistry:
         """`stem` itself if free, else stem_2, stem_3, ...
 
         reserved=True gives a name under s2sgrad's `_s2s_` prefix (names the
-        generated code binds to values, never the user's)."""
+        generated code binds to values, never the user's). A temporary never
+        takes a builtin's name (`sum = np.sum(t)` would hide the builtin from the
+        generated code that calls it): it is renamed (`total`)."""
         stem = RESERVED_PREFIX + sanitize(stem) if reserved else sanitize(stem)
+        if stem in BUILTIN_NAMES:
+            stem = _BUILTIN_STEMS.get(stem, f"{stem}_value")
         if stem not in self.taken:
             self.taken.add(stem)
             return stem

@@ -264,8 +264,8 @@ class _Normalizer:
             self.tuples, self.owned, self.lists = {}, set(), set()
             self.tuple_names = set()
             self.rebound_augassign = set()
-        self._protect_in_place_writes(facts)
-        out = hoist_invariants(out, self.user_names)
+        self._protect_in_place_writes(facts, out)
+        out = hoist_invariants(out, self.user_names, facts)
         new = ast.FunctionDef(name=fdef.name, args=clone(fdef.args), body=out,
                               decorator_list=[], returns=None, type_comment=None)
         ast.copy_location(new, fdef)
@@ -277,7 +277,7 @@ class _Normalizer:
                           lists=set(self.lists), tuples=set(self.tuple_names),
                           bindings=dict(self.bindings))
 
-    def _protect_in_place_writes(self, facts: AliasFacts) -> None:
+    def _protect_in_place_writes(self, facts: AliasFacts, body: List[ast.stmt]) -> None:
         """User variables that would see an in-place write are an error; temporaries
         that would see it are copied when computed (`s2s_snapshot`)."""
         for name, stmt in facts.writes:
@@ -303,6 +303,14 @@ class _Normalizer:
                 where = facts.defined_at.get(other)
                 if where is not None:
                     where.s2s_snapshot = True
+                # `tmp = v / v; v = tmp; v += 0.3`: v must get its own copy, or the
+                # update changes tmp (which the adjoint reads) through it.
+                for node in _walk_scope(ast.Module(body=body, type_ignores=[])):
+                    if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                            isinstance(node.targets[0], ast.Name) and \
+                            node.targets[0].id == name and \
+                            isinstance(node.value, ast.Name) and node.value.id == other:
+                        node.s2s_snapshot = True
 
     @staticmethod
     def _assigned_in_compound(body: List[ast.stmt]) -> Set[str]:

@@ -133,6 +133,16 @@ class _Reverse:
     def err(self, node, message, hint=None):
         return error_at(node, message, self.nf.parsed, hint)
 
+    def builtin(self, name: str) -> ast.Name:
+        """A builtin the generated code calls (len, range, ...): by its own name,
+        unless the function has a variable of that name; then through a bound one."""
+        if name not in self.locals:
+            return _name(name)
+        import builtins
+        alias = f"_s2s_builtin_{name}"
+        self.default_bindings[alias] = getattr(builtins, name)
+        return _name(alias)
+
     def _list_valued(self, nf: NormalForm) -> Set[str]:
         """Variables that may hold Python lists: their adjoints are lists too, added
         item by item (a + between lists would concatenate them)."""
@@ -491,12 +501,12 @@ class _Reverse:
         first = pairs[0][1]
         stem = first.id if isinstance(first, ast.Name) else "item"
         k = self.names.fresh(f"{stem}_index")
-        lengths = [ast.Call(func=_name("len"), args=[copy.deepcopy(seq)], keywords=[])
+        lengths = [ast.Call(func=self.builtin("len"), args=[copy.deepcopy(seq)], keywords=[])
                    for _, seq in pairs]
-        n = lengths[0] if len(lengths) == 1 else ast.Call(func=_name("min"), args=lengths,
+        n = lengths[0] if len(lengths) == 1 else ast.Call(func=self.builtin("min"), args=lengths,
                                                            keywords=[])
         rng = self.names.fresh(f"{k}_range")
-        range_call = ast.Call(func=_name("range"), args=[n], keywords=[])
+        range_call = ast.Call(func=self.builtin("range"), args=[n], keywords=[])
         range_call.s2s_callee = range
         out += self.setup_assign(s, rng, range_call, in_loop)
         prefix: List[ast.stmt] = []
@@ -1056,10 +1066,10 @@ class _Reverse:
             # Pure code is differentiated again: its backwards iteration must be
             # recognisably non-differentiable (a range), not any reversed(...).
             it = helper_call("backwards", rng) if self.pure else \
-                ast.Call(func=_name("reversed"), args=[rng], keywords=[])
+                ast.Call(func=self.builtin("reversed"), args=[rng], keywords=[])
         else:
             target = _name("_", True)
-            it = ast.Call(func=_name("range"), args=[_name(info.trips)], keywords=[])
+            it = ast.Call(func=self.builtin("range"), args=[_name(info.trips)], keywords=[])
         out += header
         out.append(ast.For(target=target, iter=it, body=body, orelse=[], type_comment=None))
         for setup in reversed(self.loop_setups.get(id(s), [])):
