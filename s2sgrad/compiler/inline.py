@@ -405,8 +405,9 @@ def _inline_function(site: FunctionSite, cls, vjp_fn, names: NameRegistry, nf) -
     slots: Dict[str, str] = {}
     saved: List[str] = []
     out: List[ast.stmt] = list(prologue)
+    mutable = getattr(nf, "written_in_place", set())
     for s in body:
-        out += _forward_statement(s, ctx, mapping, slots, saved, site, names)
+        out += _forward_statement(s, ctx, mapping, slots, saved, site, names, mutable)
     result = _CtxRewriter(ctx, slots, saved, site.needs, "forward").visit(
         substitute(result, mapping))
     if len(site.out_names) > 1 and isinstance(result, ast.Tuple) and \
@@ -419,7 +420,16 @@ def _inline_function(site: FunctionSite, cls, vjp_fn, names: NameRegistry, nf) -
     _inline_vjp(site, vjp, slots, saved, names)
 
 
-def _forward_statement(s, ctx, mapping, slots, saved, site, names) -> List[ast.stmt]:
+def _kept(value: ast.expr, mutable) -> ast.expr:
+    """A value forward keeps for vjp: the caller's variable itself, or a copy when
+    the caller later writes into that variable's array in place."""
+    if isinstance(value, ast.Name) and value.id in mutable:
+        return ast.Call(func=_name("_s2s_snapshot"), args=[value], keywords=[])
+    return value
+
+
+def _forward_statement(s, ctx, mapping, slots, saved, site, names,
+                       mutable=frozenset()) -> List[ast.stmt]:
     rewrite = _CtxRewriter(ctx, slots, saved, site.needs, "forward")
     if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
             isinstance(s.value.func, ast.Attribute) and \
@@ -432,7 +442,7 @@ def _forward_statement(s, ctx, mapping, slots, saved, site, names) -> List[ast.s
                 value = rewrite.visit(substitute(arg, mapping))
                 stem = arg.id if isinstance(arg, ast.Name) else "saved"
                 slot = names.fresh(f"{stem}_saved")
-                out.append(_assign(slot, value))
+                out.append(_assign(slot, _kept(value, mutable)))
                 saved.append(slot)
             return out
         if method in ("mark_non_differentiable", "save_for_forward"):
@@ -447,7 +457,7 @@ def _forward_statement(s, ctx, mapping, slots, saved, site, names) -> List[ast.s
         slot = slots.get(attr) or names.fresh(attr)
         value = rewrite.visit(substitute(s.value, mapping))
         slots[attr] = slot
-        return [_assign(slot, value)]
+        return [_assign(slot, _kept(value, mutable))]
     if isinstance(s, (ast.If, ast.For, ast.While)):
         for sub in ast.walk(s):
             if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and \

@@ -50,6 +50,10 @@ class NormalForm:
     result: Optional[str] = None  # set when the function returns a single name
     lists: Set[str] = field(default_factory=set)  # names bound to list literals
     tuples: Set[str] = field(default_factory=set)  # names bound to tuple literals
+    # Names written in place somewhere (x[i] = v, x += v on an array, np.add.at(x, ...)),
+    # and the names sharing memory with them: a value kept for the adjoint under
+    # another name (a Function's saved input) must be a copy.
+    written_in_place: Set[str] = field(default_factory=set)
     bindings: Dict[str, Callable] = field(default_factory=dict)  # extra closure names
 
     @property
@@ -275,6 +279,7 @@ class _Normalizer:
                   and isinstance(last.value, ast.Name) else None)
         return NormalForm(self.p, new, self.names, self.resolver, self.params, result,
                           lists=set(self.lists), tuples=set(self.tuple_names),
+                          written_in_place=_written_in_place(facts),
                           bindings=dict(self.bindings))
 
     def _protect_in_place_writes(self, facts: AliasFacts, body: List[ast.stmt]) -> None:
@@ -1126,6 +1131,14 @@ class _Normalizer:
         keywords = [ast.keyword(arg=k.arg, value=self.operand(k.value, out))
                     for k in expr.keywords]
         return ast.copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)
+
+
+def _written_in_place(facts: AliasFacts) -> Set[str]:
+    out: Set[str] = set()
+    for name, stmt in facts.writes:
+        out.add(name)
+        out |= facts.affected(name, stmt)
+    return out
 
 
 def _is_api(obj, name: str) -> bool:
