@@ -243,6 +243,7 @@ class FunctionSite:
     foreign: Dict[str, ast.expr] = field(default_factory=dict)
     vjp_grad_names: List[str] = field(default_factory=list)
     names: Optional[NameRegistry] = None
+    mutable: Set[str] = field(default_factory=set)   # see CalleeSite.mutable
 
     def forward_statement(self, origin) -> ast.stmt:
         node = ast.Assign(targets=[_targets(self.out_names)],
@@ -269,7 +270,8 @@ def function_site(cls, call: ast.Call, out_names: List[str], needs: Tuple[bool, 
                   names: NameRegistry, nf, origin) -> FunctionSite:
     cls_expr = call.func.value
     site = FunctionSite(cls=cls, cls_expr=copy.deepcopy(cls_expr), arg_atoms=list(call.args),
-                        out_names=list(out_names), needs=needs, inlined=True, names=names)
+                        out_names=list(out_names), needs=needs, inlined=True, names=names,
+                        mutable=set(getattr(nf, "written_in_place", ())))
     vjp_fn = cls.vjp_method()
     site.vjp_name = "vjp" if vjp_fn is getattr(cls, "vjp", None) else "backward"
     n_out = _vjp_arity(vjp_fn)
@@ -307,7 +309,8 @@ def _fallback(site: FunctionSite, names: NameRegistry, reason: str) -> FunctionS
         _assign(_targets(site.out_names), ast.Call(
             func=ast.Attribute(value=copy.deepcopy(site.cls_expr), attr="forward",
                                ctx=ast.Load()),
-            args=[_name(ctx)] + copy.deepcopy(site.arg_atoms), keywords=[])),
+            args=[_name(ctx)] + [_kept(a, site.mutable) for a in copy.deepcopy(site.arg_atoms)],
+            keywords=[])),
     ]
     site.maybe_none = set(range(len(site.arg_atoms)))
     return site
@@ -713,6 +716,9 @@ class CalleeSite:
     out_names: List[str]
     arg_atoms: List[Optional[ast.expr]]
     static_none: Set[int] = field(default_factory=set)
+    # The caller's names written in place somewhere: passed as copies, since the
+    # callee's residuals would keep the array itself.
+    mutable: Set[str] = field(default_factory=set)
 
     @property
     def slot_names(self) -> List[str]:
@@ -721,8 +727,10 @@ class CalleeSite:
     def forward_statement(self, origin) -> ast.stmt:
         outs = _targets(self.out_names)
         target = ast.Tuple(elts=[outs, _name(self.residual_name, True)], ctx=ast.Store())
-        call = ast.Call(func=_name(self.forward_name), args=copy.deepcopy(self.call.args),
-                        keywords=copy.deepcopy(self.call.keywords))
+        call = ast.Call(func=_name(self.forward_name),
+                        args=[_kept(a, self.mutable) for a in copy.deepcopy(self.call.args)],
+                        keywords=[ast.keyword(arg=k.arg, value=_kept(k.value, self.mutable))
+                                  for k in copy.deepcopy(self.call.keywords)])
         node = ast.Assign(targets=[target], value=call, type_comment=None)
         ast.copy_location(node, origin)
         node.s2s_origin = getattr(origin, "s2s_origin", origin)
@@ -759,7 +767,8 @@ def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
                       forward_name=_callee_name(names, f"{base}_forward", nf),
                       adjoint_name=_callee_name(names, f"{base}_adjoint", nf),
                       residual_name=names.fresh(f"{base}_residuals"), call=call,
-                      out_names=list(op.outputs), arg_atoms=atoms)
+                      out_names=list(op.outputs), arg_atoms=atoms,
+                      mutable=set(getattr(nf, "written_in_place", ())))
     return site
 
 
