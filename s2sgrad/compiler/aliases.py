@@ -100,6 +100,11 @@ class AliasFacts:
     def _contain(self, container: str, item: str) -> None:
         self.edges.append(("contain", container, item) + self._here)
 
+    def _item(self, container: str, item: str) -> None:
+        """`item` is one of the container's items, which one unknown: it may be any
+        object the container holds."""
+        self.edges.append(("item", container, item) + self._here)
+
     def _statement(self, s: ast.stmt) -> None:
         local = self.local
         if isinstance(s, ast.For):
@@ -107,7 +112,7 @@ class AliasFacts:
                 self.defined_at.setdefault(t, s)
                 for src in _names(s.iter, local):
                     if src in self.lists:
-                        self._contain(src, t)   # an item of a list
+                        self._item(src, t)      # an item of a list
                     else:
                         self._share(t, src)     # a row of an array is a view
             return
@@ -154,7 +159,7 @@ class AliasFacts:
                 elif kind == "holds":
                     self._contain(o, src)
                 else:  # "item": o is an item of the list src
-                    self._contain(src, o)
+                    self._item(src, o)
 
     def _sources(self, value: ast.expr) -> Iterable[Tuple[str, str]]:
         """(name, relation) pairs: what the assigned value may refer to.
@@ -206,6 +211,7 @@ class AliasFacts:
         pos, loops = self.where[id(write)]
         shares = _Sets()
         contains: Dict[str, Set[str]] = {}
+        items: List[Tuple[str, str]] = []
         for kind, a, b, p, edge_loops in self.edges:
             if not (p < pos or loops & edge_loops):
                 continue
@@ -213,6 +219,13 @@ class AliasFacts:
                 shares.union(a, b)
             else:
                 contains.setdefault(a, set()).add(b)
+                if kind == "item":
+                    items.append((a, b))
+        # An item taken out of a container may be any object the container holds.
+        for container, item in items:
+            for held in contains.get(container, ()):
+                if held != item:
+                    shares.union(item, held)
         out = set(shares.members(name))
         changed = True
         while changed:
