@@ -90,7 +90,7 @@ FEATURES = {
     "outer": 0.3,            # np.outer, v[:, None] * w
     "concatenate": 0.2,      # np.concatenate([a, b])
     "stack": 0.3,            # np.stack(list_var)
-    "builtin_minmax": 0.3,   # max(a, b) / min(a, b) on numbers
+    "builtin_minmax": 0.15,  # max(a, b) / min(a, b) on numbers
     "apply": 0.8,            # s2sgrad.Function subclasses via .apply
     "helper_call": 1.5,      # calls of user helpers (keyword arguments, defaults)
     "list_index": 0.5,       # L[k] of a local list
@@ -111,9 +111,10 @@ FEATURES = {
     "walrus": 0.4,           # if (w := e) > t:
     "for_range": 1.5,
     "for_list_literal": 0.6,  # for t in [x, x * 2, np.sin(x)]
-    "for_list_var": 0.6,     # for t in L / reversed(L) / enumerate(L) / zip(L1, L2)
+    "for_list_var": 1.5,     # for t in L / reversed(L) / enumerate(L) / zip(L1, L2)
     "for_array": 0.4,        # for row in M / for e in v
-    "list_build": 0.7,       # L = [a, b, c], P = (a, b)
+    "list_build": 0.9,       # L = [a, b, c], P = (a, b)
+    "nested_list": 0.4,      # for W, b in [(x, y), (x * 2, y)] / PL = [(a, b), (c, d)]
     "list_append": 0.6,      # L = []; L.append(e)
     "tuple_unpack": 0.4,     # a, b = P
     "while": 0.7,            # counters, data-dependent exits
@@ -478,6 +479,15 @@ class ProgramGenerator:
         return f"{self.paren(self.scalar_for_cond(d))} > {self.thr()}"
 
     def scalar_for_cond(self, d=1):
+        """A scalar that depends on some variable (a test on constants decides nothing)."""
+        vs = [v for v in self.visible().values() if isinstance(v, Var)]
+        if vs and self.rng.random() < 0.6:
+            v = self.rng.choice(vs)
+            e = self.expr(v.shape, 2)
+            if v.shape == ():
+                return f"{v.name} * {self.paren(e)}" if self.rng.random() < 0.5 else v.name
+            return self.rng.choice([f"np.sum({v.name})", f"np.sum({v.name} * {self.paren(e)})",
+                                    f"np.mean(np.tanh({v.name}))"])
         if self.rng.random() < 0.5:
             return self.expr((), max(d, 1))
         shape = self.rng.choice(SHAPES)
@@ -670,6 +680,7 @@ class ProgramGenerator:
             ("for_list_var", 1.0 if nested_ok and self.lists() else 0.0, self.s_for_list_var),
             ("for_array", 1.0 if nested_ok else 0.0, self.s_for_array),
             ("list_build", 1.0, self.s_list_build),
+            ("nested_list", 1.0 if nested_ok else 0.0, self.s_nested_list),
             ("list_append", 1.0 if nested_ok else 0.0, self.s_list_append),
             ("tuple_unpack", 1.0, self.s_tuple_unpack),
             ("while", 1.0 if nested_ok else 0.0, self.s_while),
@@ -1000,6 +1011,24 @@ class ProgramGenerator:
         self.emit(f"{name} = {literal}")
         self.declare(ListVar(name, shapes, mutable, len(self.scopes)))
 
+    def s_nested_list(self):
+        """A list of pairs, iterated with unpacking (the layers of a small network)."""
+        s1 = self.rng.choice(self.shape_pool())
+        s2 = self.rng.choice([s1, ()])
+        pairs = [f"({self.expr(s1, 1)}, {self.expr(s2, 1)})"
+                 for _ in range(self.rng.choice([2, 3]))]
+        literal = f"[{', '.join(pairs)}]"
+        self.note_assignment(literal)
+        if self.rng.random() < 0.5:
+            name = self.fresh("PL")
+            self.emit(f"{name} = {literal}")
+            literal = name
+        acc = self.accumulator()
+        a, b = self.fresh("a"), self.fresh("b")
+        av, bv = Var(a, s1, False), Var(b, s2, False)
+        self.emit(f"for {a}, {b} in {literal}:")
+        self.loop_body(acc, self.rng.choice([av, bv]), [av, bv])
+
     def s_list_append(self):
         shape = self.rng.choice(self.shape_pool())
         name = self.fresh("L")
@@ -1235,7 +1264,7 @@ class ProgramGenerator:
     def program(self, header):
         n_helpers = 0
         if self.on("helper"):
-            n_helpers = self.rng.choice([0, 1, 1, 2, 2, 3])
+            n_helpers = self.rng.choice([0, 1, 1, 2, 2])
         body_lines = []
         if n_helpers:
             self.used["helper"] += 1
@@ -1252,7 +1281,7 @@ class ProgramGenerator:
         if kwonly:
             self.used["kwonly_entry"] += 1
         self.lines = []
-        self.function("f", params, (), self.rng.choice([3, 4, 5, 6, 8]), kwonly=kwonly)
+        self.function("f", params, (), self.rng.choice([2, 3, 4, 5, 6]), kwonly=kwonly)
         body_lines += self.lines
         classes = [CLASSES[c] for c in CLASSES if c in self.classes]
         src = header + "import numpy as np\n\nimport s2sgrad\n\n" + GLOBALS_SRC + "\n\n" + \
@@ -1358,6 +1387,9 @@ def refusal_kind(exc):
     line = first_line(exc)
     line = re.sub(r"^\S*?:\d+:\d+:\s*", "", line)
     line = re.sub(r"^\S*?:\d+:\s*", "", line)
+    line = re.sub(r"^\S+\.py:\s*", "", line)
+    if "shares memory" in line:  # which two variables: the program's business
+        line = re.sub(r"'[A-Za-z_]\w*'", "'...'", line)
     line = re.sub(r"'(v|acc|out|t|r|p|q|e|w|L|P|i|k|u)\d+'", r"'\1N'", line)
     line = re.sub(r"\(line \d+\)", "(line N)", line)
     return f"{type(exc).__name__}: {line}"
@@ -1416,17 +1448,20 @@ def fmt(v):
                            suppress_small=False, max_line_width=200)
 
 
-def evaluate(fn, args, param_names):
-    """One draw: a list of per-argument records and the draw's status."""
+def evaluate(fn, args, param_names, only=None):
+    """One draw: a list of per-argument records. `only=(i, labels)` checks argument i with
+    those variants alone (the reducer's shortcut)."""
     base = copies(args)
     value = fn(*base)              # the original function; `base` now holds its writes
     records = []
     for i in range(len(args)):
+        if only is not None and i != only[0]:
+            continue
         rec = {"arg": i, "name": param_names[i], "shape": np.shape(args[i]), "problems": [],
                "status": "pass"}
         records.append(rec)
         variants = {}
-        for label in ("optimised", "unoptimised"):
+        for label in ("optimised", "unoptimised") if only is None else only[1]:
             if label == "unoptimised" and rec.get("exceptions", {}).get("optimised", ("",))[0] \
                     == "refused":
                 continue  # refusals come before the optimiser: the same again, only slower
@@ -1537,11 +1572,22 @@ def load_module(path, modname):
 
 
 def plain_ok(fn, args):
-    """The generated program itself must run and give a modest finite scalar."""
+    """The generated program itself must run and give a modest finite scalar, and leave
+    the module's arrays alone (a helper writing into a global it was passed would make
+    every call see different data: not a program to take derivatives of)."""
+    module_arrays = {k: v.copy() for k, v in fn.__globals__.items()
+                     if isinstance(v, np.ndarray)}
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
             out = fn(*copies(args))
     except Exception:  # noqa: BLE001
+        return False
+    finally:
+        changed = [k for k, v in module_arrays.items()
+                   if not np.array_equal(fn.__globals__.get(k), v)]
+        for k in changed:
+            fn.__globals__[k][...] = module_arrays[k]
+    if changed:
         return False
     if not isinstance(out, (float, np.floating, np.ndarray)) or \
             (isinstance(out, np.ndarray) and out.dtype.kind != "f"):
@@ -1785,7 +1831,7 @@ def program_crashes(res):
     return out
 
 
-def summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet=False):
+def summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet=False, keep_refused=False):
     counts = collections.Counter(r["status"] for r in results)
     lines = []
     kept_any = False
@@ -1795,6 +1841,8 @@ def summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet=False):
             kept_any = kept_any or bool(kept)
             if not quiet:
                 lines.append(describe(res, kept))
+        elif res["status"] == "refused" and keep_refused:
+            keep_program(res, keep_dir)
     if kept_any and not quiet:
         lines.append(f"failing programs kept in {keep_dir}")
     refusals = collections.Counter()
@@ -1836,7 +1884,8 @@ def summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet=False):
 
 
 def run_fuzz(n, seed, jobs=1, timeout=10.0, weights=None, indices=None, verbose=False,
-             keep_dir=None, mutate=None, quiet=False, show_source=False, out=sys.stdout):
+             keep_dir=None, mutate=None, quiet=False, show_source=False, out=sys.stdout,
+             keep_refused=False):
     """Run the fuzzer; returns (counts, results). Used by the CLI and by tests/test_fuzz.py."""
     weights = dict(FEATURES if weights is None else weights)
     indices = list(range(n)) if indices is None else list(indices)
@@ -1872,7 +1921,8 @@ def run_fuzz(n, seed, jobs=1, timeout=10.0, weights=None, indices=None, verbose=
             finally:
                 pool.close()
         elapsed = time.perf_counter() - t0
-        text, counts = summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet)
+        text, counts = summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet,
+                                 keep_refused)
         print(text, file=out, flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -1909,7 +1959,7 @@ def _dead_statements(src, fn, args, filename):
     return dead
 
 
-def check_source(src, args, timeout=10.0, dead=None):
+def check_source(src, args, timeout=10.0, dead=None, only=None):
     """Status and records of a program given as text, on fixed inputs (one draw).
     With a list `dead`, appends how many statements the plain run never reaches."""
     d = tempfile.mkdtemp(prefix="s2sgrad-fuzz-check-")
@@ -1939,7 +1989,7 @@ def check_source(src, args, timeout=10.0, dead=None):
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if len(names) != len(args):
             return "invalid", []
-        records = evaluate(fn, copies(args), names)
+        records = evaluate(fn, copies(args), names, only)
         if dead is not None:
             dead.append(_dead_statements(src, fn, args, path))
         return worst([r["status"] for r in records]), records
@@ -1980,6 +2030,10 @@ def signature_of(status, records):
                 if kind == "crashed":
                     infos.add((info["type"], info["frame"]))
         return ("crashed", tuple(sorted(infos)))
+    if status == "refused":
+        return ("refused", tuple(sorted({info for r in records for kind, info in
+                                         r.get("exceptions", {}).values()
+                                         if kind == "refused"})))
     return (status,)
 
 
@@ -2015,7 +2069,20 @@ def _candidates(tree):
                     yield ("inline", node, field, k, "orelse")
             if isinstance(stmt, ast.If) and stmt.orelse:
                 yield ("drop_else", node, field, k, None)
-    exprs = [n for n in _walk_outside_classes(tree) if isinstance(n, ast.expr)]
+    # parameters with defaults, and keyword arguments of calls
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef):
+            for k in range(len(fn.args.kwonlyargs)):
+                yield ("drop_kwonly", fn, None, k, None)
+            if fn.args.defaults and fn.name != "f":
+                yield ("drop_default", fn, None, None, None)
+            for n in _walk_outside_classes(fn):
+                if isinstance(n, ast.Call):
+                    for k in range(len(n.keywords)):
+                        yield ("drop_keyword", n, None, k, None)
+    # expressions inside functions only: module globals keep their values
+    exprs = [n for fn in tree.body if isinstance(fn, ast.FunctionDef)
+             for n in _walk_outside_classes(fn) if isinstance(n, ast.expr)]
     for e in exprs:
         for field, child in ast.iter_fields(e):
             if isinstance(e, ast.Call) and field == "func" or isinstance(e, ast.Attribute):
@@ -2052,6 +2119,14 @@ def _apply(tree, cand):
         seq[k:k + 1] = inner
     elif kind == "drop_else":
         getattr(target, b)[k].orelse = []
+    elif kind == "drop_kwonly":
+        del target.args.kwonlyargs[k]
+        del target.args.kw_defaults[k]
+    elif kind == "drop_default":
+        del target.args.args[-1]
+        del target.args.defaults[-1]
+    elif kind == "drop_keyword":
+        del target.keywords[k]
     elif kind in ("hoist", "const"):
         child_pos = nodes.index(b) if kind == "hoist" else None
         replacement = new_nodes[child_pos] if kind == "hoist" else ast.Constant(0.5)
@@ -2137,24 +2212,48 @@ def _undefined_names(tree):
     return missing
 
 
-def reduce_program(src, args, budget=400, log=None):
-    """Greedy reduction: keep any smaller program whose failure signature is unchanged."""
-    dead = []
-    status, records = check_source(src, args, dead=dead)
-    target = signature_of(status, records)
-    if status not in ("wrong", "crashed"):
+def _focus(records):
+    """The argument and variants a reduction watches: the first failing argument, with the
+    optimised pair alone unless the two pairs disagree with each other or only the
+    unoptimised one fails."""
+    for r in records:
+        if r["status"] not in ("wrong", "crashed", "refused"):
+            continue
+        labels = ("optimised",)
+        failing = {lab for lab in ("optimised", "unoptimised")
+                   if any(p.startswith(lab) for p in r["problems"])
+                   or r.get("exceptions", {}).get(lab, ("",))[0] == "crashed"}
+        if "optimised and unoptimised gradients differ" in r["problems"] or \
+                failing == {"unoptimised"}:
+            labels = ("optimised", "unoptimised")
+        return r["arg"], labels
+    return None
+
+
+def reduce_program(src, args, budget=300, log=None):
+    """Greedy reduction: keep any smaller program whose failure signature is unchanged.
+    Returns (source, status, records, args); the records are a full check of the result."""
+    status, records = check_source(src, args)
+    if status not in ("wrong", "crashed", "refused"):
         return src, status, records, args
+    only = _focus(records)
+    dead = []
+    status, records = check_source(src, args, dead=dead, only=only)
+    target = signature_of(status, records)
     best_dead = dead[0] if dead else 0
-    tree = ast.parse(src)
-    best = ast.unparse(_unused_defs(tree))
+    best = ast.unparse(_unused_defs(ast.parse(src))) + "\n"
     tries = 0
-    progress = True
-    while progress and tries < budget:
-        progress = False
-        tree = ast.parse(best)
-        for cand in _candidates(tree):
-            if tries >= budget:
+    improved = True
+    while improved and tries < budget:
+        improved = False
+        k = 0
+        while tries < budget:
+            tree = ast.parse(best)
+            cands = list(_candidates(tree))
+            if k >= len(cands):
                 break
+            cand = cands[k]
+            k += 1
             try:
                 new = _apply(tree, cand)
             except Exception:  # noqa: BLE001 - a change that does not apply
@@ -2169,19 +2268,19 @@ def reduce_program(src, args, budget=400, log=None):
                 continue
             tries += 1
             dead = []
-            st, rec = check_source(text, args, dead=dead)
+            st, rec = check_source(text, args, dead=dead, only=only)
             # no new code that never runs (a branch made dead by a constant condition)
             if signature_of(st, rec) == target and dead and dead[0] <= best_dead:
-                best, progress, best_dead = text, True, dead[0]
+                best, improved, best_dead = text, True, dead[0]
+                k -= 1  # the same position holds the next candidate now
                 if log:
                     log(f"  reduced to {len(best.splitlines())} lines")
-                break
-    best, args = _drop_unused_params(best, args, target)
+    best, args = _drop_unused_params(best, args, target, only)
     status, records = check_source(best, args)
     return best, status, records, args
 
 
-def _drop_unused_params(src, args, target):
+def _drop_unused_params(src, args, target, only):
     """Positional parameters of f that nothing reads go, with their inputs."""
     changed = True
     while changed:
@@ -2190,16 +2289,170 @@ def _drop_unused_params(src, args, target):
         fn = next(s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "f")
         read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
         for k, p in enumerate(fn.args.args):
-            if p.arg in read or len(fn.args.args) == 1 or fn.args.defaults:
+            if p.arg in read or len(fn.args.args) == 1 or fn.args.defaults or k == only[0]:
                 continue
-            del fn.args.args[k]
-            text = ast.unparse(tree) + "\n"
+            new_tree = ast.parse(src)
+            new_fn = next(s for s in new_tree.body
+                          if isinstance(s, ast.FunctionDef) and s.name == "f")
+            del new_fn.args.args[k]
+            text = ast.unparse(new_tree) + "\n"
             new_args = args[:k] + args[k + 1:]
-            st, rec = check_source(text, new_args)
+            new_only = (only[0] - (k < only[0]), only[1])
+            st, rec = check_source(text, new_args, only=new_only)
             if signature_of(st, rec) == target:
-                src, args, changed = text, new_args, True
-            break
+                src, args, only, changed = text, new_args, new_only, True
+                break
     return src, args
+
+
+def reduce_file(path, budget=300, log=None):
+    """Reduce one kept program; writes PATH.min.py; returns what was found."""
+    src, args = _kept_program(path)
+    t0 = time.perf_counter()
+    best, status, records, args = reduce_program(src, args, budget, log=log)
+    out_path = path if path.endswith(".min.py") else re.sub(r"\.py$", "", path) + ".min.py"
+    with open(out_path, "w") as fh:
+        fh.write(best)
+        fh.write(f"\n\n# --- s2sgrad fuzz: reduced from "
+                 f"{os.path.basename(path).replace('.min.py', '.py')}\n"
+                 f"ARGS = {args_source(args)}\n")
+    buf = __import__("io").StringIO()
+    _print_records(status, records, buf)
+    return {"path": path, "min_path": out_path, "source": best, "status": status,
+            "signature": repr(signature_of(status, records)), "records_text": buf.getvalue(),
+            "records": records, "tags": sorted(construct_tags(best)),
+            "lines": len([ln for ln in best.splitlines() if ln.strip()]),
+            "time": time.perf_counter() - t0}
+
+
+def _reduce_task(job):
+    path, budget = job
+    try:
+        res = reduce_file(path, budget)
+        res.pop("records")
+        return res
+    except Exception as exc:  # noqa: BLE001
+        return {"path": path, "status": "reduce-error", "error": repr(exc), "tags": [],
+                "signature": "", "source": "", "lines": 0, "min_path": None,
+                "records_text": "", "time": 0.0}
+
+
+def reduce_many(files, budget, jobs):
+    """Reduce many kept programs in parallel and group the results."""
+    import json
+    ctx = multiprocessing.get_context("fork")
+    results = []
+    t0 = time.perf_counter()
+    with ctx.Pool(jobs, maxtasksperchild=20) as pool:
+        for k, res in enumerate(pool.imap_unordered(_reduce_task, [(f, budget) for f in files])):
+            results.append(res)
+            print(f"[{k + 1}/{len(files)}] {os.path.basename(res['path'])}: {res['status']}, "
+                  f"{res['lines']} lines ({res['time']:.1f}s)", flush=True)
+    groups = collections.defaultdict(list)
+    for res in results:
+        groups[(res["signature"], tuple(res["tags"]))].append(res)
+    print(f"\n{len(files)} programs reduced in {time.perf_counter() - t0:.0f}s; "
+          f"{len(groups)} groups (failure, constructs left):")
+    for (sig, tags), members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        smallest = min(members, key=lambda r: r["lines"])
+        print(f"\n=== {len(members)} x {sig}  tags={list(tags)}")
+        print(f"    smallest: {smallest['min_path']}")
+        print("    " + smallest["source"].strip().replace("\n", "\n    "))
+    out = os.path.join(os.path.dirname(os.path.abspath(files[0])), "reduce-summary.json")
+    with open(out, "w") as fh:
+        json.dump(results, fh, indent=1, default=str)
+    print(f"\nsummary written to {out}")
+    return results
+
+
+def construct_tags(src):
+    """The constructs a (reduced) program still uses: what its failure is grouped by."""
+    tree = ast.parse(src)
+    tags = set()
+    fns = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
+    for name, fn in fns.items():
+        a = fn.args
+        if a.kwonlyargs:
+            tags.add("kwonly-param" + ("(entry)" if name == "f" else "(helper)"))
+        if a.defaults and name != "f":
+            tags.add("default-param")
+        params = {p.arg for p in a.args}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and \
+                    isinstance(n.targets[0], ast.Name) and n.targets[0].id in params:
+                tags.add("rebind-param" + ("[::-1]" if isinstance(n.value, ast.Subscript)
+                                           else ""))
+            if isinstance(n, ast.Return) and n is not fn.body[-1]:
+                tags.add("early-return")
+    if len(fns) > 1:
+        tags.add("helper-call")
+    for n in _walk_outside_classes(tree):
+        if isinstance(n, ast.NamedExpr):
+            tags.add("walrus")
+        elif isinstance(n, ast.IfExp):
+            tags.add("ifexp")
+        elif isinstance(n, ast.If):
+            tags.add("if")
+        elif isinstance(n, ast.While):
+            tags.add("while")
+        elif isinstance(n, ast.Break):
+            tags.add("break")
+        elif isinstance(n, ast.Continue):
+            tags.add("continue")
+        elif isinstance(n, ast.For):
+            it = n.iter
+            if isinstance(it, (ast.List, ast.Tuple)):
+                tags.add("for-over-list-literal")
+            elif isinstance(it, ast.Call) and isinstance(it.func, ast.Name):
+                tags.add(f"for-{it.func.id}")
+            else:
+                tags.add("for-over-variable")
+        elif isinstance(n, ast.AugAssign):
+            t = n.target
+            if isinstance(t, ast.Subscript):
+                tags.add("fancy-index-augassign" if isinstance(t.slice, ast.List)
+                         else "element-augassign")
+            else:
+                tags.add("augassign")
+        elif isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Subscript):
+                    tags.add("fancy-index-write" if isinstance(t.slice, ast.List)
+                             else "subscript-write")
+                elif isinstance(t, ast.Tuple):
+                    tags.add("tuple-unpack")
+            if isinstance(n.value, (ast.List, ast.Tuple)):
+                tags.add("list-literal-variable")
+        elif isinstance(n, ast.Call):
+            f = n.func
+            src_f = ast.unparse(f)
+            if src_f == "np.add.at":
+                tags.add("np.add.at")
+            elif src_f.endswith(".apply"):
+                tags.add(f"Function.apply({src_f.split('.')[0]})")
+            elif src_f.endswith(".append"):
+                tags.add("list.append")
+            elif isinstance(f, ast.Name) and f.id in ("max", "min"):
+                tags.add("builtin-max/min")
+            elif isinstance(f, ast.Name) and f.id in fns:
+                if any(isinstance(x, (ast.List, ast.Tuple)) for x in n.args):
+                    tags.add("list/tuple-literal-argument")
+                if n.keywords:
+                    tags.add("keyword-argument")
+            elif src_f in ("np.where", "np.maximum", "np.minimum", "np.concatenate",
+                           "np.stack", "np.outer", "np.max", "np.min"):
+                tags.add(src_f)
+            if any(k.arg == "keepdims" for k in n.keywords):
+                tags.add("keepdims")
+        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
+            if ast.unparse(n.left) == ast.unparse(n.right):
+                tags.add("theta@theta")
+            else:
+                tags.add("matmul")
+        elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Call) and \
+                ast.unparse(n.value.func).endswith(".apply"):
+            tags.add("subscript-of-apply")
+    return tags
 
 
 def _print_records(status, records, out=sys.stdout):
@@ -2235,6 +2488,8 @@ def parse_args(argv=None):
                    help="seconds per program before its worker is killed (default 10)")
     p.add_argument("--keep", metavar="DIR", help="where to keep failing programs "
                                                   "(default: a directory under the temp dir)")
+    p.add_argument("--keep-refused", action="store_true",
+                   help="keep refused programs too (to --reduce them)")
     p.add_argument("--verbose", action="store_true",
                    help="progress, refusal/crash histograms, construct table")
     p.add_argument("--index", type=str, help="only these program indices (e.g. 3,17)")
@@ -2246,8 +2501,14 @@ def parse_args(argv=None):
                    help="make one gradient rule 1%% wrong (default tanh): the fuzzer must "
                         "report wrong > 0")
     p.add_argument("--check", metavar="FILE", help="run one kept program on its inputs")
-    p.add_argument("--reduce", metavar="FILE",
-                   help="shrink a kept failing program; writes FILE.min.py")
+    p.add_argument("--reduce", metavar="PATH", nargs="+",
+                   help="shrink kept failing programs (files, or directories of them; "
+                        "--jobs in parallel); writes FILE.min.py next to each and, for "
+                        "several, a summary grouped by failure and remaining constructs")
+    p.add_argument("--again", action="store_true",
+                   help="--reduce DIR: shrink the .min.py files further, in place")
+    p.add_argument("--budget", type=int, default=300,
+                   help="--reduce: at most this many candidate programs tried per file")
     return p.parse_args(argv)
 
 
@@ -2260,20 +2521,25 @@ def main(argv=None):
     if opts.check or opts.reduce:
         if opts.mutate:
             apply_mutation(opts.mutate)
-        path = opts.check or opts.reduce
-        src, args = _kept_program(path)
         if opts.check:
+            src, args = _kept_program(opts.check)
             _print_records(*check_source(src, args, opts.timeout))
             return 0
-        best, status, records, args = reduce_program(src, args, log=print)
-        out_path = re.sub(r"\.py$", "", path) + ".min.py"
-        with open(out_path, "w") as fh:
-            fh.write(best)
-            fh.write(f"\n\n# --- s2sgrad fuzz: reduced from {os.path.basename(path)}\n"
-                     f"ARGS = {args_source(args)}\n")
-        print(best)
-        _print_records(status, records)
-        print(f"written to {out_path}")
+        files = []
+        for path in opts.reduce:
+            if os.path.isdir(path):
+                files += sorted(os.path.join(path, f) for f in os.listdir(path)
+                                if f.endswith(".py") and
+                                f.endswith(".min.py") == opts.again)
+            else:
+                files.append(path)
+        if len(files) == 1:
+            res = reduce_file(files[0], opts.budget, log=print)
+            print(res["source"])
+            _print_records(res["status"], res["records"])
+            print(f"written to {res['min_path']}")
+            return 0
+        reduce_many(files, opts.budget, max(1, opts.jobs))
         return 0
     weights = dict(FEATURES)
     for name in filter(None, (s.strip() for s in opts.disable.split(","))):
@@ -2284,7 +2550,8 @@ def main(argv=None):
     if opts.index:
         indices = [int(s) for s in opts.index.split(",")]
     counts, _ = run_fuzz(opts.n, opts.seed, opts.jobs, opts.timeout, weights, indices,
-                         opts.verbose, opts.keep, opts.mutate, show_source=opts.show)
+                         opts.verbose, opts.keep, opts.mutate, show_source=opts.show,
+                         keep_refused=opts.keep_refused)
     return 0
 
 
