@@ -1892,7 +1892,10 @@ def run_fuzz(n, seed, jobs=1, timeout=10.0, weights=None, indices=None, verbose=
     n = len(indices)
     t0 = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="s2sgrad-fuzz-")
-    keep_dir = keep_dir or os.path.join(tempfile.gettempdir(), f"s2sgrad-fuzz-kept-s{seed}")
+    if keep_dir is None:  # a fresh directory per run, so no program of an older run is in it
+        keep_dir = os.path.join(tempfile.gettempdir(),
+                                f"s2sgrad-fuzz-kept-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+                                f"-{os.getpid()}")
     results = []
 
     def on_result(res):
@@ -2013,6 +2016,14 @@ def _kept_program(path):
     return src.rstrip() + "\n", args
 
 
+def _message_shape(message):
+    """An exception message without its names and numbers: the same bug in a smaller
+    program keeps it, another bug with the same exception type usually does not."""
+    message = re.sub(r"'[^']*'", "''", message)
+    message = re.sub(r"\d+", "N", message)
+    return message[:80]
+
+
 def signature_of(status, records):
     """What a failure is, for the reducer: it keeps a change only if this stays the same."""
     if status == "wrong":
@@ -2028,7 +2039,7 @@ def signature_of(status, records):
         for r in records:
             for kind, info in r.get("exceptions", {}).values():
                 if kind == "crashed":
-                    infos.add((info["type"], info["frame"]))
+                    infos.add((info["type"], info["frame"], _message_shape(info["message"])))
         return ("crashed", tuple(sorted(infos)))
     if status == "refused":
         return ("refused", tuple(sorted({info for r in records for kind, info in
@@ -2216,8 +2227,9 @@ def _focus(records):
     """The argument and variants a reduction watches: the first failing argument, with the
     optimised pair alone unless the two pairs disagree with each other or only the
     unoptimised one fails."""
-    for r in records:
-        if r["status"] not in ("wrong", "crashed", "refused"):
+    order = {"wrong": 0, "crashed": 1, "refused": 2}  # the program's status is the worst
+    for r in sorted(records, key=lambda r: order.get(r["status"], 9)):
+        if r["status"] not in order:
             continue
         labels = ("optimised",)
         failing = {lab for lab in ("optimised", "unoptimised")
