@@ -1769,6 +1769,8 @@ def keep_program(res, keep_dir):
     with open(res["path"]) as fh:
         src = fh.read()
     with open(dest, "w") as fh:
+        # run standalone, the program imports the s2sgrad the fuzzer tested
+        fh.write(f"import sys\nsys.path.insert(0, {_ROOT!r})  # noqa: E402\n")
         fh.write(src)
         fh.write(f"\n\n# --- s2sgrad fuzz: seed={res['seed']} index={res['index']} "
                  f"status={res['status']}\n")
