@@ -1,0 +1,2573 @@
+"""Differential fuzzer for s2sgrad: random programs, compiled gradients vs finite differences.
+
+    python tests/fuzz.py --n 150 --seed 1 --jobs 2
+    python tests/fuzz.py --n 20 --seed 1 --mutate tanh      # a rule made 1% wrong on purpose
+    python tests/fuzz.py --seed 1 --index 17 --verbose      # one program, with its source
+    python tests/fuzz.py --check prog.py                    # a kept program, on its kept inputs
+    python tests/fuzz.py --reduce prog.py                   # shrink a kept failing program
+
+Each program is a real module file (s2sgrad reads source through `inspect`) with
+one entry function `f(...)` of 1-3 float64 arguments (shapes (3,), (4,), (2, 3),
+0-d arrays and Python floats), helper functions it calls, `s2sgrad.Function`
+subclasses and module globals, built from the constructs in FEATURES (a weight
+per construct: 0 turns it off, `--disable NAME,...` too). For every argument the
+fuzzer compares
+
+  * `s2sgrad.grad(f, wrt=i)` (the optimised pair) with central finite
+    differences of the *original* function,
+  * the unoptimised pair (`compile_function(f, (i,), optimize_code=False)`)
+    with both,
+  * the value of the generated forward, and the writes it makes into its
+    arguments, with the original function's,
+
+and classifies the program as pass / wrong / refused (TransformError, or a
+NotImplementedError with a message) / crashed (any other exception from
+s2sgrad) / timeout, or nonsmooth when every draw of inputs sat next to a branch
+or kink (finite differences at two step sizes disagree there).
+
+The same --seed gives the same programs whatever --jobs is: program `index` is
+generated from random.Random(f"{seed}:{index}:{attempt}"). The last line printed
+is always
+
+    FUZZ programs=N pass=P wrong=W refused=R crashed=C timeout=T
+"""
+from __future__ import annotations
+
+import os
+
+# Before NumPy and s2sgrad load: no disk cache (the user's ~/.cache stays
+# untouched), one BLAS thread (the arrays are tiny, threads only cost).
+os.environ["S2SGRAD_CACHE"] = "0"
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import ast  # noqa: E402
+import collections  # noqa: E402
+import importlib.util  # noqa: E402
+import itertools  # noqa: E402
+import multiprocessing  # noqa: E402
+import random  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import warnings  # noqa: E402
+from multiprocessing.connection import wait as mp_wait  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_HERE)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import s2sgrad  # noqa: E402
+from s2sgrad.compiler import compile_function  # noqa: E402
+
+# --------------------------------------------------------------------------------------
+# The construct table: name -> weight. 0 switches a construct off.
+# --------------------------------------------------------------------------------------
+FEATURES = {
+    # expressions
+    "unary": 3.0,            # sin cos tanh exp(tanh) log(1+e**2) sqrt(1+e**2)
+    "binop": 4.0,            # + - * (same shape, or broadcasting a scalar / a row)
+    "div": 0.5,              # a / (1 + b**2)
+    "pow": 0.5,              # e ** 2, e ** 3
+    "maximum": 0.8,          # np.maximum / np.minimum
+    "where": 0.8,            # np.where(c > t, a, b)
+    "ifexp": 0.7,            # a if c > t else b
+    "reduce": 2.0,           # np.sum / np.mean / .sum() to a scalar
+    "reduce_axis": 1.0,      # axis=, keepdims=True
+    "np_max": 0.3,           # np.max / np.min
+    "matmul": 1.0,           # M @ v, v @ M, v @ w
+    "theta_theta": 0.7,      # theta @ theta (a 0-d value) mixed with arrays
+    "index": 1.5,            # v[k], M[i, j], M[i], v[i] with a loop index
+    "slice": 1.0,            # v[1:], v[::-1], M[:, j]
+    "outer": 0.3,            # np.outer, v[:, None] * w
+    "concatenate": 0.2,      # np.concatenate([a, b])
+    "stack": 0.3,            # np.stack(list_var)
+    "builtin_minmax": 0.15,  # max(a, b) / min(a, b) on numbers
+    "apply": 0.8,            # s2sgrad.Function subclasses via .apply
+    "helper_call": 1.5,      # calls of user helpers (keyword arguments, defaults)
+    "list_index": 0.5,       # L[k] of a local list
+    "global_const": 0.6,     # module globals (floats and small arrays)
+    "loop_index_value": 0.4,  # 0.25 * i
+    # statements
+    "assign": 5.0,
+    "reassign": 2.0,
+    "rebind_param": 0.7,     # x = x * 2, a = a[::-1], x = np.tanh(x)
+    "aug_array": 1.5,        # v += e, v -= e, v *= e on local arrays
+    "aug_param": 0.3,        # x += e into an argument array
+    "aug_scalar": 1.0,       # acc += e
+    "elem_aug": 1.0,         # y[1] += e, M[0, 2] -= e
+    "subscript_write": 1.2,  # out = np.zeros(3); out[i] = e; out[1:] = e
+    "fancy_write": 0.4,      # y[[0, 0, 1]] = e (repeated indices), y[[0, 2]] += e
+    "add_at": 0.3,           # np.add.at(y, [0, 0, 2], e)
+    "if": 1.5,               # if / elif / else on data
+    "walrus": 0.4,           # if (w := e) > t:
+    "for_range": 1.5,
+    "for_list_literal": 0.6,  # for t in [x, x * 2, np.sin(x)]
+    "for_list_var": 1.5,     # for t in L / reversed(L) / enumerate(L) / zip(L1, L2)
+    "for_array": 0.4,        # for row in M / for e in v
+    "list_build": 0.9,       # L = [a, b, c], P = (a, b)
+    "nested_list": 0.4,      # for W, b in [(x, y), (x * 2, y)] / PL = [(a, b), (c, d)]
+    "list_append": 0.6,      # L = []; L.append(e)
+    "tuple_unpack": 0.4,     # a, b = P
+    "while": 0.7,            # counters, data-dependent exits
+    "break": 0.5,            # inside loops, on data
+    "continue": 0.4,
+    "return_in_loop": 0.3,
+    "early_return": 0.5,     # if c > t: return e
+    "multi_output_apply": 0.3,  # p, q = SinCos.apply(e)
+    # helpers and signatures
+    "helper": 1.0,           # how many helper functions a program defines
+    "helper_default": 0.6,   # def h(u, k=0.5)
+    "kwonly_helper": 0.3,    # def h(u, *, scale=1.0)
+    "kwonly_entry": 0.3,     # def f(x, *, s=0.5)
+    "tuple_param_helper": 0.5,   # def h(p): a, b = p; return a * b
+    "multi_return_helper": 0.5,  # def h(u, v): return a, b
+    "list_param_helper": 0.4,    # def h(ts): for t in ts: ...
+    "list_return_helper": 0.3,   # def h(u): return [np.sin(u), u * 2]
+}
+
+SHAPES = [(3,), (4,), (2, 3), ()]
+ARG_KINDS = [("v3", 3.0), ("m23", 1.5), ("v4", 1.5), ("float", 1.5), ("0d", 1.0)]
+KIND_SHAPE = {"v3": (3,), "v4": (4,), "m23": (2, 3), "float": (), "0d": ()}
+GLOBAL_ARRAYS = {(2,): "G2", (3,): "G3", (4,): "G4", (2, 3): "G23"}
+GLOBALS_SRC = """\
+C1 = 0.7
+C2 = -0.4
+G2 = np.array([0.4, -0.7])
+G3 = np.array([0.3, -0.2, 0.5])
+G4 = np.array([0.1, 0.6, -0.3, 0.2])
+G23 = np.array([[0.2, -0.5, 0.3], [0.6, 0.1, -0.4]])
+"""
+
+CLASSES = {
+    "Cube": '''\
+class Cube(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        return 3.0 * x ** 2 * g
+''',
+    "Softplus": '''\
+class Softplus(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return np.log(1.0 + np.exp(x))
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        return g / (1.0 + np.exp(-x))
+''',
+    "ScaleBy": '''\
+class ScaleBy(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def vjp(ctx, g):
+        return g * ctx.k, None
+''',
+    "Mul": '''\
+class Mul(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def vjp(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = gb = None
+        if ctx.needs_input_grad[0]:
+            ga = g * b
+        if ctx.needs_input_grad[1]:
+            gb = g * a
+        return ga, gb
+''',
+    "SinCos": '''\
+class SinCos(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return np.sin(x), np.cos(x)
+
+    @staticmethod
+    def vjp(ctx, gs, gc):
+        x, = ctx.saved_tensors
+        return gs * np.cos(x) - gc * np.sin(x)
+''',
+}
+
+UNARY = ["np.sin({})", "np.cos({})", "np.tanh({})", "np.exp(np.tanh({}))",
+         "np.log(1.0 + {} ** 2)", "np.sqrt(1.0 + {} ** 2)"]
+THRESHOLDS = [-0.4137, -0.1291, 0.0731, 0.2213, 0.5173, 1.1093]
+CONSTS = ["0.5", "0.3", "-0.7", "1.5", "0.25", "-1.2", "2.0"]
+
+
+class GeneratorGiveUp(Exception):
+    """The generator could not build what it was asked for; start again."""
+
+
+def _fresh_value(node: ast.AST) -> bool:
+    """Whether an expression certainly gives a new array (never a view or another name)."""
+    if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Constant)):
+        return True
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            isinstance(node.func.value, ast.Name) and node.func.value.id == "np":
+        return True
+    return False
+
+
+def _alias_names(node: ast.AST) -> set:
+    """Names whose arrays the value of `node` may share memory with."""
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, (ast.Subscript, ast.Attribute, ast.Starred)):
+        return _alias_names(node.value)
+    if isinstance(node, ast.IfExp):
+        return _alias_names(node.body) | _alias_names(node.orelse)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return set().union(*[_alias_names(e) for e in node.elts]) if node.elts else set()
+    if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Attribute) and
+                                           isinstance(node.func.value, ast.Name) and
+                                           node.func.value.id == "np"):
+        out = set()
+        for a in list(node.args) + [k.value for k in node.keywords]:
+            out |= _alias_names(a)
+        return out
+    if isinstance(node, ast.NamedExpr):
+        return _alias_names(node.value)
+    return set()
+
+
+class Var:
+    def __init__(self, name, shape, owned, param=False):
+        self.name, self.shape, self.owned, self.param = name, shape, owned, param
+
+
+class ListVar:
+    def __init__(self, name, elems, mutable, scope):
+        # elems: the shapes of the items, in order
+        self.name, self.elems, self.mutable, self.scope = name, list(elems), mutable, scope
+
+
+class Helper:
+    def __init__(self, name, kind, params, ret, default=None, kwonly=None, list_len=0):
+        self.name, self.kind, self.params, self.ret = name, kind, params, ret
+        self.default, self.kwonly, self.list_len = default, kwonly, list_len
+
+
+class ProgramGenerator:
+    """Random programs over a small typed environment (every shape is known)."""
+
+    MAX_DEPTH = 3
+
+    def __init__(self, rng: random.Random, weights: dict):
+        self.rng = rng
+        self.w = weights
+        self.used = collections.Counter()
+        self.names = itertools.count()
+        self.helpers = []
+        self.classes = set()
+        self.scopes = []
+        self.ints = []          # [(name, bound)] visible loop indices
+        self.loop_depth = 0
+        self.nest = 0
+        self.ret = ()           # what `return` must give in the function being written
+        self.lines = []
+        self.indent = 1
+        self.stmt_budget = 0
+
+    # ---- small utilities --------------------------------------------------------------
+    def on(self, feat):
+        return self.w.get(feat, 0) > 0
+
+    def choose(self, options):
+        """options: [(feature or None, weight, thunk)]; picks one enabled, runs it."""
+        opts = [(f, w * (self.w.get(f, 0) if f else 1.0), fn) for f, w, fn in options]
+        opts = [o for o in opts if o[1] > 0]
+        if not opts:
+            raise GeneratorGiveUp("no option")
+        total = sum(o[1] for o in opts)
+        r = self.rng.random() * total
+        chosen = opts[-1]
+        for option in opts:
+            r -= option[1]
+            if r <= 0:
+                chosen = option
+                break
+        if chosen[0]:
+            self.used[chosen[0]] += 1
+        return chosen[2]()
+
+    def fresh(self, stem="v"):
+        return f"{stem}{next(self.names)}"
+
+    def emit(self, line):
+        self.lines.append("    " * self.indent + line)
+
+    def thr(self):
+        return repr(self.rng.choice(THRESHOLDS))
+
+    def const(self):
+        return self.rng.choice(CONSTS)
+
+    def visible(self):
+        out = {}
+        for scope in self.scopes:
+            for name, v in scope.items():
+                out[name] = v
+        return out
+
+    def vars_of(self, shape):
+        return [v for v in self.visible().values() if isinstance(v, Var) and v.shape == shape]
+
+    def lists(self):
+        return [v for v in self.visible().values() if isinstance(v, ListVar)]
+
+    def declare(self, v):
+        # a name declared again in an inner scope shadows nothing: names are unique
+        self.scopes[-1][v.name] = v
+
+    def lookup(self, name):
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def note_assignment(self, value_src):
+        """Arrays the new value may share memory with can no longer be written into."""
+        try:
+            node = ast.parse(value_src, mode="eval").body
+        except SyntaxError:  # pragma: no cover - the generator writes valid code
+            raise GeneratorGiveUp("bad expression") from None
+        for name in _alias_names(node):
+            v = self.lookup(name)
+            if isinstance(v, Var):
+                v.owned = False
+        return _fresh_value(node)
+
+    def shape_pool(self):
+        """Shapes to give new values: mostly those of the arguments."""
+        shapes = [v.shape for v in self.visible().values() if isinstance(v, Var)]
+        return shapes + [self.rng.choice(SHAPES)]
+
+    # ---- expressions ------------------------------------------------------------------
+    def expr(self, shape, d=0):
+        shape = tuple(shape)
+        if d >= self.MAX_DEPTH or self.rng.random() < 0.22 + 0.2 * d:
+            return self.leaf(shape)
+        sub = d + 1
+        E = self.expr
+        opts = [
+            ("unary", 1.0, lambda: self.rng.choice(UNARY).format(E(shape, sub))),
+            ("binop", 1.0, lambda: self.binop(shape, sub)),
+            ("div", 1.0, lambda: f"{E(shape, sub)} / (1.0 + {E(shape, sub)} ** 2)"),
+            ("pow", 1.0, lambda: f"np.tanh({E(shape, sub)}) ** {self.rng.choice([2, 3])}"),
+            ("maximum", 1.0, lambda: f"np.{self.rng.choice(['maximum', 'minimum'])}("
+                                     f"{E(shape, sub)}, "
+                                     f"{E(self.rng.choice([shape, ()]), sub)})"),
+            ("where", 1.0, lambda: f"np.where({E(shape, sub)} > {self.thr()}, "
+                                   f"{E(shape, sub)}, {E(shape, sub)})"),
+            ("ifexp", 1.0, lambda: f"({E(shape, sub)} if {self.cond(sub)} else "
+                                   f"{E(shape, sub)})"),
+            ("apply", 1.0, lambda: self.apply_expr(shape, sub)),
+            ("helper_call", 1.0, lambda: self.helper_call(shape, sub)),
+        ]
+        if shape == ():
+            opts += [
+                ("reduce", 2.0, lambda: self.reduce_to_scalar(sub)),
+                ("np_max", 1.0, lambda: f"np.{self.rng.choice(['max', 'min'])}("
+                                        f"{E(self.rng.choice(SHAPES[:3]), sub)})"),
+                ("matmul", 1.0, lambda: self.vecvec(sub)),
+                ("theta_theta", 1.0, lambda: self.theta_theta()),
+                ("index", 1.0, lambda: self.index_scalar(sub)),
+                ("builtin_minmax", 1.0, lambda: f"{self.rng.choice(['max', 'min'])}("
+                                                f"{E((), sub)}, {E((), sub)})"),
+            ]
+        else:
+            opts += [("theta_theta", 0.6, lambda: f"{E(shape, sub)} * "
+                                                   f"np.log(1.0 + np.exp("
+                                                   f"np.tanh({self.theta_theta()})))")]
+        if shape == (3,):
+            opts += [
+                ("slice", 1.0, lambda: self.rng.choice(
+                    [f"{self.paren(E((4,), sub))}[1:]", f"{self.paren(E((4,), sub))}[:3]",
+                     f"{self.paren(E((3,), sub))}[::-1]"])),
+                ("index", 1.0, lambda: f"{self.paren(E((2, 3), sub))}"
+                                       f"[{self.rng.choice(['0', '1', '-1'])}]"),
+                ("reduce_axis", 1.0, lambda: f"np.{self.rng.choice(['sum', 'mean'])}("
+                                             f"{E((2, 3), sub)}, axis=0)"),
+                ("matmul", 1.0, lambda: f"{self.paren(E((2,), sub))} @ "
+                                        f"{self.paren(E((2, 3), sub))}"),
+                ("concatenate", 1.0, lambda: f"np.concatenate([{E((2,), sub)}, "
+                                             f"{self.paren(E((3,), sub))}[:1]])"),
+            ]
+        if shape == (2,):
+            opts += [
+                ("slice", 1.0, lambda: self.rng.choice(
+                    [f"{self.paren(E((3,), sub))}[1:]", f"{self.paren(E((3,), sub))}[:2]",
+                     f"{self.paren(E((4,), sub))}[::2]", f"{self.paren(E((2, 3), sub))}"
+                                                         f"[:, {self.rng.randrange(3)}]"])),
+                ("reduce_axis", 1.0, lambda: f"np.{self.rng.choice(['sum', 'mean'])}("
+                                             f"{E((2, 3), sub)}, axis=1)"),
+                ("matmul", 1.0, lambda: f"{self.paren(E((2, 3), sub))} @ "
+                                        f"{self.paren(E((3,), sub))}"),
+            ]
+        if shape == (4,):
+            opts += [
+                ("concatenate", 1.0, lambda: f"np.concatenate([{E((3,), sub)}, "
+                                             f"{self.paren(E((2,), sub))}[:1]])"),
+                ("slice", 1.0, lambda: f"{self.paren(E((4,), sub))}[::-1]"),
+            ]
+        if shape == (2, 3):
+            opts += [
+                ("outer", 1.0, lambda: self.rng.choice(
+                    [f"np.outer({E((2,), sub)}, {E((3,), sub)})",
+                     f"{self.paren(E((2,), sub))}[:, None] * {self.paren(E((3,), sub))}"])),
+                ("reduce_axis", 1.0, lambda: f"{self.paren(E((2, 3), sub))} "
+                                             f"{self.rng.choice(['*', '-'])} np."
+                                             f"{self.rng.choice(['sum', 'mean'])}("
+                                             f"{E((2, 3), sub)}, axis="
+                                             f"{self.rng.choice([0, 1])}, keepdims=True)"),
+                ("slice", 1.0, lambda: f"{self.paren(E((2, 3), sub))}"
+                                       f"{self.rng.choice(['[::-1]', '[:, ::-1]'])}"),
+            ]
+        if len(shape) == 1:
+            opts += [("reduce_axis", 0.7, lambda: f"{self.paren(E(shape, sub))} - np.mean("
+                                                  f"{E(shape, sub)}, keepdims=True)")]
+        if shape != () and self.stackable(shape):
+            opts += [("stack", 1.0, lambda: self.stack_expr(shape))]
+        return self.choose(opts)
+
+    @staticmethod
+    def paren(src):
+        if re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", src):
+            return src
+        return f"({src})"
+
+    def binop(self, shape, d):
+        op = self.rng.choice(["+", "-", "*", "*"])
+        a = self.expr(shape, d)
+        other = [shape, shape, ()]
+        if shape == (2, 3):
+            other.append((3,))
+        b = self.expr(self.rng.choice(other), d)
+        if self.rng.random() < 0.5:
+            a, b = b, a
+        if self.rng.random() < 0.3:
+            return f"{self.const()} * {self.paren(a)} {op} {self.paren(b)}"
+        return f"{self.paren(a)} {op} {self.paren(b)}"
+
+    def cond(self, d=1):
+        return f"{self.paren(self.scalar_for_cond(d))} > {self.thr()}"
+
+    def scalar_for_cond(self, d=1):
+        """A scalar that depends on some variable (a test on constants decides nothing)."""
+        vs = [v for v in self.visible().values() if isinstance(v, Var)]
+        if vs and self.rng.random() < 0.6:
+            v = self.rng.choice(vs)
+            e = self.expr(v.shape, 2)
+            if v.shape == ():
+                return f"{v.name} * {self.paren(e)}" if self.rng.random() < 0.5 else v.name
+            return self.rng.choice([f"np.sum({v.name})", f"np.sum({v.name} * {self.paren(e)})",
+                                    f"np.mean(np.tanh({v.name}))"])
+        if self.rng.random() < 0.5:
+            return self.expr((), max(d, 1))
+        shape = self.rng.choice(SHAPES)
+        if shape == ():
+            return self.expr((), max(d, 1))
+        return f"np.sum({self.expr(shape, max(d, 1))})"
+
+    def reduce_to_scalar(self, d):
+        shape = self.rng.choice(SHAPES[:3])
+        e = self.expr(shape, d)
+        return self.rng.choice([f"np.sum({e})", f"np.mean({e})", f"{self.paren(e)}.sum()",
+                                f"np.sum({e}, axis={'(0, 1)' if len(shape) == 2 else '0'})"
+                                if self.on("reduce_axis") else f"np.sum({e})"])
+
+    def vecvec(self, d):
+        shape = self.rng.choice([(2,), (3,), (4,)])
+        return f"{self.paren(self.expr(shape, d))} @ {self.paren(self.expr(shape, d))}"
+
+    def theta_theta(self):
+        vs = [v for v in self.visible().values() if isinstance(v, Var) and len(v.shape) == 1]
+        if not vs:
+            return "(G3 @ G3)"
+        v = self.rng.choice(vs)
+        self.used["theta_theta"] += 1
+        return f"({v.name} @ {v.name})"
+
+    def index_scalar(self, d):
+        shape = self.rng.choice([(2,), (3,), (4,), (2, 3)])
+        if shape == (2, 3):
+            i = self.index_for(2)
+            return f"{self.paren(self.expr(shape, d))}[{i}, {self.rng.randrange(3)}]"
+        return f"{self.paren(self.expr(shape, d))}[{self.index_for(shape[0])}]"
+
+    def index_for(self, n):
+        """An index into a length-n axis: a constant, or a loop index in range."""
+        ints = [name for name, bound in self.ints if bound <= n]
+        if ints and self.rng.random() < 0.6:
+            return self.rng.choice(ints)
+        return str(self.rng.choice(list(range(n)) + [-1]))
+
+    def stackable(self, shape):
+        return any(set(L.elems) == {shape} and len(L.elems) > 0 for L in self.lists())
+
+    def stack_expr(self, shape):
+        Ls = [L for L in self.lists() if set(L.elems) == {shape} and len(L.elems) > 0]
+        L = self.rng.choice(Ls)
+        return f"np.{self.rng.choice(['sum', 'mean'])}(np.stack({L.name}), axis=0)"
+
+    def apply_expr(self, shape, d):
+        def cube():
+            self.classes.add("Cube")
+            return f"Cube.apply(np.tanh({self.expr(shape, d)}))"
+
+        def softplus():
+            self.classes.add("Softplus")
+            return f"Softplus.apply({self.expr(shape, d)})"
+
+        def scale():
+            self.classes.add("ScaleBy")
+            return f"ScaleBy.apply({self.expr(shape, d)}, {self.const()})"
+
+        def mul():
+            self.classes.add("Mul")
+            return f"Mul.apply({self.expr(shape, d)}, {self.expr(shape, d)})"
+
+        def sincos():
+            self.classes.add("SinCos")
+            return f"SinCos.apply({self.expr(shape, d)})[{self.rng.randrange(2)}]"
+        return self.choose([(None, 1.0, cube), (None, 1.0, softplus), (None, 1.0, scale),
+                            (None, 1.0, mul), ("multi_output_apply", 1.0, sincos)])
+
+    def call_args(self, h, d):
+        args = [self.expr(s, d) for _, s in h.params]
+        if h.kind == "tuple_param":
+            args = [f"({', '.join(args)})"]
+        elif h.kind == "list_param":
+            args = [f"[{', '.join(self.expr(h.params[0][1], d) for _ in range(h.list_len))}]"]
+        if h.default is not None:
+            r = self.rng.random()
+            if r < 0.4:
+                args.append(f"{h.default}={self.expr((), d)}")
+            elif r < 0.6:
+                args.append(self.expr((), d))
+        if h.kwonly is not None and self.rng.random() < 0.6:
+            args.append(f"{h.kwonly}={self.expr((), d)}")
+        return ", ".join(args)
+
+    def helper_call(self, shape, d):
+        hs = [h for h in self.helpers if h.ret == shape and h.kind in
+              ("plain", "tuple_param", "list_param")]
+        if not hs:
+            return self.leaf(shape)
+        h = self.rng.choice(hs)
+        return f"{h.name}({self.call_args(h, d)})"
+
+    def leaf(self, shape):
+        shape = tuple(shape)
+        opts = []
+        for v in self.vars_of(shape):
+            opts.append((None, 4.0 if v.param else 3.0, lambda v=v: v.name))
+        for L in self.lists():
+            for k, s in enumerate(L.elems):
+                if s == shape:
+                    opts.append(("list_index", 1.5, lambda L=L, k=k: f"{L.name}[{k}]"))
+        if shape == ():
+            opts.append((None, 0.6, self.const))
+            opts.append(("global_const", 1.0, lambda: self.rng.choice(["C1", "C2"])))
+            if self.ints:
+                opts.append(("loop_index_value", 1.0,
+                             lambda: f"0.25 * {self.rng.choice(self.ints)[0]}"))
+        else:
+            opts.append(("global_const", 0.5, lambda: GLOBAL_ARRAYS[shape]))
+        if not self.vars_of(shape) or self.rng.random() < 0.15:
+            opts.append((None, 6.0, lambda: self.bridge(shape)))
+        return self.choose(opts)
+
+    def bridge(self, shape):
+        """A value of `shape` made from a variable of another shape."""
+        vs = [v for v in self.visible().values() if isinstance(v, Var)]
+        if not vs:
+            return GLOBAL_ARRAYS.get(shape, "C1")
+        v = self.rng.choice(vs)
+        n, s = v.name, v.shape
+        cands = []
+        if shape == ():
+            if s == ():
+                cands += [f"np.sin({n})", f"{n} * {n}"]
+            else:
+                cands += [f"np.sum({n})", f"np.mean({n})"]
+                if len(s) == 1:
+                    cands += [f"{n}[{self.index_for(s[0])}]", f"({n} @ {n})"]
+                else:
+                    cands += [f"{n}[{self.index_for(2)}, {self.rng.randrange(3)}]"]
+        else:
+            g = GLOBAL_ARRAYS[shape]
+            if s == ():
+                cands += [f"{n} * {g}", f"np.tanh({g} + {n})"]
+            if shape == (3,):
+                cands += {(4,): [f"{n}[1:]", f"{n}[:3]"], (2, 3): [f"{n}[{self.index_for(2)}]",
+                                                                  f"np.sum({n}, axis=0)"],
+                          (2,): [f"{n} @ G23"], (3,): [f"{n}[::-1]"]}.get(s, [])
+            if shape == (2,):
+                cands += {(3,): [f"{n}[:2]", f"{n}[1:]", f"G23 @ {n}"], (4,): [f"{n}[::2]"],
+                          (2, 3): [f"{n}[:, {self.rng.randrange(3)}]", f"{n} @ G3",
+                                   f"np.sum({n}, axis=1)"]}.get(s, [])
+            if shape == (4,):
+                cands += {(3,): [f"np.tanh({n} @ G3 + G4)"], (2,): [f"np.tanh(G4 * ({n} @ G2))"],
+                          (2, 3): [f"G4 * np.sum({n})"]}.get(s, [])
+            if shape == (2, 3):
+                cands += {(3,): [f"G23 * {n}"], (2,): [f"np.outer({n}, G3)"],
+                          (4,): [f"G23 * np.sum({n})"]}.get(s, [])
+        if not cands:
+            return GLOBAL_ARRAYS.get(shape, "C1")
+        return self.rng.choice(cands)
+
+    # ---- statements -------------------------------------------------------------------
+    def block(self, n):
+        for _ in range(n):
+            if self.stmt_budget <= 0:
+                return
+            self.stmt_budget -= 1
+            self.statement()
+
+    def statement(self):
+        nested_ok = self.nest < 2
+        local_arrays = [v for v in self.visible().values()
+                        if isinstance(v, Var) and v.shape != () and v.owned and not v.param]
+        param_arrays = [v for v in self.visible().values()
+                        if isinstance(v, Var) and v.shape != () and v.owned and v.param]
+        scalars = [v for v in self.visible().values()
+                   if isinstance(v, Var) and v.shape == () and not v.param]
+        locals_ = [v for v in self.visible().values() if isinstance(v, Var) and not v.param]
+        params = [v for v in self.visible().values() if isinstance(v, Var) and v.param]
+        opts = [
+            ("assign", 1.0, self.s_assign),
+            ("reassign", 1.0 if locals_ else 0.0, lambda: self.s_reassign(locals_)),
+            ("rebind_param", 1.0 if params and not self.loop_depth else 0.0,
+             lambda: self.s_rebind(params)),
+            ("aug_array", 1.0 if local_arrays else 0.0, lambda: self.s_aug(local_arrays)),
+            ("aug_param", 1.0 if param_arrays else 0.0, lambda: self.s_aug(param_arrays)),
+            ("aug_scalar", 1.0 if scalars else 0.0, lambda: self.s_aug(scalars)),
+            ("elem_aug", 1.0 if local_arrays else 0.0, lambda: self.s_elem_aug(local_arrays)),
+            ("subscript_write", 1.0, lambda: self.s_subscript_write(local_arrays)),
+            ("fancy_write", 1.0, lambda: self.s_fancy_write(local_arrays)),
+            ("add_at", 1.0, lambda: self.s_add_at(local_arrays)),
+            ("if", 1.0 if nested_ok else 0.0, self.s_if),
+            ("walrus", 1.0 if nested_ok else 0.0, self.s_walrus),
+            ("for_range", 1.0 if nested_ok else 0.0, self.s_for_range),
+            ("for_list_literal", 1.0 if nested_ok else 0.0, self.s_for_list_literal),
+            ("for_list_var", 1.0 if nested_ok and self.lists() else 0.0, self.s_for_list_var),
+            ("for_array", 1.0 if nested_ok else 0.0, self.s_for_array),
+            ("list_build", 1.0, self.s_list_build),
+            ("nested_list", 1.0 if nested_ok else 0.0, self.s_nested_list),
+            ("list_append", 1.0 if nested_ok else 0.0, self.s_list_append),
+            ("tuple_unpack", 1.0, self.s_tuple_unpack),
+            ("while", 1.0 if nested_ok else 0.0, self.s_while),
+            ("early_return", 1.0 if not self.loop_depth else 0.0, self.s_early_return),
+            ("multi_output_apply", 1.0, self.s_sincos),
+            ("multi_return_helper", 1.0 if any(h.kind == "multi_return" for h in self.helpers)
+             else 0.0, self.s_multi_call),
+            ("list_return_helper", 1.0 if any(h.kind == "list_return" for h in self.helpers)
+             else 0.0, self.s_list_call),
+        ]
+        if self.loop_depth:
+            opts += [("break", 1.0, lambda: self.s_loop_exit("break")),
+                     ("continue", 1.0, lambda: self.s_loop_exit("continue")),
+                     ("return_in_loop", 1.0, lambda: self.s_loop_exit("return"))]
+        self.choose(opts)
+
+    def new_var(self, shape, value, stem="v"):
+        name = self.fresh(stem)
+        fresh = self.note_assignment(value)
+        self.emit(f"{name} = {value}")
+        self.declare(Var(name, shape, fresh))
+        return name
+
+    def s_assign(self):
+        shape = self.rng.choice(self.shape_pool())
+        self.new_var(shape, self.expr(shape, 0))
+
+    def loop_update(self, v):
+        """An update of a variable that stays bounded when repeated."""
+        e = self.expr(v.shape, 1)
+        return self.rng.choice([f"0.5 * {v.name} + 0.5 * np.tanh({e})",
+                                f"{v.name} + 0.3 * np.tanh({e})",
+                                f"np.tanh({v.name} * {self.const()} + {self.paren(e)})"])
+
+    def s_reassign(self, locals_):
+        v = self.rng.choice(locals_)
+        value = self.loop_update(v) if self.loop_depth else self.expr(v.shape, 0)
+        fresh = self.note_assignment(value)
+        self.emit(f"{v.name} = {value}")
+        v.owned = v.owned and fresh if self.nest else fresh
+
+    def s_rebind(self, params):
+        v = self.rng.choice(params)
+        forms = [(f"{v.name} * 2.0", True), (f"np.tanh({v.name})", True),
+                 (f"{v.name} * {self.const()} + {self.paren(self.expr(v.shape, 1))}", True)]
+        if v.shape != ():
+            forms.append((f"{v.name}[::-1]", False))
+        value, fresh = self.rng.choice(forms)
+        self.emit(f"{v.name} = {value}")
+        v.owned = fresh
+
+    def s_aug(self, targets):
+        v = self.rng.choice(targets)
+        op = self.rng.choice(["+=", "-=", "*="])
+        shape = self.rng.choice([v.shape, ()])
+        e = self.expr(shape, 1)
+        if op == "*=":
+            e = f"(1.0 + 0.5 * np.tanh({e}))"
+        elif self.loop_depth:
+            e = f"0.3 * np.tanh({e})"
+        self.note_assignment(e)
+        self.emit(f"{v.name} {op} {e}")
+
+    def s_elem_aug(self, arrays):
+        v = self.rng.choice(arrays)
+        op = self.rng.choice(["+=", "-=", "+="])
+        if len(v.shape) == 1:
+            self.emit(f"{v.name}[{self.index_for(v.shape[0])}] {op} "
+                      f"{self.bounded(self.expr((), 1))}")
+        elif self.rng.random() < 0.5:
+            self.emit(f"{v.name}[{self.index_for(2)}, {self.rng.randrange(3)}] {op} "
+                      f"{self.bounded(self.expr((), 1))}")
+        else:
+            self.emit(f"{v.name}[{self.index_for(2)}] {op} {self.bounded(self.expr((3,), 1))}")
+
+    def bounded(self, e):
+        return f"0.3 * np.tanh({e})" if self.loop_depth else e
+
+    def s_subscript_write(self, arrays):
+        if arrays and self.rng.random() < 0.5:
+            v = self.rng.choice(arrays)
+        else:
+            shape = self.rng.choice([(3,), (4,), (2, 3), (3,)])
+            init = self.rng.choice([f"np.zeros({shape if len(shape) > 1 else shape[0]})",
+                                    f"np.ones({shape if len(shape) > 1 else shape[0]})",
+                                    f"{self.paren(self.expr(shape, 1))} * 1.0"])
+            v = self.lookup(self.new_var(shape, init, "out"))
+        for _ in range(self.rng.choice([1, 1, 2])):
+            self.write_into(v)
+
+    def write_into(self, v):
+        n = v.name
+        if len(v.shape) == 1:
+            L = v.shape[0]
+            forms = [(f"{n}[{self.index_for(L)}]", ()), (f"{n}[1:]", (L - 1,)),
+                     (f"{n}[:{L - 1}]", (L - 1,)), (f"{n}[::-1]", (L,))]
+            if L == 4:
+                forms += [(f"{n}[::2]", (2,)), (f"{n}[1:]", (3,))]
+            if L == 3:
+                forms += [(f"{n}[:2]", (2,))]
+        else:
+            forms = [(f"{n}[{self.index_for(2)}]", (3,)),
+                     (f"{n}[:, {self.rng.randrange(3)}]", (2,)),
+                     (f"{n}[{self.index_for(2)}, {self.rng.randrange(3)}]", ())]
+        target, shape = self.rng.choice(forms)
+        e = self.expr(shape, 1)
+        self.note_assignment(e)
+        self.emit(f"{target} = {e}")
+
+    def s_fancy_write(self, arrays):
+        vs = [v for v in arrays if v.shape in ((3,), (4,))]
+        if not vs:
+            vs = [self.lookup(self.new_var((3,), "np.zeros(3)", "out"))]
+        v = self.rng.choice(vs)
+        idx, shape = self.rng.choice([("[0, 0, 1]", (3,)), ("[2, 0, 2]", (3,)), ("[1, 1]", (2,)),
+                                      ("[0, 2]", (2,))])
+        op = self.rng.choice(["=", "=", "+="])
+        e = self.expr(shape, 1)
+        self.note_assignment(e)
+        self.emit(f"{v.name}[{idx}] {op} {e}")
+
+    def s_add_at(self, arrays):
+        vs = [v for v in arrays if v.shape in ((3,), (4,))]
+        if not vs:
+            vs = [self.lookup(self.new_var((3,), "np.zeros(3)", "out"))]
+        v = self.rng.choice(vs)
+        idx, shape = self.rng.choice([("[0, 0, 2]", (3,)), ("[1, 1]", (2,)), ("[2, 0, 1]", (3,))])
+        e = self.expr(shape, 1)
+        self.note_assignment(e)
+        self.emit(f"np.add.at({v.name}, {idx}, {e})")
+
+    def sub_block(self, n=None):
+        """An indented block in a new scope; it has at least one statement."""
+        self.indent += 1
+        self.nest += 1
+        self.scopes.append({})
+        start = len(self.lines)
+        self.stmt_budget += 1
+        self.block(n or self.rng.choice([1, 1, 2, 3]))
+        if len(self.lines) == start:
+            self.emit("pass")
+        self.scopes.pop()
+        self.nest -= 1
+        self.indent -= 1
+
+    def accumulator(self):
+        """A variable the next block updates: an existing local, or a new one."""
+        locals_ = [v for v in self.visible().values() if isinstance(v, Var) and not v.param]
+        if locals_ and self.rng.random() < 0.5:
+            return self.rng.choice(locals_)
+        shape = self.rng.choice(self.shape_pool())
+        init = "0.0" if shape == () else self.rng.choice(
+            [f"np.zeros({shape if len(shape) > 1 else shape[0]})",
+             f"{self.paren(self.expr(shape, 1))} * 1.0"])
+        name = self.new_var(shape, init, "acc")
+        return self.lookup(name)
+
+    def update(self, acc, using=None):
+        """acc = bounded update, mentioning `using` (a loop variable) when given."""
+        e = self.expr(acc.shape, 1)
+        if using is not None:
+            u = using
+            if using.shape != acc.shape and acc.shape != () and using.shape != ():
+                u = None
+            if u is not None:
+                if acc.shape == () and using.shape != ():
+                    e = f"np.sum({using.name} * {self.paren(e)})" if self.rng.random() < 0.5 \
+                        else f"np.sum({using.name}) * {self.paren(e)}"
+                else:
+                    e = f"{using.name} * {self.paren(e)}"
+            else:
+                e = f"np.sum({using.name}) * {self.paren(e)}"
+        form = self.rng.choice(["acc + 0.3 * np.tanh(E)", "0.5 * acc + 0.5 * np.tanh(E)",
+                                "acc += 0.3 * np.tanh(E)"])
+        if form.startswith("acc +="):
+            if acc.shape == () or acc.owned:
+                self.emit(f"{acc.name} += 0.3 * np.tanh({e})")
+                return
+            form = "acc + 0.3 * np.tanh(E)"
+        value = form.replace("acc", acc.name).replace("E", e, 1)
+        self.note_assignment(value)
+        self.emit(f"{acc.name} = {value}")
+
+    def loop_body(self, acc, loop_var=None, extra=()):
+        self.indent += 1
+        self.nest += 1
+        self.loop_depth += 1
+        self.scopes.append({})
+        for v in extra:
+            self.declare(v)
+        stmts = self.rng.choice([0, 1, 1, 2])
+        pos = self.rng.randrange(stmts + 1)
+        self.stmt_budget += 1
+        for k in range(stmts + 1):
+            if k == pos:
+                self.update(acc, loop_var)
+            elif self.stmt_budget > 0:
+                self.stmt_budget -= 1
+                self.statement()
+        self.scopes.pop()
+        self.loop_depth -= 1
+        self.nest -= 1
+        self.indent -= 1
+
+    def s_if(self):
+        acc = self.accumulator()
+        self.emit(f"if {self.cond()}:")
+        self.if_body(acc)
+        if self.rng.random() < 0.3 and self.on("if"):
+            self.emit(f"elif {self.cond()}:")
+            self.if_body(acc)
+        if self.rng.random() < 0.6:
+            self.emit("else:")
+            self.if_body(acc)
+
+    def if_body(self, acc):
+        self.indent += 1
+        self.nest += 1
+        self.scopes.append({})
+        self.stmt_budget += 1
+        self.update(acc)
+        self.block(self.rng.choice([0, 0, 1, 2]))
+        self.scopes.pop()
+        self.nest -= 1
+        self.indent -= 1
+
+    def s_walrus(self):
+        acc = self.accumulator()
+        w = self.fresh("w")
+        self.emit(f"if ({w} := {self.scalar_for_cond()}) > {self.thr()}:")
+        wv = Var(w, (), False)
+        self.indent += 1
+        self.scopes.append({})
+        self.declare(wv)
+        self.update(acc, wv)
+        self.scopes.pop()
+        self.indent -= 1
+        self.declare(wv)
+
+    def s_for_range(self):
+        acc = self.accumulator()
+        i = self.fresh("i")
+        n = self.rng.choice([2, 3, 3, 4])
+        start = self.rng.choice(["", "", "1, "]) if n > 2 else ""
+        self.emit(f"for {i} in range({start}{n}):")
+        self.ints.append((i, n))
+        self.loop_body(acc)
+        self.ints.pop()
+
+    def s_for_list_literal(self):
+        acc = self.accumulator()
+        shape = self.rng.choice(self.shape_pool())
+        items = [self.expr(shape, 1) for _ in range(self.rng.choice([2, 3]))]
+        t = self.fresh("t")
+        literal = f"[{', '.join(items)}]"
+        self.note_assignment(literal)
+        self.emit(f"for {t} in {literal}:")
+        self.loop_body(acc, Var(t, shape, False), [Var(t, shape, False)])
+
+    def s_for_list_var(self):
+        Ls = self.lists()
+        L = self.rng.choice(Ls)
+        acc = self.accumulator()
+        homogeneous = len(set(L.elems)) == 1 and len(L.elems) > 0
+        forms = ["plain", "enumerate"] + (["reversed"] if homogeneous else [])
+        others = [M for M in Ls if M is not L and len(set(M.elems)) == 1 and M.elems]
+        if homogeneous:
+            forms.append("zip")
+        form = self.rng.choice(forms)
+        if not homogeneous:
+            # items of different shapes: use them through a scalar
+            t = self.fresh("t")
+            self.emit(f"for {t} in {L.name}:")
+            self.loop_body(acc, None, [])
+            return
+        shape = L.elems[0]
+        t = self.fresh("t")
+        tv = Var(t, shape, False)
+        if form == "plain":
+            self.emit(f"for {t} in {L.name}:")
+            self.loop_body(acc, tv, [tv])
+        elif form == "reversed":
+            self.emit(f"for {t} in reversed({L.name}):")
+            self.loop_body(acc, tv, [tv])
+        elif form == "enumerate":
+            i = self.fresh("i")
+            self.emit(f"for {i}, {t} in enumerate({L.name}):")
+            self.ints.append((i, len(L.elems)))
+            self.loop_body(acc, tv, [tv])
+            self.ints.pop()
+        else:
+            u = self.fresh("u")
+            if others:
+                M = self.rng.choice(others)
+                other, ushape = M.name, M.elems[0]
+            else:
+                ushape = self.rng.choice(self.shape_pool())
+                items = [self.expr(ushape, 1) for _ in range(len(L.elems))]
+                other = f"[{', '.join(items)}]"
+                self.note_assignment(other)
+            uv = Var(u, ushape, False)
+            self.emit(f"for {t}, {u} in zip({L.name}, {other}):")
+            self.loop_body(acc, tv if self.rng.random() < 0.5 else uv, [tv, uv])
+
+    def s_for_array(self):
+        vs = [v for v in self.visible().values() if isinstance(v, Var) and v.shape != ()]
+        if not vs:
+            return self.s_assign()
+        v = self.rng.choice(vs)
+        acc = self.accumulator()
+        r = self.fresh("r")
+        rv = Var(r, v.shape[1:], False)
+        self.emit(f"for {r} in {v.name}:")
+        self.loop_body(acc, rv, [rv])
+
+    def s_list_build(self):
+        n = self.rng.choice([2, 3])
+        if self.rng.random() < 0.6:
+            shape = self.rng.choice(self.shape_pool())
+            shapes = [shape] * n
+        else:
+            shapes = [self.rng.choice(self.shape_pool()) for _ in range(n)]
+        items = [self.expr(s, 1) for s in shapes]
+        name = self.fresh("L" if self.rng.random() < 0.6 else "P")
+        mutable = name.startswith("L")
+        literal = f"[{', '.join(items)}]" if mutable else f"({', '.join(items)})"
+        self.note_assignment(literal)
+        self.emit(f"{name} = {literal}")
+        self.declare(ListVar(name, shapes, mutable, len(self.scopes)))
+
+    def s_nested_list(self):
+        """A list of pairs, iterated with unpacking (the layers of a small network)."""
+        s1 = self.rng.choice(self.shape_pool())
+        s2 = self.rng.choice([s1, ()])
+        pairs = [f"({self.expr(s1, 1)}, {self.expr(s2, 1)})"
+                 for _ in range(self.rng.choice([2, 3]))]
+        literal = f"[{', '.join(pairs)}]"
+        self.note_assignment(literal)
+        if self.rng.random() < 0.5:
+            name = self.fresh("PL")
+            self.emit(f"{name} = {literal}")
+            literal = name
+        acc = self.accumulator()
+        a, b = self.fresh("a"), self.fresh("b")
+        av, bv = Var(a, s1, False), Var(b, s2, False)
+        self.emit(f"for {a}, {b} in {literal}:")
+        self.loop_body(acc, self.rng.choice([av, bv]), [av, bv])
+
+    def s_list_append(self):
+        shape = self.rng.choice(self.shape_pool())
+        name = self.fresh("L")
+        self.emit(f"{name} = []")
+        if self.rng.random() < 0.6:
+            i = self.fresh("i")
+            n = self.rng.choice([2, 3])
+            self.emit(f"for {i} in range({n}):")
+            self.indent += 1
+            self.ints.append((i, n))
+            self.scopes.append({})
+            e = self.expr(shape, 1)
+            if self.rng.random() < 0.5:
+                e = f"{self.paren(e)} * (1.0 + 0.5 * {i})"
+            self.note_assignment(e)
+            self.emit(f"{name}.append({e})")
+            self.scopes.pop()
+            self.ints.pop()
+            self.indent -= 1
+        else:
+            n = self.rng.choice([1, 2])
+            for _ in range(n):
+                e = self.expr(shape, 1)
+                self.note_assignment(e)
+                self.emit(f"{name}.append({e})")
+        self.declare(ListVar(name, [shape] * n, True, len(self.scopes)))
+
+    def s_tuple_unpack(self):
+        Ls = [L for L in self.lists() if len(L.elems) in (2, 3)]
+        if Ls and self.rng.random() < 0.7:
+            L = self.rng.choice(Ls)
+            names = [self.fresh("e") for _ in L.elems]
+            self.emit(f"{', '.join(names)} = {L.name}")
+            for nm, s in zip(names, L.elems):
+                self.declare(Var(nm, s, False))
+            return
+        shapes = [self.rng.choice(self.shape_pool()) for _ in range(2)]
+        items = [self.expr(s, 1) for s in shapes]
+        names = [self.fresh("e") for _ in shapes]
+        value = ", ".join(items)
+        self.note_assignment(f"({value})")
+        self.emit(f"{', '.join(names)} = {value}")
+        for nm, s, it in zip(names, shapes, items):
+            self.declare(Var(nm, s, _fresh_value(ast.parse(it, mode="eval").body)))
+
+    def s_while(self):
+        acc = self.accumulator()
+        k = self.fresh("k")
+        limit = self.rng.choice([2, 3, 4])
+        self.emit(f"{k} = 0")
+        form = self.rng.choice(["count", "data_and", "data_break"])
+        if form == "count":
+            self.emit(f"while {k} < {limit}:")
+        elif form == "data_and":
+            self.emit(f"while {k} < {limit} and {self.cond()}:")
+        else:
+            self.emit(f"while {self.cond()}:")
+        self.indent += 1
+        self.emit(f"{k} += 1")
+        if form == "data_break":
+            self.emit(f"if {k} > {limit}:")
+            self.emit("    break")
+        self.indent -= 1
+        self.loop_body(acc)
+
+    def s_early_return(self):
+        self.emit(f"if {self.cond()}:")
+        self.indent += 1
+        self.emit(f"return {self.return_value(1)}")
+        self.indent -= 1
+
+    def s_loop_exit(self, kind):
+        self.emit(f"if {self.cond()}:")
+        self.indent += 1
+        if kind == "return":
+            self.emit(f"return {self.return_value(1)}")
+        else:
+            self.emit(kind)
+        self.indent -= 1
+
+    def return_value(self, d=0):
+        ret = self.ret
+        if isinstance(ret, tuple) and ret and isinstance(ret[0], tuple):
+            return ", ".join(self.expr(s, d) for s in ret)
+        if isinstance(ret, list):
+            return f"[{', '.join(self.expr(s, d) for s in ret)}]"
+        return self.expr(ret, d)
+
+    def s_sincos(self):
+        self.classes.add("SinCos")
+        shape = self.rng.choice(self.shape_pool())
+        p, q = self.fresh("p"), self.fresh("q")
+        self.emit(f"{p}, {q} = SinCos.apply({self.expr(shape, 1)})")
+        self.declare(Var(p, shape, False))
+        self.declare(Var(q, shape, False))
+
+    def s_multi_call(self):
+        h = self.rng.choice([h for h in self.helpers if h.kind == "multi_return"])
+        names = [self.fresh("r") for _ in h.ret]
+        self.emit(f"{', '.join(names)} = {h.name}({self.call_args(h, 1)})")
+        for nm, s in zip(names, h.ret):
+            self.declare(Var(nm, s, False))
+
+    def s_list_call(self):
+        h = self.rng.choice([h for h in self.helpers if h.kind == "list_return"])
+        name = self.fresh("L")
+        self.emit(f"{name} = {h.name}({self.call_args(h, 1)})")
+        self.declare(ListVar(name, h.ret, True, len(self.scopes)))
+
+    # ---- functions --------------------------------------------------------------------
+    def function(self, name, params, ret, n_stmts, kwonly=None, default=None, prelude=()):
+        """Write `def name(params): <n_stmts statements> return <ret>`."""
+        sig = [p for p, _ in params]
+        if default is not None:
+            sig.append(f"{default}={self.const()}")
+        if kwonly is not None:
+            sig += ["*", f"{kwonly}={self.const()}"]
+        self.lines.append(f"def {name}({', '.join(sig)}):")
+        self.indent = 1
+        self.scopes = [{}]
+        self.ints = []
+        self.ret = ret
+        for p, s in params:
+            self.declare(Var(p, s, True, param=True))
+        for extra in (default, kwonly):
+            if extra is not None:
+                self.declare(Var(extra, (), False, param=False))
+        for line in prelude:
+            self.emit(line[0])
+            if line[1] is not None:
+                self.declare(line[1])
+        self.stmt_budget = n_stmts
+        self.block(n_stmts)
+        self.final_return()
+        self.lines.append("")
+        self.lines.append("")
+
+    def final_return(self):
+        if self.ret != ():
+            self.emit(f"return {self.return_value(0)}")
+            return
+        terms = [self.expr((), 0)]
+        # every value computed reaches the result (through a bounded function)
+        cands = [v for v in self.visible().values() if isinstance(v, (Var, ListVar))
+                 and not (isinstance(v, Var) and v.param)]
+        self.rng.shuffle(cands)
+        for v in cands[:3]:
+            if isinstance(v, ListVar):
+                if v.elems:
+                    terms.append(f"{self.const()} * np.sum(np.tanh({v.name}[0]))")
+            else:
+                terms.append(f"{self.const()} * np.sum(np.tanh({v.name}))")
+        self.emit(f"return {' + '.join(terms)}")
+
+    def helper(self, k):
+        name = f"h{k}"
+        kinds = [("plain", 3.0), ("tuple_param_helper", 1.0), ("multi_return_helper", 1.0),
+                 ("list_param_helper", 1.0), ("list_return_helper", 1.0)]
+        kind = self.choose([(f if f != "plain" else None, w, lambda f=f: f) for f, w in kinds])
+        kind = kind.replace("_helper", "")
+        default = "k" if self.on("helper_default") and self.rng.random() < 0.5 else None
+        kwonly = "scale" if self.on("kwonly_helper") and self.rng.random() < 0.3 else None
+        if default:
+            self.used["helper_default"] += 1
+        if kwonly:
+            self.used["kwonly_helper"] += 1
+        n_stmts = self.rng.choice([0, 1, 2, 3])
+        shape = self.rng.choice(SHAPES)
+        if kind == "plain":
+            params = [("u", shape)]
+            if self.rng.random() < 0.5:
+                params.append(("w", self.rng.choice([shape, ()])))
+            ret = self.rng.choice([shape, ()])
+            h = Helper(name, kind, params, ret, default, kwonly)
+            self.function(name, params, ret, n_stmts, kwonly, default)
+        elif kind == "tuple_param":
+            s2 = self.rng.choice([shape, ()])
+            params = [("a", shape), ("b", s2)]
+            ret = self.rng.choice([shape, ()])
+            h = Helper(name, kind, params, ret, default, kwonly)
+            self.lines.append(f"def {name}(p{', ' + default + '=0.5' if default else ''}"
+                              f"{', *, ' + kwonly + '=1.0' if kwonly else ''}):")
+            self.indent = 1
+            self.scopes = [{}]
+            self.ints = []
+            self.ret = ret
+            self.emit("a, b = p")
+            self.declare(Var("a", shape, False, param=True))
+            self.declare(Var("b", s2, False, param=True))
+            for extra in (default, kwonly):
+                if extra is not None:
+                    self.declare(Var(extra, (), False))
+            self.stmt_budget = n_stmts
+            self.block(n_stmts)
+            self.final_return()
+            self.lines += ["", ""]
+        elif kind == "multi_return":
+            params = [("u", shape), ("w", self.rng.choice([shape, ()]))]
+            ret = (shape, self.rng.choice([shape, ()]))
+            h = Helper(name, kind, params, ret, default, kwonly)
+            self.function(name, params, ret, n_stmts, kwonly, default)
+        elif kind == "list_param":
+            n = self.rng.choice([2, 3])
+            ret = ()
+            h = Helper(name, kind, [("ts", shape)], ret, default, kwonly, list_len=n)
+            sig = ["ts"] + ([f"{default}=0.5"] if default else []) + \
+                  (["*", f"{kwonly}=1.0"] if kwonly else [])
+            self.lines.append(f"def {name}({', '.join(sig)}):")
+            self.indent = 1
+            self.scopes = [{}]
+            self.ints = []
+            self.ret = ret
+            self.declare(ListVar("ts", [shape] * n, False, 1))
+            for extra in (default, kwonly):
+                if extra is not None:
+                    self.declare(Var(extra, (), False))
+            self.emit("total = 0.0")
+            self.declare(Var("total", (), True))
+            t = Var("t", shape, False)
+            self.emit("for t in ts:")
+            self.loop_body(self.lookup("total"), t, [t])
+            self.stmt_budget = n_stmts
+            self.block(n_stmts)
+            self.final_return()
+            self.lines += ["", ""]
+        else:  # list_return
+            params = [("u", shape)]
+            ret = [shape, self.rng.choice(SHAPES)]
+            h = Helper(name, kind, params, ret, default, kwonly)
+            self.function(name, params, ret, n_stmts, kwonly, default)
+        self.helpers.append(h)
+
+    def program(self, header):
+        n_helpers = 0
+        if self.on("helper"):
+            n_helpers = self.rng.choice([0, 1, 1, 2, 2])
+        body_lines = []
+        if n_helpers:
+            self.used["helper"] += 1
+        for k in range(n_helpers):
+            self.lines = []
+            self.helper(k)
+            body_lines += self.lines
+        nargs = self.rng.choice([1, 2, 2, 3])
+        kinds = [self.rng.choices([k for k, _ in ARG_KINDS], [w for _, w in ARG_KINDS])[0]
+                 for _ in range(nargs)]
+        names = ["x", "y", "z"][:nargs]
+        params = [(n, KIND_SHAPE[k]) for n, k in zip(names, kinds)]
+        kwonly = "s" if self.on("kwonly_entry") and self.rng.random() < 0.25 else None
+        if kwonly:
+            self.used["kwonly_entry"] += 1
+        self.lines = []
+        self.function("f", params, (), self.rng.choice([2, 3, 4, 5, 6]), kwonly=kwonly)
+        body_lines += self.lines
+        classes = [CLASSES[c] for c in CLASSES if c in self.classes]
+        src = header + "import numpy as np\n\nimport s2sgrad\n\n" + GLOBALS_SRC + "\n\n" + \
+            "\n\n".join(classes) + ("\n\n" if classes else "") + "\n".join(body_lines)
+        return src.rstrip() + "\n", kinds
+
+
+def generate(seed, index, attempt, weights):
+    rng = random.Random(f"{seed}:{index}:{attempt}")
+    for _ in range(20):
+        gen = ProgramGenerator(rng, weights)
+        try:
+            src, kinds = gen.program(f"# s2sgrad fuzz program: seed={seed} index={index} "
+                                     f"attempt={attempt}\n")
+        except (GeneratorGiveUp, RecursionError):
+            continue
+        return src, kinds, sorted(gen.used)
+    raise GeneratorGiveUp("generator failed 20 times")
+
+
+def draw_inputs(kinds, seed, index, attempt, draw):
+    rng = np.random.default_rng([abs(hash_int(seed)), index, attempt, draw])
+    out = []
+    for k in kinds:
+        v = rng.uniform(-1.0, 1.0, KIND_SHAPE[k])
+        if k == "float":
+            out.append(float(v))
+        elif k == "0d":
+            out.append(np.array(float(v)))
+        else:
+            out.append(v)
+    return out
+
+
+def hash_int(seed):
+    return seed if isinstance(seed, int) else int.from_bytes(str(seed).encode()[:8], "little")
+
+
+def args_source(args):
+    parts = []
+    for a in args:
+        if isinstance(a, float):
+            parts.append(repr(a))
+        elif np.ndim(a) == 0:
+            parts.append(f"np.array({float(a)!r})")
+        else:
+            flat = ", ".join(repr(float(v)) for v in np.ravel(a))
+            parts.append(f"np.array([{flat}]).reshape({a.shape})")
+    return "[" + ", ".join(parts) + "]"
+
+
+# --------------------------------------------------------------------------------------
+# Evaluation: one program, one draw of inputs.
+# --------------------------------------------------------------------------------------
+RTOL, ATOL = 1e-5, 1e-6            # gradient vs finite differences
+OPT_RTOL, OPT_ATOL = 1e-8, 1e-10   # optimised vs unoptimised (the same mathematics)
+H1, H2 = 1e-6, 1e-5                # the two finite-difference steps
+
+
+def copies(args):
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def close(a, b, rtol=RTOL, atol=ATOL):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    if not (fa == fb).all() or not (a[~fa] == b[~fb]).all():
+        return False
+    if not fa.any():
+        return True
+    scale = max(float(np.max(np.abs(a[fa]))), float(np.max(np.abs(b[fb]))))
+    return float(np.max(np.abs(a[fa] - b[fb]))) <= atol + rtol * scale
+
+
+def finite_difference(fn, args, i, h):
+    def value(xi):
+        a = copies(args)
+        a[i] = xi
+        return float(fn(*a))
+    x = args[i]
+    if isinstance(x, float):
+        return (value(x + h) - value(x - h)) / (2 * h)
+    x = np.asarray(x, dtype=np.float64)
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[idx] += h
+        xm[idx] -= h
+        g[idx] = (value(xp) - value(xm)) / (2 * h)
+    return g
+
+
+def first_line(exc):
+    msg = str(exc).strip().splitlines()
+    return msg[0] if msg else ""
+
+
+def refusal_kind(exc):
+    """The first line of a refusal without its file:line:col, for the histogram."""
+    line = first_line(exc)
+    line = re.sub(r"^\S*?:\d+:\d+:\s*", "", line)
+    line = re.sub(r"^\S*?:\d+:\s*", "", line)
+    line = re.sub(r"^\S+\.py:\s*", "", line)
+    if "shares memory" in line:  # which two variables: the program's business
+        line = re.sub(r"'[A-Za-z_]\w*'", "'...'", line)
+    line = re.sub(r"'(v|acc|out|t|r|p|q|e|w|L|P|i|k|u)\d+'", r"'\1N'", line)
+    line = re.sub(r"\(line \d+\)", "(line N)", line)
+    return f"{type(exc).__name__}: {line}"
+
+
+def crash_info(exc):
+    tb = traceback.extract_tb(exc.__traceback__)
+    last = tb[-1] if tb else None
+    where = f"{os.path.basename(last.filename)}:{last.lineno} in {last.name}: {last.line}" \
+        if last else "?"
+    frame = "?"
+    for fr in reversed(tb):
+        if "s2sgrad" + os.sep in fr.filename or fr.filename.startswith("<s2sgrad"):
+            if fr.filename.startswith("<s2sgrad"):
+                frame = f"generated code ({fr.name})"
+            else:
+                rel = fr.filename.split("s2sgrad" + os.sep, 1)[-1].replace(os.sep, ".")
+                frame = f"{rel[:-3] if rel.endswith('.py') else rel}.{fr.name}"
+            break
+    return {"type": type(exc).__name__, "message": first_line(exc)[:300], "where": where,
+            "frame": frame}
+
+
+def classify_exception(exc):
+    if isinstance(exc, s2sgrad.TransformError):
+        return "refused", refusal_kind(exc)
+    if isinstance(exc, NotImplementedError) and first_line(exc):
+        return "refused", refusal_kind(exc)
+    return "crashed", crash_info(exc)
+
+
+def _seed_like(out):
+    if isinstance(out, np.ndarray):
+        return np.ones((), dtype=out.dtype if out.dtype.kind == "f" else np.float64)
+    return 1.0
+
+
+def plain_pair_grad(fn, args, i):
+    """The gradient from the unoptimised pair, called as s2sgrad.grad calls the optimised one."""
+    params = [p.name for p in __import__("inspect").signature(fn).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    scalars = ()
+    if type(args[i]) is float:
+        scalars = tuple(params[j] for j, a in enumerate(args) if type(a) in (float, int))
+    pair = compile_function(fn, (i,), optimize_code=False, scalars=scalars)
+    a = copies(args)
+    out, residuals = pair.forward(*a)
+    g = pair.adjoint(residuals, _seed_like(out))
+    if isinstance(args[i], float) and np.ndim(g) == 0:
+        g = float(g)
+    return out, g, a
+
+
+def fmt(v):
+    return np.array2string(np.asarray(v, dtype=np.float64), precision=7, separator=", ",
+                           suppress_small=False, max_line_width=200)
+
+
+def evaluate(fn, args, param_names, only=None):
+    """One draw: a list of per-argument records. `only=(i, labels)` checks argument i with
+    those variants alone (the reducer's shortcut)."""
+    base = copies(args)
+    value = fn(*base)              # the original function; `base` now holds its writes
+    records = []
+    for i in range(len(args)):
+        if only is not None and i != only[0]:
+            continue
+        rec = {"arg": i, "name": param_names[i], "shape": np.shape(args[i]), "problems": [],
+               "status": "pass"}
+        records.append(rec)
+        variants = {}
+        for label in ("optimised", "unoptimised") if only is None else only[1]:
+            if label == "unoptimised" and rec.get("exceptions", {}).get("optimised", ("",))[0] \
+                    == "refused":
+                continue  # refusals come before the optimiser: the same again, only slower
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    if label == "optimised":
+                        a = copies(args)
+                        out, g = s2sgrad.value_and_grad(fn, wrt=i)(*a)
+                    else:
+                        out, g, a = plain_pair_grad(fn, args, i)
+                variants[label] = (out, g, a)
+            except Exception as exc:  # noqa: BLE001 - everything s2sgrad raises is data
+                kind, info = classify_exception(exc)
+                rec.setdefault("exceptions", {})[label] = (kind, info)
+        exc_kinds = [k for k, _ in rec.get("exceptions", {}).values()]
+        if "crashed" in exc_kinds:
+            rec["status"] = "crashed"
+        elif "refused" in exc_kinds:
+            rec["status"] = "refused"
+        if len(variants) < 2 and "optimised" in variants and "crashed" not in exc_kinds:
+            pass  # only the unoptimised pair was refused: judged below on the optimised one
+        fd = None
+        for label, (out, g, a) in variants.items():
+            if not close(out, value, 1e-9, 1e-12):
+                rec["problems"].append(f"{label} forward value {fmt(out)} != original "
+                                       f"{fmt(value)}")
+            if np.shape(g) != np.shape(args[i]):
+                rec["problems"].append(f"{label} gradient has shape {np.shape(g)}, argument "
+                                       f"has {np.shape(args[i])}")
+            for j, (aj, bj) in enumerate(zip(a, base)):
+                if isinstance(bj, np.ndarray) and not close(aj, bj, 1e-9, 1e-12):
+                    rec["problems"].append(f"{label}: argument {j} after the call is "
+                                           f"{fmt(aj)}, the original function leaves "
+                                           f"{fmt(bj)}")
+        if variants:
+            fd = finite_difference(fn, args, i, H1)
+            rec["fd"] = fd
+            bad = {lab: not close(g, fd) for lab, (_, g, _) in variants.items()}
+            if any(bad.values()):
+                fd2 = finite_difference(fn, args, i, H2)
+                if not close(fd, fd2):
+                    rec["nonsmooth"] = True
+                else:
+                    for lab, b in bad.items():
+                        if b:
+                            rec["problems"].append(f"{lab} gradient disagrees with finite "
+                                                   f"differences")
+            for lab, (_, g, _) in variants.items():
+                rec[lab] = g
+            if len(variants) == 2 and not close(variants["optimised"][1],
+                                                variants["unoptimised"][1],
+                                                OPT_RTOL, OPT_ATOL):
+                rec["problems"].append("optimised and unoptimised gradients differ")
+        if rec["problems"]:
+            rec["status"] = "wrong"
+        elif rec.get("nonsmooth") and rec["status"] == "pass":
+            rec["status"] = "nonsmooth"
+    return records
+
+
+PRIORITY = ["wrong", "crashed", "refused", "nonsmooth", "pass"]
+
+
+def worst(statuses):
+    for s in PRIORITY:
+        if s in statuses:
+            return s
+    return "pass"
+
+
+# --------------------------------------------------------------------------------------
+# One program: generate, load, check plainly, evaluate on up to three draws.
+# --------------------------------------------------------------------------------------
+MUTATIONS = {
+    # rule -> (function, params, template): a gradient rule made 1% wrong on purpose
+    "tanh": (np.tanh, "x", {"x": "g * (1.0 - ans * ans) * 1.01"}),
+    "sin": (np.sin, "x", {"x": "g * np.cos(x) * 1.01"}),
+    "multiply": (np.multiply, "x, y", {"x": "g * y * 1.01", "y": "g * x"}),
+    "sum": (np.sum, "a, axis=None, dtype=None, out=None, keepdims=False",
+            {"a": "expand_reduced(g, a, axis=axis, keepdims=keepdims) * 1.01"}),
+}
+
+
+def apply_mutation(name):
+    """Register the wrong rule in place of the right one, everywhere the right one is used
+    (the Python operator `*` shares np.multiply's rule object)."""
+    from s2sgrad.rules import registry
+    func, params, grads = MUTATIONS[name]
+    old = registry.lookup_function(func)
+    new = s2sgrad.defvjp(func, params, broadcast=old.broadcast if old else False, **grads)
+    for table in (registry.REGISTRY.operators, registry.REGISTRY.methods):
+        for key, rule in list(table.items()):
+            if rule is old:
+                table[key] = new
+
+
+def load_module(path, modname):
+    spec = importlib.util.spec_from_file_location(modname, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(modname, None)
+        raise
+    return module
+
+
+def plain_ok(fn, args):
+    """The generated program itself must run and give a modest finite scalar, and leave
+    the module's arrays alone (a helper writing into a global it was passed would make
+    every call see different data: not a program to take derivatives of)."""
+    module_arrays = {k: v.copy() for k, v in fn.__globals__.items()
+                     if isinstance(v, np.ndarray)}
+    try:
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            out = fn(*copies(args))
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        changed = [k for k, v in module_arrays.items()
+                   if not np.array_equal(fn.__globals__.get(k), v)]
+        for k in changed:
+            fn.__globals__[k][...] = module_arrays[k]
+    if changed:
+        return False
+    if not isinstance(out, (float, np.floating, np.ndarray)) or \
+            (isinstance(out, np.ndarray) and out.dtype.kind != "f"):
+        return False
+    if np.ndim(out) != 0 or not np.isfinite(out) or abs(float(out)) > 1e3:
+        return False
+    return True
+
+
+def run_program(seed, index, workdir, weights, progress=None, draws=3, max_attempts=30):
+    t0 = time.perf_counter()
+    regenerated = 0
+    for attempt in range(max_attempts):
+        src, kinds, used = generate(seed, index, attempt, weights)
+        modname = f"fz_{seed}_{index}_a{attempt}".replace("-", "m")
+        path = os.path.join(workdir, modname + ".py")
+        with open(path, "w") as fh:
+            fh.write(src)
+        try:
+            module = load_module(path, modname)
+        except Exception:  # noqa: BLE001 - a generator bug: regenerate
+            regenerated += 1
+            continue
+        fn = module.f
+        good_draws = [d for d in range(draws * 2)
+                      if plain_ok(fn, draw_inputs(kinds, seed, index, attempt, d))][:draws]
+        if not good_draws:
+            regenerated += 1
+            sys.modules.pop(modname, None)
+            continue
+        names = ["x", "y", "z"][:len(kinds)]
+        result = None
+        for n_draw, d in enumerate(good_draws):
+            args = draw_inputs(kinds, seed, index, attempt, d)
+            if progress:
+                progress({"path": path, "args": args_source(args)})
+            records = evaluate(fn, args, names)
+            status = worst([r["status"] for r in records])
+            result = {"status": status, "records": records, "args": args_source(args),
+                      "draws": n_draw + 1}
+            if status != "nonsmooth" and not any(r.get("nonsmooth") for r in records
+                                                 if r["status"] == "refused"):
+                break
+        sys.modules.pop(modname, None)
+        result.update({"index": index, "seed": seed, "path": path, "features": used,
+                       "regenerated": regenerated, "time": time.perf_counter() - t0,
+                       "lines": src.count("\n")})
+        return _plain(result)
+    return {"index": index, "seed": seed, "status": "generator-failed", "records": [],
+            "path": None, "features": [], "regenerated": regenerated,
+            "time": time.perf_counter() - t0, "lines": 0, "args": "", "draws": 0}
+
+
+def _plain(result):
+    """Arrays in records become text: results cross a pipe and are printed."""
+    for r in result["records"]:
+        for key in ("fd", "optimised", "unoptimised"):
+            if key in r:
+                r[key] = fmt(r[key])
+        r["shape"] = tuple(r["shape"])
+    return result
+
+
+# --------------------------------------------------------------------------------------
+# Workers: one process per job, replaced when a program runs past its time.
+# --------------------------------------------------------------------------------------
+def _worker(conn, seed, workdir, weights, mutate):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if mutate:
+        apply_mutation(mutate)
+    while True:
+        try:
+            index = conn.recv()
+        except EOFError:
+            return
+        if index is None:
+            return
+
+        def progress(info, index=index):
+            conn.send(("progress", index, info))
+        try:
+            res = run_program(seed, index, workdir, weights, progress)
+        except Exception as exc:  # noqa: BLE001 - a fuzzer bug: report it, keep going
+            res = {"index": index, "seed": seed, "status": "fuzzer-error", "records": [],
+                   "path": None, "features": [], "regenerated": 0, "time": 0.0, "lines": 0,
+                   "args": "", "draws": 0,
+                   "error": "".join(traceback.format_exception(exc))[-2000:]}
+        conn.send(("done", index, res))
+
+
+class Pool:
+    def __init__(self, jobs, seed, workdir, weights, mutate=None):
+        self.ctx = multiprocessing.get_context("fork")
+        self.args = (seed, workdir, weights, mutate)
+        self.workers = [self._start() for _ in range(jobs)]
+
+    def _start(self):
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker, args=(child,) + self.args, daemon=True)
+        proc.start()
+        child.close()
+        return {"proc": proc, "conn": parent, "index": None, "start": 0.0, "info": None}
+
+    def run(self, indices, timeout, on_result):
+        pending = collections.deque(indices)
+        busy = 0
+        while pending or busy:
+            for w in self.workers:
+                if w["index"] is None and pending:
+                    w["index"] = pending.popleft()
+                    w["start"] = time.monotonic()
+                    w["info"] = None
+                    w["conn"].send(w["index"])
+                    busy += 1
+            now = time.monotonic()
+            deadline = min((w["start"] + timeout for w in self.workers if w["index"] is not None),
+                           default=now + 1)
+            ready = mp_wait([w["conn"] for w in self.workers if w["index"] is not None],
+                            timeout=max(0.0, deadline - now))
+            for w in list(self.workers):
+                if w["conn"] in ready:
+                    try:
+                        kind, index, payload = w["conn"].recv()
+                    except (EOFError, OSError):
+                        code = w["proc"].exitcode
+                        on_result(self._lost(w, "crashed", f"worker process died (exit code "
+                                                           f"{code})"))
+                        self._replace(w)
+                        busy -= 1
+                        continue
+                    if kind == "progress":
+                        w["info"] = payload
+                    else:
+                        w["index"] = None
+                        busy -= 1
+                        on_result(payload)
+            now = time.monotonic()
+            for w in list(self.workers):
+                if w["index"] is not None and now - w["start"] > timeout:
+                    on_result(self._lost(w, "timeout", f"no result after {timeout:g} s"))
+                    self._replace(w)
+                    busy -= 1
+
+    def _lost(self, w, status, why):
+        info = w["info"] or {}
+        return {"index": w["index"], "seed": self.args[0], "status": status, "records": [],
+                "path": info.get("path"), "args": info.get("args", ""), "features": [],
+                "regenerated": 0, "time": time.monotonic() - w["start"], "lines": 0,
+                "draws": 0, "error": why}
+
+    def _replace(self, w):
+        w["proc"].kill()
+        w["proc"].join(5)
+        w["conn"].close()
+        self.workers[self.workers.index(w)] = self._start()
+
+    def close(self):
+        for w in self.workers:
+            try:
+                w["conn"].send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for w in self.workers:
+            w["proc"].join(1)
+            if w["proc"].is_alive():
+                w["proc"].kill()
+                w["proc"].join(1)
+
+
+# --------------------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------------------
+def keep_program(res, keep_dir):
+    """Copy a failing program next to the others, with its inputs and a way to rerun it."""
+    if not res.get("path") or not os.path.exists(res["path"]):
+        return None
+    os.makedirs(keep_dir, exist_ok=True)
+    dest = os.path.join(keep_dir, f"fuzz_s{res['seed']}_i{res['index']}_{res['status']}.py")
+    with open(res["path"]) as fh:
+        src = fh.read()
+    with open(dest, "w") as fh:
+        # run standalone, the program imports the s2sgrad the fuzzer tested
+        fh.write(f"import sys\nsys.path.insert(0, {_ROOT!r})  # noqa: E402\n")
+        fh.write(src)
+        fh.write(f"\n\n# --- s2sgrad fuzz: seed={res['seed']} index={res['index']} "
+                 f"status={res['status']}\n")
+        fh.write(f"ARGS = {res.get('args') or '[]'}\n\n")
+        fh.write("if __name__ == \"__main__\":\n")
+        fh.write(f"    # python {os.path.relpath(os.path.abspath(__file__))} --check "
+                 f"{dest}\n")
+        fh.write("    import s2sgrad\n")
+        fh.write("    for i in range(len(ARGS)):\n")
+        fh.write("        a = [v.copy() if isinstance(v, np.ndarray) else v for v in ARGS]\n")
+        fh.write("        print(i, s2sgrad.grad(f, wrt=i)(*a))\n")
+    return dest
+
+
+def describe(res, kept):
+    out = [f"--- {res['status'].upper()} seed={res['seed']} index={res['index']}"
+           f" file={kept or res.get('path')}"]
+    if res.get("args"):
+        out.append(f"    inputs: {res['args']}")
+    if res.get("error"):
+        out.append("    " + res["error"].strip().replace("\n", "\n    "))
+    for r in res["records"]:
+        if r["status"] not in ("wrong", "crashed"):
+            continue
+        head = f"    argument {r['arg']} ({r['name']}, shape {r['shape']}):"
+        out.append(head)
+        for p in r["problems"]:
+            out.append(f"      {p}")
+        if r["status"] == "wrong":
+            out.append(f"      expected (finite differences): {r.get('fd')}")
+            for lab in ("optimised", "unoptimised"):
+                if lab in r:
+                    out.append(f"      got ({lab}): {r[lab]}")
+        for lab, (kind, info) in r.get("exceptions", {}).items():
+            if kind == "crashed":
+                out.append(f"      {lab}: {info['type']}: {info['message']}")
+                out.append(f"        at {info['where']}  [{info['frame']}]")
+            else:
+                out.append(f"      {lab}: refused: {info}")
+    return "\n".join(out)
+
+
+def program_refusals(res):
+    kinds = set()
+    for r in res["records"]:
+        for kind, info in r.get("exceptions", {}).values():
+            if kind == "refused":
+                kinds.add(info)
+    return kinds
+
+
+def program_crashes(res):
+    out = set()
+    for r in res["records"]:
+        for kind, info in r.get("exceptions", {}).values():
+            if kind == "crashed":
+                msg = re.sub(r"\b\d{5,}\b", "<id>", info["message"][:120])
+                msg = re.sub(r"'(v|acc|out|t|r|p|q|e|w|L|P|i|k|u)\d+'", r"'\1N'", msg)
+                out.add(f"{info['type']} in {info['frame']}: {msg}")
+    return out
+
+
+def summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet=False, keep_refused=False):
+    counts = collections.Counter(r["status"] for r in results)
+    lines = []
+    kept_any = False
+    for res in sorted(results, key=lambda r: r["index"]):
+        if res["status"] in ("wrong", "crashed", "timeout", "fuzzer-error"):
+            kept = keep_program(res, keep_dir)
+            kept_any = kept_any or bool(kept)
+            if not quiet:
+                lines.append(describe(res, kept))
+        elif res["status"] == "refused" and keep_refused:
+            keep_program(res, keep_dir)
+    if kept_any and not quiet:
+        lines.append(f"failing programs kept in {keep_dir}")
+    refusals = collections.Counter()
+    crashes = collections.Counter()
+    for res in results:
+        for k in program_refusals(res):
+            refusals[k] += 1
+        for k in program_crashes(res):
+            crashes[k] += 1
+    if verbose:
+        if refusals:
+            lines.append("refusals (programs per first line of the message):")
+            for k, c in refusals.most_common():
+                lines.append(f"  {c:5d}  {k[:160]}")
+        if crashes:
+            lines.append("crashes (programs per exception and s2sgrad frame):")
+            for k, c in crashes.most_common():
+                lines.append(f"  {c:5d}  {k}")
+        feat = collections.defaultdict(collections.Counter)
+        for res in results:
+            for f in res.get("features", []):
+                feat[f][res["status"]] += 1
+        lines.append("constructs: programs using it (wrong / crashed / refused)")
+        for f in FEATURES:
+            c = feat.get(f, collections.Counter())
+            tot = sum(c.values())
+            lines.append(f"  {f:22s} {tot:5d}  ({c['wrong']} / {c['crashed']} / "
+                         f"{c['refused']})")
+    regen = sum(r.get("regenerated", 0) for r in results)
+    rate = n / elapsed if elapsed > 0 else float("inf")
+    lines.append(f"FUZZ-EXTRA nonsmooth={counts['nonsmooth']} "
+                 f"generator-failed={counts['generator-failed']} "
+                 f"fuzzer-error={counts['fuzzer-error']} regenerated={regen} "
+                 f"elapsed={elapsed:.1f}s jobs={jobs} programs/s={rate:.1f}")
+    lines.append(f"FUZZ programs={n} pass={counts['pass']} wrong={counts['wrong']} "
+                 f"refused={counts['refused']} crashed={counts['crashed']} "
+                 f"timeout={counts['timeout']}")
+    return "\n".join(lines), counts
+
+
+def run_fuzz(n, seed, jobs=1, timeout=10.0, weights=None, indices=None, verbose=False,
+             keep_dir=None, mutate=None, quiet=False, show_source=False, out=sys.stdout,
+             keep_refused=False):
+    """Run the fuzzer; returns (counts, results). Used by the CLI and by tests/test_fuzz.py."""
+    weights = dict(FEATURES if weights is None else weights)
+    indices = list(range(n)) if indices is None else list(indices)
+    n = len(indices)
+    t0 = time.perf_counter()
+    workdir = tempfile.mkdtemp(prefix="s2sgrad-fuzz-")
+    if keep_dir is None:  # a fresh directory per run, so no program of an older run is in it
+        keep_dir = os.path.join(tempfile.gettempdir(),
+                                f"s2sgrad-fuzz-kept-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+                                f"-{os.getpid()}")
+    results = []
+
+    def on_result(res):
+        results.append(res)
+        if verbose and not quiet:
+            print(f"[{len(results)}/{n}] index={res['index']} {res['status']} "
+                  f"({res['time']:.2f}s)", file=out, flush=True)
+        if show_source and res.get("path") and os.path.exists(res["path"]):
+            with open(res["path"]) as fh:
+                print(fh.read(), file=out)
+            print(f"inputs: {res.get('args')}", file=out)
+            for r in res["records"]:
+                print(f"  arg {r['arg']}: {r['status']} fd={r.get('fd')} "
+                      f"opt={r.get('optimised')} plain={r.get('unoptimised')} "
+                      f"{r.get('exceptions', '')}", file=out)
+    try:
+        if jobs <= 0:
+            if mutate:
+                apply_mutation(mutate)  # in this process, for good
+            for i in indices:
+                on_result(run_program(seed, i, workdir, weights))
+        else:
+            pool = Pool(jobs, seed, workdir, weights, mutate)
+            try:
+                pool.run(indices, timeout, on_result)
+            finally:
+                pool.close()
+        elapsed = time.perf_counter() - t0
+        text, counts = summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet,
+                                 keep_refused)
+        print(text, file=out, flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return counts, results
+
+
+# --------------------------------------------------------------------------------------
+# --check and --reduce: one kept program on its kept inputs
+# --------------------------------------------------------------------------------------
+_LOAD_COUNTER = itertools.count()
+
+
+def _dead_statements(src, fn, args, filename):
+    """How many statements of the program's functions the plain run never executes."""
+    lines = set()
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename != filename:
+            return None
+        if event == "line":
+            lines.add(frame.f_lineno)
+        return tracer
+    sys.settrace(tracer)
+    try:
+        fn(*copies(args))
+    finally:
+        sys.settrace(None)
+    dead = 0
+    for node in _walk_outside_classes(ast.parse(src)):
+        if isinstance(node, ast.stmt) and not isinstance(node, (ast.FunctionDef, ast.ClassDef,
+                                                                  ast.Import, ast.ImportFrom)):
+            if node.col_offset > 0 and node.lineno not in lines:
+                dead += 1
+    return dead
+
+
+def check_source(src, args, timeout=10.0, dead=None, only=None):
+    """Status and records of a program given as text, on fixed inputs (one draw).
+    With a list `dead`, appends how many statements the plain run never reaches."""
+    d = tempfile.mkdtemp(prefix="s2sgrad-fuzz-check-")
+    modname = f"fz_check_{os.getpid()}_{next(_LOAD_COUNTER)}"
+    path = os.path.join(d, modname + ".py")
+    with open(path, "w") as fh:
+        fh.write(src)
+
+    def alarm(signum, frame):
+        raise TimeoutError("check timed out")
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                module = load_module(path, modname)
+            fn = module.f
+        except TimeoutError:
+            raise
+        except Exception:  # noqa: BLE001
+            return "invalid", []
+        if not plain_ok(fn, args):
+            return "invalid", []
+        import inspect
+        names = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(names) != len(args):
+            return "invalid", []
+        records = evaluate(fn, copies(args), names, only)
+        if dead is not None:
+            dead.append(_dead_statements(src, fn, args, path))
+        return worst([r["status"] for r in records]), records
+    except TimeoutError:
+        return "timeout", []
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        sys.modules.pop(modname, None)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _kept_program(path):
+    with open(path) as fh:
+        text = fh.read()
+    src, _, tail = text.partition("\n\n# --- s2sgrad fuzz:")
+    m = re.search(r"^ARGS = (.*)$", tail, re.M)
+    if not m:
+        raise SystemExit(f"{path}: no ARGS line (a file kept by tests/fuzz.py has one)")
+    args = eval(m.group(1), {"np": np})  # noqa: S307 - our own kept file
+    return src.rstrip() + "\n", args
+
+
+def _message_shape(message):
+    """An exception message without its names and numbers: the same bug in a smaller
+    program keeps it, another bug with the same exception type usually does not."""
+    message = re.sub(r"'[^']*'", "''", message)
+    message = re.sub(r"\d+", "N", message)
+    return message[:80]
+
+
+def signature_of(status, records):
+    """What a failure is, for the reducer: it keeps a change only if this stays the same."""
+    if status == "wrong":
+        kinds = set()
+        for r in records:
+            for p in r["problems"]:
+                kinds.add("value" if "forward value" in p else
+                          "mutation" if "after the call" in p else
+                          "shape" if "has shape" in p else "gradient")
+        return ("wrong", tuple(sorted(kinds)))
+    if status == "crashed":
+        infos = set()
+        for r in records:
+            for kind, info in r.get("exceptions", {}).values():
+                if kind == "crashed":
+                    infos.add((info["type"], info["frame"], _message_shape(info["message"])))
+        return ("crashed", tuple(sorted(infos)))
+    if status == "refused":
+        return ("refused", tuple(sorted({info for r in records for kind, info in
+                                         r.get("exceptions", {}).values()
+                                         if kind == "refused"})))
+    return (status,)
+
+
+def _walk_outside_classes(tree):
+    """ast.walk, except inside class definitions (a Function's bodies stay as written)."""
+    todo = collections.deque([tree])
+    while todo:
+        node = todo.popleft()
+        yield node
+        if not isinstance(node, ast.ClassDef):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _candidates(tree):
+    """Smaller versions of a module: one statement, definition or subexpression less."""
+    bodies = []
+    for node in _walk_outside_classes(tree):
+        for field in ("body", "orelse"):
+            seq = getattr(node, field, None)
+            if isinstance(seq, list) and seq and isinstance(seq[0], ast.stmt):
+                bodies.append((node, field))
+    for node, field in bodies:
+        seq = getattr(node, field)
+        for k in range(len(seq)):
+            stmt = seq[k]
+            if isinstance(node, ast.FunctionDef) and k == len(seq) - 1 and \
+                    isinstance(stmt, ast.Return):
+                continue  # keep the final return (its expression is shrunk below)
+            yield ("delete", node, field, k, None)
+            if isinstance(stmt, (ast.If, ast.For, ast.While)):
+                yield ("inline", node, field, k, "body")
+                if stmt.orelse:
+                    yield ("inline", node, field, k, "orelse")
+            if isinstance(stmt, ast.If) and stmt.orelse:
+                yield ("drop_else", node, field, k, None)
+    # parameters with defaults, and keyword arguments of calls
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef):
+            for k in range(len(fn.args.kwonlyargs)):
+                yield ("drop_kwonly", fn, None, k, None)
+            if fn.args.defaults and fn.name != "f":
+                yield ("drop_default", fn, None, None, None)
+            for n in _walk_outside_classes(fn):
+                if isinstance(n, ast.Call):
+                    for k in range(len(n.keywords)):
+                        yield ("drop_keyword", n, None, k, None)
+    # expressions inside functions only: module globals keep their values
+    exprs = [n for fn in tree.body if isinstance(fn, ast.FunctionDef)
+             for n in _walk_outside_classes(fn) if isinstance(n, ast.expr)]
+    for e in exprs:
+        for field, child in ast.iter_fields(e):
+            if isinstance(e, ast.Call) and field == "func" or isinstance(e, ast.Attribute):
+                continue
+            for c in (child if isinstance(child, list) else [child]):
+                if isinstance(c, ast.expr) and not isinstance(c, ast.Starred):
+                    yield ("hoist", e, c, None, None)
+        if isinstance(e, (ast.BinOp, ast.Call, ast.IfExp, ast.Compare, ast.Subscript)):
+            yield ("const", e, None, None, None)
+
+
+def _apply(tree, cand):
+    """A copy of tree with the candidate change made (None if it does not apply)."""
+    import copy
+    kind, a, b, k, which = cand
+    # locate the same node in a copy by its position in a walk
+    nodes = list(ast.walk(tree))
+    pos = nodes.index(a)
+    new = copy.deepcopy(tree)
+    new_nodes = list(ast.walk(new))
+    target = new_nodes[pos]
+    if kind == "delete":
+        seq = getattr(target, b)
+        del seq[k]
+        if not seq:
+            if b == "orelse":
+                pass
+            else:
+                seq.append(ast.Pass())
+    elif kind == "inline":
+        seq = getattr(target, b)
+        stmt = seq[k]
+        inner = getattr(stmt, which) or [ast.Pass()]
+        seq[k:k + 1] = inner
+    elif kind == "drop_else":
+        getattr(target, b)[k].orelse = []
+    elif kind == "drop_kwonly":
+        del target.args.kwonlyargs[k]
+        del target.args.kw_defaults[k]
+    elif kind == "drop_default":
+        del target.args.args[-1]
+        del target.args.defaults[-1]
+    elif kind == "drop_keyword":
+        del target.keywords[k]
+    elif kind in ("hoist", "const"):
+        child_pos = nodes.index(b) if kind == "hoist" else None
+        replacement = new_nodes[child_pos] if kind == "hoist" else ast.Constant(0.5)
+        parent = None
+        for n in ast.walk(new):
+            for field, value in ast.iter_fields(n):
+                if value is target:
+                    parent = (n, field, None)
+                elif isinstance(value, list):
+                    for j, item in enumerate(value):
+                        if item is target:
+                            parent = (n, field, j)
+        if parent is None:
+            return None
+        n, field, j = parent
+        if j is None:
+            setattr(n, field, replacement)
+        else:
+            getattr(n, field)[j] = replacement
+    ast.fix_missing_locations(new)
+    return new
+
+
+def _unused_defs(tree):
+    """Top-level helpers, classes and globals nothing mentions any more."""
+    changed = True
+    while changed:
+        changed = False
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        attrs = {n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                 and isinstance(n.value, ast.Name)}
+        used = names | attrs
+        keep = []
+        for stmt in tree.body:
+            name = None
+            if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+                name = stmt.name
+            elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and \
+                    isinstance(stmt.targets[0], ast.Name):
+                name = stmt.targets[0].id
+            own = set()
+            if name is not None:
+                own = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+            if name is not None and name != "f" and name not in \
+                    (used - own if isinstance(stmt, ast.FunctionDef) else used) and \
+                    sum(1 for n in ast.walk(tree) if isinstance(n, ast.Name) and
+                        n.id == name) <= (1 if isinstance(stmt, ast.Assign) else 0) + \
+                    sum(1 for n in ast.walk(stmt) if isinstance(n, ast.Name) and n.id == name):
+                changed = True
+                continue
+            keep.append(stmt)
+        tree.body = keep
+    return tree
+
+
+def _undefined_names(tree):
+    """Names read in a function that nothing defines: a reduction that leaves one is not
+    a program anybody would write (even in a branch that never runs)."""
+    import builtins
+    known = set(dir(builtins))
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+            known.add(stmt.name)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            known |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
+        elif isinstance(stmt, ast.Assign):
+            known |= {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    missing = set()
+    for fn in tree.body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        a = fn.args
+        params = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
+        stores = collections.defaultdict(list)   # name -> lines that assign it
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                stores[n.id].append(n.lineno)
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and \
+                    n.id not in params and n.id not in known and \
+                    not any(line < n.lineno for line in stores.get(n.id, ())):
+                missing.add(n.id)
+    return missing
+
+
+def _focus(records):
+    """The argument and variants a reduction watches: the first failing argument, with the
+    optimised pair alone unless the two pairs disagree with each other or only the
+    unoptimised one fails."""
+    order = {"wrong": 0, "crashed": 1, "refused": 2}  # the program's status is the worst
+    for r in sorted(records, key=lambda r: order.get(r["status"], 9)):
+        if r["status"] not in order:
+            continue
+        labels = ("optimised",)
+        failing = {lab for lab in ("optimised", "unoptimised")
+                   if any(p.startswith(lab) for p in r["problems"])
+                   or r.get("exceptions", {}).get(lab, ("",))[0] == "crashed"}
+        if "optimised and unoptimised gradients differ" in r["problems"] or \
+                failing == {"unoptimised"}:
+            labels = ("optimised", "unoptimised")
+        return r["arg"], labels
+    return None
+
+
+def reduce_program(src, args, budget=300, log=None):
+    """Greedy reduction: keep any smaller program whose failure signature is unchanged.
+    Returns (source, status, records, args); the records are a full check of the result."""
+    status, records = check_source(src, args)
+    if status not in ("wrong", "crashed", "refused"):
+        return src, status, records, args
+    only = _focus(records)
+    dead = []
+    status, records = check_source(src, args, dead=dead, only=only)
+    target = signature_of(status, records)
+    best_dead = dead[0] if dead else 0
+    best = ast.unparse(_unused_defs(ast.parse(src))) + "\n"
+    tries = 0
+    improved = True
+    while improved and tries < budget:
+        improved = False
+        k = 0
+        while tries < budget:
+            tree = ast.parse(best)
+            cands = list(_candidates(tree))
+            if k >= len(cands):
+                break
+            cand = cands[k]
+            k += 1
+            try:
+                new = _apply(tree, cand)
+            except Exception:  # noqa: BLE001 - a change that does not apply
+                continue
+            if new is None:
+                continue
+            new = _unused_defs(new)
+            if _undefined_names(new):
+                continue
+            text = ast.unparse(new) + "\n"
+            if len(text) >= len(best):
+                continue
+            tries += 1
+            dead = []
+            st, rec = check_source(text, args, dead=dead, only=only)
+            # no new code that never runs (a branch made dead by a constant condition)
+            if signature_of(st, rec) == target and dead and dead[0] <= best_dead:
+                best, improved, best_dead = text, True, dead[0]
+                k -= 1  # the same position holds the next candidate now
+                if log:
+                    log(f"  reduced to {len(best.splitlines())} lines")
+    best, args = _drop_unused_params(best, args, target, only)
+    status, records = check_source(best, args)
+    return best, status, records, args
+
+
+def _drop_unused_params(src, args, target, only):
+    """Positional parameters of f that nothing reads go, with their inputs."""
+    changed = True
+    while changed:
+        changed = False
+        tree = ast.parse(src)
+        fn = next(s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "f")
+        read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+        for k, p in enumerate(fn.args.args):
+            if p.arg in read or len(fn.args.args) == 1 or fn.args.defaults or k == only[0]:
+                continue
+            new_tree = ast.parse(src)
+            new_fn = next(s for s in new_tree.body
+                          if isinstance(s, ast.FunctionDef) and s.name == "f")
+            del new_fn.args.args[k]
+            text = ast.unparse(new_tree) + "\n"
+            new_args = args[:k] + args[k + 1:]
+            new_only = (only[0] - (k < only[0]), only[1])
+            st, rec = check_source(text, new_args, only=new_only)
+            if signature_of(st, rec) == target:
+                src, args, only, changed = text, new_args, new_only, True
+                break
+    return src, args
+
+
+def reduce_file(path, budget=300, log=None):
+    """Reduce one kept program; writes PATH.min.py; returns what was found."""
+    src, args = _kept_program(path)
+    t0 = time.perf_counter()
+    best, status, records, args = reduce_program(src, args, budget, log=log)
+    out_path = path if path.endswith(".min.py") else re.sub(r"\.py$", "", path) + ".min.py"
+    with open(out_path, "w") as fh:
+        fh.write(best)
+        fh.write(f"\n\n# --- s2sgrad fuzz: reduced from "
+                 f"{os.path.basename(path).replace('.min.py', '.py')}\n"
+                 f"ARGS = {args_source(args)}\n")
+    buf = __import__("io").StringIO()
+    _print_records(status, records, buf)
+    return {"path": path, "min_path": out_path, "source": best, "status": status,
+            "signature": repr(signature_of(status, records)), "records_text": buf.getvalue(),
+            "records": records, "tags": sorted(construct_tags(best)),
+            "lines": len([ln for ln in best.splitlines() if ln.strip()]),
+            "time": time.perf_counter() - t0}
+
+
+def _reduce_task(job):
+    path, budget = job
+    try:
+        res = reduce_file(path, budget)
+        res.pop("records")
+        return res
+    except Exception as exc:  # noqa: BLE001
+        return {"path": path, "status": "reduce-error", "error": repr(exc), "tags": [],
+                "signature": "", "source": "", "lines": 0, "min_path": None,
+                "records_text": "", "time": 0.0}
+
+
+def reduce_many(files, budget, jobs):
+    """Reduce many kept programs in parallel and group the results."""
+    import json
+    ctx = multiprocessing.get_context("fork")
+    results = []
+    t0 = time.perf_counter()
+    with ctx.Pool(jobs, maxtasksperchild=20) as pool:
+        for k, res in enumerate(pool.imap_unordered(_reduce_task, [(f, budget) for f in files])):
+            results.append(res)
+            print(f"[{k + 1}/{len(files)}] {os.path.basename(res['path'])}: {res['status']}, "
+                  f"{res['lines']} lines ({res['time']:.1f}s)", flush=True)
+    groups = collections.defaultdict(list)
+    for res in results:
+        groups[(res["signature"], tuple(res["tags"]))].append(res)
+    print(f"\n{len(files)} programs reduced in {time.perf_counter() - t0:.0f}s; "
+          f"{len(groups)} groups (failure, constructs left):")
+    for (sig, tags), members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        smallest = min(members, key=lambda r: r["lines"])
+        print(f"\n=== {len(members)} x {sig}  tags={list(tags)}")
+        print(f"    smallest: {smallest['min_path']}")
+        print("    " + smallest["source"].strip().replace("\n", "\n    "))
+    out = os.path.join(os.path.dirname(os.path.abspath(files[0])), "reduce-summary.json")
+    with open(out, "w") as fh:
+        json.dump(results, fh, indent=1, default=str)
+    print(f"\nsummary written to {out}")
+    return results
+
+
+def construct_tags(src):
+    """The constructs a (reduced) program still uses: what its failure is grouped by."""
+    tree = ast.parse(src)
+    tags = set()
+    fns = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
+    for name, fn in fns.items():
+        a = fn.args
+        if a.kwonlyargs:
+            tags.add("kwonly-param" + ("(entry)" if name == "f" else "(helper)"))
+        if a.defaults and name != "f":
+            tags.add("default-param")
+        params = {p.arg for p in a.args}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and \
+                    isinstance(n.targets[0], ast.Name) and n.targets[0].id in params:
+                tags.add("rebind-param" + ("[::-1]" if isinstance(n.value, ast.Subscript)
+                                           else ""))
+            if isinstance(n, ast.Return) and n is not fn.body[-1]:
+                tags.add("early-return")
+    if len(fns) > 1:
+        tags.add("helper-call")
+    for n in _walk_outside_classes(tree):
+        if isinstance(n, ast.NamedExpr):
+            tags.add("walrus")
+        elif isinstance(n, ast.IfExp):
+            tags.add("ifexp")
+        elif isinstance(n, ast.If):
+            tags.add("if")
+        elif isinstance(n, ast.While):
+            tags.add("while")
+        elif isinstance(n, ast.Break):
+            tags.add("break")
+        elif isinstance(n, ast.Continue):
+            tags.add("continue")
+        elif isinstance(n, ast.For):
+            it = n.iter
+            if isinstance(it, (ast.List, ast.Tuple)):
+                tags.add("for-over-list-literal")
+            elif isinstance(it, ast.Call) and isinstance(it.func, ast.Name):
+                tags.add(f"for-{it.func.id}")
+            else:
+                tags.add("for-over-variable")
+        elif isinstance(n, ast.AugAssign):
+            t = n.target
+            if isinstance(t, ast.Subscript):
+                tags.add("fancy-index-augassign" if isinstance(t.slice, ast.List)
+                         else "element-augassign")
+            else:
+                tags.add("augassign")
+        elif isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Subscript):
+                    tags.add("fancy-index-write" if isinstance(t.slice, ast.List)
+                             else "subscript-write")
+                elif isinstance(t, ast.Tuple):
+                    tags.add("tuple-unpack")
+            if isinstance(n.value, (ast.List, ast.Tuple)):
+                tags.add("list-literal-variable")
+        elif isinstance(n, ast.Call):
+            f = n.func
+            src_f = ast.unparse(f)
+            if src_f == "np.add.at":
+                tags.add("np.add.at")
+            elif src_f.endswith(".apply"):
+                tags.add(f"Function.apply({src_f.split('.')[0]})")
+            elif src_f.endswith(".append"):
+                tags.add("list.append")
+            elif isinstance(f, ast.Name) and f.id in ("max", "min"):
+                tags.add("builtin-max/min")
+            elif isinstance(f, ast.Name) and f.id in fns:
+                if any(isinstance(x, (ast.List, ast.Tuple)) for x in n.args):
+                    tags.add("list/tuple-literal-argument")
+                if n.keywords:
+                    tags.add("keyword-argument")
+            elif src_f in ("np.where", "np.maximum", "np.minimum", "np.concatenate",
+                           "np.stack", "np.outer", "np.max", "np.min"):
+                tags.add(src_f)
+            if any(k.arg == "keepdims" for k in n.keywords):
+                tags.add("keepdims")
+        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
+            if ast.unparse(n.left) == ast.unparse(n.right):
+                tags.add("theta@theta")
+            else:
+                tags.add("matmul")
+        elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Call) and \
+                ast.unparse(n.value.func).endswith(".apply"):
+            tags.add("subscript-of-apply")
+    return tags
+
+
+def _print_records(status, records, out=sys.stdout):
+    print(f"status: {status}", file=out)
+    for r in records:
+        print(f"  argument {r['arg']} ({r['name']}, shape {tuple(r['shape'])}): {r['status']}",
+              file=out)
+        for p in r["problems"]:
+            print(f"    {p}", file=out)
+        if "fd" in r:
+            print(f"    finite differences: {fmt(r['fd'])}", file=out)
+        for lab in ("optimised", "unoptimised"):
+            if lab in r:
+                print(f"    {lab}: {fmt(r[lab])}", file=out)
+        for lab, (kind, info) in r.get("exceptions", {}).items():
+            if kind == "crashed":
+                print(f"    {lab}: {info['type']}: {info['message']}\n"
+                      f"      at {info['where']} [{info['frame']}]", file=out)
+            else:
+                print(f"    {lab}: {info}", file=out)
+
+
+# --------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--n", type=int, default=100, help="number of programs (default 100)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="worker processes (0: in this process, no timeout)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds per program before its worker is killed (default 10)")
+    p.add_argument("--keep", metavar="DIR", help="where to keep failing programs "
+                                                  "(default: a directory under the temp dir)")
+    p.add_argument("--keep-refused", action="store_true",
+                   help="keep refused programs too (to --reduce them)")
+    p.add_argument("--verbose", action="store_true",
+                   help="progress, refusal/crash histograms, construct table")
+    p.add_argument("--index", type=str, help="only these program indices (e.g. 3,17)")
+    p.add_argument("--show", action="store_true", help="print each program's source")
+    p.add_argument("--disable", type=str, default="",
+                   help="constructs to switch off, comma-separated (see --list-features)")
+    p.add_argument("--list-features", action="store_true")
+    p.add_argument("--mutate", nargs="?", const="tanh", choices=sorted(MUTATIONS),
+                   help="make one gradient rule 1%% wrong (default tanh): the fuzzer must "
+                        "report wrong > 0")
+    p.add_argument("--check", metavar="FILE", help="run one kept program on its inputs")
+    p.add_argument("--reduce", metavar="PATH", nargs="+",
+                   help="shrink kept failing programs (files, or directories of them; "
+                        "--jobs in parallel); writes FILE.min.py next to each and, for "
+                        "several, a summary grouped by failure and remaining constructs")
+    p.add_argument("--again", action="store_true",
+                   help="--reduce DIR: shrink the .min.py files further, in place")
+    p.add_argument("--budget", type=int, default=300,
+                   help="--reduce: at most this many candidate programs tried per file")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    opts = parse_args(argv)
+    if opts.list_features:
+        for k, v in FEATURES.items():
+            print(f"{k:22s} {v}")
+        return 0
+    if opts.check or opts.reduce:
+        if opts.mutate:
+            apply_mutation(opts.mutate)
+        if opts.check:
+            src, args = _kept_program(opts.check)
+            _print_records(*check_source(src, args, opts.timeout))
+            return 0
+        files = []
+        for path in opts.reduce:
+            if os.path.isdir(path):
+                files += sorted(os.path.join(path, f) for f in os.listdir(path)
+                                if f.endswith(".py") and
+                                f.endswith(".min.py") == opts.again)
+            else:
+                files.append(path)
+        if len(files) == 1:
+            res = reduce_file(files[0], opts.budget, log=print)
+            print(res["source"])
+            _print_records(res["status"], res["records"])
+            print(f"written to {res['min_path']}")
+            return 0
+        reduce_many(files, opts.budget, max(1, opts.jobs))
+        return 0
+    weights = dict(FEATURES)
+    for name in filter(None, (s.strip() for s in opts.disable.split(","))):
+        if name not in weights:
+            raise SystemExit(f"unknown construct {name!r}; see --list-features")
+        weights[name] = 0.0
+    indices = None
+    if opts.index:
+        indices = [int(s) for s in opts.index.split(",")]
+    counts, _ = run_fuzz(opts.n, opts.seed, opts.jobs, opts.timeout, weights, indices,
+                         opts.verbose, opts.keep, opts.mutate, show_source=opts.show,
+                         keep_refused=opts.keep_refused)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
