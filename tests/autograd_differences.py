@@ -11,6 +11,8 @@ NO_ARGS = "autograd does not accept these arguments"
 NO_CASE = "autograd does not implement this case"
 
 AUTOGRAD_DIFFERENT = {
+    'builtins.float-0': NO_VJP,  # float(x) * x
+    'builtins.float-1': NO_VJP,  # float(np.sum(x)) * x
     'np.positive-0': NO_ARGS,  # +x
     'np.positive-1': NO_VJP,  # np.positive(x)
     'np.matmul-5': NO_VJP,  # np.linalg.matmul(x, y)

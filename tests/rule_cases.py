@@ -18,6 +18,7 @@ _MASK23 = np.array([[True, False, True], [True, True, False]])
 _TRAPZ = "np.trapezoid" if hasattr(np, "trapezoid") else "np.trapz"
 
 CASES = {
+    "builtins.float": [("float(x) * x", {"x": ()}), ("float(np.sum(x)) * x", {"x": (3,)})],
     "np.add": [("np.add(x, y)", {"x": (3,), "y": (3,)}),
                ("x + y", {"x": (2, 3), "y": (3,)}),
                ("x + y", {"x": (4, 1), "y": (1, 3)})],

@@ -12,6 +12,8 @@ from conftest import check_vjp, import_source
 import s2sgrad
 
 SOURCE = '''
+import math
+
 import numpy as np
 import s2sgrad
 
@@ -207,6 +209,22 @@ def callee_updates_number(x):
     return _doubles_in_place(np.sum(x) * 1.0) * 2.0
 
 
+def python_numbers(x):
+    return (max(np.sum(x), 0.1) + min(np.sum(x * x), 0.2) + math.sin(np.sum(x)) *
+            pow(float(np.sum(x * x)) + 1.0, 1.5) + math.exp(np.mean(x)) + abs(np.sum(x)))
+
+
+def python_floats(a, b):
+    return math.hypot(a, b) + max(a, b) ** 2 + math.log(1.0 + a * a) + abs(b) + min(a, 2.0)
+
+
+def sum_of_list(x):
+    terms = []
+    for i in range(3):
+        terms.append(x * (i + 1.0))
+    return np.sum(terms) + np.sum(np.mean(terms, axis=0) ** 2)
+
+
 def complex_constant(x):
     return np.sum(np.abs(x * 1j + 1.0))
 
@@ -252,6 +270,9 @@ CASES = [
     ("iterated_then_rebound", [[(3,), (4,)], [(2, 2), (3,)]]),
     ("written_with_itself", [[(2, 3)], [(4, 3)]]),
     ("callee_updates_number", [[(3,)], [(2, 2)]]),
+    ("python_numbers", [[(3,)], [(2, 2)]]),
+    ("python_floats", [[(), ()]]),
+    ("sum_of_list", [[(3,)], [(2, 2)]]),
 ]
 
 
@@ -275,7 +296,8 @@ def test_documented_values(m):
 
 FORWARD_MODE = {"add_at", "subtract_at", "repeated_write", "repeated_add", "repeated_mul",
                 "keyword_only_callee", "keyword_only", "iterated_then_rebound",
-                "written_with_itself", "mlp", "list_loop"}
+                "written_with_itself", "mlp", "list_loop", "python_numbers", "python_floats",
+                "sum_of_list"}
 
 
 @pytest.mark.parametrize("name, shapes", [(n, s) for n, cases in CASES for s in cases

@@ -503,6 +503,12 @@ class _Normalizer:
 
         def convert(value):
             param = roles.get(id(value))
+            if rule is not None and param in rule.grads and param not in rule.sequence and \
+                    isinstance(value, ast.Name) and \
+                    self.env.get(value.id, value.id) in self.lists:
+                # np.sum(xs) of a list: NumPy makes it an array first; so does the
+                # code, so that the list gets a list of cotangents back.
+                return self.as_array(value, out)
             literal = isinstance(value, (ast.Tuple, ast.List)) and self._holds_locals(value)
             if pack and literal:
                 return self.packed(value, out)
@@ -515,6 +521,22 @@ class _Normalizer:
         new_args = [convert(a) for a in positional]
         new_keywords = [ast.keyword(arg=k.arg, value=convert(k.value)) for k in keywords]
         return new_args, new_keywords
+
+    def as_array(self, value: ast.Name, out) -> ast.expr:
+        """`np.array(value)` as a temporary of its own."""
+        import numpy
+        alias = next((c for c in ("np", "numpy") if c not in self.resolver.locals and
+                      self.resolver.lookup(c) is numpy), None)
+        if alias is None:
+            alias = "_s2s_numpy"
+            self.bindings[alias] = numpy
+        call = ast.Call(func=ast.Attribute(value=ast.Name(id=alias, ctx=ast.Load()),
+                                           attr="array", ctx=ast.Load()),
+                        args=[self.load(value.id)], keywords=[])
+        call.s2s_callee = numpy.array
+        name = self.names.fresh(f"{value.id}_array")
+        self.emit(out, _assign(name, ast.copy_location(call, value)), value)
+        return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), value)
 
     def packed(self, expr: ast.expr, out) -> ast.expr:
         """An atom; a nested tuple or list becomes a variable of its own, so its

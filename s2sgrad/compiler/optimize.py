@@ -878,6 +878,10 @@ def eliminate_dead(fdef: ast.FunctionDef, keep: Set[str]) -> bool:
                 node = s.iter
             for n in names.loads(node):
                 used[n] = used.get(n, 0) + 1
+            if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name) and \
+                    not _pure(s.value):
+                # `v_bar += xs_bar.pop()` stays for its effect, so it reads v_bar.
+                used[s.target.id] = used.get(s.target.id, 0) + 1
         removed = _remove_dead(fdef.body, used, keep, names)
         if not removed:
             return removed_any

@@ -8,6 +8,7 @@ argument's shape with the one shared helper (runtime.unbroadcast).
 from __future__ import annotations
 
 import ast
+import math
 
 import numpy as np
 
@@ -433,6 +434,25 @@ defmethod("copy", "self, order='C'", grads={"self": "g"})
 defmethod("item", "self, *args", grads={"self": "item_grad(g, self, args)"})
 defmethod("compress", "self, condition, axis=None, out=None",
           grads={"self": "compress_grad(g, condition, self, axis)"})
+
+# --- Python's own functions on numbers: the NumPy rule of the same function ----------
+alias(max, np.maximum)        # max(a, b): ties split g in half, like np.maximum
+alias(min, np.minimum)
+alias(pow, np.power)          # pow(x, y); pow(x, y, mod) has no rule
+defvjp(float, "x=0.0", x="g * np.ones_like(x)")   # float(x) of a number or 0-d array
+for _name, _like in (("sin", np.sin), ("cos", np.cos), ("tan", np.tan), ("asin", np.arcsin),
+                     ("acos", np.arccos), ("atan", np.arctan), ("atan2", np.arctan2),
+                     ("sinh", np.sinh), ("cosh", np.cosh), ("tanh", np.tanh),
+                     ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh),
+                     ("exp", np.exp), ("expm1", np.expm1), ("log", np.log),
+                     ("log2", np.log2), ("log10", np.log10), ("log1p", np.log1p),
+                     ("sqrt", np.sqrt), ("fabs", np.fabs), ("pow", np.power),
+                     ("hypot", np.hypot), ("cbrt", np.cbrt), ("exp2", np.exp2),
+                     ("degrees", np.degrees), ("radians", np.radians)):
+    if hasattr(math, _name):  # math.cbrt and math.exp2 are Python 3.11+
+        alias(getattr(math, _name), _like)   # math.log(x, base) has no rule
+nondiff(round, math.floor, math.ceil, math.trunc, math.isnan, math.isinf, math.isfinite,
+        math.isclose)
 
 # --- no gradient -------------------------------------------------------------
 nondiff(np.floor, np.ceil, np.sign, np.round, np.rint, np.trunc, np.argmax, np.argmin,
