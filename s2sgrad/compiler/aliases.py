@@ -190,6 +190,8 @@ class AliasFacts:
                     return []
                 return [(n, "share") for n in _names(value.func.value, local)]
             callee = getattr(value, "s2s_callee", None)
+            if callee is not None and registry.returns_an_argument(callee):
+                return [(n, "share") for a in value.args for n in _names(a, local)]
             if callee is not None:
                 if registry.is_constructor(callee) or registry.is_nondiff(callee):
                     return []

@@ -1221,6 +1221,8 @@ def _is_fresh(op: ast.expr, norm: "_Normalizer") -> bool:
     if isinstance(op, ast.Call):
         callee = getattr(op, "s2s_callee", None)
         if callee is not None:
+            if registry.returns_an_argument(callee):
+                return False
             if registry.is_constructor(callee):
                 return True
             rule = registry.lookup_function(callee)

@@ -402,6 +402,12 @@ def mark_shipped() -> None:
     _SHIPPED_IDS.update(id(rule) for rule in _SHIPPED)
 
 
+def returns_an_argument(func) -> bool:
+    """Builtin max and min return one of their arguments itself (no copy): an
+    in-place update of the result updates that argument."""
+    return func is max or func is min
+
+
 def is_elementwise(rule: Rule) -> bool:
     """Whether the rule's result has the broadcast shape of its operands, item for
     item: a ufunc without a core signature (np.matmul is a gufunc: it is not), or a
