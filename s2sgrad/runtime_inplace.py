@@ -73,8 +73,13 @@ def copy_value(value):
 
 @helper
 def snapshot(value):
-    """A copy of a view whose base array is later written in place."""
-    return value.copy() if isinstance(value, np.ndarray) else value
+    """A copy of a view whose base array is later written in place (arrays inside a
+    tuple or list too: `a, b = pair` binds what the tuple holds)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, (tuple, list)):
+        return type(value)(snapshot(v) for v in value)
+    return value
 
 
 @helper

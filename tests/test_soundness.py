@@ -225,6 +225,30 @@ def sum_of_list(x):
     return np.sum(terms) + np.sum(np.mean(terms, axis=0) ** 2)
 
 
+def view_not_read_after_the_write(x):
+    a = x * 1.0
+    r = a[1:]
+    s = np.sum(r * r * r)
+    a[1] += 2.0
+    return s + np.sum(a ** 2)
+
+
+def rows_iterated_then_written(x):
+    a = x * 1.0
+    s = 0.0
+    for row in a:
+        s = s + np.sum(row * row)
+    a[0] *= 3.0
+    return s + np.sum(a ** 3)
+
+
+def view_read_after_the_write(x):
+    a = x * 1.0
+    r = a[1:]
+    a[1] += 2.0
+    return np.sum(r * r)
+
+
 def complex_constant(x):
     return np.sum(np.abs(x * 1j + 1.0))
 
@@ -273,6 +297,8 @@ CASES = [
     ("python_numbers", [[(3,)], [(2, 2)]]),
     ("python_floats", [[(), ()]]),
     ("sum_of_list", [[(3,)], [(2, 2)]]),
+    ("view_not_read_after_the_write", [[(3,)], [(4, 2)]]),
+    ("rows_iterated_then_written", [[(3,)], [(3, 2)]]),
 ]
 
 
@@ -330,6 +356,7 @@ def test_a_callee_writing_into_an_argument_array_is_refused(m):
     ("walrus_short_circuit", "(t := a * 2.0)", "only on some paths"),
     ("multiply_at", "np.multiply.at", "in place"),
     ("complex_constant", "x * 1j", "complex"),
+    ("view_read_after_the_write", "a[1] += 2.0", "also changes 'r'"),
     ("complex_global", "x * C", "complex"),
 ])
 def test_refused_with_the_users_line(m, name, line, what):

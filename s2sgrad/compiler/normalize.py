@@ -287,6 +287,11 @@ class _Normalizer:
         that would see it are copied when computed (`s2s_snapshot`)."""
         for name, stmt in facts.writes:
             for other in sorted(facts.affected(name, stmt)):
+                if other in self.user_names and not _read_after(facts, body, other, stmt):
+                    # Nothing reads `other` once the write has run: giving it its own
+                    # copy where it is bound changes nothing the program can see.
+                    _snapshot_definitions(body, other)
+                    continue
                 if other in self.user_names:
                     where = facts.defined_at.get(other)
                     lineno = getattr(where, "lineno", None)
@@ -1153,6 +1158,39 @@ class _Normalizer:
         keywords = [ast.keyword(arg=k.arg, value=self.operand(k.value, out))
                     for k in expr.keywords]
         return ast.copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)
+
+
+def _header_loads(s: ast.stmt) -> Set[str]:
+    """Names a statement reads itself (a compound statement: its test or iterable)."""
+    part = s.test if isinstance(s, (ast.If, ast.While)) else \
+        s.iter if isinstance(s, ast.For) else s
+    return {n.id for n in name_nodes(part) if isinstance(n.ctx, ast.Load)}
+
+
+def _read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.stmt) -> bool:
+    """May `name` be read once `write` has run (later in the code, by the write itself,
+    or anywhere in a loop that encloses the write)?"""
+    position, loops = facts.where[id(write)]
+    for s in _walk_scope(ast.Module(body=body, type_ignores=[])):
+        if not isinstance(s, ast.stmt) or id(s) not in facts.where or \
+                name not in _header_loads(s):
+            continue
+        p, enclosing = facts.where[id(s)]
+        if p >= position or loops & enclosing:
+            return True
+    return False
+
+
+def _snapshot_definitions(body: List[ast.stmt], name: str) -> None:
+    """Make every binding of `name` a copy (`s2s_snapshot`; loop targets: the
+    item the transform binds them to)."""
+    for s in _walk_scope(ast.Module(body=body, type_ignores=[])):
+        if isinstance(s, ast.Assign) and any(n.id == name for t in s.targets
+                                             for n in name_nodes(t)
+                                             if isinstance(n.ctx, ast.Store)):
+            s.s2s_snapshot = True
+        elif isinstance(s, ast.For) and name in {n.id for n in name_nodes(s.target)}:
+            s.s2s_snapshot_targets = getattr(s, "s2s_snapshot_targets", frozenset()) | {name}
 
 
 def _written_in_place(facts: AliasFacts) -> Set[str]:

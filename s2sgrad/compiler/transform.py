@@ -463,6 +463,10 @@ class _Reverse:
                                  value=ast.Constant(1))
             body_prefix = [incr] + body_prefix
         info.item_assigns = [b for b in body_prefix if isinstance(b, ast.Assign)]
+        copied = getattr(s, "s2s_snapshot_targets", frozenset())
+        for b in info.item_assigns:   # loop targets a later in-place write would change
+            if isinstance(b.targets[0], ast.Name) and b.targets[0].id in copied:
+                b.s2s_snapshot = True
         self.loops[id(s)] = info
         body = list(body_prefix[:1]) if has_break else []
         for b in (body_prefix[1:] if has_break else body_prefix):
