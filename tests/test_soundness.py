@@ -249,6 +249,58 @@ def view_read_after_the_write(x):
     return np.sum(r * r)
 
 
+def updated_in_one_branch(x, y):
+    s = y * 1.0
+    if np.sum(x) > 100.0:
+        s = np.tanh(x)
+    else:
+        s += x
+    return np.sum(s * y)
+
+
+def updated_after_aliasing_in_a_loop(x):
+    y = x * 2.0
+    total = 0.0
+    for i in range(3):
+        y += 1.0
+        z = y
+        total = total + np.sum(z * x)
+    return total
+
+
+def _positive_sum(u):
+    return np.sum(u) > -100.0
+
+
+def call_in_a_condition(x):
+    y = x * 1.0
+    if _positive_sum(y):
+        y = y * 3.0
+    k = 0
+    while _positive_sum(y) and k < 2:
+        y = y * 0.5
+        k += 1
+    return np.sum(y ** 2)
+
+
+def _doubles_and_tests(u, w):
+    w += w
+    return np.sum(u) > -100.0
+
+
+def mutating_call_in_a_condition(x):
+    y = x * 1.0
+    if _doubles_and_tests(y, y):
+        pass
+    return np.sum(y)
+
+
+def call_in_and_or(x):
+    if np.sum(x) > 0.0 or _positive_sum(x):
+        return np.sum(x)
+    return 0.0
+
+
 def complex_constant(x):
     return np.sum(np.abs(x * 1j + 1.0))
 
@@ -299,6 +351,8 @@ CASES = [
     ("sum_of_list", [[(3,)], [(2, 2)]]),
     ("view_not_read_after_the_write", [[(3,)], [(4, 2)]]),
     ("rows_iterated_then_written", [[(3,)], [(3, 2)]]),
+    ("updated_in_one_branch", [[(3,), (3,)], [(3,), (2, 3)]]),
+    ("call_in_a_condition", [[(3,)], [(2, 2)]]),
 ]
 
 
@@ -357,6 +411,9 @@ def test_a_callee_writing_into_an_argument_array_is_refused(m):
     ("multiply_at", "np.multiply.at", "in place"),
     ("complex_constant", "x * 1j", "complex"),
     ("view_read_after_the_write", "a[1] += 2.0", "also changes 'r'"),
+    ("mutating_call_in_a_condition", "w += w", "writes into its parameter 'w'"),
+    ("call_in_and_or", "_positive_sum(x)", "inside a condition"),
+    ("updated_after_aliasing_in_a_loop", "y += 1.0", "also changes 'z'"),
     ("complex_global", "x * C", "complex"),
 ])
 def test_refused_with_the_users_line(m, name, line, what):

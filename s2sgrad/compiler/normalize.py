@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+import numpy as np
+
 from ..errors import error_at
 from ..function import is_function_class
 from ..rules import registry
@@ -157,6 +159,7 @@ class _Normalizer:
         self.p = parsed
         fdef = parsed.node
         self.params = [a.arg for a in fdef.args.posonlyargs + fdef.args.args]
+        self.all_params = set(self.params) | {a.arg for a in fdef.args.kwonlyargs}
         self._check_signature(fdef)
         # Keyword-only parameters are never differentiated, but they are locals: a
         # global of the same name must not stand in for them.
@@ -287,7 +290,9 @@ class _Normalizer:
         that would see it are copied when computed (`s2s_snapshot`)."""
         for name, stmt in facts.writes:
             for other in sorted(facts.affected(name, stmt)):
-                if other in self.user_names and not _read_after(facts, body, other, stmt):
+                # (A parameter is read after the call too: by the caller.)
+                if other in self.user_names and other not in self.all_params and \
+                        not _read_after(facts, body, other, stmt):
                     # Nothing reads `other` once the write has run: giving it its own
                     # copy where it is bound changes nothing the program can see.
                     _snapshot_definitions(body, other)
@@ -774,9 +779,12 @@ class _Normalizer:
         test = self.test(s.test, out, "cond")
         body, orelse = [], []
         saved = self.origin
+        owned = set(self.owned)   # what nothing else refers to holds per path
         self.block(s.body, body)
+        owned_body, self.owned = self.owned, owned
         self.origin = saved
         self.block(s.orelse, orelse)
+        self.owned &= owned_body
         self.origin = saved
         node = ast.If(test=test, body=body or [ast.copy_location(ast.Pass(), s)], orelse=orelse)
         self.emit(out, node, s)
@@ -786,20 +794,24 @@ class _Normalizer:
             raise self.err(s, "while ... else is not supported", "Use a flag variable.")
         body = list(s.body)
         test = s.test
-        if any(isinstance(n, ast.NamedExpr) for n in _walk_scope(test) + [test]):
-            # `while (v := f(x)) > 0: ...` is `while True: if not (...): break; ...`,
-            # so the assignment runs as a statement before each test.
-            stop = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=test),
-                          body=[ast.copy_location(ast.Break(), s)], orelse=[])
+        if any(isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and
+                                                 not self._library_call(n))
+               for n in _walk_scope(test) + [test]):
+            # `while (v := f(x)) > 0: ...` is `while True: if ...: pass else: break; ...`,
+            # so the assignment (or a call) runs as a statement before each test.
+            stop = ast.If(test=test, body=[ast.copy_location(ast.Pass(), s)],
+                          orelse=[ast.copy_location(ast.Break(), s)])
             body = [ast.copy_location(stop, test)] + body
             test = ast.copy_location(ast.Constant(value=True), test)
         body = lift_jumps(body, (ast.Break, ast.Continue))
         body = _drop_trailing_continue(body)
         inner: List[ast.stmt] = []
         saved = self.origin
+        entry = self.enter_loop(body)
         self.loop_depth += 1
         self.block(body, inner)
         self.loop_depth -= 1
+        self.owned &= entry
         self.origin = saved
         node = ast.While(test=self.rename_loads(test),
                          body=inner or [ast.copy_location(ast.Pass(), s)], orelse=[])
@@ -823,14 +835,23 @@ class _Normalizer:
         target = self.loop_target(s.target)
         inner: List[ast.stmt] = []
         saved = self.origin
+        entry = self.enter_loop(body + [ast.Assign(targets=[s.target], value=s.iter)])
         self.loop_depth += 1
         self.block(body, inner)
         self.loop_depth -= 1
+        self.owned &= entry
         self.origin = saved
         node = ast.For(target=target, iter=iterable,
                        body=inner or [ast.copy_location(ast.Pass(), s)], orelse=[],
                        type_comment=None)
         self.emit(out, node, s)
+
+    def enter_loop(self, body: List[ast.stmt]) -> Set[str]:
+        """At a loop's head, a name the body assigns may hold what the previous
+        iteration left, which another variable may share: not owned. Returns what
+        is owned there (also after the loop, which may run zero times)."""
+        self.owned -= _assigned_names(body)
+        return set(self.owned)
 
     def loop_target(self, target):
         if isinstance(target, ast.Name):
@@ -873,16 +894,53 @@ class _Normalizer:
         expr = self.hoist_walrus(expr, out)
         if isinstance(expr, ast.Name):
             return self.load(expr.id)
+        if isinstance(expr, ast.Call):
+            # `if h(x):` is a call like any other (its callee may be differentiated
+            # or write into its arguments): the flag is its result.
+            return self.atom(expr, out)
         name = self.names.fresh(stem)
-        self.emit(out, _assign(name, self.rename_loads(expr)), expr)
+        self.emit(out, _assign(name, self.condition(expr, out)), expr)
         return ast.Name(id=name, ctx=ast.Load())
 
+    def condition(self, expr: ast.expr, out) -> ast.expr:
+        """A comparison or and/or kept whole (it has no gradient). A single
+        comparison's operands are computed first, as statements the analyses see;
+        a call inside and/or or a chained comparison (evaluated only on some
+        paths) to a user function is refused: it could write into its arguments."""
+        if isinstance(expr, ast.Compare) and len(expr.comparators) == 1:
+            left = self.operand(expr.left, out)
+            right = self.operand(expr.comparators[0], out)
+            node = ast.Compare(left=left, ops=list(expr.ops), comparators=[right])
+            node.s2s_opaque = True
+            return ast.copy_location(node, expr)
+        for sub in _walk_scope(expr):
+            if isinstance(sub, ast.Call) and not self._library_call(sub):
+                raise self.err(sub, f"a call to {ast.unparse(sub.func)} inside a condition "
+                                    f"that runs only on some paths",
+                               "Call it in a statement of its own before the condition.")
+        return self.rename_loads(expr)
+
+    def _library_call(self, call: ast.Call) -> bool:
+        """A call of NumPy, SciPy, math or a builtin, which leaves its arguments
+        alone (unless given out=): anything else may be a user function."""
+        if not _dotted(call.func) or self.resolver.is_local_chain(call.func) or \
+                any(k.arg == "out" for k in call.keywords):
+            return False
+        ok, fn = self.resolver.static(call.func)
+        module = (getattr(fn, "__module__", "") or "") if ok else ""
+        if ok and isinstance(fn, np.ufunc):
+            return True
+        return ok and module.split(".")[0] in _LIBRARIES and callable(fn)
+
     def hoist_walrus(self, expr: ast.expr, out) -> ast.expr:
-        """`(s := v)` -> a statement `s = v` emitted now and the name `s` in its place.
+        """`(s := v)` -> a statement `s = v` emitted now and the name `s` in its place;
+        a call to a user function -> a statement computing it, and its result.
 
         Only where Python always evaluates it: not inside the later operands of
         and/or, the branches of a conditional expression, or a nested scope."""
-        if not any(isinstance(n, ast.NamedExpr) for n in _walk_scope(expr) + [expr]):
+        if not any(isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and
+                                                     not self._library_call(n))
+                   for n in _walk_scope(expr) + [expr]):
             return expr
 
         def visit(node, always: bool):
@@ -897,6 +955,10 @@ class _Normalizer:
             if isinstance(node, _SCOPES + (ast.ListComp, ast.SetComp, ast.DictComp,
                                            ast.GeneratorExp)):
                 return node
+            if isinstance(node, ast.Call) and always and not self._library_call(node):
+                # A user function called on every path: a statement of its own (its
+                # result may carry a gradient; it may write into its arguments).
+                return self.atom(node, out)
             if isinstance(node, ast.BoolOp):
                 first, *rest = node.values
                 node.values = [visit(first, always)] + [visit(v, False) for v in rest]
@@ -1011,13 +1073,14 @@ class _Normalizer:
         test = self.test(expr.test, out, "cond")
         name = self.names.fresh("choice")
         body, orelse = [], []
-        env = dict(self.env)
+        env, owned = dict(self.env), set(self.owned)
         body_atom = self.atom(expr.body, body)
         self.emit(body, _assign(name, body_atom), expr.body)
-        self.env = dict(env)
+        self.env, owned_body, self.owned = dict(env), self.owned, owned
         else_atom = self.atom(expr.orelse, orelse)
         self.emit(orelse, _assign(name, else_atom), expr.orelse)
         self.env = env
+        self.owned &= owned_body
         self.emit(out, ast.If(test=test, body=body, orelse=orelse), expr)
         self.unversioned.add(name)
         return ast.Name(id=name, ctx=ast.Load())
@@ -1199,6 +1262,9 @@ def _written_in_place(facts: AliasFacts) -> Set[str]:
         out.add(name)
         out |= facts.affected(name, stmt)
     return out
+
+
+_LIBRARIES = ("numpy", "scipy", "s2sgrad", "math", "builtins")
 
 
 def _is_api(obj, name: str) -> bool:
