@@ -1512,6 +1512,8 @@ def evaluate(fn, args, param_names, only=None):
                                                    f"differences")
             for lab, (_, g, _) in variants.items():
                 rec[lab] = g
+            if only is None and not rec.get("nonsmooth"):
+                _check_forward_mode(fn, args, i, fd, rec)
             if len(variants) == 2 and not close(variants["optimised"][1],
                                                 variants["unoptimised"][1],
                                                 OPT_RTOL, OPT_ATOL):
@@ -1521,6 +1523,34 @@ def evaluate(fn, args, param_names, only=None):
         elif rec.get("nonsmooth") and rec["status"] == "pass":
             rec["status"] = "nonsmooth"
     return records
+
+
+def _check_forward_mode(fn, args, i, fd, rec):
+    """Forward mode (functional.jvp, the tangent code) along a random direction of
+    argument i must give the directional derivative fd . v. A forward-mode refusal
+    (a rule without a JVP) is noted, not counted: reverse mode decided the status."""
+    rng = np.random.default_rng(hash_int((i, rec["name"])) % (2 ** 32))
+    a = copies(args)
+    v = rng.standard_normal(np.shape(a[i]))
+    tangents = [np.zeros_like(x) if isinstance(x, np.ndarray) else 0.0 for x in a]
+    tangents[i] = v if isinstance(a[i], np.ndarray) else float(v)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, jv = s2sgrad.functional.jvp(fn, tuple(a), tuple(tangents))
+    except Exception as exc:  # noqa: BLE001
+        kind, info = classify_exception(exc)
+        if kind == "crashed":
+            rec.setdefault("exceptions", {})["forward"] = (kind, info)
+            rec["status"] = "crashed"
+        else:
+            rec["forward_refused"] = info
+        return
+    expected = float(np.sum(np.asarray(fd, dtype=np.float64) * v))
+    rec["forward"] = jv
+    if not close(jv, expected):
+        rec["problems"].append(f"forward mode (jvp) gives {fmt(jv)}, finite differences "
+                               f"{fmt(expected)}")
 
 
 PRIORITY = ["wrong", "crashed", "refused", "nonsmooth", "pass"]

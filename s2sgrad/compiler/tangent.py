@@ -1170,6 +1170,11 @@ class _Tangent:
             self.output_varied = tuple(isinstance(e, ast.Name) and e.id in self.act.varied
                                        for e in value.elts)
             tangent = ast.Tuple(elts=tangents, ctx=ast.Load())
+        elif isinstance(value, ast.List):   # `return [a, b]`: a list of tangents
+            tangent = self.tangent_of(value)
+            self.output_live = any(any_live(self.liveness(e)) for e in value.elts)
+            self.output_varied = any(isinstance(e, ast.Name) and e.id in self.act.varied
+                                     for e in value.elts)
         else:
             tangent = self.tangent_of(value)
             self.output_live = self.liveness(value)

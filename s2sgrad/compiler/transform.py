@@ -269,7 +269,7 @@ class _Reverse:
             return g, []
         g = self.names.fresh("output_bar")
         out: List[ast.stmt] = []
-        if isinstance(value, ast.Tuple):
+        if isinstance(value, (ast.Tuple, ast.List)):
             for i, e in enumerate(value.elts):
                 if isinstance(e, ast.Name) and e.id in self.act.active:
                     item = ast.Subscript(value=_name(g), slice=ast.Constant(value=i),
