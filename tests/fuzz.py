@@ -1461,7 +1461,8 @@ def evaluate(fn, args, param_names, only=None):
                "status": "pass"}
         records.append(rec)
         variants = {}
-        for label in ("optimised", "unoptimised") if only is None else only[1]:
+        for label in ("optimised", "unoptimised") if only is None else \
+                [lab for lab in only[1] if lab != "forward"]:
             if label == "unoptimised" and rec.get("exceptions", {}).get("optimised", ("",))[0] \
                     == "refused":
                 continue  # refusals come before the optimiser: the same again, only slower
@@ -1512,7 +1513,7 @@ def evaluate(fn, args, param_names, only=None):
                                                    f"differences")
             for lab, (_, g, _) in variants.items():
                 rec[lab] = g
-            if only is None and not rec.get("nonsmooth"):
+            if (only is None or "forward" in only[1]) and not rec.get("nonsmooth"):
                 _check_forward_mode(fn, args, i, fd, rec)
             if len(variants) == 2 and not close(variants["optimised"][1],
                                                 variants["unoptimised"][1],
@@ -2063,6 +2064,7 @@ def signature_of(status, records):
         for r in records:
             for p in r["problems"]:
                 kinds.add("value" if "forward value" in p else
+                          "tangent" if p.startswith("forward mode") else
                           "mutation" if "after the call" in p else
                           "shape" if "has shape" in p else "gradient")
         return ("wrong", tuple(sorted(kinds)))
@@ -2270,6 +2272,9 @@ def _focus(records):
         if "optimised and unoptimised gradients differ" in r["problems"] or \
                 failing == {"unoptimised"}:
             labels = ("optimised", "unoptimised")
+        if any(p.startswith("forward mode") for p in r["problems"]) or \
+                r.get("exceptions", {}).get("forward", ("",))[0] == "crashed":
+            labels = labels + ("forward",)
         return r["arg"], labels
     return None
 
@@ -2508,7 +2513,7 @@ def _print_records(status, records, out=sys.stdout):
             print(f"    {p}", file=out)
         if "fd" in r:
             print(f"    finite differences: {fmt(r['fd'])}", file=out)
-        for lab in ("optimised", "unoptimised"):
+        for lab in ("optimised", "unoptimised", "forward"):
             if lab in r:
                 print(f"    {lab}: {fmt(r[lab])}", file=out)
         for lab, (kind, info) in r.get("exceptions", {}).items():

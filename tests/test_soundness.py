@@ -301,6 +301,34 @@ def call_in_and_or(x):
     return 0.0
 
 
+def _pair_list(u):
+    return [u * 2.0, np.sin(u)]
+
+
+def returned_list(x):
+    a, b = _pair_list(x)
+    return np.sum(a * b) + np.sum(_pair_list(x))
+
+
+def appended_then_read(x, y):
+    xs = []
+    xs.append(x * y)
+    xs.append(y)
+    return np.sum(xs[0] * xs[1])
+
+
+def written_in_nested_loops(x, y):
+    acc = 0.0
+    for t in [0.7, 3.0]:
+        k = 0
+        while k < 2:
+            k += 1
+            out = np.tanh(y * t)
+            out[0] = np.sum(x)
+            acc = acc + np.sum(out ** 2)
+    return acc
+
+
 def complex_constant(x):
     return np.sum(np.abs(x * 1j + 1.0))
 
@@ -353,6 +381,9 @@ CASES = [
     ("rows_iterated_then_written", [[(3,)], [(3, 2)]]),
     ("updated_in_one_branch", [[(3,), (3,)], [(3,), (2, 3)]]),
     ("call_in_a_condition", [[(3,)], [(2, 2)]]),
+    ("returned_list", [[(3,)], [(2, 2)]]),
+    ("appended_then_read", [[(3,), (3,)], [(2, 3), (3,)]]),
+    ("written_in_nested_loops", [[(3,), (3,)], [(2,), (2, 3)]]),
 ]
 
 
@@ -377,7 +408,8 @@ def test_documented_values(m):
 FORWARD_MODE = {"add_at", "subtract_at", "repeated_write", "repeated_add", "repeated_mul",
                 "keyword_only_callee", "keyword_only", "iterated_then_rebound",
                 "written_with_itself", "mlp", "list_loop", "python_numbers", "python_floats",
-                "sum_of_list"}
+                "sum_of_list", "returned_list", "appended_then_read",
+                "written_in_nested_loops", "updated_in_one_branch", "call_in_a_condition"}
 
 
 @pytest.mark.parametrize("name, shapes", [(n, s) for n, cases in CASES for s in cases

@@ -992,7 +992,9 @@ class _Tangent:
             exit_live |= b.live
         # Ownership at the head: tangents written in place in the body, kept owned.
         owned = set(before.owned) | {v for v in entry - before.live if v in before.defined}
-        owned |= {v for v in written if v in entry}
+        # (Not those the code may not have defined yet at the head: a copy there would
+        # read an unbound name; the body copies them where it writes them.)
+        owned |= {v for v in written if v in entry and v in before.defined}
         for _ in range(50):
             ctx = _Loop(entry=set(entry), owned_entry=set(owned), exit_live=set(exit_live))
             end, ctx = self._probe(s, header, entry, owned, before, ctx)
@@ -1557,7 +1559,8 @@ class _Tangent:
                 out.append(ast.Expr(value=ast.Call(
                     func=ast.Attribute(value=_name(self.dot(xs)), attr="append",
                                        ctx=ast.Load()), args=[tangent], keywords=[])))
-        out.insert(0, s)
+        # The tangent list is made (zeros of xs's items) before xs grows by the item.
+        out.append(s)
         return out
 
     def pop(self, s, op: Op) -> List[ast.stmt]:
