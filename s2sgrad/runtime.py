@@ -113,6 +113,8 @@ def zeros_like(x, items=None):
     """
     if isinstance(x, (float, int)) and not isinstance(x, (bool, np.generic)):
         return 0.0
+    if isinstance(x, dict):   # the cotangent of a dict is a dict with its keys
+        return {k: zeros_like(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         if items is not None:
             return [zeros_like(item, flag) if isinstance(flag, tuple) else
@@ -327,6 +329,8 @@ def copy_adjoint(adjoint):
     """A private copy of an adjoint before it is updated in place."""
     if isinstance(adjoint, list):
         return list(adjoint)
+    if isinstance(adjoint, dict):
+        return dict(adjoint)
     return adjoint.copy() if isinstance(adjoint, np.ndarray) else adjoint
 
 
@@ -341,6 +345,15 @@ def add_items(total, contribution):
     (the adjoint of a list of arrays is a list; `+` would concatenate)."""
     if isinstance(total, (list, tuple)) or isinstance(contribution, (list, tuple)):
         return [add_items(a, b) for a, b in zip(total, contribution)]
+    if isinstance(total, dict) or isinstance(contribution, dict):
+        if not isinstance(contribution, dict):
+            return total            # a symbolic zero (0.0) added to a dict's cotangent
+        if not isinstance(total, dict):
+            return dict(contribution)
+        out = dict(total)
+        for k, v in contribution.items():
+            out[k] = add_items(out[k], v) if k in out else v
+        return out
     return total + contribution
 
 
@@ -358,12 +371,24 @@ def add_at(adjoint, index, g):
         else:
             adjoint[index] = add_items(adjoint[index], g)
         return
+    if isinstance(adjoint, dict):
+        adjoint[index] = add_items(adjoint[index], g) if index in adjoint else g
+        return
     if _is_basic_index(index):
         adjoint[index] += g
     elif isinstance(index, np.ndarray) and index.dtype == bool:
         adjoint[index] += g
     else:
         np.add.at(adjoint, index, g)
+
+
+@helper
+def dict_item_grad(cotangent, key, item):
+    """The cotangent of a dict's item: cotangent[key], or zero where the dict's
+    cotangent has no such key (nothing read that item, or it is a scalar zero)."""
+    if isinstance(cotangent, dict) and key in cotangent:
+        return cotangent[key]
+    return zeros_like(item)
 
 
 @helper
@@ -385,6 +410,12 @@ def seed(out):
         raise ValueError(f"grad requires a function that returns a scalar, but it returned "
                          f"shape {np.shape(out)}; use s2sgrad.vjp for non-scalar outputs")
     return np.ones((), dtype=np.result_type(out, np.float64))
+
+
+@helper
+def keys(mapping):
+    """The keys of a dict, as a list: what `for k in d.items()` walks (no gradient)."""
+    return list(mapping)
 
 
 @helper

@@ -11,9 +11,22 @@ import numpy as np
 from .runtime import _is_basic_index, add_items, helper, unbroadcast
 
 
+class _Missing:
+    """What copy_item saves for a dict key that is not there yet (restore deletes it)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+
 @helper
 def copy_item(container, index):
-    """container[index], copied if it is an array (a view would change later)."""
+    """container[index], copied if it is an array (a view would change later); for a
+    dict key not there yet, MISSING."""
+    if isinstance(container, dict) and index not in container:
+        return MISSING
     item = container[index]
     if isinstance(item, np.ndarray):
         return item.copy()
@@ -29,6 +42,11 @@ def written_grad(adjoint, index, value):
     An integer-array index may name an element more than once; NumPy keeps one
     writer per element, and only that writer reaches the result, so the others get
     zero. Which one NumPy keeps is found by making the same write with positions."""
+    if isinstance(adjoint, dict):
+        item = adjoint.get(index)
+        from .runtime import zeros_like
+        return zeros_like(value) if item is None else unbroadcast(copy_item(adjoint, index),
+                                                                   value)
     if isinstance(adjoint, list) or _is_basic_index(index) or (
             isinstance(index, np.ndarray) and index.dtype == bool):
         return unbroadcast(copy_item(adjoint, index), value)
@@ -44,19 +62,26 @@ def written_grad(adjoint, index, value):
 
 @helper
 def restore_item(container, index, value) -> None:
-    """Put back what an in-place write overwrote."""
+    """Put back what an in-place write overwrote (a dict key it added: removed)."""
+    if value is MISSING:
+        container.pop(index, None)
+        return
     container[index] = value
 
 
 @helper
 def zero_item(adjoint, index) -> None:
     """The overwritten items get no gradient: zero them in the adjoint."""
+    from .runtime import zeros_like
     if isinstance(adjoint, list):
         if isinstance(index, slice):
             for k in range(*index.indices(len(adjoint))):
-                adjoint[k] = 0.0 * adjoint[k]
+                adjoint[k] = zeros_like(adjoint[k])
         else:
-            adjoint[index] = 0.0 * adjoint[index]
+            adjoint[index] = zeros_like(adjoint[index])
+        return
+    if isinstance(adjoint, dict):
+        adjoint.pop(index, None)    # the key's old value gets no gradient
         return
     adjoint[index] = 0
 
@@ -68,6 +93,8 @@ def copy_value(value):
         return value.copy()
     if isinstance(value, list):
         return list(value)
+    if isinstance(value, dict):
+        return dict(value)
     return value
 
 
@@ -79,6 +106,8 @@ def snapshot(value):
         return value.copy()
     if isinstance(value, (tuple, list)):
         return type(value)(snapshot(v) for v in value)
+    if isinstance(value, dict):
+        return {k: snapshot(v) for k, v in value.items()}
     return value
 
 
@@ -104,7 +133,7 @@ def unshared(value, filename, lineno, col, message, hint, text) -> None:
     For numbers `x += v` rebinds and nothing is shared; an array is updated in
     place, which would change the other variable behind the adjoint's back.
     """
-    if isinstance(value, (np.ndarray, list)):
+    if isinstance(value, (np.ndarray, list, dict)):
         from .errors import TransformError
         raise TransformError(message, filename, lineno, col, hint, text)
 

@@ -41,6 +41,8 @@ def zero_tangent(x: Any) -> Any:
         return [zero_tangent(item) for item in x]
     if isinstance(x, tuple):
         return tuple(zero_tangent(item) for item in x)
+    if isinstance(x, dict):
+        return {k: zero_tangent(v) for k, v in x.items()}
     if x is None or isinstance(x, (str, bytes, bool, np.bool_, ArrayMeta, slice, range, type)):
         return None
     if isinstance(x, (numbers.Number, np.generic)):

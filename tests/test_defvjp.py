@@ -7,23 +7,34 @@ from conftest import check_vjp
 
 import s2sgrad
 
-# A "third-party" library: its functions are opaque to s2sgrad (a comprehension,
+# A "third-party" library: its functions are opaque to s2sgrad (a try statement,
 # which the compiler refuses), so only a registered rule can differentiate them.
 _LIB = '''
 import numpy as np
 
 def scale_mul(x, y):
-    y = np.broadcast_to(y, np.shape(x))
-    return np.array([a * b for a, b in zip(np.ravel(x), np.ravel(y))]).reshape(np.shape(x))
+    try:
+        return x * np.broadcast_to(y, np.shape(x))
+    finally:
+        pass
 
 def cube(x):
-    return np.array([v ** 3 for v in np.ravel(x)]).reshape(np.shape(x))
+    try:
+        return np.asarray(x) ** 3
+    finally:
+        pass
 
 def powsum(x, y, n=2):
-    return np.array([a ** n + b for a, b in zip(np.ravel(x), np.ravel(y))]).reshape(np.shape(x))
+    try:
+        return x ** n + y
+    finally:
+        pass
 
 def hypot_like(x, y):
-    return np.sqrt(np.array([a * a + b * b for a, b in zip(np.ravel(x), np.ravel(y))]))
+    try:
+        return np.sqrt(x * x + y * y)
+    finally:
+        pass
 '''
 
 

@@ -27,8 +27,8 @@ def with_try(x):
 
 
 def comprehension(x):
-    ys = [xi * 2 for xi in x]
-    return np.sum(np.array(ys)) + ys[0] * x[0]
+    ys = {xi * 2 for xi in x}
+    return np.sum(np.array(sorted(ys))) * x[0]
 
 
 def in_place(x):
@@ -76,7 +76,7 @@ def _line_of(fn, text):
 @pytest.mark.parametrize("fname, snippet, words", [
     ("unknown_function", "np.fft.fft", "no gradient rule for np.fft.fft"),
     ("with_try", "try:", "'Try' statements are not supported"),
-    ("comprehension", "[xi * 2", "no gradient rule"),
+    ("comprehension", "{xi * 2", "no gradient rule"),
     ("math_call", "math.erf", "no gradient rule for math.erf"),
     ("nested_def", "def helper", "'FunctionDef' statements are not supported"),
     ("mutating_method", "y.sort", "modifies a differentiated value in place"),
@@ -147,7 +147,7 @@ def deletes(x):
 
 
 def builds_array(x):
-    ys = np.array([np.sin(v) for v in x])
+    ys = np.array(sorted({np.sin(v) for v in x}))
     return np.sum(ys)
 
 
@@ -176,7 +176,7 @@ def more(tmp_path_factory):
     ("generator", "yield", "generators", "Return a value"),
     ("with_block", "with open", "'With' statements", "outside"),
     ("deletes", "del y", "'Delete' statements", "Drop the del"),
-    ("builds_array", "[np.sin(v)", "list comprehension", "for loop that appends"),
+    ("builds_array", "{np.sin(v)", "set comprehension", "for loop that appends"),
     ("outer", "def inner", "'FunctionDef' statements", "module level"),
 ])
 def test_unsupported_construct_points_at_code_with_suggestion(more, fname, snippet, words,

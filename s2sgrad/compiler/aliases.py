@@ -172,6 +172,8 @@ class AliasFacts:
             return [(value.id, "share")] if value.id in local else []
         if isinstance(value, (ast.Tuple, ast.List)):
             return [(n, "holds") for n in _names(value, local)]
+        if isinstance(value, ast.Dict):
+            return [(n, "holds") for v in value.values for n in _names(v, local)]
         if isinstance(value, ast.Subscript):
             base = _names(value.value, local)
             kind = "item" if base and base[0] in self.lists else "share"

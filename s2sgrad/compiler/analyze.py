@@ -462,7 +462,7 @@ def _why_independent(name: str, ops, reach_all: Set[str], nf: NormalForm) -> str
 _UNSUPPORTED_HINTS = {
     "unknown": "Register a rule with s2sgrad.defvjp, or wrap the computation in an "
                "s2sgrad.Function with a vjp rule.",
-    "opaque": "Write comprehensions as a for loop that appends to a list (or as one "
+    "opaque": "Write a set comprehension as a for loop that appends to a list (or as one "
               "vectorised NumPy expression), and and/or on values as if/else; or wrap the "
               "computation in an s2sgrad.Function with a vjp rule.",
     "method": "Call the NumPy function instead (np.f(x)), register it with "

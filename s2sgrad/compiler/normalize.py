@@ -52,6 +52,7 @@ class NormalForm:
     result: Optional[str] = None  # set when the function returns a single name
     lists: Set[str] = field(default_factory=set)  # names bound to list literals
     tuples: Set[str] = field(default_factory=set)  # names bound to tuple literals
+    dicts: Set[str] = field(default_factory=set)   # names bound to dict literals
     # Names written in place somewhere (x[i] = v, x += v on an array, np.add.at(x, ...)),
     # and the names sharing memory with them: a value kept for the adjoint under
     # another name (a Function's saved input) must be a copy.
@@ -177,6 +178,7 @@ class _Normalizer:
         self.rebound_augassign: Set[str] = set()
         self.lists: Set[str] = set()
         self.tuple_names: Set[str] = set()   # names bound to tuple literals
+        self.dict_names: Set[str] = set()    # names bound to dict literals
         self.bindings: Dict[str, Callable] = {}   # names the generated code must see
         self.env: Dict[str, str] = {p: p for p in self.params + sorted(kwonly)}
         self.tuples: Dict[str, List[ast.expr]] = {}
@@ -269,7 +271,7 @@ class _Normalizer:
             self.force_in_place |= redo
             self.names.taken, self.env = set(state[0]), dict(state[1])
             self.tuples, self.owned, self.lists = {}, set(), set()
-            self.tuple_names = set()
+            self.tuple_names, self.dict_names = set(), set()
             self.rebound_augassign = set()
         self._protect_in_place_writes(facts, out)
         out = hoist_invariants(out, self.user_names, facts)
@@ -282,6 +284,7 @@ class _Normalizer:
                   and isinstance(last.value, ast.Name) else None)
         return NormalForm(self.p, new, self.names, self.resolver, self.params, result,
                           lists=set(self.lists), tuples=set(self.tuple_names),
+                          dicts=set(self.dict_names),
                           written_in_place=_written_in_place(facts),
                           bindings=dict(self.bindings))
 
@@ -486,7 +489,7 @@ class _Normalizer:
         its own (`[(W1, b1), (W2, b2)]`), so every item the adjoint unpacks is a name."""
         if isinstance(expr, (ast.Tuple, ast.List)) and self._holds_locals(expr):
             return self.packed(expr, out)
-        return self.atom(expr, out)
+        return self.atom(expr, out)   # (a nested dict literal gets a name there)
 
     def _holds_locals(self, node) -> bool:
         return any(isinstance(n, ast.Name) and n.id in self.resolver.locals
@@ -602,6 +605,16 @@ class _Normalizer:
                 self.know_tuple(name, elts)
             else:
                 self.lists.add(name)
+            self.owned.discard(name)
+            return
+        if isinstance(value, ast.Dict) and all(k is not None for k in value.keys):
+            # `{"W": W, "b": b}`: keys are atoms (no gradient), values are items.
+            keys = [self.atom(k, out) for k in value.keys]
+            values = [self.element(v, out) for v in value.values]
+            name = self.target(user_name)
+            node = ast.Dict(keys=keys, values=values)
+            self.emit(out, _assign(name, ast.copy_location(node, value)), value)
+            self.dict_names.add(name)
             self.owned.discard(name)
             return
         if isinstance(value, ast.Name) and self.env.get(value.id) in self.tuples:
@@ -817,9 +830,58 @@ class _Normalizer:
                          body=inner or [ast.copy_location(ast.Pass(), s)], orelse=[])
         self.emit(out, node, s)
 
+    def dict_loop(self, s: ast.For) -> Optional[ast.For]:
+        """`for k, v in d.items()`, `for v in d.values()`, `for k in d.keys()` (and
+        `for k in d` over a dict literal) as a loop over the keys, which carry no
+        gradient, reading each value as `d[k]`."""
+        it = s.iter
+        method = None
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and \
+                it.func.attr in ("items", "values", "keys") and not it.args and \
+                not it.keywords:
+            method, base = it.func.attr, it.func.value
+        elif isinstance(it, ast.Name) and self.env.get(it.id, it.id) in self.dict_names:
+            method, base = "keys", it
+        if method is None:
+            return None
+        target, prefix = s.target, []
+        if method == "keys":
+            key = target
+        elif method == "values":
+            key = ast.Name(id=self.names.fresh("key"), ctx=ast.Store())
+            prefix = [ast.Assign(targets=[target], value=ast.Subscript(
+                value=clone(base), slice=ast.Name(id=key.id, ctx=ast.Load()), ctx=ast.Load()))]
+        elif isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            key, value = target.elts
+            if not isinstance(key, ast.Name):
+                key = ast.Name(id=self.names.fresh("key"), ctx=ast.Store())
+                prefix.append(ast.Assign(targets=[target.elts[0]],
+                                         value=ast.Name(id=key.id, ctx=ast.Load())))
+            prefix.append(ast.Assign(targets=[value], value=ast.Subscript(
+                value=clone(base), slice=ast.Name(id=key.id, ctx=ast.Load()), ctx=ast.Load())))
+        else:
+            key = ast.Name(id=self.names.fresh("key"), ctx=ast.Store())
+            pair = ast.Tuple(elts=[ast.Name(id=key.id, ctx=ast.Load()), ast.Subscript(
+                value=clone(base), slice=ast.Name(id=key.id, ctx=ast.Load()), ctx=ast.Load())],
+                ctx=ast.Load())
+            prefix = [ast.Assign(targets=[target], value=pair)]
+        for p in prefix:
+            ast.copy_location(p, s)
+            ast.fix_missing_locations(p)
+        keys = ast.copy_location(ast.Call(func=ast.Name(id="_s2s_keys", ctx=ast.Load()),
+                                          args=[clone(base)], keywords=[]), it)
+        loop = ast.For(target=key, iter=keys, body=prefix + list(s.body), orelse=[],
+                       type_comment=None)
+        self.resolver.locals |= _assigned_names([loop])
+        self.unversioned |= _assigned_names([loop])
+        return ast.copy_location(loop, s)
+
     def stmt_For(self, s, out):
         if s.orelse:
             raise self.err(s, "for ... else is not supported", "Use a flag variable.")
+        over_keys = self.dict_loop(s)
+        if over_keys is not None:
+            s = over_keys
         iterable = self.iterable(s.iter, out)
         # Python iterates over the object the header named; a body that rebinds the
         # name (`for r in acc: acc = r * w`) must not change what is iterated.
@@ -863,6 +925,13 @@ class _Normalizer:
 
     def iterable(self, it, out):
         """range/zip/enumerate keep their call (the transform reads them); else an atom."""
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
+                it.func.id == "_s2s_keys":
+            from .. import runtime
+            call = ast.Call(func=ast.Name(id=it.func.id, ctx=ast.Load()),
+                            args=[self.atom(a, out) for a in it.args], keywords=[])
+            call.s2s_callee = runtime.keys
+            return ast.copy_location(call, it)
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id == "_s2s_backwards":
             call = ast.Call(func=ast.Name(id=it.func.id, ctx=ast.Load()),
@@ -1009,6 +1078,10 @@ class _Normalizer:
             known = self.tuples.get(self.env.get(expr.value.id, expr.value.id))
             if known is not None and -len(known) <= expr.slice.value < len(known):
                 return clone(known[expr.slice.value])
+        if isinstance(expr, ast.Dict) and all(k is not None for k in expr.keys):
+            name = self.names.fresh("items")
+            self.assign_name(name, expr, out, expr)
+            return ast.copy_location(self.load(name), expr)
         if isinstance(expr, ast.Call) and self._output_count(expr) > 1:
             # `SinCos.apply(x)[0]`: the outputs get names, the tuple is a known one.
             name = self.names.fresh("outputs")
@@ -1052,6 +1125,10 @@ class _Normalizer:
             return self.atom(expr, out)
         if isinstance(expr, ast.IfExp):
             return self.ifexp(expr, out)
+        if isinstance(expr, ast.Dict) and all(k is not None for k in expr.keys):
+            return self.atom(expr, out)
+        if isinstance(expr, (ast.ListComp, ast.GeneratorExp, ast.DictComp)):
+            return self.comprehension(expr, out)
         if isinstance(expr, (ast.Compare, ast.BoolOp, ast.JoinedStr, ast.Dict, ast.Set,
                              ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
                              ast.Lambda)):
@@ -1067,6 +1144,130 @@ class _Normalizer:
         if isinstance(expr, ast.Starred):
             raise self.err(expr, "starred expressions are not supported here")
         raise self.err(expr, f"unsupported expression ({type(expr).__name__})")
+
+    def comprehension(self, expr, out) -> ast.expr:
+        """`[f(x) for x in xs if c]` (a generator expression alike, a dict
+        comprehension into a dict) as the loop that builds it:
+
+            items = []
+            for x_1 in xs:
+                if c:
+                    items.append(f(x_1))
+
+        The comprehension's variables get names of their own (they are local to it
+        in Python), and the loop is normalised like any loop, so its items keep
+        their gradients. A generator expression is built as a list: every consumer
+        s2sgrad differentiates (sum, max, np.stack, ...) reads all of it."""
+        mapping: Dict[str, str] = {}
+
+        def rename(node):
+            node = clone(node)
+            for sub in [node, *_walk_scope(node)]:
+                if isinstance(sub, ast.Name) and sub.id in mapping:
+                    sub.id = mapping[sub.id]
+            return node
+        is_dict = isinstance(expr, ast.DictComp)
+        name = self.names.fresh("entries" if is_dict else "items")
+        self.resolver.locals.add(name)
+        empty = ast.Dict(keys=[], values=[]) if is_dict else ast.List(elts=[], ctx=ast.Load())
+        self.assign_name(name, ast.copy_location(empty, expr), out, expr)
+        loops = []
+        for gen in expr.generators:
+            if gen.is_async:
+                raise self.err(expr, "asynchronous comprehensions cannot be differentiated")
+            iterable = rename(gen.iter)
+            for n in name_nodes(gen.target):
+                mapping[n.id] = self.names.fresh(n.id)
+            loops.append((rename(gen.target), iterable, [rename(c) for c in gen.ifs]))
+        target = ast.Name(id=name, ctx=ast.Load())
+        if is_dict:
+            inner: ast.stmt = ast.Assign(targets=[ast.Subscript(value=target,
+                                                                slice=rename(expr.key),
+                                                                ctx=ast.Store())],
+                                         value=rename(expr.value))
+        else:
+            inner = ast.Expr(value=ast.Call(func=ast.Attribute(value=target, attr="append",
+                                                               ctx=ast.Load()),
+                                            args=[rename(expr.elt)], keywords=[]))
+        body: List[ast.stmt] = [inner]
+        for loop_target, iterable, conditions in reversed(loops):
+            for c in reversed(conditions):
+                body = [ast.If(test=c, body=body, orelse=[])]
+            body = [ast.For(target=loop_target, iter=iterable, body=body, orelse=[],
+                            type_comment=None)]
+        loop = body[0]
+        for node in [loop, *_walk_scope(loop)]:
+            if isinstance(node, (ast.stmt, ast.expr)):
+                ast.copy_location(node, expr)
+        ast.fix_missing_locations(loop)
+        assigned = _assigned_names([loop]) | set(mapping.values())
+        self.resolver.locals |= assigned
+        self.unversioned |= assigned
+        saved = self.origin
+        self.stmt(loop, out)
+        self.origin = saved
+        return ast.copy_location(self.load(name), expr)
+
+    def builtin_reduction(self, expr: ast.Call, out) -> Optional[ast.expr]:
+        """Builtin `sum(xs)`, `sum(xs, start)`, `max(xs)` and `min(xs)` over a list, a
+        generator expression or an array's rows, as the loop Python runs:
+
+            total = start                      best = xs[0]
+            for item in xs:                    for item in xs[1:]:
+                total = total + item               best = max(best, item)
+
+        (max of two values is np.maximum's rule: ties split the gradient)."""
+        if not (isinstance(expr.func, ast.Name) and expr.func.id in ("sum", "max", "min")):
+            return None
+        ok, fn = self.resolver.static(expr.func)
+        if not ok or fn not in (sum, max, min) or any(isinstance(a, ast.Starred)
+                                                      for a in expr.args):
+            return None
+        kind = expr.func.id
+        start = None
+        if kind == "sum":
+            keywords = {k.arg: k.value for k in expr.keywords}
+            if len(expr.args) == 2 and not keywords:
+                start = expr.args[1]
+            elif len(expr.args) == 1 and set(keywords) <= {"start"}:
+                start = keywords.get("start")
+            else:
+                return None
+        elif len(expr.args) != 1 or expr.keywords:
+            return None   # max(a, b) has a rule; key= and default= are not differentiated
+        items = self.operand(expr.args[0], out)
+        acc = self.names.fresh("total" if kind == "sum" else "best")
+        item = self.names.fresh("item")
+        for n in (acc, item):
+            self.resolver.locals.add(n)
+            self.unversioned.add(n)
+        if kind == "sum":
+            first: ast.expr = start if start is not None else ast.Constant(value=0)
+            sequence: ast.expr = items
+            step: ast.expr = ast.BinOp(left=ast.Name(id=acc, ctx=ast.Load()), op=ast.Add(),
+                                       right=ast.Name(id=item, ctx=ast.Load()))
+        else:
+            first = ast.Subscript(value=clone(items), slice=ast.Constant(value=0),
+                                  ctx=ast.Load())
+            sequence = ast.Subscript(value=clone(items), slice=ast.Slice(
+                lower=ast.Constant(value=1), upper=None, step=None), ctx=ast.Load())
+            step = ast.Call(func=ast.Name(id=kind, ctx=ast.Load()),
+                            args=[ast.Name(id=acc, ctx=ast.Load()),
+                                  ast.Name(id=item, ctx=ast.Load())], keywords=[])
+        statements = [
+            ast.Assign(targets=[ast.Name(id=acc, ctx=ast.Store())], value=first),
+            ast.For(target=ast.Name(id=item, ctx=ast.Store()), iter=sequence,
+                    body=[ast.Assign(targets=[ast.Name(id=acc, ctx=ast.Store())], value=step)],
+                    orelse=[], type_comment=None)]
+        for st in statements:
+            for node in [st, *_walk_scope(st)]:
+                if isinstance(node, (ast.stmt, ast.expr)):
+                    ast.copy_location(node, expr)
+            ast.fix_missing_locations(st)
+            saved = self.origin
+            self.stmt(st, out)
+            self.origin = saved
+        return ast.copy_location(self.load(acc), expr)
 
     def ifexp(self, expr: ast.IfExp, out) -> ast.expr:
         """`a if c else b` becomes an if statement assigning one temporary."""
@@ -1179,11 +1380,14 @@ class _Normalizer:
                                                ctx=ast.Load()), index)
         return self.atom(index, out)
 
-    def call(self, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
+    def call(self, expr: ast.Call, out: List[ast.stmt]) -> ast.expr:
         func = expr.func
         derived = self.derivative_call(expr, out)
         if derived is not None:
             return derived
+        folded = self.builtin_reduction(expr, out)
+        if folded is not None:
+            return folded
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(
                 k.arg is None for k in expr.keywords):
             ok, obj = self.resolver.static(func) if _dotted(func) and \

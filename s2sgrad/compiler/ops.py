@@ -178,6 +178,10 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
     if isinstance(value, (ast.Tuple, ast.List)):
         flat = [e.id for e in value.elts if isinstance(e, ast.Name)]
         return Op("pack", outs, diff_inputs=flat, other_inputs=names(value))
+    if isinstance(value, ast.Dict) and all(k is not None for k in value.keys):
+        flat = [e.id for e in value.values if isinstance(e, ast.Name)]
+        return Op("pack", outs, diff_inputs=flat,
+                  other_inputs=names(ast.Tuple(elts=list(value.keys), ctx=ast.Load())))
     if getattr(value, "s2s_opaque", False):
         kind = "nondiff" if isinstance(value, ast.Compare) else "opaque"
         label = {ast.Compare: "a comparison", ast.BoolOp: "an and/or expression",

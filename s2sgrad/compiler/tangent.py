@@ -1248,6 +1248,10 @@ class _Tangent:
             expr, fresh = _name(self.dot(inputs_live[0])), False
             struct = self.liveness(_name(inputs_live[0]))
             stmts: List[ast.stmt] = []
+        elif kind == "pack" and isinstance(value, ast.Dict):
+            expr = ast.Dict(keys=copy.deepcopy(value.keys),
+                            values=[self.tangent_of(e) for e in value.values])
+            fresh, stmts = True, []
         elif kind == "pack":
             expr = type(value)(elts=[self.tangent_of(e) for e in value.elts], ctx=ast.Load())
             fresh, stmts = isinstance(value, ast.List), []

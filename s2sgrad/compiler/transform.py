@@ -146,7 +146,7 @@ class _Reverse:
     def _list_valued(self, nf: NormalForm) -> Set[str]:
         """Variables that may hold Python lists: their adjoints are lists too, added
         item by item (a + between lists would concatenate them)."""
-        out = set(nf.lists) | set(nf.tuples)   # a tuple's adjoint is a list too
+        out = set(nf.lists) | set(nf.tuples) | set(nf.dicts)   # adjoints item by item
         list_helpers = {"push", "drop_last", "last_grad"}
         changed = True
         while changed:
@@ -703,10 +703,16 @@ class _Reverse:
             return
         g_name = self.bar_of(op.outputs[0]) if op.outputs else None
         if kind == "pack":
-            for i, e in enumerate(s.value.elts):
+            value = s.value
+            items = list(zip(value.keys, value.values)) if isinstance(value, ast.Dict) else \
+                [(ast.Constant(value=i), e) for i, e in enumerate(value.elts)]
+            for key, e in items:
                 if isinstance(e, ast.Name) and e.id in self.act.active:
-                    item = ast.Subscript(value=_name(g_name), slice=ast.Constant(value=i),
-                                         ctx=ast.Load())
+                    if isinstance(value, ast.Dict):
+                        item: ast.expr = helper_call("dict_item_grad", _name(g_name),
+                                                     copy.deepcopy(key), _name(e.id))
+                    else:
+                        item = ast.Subscript(value=_name(g_name), slice=key, ctx=ast.Load())
                     self.accumulate(e.id, item, out)
             return
         if kind == "getitem":

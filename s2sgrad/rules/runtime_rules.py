@@ -66,5 +66,6 @@ defvjp(runtime_inplace.drop_last, "items", items="push(g, zeros_like(items[-1]))
        name="_s2s_drop_last")
 
 # -- no gradient: shapes, masks, counts, constructors ---------------------------------
-nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.backwards)
+nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.backwards,
+        runtime.keys)
 constructors(runtime.zeros_like, runtime.ones_like, runtime.seed)
