@@ -68,9 +68,9 @@ def main() -> int:
         compiled = compiler.compile_function(fn, wrt)
         flat = compiler.flat_bindings(compiled)
         assert compiler.all_hold(flat) and compiled.current()
-        whole = min(timeit.repeat(lambda: call(*inputs), number=args.number,
-                                  repeat=args.repeat)) / args.number
-        check = min(timeit.repeat(lambda: compiler.all_hold(flat), number=args.number,
+        whole = min(timeit.repeat(lambda call=call, inputs=inputs: call(*inputs),
+                                  number=args.number, repeat=args.repeat)) / args.number
+        check = min(timeit.repeat(lambda flat=flat: compiler.all_hold(flat), number=args.number,
                                   repeat=args.repeat)) / args.number
         current = min(timeit.repeat(compiled.current, number=args.number,
                                     repeat=args.repeat)) / args.number

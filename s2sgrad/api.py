@@ -31,33 +31,82 @@ def differentiable(fn: Callable) -> Callable:
     return wrapper
 
 
-def normalize_wrt(wrt: Wrt, nargs: int = None) -> Tuple[Tuple[int, ...], bool]:
-    """(positions, single) from an int, a tuple of ints, or None (all positional)."""
+def normalize_wrt(wrt: Wrt, nargs: int = None, f: Callable = None
+                  ) -> Tuple[Tuple[int, ...], bool]:
+    """(positions, single) from an int, a tuple of ints, or None (all positional).
+
+    Validated like JAX's argnums: negative positions count from the end (of the
+    call's arguments, or of f's positional parameters), duplicates and anything
+    that is not an int are refused with one line saying so."""
     if wrt is None:
         if nargs is None:
             raise TypeError("wrt=None needs the call's arguments")
         return tuple(range(nargs)), False
-    if isinstance(wrt, numbers.Integral) and not isinstance(wrt, bool):
-        return (int(wrt),), True
+    single = isinstance(wrt, numbers.Integral) and not isinstance(wrt, bool)
+    items = (wrt,) if single else wrt
     try:
-        positions = tuple(int(i) for i in wrt)
+        items = tuple(items)
     except TypeError:
         raise TypeError(f"wrt must be an int, a tuple of ints or None, not {wrt!r}") from None
-    if not positions:
+    if not items:
         raise ValueError("wrt must name at least one argument")
-    return positions, False
+    for i in items:
+        if not isinstance(i, numbers.Integral) or isinstance(i, bool):
+            raise TypeError(f"wrt must be an int, a tuple of ints or None, not {wrt!r} "
+                            f"({i!r} is a {type(i).__name__})")
+    if any(i < 0 for i in items):
+        count = nargs if nargs is not None else _positional_count(f)
+        if count is None:
+            raise ValueError(f"wrt={wrt!r}: a negative position needs a function whose "
+                             f"positional parameters can be counted")
+        if any(i < -count for i in items):
+            raise ValueError(f"wrt={wrt!r} is out of range for {count} positional "
+                             f"argument(s)")
+        items = tuple(int(i) % count if i < 0 else int(i) for i in items)
+    positions = tuple(int(i) for i in items)
+    repeated = sorted({i for i in positions if positions.count(i) > 1})
+    if repeated:
+        raise ValueError(f"wrt={wrt!r} names argument {repeated[0]} more than once")
+    return positions, single
+
+
+def _positional_count(f: Callable) -> "int | None":
+    if f is None:
+        return None
+    names = _parameter_names(f)
+    return len(names) if names else None
 
 
 _COMPLEX_HINT = ("s2sgrad differentiates real-valued code: pass the real and imaginary "
                  "parts as separate float arguments")
 
 
+def _is_structure(value: Any) -> bool:
+    kind = type(value)
+    return kind is list or kind is tuple or kind is dict or isinstance(value, (list, tuple, dict))
+
+
+def _is_constant_leaf(value: Any) -> bool:
+    """Integer and boolean leaves of a structure are constants (no gradient)."""
+    return isinstance(value, (bool, numbers.Integral, np.bool_)) or (
+        isinstance(value, np.ndarray) and value.dtype.kind in "biu")
+
+
 def check_differentiable(value: Any, what: str) -> None:
     """Only real floating-point values can carry a gradient (complex ones are refused:
-    the rules are those of real analysis, so their gradient would be wrong)."""
+    the rules are those of real analysis, so their gradient would be wrong). A
+    structure (nested lists, tuples and dicts) carries its leaves' gradients; None,
+    integer and boolean leaves in it are constants."""
     kind = type(value)
     if kind is float or (kind is np.ndarray and value.dtype.kind == "f"):
         return  # the common cases, first and cheap
+    if _is_structure(value):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if item is None or _is_constant_leaf(item):
+                continue
+            check_differentiable(item, f"{what}[{key!r}]")
+        return
     if isinstance(value, bool) or isinstance(value, numbers.Integral):
         raise TypeError(f"{what} is an integer ({value!r}): only floating-point inputs can "
                         f"be differentiated; pass a float (e.g. {float(value)!r}) or do not "
@@ -77,7 +126,11 @@ def check_differentiable(value: Any, what: str) -> None:
 
 
 def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
-    """Give a gradient the type, shape and dtype of the value it belongs to."""
+    """Give a gradient the type, shape and dtype of the value it belongs to (the
+    structure too: list -> list, tuple -> tuple, dict -> dict with the same keys in
+    the same order; None, integer and boolean leaves get None)."""
+    if _is_structure(like):
+        return _finalize_structure(grad, like, avoid)
     if type(like) is np.ndarray and type(grad) is np.ndarray and grad.shape == like.shape \
             and grad.dtype == like.dtype and grad.flags.writeable and \
             (not avoid or not any(grad is a for a in avoid)):
@@ -99,6 +152,32 @@ def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
     if isinstance(like, np.generic):
         return like_arr.dtype.type(arr)
     return arr
+
+
+def _finalize_structure(grad: Any, like: Any, avoid) -> Any:
+    """The generated adjoint gives a list for a list or tuple and a dict for a dict,
+    or a number 0 where nothing reached the structure (or an item of it)."""
+    if isinstance(like, dict):
+        got = grad if isinstance(grad, dict) else {}
+        return {k: _finalize_leaf(got.get(k, 0.0), v, avoid) for k, v in like.items()}
+    got = grad if isinstance(grad, (list, tuple)) and len(grad) == len(like) else \
+        [0.0] * len(like)
+    items = [_finalize_leaf(g, v, avoid) for g, v in zip(got, like)]
+    if isinstance(like, list):
+        return items
+    if type(like) is not tuple and hasattr(like, "_fields"):
+        return type(like)(*items)      # a namedtuple keeps its type
+    return tuple(items)
+
+
+def _finalize_leaf(grad: Any, like: Any, avoid) -> Any:
+    if like is None or _is_constant_leaf(like):
+        return None
+    if _is_structure(like):
+        return _finalize_structure(grad, like, avoid)
+    if grad is None:
+        grad = 0.0
+    return finalize(grad, like, avoid)
 
 
 def _derived_from(f: Callable, kind: str, positions: Tuple[int, ...], as_tuple: bool):
@@ -199,7 +278,7 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
 
     jit=True runs the generated code compiled by numba (s2sgrad.backends).
     """
-    positions, single = normalize_wrt(wrt)
+    positions, single = normalize_wrt(wrt, f=f)
     if jit:
         from .backends import jit_value_and_grad
         return _derived_from(f, "value_and_grad", positions, not single)(
@@ -227,8 +306,8 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     return value_and_grad_f
 
 
-def _positions_and_tuple(wrt) -> Tuple[Tuple[int, ...], bool]:
-    positions, single = normalize_wrt(wrt)
+def _positions_and_tuple(wrt, f=None) -> Tuple[Tuple[int, ...], bool]:
+    positions, single = normalize_wrt(wrt, f=f)
     return positions, not single
 
 
@@ -236,7 +315,7 @@ def grad(f: Callable, wrt: Union[int, Sequence[int]] = 0, jit: bool = False) -> 
     """Return a function with f's signature computing the gradient of scalar f."""
     vg = value_and_grad(f, wrt, jit=jit)
 
-    @_derived_from(f, "grad", *_positions_and_tuple(wrt))
+    @_derived_from(f, "grad", *_positions_and_tuple(wrt, f))
     def grad_f(*args, **kwargs):
         return vg(*args, **kwargs)[1]
     return grad_f
@@ -292,27 +371,43 @@ def _leaves(v) -> tuple:
     return tuple(v) if isinstance(v, tuple) else (v,)
 
 
-def check_cotangent(v: Any, out: Any) -> None:
-    """v must mirror the output's structure and shapes."""
+def check_cotangent(v: Any, out: Any, where: str = "") -> None:
+    """v must mirror the output's structure (tuples, lists, dicts) and shapes."""
     if isinstance(out, tuple):
         if not isinstance(v, tuple) or len(v) != len(out):
-            raise ValueError(f"the cotangent must be a tuple of {len(out)} values, one per "
-                             f"output, not {type(v).__name__}")
+            raise ValueError(f"the cotangent{where} must be a tuple of {len(out)} values, one "
+                             f"per output, not {type(v).__name__}")
         for i, (vi, oi) in enumerate(zip(v, out)):
-            if np.shape(vi) != np.shape(oi):
-                raise ValueError(f"cotangent {i} has shape {np.shape(vi)}, but output {i} has "
-                                 f"shape {np.shape(oi)}")
+            if _is_structure(oi):
+                check_cotangent(vi, oi, f"{where}[{i}]")
+            elif np.shape(vi) != np.shape(oi):
+                raise ValueError(f"cotangent {where}{i} has shape {np.shape(vi)}, but output "
+                                 f"{where}{i} has shape {np.shape(oi)}")
+        return
+    if isinstance(out, list):
+        if not isinstance(v, list) or len(v) != len(out):
+            raise ValueError(f"the cotangent{where} must be a list of {len(out)} values, like "
+                             f"the output, not {type(v).__name__}")
+        for i, (vi, oi) in enumerate(zip(v, out)):
+            check_cotangent(vi, oi, f"{where}[{i}]")
+        return
+    if isinstance(out, dict):
+        if not isinstance(v, dict) or list(v) != list(out):
+            raise ValueError(f"the cotangent{where} must be a dict with the output's keys "
+                             f"{list(out)}, not {v!r:.80}")
+        for k in out:
+            check_cotangent(v[k], out[k], f"{where}[{k!r}]")
         return
     if np.shape(v) != np.shape(out):
-        raise ValueError(f"the cotangent has shape {np.shape(v)}, but the output has shape "
-                         f"{np.shape(out)}")
+        raise ValueError(f"the cotangent{where} has shape {np.shape(v)}, but the output"
+                         f"{where} has shape {np.shape(out)}")
 
 
 def source(f: Callable, wrt: Union[int, Sequence[int]] = 0, optimize: bool = True,
            mode: str = "reverse") -> str:
     """The generated code of f (and of the functions it calls), as text: its forward
     and adjoint (mode="reverse"), or its tangent code (mode="forward")."""
-    positions, _ = normalize_wrt(wrt)
+    positions, _ = normalize_wrt(wrt, f=f)
     if mode == "forward":
         from .compiler.tangent import compile_jvp
         return compile_jvp(f, positions, optimize).source

@@ -44,8 +44,11 @@ def _as_tuple_inputs(inputs: Any, fname: str) -> Tuple[bool, tuple]:
     for i, x in enumerate(items):
         if isinstance(x, (list, dict, set)) or not _array_like(x):
             shown = type(inputs).__name__ if not is_tuple else type(x).__name__
+            hint = (" s2sgrad.functional keeps torch.autograd.functional's contract; for lists "
+                    "and dicts of arrays (pytrees) use s2sgrad.vjp or s2sgrad.grad."
+                    if isinstance(x, (list, dict)) else "")
             raise TypeError(f"The inputs given to {fname} must be either an array or a tuple of "
-                            f"arrays but the given inputs has type {shown}.")
+                            f"arrays but the given inputs has type {shown}.{hint}")
         check_differentiable(x, f"input {i}" if is_tuple else "the input")
     return is_tuple, items
 

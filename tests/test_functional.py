@@ -109,8 +109,11 @@ def test_v_wrong_shape_in_tuple_output(m, rng):
 def test_inputs_must_be_arrays(m, bad):
     with pytest.raises(TypeError) as err:
         functional.vjp(m.scalar, bad)
-    assert str(err.value) == ("The inputs given to vjp must be either an array or a tuple of "
+    message = str(err.value)
+    assert message.startswith("The inputs given to vjp must be either an array or a tuple of "
                               f"arrays but the given inputs has type {type(bad).__name__}.")
+    # PyTorch's sentence, and for a list or dict where to go instead
+    assert ("use s2sgrad.vjp or s2sgrad.grad" in message) == isinstance(bad, (list, dict))
 
 
 def test_integer_inputs_are_rejected(m):
