@@ -448,10 +448,40 @@ class _Normalizer:
             raise self.err(s, "generators and coroutines cannot be differentiated",
                            "Return a value instead of yielding it.")
         if isinstance(value, ast.Call):
+            if self.extend_as_appends(s, value, out):
+                return
             call = self.call(value, out)
             self.emit(out, ast.Expr(value=call), s)
         else:
             self.emit(out, ast.Expr(value=self.rename_loads(value)), s)
+
+    def extend_as_appends(self, s: ast.Expr, call: ast.Call, out) -> bool:
+        """`xs.extend(items)` as the appends Python makes (one per item of a literal, or
+        a loop over any other iterable), so each item's cotangent reaches it."""
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "extend" and
+                isinstance(func.value, ast.Name) and func.value.id in self.resolver.locals
+                and len(call.args) == 1 and not call.keywords):
+            return False
+        arg = call.args[0]
+
+        def append(item):
+            method = ast.Attribute(value=clone(func.value), attr="append", ctx=ast.Load())
+            stmt = ast.Expr(value=ast.Call(func=method, args=[item], keywords=[]))
+            return ast.fix_missing_locations(ast.copy_location(stmt, s))
+        if isinstance(arg, (ast.List, ast.Tuple)) and \
+                not any(isinstance(e, ast.Starred) for e in arg.elts):
+            for e in arg.elts:
+                self.stmt(append(e), out)
+            return True
+        item = self.names.fresh("item")
+        self.resolver.locals.add(item)
+        self.unversioned.add(item)
+        loop = ast.For(target=ast.Name(id=item, ctx=ast.Store()), iter=arg,
+                       body=[append(ast.Name(id=item, ctx=ast.Load()))], orelse=[],
+                       type_comment=None)
+        self.stmt(ast.fix_missing_locations(ast.copy_location(loop, s)), out)
+        return True
 
     def stmt_Assert(self, s, out):
         self.emit(out, ast.Assert(test=self.rename_loads(s.test),
@@ -1415,6 +1445,10 @@ class _Normalizer:
             rule = registry.REGISTRY.methods.get(func.attr)
             args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out,
                                                  skip_first=True)
+            if func.attr in ("append", "insert", "extend"):
+                # xs.append((a, b)): the item gets a variable of its own, so that its
+                # adjoint (the list's last cotangent) is unpacked into a's and b's.
+                args = [self.operand(a, out) for a in expr.args]
             method = ast.Attribute(value=base, attr=func.attr, ctx=ast.Load())
             node = ast.Call(func=ast.copy_location(method, func), args=args, keywords=keywords)
             node.s2s_method = func.attr

@@ -272,7 +272,7 @@ def _call_op(call: ast.Call, outs, local_names) -> Op:
             op = _rule_op(rule, bound, outs, label)
             op.call = call
             return op
-        return Op("method", outs, other_inputs=everything, label=f"x.{method}")
+        return Op("method", outs, other_inputs=everything, label=f"the method .{method}()")
     callee = getattr(call, "s2s_callee", None)
     if callee is None:
         return Op("unknown", outs, other_inputs=everything,

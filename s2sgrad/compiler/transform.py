@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import runtime_inplace  # noqa: F401 - registers the helpers this pass emits
-from ..errors import error_at
+from ..errors import InternalError, error_at
 from . import inline
 from .analyze import Activity, call_write_guards, iter_statements, loop_header_op
 from .names import NameRegistry, name_nodes
@@ -825,6 +825,9 @@ class _Reverse:
         b = self.bar_of(xs)
         if xs in self.act.active and b in self.state:
             self.mark_line(s, out)
+            if not isinstance(value, (ast.Name, ast.Constant)):
+                raise InternalError(f"the item appended to {xs!r} is not a variable "
+                                    f"({ast.unparse(value)})")
             wanted = isinstance(value, ast.Name) and value.id in self.act.active
             part = self.names.fresh(f"{value.id}_bar_part") if wanted else None
             if self.pure:
