@@ -132,6 +132,24 @@ FEATURES = {
     "multi_return_helper": 0.5,  # def h(u, v): return a, b
     "list_param_helper": 0.4,    # def h(ts): for t in ts: ...
     "list_return_helper": 0.3,   # def h(u): return [np.sin(u), u * 2]
+    # structures: lists of records, dicts, comprehensions, builtins on numbers
+    "struct_append": 0.6,    # L = []; L.append((a, b)) / L.append([a, b]) / ({"a": a, "b": b})
+    "struct_read": 0.8,      # for a, b in L / L[k][0] / L[k]["a"] / a, b = L[k]
+    "list_extend": 0.4,      # L.extend([e1, e2]) / L.extend(M)
+    "dict": 0.6,             # d = {"w": e1, "b": e2}; d["w"]
+    "dict_write": 0.5,       # d["new"] = e / d["w"] = e
+    "dict_loop": 0.5,        # for k, v in d.items() / d.values() / d.keys() / d
+    "dict_iter": 0.5,        # a dict iterated as itself (for k in d) rather than d.keys()
+    "comprehension": 0.8,    # [g(t) for t in L if ...], two generators, {k: .. for k, v in ..}
+    "builtin_reduce": 0.6,   # sum(gen), sum(L, start), sum(d.values(), s), max(L), min(gen)
+    "scalar_builtins": 0.6,  # abs, pow, float, math.sin/cos/exp/log/sqrt/tanh on numbers
+    "chained_assign": 0.3,   # a = b = e
+    "struct_return_helper": 0.4,  # def h(p): W, b = p; return [W * 2, b]
+    "dict_return_helper": 0.3,    # def h(u): return {"w": ..., "b": ...}
+    "pairs_param_helper": 0.4,    # def h(ps): for a, b in ps: ...
+    "dict_param_helper": 0.3,     # def h(d): d["w"] ..., for k, v in d.items()
+    "helper_relay": 0.5,     # a helper passes its structure on to another helper
+    "struct_entry": 0.5,     # f(params, x): params a list of (W, b) tuples or a dict of arrays
 }
 
 SHAPES = [(3,), (4,), (2, 3), ()]
@@ -218,6 +236,10 @@ UNARY = ["np.sin({})", "np.cos({})", "np.tanh({})", "np.exp(np.tanh({}))",
          "np.log(1.0 + {} ** 2)", "np.sqrt(1.0 + {} ** 2)"]
 THRESHOLDS = [-0.4137, -0.1291, 0.0731, 0.2213, 0.5173, 1.1093]
 CONSTS = ["0.5", "0.3", "-0.7", "1.5", "0.25", "-1.2", "2.0"]
+DICT_KEYS = ["w", "b", "c", "scale", "bias", "gain"]
+# (W, b) shapes of the records in lists of pairs and of structured entry arguments
+PAIR_SHAPES = [((3,), (3,)), ((2, 3), (2,)), ((2, 3), (3,)), ((3,), ()), ((4,), ()),
+               ((2,), (2,)), ((), ())]
 
 
 class GeneratorGiveUp(Exception):
@@ -253,12 +275,49 @@ def _alias_names(node: ast.AST) -> set:
         return out
     if isinstance(node, ast.NamedExpr):
         return _alias_names(node.value)
+    if isinstance(node, ast.Dict):
+        return set().union(*[_alias_names(e) for e in node.values]) if node.values else set()
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        return _alias_names(node.elt)
+    if isinstance(node, ast.DictComp):
+        return _alias_names(node.value)
     return set()
 
 
 class Var:
-    def __init__(self, name, shape, owned, param=False):
+    def __init__(self, name, shape, owned, param=False, view=False):
+        # view: `name` is an expression (d["w"], np.sum(v)), never assigned to
         self.name, self.shape, self.owned, self.param = name, shape, owned, param
+        self.view = view
+
+
+def View(expr, shape):
+    return Var(expr, shape, False, param=True, view=True)
+
+
+class StructList:
+    """A list of n records (n None: not known), each a tuple, a list or a dict
+    {"a": .., "b": ..} of two values of the given shapes."""
+
+    def __init__(self, name, kind, shapes, n, mutable, param=False):
+        self.name, self.kind, self.shapes, self.n = name, kind, tuple(shapes), n
+        self.mutable, self.param = mutable, param
+
+    def item(self, k, j):
+        if self.kind == "dict":
+            return f'{self.name}[{k}]["{"ab"[j]}"]'
+        return f"{self.name}[{k}][{j}]"
+
+
+class DictVar:
+    """A dict with string keys: key -> shape of its value."""
+
+    def __init__(self, name, items, mutable, param=False):
+        self.name, self.items, self.mutable, self.param = name, dict(items), mutable, param
+
+    def homogeneous(self):
+        shapes = set(self.items.values())
+        return shapes.pop() if len(shapes) == 1 else None
 
 
 class ListVar:
@@ -341,6 +400,66 @@ class ProgramGenerator:
     def lists(self):
         return [v for v in self.visible().values() if isinstance(v, ListVar)]
 
+    def structs(self):
+        return [v for v in self.visible().values() if isinstance(v, StructList)]
+
+    def dicts(self):
+        return [v for v in self.visible().values() if isinstance(v, DictVar)]
+
+    @staticmethod
+    def elem_shape(L):
+        """The shape every item of list L has (None: mixed shapes, or nothing known)."""
+        if L.elems:
+            return L.elems[0] if len(set(L.elems)) == 1 else None
+        return getattr(L, "hom", None)
+
+    def expr_with(self, var, shape, d=1):
+        """An expression of `shape` that certainly reads `var` (a comprehension's variable)."""
+        self.scopes.append({var.name: var})
+        try:
+            e = self.expr(shape, d)
+        finally:
+            self.scopes.pop()
+        if not re.search(r"(?<![\w.])" + re.escape(var.name) + r"(?!\w)", e):
+            if var.shape == shape or var.shape == ():
+                e = f"{self.paren(var.name)} * {self.paren(e)}"
+            else:
+                e = f"np.sum({var.name}) * {self.paren(e)}"
+        return e
+
+    def generic(self, name, d=1):
+        """An expression of the shape of `name` (whatever it is) that reads it."""
+        return self.rng.choice([f"np.tanh({name}) * {self.paren(self.expr((), d))}",
+                                f"{name} * {self.const()}",
+                                f"{name} + 0.5 * np.sin({name})"])
+
+    def scalar_of(self, name, shape=None, d=1):
+        """A scalar that reads `name` (of `shape`, or of a shape not known)."""
+        forms = [f"np.sum({name} ** 2)", f"np.mean(np.sin({name}))",
+                 f"np.sum(np.tanh({name})) * {self.paren(self.expr((), d))}"]
+        if shape is not None:
+            forms.append(f"np.sum({name} * {self.paren(self.expr(shape, d))})"
+                         if shape != () else f"{name} * {self.paren(self.expr((), d))}")
+        return self.rng.choice(forms)
+
+    def keys_call(self):
+        """How a loop over a dict's keys is written: `in d` or `in d.keys()`."""
+        return self.choose([("dict_iter", 1.0, lambda: ""), (None, 0.5, lambda: ".keys()")])
+
+    @staticmethod
+    def record(kind, e1, e2):
+        if kind == "tuple":
+            return f"({e1}, {e2})"
+        if kind == "list":
+            return f"[{e1}, {e2}]"
+        return f'{{"a": {e1}, "b": {e2}}}'
+
+    @staticmethod
+    def zeros(shape):
+        if shape == ():
+            return "0.0"
+        return f"np.zeros({shape if len(shape) > 1 else shape[0]})"
+
     def declare(self, v):
         # a name declared again in an inner scope shadows nothing: names are unique
         self.scopes[-1][v.name] = v
@@ -400,7 +519,11 @@ class ProgramGenerator:
                 ("index", 1.0, lambda: self.index_scalar(sub)),
                 ("builtin_minmax", 1.0, lambda: f"{self.rng.choice(['max', 'min'])}("
                                                 f"{E((), sub)}, {E((), sub)})"),
+                ("scalar_builtins", 1.0, lambda: self.scalar_builtin(sub)),
             ]
+            if self.lists() or self.structs() or self.dicts():
+                opts += [("builtin_reduce", 1.5, lambda: self.reduce_structure(sub)),
+                         ("comprehension", 0.7, lambda: self.comp_scalar(sub))]
         else:
             opts += [("theta_theta", 0.6, lambda: f"{E(shape, sub)} * "
                                                    f"np.log(1.0 + np.exp("
@@ -454,7 +577,100 @@ class ProgramGenerator:
                                                   f"{E(shape, sub)}, keepdims=True)")]
         if shape != () and self.stackable(shape):
             opts += [("stack", 1.0, lambda: self.stack_expr(shape))]
+        if any(self.elem_shape(L) == shape for L in self.lists()) or \
+                any(D.homogeneous() == shape for D in self.dicts()):
+            opts += [("builtin_reduce", 1.0, lambda: self.sum_list(shape, sub))]
         return self.choose(opts)
+
+    def scalar_builtin(self, d):
+        e = self.expr((), d)
+        pe = self.paren(e)
+        return self.rng.choice([
+            f"abs({e})", f"pow({e}, 2)", f"pow({e}, 3)", f"float({e})", f"math.sin({e})",
+            f"math.cos({e})", f"math.tanh({e})", f"math.exp(math.tanh({e}))",
+            f"math.log(1.0 + {pe} ** 2)", f"math.sqrt(1.0 + {pe} ** 2)",
+            f"math.log(1.0 + math.exp({e}))", f"abs(float({e}))"])
+
+    def sum_list(self, shape, d):
+        """sum(L), sum(L, start), sum(d.values(), start), sum(generator, start)."""
+        Ls = [L for L in self.lists() if self.elem_shape(L) == shape]
+        Ds = [D for D in self.dicts() if D.homogeneous() == shape]
+        start = self.rng.choice([self.zeros(shape), GLOBAL_ARRAYS.get(shape, "C1")])
+        if Ds and (not Ls or self.rng.random() < 0.4):
+            D = self.rng.choice(Ds)
+            if self.rng.random() < 0.5:
+                return f"sum({D.name}.values(), {start})"
+            v = self.fresh("v")
+            return f"sum(({self.expr_with(Var(v, shape, False), shape, d)} " \
+                   f"for {v} in {D.name}.values()), {start})"
+        L = self.rng.choice(Ls)
+        r = self.rng.random()
+        if r < 0.3 and L.elems:
+            return f"sum({L.name})"
+        if r < 0.65:
+            return f"sum({L.name}, {start})"
+        t = self.fresh("t")
+        return f"sum(({self.expr_with(Var(t, shape, False), shape, d)} for {t} in " \
+               f"{L.name}), {start})"
+
+    def reduce_structure(self, d):
+        """A scalar from a whole list, list of records or dict: sum/max/min over it."""
+        opts = []
+        for L in self.lists():
+            es = self.elem_shape(L)
+            if es == () and L.elems:
+                opts.append(lambda L=L: f"{self.rng.choice(['max', 'min', 'sum'])}({L.name})")
+            t = self.fresh("t")
+
+            def gen(L=L, t=t, es=es):
+                fn = self.rng.choice(["sum", "sum", "max", "min"]) if L.elems else "sum"
+                return f"{fn}({self.scalar_of(t, es, d)} for {t} in {L.name})"
+            opts.append(gen)
+        for S in self.structs():
+            def gen_s(S=S):
+                fn = self.rng.choice(["sum", "sum", "max"]) if S.n else "sum"
+                if S.kind == "dict":
+                    r = self.fresh("r")
+                    ra = f'{r}["a"]'
+                    return f'{fn}({self.scalar_of(ra, S.shapes[0], d)} * ' \
+                           f'np.mean(np.cos({r}["b"])) for {r} in {S.name})'
+                a, b = self.fresh("a"), self.fresh("b")
+                return f"{fn}({self.scalar_of(a, S.shapes[0], d)} * np.mean(np.cos({b})) " \
+                       f"for {a}, {b} in {S.name})"
+            opts.append(gen_s)
+        for D in self.dicts():
+            def gen_d(D=D):
+                v, k = self.fresh("v"), self.fresh("k")
+                fn = self.rng.choice(["sum", "sum", "max", "min"])
+                if self.rng.random() < 0.5:
+                    return f"{fn}({self.scalar_of(v, D.homogeneous(), d)} for {v} in " \
+                           f"{D.name}.values())"
+                src = f"{D.name}[{k}]"
+                return f"{fn}({self.scalar_of(src, D.homogeneous(), d)} for {k} in " \
+                       f"{D.name}{self.keys_call()})"
+            opts.append(gen_d)
+        return self.rng.choice(opts)()
+
+    def comp_scalar(self, d):
+        """sum over a generator with an `if` on data or on the index, or two generators."""
+        Ls = self.lists()
+        if not Ls:
+            return self.reduce_structure(d)
+        L = self.rng.choice(Ls)
+        es = self.elem_shape(L)
+        t, i = self.fresh("t"), self.fresh("i")
+        form = self.rng.choice(["data", "index", "nested"])
+        if form == "data":
+            return f"sum(({self.scalar_of(t, es, d)} for {t} in {L.name} if " \
+                   f"np.sum({t}) > {self.thr()}), 0.0)"
+        if form == "index":
+            cond = self.rng.choice([f"{i} != 1", f"{i} % 2 == 0", f"{i} > 0"])
+            return f"sum(({self.scalar_of(t, es, d)} for {i}, {t} in enumerate({L.name}) " \
+                   f"if {cond}), 0.0)"
+        M = self.rng.choice(Ls)
+        u = self.fresh("u")
+        return f"sum({self.scalar_of(t, es, d)} * np.mean(np.tanh({u})) for {t} in " \
+               f"{L.name} for {u} in {M.name})"
 
     @staticmethod
     def paren(src):
@@ -561,8 +777,31 @@ class ProgramGenerator:
 
     def call_args(self, h, d):
         args = [self.expr(s, d) for _, s in h.params]
-        if h.kind == "tuple_param":
-            args = [f"({', '.join(args)})"]
+        if h.kind in ("tuple_param", "struct_return"):
+            shapes = tuple(s for _, s in h.params)
+            Ss = [S for S in self.structs() if S.n and S.kind != "dict" and
+                  S.shapes == shapes]
+            if Ss and self.on("helper_relay") and self.rng.random() < 0.5:
+                S = self.rng.choice(Ss)
+                self.used["helper_relay"] += 1
+                args = [f"{S.name}[{self.index_for(S.n)}]"]
+            else:
+                args = [f"({', '.join(args)})"]
+        elif h.kind == "pairs_param":
+            shapes = tuple(s for _, s in h.params)
+            Ss = [S for S in self.structs() if S.kind != "dict" and S.shapes == shapes]
+            if Ss and self.rng.random() < 0.7:
+                args = [self.rng.choice(Ss).name]
+            else:
+                args = ["[" + ", ".join(f"({self.expr(shapes[0], d)}, {self.expr(shapes[1], d)})"
+                                        for _ in range(h.list_len)) + "]"]
+        elif h.kind == "dict_param":
+            Ds = [D for D in self.dicts() if D.items == h.spec]
+            if Ds and self.rng.random() < 0.7:
+                args = [self.rng.choice(Ds).name]
+            else:
+                args = ["{" + ", ".join(f'"{k}": {self.expr(sh, d)}'
+                                        for k, sh in h.spec.items()) + "}"]
         elif h.kind == "list_param":
             args = [f"[{', '.join(self.expr(h.params[0][1], d) for _ in range(h.list_len))}]"]
         if h.default is not None:
@@ -577,7 +816,7 @@ class ProgramGenerator:
 
     def helper_call(self, shape, d):
         hs = [h for h in self.helpers if h.ret == shape and h.kind in
-              ("plain", "tuple_param", "list_param")]
+              ("plain", "tuple_param", "list_param", "pairs_param", "dict_param")]
         if not hs:
             return self.leaf(shape)
         h = self.rng.choice(hs)
@@ -592,6 +831,17 @@ class ProgramGenerator:
             for k, s in enumerate(L.elems):
                 if s == shape:
                     opts.append(("list_index", 1.5, lambda L=L, k=k: f"{L.name}[{k}]"))
+        for S in self.structs():
+            if S.n:
+                for j, s in enumerate(S.shapes):
+                    if s == shape:
+                        opts.append(("struct_read", 3.0 if S.param else 1.0,
+                                     lambda S=S, j=j: S.item(self.index_for(S.n), j)))
+        for D in self.dicts():
+            for key, s in D.items.items():
+                if s == shape:
+                    opts.append(("dict", 3.0 if D.param else 1.5,
+                                 lambda D=D, key=key: f'{D.name}["{key}"]'))
         if shape == ():
             opts.append((None, 0.6, self.const))
             opts.append(("global_const", 1.0, lambda: self.rng.choice(["C1", "C2"])))
@@ -660,7 +910,10 @@ class ProgramGenerator:
         scalars = [v for v in self.visible().values()
                    if isinstance(v, Var) and v.shape == () and not v.param]
         locals_ = [v for v in self.visible().values() if isinstance(v, Var) and not v.param]
-        params = [v for v in self.visible().values() if isinstance(v, Var) and v.param]
+        params = [v for v in self.visible().values() if isinstance(v, Var) and v.param and
+                  not v.view]
+        structs, dicts = self.structs(), self.dicts()
+        top = self.nest == 0 and self.loop_depth == 0
         opts = [
             ("assign", 1.0, self.s_assign),
             ("reassign", 1.0 if locals_ else 0.0, lambda: self.s_reassign(locals_)),
@@ -690,6 +943,19 @@ class ProgramGenerator:
              else 0.0, self.s_multi_call),
             ("list_return_helper", 1.0 if any(h.kind == "list_return" for h in self.helpers)
              else 0.0, self.s_list_call),
+            ("struct_append", 1.0 if nested_ok else 0.0, self.s_struct_append),
+            ("struct_read", 1.5 if structs and nested_ok else 0.0, self.s_struct_read),
+            ("list_extend", 1.0 if top else 0.0, self.s_extend),
+            ("dict", 1.0, self.s_dict),
+            ("dict_write", 1.0 if any(D.mutable for D in dicts) else 0.0, self.s_dict_write),
+            ("dict_loop", 1.5 if dicts and nested_ok else 0.0, self.s_dict_loop),
+            ("comprehension", 1.5 if self.lists() or structs or dicts else 0.0,
+             self.s_comprehension),
+            ("chained_assign", 1.0, self.s_chained),
+            ("struct_return_helper", 1.0 if any(h.kind == "struct_return" for h in self.helpers)
+             else 0.0, self.s_struct_call),
+            ("dict_return_helper", 1.0 if any(h.kind == "dict_return" for h in self.helpers)
+             else 0.0, self.s_dict_call),
         ]
         if self.loop_depth:
             opts += [("break", 1.0, lambda: self.s_loop_exit("break")),
@@ -1115,7 +1381,299 @@ class ProgramGenerator:
             return ", ".join(self.expr(s, d) for s in ret)
         if isinstance(ret, list):
             return f"[{', '.join(self.expr(s, d) for s in ret)}]"
+        if isinstance(ret, dict):
+            return "{" + ", ".join(f'"{k}": {self.expr(s, d)}' for k, s in ret.items()) + "}"
         return self.expr(ret, d)
+
+    # ---- structures ---------------------------------------------------------------------
+    def new_record(self, kind, shapes, scale=None):
+        e1, e2 = self.expr(shapes[0], 1), self.expr(shapes[1], 1)
+        if scale is not None and self.rng.random() < 0.5:
+            e1 = f"{self.paren(e1)} * (1.0 + 0.5 * {scale})"
+        text = self.record(kind, e1, e2)
+        self.note_assignment(text)
+        return text
+
+    def s_struct_append(self):
+        kind = self.rng.choice(["tuple", "tuple", "list", "dict"])
+        s1 = self.rng.choice(self.shape_pool())
+        shapes = (s1, self.rng.choice([s1, (), self.rng.choice(self.shape_pool())]))
+        name = self.fresh("L")
+        self.emit(f"{name} = []")
+        if self.rng.random() < 0.6:
+            i = self.fresh("i")
+            n = self.rng.choice([2, 3])
+            self.emit(f"for {i} in range({n}):")
+            self.indent += 1
+            self.ints.append((i, n))
+            self.scopes.append({})
+            self.emit(f"{name}.append({self.new_record(kind, shapes, i)})")
+            self.scopes.pop()
+            self.ints.pop()
+            self.indent -= 1
+        else:
+            n = self.rng.choice([1, 2])
+            for _ in range(n):
+                self.emit(f"{name}.append({self.new_record(kind, shapes)})")
+        self.declare(StructList(name, kind, shapes, n, True))
+
+    def record_vars(self, S, stem=None):
+        """Loop target and the variables of one record of S: ('a, b', [Var a, Var b])."""
+        if S.kind == "dict":
+            r = self.fresh("r")
+            return r, [View(f'{r}["a"]', S.shapes[0]), View(f'{r}["b"]', S.shapes[1])]
+        a, b = self.fresh("a"), self.fresh("b")
+        return f"{a}, {b}", [Var(a, S.shapes[0], False), Var(b, S.shapes[1], False)]
+
+    def s_struct_read(self, S=None):
+        S = S or self.rng.choice(self.structs())
+        forms = ["loop", "loop", "enumerate"] + (["unpack"] if S.n else [])
+        form = self.rng.choice(forms)
+        target, vs = self.record_vars(S)
+        if form == "unpack":
+            k = self.index_for(S.n)
+            self.emit(f"{target} = {S.name}[{k}]")
+            for v in vs:
+                self.declare(v)
+            return
+        acc = self.accumulator()
+        if form == "enumerate" and S.n:
+            i = self.fresh("i")
+            self.emit(f"for {i}, {target if S.kind == 'dict' else '(' + target + ')'} in "
+                      f"enumerate({S.name}):")
+            self.ints.append((i, S.n))
+            self.loop_body(acc, self.rng.choice(vs), vs)
+            self.ints.pop()
+        else:
+            self.emit(f"for {target} in {S.name}:")
+            self.loop_body(acc, self.rng.choice(vs), vs)
+
+    def s_extend(self):
+        Ls = [L for L in self.lists() if L.mutable]
+        Ss = [S for S in self.structs() if S.mutable]
+        if Ss and (not Ls or self.rng.random() < 0.4):
+            S = self.rng.choice(Ss)
+            same = [T for T in self.structs() if T is not S and T.kind == S.kind and
+                    T.shapes == S.shapes]
+            if same and self.rng.random() < 0.5:
+                T = self.rng.choice(same)
+                self.emit(f"{S.name}.extend({T.name})")
+                S.n = None if S.n is None or T.n is None else S.n + T.n
+                return
+            k = self.rng.choice([1, 2])
+            recs = ", ".join(self.new_record(S.kind, S.shapes) for _ in range(k))
+            self.emit(f"{S.name}.extend([{recs}])")
+            S.n = None if S.n is None else S.n + k
+            return
+        if not Ls:
+            shape = self.rng.choice(self.shape_pool())
+            name = self.fresh("L")
+            e = self.expr(shape, 1)
+            self.note_assignment(e)
+            self.emit(f"{name} = [{e}]")
+            L = ListVar(name, [shape], True, len(self.scopes))
+            self.declare(L)
+            Ls = [L]
+        L = self.rng.choice(Ls)
+        es = self.elem_shape(L)
+        others = [M for M in self.lists() if M is not L and (M.elems or
+                                                               getattr(M, "hom", None))]
+        if es is not None:
+            others = [M for M in others if self.elem_shape(M) == es]
+        if others and self.rng.random() < 0.5:
+            M = self.rng.choice(others)
+            self.emit(f"{L.name}.extend({M.name})")
+            if L.elems and M.elems:
+                L.elems += M.elems
+            else:
+                L.elems = []
+                L.hom = es
+            return
+        shapes = [es if es is not None else self.rng.choice(self.shape_pool())
+                  for _ in range(self.rng.choice([1, 2]))]
+        items = [self.expr(sh, 1) for sh in shapes]
+        literal = f"[{', '.join(items)}]"
+        self.note_assignment(literal)
+        self.emit(f"{L.name}.extend({literal})")
+        if L.elems:
+            L.elems += shapes
+
+    def s_dict(self):
+        keys = self.rng.sample(DICT_KEYS, self.rng.choice([1, 2, 2, 3]))
+        s0 = self.rng.choice(self.shape_pool())
+        items = {k: (s0 if self.rng.random() < 0.6 else self.rng.choice(self.shape_pool()))
+                 for k in keys}
+        name = self.fresh("d")
+        literal = "{" + ", ".join(f'"{k}": {self.expr(sh, 1)}' for k, sh in items.items()) + "}"
+        self.note_assignment(literal)
+        self.emit(f"{name} = {literal}")
+        self.declare(DictVar(name, items, True))
+
+    def s_dict_write(self):
+        D = self.rng.choice([D for D in self.dicts() if D.mutable])
+        new = [k for k in DICT_KEYS if k not in D.items]
+        if new and self.nest == 0 and self.loop_depth == 0 and self.rng.random() < 0.5:
+            key = self.rng.choice(new)
+            shape = self.rng.choice(self.shape_pool())
+            e = self.expr(shape, 0)
+            self.note_assignment(e)
+            self.emit(f'{D.name}["{key}"] = {e}')
+            D.items[key] = shape
+            return
+        key = self.rng.choice(list(D.items))
+        v = View(f'{D.name}["{key}"]', D.items[key])
+        e = self.loop_update(v) if self.loop_depth else self.expr(v.shape, 0)
+        self.note_assignment(e)
+        self.emit(f'{D.name}["{key}"] = {e}')
+
+    def s_dict_loop(self, D=None):
+        D = D or self.rng.choice(self.dicts())
+        hom = D.homogeneous()
+        form = self.rng.choice(["items", "values", "keys"])
+        k, v = self.fresh("k"), self.fresh("v")
+        acc = self.accumulator()
+        if form in ("items", "values"):
+            self.emit(f"for {k}, {v} in {D.name}.items():" if form == "items" else
+                      f"for {v} in {D.name}.values():")
+            src = v
+        else:
+            self.emit(f"for {k} in {D.name}{self.keys_call()}:")
+            src = f"{D.name}[{k}]"
+        vv = View(src, hom) if hom is not None else View(f"np.sum({src})", ())
+        self.loop_body(acc, vv, [vv])
+
+    def s_comprehension(self):
+        opts = []
+        Ls = [L for L in self.lists() if L.elems or getattr(L, "hom", None)]
+        for L in Ls:
+            opts.append(lambda L=L: self.comp_list(L))
+        for S in self.structs():
+            opts.append(lambda S=S: self.comp_struct(S))
+        for D in self.dicts():
+            opts.append(lambda D=D: self.comp_dict(D))
+        if not opts:
+            return self.s_assign()
+        self.rng.choice(opts)()
+
+    def comp_list(self, L):
+        es = self.elem_shape(L)
+        n = len(L.elems) if L.elems else None
+        out = self.rng.choice([es, es, ()]) if es is not None else None
+        t, i = self.fresh("t"), self.fresh("i")
+        tv = Var(t, es, False)
+
+        def elt():
+            if es is None:
+                return self.generic(t) if out is None else self.scalar_of(t)
+            return self.expr_with(tv, out)
+        form = self.rng.choice(["plain", "index", "data", "nested"])
+        name = self.fresh("L")
+        if form == "plain":
+            text, m = f"[{elt()} for {t} in {L.name}]", n
+        elif form == "index" and n:
+            cond, m = self.rng.choice([(f"{i} != 1", n - (n > 1)), (f"{i} % 2 == 0",
+                                                                    (n + 1) // 2),
+                                       (f"{i} > 0", n - 1)])
+            self.ints.append((i, n))
+            text = f"[{elt()} for {i}, {t} in enumerate({L.name}) if {cond}]"
+            self.ints.pop()
+        elif form == "nested" and n:
+            M = self.rng.choice([M for M in self.lists() if M.elems])
+            u = self.fresh("u")
+            text = f"[{self.paren(elt())} * np.tanh(np.sum({u})) for {t} in {L.name} " \
+                   f"for {u} in {M.name}]"
+            m = n * len(M.elems)
+        else:
+            text, m = f"[{elt()} for {t} in {L.name} if np.sum({t}) > {self.thr()}]", None
+        self.note_assignment(text)
+        self.emit(f"{name} = {text}")
+        if out is None:
+            elems = list(L.elems) if m == n and n else []
+        else:
+            elems = [out] * m if m else []
+        V = ListVar(name, elems, True, len(self.scopes))
+        if not elems and out is not None:
+            V.hom = out
+        self.declare(V)
+
+    def comp_struct(self, S):
+        target, vs = self.record_vars(S)
+        name = self.fresh("L")
+        hs = [h for h in self.helpers if h.kind == "struct_return" and
+              tuple(s for _, s in h.params) == S.shapes]
+        r = self.rng.random()
+        if hs and S.kind != "dict" and self.on("helper_relay") and r < 0.3:
+            h = self.rng.choice(hs)
+            p = self.fresh("p")
+            self.used["helper_relay"] += 1
+            self.emit(f"{name} = [{h.name}({p}) for {p} in {S.name}]")
+            self.declare(StructList(name, "list", tuple(h.ret), S.n, True))
+        elif r < 0.65:
+            kind = self.rng.choice(["tuple", "list", S.kind])
+            e1 = self.expr_with(vs[0], S.shapes[0])
+            e2 = self.expr_with(vs[1], S.shapes[1]) if self.rng.random() < 0.6 else vs[1].name
+            text = f"[{self.record(kind, e1, e2)} for {target} in {S.name}]"
+            self.note_assignment(text)
+            self.emit(f"{name} = {text}")
+            self.declare(StructList(name, kind, S.shapes, S.n, True))
+        else:
+            out = self.rng.choice([S.shapes[0], ()])
+            e = self.expr_with(vs[0], out)
+            e = f"{self.paren(e)} * np.mean(np.tanh({vs[1].name}))"
+            text = f"[{e} for {target} in {S.name}]"
+            self.note_assignment(text)
+            self.emit(f"{name} = {text}")
+            V = ListVar(name, [out] * S.n if S.n else [], True, len(self.scopes))
+            V.hom = out
+            self.declare(V)
+
+    def comp_dict(self, D):
+        hom = D.homogeneous()
+        k, v = self.fresh("k"), self.fresh("v")
+        name = self.fresh("d")
+        form = self.rng.choice(["items", "keys"])
+        src = v if form == "items" else f"{D.name}[{k}]"
+        e = self.expr_with(View(src, hom), hom) if hom is not None and \
+            self.rng.random() < 0.6 else self.generic(src)
+        if form == "items":
+            text = f"{{{k}: {e} for {k}, {v} in {D.name}.items()}}"
+        else:
+            text = f"{{{k}: {e} for {k} in {D.name}{self.keys_call()}}}"
+        self.note_assignment(text)
+        self.emit(f"{name} = {text}")
+        self.declare(DictVar(name, D.items, True))
+
+    def s_chained(self):
+        shape = self.rng.choice(self.shape_pool())
+        e = self.expr(shape, 0)
+        self.note_assignment(e)
+        a, b = self.fresh("v"), self.fresh("v")
+        self.emit(f"{a} = {b} = {e}")
+        # the two names are one object: neither may be written into
+        self.declare(Var(a, shape, False))
+        self.declare(Var(b, shape, False))
+
+    def s_struct_call(self):
+        h = self.rng.choice([h for h in self.helpers if h.kind == "struct_return"])
+        call = f"{h.name}({self.call_args(h, 1)})"
+        self.note_assignment(call)
+        if self.rng.random() < 0.5:
+            names = [self.fresh("r") for _ in h.ret]
+            self.emit(f"{', '.join(names)} = {call}")
+            for nm, sh in zip(names, h.ret):
+                self.declare(Var(nm, sh, False))
+        else:
+            name = self.fresh("L")
+            self.emit(f"{name} = {call}")
+            self.declare(ListVar(name, h.ret, True, len(self.scopes)))
+
+    def s_dict_call(self):
+        h = self.rng.choice([h for h in self.helpers if h.kind == "dict_return"])
+        call = f"{h.name}({self.call_args(h, 1)})"
+        self.note_assignment(call)
+        name = self.fresh("d")
+        self.emit(f"{name} = {call}")
+        self.declare(DictVar(name, h.ret, True))
 
     def s_sincos(self):
         self.classes.add("SinCos")
@@ -1152,7 +1710,10 @@ class ProgramGenerator:
         self.ints = []
         self.ret = ret
         for p, s in params:
-            self.declare(Var(p, s, True, param=True))
+            if isinstance(s, (StructList, DictVar)):
+                self.declare(s)
+            else:
+                self.declare(Var(p, s, True, param=True))
         for extra in (default, kwonly):
             if extra is not None:
                 self.declare(Var(extra, (), False, param=False))
@@ -1161,6 +1722,12 @@ class ProgramGenerator:
             if line[1] is not None:
                 self.declare(line[1])
         self.stmt_budget = n_stmts
+        for _, s in params:
+            # a structured argument is read, most often by a loop over it
+            if isinstance(s, StructList) and self.rng.random() < 0.7:
+                self.s_struct_read(s)
+            elif isinstance(s, DictVar) and self.rng.random() < 0.5:
+                self.s_dict_loop(s)
         self.block(n_stmts)
         self.final_return()
         self.lines.append("")
@@ -1172,21 +1739,33 @@ class ProgramGenerator:
             return
         terms = [self.expr((), 0)]
         # every value computed reaches the result (through a bounded function)
-        cands = [v for v in self.visible().values() if isinstance(v, (Var, ListVar))
+        cands = [v for v in self.visible().values()
+                 if isinstance(v, (Var, ListVar, StructList, DictVar))
                  and not (isinstance(v, Var) and v.param)]
         self.rng.shuffle(cands)
         for v in cands[:3]:
-            if isinstance(v, ListVar):
+            if isinstance(v, StructList):
+                if v.n:
+                    terms.append(f"{self.const()} * np.sum(np.tanh("
+                                 f"{v.item(0, self.rng.randrange(2))}))")
+            elif isinstance(v, DictVar):
+                key = self.rng.choice(list(v.items))
+                terms.append(f'{self.const()} * np.sum(np.tanh({v.name}["{key}"]))')
+            elif isinstance(v, ListVar):
                 if v.elems:
                     terms.append(f"{self.const()} * np.sum(np.tanh({v.name}[0]))")
             else:
                 terms.append(f"{self.const()} * np.sum(np.tanh({v.name}))")
+        terms += getattr(self, "force", [])
+        self.force = []
         self.emit(f"return {' + '.join(terms)}")
 
     def helper(self, k):
         name = f"h{k}"
         kinds = [("plain", 3.0), ("tuple_param_helper", 1.0), ("multi_return_helper", 1.0),
-                 ("list_param_helper", 1.0), ("list_return_helper", 1.0)]
+                 ("list_param_helper", 1.0), ("list_return_helper", 1.0),
+                 ("struct_return_helper", 1.0), ("dict_return_helper", 1.0),
+                 ("pairs_param_helper", 1.0), ("dict_param_helper", 1.0)]
         kind = self.choose([(f if f != "plain" else None, w, lambda f=f: f) for f, w in kinds])
         kind = kind.replace("_helper", "")
         default = "k" if self.on("helper_default") and self.rng.random() < 0.5 else None
@@ -1254,12 +1833,84 @@ class ProgramGenerator:
             self.block(n_stmts)
             self.final_return()
             self.lines += ["", ""]
-        else:  # list_return
+        elif kind == "list_return":
             params = [("u", shape)]
             ret = [shape, self.rng.choice(SHAPES)]
             h = Helper(name, kind, params, ret, default, kwonly)
             self.function(name, params, ret, n_stmts, kwonly, default)
+        elif kind == "struct_return":
+            s1, s2 = self.rng.choice(PAIR_SHAPES) if self.rng.random() < 0.6 else \
+                (shape, self.rng.choice([shape, ()]))
+            params = [("W", s1), ("b", s2)]
+            ret = [s1, s2] if self.rng.random() < 0.7 else [s1, self.rng.choice(SHAPES)]
+            h = Helper(name, kind, params, ret, default, kwonly)
+            self.struct_helper(h, "W, b = p", [Var("W", s1, False, param=True),
+                                               Var("b", s2, False, param=True)], n_stmts)
+        elif kind == "dict_return":
+            params = [("u", shape)]
+            if self.rng.random() < 0.5:
+                params.append(("w", self.rng.choice([shape, ()])))
+            keys = self.rng.sample(DICT_KEYS, self.rng.choice([1, 2, 2, 3]))
+            ret = {k: self.rng.choice([shape, shape, self.rng.choice(SHAPES)]) for k in keys}
+            h = Helper(name, kind, params, ret, default, kwonly)
+            self.function(name, params, ret, n_stmts, kwonly, default)
+        elif kind == "pairs_param":
+            s1, s2 = self.rng.choice(PAIR_SHAPES)
+            h = Helper(name, kind, [("a", s1), ("b", s2)], (), default, kwonly,
+                       list_len=self.rng.choice([1, 2, 3]))
+            S = StructList("ps", "tuple", (s1, s2), None, False, param=True)
+            self.struct_helper(h, None, [S], n_stmts, loop=S)
+        else:  # dict_param
+            keys = self.rng.sample(DICT_KEYS, self.rng.choice([1, 2, 2, 3]))
+            spec = {k: self.rng.choice([shape, shape, self.rng.choice(SHAPES)]) for k in keys}
+            h = Helper(name, kind, [], (), default, kwonly)
+            h.spec = spec
+            D = DictVar("d", spec, False, param=True)
+            self.struct_helper(h, None, [D], n_stmts, loop=D)
         self.helpers.append(h)
+
+    def struct_helper(self, h, unpack, declared, n_stmts, loop=None):
+        """def h(p): [unpack]; [a loop over p]; [a call passing p on]; ...; return ..."""
+        default, kwonly = h.default, h.kwonly
+        pname = "p" if unpack else declared[0].name
+        sig = [pname] + ([f"{default}=0.5"] if default else []) + \
+              (["*", f"{kwonly}=1.0"] if kwonly else [])
+        self.lines.append(f"def {h.name}({', '.join(sig)}):")
+        self.indent = 1
+        self.scopes = [{}]
+        self.ints = []
+        self.ret = h.ret
+        if unpack:
+            self.emit(unpack)
+        for v in declared:
+            self.declare(v)
+        for extra in (default, kwonly):
+            if extra is not None:
+                self.declare(Var(extra, (), False))
+        self.stmt_budget = n_stmts
+        if loop is not None:
+            self.emit("total = 0.0")
+            self.declare(Var("total", (), True))
+            if isinstance(loop, StructList):
+                self.s_struct_read(loop)
+            else:
+                self.s_dict_loop(loop)
+            # the structure goes on to a helper defined before, as it is or rebuilt
+            same = [g for g in self.helpers if g.kind == h.kind and
+                    (g.params == h.params if h.kind == "pairs_param" else g.spec == h.spec)]
+            if same and self.on("helper_relay") and self.rng.random() < 0.7:
+                g = self.rng.choice(same)
+                self.used["helper_relay"] += 1
+                if h.kind == "pairs_param":
+                    arg = self.rng.choice(["ps", "[(a * 2.0, np.tanh(b)) for a, b in ps]",
+                                           "list(reversed(ps))"])
+                else:
+                    arg = self.rng.choice(["d", "{kk: vv * 0.5 for kk, vv in d.items()}"])
+                self.emit(f"total = total + 0.5 * np.tanh({g.name}({arg}))")
+            self.force = ["total"]
+        self.block(n_stmts)
+        self.final_return()
+        self.lines += ["", ""]
 
     def program(self, header):
         n_helpers = 0
@@ -1277,6 +1928,23 @@ class ProgramGenerator:
                  for _ in range(nargs)]
         names = ["x", "y", "z"][:nargs]
         params = [(n, KIND_SHAPE[k]) for n, k in zip(names, kinds)]
+        if self.on("struct_entry") and self.rng.random() < 0.35:
+            # one argument is a structure: a list of (W, b) tuples or a dict of arrays
+            self.used["struct_entry"] += 1
+            pos = self.rng.randrange(nargs)
+            names[pos] = "params"
+            if self.rng.random() < 0.55:
+                shapes = self.rng.choice(PAIR_SHAPES)
+                n = self.rng.choice([1, 2, 2, 3])
+                kinds[pos] = ("plist", n, shapes)
+                params[pos] = ("params", StructList("params", "tuple", shapes, n, False,
+                                                    param=True))
+            else:
+                keys = self.rng.sample(DICT_KEYS, self.rng.choice([1, 2, 2, 3]))
+                s0 = self.rng.choice(SHAPES)
+                spec = {k: self.rng.choice([s0, s0, self.rng.choice(SHAPES)]) for k in keys}
+                kinds[pos] = ("pdict", tuple(spec.items()))
+                params[pos] = ("params", DictVar("params", spec, False, param=True))
         kwonly = "s" if self.on("kwonly_entry") and self.rng.random() < 0.25 else None
         if kwonly:
             self.used["kwonly_entry"] += 1
@@ -1284,8 +1952,9 @@ class ProgramGenerator:
         self.function("f", params, (), self.rng.choice([2, 3, 4, 5, 6]), kwonly=kwonly)
         body_lines += self.lines
         classes = [CLASSES[c] for c in CLASSES if c in self.classes]
-        src = header + "import numpy as np\n\nimport s2sgrad\n\n" + GLOBALS_SRC + "\n\n" + \
-            "\n\n".join(classes) + ("\n\n" if classes else "") + "\n".join(body_lines)
+        src = header + "import math\n\nimport numpy as np\n\nimport s2sgrad\n\n" + \
+            GLOBALS_SRC + "\n\n" + "\n\n".join(classes) + ("\n\n" if classes else "") + \
+            "\n".join(body_lines)
         return src.rstrip() + "\n", kinds
 
 
@@ -1306,6 +1975,15 @@ def draw_inputs(kinds, seed, index, attempt, draw):
     rng = np.random.default_rng([abs(hash_int(seed)), index, attempt, draw])
     out = []
     for k in kinds:
+        if isinstance(k, tuple):  # a structure: its () leaves are Python floats
+            def leaf(shape):
+                v = rng.uniform(-1.0, 1.0, shape)
+                return float(v) if shape == () else v
+            if k[0] == "plist":
+                out.append([tuple(leaf(s) for s in k[2]) for _ in range(k[1])])
+            else:
+                out.append({key: leaf(s) for key, s in k[1]})
+            continue
         v = rng.uniform(-1.0, 1.0, KIND_SHAPE[k])
         if k == "float":
             out.append(float(v))
@@ -1320,10 +1998,22 @@ def hash_int(seed):
     return seed if isinstance(seed, int) else int.from_bytes(str(seed).encode()[:8], "little")
 
 
+def _arg_source(a):
+    if isinstance(a, dict):
+        return "{" + ", ".join(f"{k!r}: {_arg_source(v)}" for k, v in a.items()) + "}"
+    if isinstance(a, tuple):
+        return "(" + ", ".join(_arg_source(v) for v in a) + ("," if len(a) == 1 else "") + ")"
+    if isinstance(a, list):
+        return "[" + ", ".join(_arg_source(v) for v in a) + "]"
+    return args_source([a])[1:-1]
+
+
 def args_source(args):
     parts = []
     for a in args:
-        if isinstance(a, float):
+        if isinstance(a, (list, tuple, dict)):
+            parts.append(_arg_source(a))
+        elif isinstance(a, float):
             parts.append(repr(a))
         elif np.ndim(a) == 0:
             parts.append(f"np.array({float(a)!r})")
@@ -1341,11 +2031,37 @@ OPT_RTOL, OPT_ATOL = 1e-8, 1e-10   # optimised vs unoptimised (the same mathemat
 H1, H2 = 1e-6, 1e-5                # the two finite-difference steps
 
 
+def is_tree(a):
+    return isinstance(a, (list, tuple, dict))
+
+
+def copy_tree(a):
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    if isinstance(a, dict):
+        return {k: copy_tree(v) for k, v in a.items()}
+    if isinstance(a, (list, tuple)):
+        return type(a)(copy_tree(v) for v in a)
+    return a
+
+
 def copies(args):
-    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    return [copy_tree(a) for a in args]
+
+
+def shape_of(a):
+    """np.shape, or for a structure its tree (with its leaves' shapes) as text."""
+    if is_tree(a):
+        leaves, treedef = s2sgrad.tree_flatten(a)
+        return f"{treedef!r} with leaves of shapes {[np.shape(v) for v in leaves]}"
+    return np.shape(a)
 
 
 def close(a, b, rtol=RTOL, atol=ATOL):
+    if is_tree(a) or is_tree(b):  # structures: the same tree, leaves close one by one
+        la, ta = s2sgrad.tree_flatten(a)
+        lb, tb = s2sgrad.tree_flatten(b)
+        return ta == tb and all(close(x, y, rtol, atol) for x, y in zip(la, lb))
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
@@ -1360,11 +2076,26 @@ def close(a, b, rtol=RTOL, atol=ATOL):
 
 
 def finite_difference(fn, args, i, h):
+    """Central differences of fn with respect to args[i] (a structure: leaf by leaf)."""
+    x = args[i]
+    if is_tree(x):
+        leaves, treedef = s2sgrad.tree_flatten(x)
+        out = []
+        for j, leaf in enumerate(leaves):
+            def at(v, j=j):
+                new = list(leaves)
+                new[j] = v
+                return copy_tree(s2sgrad.tree_unflatten(treedef, new))
+            out.append(_fd_leaf(fn, args, i, h, leaf, at))
+        return s2sgrad.tree_unflatten(treedef, out)
+    return _fd_leaf(fn, args, i, h, x, lambda v: v)
+
+
+def _fd_leaf(fn, args, i, h, x, at):
     def value(xi):
         a = copies(args)
-        a[i] = xi
+        a[i] = at(xi)
         return float(fn(*a))
-    x = args[i]
     if isinstance(x, float):
         return (value(x + h) - value(x - h)) / (2 * h)
     x = np.asarray(x, dtype=np.float64)
@@ -1438,12 +2169,23 @@ def plain_pair_grad(fn, args, i):
     a = copies(args)
     out, residuals = pair.forward(*a)
     g = pair.adjoint(residuals, _seed_like(out))
+    if is_tree(args[i]):  # lists for tuples, 0 for what nothing reached: as grad gives it
+        from s2sgrad.api import finalize
+        g = finalize(g, args[i])
     if isinstance(args[i], float) and np.ndim(g) == 0:
         g = float(g)
     return out, g, a
 
 
 def fmt(v):
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k!r}: {fmt(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(fmt(x) for x in v) + "]"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(fmt(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    if v is None:
+        return "None"
     return np.array2string(np.asarray(v, dtype=np.float64), precision=7, separator=", ",
                            suppress_small=False, max_line_width=200)
 
@@ -1457,7 +2199,7 @@ def evaluate(fn, args, param_names, only=None):
     for i in range(len(args)):
         if only is not None and i != only[0]:
             continue
-        rec = {"arg": i, "name": param_names[i], "shape": np.shape(args[i]), "problems": [],
+        rec = {"arg": i, "name": param_names[i], "shape": shape_of(args[i]), "problems": [],
                "status": "pass"}
         records.append(rec)
         variants = {}
@@ -1490,11 +2232,12 @@ def evaluate(fn, args, param_names, only=None):
             if not close(out, value, 1e-9, 1e-12):
                 rec["problems"].append(f"{label} forward value {fmt(out)} != original "
                                        f"{fmt(value)}")
-            if np.shape(g) != np.shape(args[i]):
-                rec["problems"].append(f"{label} gradient has shape {np.shape(g)}, argument "
-                                       f"has {np.shape(args[i])}")
+            if shape_of(g) != shape_of(args[i]):
+                rec["problems"].append(f"{label} gradient has shape {shape_of(g)}, argument "
+                                       f"has {shape_of(args[i])}")
             for j, (aj, bj) in enumerate(zip(a, base)):
-                if isinstance(bj, np.ndarray) and not close(aj, bj, 1e-9, 1e-12):
+                if (isinstance(bj, np.ndarray) or is_tree(bj)) and \
+                        not close(aj, bj, 1e-9, 1e-12):
                     rec["problems"].append(f"{label}: argument {j} after the call is "
                                            f"{fmt(aj)}, the original function leaves "
                                            f"{fmt(bj)}")
@@ -1529,7 +2272,10 @@ def evaluate(fn, args, param_names, only=None):
 def _check_forward_mode(fn, args, i, fd, rec):
     """Forward mode (functional.jvp, the tangent code) along a random direction of
     argument i must give the directional derivative fd . v. A forward-mode refusal
-    (a rule without a JVP) is noted, not counted: reverse mode decided the status."""
+    (a rule without a JVP) is noted, not counted: reverse mode decided the status.
+    functional.jvp takes arrays only: programs with a structured argument skip this."""
+    if any(is_tree(a) for a in args):
+        return
     rng = np.random.default_rng(hash_int((i, rec["name"])) % (2 ** 32))
     a = copies(args)
     v = rng.standard_normal(np.shape(a[i]))
@@ -1649,7 +2395,9 @@ def run_program(seed, index, workdir, weights, progress=None, draws=3, max_attem
             regenerated += 1
             sys.modules.pop(modname, None)
             continue
-        names = ["x", "y", "z"][:len(kinds)]
+        import inspect
+        names = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         result = None
         for n_draw, d in enumerate(good_draws):
             args = draw_inputs(kinds, seed, index, attempt, d)
@@ -1678,7 +2426,8 @@ def _plain(result):
         for key in ("fd", "optimised", "unoptimised"):
             if key in r:
                 r[key] = fmt(r[key])
-        r["shape"] = tuple(r["shape"])
+        if not isinstance(r["shape"], str):
+            r["shape"] = tuple(r["shape"])
     return result
 
 
@@ -2245,6 +2994,9 @@ def _undefined_names(tree):
             continue
         a = fn.args
         params = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
+        # a comprehension's variables are bound on the line that reads them
+        params |= {n.id for c in ast.walk(fn) if isinstance(c, ast.comprehension)
+                   for n in ast.walk(c.target) if isinstance(n, ast.Name)}
         stores = collections.defaultdict(list)   # name -> lines that assign it
         for n in ast.walk(fn):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
@@ -2507,7 +3259,8 @@ def construct_tags(src):
 def _print_records(status, records, out=sys.stdout):
     print(f"status: {status}", file=out)
     for r in records:
-        print(f"  argument {r['arg']} ({r['name']}, shape {tuple(r['shape'])}): {r['status']}",
+        shape = r["shape"] if isinstance(r["shape"], str) else tuple(r["shape"])
+        print(f"  argument {r['arg']} ({r['name']}, shape {shape}): {r['status']}",
               file=out)
         for p in r["problems"]:
             print(f"    {p}", file=out)
