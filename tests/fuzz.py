@@ -442,6 +442,25 @@ class ProgramGenerator:
                          if shape != () else f"{name} * {self.paren(self.expr((), d))}")
         return self.rng.choice(forms)
 
+    def pair_shapes(self, s1=None):
+        """Shapes for the records of a list of pairs: often those a helper takes."""
+        known = [tuple(s for _, s in h.params) for h in self.helpers
+                 if h.kind in ("pairs_param", "struct_return", "tuple_param")]
+        if known and self.rng.random() < 0.6:
+            return self.rng.choice(known)
+        if s1 is not None:
+            return (s1, self.rng.choice([s1, (), self.rng.choice(self.shape_pool())]))
+        return self.rng.choice(PAIR_SHAPES)
+
+    def dict_spec(self, pool):
+        """Keys and shapes for a new dict: often those a helper takes."""
+        known = [h.spec for h in self.helpers if h.kind == "dict_param"]
+        if known and self.rng.random() < 0.6:
+            return dict(self.rng.choice(known))
+        keys = self.rng.sample(DICT_KEYS, self.rng.choice([1, 2, 2, 3]))
+        s0 = self.rng.choice(pool)
+        return {k: (s0 if self.rng.random() < 0.6 else self.rng.choice(pool)) for k in keys}
+
     def keys_call(self):
         """How a loop over a dict's keys is written: `in d` or `in d.keys()`."""
         return self.choose([("dict_iter", 1.0, lambda: ""), (None, 0.5, lambda: ".keys()")])
@@ -947,8 +966,8 @@ class ProgramGenerator:
             ("struct_read", 1.5 if structs and nested_ok else 0.0, self.s_struct_read),
             ("list_extend", 1.0 if top else 0.0, self.s_extend),
             ("dict", 1.0, self.s_dict),
-            ("dict_write", 1.0 if any(D.mutable for D in dicts) else 0.0, self.s_dict_write),
-            ("dict_loop", 1.5 if dicts and nested_ok else 0.0, self.s_dict_loop),
+            ("dict_write", 3.0 if any(D.mutable for D in dicts) else 0.0, self.s_dict_write),
+            ("dict_loop", 2.5 if dicts and nested_ok else 0.0, self.s_dict_loop),
             ("comprehension", 1.5 if self.lists() or structs or dicts else 0.0,
              self.s_comprehension),
             ("chained_assign", 1.0, self.s_chained),
@@ -1396,8 +1415,7 @@ class ProgramGenerator:
 
     def s_struct_append(self):
         kind = self.rng.choice(["tuple", "tuple", "list", "dict"])
-        s1 = self.rng.choice(self.shape_pool())
-        shapes = (s1, self.rng.choice([s1, (), self.rng.choice(self.shape_pool())]))
+        shapes = self.pair_shapes(self.rng.choice(self.shape_pool()))
         name = self.fresh("L")
         self.emit(f"{name} = []")
         if self.rng.random() < 0.6:
@@ -1499,10 +1517,7 @@ class ProgramGenerator:
             L.elems += shapes
 
     def s_dict(self):
-        keys = self.rng.sample(DICT_KEYS, self.rng.choice([1, 2, 2, 3]))
-        s0 = self.rng.choice(self.shape_pool())
-        items = {k: (s0 if self.rng.random() < 0.6 else self.rng.choice(self.shape_pool()))
-                 for k in keys}
+        items = self.dict_spec(self.shape_pool())
         name = self.fresh("d")
         literal = "{" + ", ".join(f'"{k}": {self.expr(sh, 1)}' for k, sh in items.items()) + "}"
         self.note_assignment(literal)
@@ -1766,8 +1781,19 @@ class ProgramGenerator:
                  ("list_param_helper", 1.0), ("list_return_helper", 1.0),
                  ("struct_return_helper", 1.0), ("dict_return_helper", 1.0),
                  ("pairs_param_helper", 1.0), ("dict_param_helper", 1.0)]
-        kind = self.choose([(f if f != "plain" else None, w, lambda f=f: f) for f, w in kinds])
-        kind = kind.replace("_helper", "")
+        # a helper of the kind of one defined before, with its shapes, calls that one
+        prev = [g for g in self.helpers if g.kind in ("pairs_param", "dict_param",
+                                                        "struct_return")]
+        relay = None
+        if prev and self.on("helper_relay") and self.rng.random() < 0.6:
+            relay = self.rng.choice(prev)
+            kind = relay.kind
+            self.used["helper_relay"] += 1
+            self.used[kind + "_helper"] += 1
+        else:
+            kind = self.choose([(f if f != "plain" else None, w, lambda f=f: f)
+                                for f, w in kinds])
+            kind = kind.replace("_helper", "")
         default = "k" if self.on("helper_default") and self.rng.random() < 0.5 else None
         kwonly = "scale" if self.on("kwonly_helper") and self.rng.random() < 0.3 else None
         if default:
@@ -1839,13 +1865,19 @@ class ProgramGenerator:
             h = Helper(name, kind, params, ret, default, kwonly)
             self.function(name, params, ret, n_stmts, kwonly, default)
         elif kind == "struct_return":
-            s1, s2 = self.rng.choice(PAIR_SHAPES) if self.rng.random() < 0.6 else \
-                (shape, self.rng.choice([shape, ()]))
+            if relay is not None:
+                s1, s2 = (s for _, s in relay.params)
+            else:
+                s1, s2 = self.pair_shapes() if self.rng.random() < 0.6 else \
+                    (shape, self.rng.choice([shape, ()]))
             params = [("W", s1), ("b", s2)]
             ret = [s1, s2] if self.rng.random() < 0.7 else [s1, self.rng.choice(SHAPES)]
             h = Helper(name, kind, params, ret, default, kwonly)
-            self.struct_helper(h, "W, b = p", [Var("W", s1, False, param=True),
-                                               Var("b", s2, False, param=True)], n_stmts)
+            unpack = "W, b = p"
+            if relay is not None and relay.ret == [s1, s2]:
+                unpack = f"W, b = {relay.name}(p)"
+            self.struct_helper(h, unpack, [Var("W", s1, False, param=True),
+                                           Var("b", s2, False, param=True)], n_stmts)
         elif kind == "dict_return":
             params = [("u", shape)]
             if self.rng.random() < 0.5:
@@ -1855,21 +1887,20 @@ class ProgramGenerator:
             h = Helper(name, kind, params, ret, default, kwonly)
             self.function(name, params, ret, n_stmts, kwonly, default)
         elif kind == "pairs_param":
-            s1, s2 = self.rng.choice(PAIR_SHAPES)
+            s1, s2 = (s for _, s in relay.params) if relay else self.pair_shapes()
             h = Helper(name, kind, [("a", s1), ("b", s2)], (), default, kwonly,
                        list_len=self.rng.choice([1, 2, 3]))
             S = StructList("ps", "tuple", (s1, s2), None, False, param=True)
-            self.struct_helper(h, None, [S], n_stmts, loop=S)
+            self.struct_helper(h, None, [S], n_stmts, loop=S, relay=relay)
         else:  # dict_param
-            keys = self.rng.sample(DICT_KEYS, self.rng.choice([1, 2, 2, 3]))
-            spec = {k: self.rng.choice([shape, shape, self.rng.choice(SHAPES)]) for k in keys}
+            spec = dict(relay.spec) if relay else self.dict_spec([shape, shape] + SHAPES)
             h = Helper(name, kind, [], (), default, kwonly)
             h.spec = spec
             D = DictVar("d", spec, False, param=True)
-            self.struct_helper(h, None, [D], n_stmts, loop=D)
+            self.struct_helper(h, None, [D], n_stmts, loop=D, relay=relay)
         self.helpers.append(h)
 
-    def struct_helper(self, h, unpack, declared, n_stmts, loop=None):
+    def struct_helper(self, h, unpack, declared, n_stmts, loop=None, relay=None):
         """def h(p): [unpack]; [a loop over p]; [a call passing p on]; ...; return ..."""
         default, kwonly = h.default, h.kwonly
         pname = "p" if unpack else declared[0].name
@@ -1898,8 +1929,9 @@ class ProgramGenerator:
             # the structure goes on to a helper defined before, as it is or rebuilt
             same = [g for g in self.helpers if g.kind == h.kind and
                     (g.params == h.params if h.kind == "pairs_param" else g.spec == h.spec)]
-            if same and self.on("helper_relay") and self.rng.random() < 0.7:
-                g = self.rng.choice(same)
+            if relay is not None or same and self.on("helper_relay") and \
+                    self.rng.random() < 0.7:
+                g = relay or self.rng.choice(same)
                 self.used["helper_relay"] += 1
                 if h.kind == "pairs_param":
                     arg = self.rng.choice(["ps", "[(a * 2.0, np.tanh(b)) for a, b in ps]",
@@ -1919,10 +1951,16 @@ class ProgramGenerator:
         body_lines = []
         if n_helpers:
             self.used["helper"] += 1
-        for k in range(n_helpers):
+        k = 0
+        while k < n_helpers:
             self.lines = []
             self.helper(k)
             body_lines += self.lines
+            k += 1
+            if k == n_helpers and n_helpers < 3 and self.on("helper_relay") and \
+                    self.helpers[-1].kind in ("pairs_param", "dict_param", "struct_return") \
+                    and self.rng.random() < 0.6:
+                n_helpers += 1  # one more, which may pass the structure on to this one
         nargs = self.rng.choice([1, 2, 2, 3])
         kinds = [self.rng.choices([k for k, _ in ARG_KINDS], [w for _, w in ARG_KINDS])[0]
                  for _ in range(nargs)]
@@ -1934,15 +1972,13 @@ class ProgramGenerator:
             pos = self.rng.randrange(nargs)
             names[pos] = "params"
             if self.rng.random() < 0.55:
-                shapes = self.rng.choice(PAIR_SHAPES)
+                shapes = self.pair_shapes()
                 n = self.rng.choice([1, 2, 2, 3])
                 kinds[pos] = ("plist", n, shapes)
                 params[pos] = ("params", StructList("params", "tuple", shapes, n, False,
                                                     param=True))
             else:
-                keys = self.rng.sample(DICT_KEYS, self.rng.choice([1, 2, 2, 3]))
-                s0 = self.rng.choice(SHAPES)
-                spec = {k: self.rng.choice([s0, s0, self.rng.choice(SHAPES)]) for k in keys}
+                spec = self.dict_spec(SHAPES)
                 kinds[pos] = ("pdict", tuple(spec.items()))
                 params[pos] = ("params", DictVar("params", spec, False, param=True))
         kwonly = "s" if self.on("kwonly_entry") and self.rng.random() < 0.25 else None
