@@ -150,6 +150,8 @@ FEATURES = {
     "dict_param_helper": 0.3,     # def h(d): d["w"] ..., for k, v in d.items()
     "helper_relay": 0.5,     # a helper passes its structure on to another helper
     "struct_entry": 0.5,     # f(params, x): params a list of (W, b) tuples or a dict of arrays
+    "nested_entry": 0.3,     # params = {"layers": [(W, b), ...], "scale": s}
+    "item_write": 0.5,       # L[k] = e, L[k] = (a, b): an item of a list replaced
 }
 
 SHAPES = [(3,), (4,), (2, 3), ()]
@@ -971,6 +973,8 @@ class ProgramGenerator:
             ("comprehension", 1.5 if self.lists() or structs or dicts else 0.0,
              self.s_comprehension),
             ("chained_assign", 1.0, self.s_chained),
+            ("item_write", 2.0 if any(L.mutable and L.elems for L in self.lists()) or
+             any(S.mutable and S.n for S in structs) else 0.0, self.s_item_write),
             ("struct_return_helper", 1.0 if any(h.kind == "struct_return" for h in self.helpers)
              else 0.0, self.s_struct_call),
             ("dict_return_helper", 1.0 if any(h.kind == "dict_return" for h in self.helpers)
@@ -1658,6 +1662,22 @@ class ProgramGenerator:
         self.emit(f"{name} = {text}")
         self.declare(DictVar(name, D.items, True))
 
+    def s_item_write(self):
+        Ls = [L for L in self.lists() if L.mutable and L.elems]
+        Ss = [S for S in self.structs() if S.mutable and S.n]
+        if Ss and (not Ls or self.rng.random() < 0.5):
+            S = self.rng.choice(Ss)
+            k = self.index_for(S.n)
+            rec = self.new_record(S.kind, S.shapes)
+            self.emit(f"{S.name}[{k}] = {rec}")
+            return
+        L = self.rng.choice(Ls)
+        k = self.rng.randrange(len(L.elems))
+        v = View(f"{L.name}[{k}]", L.elems[k])
+        e = self.loop_update(v) if self.loop_depth else self.expr(v.shape, 0)
+        self.note_assignment(e)
+        self.emit(f"{L.name}[{k}] = {e}")
+
     def s_chained(self):
         shape = self.rng.choice(self.shape_pool())
         e = self.expr(shape, 0)
@@ -1727,6 +1747,9 @@ class ProgramGenerator:
         for p, s in params:
             if isinstance(s, (StructList, DictVar)):
                 self.declare(s)
+            elif isinstance(s, list):  # a nested structure: the parts that are read
+                for part in s:
+                    self.declare(part)
             else:
                 self.declare(Var(p, s, True, param=True))
         for extra in (default, kwonly):
@@ -1743,6 +1766,8 @@ class ProgramGenerator:
                 self.s_struct_read(s)
             elif isinstance(s, DictVar) and self.rng.random() < 0.5:
                 self.s_dict_loop(s)
+            elif isinstance(s, list) and self.rng.random() < 0.8:
+                self.s_struct_read(s[0])
         self.block(n_stmts)
         self.final_return()
         self.lines.append("")
@@ -1971,7 +1996,17 @@ class ProgramGenerator:
             self.used["struct_entry"] += 1
             pos = self.rng.randrange(nargs)
             names[pos] = "params"
-            if self.rng.random() < 0.55:
+            if self.on("nested_entry") and self.rng.random() < 0.3:
+                self.used["nested_entry"] += 1
+                shapes = self.pair_shapes()
+                n = self.rng.choice([1, 2, 2, 3])
+                extra = self.dict_spec(SHAPES)
+                extra.pop("layers", None)
+                kinds[pos] = ("pnested", n, shapes, tuple(extra.items()))
+                views = [View(f'params["{k}"]', sh) for k, sh in extra.items()]
+                params[pos] = ("params", [StructList('params["layers"]', "tuple", shapes, n,
+                                                     False, param=True)] + views)
+            elif self.rng.random() < 0.55:
                 shapes = self.pair_shapes()
                 n = self.rng.choice([1, 2, 2, 3])
                 kinds[pos] = ("plist", n, shapes)
@@ -2017,6 +2052,10 @@ def draw_inputs(kinds, seed, index, attempt, draw):
                 return float(v) if shape == () else v
             if k[0] == "plist":
                 out.append([tuple(leaf(s) for s in k[2]) for _ in range(k[1])])
+            elif k[0] == "pnested":
+                tree = {"layers": [tuple(leaf(s) for s in k[2]) for _ in range(k[1])]}
+                tree.update({key: leaf(s) for key, s in k[3]})
+                out.append(tree)
             else:
                 out.append({key: leaf(s) for key, s in k[1]})
             continue
