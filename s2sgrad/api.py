@@ -205,15 +205,27 @@ def _python_numbers(args: tuple, positions: Tuple[int, ...]) -> Tuple[int, ...]:
 
 
 def _compiled(f: Callable, positions: Tuple[int, ...],
-              numbers_at: Tuple[int, ...] = ()) -> CompiledFunction:
+              numbers_at: Tuple[int, ...] = (), leaves: Tuple[int, ...] = ()
+              ) -> CompiledFunction:
     """The pair for f; where some arguments are Python numbers, one specialised to
-    that (values computed from them alone are scalars: no broadcasting to undo)."""
+    that (values computed from them alone are scalars: no broadcasting to undo);
+    `leaves`: the positions of the arguments that are arrays or numbers."""
     scalars: Tuple[str, ...] = ()
     if numbers_at:
         names = _parameter_names(f)
         scalars = tuple(names[i] for i in numbers_at if i < len(names))
-    return checked_pair(compile_function(f, positions, scalars=scalars),
-                        lambda: compile_function(f, positions, False, scalars=scalars))
+    return checked_pair(compile_function(f, positions, scalars=scalars, leaves=leaves),
+                        lambda: compile_function(f, positions, False, scalars=scalars,
+                                                 leaves=leaves))
+
+
+def leaf_positions(args: tuple) -> Tuple[int, ...]:
+    """Positions of the arguments that are arrays or numbers, not structures: the
+    compiled code adds their cotangents with `+` (a list's would concatenate)."""
+    return tuple([i for i, a in enumerate(args)
+                  if type(a) is np.ndarray or type(a) is float or
+                  not isinstance(a, (list, tuple, dict)) and
+                  isinstance(a, (np.ndarray, np.generic, numbers.Number))])
 
 
 def _parameter_names(f: Callable) -> List[str]:
@@ -292,10 +304,11 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     @_derived_from(f, "value_and_grad", positions, not single)
     def value_and_grad_f(*args, **kwargs):
         numbers_at = _check_args(f, args, positions)
-        entry = compiled_pairs.get(numbers_at)
+        kind = (numbers_at, leaf_positions(args))
+        entry = compiled_pairs.get(kind)
         if entry is None or not all_hold(entry[1]):
-            compiled = _compiled(f, positions, numbers_at)
-            entry = compiled_pairs[numbers_at] = (compiled, flat_bindings(compiled))
+            compiled = _compiled(f, positions, *kind)
+            entry = compiled_pairs[kind] = (compiled, flat_bindings(compiled))
         compiled = entry[0]
         out, residuals = compiled.forward(*args, **kwargs)
         grads = compiled.adjoint(residuals, _seed(out))
@@ -332,7 +345,7 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
     if jit:
         from .backends import jit_vjp
         return jit_vjp(f, args, positions, single)
-    compiled = _known_pair(f, positions, numbers_at)
+    compiled = _known_pair(f, positions, numbers_at, leaf_positions(args))
     out, residuals = compiled.forward(*args)
 
     def pullback(v):
@@ -350,20 +363,21 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
 _PAIRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _known_pair(f: Callable, positions: Tuple[int, ...],
-                numbers_at: Tuple[int, ...]) -> CompiledFunction:
+def _known_pair(f: Callable, positions: Tuple[int, ...], numbers_at: Tuple[int, ...],
+                leaves: Tuple[int, ...]) -> CompiledFunction:
     try:
         pairs = _PAIRS.get(f)
     except TypeError:   # not weakly referable (a builtin, a callable object)
-        return _compiled(f, positions, numbers_at)
+        return _compiled(f, positions, numbers_at, leaves)
     code, defaults = getattr(f, "__code__", None), getattr(f, "__defaults__", None)
-    entry = pairs.get((positions, numbers_at)) if pairs is not None else None
+    kind = (positions, numbers_at, leaves)
+    entry = pairs.get(kind) if pairs is not None else None
     if entry is not None and entry[1] is code and entry[2] is defaults and all_hold(entry[3]):
         return entry[0]
-    compiled = _compiled(f, positions, numbers_at)
+    compiled = _compiled(f, positions, numbers_at, leaves)
     if pairs is None:
         pairs = _PAIRS[f] = {}
-    pairs[(positions, numbers_at)] = (compiled, code, defaults, flat_bindings(compiled))
+    pairs[kind] = (compiled, code, defaults, flat_bindings(compiled))
     return compiled
 
 
@@ -414,4 +428,6 @@ def source(f: Callable, wrt: Union[int, Sequence[int]] = 0, optimize: bool = Tru
     if mode != "reverse":
         raise ValueError(f"source(mode={mode!r}): mode is 'reverse' (forward and adjoint) "
                          "or 'forward' (tangent code)")
-    return compile_function(f, positions, optimize).source
+    # Shown for array arguments (a list's or dict's cotangents add item by item).
+    every = tuple(range(len(_parameter_names(f))))
+    return compile_function(f, positions, optimize, leaves=every).source

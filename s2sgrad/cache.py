@@ -63,7 +63,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .rules import REGISTRY as _REGISTRY
 
-FORMAT = 2
+FORMAT = 3
 SUFFIX = ".s2s"
 TMP_PREFIX = ".tmp-s2s-"
 TMP_SUFFIX = ".part"

@@ -28,7 +28,9 @@ __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 def _pair(func: Callable, wrt: Tuple[int, ...]) -> CompiledFunction:
     """The forward/adjoint pair of func (checked against the plain transform in the
     S2SGRAD_CHECK_OPTIMIZER test mode)."""
-    return checked_pair(compile_function(func, wrt), lambda: compile_function(func, wrt, False))
+    # functional's inputs are arrays by its contract: their cotangents add with `+`.
+    return checked_pair(compile_function(func, wrt, leaves=wrt),
+                        lambda: compile_function(func, wrt, False, leaves=wrt))
 
 
 def _jvp(func: Callable, wrt: Tuple[int, ...]):

@@ -343,7 +343,17 @@ def _is_basic_index(index) -> bool:
 def add_items(total, contribution):
     """total + contribution, item by item where the adjoints are lists or tuples
     (the adjoint of a list of arrays is a list; `+` would concatenate)."""
-    if isinstance(total, (list, tuple)) or isinstance(contribution, (list, tuple)):
+    seq_total = isinstance(total, (list, tuple))
+    seq_contribution = isinstance(contribution, (list, tuple))
+    if seq_total or seq_contribution:
+        if not seq_contribution and _symbolic_zero(contribution):
+            return total
+        if not seq_total and _symbolic_zero(total):
+            return list(contribution)
+        if not (seq_total and seq_contribution) or len(total) != len(contribution):
+            from .errors import InternalError
+            raise InternalError(f"cotangents of different structures meet: "
+                                f"{type(total).__name__} and {type(contribution).__name__}")
         return [add_items(a, b) for a, b in zip(total, contribution)]
     if isinstance(total, dict) or isinstance(contribution, dict):
         if not isinstance(contribution, dict):
@@ -355,6 +365,11 @@ def add_items(total, contribution):
             out[k] = add_items(out[k], v) if k in out else v
         return out
     return total + contribution
+
+
+def _symbolic_zero(value) -> bool:
+    """The 0.0 (or None) standing for a cotangent nothing has reached yet."""
+    return value is None or (type(value) in (int, float) and value == 0)
 
 
 @helper

@@ -138,6 +138,15 @@ def unshared(value, filename, lineno, col, message, hint, text) -> None:
         raise TransformError(message, filename, lineno, col, hint, text)
 
 
+@helper
+def not_a_dict(value, filename, lineno, col, message, hint, text) -> None:
+    """`for x in xs` over an argument walks its items by position; a dict would
+    give its keys in Python, so it is refused (at its line) rather than misread."""
+    if isinstance(value, dict):
+        from .errors import TransformError
+        raise TransformError(message, filename, lineno, col, hint, text)
+
+
 # -- pure forms: the same updates, returning new values (differentiable again) --
 @helper
 def scatter_add(adjoint, index, g):

@@ -149,8 +149,14 @@ class JitFunction:
     # -- set-up ------------------------------------------------------------------
     def _prepare(self) -> None:
         """Compile the NumPy pair and read its layout (once)."""
+        import inspect
+
         from ..compiler import compile_function
-        self.compiled = compile_function(self.fn, self.positions)
+        try:   # numba runs on arrays and numbers: their cotangents add with `+`
+            count = len(inspect.signature(self.fn).parameters)
+        except (TypeError, ValueError):
+            count = 0
+        self.compiled = compile_function(self.fn, self.positions, leaves=tuple(range(count)))
         if numba_module() is None:
             self.disabled = _numba_missing_reason()
             return

@@ -18,6 +18,7 @@ from . import bindings as _bindings
 from . import entry as _entry
 from .analyze import Activity, analyze, iter_statements, output_items
 from .bindings import Binding, all_hold, flat_bindings, pair_bindings  # noqa: F401
+from .callables import bound_call
 from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
 from .inline import inline
 from .memory import PairCache, memory_cache_size  # noqa: F401 - the CLI reports the size
@@ -80,8 +81,8 @@ def cache_key(fn: Callable, wrt: Tuple[int, ...], options: tuple) -> tuple:
 
 def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                      pure: bool = False, scalars: Tuple[str, ...] = (),
-                     structure: Tuple[Tuple[int, Tuple[bool, ...]], ...] = ()
-                     ) -> CompiledFunction:
+                     structure: Tuple[Tuple[int, Tuple[bool, ...]], ...] = (),
+                     leaves: Optional[Tuple[int, ...]] = None) -> CompiledFunction:
     """The cached forward/adjoint pair of `fn` with respect to positions `wrt`.
 
     Looks in memory, then on disk, then runs the passes (and stores the result).
@@ -89,8 +90,21 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
     # pure: an adjoint without in-place updates, to be differentiated again;
     # scalars: parameters known to be Python numbers (a specialised pair);
     # structure: for tuple parameters, the items the caller varies (the others'
-    # gradients are not computed: the caller does not read them).
-    options = (bool(optimize_code), bool(pure), tuple(scalars), tuple(structure))
+    # gradients are not computed: the caller does not read them); leaves: the
+    # positions the caller passes arrays or numbers (any other parameter may hold
+    # a list, tuple or dict, whose cotangents add item by item); None: every
+    # positional parameter (the arrays-only callers: the CLI, functional, numba).
+    bound = bound_call(fn)
+    if bound is not None:   # a bound method, callable object or partial: its function's
+        inner = compile_function(bound.func, bound.shift(wrt), optimize_code, pure,
+                                 scalars, tuple((i + len(bound.args), flags)
+                                                for i, flags in structure),
+                                 None if leaves is None else bound.shift(leaves))
+        return bound.wrap(inner, fn, wrt, "forward")
+    if leaves is None:
+        leaves = tuple(range(getattr(getattr(unwrap(fn), "__code__", None), "co_argcount", 0)))
+    options = (bool(optimize_code), bool(pure), tuple(scalars), tuple(structure),
+               tuple(sorted(set(leaves))))
     key = cache_key(fn, wrt, options)
     with _LOCK:
         hit = _CACHE.get(key)
@@ -113,7 +127,7 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
 
 
 def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
-    optimize_code, pure, scalars, structure = options
+    optimize_code, pure, scalars, structure, leaves = options
     with reporting_bugs(getattr(fn, "__qualname__", repr(fn))):
         parsed = parse_function(fn)
     if any(i >= len(parsed.all_params) or i < 0 for i in wrt):
@@ -124,8 +138,8 @@ def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFuncti
 
 
 def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunction:
-    optimize_code, pure, scalars, structure = options
-    t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure)
+    optimize_code, pure, scalars, structure, leaves = options
+    t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure, leaves)
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
               f"{parsed.node.lineno}), gradient with respect to "
               f"{', '.join(parsed.all_params[i] for i in wrt)}\n")
@@ -156,7 +170,7 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
         for site in t.callees.values():
             site.structure = _item_structure(site, t, made, bool(optimize_code), pure)
             callee = compile_function(site.fn, site.wrt, bool(optimize_code), pure,
-                                      structure=site.structure)
+                                      structure=site.structure, leaves=site.leaves)
             made[id(site.call)] = callee
             compiled.callees.append(callee)
             bind_late(functions, site.forward_name, callee.forward)
@@ -180,10 +194,11 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
 
 
 def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool = True,
-               pure: bool = False, scalars: Tuple[str, ...] = (), structure=()):
+               pure: bool = False, scalars: Tuple[str, ...] = (), structure=(),
+               leaves: Tuple[int, ...] = ()):
     """Every pass from normalise to optimise; returns the Transformed record."""
     nf = normalize(parsed)
-    activity = analyze(nf, wrt, scalars, structure)
+    activity = analyze(nf, wrt, scalars, structure, leaves)
     t = transform(nf, activity, pure)
     t = inline(t)
     if optimize_code:

@@ -49,6 +49,9 @@ class Activity:
     # Names that always hold a 0-d value (np.sum(x), x.max(), and arithmetic on
     # those and numbers): broadcasting with them never widens a result.
     zero_d: Set[str] = field(default_factory=set)
+    # Names proven to hold an array or a number, never a list, tuple or dict: their
+    # cotangents add with `+` (anything else adds item by item, see leaf_names).
+    leaves: Set[str] = field(default_factory=set)
 
     def same_shape(self, a: ast.expr, b: ast.expr) -> bool:
         ra, rb = self.shape_of(a), self.shape_of(b)
@@ -92,7 +95,8 @@ def loop_header_op(s: ast.For) -> Op:
 
 
 def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (),
-            structure: Sequence[Tuple[int, Tuple[bool, ...]]] = ()) -> Activity:
+            structure: Sequence[Tuple[int, Tuple[bool, ...]]] = (),
+            leaf_params: Sequence[int] = ()) -> Activity:
     """Activity, independence reasons and shape facts.
 
     `scalar_params` names parameters known to be Python numbers at run time
@@ -100,6 +104,8 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     by elementwise arithmetic is a scalar too, so no broadcasting is undone.
     `structure` gives, for tuple parameters, which items the caller differentiates
     ((position, (True, False, ...)), ...): `p[i]` of a False item is a constant.
+    `leaf_params`: positions of parameters the caller passes arrays or numbers
+    (any other may hold a list, tuple or dict: see `leaf_names`).
     """
     local_names = nf.resolver.locals | nf.names.taken
     stmts = [s for s, _ in iter_statements(nf.node.body)]
@@ -130,7 +136,72 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
                     independent=tuple(independent), reasons=reasons, outputs=outputs,
                     shapes=shapes, item_flags=item_flags,
                     zero_d=zero_d_names(nf.node.body, ops, ints, nf.params),
+                    leaves=leaf_names(nf, ops, leaf_params),
                     output_items=output_items(nf, varied, item_flags))
+
+
+# Ops whose outputs are leaves when their inputs are: indexing an array gives an
+# array or a number, and so do arithmetic and methods on them.
+_LEAF_IF_INPUTS = {"copy", "getitem", "augassign", "augitem", "setitem", "ufunc_at", "rule"}
+
+
+def leaf_names(nf: NormalForm, ops, leaf_params: Sequence[int]) -> Set[str]:
+    """Names that hold an array or a number wherever they are assigned.
+
+    Since arguments may be structures (a list of (W, b) tuples, a dict), a value
+    is a leaf only when that is proven: a NumPy function's result, arithmetic on
+    leaves (`a + b` of two lists concatenates them), an item of a leaf, a constant
+    number, a parameter the caller passes an array. A callee's result, an item of
+    a list, a popped value are not: their cotangents add item by item."""
+    params = {nf.all_params[i] for i in leaf_params if i < len(nf.all_params)}
+    makers: Dict[str, List[Optional[Op]]] = {}
+    for _, op in ops:
+        for n in op.outputs:
+            makers.setdefault(n, []).append(op)
+    described = {id(s) for s, _ in ops}
+    for s, _ in iter_statements(nf.node.body):
+        if id(s) not in described:
+            for n in _stored_names(s):
+                makers.setdefault(n, []).append(None)
+    leaves = set(makers) | params
+    for p in nf.all_params:
+        if p not in params:
+            leaves.discard(p)
+            makers.setdefault(p, []).append(None)   # what the caller passed: unknown
+    changed = True
+    while changed:
+        changed = False
+        for n in list(leaves):
+            if n in params and n not in makers:
+                continue
+            if not all(_makes_leaf(op, leaves) for op in makers.get(n, ())):
+                leaves.discard(n)
+                changed = True
+    return leaves
+
+
+def _stored_names(s: ast.stmt) -> List[str]:
+    part = s.target if isinstance(s, ast.For) else s
+    if isinstance(s, (ast.If, ast.While)):
+        return []
+    return [n.id for n in ast.walk(part) if isinstance(n, ast.Name) and
+            isinstance(n.ctx, ast.Store)]
+
+
+def _makes_leaf(op: Optional[Op], leaves: Set[str]) -> bool:
+    if op is None:
+        return False
+    if op.kind in ("const", "nondiff", "control") or \
+            (op.kind == "iterate" and op.label in ("range", "indices")):
+        return True
+    if op.kind == "rule" and op.callee is not None and \
+            (getattr(op.callee, "__module__", "") or "").split(".")[0] == "numpy" and \
+            not registry.returns_an_argument(op.callee) and \
+            (op.rule is None or not op.rule.outputs or len(op.outputs) > 1):
+        return True   # a NumPy function returns an array (np.divmod a tuple of them)
+    if op.kind in _LEAF_IF_INPUTS:
+        return all(n in leaves for n in op.diff_inputs)
+    return False
 
 
 def any_varies(flags) -> bool:

@@ -84,7 +84,7 @@ def make_entry(disk_key, compiled, t, emitted: Emitted, code, closure_names,
         if index is None:
             return None
         callees.append((site.forward_name, site.adjoint_name, index, tuple(site.wrt),
-                        tuple(getattr(site, "structure", ()))))
+                        tuple(getattr(site, "structure", ())), tuple(site.leaves)))
     # Which original name of which Function each alias stands for.
     origins: Dict[str, List[tuple]] = {}
     for site in function_sites:
@@ -333,9 +333,10 @@ def _from_entry(payload: dict, fn, wrt, options, key):
                                 params=list(payload["params"]), name=payload["name"],
                                 not_inlined=list(payload["not_inlined"]), bindings=checks)
     _CACHE[key] = compiled
-    for forward_name, adjoint_name, index, callee_wrt, structure in payload["callees"]:
+    for forward_name, adjoint_name, index, callee_wrt, structure, leaves in \
+            payload["callees"]:
         callee = compile_function(objects[index], callee_wrt, options[0], options[1],
-                                  structure=_as_structure(structure))
+                                  structure=_as_structure(structure), leaves=tuple(leaves))
         compiled.callees.append(callee)
         bind_late(functions, forward_name, callee.forward)
         bind_late(functions, adjoint_name, callee.adjoint)

@@ -57,7 +57,7 @@ def derived(kind: str, base: Callable, positions: Tuple[int, ...],
         return fn  # (else base's pair was generated for names since rebound)
     params = _params(base)
     names = [p.name for p in params]
-    pair = compile_function(base, tuple(positions), pure=True)
+    pair = compile_function(base, tuple(positions), pure=True, leaves=())  # any arguments
     stem = pair.name
     fwd, adj = f"{stem}_forward", f"{stem}_adjoint"
     out, res = f"{stem}_output", f"{stem}_residuals"

@@ -716,6 +716,8 @@ class CalleeSite:
     out_names: List[str]
     arg_atoms: List[Optional[ast.expr]]
     static_none: Set[int] = field(default_factory=set)
+    # Parameters the caller passes an array or a number (see analyze.leaf_names).
+    leaves: Tuple[int, ...] = ()
     # The caller's names written in place somewhere: passed as copies, since the
     # callee's residuals would keep the array itself.
     mutable: Set[str] = field(default_factory=set)
@@ -768,8 +770,18 @@ def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
                       adjoint_name=_callee_name(names, f"{base}_adjoint", nf),
                       residual_name=names.fresh(f"{base}_residuals"), call=call,
                       out_names=list(op.outputs), arg_atoms=atoms,
+                      leaves=tuple(i for i, a in enumerate(atoms) if _is_leaf(a, activity)),
                       mutable=set(getattr(nf, "written_in_place", ())))
     return site
+
+
+def _is_leaf(atom: Optional[ast.expr], activity) -> bool:
+    """An argument proven to be an array or a number (not a list, tuple or dict)."""
+    if isinstance(atom, ast.Constant):
+        return isinstance(atom.value, (int, float)) or atom.value is None
+    if isinstance(atom, ast.UnaryOp) and isinstance(atom.operand, ast.Constant):
+        return True
+    return isinstance(atom, ast.Name) and atom.id in activity.leaves
 
 
 def _callee_name(names: NameRegistry, stem: str, nf) -> str:

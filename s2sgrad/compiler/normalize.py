@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import types
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
@@ -26,6 +27,7 @@ from ..errors import error_at
 from ..function import is_function_class
 from ..rules import registry
 from .aliases import AliasFacts
+from .callables import bound_call
 from .hoist import hoist_invariants
 from .names import NameRegistry, clone, name_nodes, names_in, walk
 from .parse import ParsedFunction
@@ -180,6 +182,8 @@ class _Normalizer:
         self.tuple_names: Set[str] = set()   # names bound to tuple literals
         self.dict_names: Set[str] = set()    # names bound to dict literals
         self.bindings: Dict[str, Callable] = {}   # names the generated code must see
+        # Local names bound once to a lambda: calls of them are calls of the lambda.
+        self.lambdas: Dict[str, ast.Lambda] = _lambdas_bound_once(fdef, set(self.params))
         self.env: Dict[str, str] = {p: p for p in self.params + sorted(kwonly)}
         self.tuples: Dict[str, List[ast.expr]] = {}
         self.owned: Set[str] = set()
@@ -1370,6 +1374,48 @@ class _Normalizer:
         node.s2s_callee = fn
         return ast.copy_location(node, expr)
 
+    def lambda_call(self, expr: ast.Call, lam: ast.Lambda, out) -> ast.expr:
+        """`g(x)` for `g = lambda v: ...` assigned once in this function: a call of the
+        lambda lifted to a function, its free variables passed at the call (their
+        values then, as Python's late binding reads them), so it is differentiated
+        like any helper."""
+        a = lam.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.defaults:
+            raise self.err(expr, "cannot differentiate a call of a lambda with defaults, "
+                                 "*args or keyword-only parameters",
+                           "Give the lambda plain parameters, or define a function.")
+        fn, free = self.differentiated_function(lam, expr)
+        return self._call_of(fn, [], {}, expr, free, out)
+
+    def bound_call(self, expr: ast.Call, bound, out) -> ast.expr:
+        """`model.loss(w, x)`, `model(x)` or `partial_f(x)`: a call of the plain
+        function they run, the instance (or the partial's values) passed first, as
+        constants bound into the generated code. What the call was resolved
+        through is recorded, so rebinding any of it compiles again."""
+        self.resolver.pin(expr.func)
+        prefix = []
+        for value in bound.args:
+            name = self.names.fresh("bound")
+            self.bindings[name] = value
+            prefix.append(ast.Name(id=name, ctx=ast.Load()))
+        keywords = {}
+        for key, value in bound.kwargs.items():
+            name = self.names.fresh(f"bound_{key}")
+            self.bindings[name] = value
+            keywords[key] = ast.Name(id=name, ctx=ast.Load())
+        return self._call_of(bound.func, prefix, keywords, expr, [], out)
+
+    def _call_of(self, fn, prefix, keywords, expr: ast.Call, free, out) -> ast.expr:
+        name = self.names.fresh(fn.__name__ if fn.__name__ != "<lambda>" else "lambda")
+        self.bindings[name] = fn
+        args = prefix + [self.operand(a, out) for a in expr.args]
+        given = {k.arg: self.operand(k.value, out) for k in expr.keywords}
+        args += [self.load(n) for n in free]
+        merged = [ast.keyword(arg=k, value=v) for k, v in {**keywords, **given}.items()]
+        node = ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=args, keywords=merged)
+        node.s2s_callee = fn
+        return ast.copy_location(node, expr)
+
     def differentiated_function(self, node, where) -> Tuple[Callable, List[str]]:
         """The function object an inner derivative differentiates, and the outer
         variables it closes over (lifted into extra trailing parameters)."""
@@ -1427,11 +1473,16 @@ class _Normalizer:
             if ok:
                 node.s2s_callee = obj
             return node
+        if isinstance(func, ast.Name) and func.id in self.lambdas:
+            return self.lambda_call(expr, self.lambdas[func.id], out)
         if _dotted(func) and not self.resolver.is_local_chain(func):
             ok, obj = self.resolver.static(func)
             if not ok:
                 raise self.err(func, f"name {ast.unparse(func)!r} is not defined",
                                "Define it before calling the differentiated function.")
+            bound = _user_bound_call(obj)
+            if bound is not None:
+                return self.bound_call(expr, bound, out)
             rule = registry.lookup_function(obj)
             opaque = rule is None and not registry.is_nondiff(obj) and \
                 not registry.is_constructor(obj)
@@ -1459,6 +1510,35 @@ class _Normalizer:
         keywords = [ast.keyword(arg=k.arg, value=self.operand(k.value, out))
                     for k in expr.keywords]
         return ast.copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)
+
+
+def _lambdas_bound_once(fdef: ast.FunctionDef, params: Set[str]) -> Dict[str, ast.Lambda]:
+    counts: Dict[str, int] = {}
+    lambdas: Dict[str, ast.Lambda] = {}
+    for node in _walk_scope(fdef):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            counts[node.id] = counts.get(node.id, 0) + 1
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Lambda):
+            lambdas[node.targets[0].id] = node.value
+    return {n: lam for n, lam in lambdas.items() if counts.get(n) == 1 and n not in params}
+
+
+def _user_bound_call(obj):
+    """What a bound method of an instance, a callable instance or a partial of a
+    user function runs (compiler.callables), or None (plain functions, library
+    callables, classmethods, Function.apply, derivatives)."""
+    if isinstance(obj, (types.FunctionType, type)) or not callable(obj):
+        return None
+    if isinstance(obj, types.MethodType) and isinstance(obj.__self__, type):
+        return None   # a classmethod (Function.apply among them)
+    bound = bound_call(obj)
+    if bound is None or getattr(bound.func, "__s2sgrad_derived__", None) is not None:
+        return None
+    module = (getattr(bound.func, "__module__", "") or "").split(".")[0]
+    if module in ("numpy", "scipy", "s2sgrad"):
+        return None
+    return bound
 
 
 def _header_loads(s: ast.stmt) -> Set[str]:

@@ -121,7 +121,7 @@ def _describe(stmt: ast.stmt, local_names) -> Op:
         if scatter is not None:
             return scatter
         op = _value_op(stmt.value, [], local_names)
-        if op.kind == "method" and op.label.rsplit(".", 1)[-1] in _MUTATING_METHODS:
+        if op.kind == "method" and getattr(call, "s2s_method", None) in _MUTATING_METHODS:
             op.kind = "mutate"
         elif op.kind in ("unknown", "rule", "nondiff") and _has_out_kw(stmt.value):
             op.kind = "mutate"

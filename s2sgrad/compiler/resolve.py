@@ -66,11 +66,50 @@ class Resolver:
             return True, value
         return False, None
 
+    def pin(self, expr: ast.expr) -> None:
+        """Record every step of a static chain (`model.loss`, `cfg.model`) as a
+        binding, whatever the objects are: code that baked in what the chain
+        resolved to (an instance, the function a method runs) is valid only
+        while each step still resolves to the same object."""
+        if isinstance(expr, ast.Name):
+            if expr.id in self.locals:
+                return
+            if expr.id in self.closure:
+                cell = self.closure[expr.id]
+                self.facts.append(Binding(cell, expr.id, _read_cell(cell)))
+            elif expr.id in self.globals:
+                self.facts.append(Binding(self.globals, expr.id, self.globals[expr.id]))
+            return
+        if not isinstance(expr, ast.Attribute):
+            return
+        self.pin(expr.value)
+        ok, base = self.static(expr.value)
+        if not ok:
+            return
+        value = getattr(base, expr.attr, _MISSING)
+        if isinstance(value, types.MethodType) and value.__self__ is base:
+            # A fresh bound method on every access: pin the function its class
+            # gives, and that the instance does not shadow it.
+            self.facts.append(Binding(type(base), expr.attr,
+                                      getattr(type(base), expr.attr, _MISSING)))
+            own = getattr(base, "__dict__", None)
+            if type(own) is dict:
+                self.facts.append(Binding(own, expr.attr, own.get(expr.attr, _MISSING)))
+        else:
+            self.facts.append(Binding(base, expr.attr, value))
+
     def is_local_chain(self, expr: ast.expr) -> bool:
         """True when the chain starts at a local variable (x.T, self.w.sum)."""
         while isinstance(expr, ast.Attribute):
             expr = expr.value
         return isinstance(expr, ast.Name) and expr.id in self.locals
+
+
+def _read_cell(cell) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _MISSING
 
 
 MISSING = _MISSING

@@ -47,6 +47,7 @@ from ..rules import jvp_rules, registry
 from ..runtime import HELPERS
 from .analyze import Activity, analyze, call_write_guards, iter_statements
 from .bindings import pair_bindings
+from .callables import bound_call
 from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
 from .memory import PairCache
 from .names import NameRegistry, names_in
@@ -155,6 +156,12 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
     the others are returned as None and not computed.
     """
     from . import cache_key
+    bound = bound_call(fn)
+    if bound is not None:   # a bound method, callable object or partial: its function's
+        inner = compile_jvp(bound.func, bound.shift(wrt), optimize_code,
+                            tuple((i + len(bound.args), flags) for i, flags in structure),
+                            demand)
+        return bound.wrap(inner, fn, wrt, "jvp")
     key = cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure), demand))
     with _LOCK:
         hit = _CACHE.get(key)

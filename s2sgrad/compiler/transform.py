@@ -476,6 +476,16 @@ class _Reverse:
         out.append(ast.copy_location(node, s))
         return out
 
+    def dict_guard(self, seq: ast.Name, s: ast.For) -> ast.stmt:
+        """A check that what `for ... in seq` walks by position is not a dict."""
+        error = self.err(s.iter, f"iterating over the dict {seq.id!r} directly",
+                         f"Write `for k in {seq.id}.keys()` (or .items(), .values()).")
+        fields = (error.filename, error.lineno, (error.offset or 1) - 1, error.reason,
+                  error.hint, error.text)
+        guard = ast.Expr(value=helper_call("not_a_dict", _name(seq.id),
+                                           *[ast.Constant(value=f) for f in fields]))
+        return ast.copy_location(guard, s)
+
     def index_loop(self, s: ast.For, out: List[ast.stmt], in_loop: bool):
         """`for x in xs` -> `for k in range(len(xs)): x = xs[k]` (also zip/enumerate)."""
         pairs: List[Tuple[ast.expr, ast.expr]] = []   # (target, sequence) pairs
@@ -502,6 +512,11 @@ class _Reverse:
             else:
                 pairs.append((target, it))
         flatten(s.target, s.iter)
+        known = set(self.nf.lists) | set(self.nf.tuples)
+        for _, seq in pairs:
+            if isinstance(seq, ast.Name) and seq.id not in self.act.leaves and \
+                    seq.id not in known:
+                out.append(self.dict_guard(seq, s))
         first = pairs[0][1]
         stem = first.id if isinstance(first, ast.Name) else "item"
         k = self.names.fresh(f"{stem}_index")
@@ -582,7 +597,9 @@ class _Reverse:
     def accumulate(self, var: str, value: ast.expr, out: List[ast.stmt]) -> None:
         b = self.bar_of(var)
         if b in self.state:
-            if var in self.sequences:
+            if var in self.sequences or var not in self.act.leaves:
+                # Maybe a list, tuple or dict (an argument, an item of one, what a
+                # callee returned): added item by item, as `+` would concatenate.
                 out.append(_assign(b, helper_call("add", _name(b), value)))
             elif self.state[b] == "owned" and not self.pure:
                 # Nothing else refers to this array: add in place, no allocation.
