@@ -2240,7 +2240,11 @@ def plain_pair_grad(fn, args, i):
     scalars = ()
     if type(args[i]) is float:
         scalars = tuple(params[j] for j, a in enumerate(args) if type(a) in (float, int))
-    pair = compile_function(fn, (i,), optimize_code=False, scalars=scalars)
+    extra = {}
+    leaf_positions = getattr(s2sgrad.api, "leaf_positions", None)
+    if leaf_positions is not None:  # which arguments are arrays or numbers, as grad says
+        extra["leaves"] = leaf_positions(tuple(args))
+    pair = compile_function(fn, (i,), optimize_code=False, scalars=scalars, **extra)
     a = copies(args)
     out, residuals = pair.forward(*a)
     g = pair.adjoint(residuals, _seed_like(out))
