@@ -152,6 +152,7 @@ FEATURES = {
     "struct_entry": 0.5,     # f(params, x): params a list of (W, b) tuples or a dict of arrays
     "nested_entry": 0.3,     # params = {"layers": [(W, b), ...], "scale": s}
     "item_write": 0.5,       # L[k] = e, L[k] = (a, b): an item of a list replaced
+    "namedtuple": 0.4,       # records Layer(W, b) (a namedtuple), read as r.W, r.b
 }
 
 SHAPES = [(3,), (4,), (2, 3), ()]
@@ -159,6 +160,7 @@ ARG_KINDS = [("v3", 3.0), ("m23", 1.5), ("v4", 1.5), ("float", 1.5), ("0d", 1.0)
 KIND_SHAPE = {"v3": (3,), "v4": (4,), "m23": (2, 3), "float": (), "0d": ()}
 GLOBAL_ARRAYS = {(2,): "G2", (3,): "G3", (4,): "G4", (2, 3): "G23"}
 GLOBALS_SRC = """\
+Layer = collections.namedtuple("Layer", ["W", "b"])
 C1 = 0.7
 C2 = -0.4
 G2 = np.array([0.4, -0.7])
@@ -166,6 +168,8 @@ G3 = np.array([0.3, -0.2, 0.5])
 G4 = np.array([0.1, 0.6, -0.3, 0.2])
 G23 = np.array([[0.2, -0.5, 0.3], [0.6, 0.1, -0.4]])
 """
+
+Layer = collections.namedtuple("Layer", ["W", "b"])  # the programs' records, as inputs
 
 CLASSES = {
     "Cube": '''\
@@ -308,6 +312,8 @@ class StructList:
     def item(self, k, j):
         if self.kind == "dict":
             return f'{self.name}[{k}]["{"ab"[j]}"]'
+        if self.kind == "named":
+            return f"{self.name}[{k}].{'Wb'[j]}"
         return f"{self.name}[{k}][{j}]"
 
 
@@ -473,6 +479,8 @@ class ProgramGenerator:
             return f"({e1}, {e2})"
         if kind == "list":
             return f"[{e1}, {e2}]"
+        if kind == "named":
+            return f"Layer({e1}, {e2})" if e1 < e2 else f"Layer(W={e1}, b={e2})"
         return f'{{"a": {e1}, "b": {e2}}}'
 
     @staticmethod
@@ -1418,7 +1426,7 @@ class ProgramGenerator:
         return text
 
     def s_struct_append(self):
-        kind = self.rng.choice(["tuple", "tuple", "list", "dict"])
+        kind = self.record_kind()
         shapes = self.pair_shapes(self.rng.choice(self.shape_pool()))
         name = self.fresh("L")
         self.emit(f"{name} = []")
@@ -1439,8 +1447,16 @@ class ProgramGenerator:
                 self.emit(f"{name}.append({self.new_record(kind, shapes)})")
         self.declare(StructList(name, kind, shapes, n, True))
 
+    def record_kind(self):
+        return self.choose([(None, 2.0, lambda: "tuple"), (None, 1.0, lambda: "list"),
+                            (None, 1.0, lambda: "dict"),
+                            ("namedtuple", 2.5, lambda: "named")])
+
     def record_vars(self, S, stem=None):
         """Loop target and the variables of one record of S: ('a, b', [Var a, Var b])."""
+        if S.kind == "named" and self.rng.random() < 0.6:
+            r = self.fresh("r")
+            return r, [View(f"{r}.W", S.shapes[0]), View(f"{r}.b", S.shapes[1])]
         if S.kind == "dict":
             r = self.fresh("r")
             return r, [View(f'{r}["a"]', S.shapes[0]), View(f'{r}["b"]', S.shapes[1])]
@@ -1461,7 +1477,7 @@ class ProgramGenerator:
         acc = self.accumulator()
         if form == "enumerate" and S.n:
             i = self.fresh("i")
-            self.emit(f"for {i}, {target if S.kind == 'dict' else '(' + target + ')'} in "
+            self.emit(f"for {i}, {'(' + target + ')' if ',' in target else target} in "
                       f"enumerate({S.name}):")
             self.ints.append((i, S.n))
             self.loop_body(acc, self.rng.choice(vs), vs)
@@ -1628,7 +1644,7 @@ class ProgramGenerator:
             self.emit(f"{name} = [{h.name}({p}) for {p} in {S.name}]")
             self.declare(StructList(name, "list", tuple(h.ret), S.n, True))
         elif r < 0.65:
-            kind = self.rng.choice(["tuple", "list", S.kind])
+            kind = self.rng.choice([self.record_kind(), S.kind])
             e1 = self.expr_with(vs[0], S.shapes[0])
             e2 = self.expr_with(vs[1], S.shapes[1]) if self.rng.random() < 0.6 else vs[1].name
             text = f"[{self.record(kind, e1, e2)} for {target} in {S.name}]"
@@ -2009,8 +2025,9 @@ class ProgramGenerator:
             elif self.rng.random() < 0.55:
                 shapes = self.pair_shapes()
                 n = self.rng.choice([1, 2, 2, 3])
-                kinds[pos] = ("plist", n, shapes)
-                params[pos] = ("params", StructList("params", "tuple", shapes, n, False,
+                rkind = self.record_kind() if self.rng.random() < 0.5 else "tuple"
+                kinds[pos] = ("plist", n, shapes, rkind)
+                params[pos] = ("params", StructList("params", rkind, shapes, n, False,
                                                     param=True))
             else:
                 spec = self.dict_spec(SHAPES)
@@ -2023,7 +2040,8 @@ class ProgramGenerator:
         self.function("f", params, (), self.rng.choice([2, 3, 4, 5, 6]), kwonly=kwonly)
         body_lines += self.lines
         classes = [CLASSES[c] for c in CLASSES if c in self.classes]
-        src = header + "import math\n\nimport numpy as np\n\nimport s2sgrad\n\n" + \
+        src = header + "import collections\nimport math\n\nimport numpy as np\n\n" \
+            "import s2sgrad\n\n" + \
             GLOBALS_SRC + "\n\n" + "\n\n".join(classes) + ("\n\n" if classes else "") + \
             "\n".join(body_lines)
         return src.rstrip() + "\n", kinds
@@ -2051,7 +2069,9 @@ def draw_inputs(kinds, seed, index, attempt, draw):
                 v = rng.uniform(-1.0, 1.0, shape)
                 return float(v) if shape == () else v
             if k[0] == "plist":
-                out.append([tuple(leaf(s) for s in k[2]) for _ in range(k[1])])
+                make = {"tuple": lambda a, b: (a, b), "list": lambda a, b: [a, b],
+                        "dict": lambda a, b: {"a": a, "b": b}, "named": Layer}[k[3]]
+                out.append([make(*[leaf(s) for s in k[2]]) for _ in range(k[1])])
             elif k[0] == "pnested":
                 tree = {"layers": [tuple(leaf(s) for s in k[2]) for _ in range(k[1])]}
                 tree.update({key: leaf(s) for key, s in k[3]})
@@ -2074,6 +2094,8 @@ def hash_int(seed):
 
 
 def _arg_source(a):
+    if isinstance(a, tuple) and hasattr(a, "_fields"):
+        return f"{type(a).__name__}(" + ", ".join(_arg_source(v) for v in a) + ")"
     if isinstance(a, dict):
         return "{" + ", ".join(f"{k!r}: {_arg_source(v)}" for k, v in a.items()) + "}"
     if isinstance(a, tuple):
@@ -2115,6 +2137,8 @@ def copy_tree(a):
         return a.copy()
     if isinstance(a, dict):
         return {k: copy_tree(v) for k, v in a.items()}
+    if isinstance(a, tuple) and hasattr(a, "_fields"):
+        return type(a)(*[copy_tree(v) for v in a])
     if isinstance(a, (list, tuple)):
         return type(a)(copy_tree(v) for v in a)
     return a
@@ -2873,7 +2897,7 @@ def _kept_program(path):
     m = re.search(r"^ARGS = (.*)$", tail, re.M)
     if not m:
         raise SystemExit(f"{path}: no ARGS line (a file kept by tests/fuzz.py has one)")
-    args = eval(m.group(1), {"np": np})  # noqa: S307 - our own kept file
+    args = eval(m.group(1), {"np": np, "Layer": Layer})  # noqa: S307 - our own kept file
     return src.rstrip() + "\n", args
 
 
