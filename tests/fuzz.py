@@ -8,7 +8,9 @@
 
 Each program is a real module file (s2sgrad reads source through `inspect`) with
 one entry function `f(...)` of 1-3 float64 arguments (shapes (3,), (4,), (2, 3),
-0-d arrays and Python floats), helper functions it calls, `s2sgrad.Function`
+0-d arrays and Python floats; sometimes one of them a structure: a list of (W, b)
+records, a dict of arrays, or {"layers": [...], ...}, checked leaf by leaf and without
+the forward-mode check), helper functions it calls, `s2sgrad.Function`
 subclasses and module globals, built from the constructs in FEATURES (a weight
 per construct: 0 turns it off, `--disable NAME,...` too). For every argument the
 fuzzer compares
