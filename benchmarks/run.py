@@ -65,7 +65,8 @@ import s2sgrad  # noqa: E402
 import s2sgrad.compiler  # noqa: E402
 
 WORKLOADS = [
-    "scalar_recurrence", "rnn", "mlp", "elementwise", "branchy_loop", "custom_softplus",
+    "scalar_recurrence", "rnn", "mlp", "mlp_structured", "elementwise", "branchy_loop",
+    "custom_softplus",
     "seed_square", "seed_cube", "seed_add_mul", "seed_exp_reducer", "seed_adder",
 ]
 
@@ -221,7 +222,9 @@ def to_numpy(value: Any) -> Any:
 
 
 def as_tuple(grads: Any) -> tuple:
-    return tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+    """The gradients' leaves in order: structured parameters (a list of (W, b)
+    tuples) are compared leaf by leaf."""
+    return tuple(s2sgrad.tree_leaves(grads))
 
 
 def compare(got: Any, ref: tuple) -> tuple:
@@ -373,6 +376,26 @@ def run_workload(name: str, settings: Settings, impls: List[str]) -> List[Cell]:
 
 
 # --- reporting --------------------------------------------------------------------
+
+def twin_ratios(cells: List[Cell], names: List[str]) -> List[str]:
+    """For a workload written as another with structured arguments (FLAT_TWIN), each
+    implementation's time over its time on the flat twin."""
+    lines = []
+    for name in names:
+        twin = getattr(importlib.import_module(f"benchmarks.workloads.{name}"),
+                       "FLAT_TWIN", None)
+        if twin is None or twin not in names:
+            continue
+        for c in cells:
+            if c.workload != name or c.status != "ok" or c.impl in ("forward", "hand"):
+                continue
+            flat = next((f for f in cells if f.workload == twin and f.impl == c.impl and
+                         f.status == "ok"), None)
+            if flat is not None:
+                lines.append(f"{name} / {twin} ({c.impl}): "
+                             f"{c.median_s / flat.median_s:.3f}x the flat arguments' time")
+    return lines
+
 
 def fmt_time(seconds: Optional[float]) -> str:
     if seconds is None:
@@ -553,6 +576,9 @@ def main(argv=None) -> int:
         print(f"  ... {name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr,
               flush=True)
     print(table(cells))
+    twins = twin_ratios(cells, names)
+    if twins:
+        print("\n" + "\n".join(twins))
     wrong = [c for c in cells if c.status == "WRONG"]
     print(f"\n{len(cells)} cells in {time.perf_counter() - started:.0f} s", end="")
     print(f"; {len(wrong)} WRONG: " + ", ".join(f"{c.workload}/{c.impl}" for c in wrong)

@@ -129,14 +129,16 @@ def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
     """Give a gradient the type, shape and dtype of the value it belongs to (the
     structure too: list -> list, tuple -> tuple, dict -> dict with the same keys in
     the same order; None, integer and boolean leaves get None)."""
-    if _is_structure(like):
+    if type(like) is np.ndarray:
+        if type(grad) is np.ndarray and grad.shape == like.shape and \
+                grad.dtype == like.dtype and grad.flags.writeable and \
+                (not avoid or not any(grad is a for a in avoid)):
+            return grad  # already right: the common case
+    elif type(like) is float:
+        if type(grad) is float:
+            return grad
+    elif _is_structure(like):
         return _finalize_structure(grad, like, avoid)
-    if type(like) is np.ndarray and type(grad) is np.ndarray and grad.shape == like.shape \
-            and grad.dtype == like.dtype and grad.flags.writeable and \
-            (not avoid or not any(grad is a for a in avoid)):
-        return grad  # already right: the common case
-    if type(like) is float and type(grad) is float:
-        return grad
     if isinstance(like, (float, complex)) and not isinstance(like, np.generic):
         if isinstance(like, complex):
             return complex(np.asarray(grad).sum()) if np.ndim(grad) else complex(grad)
@@ -160,8 +162,14 @@ def _finalize_structure(grad: Any, like: Any, avoid) -> Any:
     if isinstance(like, dict):
         got = grad if isinstance(grad, dict) else {}
         return {k: _finalize_leaf(got.get(k, 0.0), v, avoid) for k, v in like.items()}
-    got = grad if isinstance(grad, (list, tuple)) and len(grad) == len(like) else \
-        [0.0] * len(like)
+    if isinstance(grad, (list, tuple)):
+        if len(grad) != len(like):
+            from .errors import InternalError
+            raise InternalError(f"the gradient of a {type(like).__name__} of {len(like)} "
+                                f"items has {len(grad)}")
+        got = grad
+    else:   # nothing reached the structure: a symbolic zero
+        got = [0.0] * len(like)
     items = [_finalize_leaf(g, v, avoid) for g, v in zip(got, like)]
     if isinstance(like, list):
         return items
@@ -262,6 +270,17 @@ def _check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> Tuple[i
     return _python_numbers(args, positions)
 
 
+def _call_kind(f: Callable, args: tuple, positions: Tuple[int, ...]) -> tuple:
+    """(positions of Python numbers, as _check_args gives them; positions of the
+    arguments that are leaves, or None when every argument is an array or a
+    float): which specialised pair a call runs. The common case is one loop."""
+    numbers_at = _check_args(f, args, positions)
+    for a in args:
+        if type(a) is not np.ndarray and type(a) is not float:
+            return numbers_at, leaf_positions(args)
+    return numbers_at, None
+
+
 def _seed(out: Any) -> Any:
     """The cotangent 1 for a scalar output, or ValueError for anything else."""
     kind = type(out)
@@ -303,11 +322,10 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
 
     @_derived_from(f, "value_and_grad", positions, not single)
     def value_and_grad_f(*args, **kwargs):
-        numbers_at = _check_args(f, args, positions)
-        kind = (numbers_at, leaf_positions(args))
+        kind = _call_kind(f, args, positions)
         entry = compiled_pairs.get(kind)
         if entry is None or not all_hold(entry[1]):
-            compiled = _compiled(f, positions, *kind)
+            compiled = _compiled(f, positions, kind[0], leaf_positions(args))
             entry = compiled_pairs[kind] = (compiled, flat_bindings(compiled))
         compiled = entry[0]
         out, residuals = compiled.forward(*args, **kwargs)
@@ -341,11 +359,12 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
     many times with different v. jit=True: see value_and_grad.
     """
     positions, single = normalize_wrt(wrt, len(args))
-    numbers_at = _check_args(f, args, positions)
+    numbers_at, leaves = _call_kind(f, args, positions)
     if jit:
         from .backends import jit_vjp
         return jit_vjp(f, args, positions, single)
-    compiled = _known_pair(f, positions, numbers_at, leaf_positions(args))
+    compiled = _known_pair(f, positions, numbers_at,
+                           tuple(range(len(args))) if leaves is None else leaves)
     out, residuals = compiled.forward(*args)
 
     def pullback(v):

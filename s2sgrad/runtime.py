@@ -114,12 +114,12 @@ def zeros_like(x, items=None):
     if isinstance(x, (float, int)) and not isinstance(x, (bool, np.generic)):
         return 0.0
     if isinstance(x, dict):   # the cotangent of a dict is a dict with its keys
-        return {k: zeros_like(v) for k, v in x.items()}
+        return {k: _zero_item(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         if items is not None:
             return [zeros_like(item, flag) if isinstance(flag, tuple) else
-                    (zeros_like(item) if flag else 0.0) for item, flag in zip(x, items)]
-        return [zeros_like(item) for item in x]
+                    (_zero_item(item) if flag else 0.0) for item, flag in zip(x, items)]
+        return [_zero_item(item) for item in x]
     if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
         # A lazy sequence of cotangents (numpy_helpers._Lazy): None stays None.
         return [None if item is None else zeros_like(item) for item in x]
@@ -128,6 +128,31 @@ def zeros_like(x, items=None):
     x = np.asarray(x)
     dtype = x.dtype if np.issubdtype(x.dtype, np.inexact) else np.float64
     return np.zeros(x.shape, dtype)
+
+
+# The items of a structure's zero cotangent are read-only views of one 0-d zero:
+# no memory is written until something reaches them (add_items then takes the
+# contribution as it is), and nothing can update them in place by mistake.
+_ZERO_BASES: dict = {}
+_ZERO_IDS: set = set()
+
+
+def _zero_item(item):
+    if isinstance(item, (list, tuple, dict)) or not isinstance(item, (np.ndarray, ArrayMeta)):
+        return zeros_like(item)
+    dtype = item.dtype if np.issubdtype(item.dtype, np.inexact) else np.dtype(np.float64)
+    base = _ZERO_BASES.get(dtype)
+    if base is None:
+        base = np.zeros((), dtype)
+        base.flags.writeable = False
+        _ZERO_BASES[dtype] = base
+        _ZERO_IDS.add(id(base))
+    return np.broadcast_to(base, item.shape)
+
+
+def is_zero_item(value) -> bool:
+    """A zero item made by zeros_like for a structure (see _zero_item)."""
+    return type(value) is np.ndarray and id(value.base) in _ZERO_IDS
 
 
 @helper
@@ -343,6 +368,14 @@ def _is_basic_index(index) -> bool:
 def add_items(total, contribution):
     """total + contribution, item by item where the adjoints are lists or tuples
     (the adjoint of a list of arrays is a list; `+` would concatenate)."""
+    if type(total) is np.ndarray and id(total.base) in _ZERO_IDS:
+        if np.shape(contribution) == total.shape and isinstance(contribution, np.ndarray):
+            return contribution    # (a cotangent the adjoint no longer updates)
+        if _symbolic_zero(contribution):
+            return total
+        return total + contribution
+    if type(contribution) is np.ndarray and id(contribution.base) in _ZERO_IDS:
+        return total
     seq_total = isinstance(total, (list, tuple))
     seq_contribution = isinstance(contribution, (list, tuple))
     if seq_total or seq_contribution:

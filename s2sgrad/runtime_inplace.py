@@ -70,15 +70,17 @@ def restore_item(container, index, value) -> None:
 
 
 @helper
-def zero_item(adjoint, index) -> None:
-    """The overwritten items get no gradient: zero them in the adjoint."""
+def zero_item(adjoint, index, like=None) -> None:
+    """The overwritten items get no gradient: zero them in the adjoint. For a list,
+    `like` is the list with the overwritten items back: their zero has their
+    structure, not that of what replaced them (L[0] = [a, b] over an array)."""
     from .runtime import zeros_like
     if isinstance(adjoint, list):
         if isinstance(index, slice):
             for k in range(*index.indices(len(adjoint))):
-                adjoint[k] = zeros_like(adjoint[k])
+                adjoint[k] = 0.0 if like is None else zeros_like(like[k])
         else:
-            adjoint[index] = zeros_like(adjoint[index])
+            adjoint[index] = 0.0 if like is None else zeros_like(like[index])
         return
     if isinstance(adjoint, dict):
         adjoint.pop(index, None)    # the key's old value gets no gradient
@@ -105,7 +107,10 @@ def snapshot(value):
     if isinstance(value, np.ndarray):
         return value.copy()
     if isinstance(value, (tuple, list)):
-        return type(value)(snapshot(v) for v in value)
+        items = [snapshot(v) for v in value]
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*items)      # a namedtuple
+        return type(value)(items)
     if isinstance(value, dict):
         return {k: snapshot(v) for k, v in value.items()}
     return value
@@ -145,6 +150,38 @@ def not_a_dict(value, filename, lineno, col, message, hint, text) -> None:
     if isinstance(value, dict):
         from .errors import TransformError
         raise TransformError(message, filename, lineno, col, hint, text)
+
+
+@helper
+def no_sequence_arithmetic(left, right, filename, lineno, col, message, hint, text) -> None:
+    """`a + b` or `a * n` that would concatenate or repeat lists or tuples carrying a
+    gradient: refused at its line (their cotangents would be added as arrays). A
+    list with an array is NumPy arithmetic, which is differentiated; `message`
+    says which operator (it starts with "concatenating" for `+`)."""
+    seq = (list, tuple)
+    if message.startswith("concatenating"):
+        built = isinstance(left, seq) and isinstance(right, seq)
+    else:
+        built = (isinstance(left, seq) and type(right) is int) or \
+            (isinstance(right, seq) and type(left) is int)
+    if built:
+        from .errors import TransformError
+        raise TransformError(message, filename, lineno, col, hint, text)
+
+
+@helper
+def field_index(value, name: str) -> int:
+    """Where the namedtuple `value` keeps its field `name` (its cotangent is a list
+    with one item per field). Any other object's attribute carries no gradient
+    s2sgrad can follow: refused rather than given a zero."""
+    fields = getattr(type(value), "_fields", None)
+    if isinstance(value, tuple) and fields is not None and name in fields:
+        return fields.index(name)
+    from .errors import TransformError
+    raise TransformError(f"s2sgrad has no gradient rule for the attribute .{name} of a "
+                         f"{type(value).__name__}",
+                         hint="Differentiate with respect to arrays, numbers and lists, "
+                              "tuples (namedtuples too) and dicts of them.")
 
 
 # -- pure forms: the same updates, returning new values (differentiable again) --

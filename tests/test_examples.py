@@ -57,3 +57,16 @@ def test_seed_numbers_directly():
         np.testing.assert_allclose(vjp, np.exp(exp_reducer.INPUTS))
     finally:
         sys.path.remove(EXAMPLES)
+
+
+def test_mlp_classifier_example_trains_and_checks_its_gradient():
+    import re
+    out = run("mlp_classifier.py")
+    fd = float(re.search(r"central differences: max difference (\S+)", out).group(1))
+    assert fd < 1e-6, out
+    agreed = re.search(r"HIPS autograd: +max difference (\S+)", out)
+    assert agreed is not None and float(agreed.group(1)) < 1e-10, out
+    descent = [float(v) for v in re.findall(r"step +\d+ +loss (\S+)", out)]
+    lbfgs = [float(v) for v in re.findall(r"iteration +\d+ +loss (\S+)", out)]
+    assert len(descent) >= 5 and all(b < a for a, b in zip(descent, descent[1:])), out
+    assert len(lbfgs) >= 3 and lbfgs[-1] < 0.5 * lbfgs[0], out

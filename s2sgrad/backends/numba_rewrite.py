@@ -57,6 +57,10 @@ NUMBA_HELPERS = frozenset({
     "add", "transpose_grad", "extremum_grad", "safe_divide", "none_to_zero",
 })
 
+# Run-time checks that a value is not a list, tuple or dict (generated where the
+# compiler could not prove it): dropped from numba code, which takes none.
+STRUCTURE_GUARDS = frozenset({"no_sequence_arithmetic", "not_a_dict"})
+
 # Helpers the rewrite itself calls (numba_helpers.py defines them too).
 OWN_HELPERS = ("range", "riter", "rrev", "rlen", "ritem", "seed", "matmul", "dot")
 
@@ -776,6 +780,15 @@ class _Rewriter(ast.NodeTransformer):
     def _nb(self, name: str) -> ast.Name:
         self.helpers.add(name)
         return ast.Name(id=NB_PREFIX + name, ctx=ast.Load())
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        value = node.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
+                value.func.id[len(HELPER_PREFIX):] in STRUCTURE_GUARDS and \
+                value.func.id.startswith(HELPER_PREFIX):
+            # numba code runs on arrays and numbers: the guard cannot fire.
+            return ast.copy_location(ast.Pass(), node)
+        return self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if node.id.startswith(HELPER_PREFIX):

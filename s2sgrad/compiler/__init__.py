@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import threading
+import types
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -94,7 +95,7 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
     # positions the caller passes arrays or numbers (any other parameter may hold
     # a list, tuple or dict, whose cotangents add item by item); None: every
     # positional parameter (the arrays-only callers: the CLI, functional, numba).
-    bound = bound_call(fn)
+    bound = None if type(fn) is types.FunctionType else bound_call(fn)
     if bound is not None:   # a bound method, callable object or partial: its function's
         inner = compile_function(bound.func, bound.shift(wrt), optimize_code, pure,
                                  scalars, tuple((i + len(bound.args), flags)
@@ -104,7 +105,7 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
     if leaves is None:
         leaves = tuple(range(getattr(getattr(unwrap(fn), "__code__", None), "co_argcount", 0)))
     options = (bool(optimize_code), bool(pure), tuple(scalars), tuple(structure),
-               tuple(sorted(set(leaves))))
+               tuple(leaves))   # (callers give positions in increasing order)
     key = cache_key(fn, wrt, options)
     with _LOCK:
         hit = _CACHE.get(key)

@@ -79,7 +79,11 @@ class AliasFacts:
         self.where: Dict[int, Tuple[int, frozenset]] = {}
         self.local = local
         self.lists = lists
+        # name -> (position, loops) of assignments that bind it to a new object on
+        # every pass through their loop body (not inside an if): see affected.
+        self.fresh: Dict[str, List[Tuple[int, frozenset]]] = {}
         self._position = 0
+        self._conditional = False
         self._visit(body, frozenset())
 
     def _visit(self, body: List[ast.stmt], loops: frozenset) -> None:
@@ -88,11 +92,15 @@ class AliasFacts:
             self.where[id(s)] = (self._position, loops)
             self._here = (self._position, loops)
             self._statement(s)
-            inner = loops | {id(s)} if isinstance(s, (ast.For, ast.While)) else loops
+            looping = isinstance(s, (ast.For, ast.While))
+            inner = loops | {id(s)} if looping else loops
             for attr in ("body", "orelse"):
                 block = getattr(s, attr, None)
                 if isinstance(block, list) and not isinstance(s, ast.Expr):
+                    saved = self._conditional
+                    self._conditional = not (looping and attr == "body")
                     self._visit(block, inner)
+                    self._conditional = saved
 
     def _share(self, a: str, b: str) -> None:
         self.edges.append(("share", a, b) + self._here)
@@ -152,8 +160,13 @@ class AliasFacts:
         if isinstance(value, ast.Call) and getattr(value, "s2s_method", None) == "pop" and \
                 isinstance(value.func.value, ast.Name) and value.func.value.id in local:
             self.writes.append((value.func.value.id, s))
+        sources = self._sources(value)
+        if not sources and len(outs) == 1 and isinstance(target, ast.Name) and \
+                isinstance(value, (ast.List, ast.Dict, ast.Tuple, ast.Call)) and \
+                not self._conditional:
+            self.fresh.setdefault(outs[0], []).append(self._here)
         for o in outs:
-            for src, kind in self._sources(value):
+            for src, kind in sources:
                 if kind == "share":
                     self._share(o, src)
                 elif kind == "holds":
@@ -216,9 +229,17 @@ class AliasFacts:
         shares = _Sets()
         contains: Dict[str, Set[str]] = {}
         items: List[Tuple[str, str]] = []
+        # Bound to a new object earlier in every iteration that runs the write: what
+        # `name` was tied to in an earlier iteration is not what the write changes.
+        rebinds = [(q, q_loops) for q, q_loops in self.fresh.get(name, ())
+                   if q < pos and q_loops <= loops]
         for kind, a, b, p, edge_loops in self.edges:
             if not (p < pos or loops & edge_loops):
                 continue
+            if name in (a, b) and kind != "item" and any(
+                    (p < q or p >= pos) and not edge_loops & (loops - q_loops)
+                    for q, q_loops in rebinds):
+                continue   # every way from that relation to the write rebinds `name`
             if kind == "share":
                 shares.union(a, b)
             else:

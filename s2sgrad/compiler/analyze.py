@@ -199,9 +199,27 @@ def _makes_leaf(op: Optional[Op], leaves: Set[str]) -> bool:
             not registry.returns_an_argument(op.callee) and \
             (op.rule is None or not op.rule.outputs or len(op.outputs) > 1):
         return True   # a NumPy function returns an array (np.divmod a tuple of them)
+    if op.kind == "rule" and op.label.startswith(("the operator", "unary")):
+        # Arithmetic gives an array or a number: a list or tuple `+` or `*` (which
+        # would concatenate or repeat) is refused where it runs (sequence_guard).
+        return True
     if op.kind in _LEAF_IF_INPUTS:
         return all(n in leaves for n in op.diff_inputs)
     return False
+
+
+def may_build_sequence(value: ast.expr, leaves: Set[str]) -> bool:
+    """Whether `a + b` or `a * b` may concatenate or repeat lists or tuples: `+`
+    unless an operand is proven an array or number, `*` unless both are."""
+    if not isinstance(value, ast.BinOp) or not isinstance(value.op, (ast.Add, ast.Mult)):
+        return False
+
+    def leaf(node) -> bool:
+        return (isinstance(node, ast.Constant) and isinstance(node.value, (int, float))) \
+            or (isinstance(node, ast.Name) and node.id in leaves)
+    if isinstance(value.op, ast.Add):
+        return not (leaf(value.left) or leaf(value.right))
+    return not (leaf(value.left) and leaf(value.right))
 
 
 def any_varies(flags) -> bool:

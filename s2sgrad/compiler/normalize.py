@@ -475,7 +475,17 @@ class _Normalizer:
             return ast.fix_missing_locations(ast.copy_location(stmt, s))
         if isinstance(arg, (ast.List, ast.Tuple)) and \
                 not any(isinstance(e, ast.Starred) for e in arg.elts):
+            # Python evaluates the whole list before extending: items first, then
+            # the appends (an item reading xs must not see the earlier ones).
+            held = []
             for e in arg.elts:
+                name = self.names.fresh("item")
+                self.resolver.locals.add(name)
+                self.unversioned.add(name)
+                assign = ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=e)
+                self.stmt(ast.fix_missing_locations(ast.copy_location(assign, s)), out)
+                held.append(ast.Name(id=name, ctx=ast.Load()))
+            for e in held:
                 self.stmt(append(e), out)
             return True
         item = self.names.fresh("item")
@@ -772,7 +782,7 @@ class _Normalizer:
                            "Copy it into a local array first.")
         if self.env.get(base.id, base.id) in self.tuples:
             raise self.err(target, "item assignment into a tuple")
-        rhs = self.atom(value, out)
+        rhs = self.operand(value, out)   # L[k] = (a, b): the record gets a variable
         index = self.index(target.slice, out)
         store = ast.Subscript(value=ast.Name(id=self.env.get(base.id, base.id), ctx=ast.Load()),
                               slice=index, ctx=ast.Store())
@@ -1269,7 +1279,18 @@ class _Normalizer:
                 return None
         elif len(expr.args) != 1 or expr.keywords:
             return None   # max(a, b) has a rule; key= and default= are not differentiated
-        items = self.operand(expr.args[0], out)
+        arg = expr.args[0]
+        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and \
+                arg.func.attr in ("items", "values", "keys") and not arg.args and \
+                not arg.keywords:
+            # sum(d.values()): the view is walked as a dict loop, into a list.
+            value = self.names.fresh("value")
+            arg = ast.copy_location(ast.ListComp(
+                elt=ast.Name(id=value, ctx=ast.Load()),
+                generators=[ast.comprehension(target=ast.Name(id=value, ctx=ast.Store()),
+                                              iter=arg, ifs=[], is_async=0)]), arg)
+            ast.fix_missing_locations(arg)
+        items = self.operand(arg, out)
         acc = self.names.fresh("total" if kind == "sum" else "best")
         item = self.names.fresh("item")
         for n in (acc, item):

@@ -218,6 +218,9 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
         rule = registry.REGISTRY.attributes.get(attr)
         if rule is not None:
             return _rule_op(rule, {"self": value.value}, outs, f".{attr}")
+        if isinstance(value.value, ast.Name) and value.value.id in local_names:
+            # A field of a namedtuple (params.W): its item, found by name at run time.
+            return Op("field", outs, diff_inputs=base, label=f"the attribute .{attr}")
         return Op("unknown", outs, other_inputs=base, label=f"the attribute .{attr}")
     if isinstance(value, ast.Call):
         return _call_op(value, outs, local_names)

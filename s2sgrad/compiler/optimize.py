@@ -790,10 +790,10 @@ def _uses(s: ast.stmt, names: _Names) -> Set[str]:
     used = set(names.loads(s))
     if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
         used.add(s.target.id)
-    # Putting items back into x (or popping from a list) writes x, it does not read it.
-    restored = getattr(s, "s2s_restore_item", None)
-    if restored is not None:
-        used.discard(restored)
+    # Putting items back into x (or popping from a list) writes into the object x is
+    # bound to: a use of x, so that the restore binding x back to the array the
+    # forward wrote into stays (else the items go into whatever x was rebound to,
+    # an argument or a global).
     return used
 
 

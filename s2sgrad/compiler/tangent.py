@@ -156,7 +156,7 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
     the others are returned as None and not computed.
     """
     from . import cache_key
-    bound = bound_call(fn)
+    bound = None if type(fn) is types.FunctionType else bound_call(fn)
     if bound is not None:   # a bound method, callable object or partial: its function's
         inner = compile_jvp(bound.func, bound.shift(wrt), optimize_code,
                             tuple((i + len(bound.args), flags) for i, flags in structure),
@@ -1225,7 +1225,7 @@ class _Tangent:
     def simple(self, s, op: Op) -> List[ast.stmt]:
         active = [o for o in op.outputs if o in self.act.active]
         kind = op.kind
-        if not active or kind not in ("copy", "pack", "getitem", "rule"):
+        if not active or kind not in ("copy", "pack", "getitem", "field", "rule"):
             out = [self._primal(s)]
             for o in op.outputs:
                 self.kill(o)
@@ -1264,6 +1264,15 @@ class _Tangent:
             fresh, stmts = isinstance(value, ast.List), []
             if isinstance(value, ast.Tuple):
                 struct = tuple(self.liveness(e) for e in value.elts)
+        elif kind == "field":   # p.W of a namedtuple: the tangent's item of that name
+            if not self.live_atom(value.value):
+                for o in op.outputs:
+                    self.kill(o)
+                return [primal] + post
+            expr = ast.Subscript(value=_name(self.dot(value.value.id)), slice=_helper(
+                "field_index", _name(value.value.id), ast.Constant(value=value.attr)),
+                ctx=ast.Load())
+            fresh, stmts = False, []
         elif kind == "getitem":
             base = value.value
             if not self.live_atom(base):

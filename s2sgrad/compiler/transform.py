@@ -25,13 +25,19 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 from .. import runtime_inplace  # noqa: F401 - registers the helpers this pass emits
 from ..errors import InternalError, error_at
 from . import inline
-from .analyze import Activity, call_write_guards, iter_statements, loop_header_op
+from .analyze import (
+    Activity,
+    call_write_guards,
+    iter_statements,
+    loop_header_op,
+    may_build_sequence,
+)
 from .names import NameRegistry, name_nodes
 from .normalize import NormalForm
 from .ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
 
 COMMENT_MARK = "__s2s_comment__"
-_DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "apply", "call"}
+_DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
 
 
 @dataclass
@@ -99,9 +105,21 @@ class _LoopInfo:
     item_assigns: List[ast.stmt] = field(default_factory=list)
 
 
+def field_index(node: ast.Attribute) -> ast.expr:
+    """`_s2s_field_index(p, 'W')`: where a namedtuple keeps its field W."""
+    return helper_call("field_index", _name(node.value.id), ast.Constant(value=node.attr))
+
+
+def _stored(s: ast.stmt) -> Set[str]:
+    """Every name a statement (with what it contains) assigns."""
+    return {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and
+            isinstance(n.ctx, ast.Store)}
+
+
 class _Reverse:
     def __init__(self, nf: NormalForm, activity: Activity, pure: bool = False):
         self.pure = pure
+        self.first_iteration = None   # see entry_reads
         self.nf = nf
         self.act = activity
         self.names = nf.names
@@ -353,9 +371,39 @@ class _Reverse:
         out.append(s)
         return out
 
+    def sequence_guard(self, s, value: ast.expr) -> List[ast.stmt]:
+        """`a + b` / `a * n` on values that may be lists or tuples: concatenation
+        and repetition are not differentiated, so they are refused where they run
+        (at compile time when an operand is known to be a list or tuple)."""
+        if not may_build_sequence(value, self.act.leaves):
+            return []
+        add = isinstance(value.op, ast.Add)
+        words = ("concatenating lists or tuples that carry a gradient" if add else
+                 "repeating a list or tuple that carries a gradient")
+        hint = "Build the list with append, extend or a comprehension."
+
+        def known(node) -> bool:
+            return isinstance(node, ast.Name) and node.id in self.sequences
+
+        def integer(node) -> bool:
+            return isinstance(node, ast.Constant) and type(node.value) is int
+        if (add and known(value.left) and known(value.right)) or (not add and (
+                (known(value.left) and integer(value.right)) or
+                (known(value.right) and integer(value.left)))):
+            raise self.err(s, words, hint)
+        error = self.err(s, words, hint)
+        fields = (error.filename, error.lineno, (error.offset or 1) - 1, error.reason,
+                  error.hint, error.text)
+        guard = ast.Expr(value=helper_call(
+            "no_sequence_arithmetic", copy.deepcopy(value.left), copy.deepcopy(value.right),
+            *[ast.Constant(value=f) for f in fields]))
+        return [ast.copy_location(guard, s)]
+
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
         op = describe(s, self.locals)
         out: List[ast.stmt] = []
+        if op.kind == "rule" and set(op.diff_inputs) & self.act.active:
+            out += self.sequence_guard(s, s.value)
         if in_loop:
             # Inside a loop every assignment overwrites the previous iteration's
             # value, also the ones this pass adds (inner trip counts and ranges).
@@ -371,6 +419,9 @@ class _Reverse:
         if op.kind == "augassign":
             # x op= v: arrays change in place, so keep a copy of the old value.
             var = s.target.id
+            if var in self.act.active:
+                out += self.sequence_guard(s, ast.BinOp(left=_name(var), op=s.op,
+                                                        right=s.value))
             guard = getattr(s, "s2s_guard", None)
             if guard is not None:
                 out.append(ast.Expr(value=helper_call("unshared", _name(var),
@@ -732,7 +783,7 @@ class _Reverse:
                         item = ast.Subscript(value=_name(g_name), slice=key, ctx=ast.Load())
                     self.accumulate(e.id, item, out)
             return
-        if kind == "getitem":
+        if kind in ("getitem", "field"):
             self.getitem_contribution(s, op, out)
             return
         if kind == "rule":
@@ -766,6 +817,7 @@ class _Reverse:
         base = target.value.id
         index = _index_expr(target.slice)
         b = self.bar_of(base)
+        zero_list = None
         if base in self.act.active and b in self.state:
             self.mark_line(s, out)
             value = s.value
@@ -774,7 +826,9 @@ class _Reverse:
                 part = self.names.fresh(f"{value.id}_bar_part")
                 if self._basic_index(target.slice):
                     item = helper_call("copy_item", _name(b), copy.deepcopy(index))
-                    grad = helper_call("unbroadcast", item, _name(value.id))
+                    # A list's item is the value itself; an array's may broadcast it.
+                    grad = item if base in self.sequences else \
+                        helper_call("unbroadcast", item, _name(value.id))
                 else:  # an index array may repeat: only the last writer counts
                     grad = helper_call("written_grad", _name(b), copy.deepcopy(index),
                                        _name(value.id))
@@ -788,8 +842,11 @@ class _Reverse:
                 if self.state[b] == "shared":
                     out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
                     self.state[b] = "owned"
-                out.append(ast.Expr(value=helper_call("zero_item", _name(b),
-                                                      copy.deepcopy(index))))
+                if base in self.sequences:
+                    zero_list = (b, index)    # once the old items are back (below)
+                else:
+                    out.append(ast.Expr(value=helper_call("zero_item", _name(b),
+                                                          copy.deepcopy(index))))
             if part is not None:
                 # After the zeroing: the value may be the array itself (x[i] = x).
                 self.accumulate(value.id, _name(part), out)
@@ -803,6 +860,11 @@ class _Reverse:
             node.s2s_restore_of = base
             node.s2s_slot = self.saves[id(s)][-1][2]
             out.append(node)
+        if zero_list is not None:
+            b, index = zero_list
+            like = [_name(base)] if saved is not None else []
+            out.append(ast.Expr(value=helper_call("zero_item", _name(b), copy.deepcopy(index),
+                                                  *like)))
 
     def _basic_index(self, index: ast.expr) -> bool:
         """An index that cannot name an element twice: ints, slices, None, `...`."""
@@ -842,7 +904,8 @@ class _Reverse:
         b = self.bar_of(xs)
         if xs in self.act.active and b in self.state:
             self.mark_line(s, out)
-            if not isinstance(value, (ast.Name, ast.Constant)):
+            if not isinstance(value, ast.Name) and \
+                    any(n in self.act.active for n in names(value)):
                 raise InternalError(f"the item appended to {xs!r} is not a variable "
                                     f"({ast.unparse(value)})")
             wanted = isinstance(value, ast.Name) and value.id in self.act.active
@@ -905,12 +968,13 @@ class _Reverse:
         return node
 
     def getitem_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
+        """v = x[i] (and v = p.W, the item of a namedtuple named W): x_bar[i] += v_bar."""
         base = s.value.value
         if not (isinstance(base, ast.Name) and base.id in self.act.active):
             return
         b = self.bar_of(base.id)
         g = _name(self.bar_of(op.outputs[0]))
-        index = _index_expr(s.value.slice)
+        index = field_index(s.value) if op.kind == "field" else _index_expr(s.value.slice)
         if self.pure:
             if b not in self.state:
                 self.materialize(base.id, out)
@@ -964,6 +1028,24 @@ class _Reverse:
             ans: ast.expr = ast.Tuple(elts=[_name(o) for o in op.outputs], ctx=ast.Load())
         else:
             g, ans = gs[0], _name(op.outputs[0])
+        ctx = self.first_iteration
+        late = set(ctx[1].get(id(s), ())) if ctx is not None and not reset else set()
+        late_keys = {k for k, part in wanted.items()
+                     if any(v in late and p == part for v, p in targets)}
+        if late_keys:
+            now = {k: v for k, v in wanted.items() if k not in late_keys}
+            if now:
+                out.append(inline.rule_placeholder(rule, op.bound, g, ans, now, s))
+            later = [ast.copy_location(inline.rule_placeholder(
+                rule, op.bound, g, ans, {k: wanted[k] for k in late_keys}, s), s)]
+            for var, part in targets:
+                if var in late and part in {wanted[k] for k in late_keys}:
+                    self.accumulate(var, _name(part), later)
+            out.append(ast.If(test=copy.deepcopy(ctx[0]), body=later, orelse=[]))
+            for var, part in targets:
+                if not (var in late and part in {wanted[k] for k in late_keys}):
+                    self.accumulate(var, _name(part), out)
+            return
         out.append(inline.rule_placeholder(rule, op.bound, g, ans, wanted, s))
         for v in reset:
             self.reset(self.bar_of(v))
@@ -1024,10 +1106,69 @@ class _Reverse:
     def reversed_body(self, s) -> List[ast.stmt]:
         """The adjoint of one iteration: the body backwards, then the item loads."""
         info = self.loops[id(s)]
-        body = self.adjoint_block(s.body, in_loop=True)
+        outer = self.first_iteration
+        self.first_iteration = self.entry_reads(s, info)
+        try:
+            body = self.adjoint_block(s.body, in_loop=True)
+        finally:
+            self.first_iteration = outer
         for b in reversed(info.item_assigns):
             body += self.adjoint_assign(b)
         return body
+
+    def entry_reads(self, s: ast.For, info: _LoopInfo):
+        """(test, reads) for a top-level loop over a range: `reads` maps each body
+        statement to the loop-carried names it reads before the body writes them
+        and whose value on entering the loop carries no gradient (`h = X` before
+        `for W, b in params: h = np.tanh(h @ W + b)`). In the first iteration
+        those reads see that entry value, so what their adjoint contributes there
+        is dead: it runs only when `test` (not the first iteration) holds."""
+        if self.pure or info.kind != "range" or not isinstance(info.target, ast.Name) or \
+                not any(st is s for st in self.nf.node.body):
+            return None
+        written = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
+        written.add(info.target.id)
+        written |= {n for b in s.body for n in _stored(b)}
+        entry_quiet = {n for n in written if self._quiet_at_entry(n, s)}
+        reads: Dict[int, Set[str]] = {}
+        seen = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
+        seen.add(info.target.id)
+        for b in s.body:
+            if isinstance(b, (ast.Assign, ast.Expr)):
+                loads = {n.id for n in name_nodes(b.value) if isinstance(n.ctx, ast.Load)}
+                dead = (loads - seen) & entry_quiet
+                if dead:
+                    reads[id(b)] = dead
+            seen |= set(_stored(b))
+        if not reads:
+            return None
+        first = ast.Subscript(value=_name(info.range_name), slice=ast.Constant(0),
+                              ctx=ast.Load())
+        test = ast.Compare(left=_name(info.target.id), ops=[ast.NotEq()], comparators=[first])
+        return test, reads
+
+    def _quiet_at_entry(self, name: str, loop: ast.For) -> bool:
+        """Whether every value `name` can hold when a top-level loop starts is
+        free of the inputs: only assigned before it from values that do not vary."""
+        if name in getattr(self.nf, "written_in_place", ()):
+            return False   # an in-place write (to it or an alias) may carry the inputs in
+        params = set(self.nf.all_params)
+        if name in params and name in self.act.varied and \
+                self.nf.all_params.index(name) in self.act.wrt:
+            return False
+        defined = False
+        for top in self.nf.node.body:
+            if top is loop:
+                break
+            for st, _ in iter_statements([top]):
+                if name not in _stored(st):
+                    continue
+                op = describe(st, self.locals) if not isinstance(st, (ast.For, ast.If,
+                                                                      ast.While)) else None
+                if op is None or set(op.diff_inputs) & self.act.varied:
+                    return False
+                defined = True
+        return defined or name in params
 
     def probe(self, s) -> Tuple[Set[str], Set[str]]:
         """Run the reversed body without keeping its code: (end state, in-place targets)."""
