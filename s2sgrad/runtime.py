@@ -467,6 +467,20 @@ def keys(mapping):
 
 
 @helper
+def loop_items(value):
+    """What `for x in value` walks by position: a dict's keys (as Python iterates a
+    dict), anything else itself. For differentiation it is a copy of `value`: a
+    list's items keep their cotangents; keys carry none."""
+    return list(value) if isinstance(value, dict) else value
+
+
+@helper
+def loop_items_tangent(tangent, value):
+    """The tangent of loop_items(value): none for a dict's keys."""
+    return [0.0] * len(value) if isinstance(value, dict) else tangent
+
+
+@helper
 def backwards(indices):
     """reversed(range): how pure adjoints walk a loop backwards (no gradient)."""
     return reversed(indices)

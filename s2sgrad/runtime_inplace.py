@@ -144,15 +144,6 @@ def unshared(value, filename, lineno, col, message, hint, text) -> None:
 
 
 @helper
-def not_a_dict(value, filename, lineno, col, message, hint, text) -> None:
-    """`for x in xs` over an argument walks its items by position; a dict would
-    give its keys in Python, so it is refused (at its line) rather than misread."""
-    if isinstance(value, dict):
-        from .errors import TransformError
-        raise TransformError(message, filename, lineno, col, hint, text)
-
-
-@helper
 def no_sequence_arithmetic(left, right, filename, lineno, col, message, hint, text) -> None:
     """`a + b` or `a * n` that would concatenate or repeat lists or tuples carrying a
     gradient: refused at its line (their cotangents would be added as arrays). A

@@ -59,7 +59,7 @@ NUMBA_HELPERS = frozenset({
 
 # Run-time checks that a value is not a list, tuple or dict (generated where the
 # compiler could not prove it): dropped from numba code, which takes none.
-STRUCTURE_GUARDS = frozenset({"no_sequence_arithmetic", "not_a_dict"})
+STRUCTURE_GUARDS = frozenset({"no_sequence_arithmetic"})
 
 # Helpers the rewrite itself calls (numba_helpers.py defines them too).
 OWN_HELPERS = ("range", "riter", "rrev", "rlen", "ritem", "seed", "matmul", "dot")

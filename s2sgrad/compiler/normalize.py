@@ -997,7 +997,20 @@ class _Normalizer:
                 return ast.copy_location(call, it)
         # `for t in [x, x ** 2]`: the literal gets a name, so that the items the loop
         # reads can hand their adjoints back to x and x ** 2.
-        return self.operand(it, out)
+        atom = self.operand(it, out)
+        if isinstance(atom, ast.Name) and atom.id in self.resolver.locals | self.names.taken \
+                and atom.id not in self.lists | self.tuple_names | self.dict_names:
+            # Maybe a dict (an argument, an item of one): Python walks its keys. The
+            # transform makes this a plain copy where the value is proven an array.
+            from .. import runtime
+            name = self.names.fresh(f"{atom.id}_items")
+            self.resolver.locals.add(name)
+            call = ast.Call(func=ast.Name(id="_s2s_loop_items", ctx=ast.Load()),
+                            args=[atom], keywords=[])
+            call.s2s_callee = runtime.loop_items
+            self.emit(out, _assign(name, ast.copy_location(call, it)), it)
+            return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), it)
+        return atom
 
     def test(self, expr, out, stem) -> ast.expr:
         """A branch condition: non-differentiable, computed into a flag variable.

@@ -55,7 +55,7 @@ from .normalize import NormalForm, normalize
 from .ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
 from .optimize import eliminate_dead, fold_block, fwd_params, propagate_copies, tidy
 from .parse import ParsedFunction, parse_function
-from .transform import comment, line_comment
+from .transform import comment, fold_loop_items, line_comment
 
 # The module (the package's `inline` attribute is the pass function of that name).
 inline = importlib.import_module(__name__.rsplit(".", 1)[0] + ".inline")
@@ -212,6 +212,7 @@ def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> Compiled
 def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> CompiledJvp:
     nf = normalize(parsed)
     activity = analyze(nf, wrt)
+    nf.node.body = fold_loop_items(nf.node.body, activity)
     t = _Tangent(nf, activity, optimize_code, dict(structure), demand)
     fdef = t.run()
     if optimize_code:
@@ -1251,7 +1252,11 @@ class _Tangent:
             post.append(_assign(_targets(op.outputs), _tuple_or_name(temps)))
             ans_names = temps
         struct: Any = True
-        if kind == "copy":
+        if kind == "copy" and isinstance(value, ast.Call):   # _s2s_loop_items(xs)
+            expr = _helper("loop_items_tangent", _name(self.dot(inputs_live[0])),
+                           _name(inputs_live[0]))
+            fresh, stmts = False, []
+        elif kind == "copy":
             expr, fresh = _name(self.dot(inputs_live[0])), False
             struct = self.liveness(_name(inputs_live[0]))
             stmts: List[ast.stmt] = []

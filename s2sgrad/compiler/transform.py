@@ -110,6 +110,37 @@ def field_index(node: ast.Attribute) -> ast.expr:
     return helper_call("field_index", _name(node.value.id), ast.Constant(value=node.attr))
 
 
+def fold_loop_items(body: List[ast.stmt], act: Activity) -> List[ast.stmt]:
+    """`xs_items = _s2s_loop_items(xs); for x in xs_items:` walks xs itself where xs
+    is proven an array or carries no gradient (a dict's keys are walked then by
+    Python itself): the loop reads xs again and the copy goes."""
+    out: List[ast.stmt] = []
+    for s in body:
+        for attr in ("body", "orelse"):
+            block = getattr(s, attr, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                setattr(s, attr, fold_loop_items(block, act))
+        if isinstance(s, ast.For) and out and _loop_items_of(out[-1], s.iter) is not None:
+            source = _loop_items_of(out[-1], s.iter)
+            rebound = any(source in _stored(b) for b in s.body)   # walks the old value
+            if not rebound and (source in act.leaves or source not in act.varied):
+                out.pop()
+                s.iter = _name(source)
+        out.append(s)
+    return out
+
+
+def _loop_items_of(s: ast.stmt, it: ast.expr) -> Optional[str]:
+    """The xs of `it = _s2s_loop_items(xs)`, or None."""
+    if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+            isinstance(s.targets[0], ast.Name) and isinstance(it, ast.Name) and \
+            s.targets[0].id == it.id and isinstance(s.value, ast.Call) and \
+            isinstance(s.value.func, ast.Name) and s.value.func.id == "_s2s_loop_items" and \
+            len(s.value.args) == 1 and isinstance(s.value.args[0], ast.Name):
+        return s.value.args[0].id
+    return None
+
+
 def _stored(s: ast.stmt) -> Set[str]:
     """Every name a statement (with what it contains) assigns."""
     return {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and
@@ -215,6 +246,7 @@ class _Reverse:
     # -- driver ------------------------------------------------------------------
     def run(self) -> Transformed:
         fdef = self.nf.node
+        fdef.body = fold_loop_items(fdef.body, self.act)
         body = list(fdef.body)
         ret = body.pop()
         assert isinstance(ret, ast.Return)
@@ -527,16 +559,6 @@ class _Reverse:
         out.append(ast.copy_location(node, s))
         return out
 
-    def dict_guard(self, seq: ast.Name, s: ast.For) -> ast.stmt:
-        """A check that what `for ... in seq` walks by position is not a dict."""
-        error = self.err(s.iter, f"iterating over the dict {seq.id!r} directly",
-                         f"Write `for k in {seq.id}.keys()` (or .items(), .values()).")
-        fields = (error.filename, error.lineno, (error.offset or 1) - 1, error.reason,
-                  error.hint, error.text)
-        guard = ast.Expr(value=helper_call("not_a_dict", _name(seq.id),
-                                           *[ast.Constant(value=f) for f in fields]))
-        return ast.copy_location(guard, s)
-
     def index_loop(self, s: ast.For, out: List[ast.stmt], in_loop: bool):
         """`for x in xs` -> `for k in range(len(xs)): x = xs[k]` (also zip/enumerate)."""
         pairs: List[Tuple[ast.expr, ast.expr]] = []   # (target, sequence) pairs
@@ -563,11 +585,6 @@ class _Reverse:
             else:
                 pairs.append((target, it))
         flatten(s.target, s.iter)
-        known = set(self.nf.lists) | set(self.nf.tuples)
-        for _, seq in pairs:
-            if isinstance(seq, ast.Name) and seq.id not in self.act.leaves and \
-                    seq.id not in known:
-                out.append(self.dict_guard(seq, s))
         first = pairs[0][1]
         stem = first.id if isinstance(first, ast.Name) else "item"
         k = self.names.fresh(f"{stem}_index")
