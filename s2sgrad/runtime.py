@@ -467,6 +467,13 @@ def keys(mapping):
 
 
 @helper
+def record(cls, items):
+    """A namedtuple built from its items: `Layer(W, b)` in differentiated code. For
+    differentiation it is the tuple of its items (its cotangent a list of theirs)."""
+    return cls(*items)
+
+
+@helper
 def loop_items(value):
     """What `for x in value` walks by position: a dict's keys (as Python iterates a
     dict), anything else itself. For differentiation it is a copy of `value`: a

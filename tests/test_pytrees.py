@@ -447,3 +447,20 @@ def test_refused_structured_code_says_why():
     with pytest.raises(TransformError, match="concatenating lists") as err:
         s2sgrad.grad(concatenated)(np.ones(2))
     assert "^" in str(err.value)
+
+
+Layer = collections.namedtuple("Layer", ["W", "b"])
+
+
+def builds_records(x):
+    layers = [Layer(x * k, b=x ** 2) for k in (1.0, 2.0)]
+    last = Layer(layers[-1].W * 3.0, 0.5)
+    return sum(np.sum(np.tanh(ly.W) * ly.b) for ly in layers) + np.sum(last.W) * last.b
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_namedtuples_built_inside_and_their_fields(shape):
+    x = np.random.default_rng(1).normal(size=shape)
+    check_tree_grad(builds_records, (x,))
+    _, tangent = s2sgrad.functional.jvp(builds_records, x, np.ones(shape))
+    np.testing.assert_allclose(tangent, np.sum(tree_fd(builds_records, (x,), 0)), rtol=1e-5)

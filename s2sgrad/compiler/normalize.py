@@ -1421,6 +1421,35 @@ class _Normalizer:
         fn, free = self.differentiated_function(lam, expr)
         return self._call_of(fn, [], {}, expr, free, out)
 
+    def record(self, expr: ast.Call, cls, out) -> ast.expr:
+        """`Layer(W, b=x)` of a namedtuple class: the tuple of its fields in order (a
+        literal, so each field keeps its gradient), made a Layer at run time."""
+        try:
+            bound = inspect.signature(cls).bind(*expr.args,
+                                                **{k.arg: k.value for k in expr.keywords})
+        except TypeError as exc:
+            raise self.err(expr, f"cannot build {cls.__name__}: {exc}") from None
+        bound.apply_defaults()
+        elts = []
+        for field_name in cls._fields:
+            value = bound.arguments[field_name]
+            if not isinstance(value, ast.AST):   # a default value
+                if isinstance(value, (int, float, str, bool)) or value is None:
+                    value = ast.Constant(value=value)
+                else:
+                    name = self.names.fresh(f"{cls.__name__}_{field_name}")
+                    self.bindings[name] = value
+                    value = ast.Name(id=name, ctx=ast.Load())
+            elts.append(value)
+        items = self.operand(ast.copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), expr), out)
+        from .. import runtime
+        kind = self.names.fresh(cls.__name__)
+        self.bindings[kind] = cls
+        call = ast.Call(func=ast.Name(id="_s2s_record", ctx=ast.Load()),
+                        args=[ast.Name(id=kind, ctx=ast.Load()), items], keywords=[])
+        call.s2s_callee = runtime.record
+        return ast.copy_location(call, expr)
+
     def bound_call(self, expr: ast.Call, bound, out) -> ast.expr:
         """`model.loss(w, x)`, `model(x)` or `partial_f(x)`: a call of the plain
         function they run, the instance (or the partial's values) passed first, as
@@ -1517,6 +1546,8 @@ class _Normalizer:
             bound = _user_bound_call(obj)
             if bound is not None:
                 return self.bound_call(expr, bound, out)
+            if isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields"):
+                return self.record(expr, obj, out)
             rule = registry.lookup_function(obj)
             opaque = rule is None and not registry.is_nondiff(obj) and \
                 not registry.is_constructor(obj)

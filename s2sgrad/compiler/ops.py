@@ -280,8 +280,12 @@ def _call_op(call: ast.Call, outs, local_names) -> Op:
     if callee is None:
         return Op("unknown", outs, other_inputs=everything,
                   label=f"the call {ast.unparse(call.func)}(...)")
-    if callee is runtime.loop_items:   # what a loop walks: a copy, for differentiation
-        return Op("copy", outs, diff_inputs=names(call.args[0]), label="iteration")
+    if callee is runtime.loop_items or callee is runtime.record:
+        # What a loop walks, a namedtuple of its items: copies, for differentiation.
+        source = names(call.args[-1])
+        if not source:
+            return Op("nondiff", outs, other_inputs=everything, label="a record")
+        return Op("copy", outs, diff_inputs=source, label="iteration")
     label = _callable_name(callee, call)
     if isinstance(callee, types.MethodType) and is_function_class(callee.__self__) and \
             callee.__func__.__name__ == "apply":

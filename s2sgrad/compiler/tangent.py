@@ -1252,10 +1252,15 @@ class _Tangent:
             post.append(_assign(_targets(op.outputs), _tuple_or_name(temps)))
             ans_names = temps
         struct: Any = True
-        if kind == "copy" and isinstance(value, ast.Call):   # _s2s_loop_items(xs)
+        if kind == "copy" and isinstance(value, ast.Call) and \
+                getattr(value.func, "id", None) == "_s2s_loop_items":
             expr = _helper("loop_items_tangent", _name(self.dot(inputs_live[0])),
                            _name(inputs_live[0]))
             fresh, stmts = False, []
+        elif kind == "copy" and isinstance(value, ast.Call):   # _s2s_record(cls, items)
+            expr, fresh = _name(self.dot(inputs_live[0])), False
+            struct = self.liveness(_name(inputs_live[0]))
+            stmts = []
         elif kind == "copy":
             expr, fresh = _name(self.dot(inputs_live[0])), False
             struct = self.liveness(_name(inputs_live[0]))
