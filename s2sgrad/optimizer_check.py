@@ -67,7 +67,8 @@ def _copy(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.copy()
     if isinstance(value, tuple):
-        return tuple(_copy(v) for v in value)
+        items = [_copy(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, list):
         return [_copy(v) for v in value]
     if isinstance(value, dict):

@@ -1101,6 +1101,14 @@ class _Tangent:
                 wanted = any(n in self.act.active for n in names)
                 if seq is not None and wanted and isinstance(seq, ast.Name) and \
                         seq.id in state.live:
+                    walked = {seq.id} | {src for n, src in _loop_item_sources(
+                        self.nf.node.body) if n == seq.id}
+                    if any(_writes_items_of(n, s.body) for n in walked):
+                        # The loop reads the items live, as they are written; the
+                        # zipped tangent would be the one from before the loop.
+                        raise self.err(s.iter, f"forward mode cannot follow a loop over "
+                                               f"{seq.id!r} that writes into {seq.id!r}",
+                                       "Use reverse mode (grad, vjp), or loop over a copy.")
                     seq_dot = _rebuild(node, {id(seq): _name(self.dot(seq.id))})
                     mapping_iter[id(node)] = ast.Call(func=_name("zip"),
                                                       args=[copy.deepcopy(node), seq_dot],
@@ -1840,6 +1848,34 @@ def _tangent_target(target: ast.expr, t: _Tangent) -> ast.expr:
     if isinstance(target, ast.Name):
         return _name(t.dot(target.id), True)
     return ast.Tuple(elts=[_tangent_target(e, t) for e in target.elts], ctx=ast.Store())
+
+
+def _loop_item_sources(body: List[ast.stmt]) -> List[Tuple[str, str]]:
+    """(n, xs) for every `n = _s2s_loop_items(xs)`: n is xs, walked by a loop."""
+    out = []
+    for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call) \
+                and getattr(node.value.func, "id", None) == "_s2s_loop_items" and \
+                node.value.args and isinstance(node.value.args[0], ast.Name):
+            out.append((node.targets[0].id, node.value.args[0].id))
+    return out
+
+
+def _writes_items_of(name: str, body: List[ast.stmt]) -> bool:
+    """Whether statements write into `name`'s items or grow or shrink it in place."""
+    for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
+        target = None
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(t, ast.Subscript):
+                    target = t.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("append", "extend", "insert", "pop", "remove", "clear"):
+            target = node.func.value
+        if isinstance(target, ast.Name) and target.id == name:
+            return True
+    return False
 
 
 def _iteration_leaves(target, it, out, wrapper=None) -> None:
