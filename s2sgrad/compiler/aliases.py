@@ -246,11 +246,18 @@ class AliasFacts:
                 contains.setdefault(a, set()).add(b)
                 if kind == "item":
                     items.append((a, b))
-        # An item taken out of a container may be any object the container holds.
+        # An item taken out of a container may be any object the container holds,
+        # and (a record in a list) any object held by those, as deep as they go.
         for container, item in items:
-            for held in contains.get(container, ()):
+            seen, todo = set(), list(contains.get(container, ()))
+            while todo:
+                held = todo.pop()
+                if held in seen:
+                    continue
+                seen.add(held)
                 if held != item:
                     shares.union(item, held)
+                todo.extend(contains.get(held, ()))
         out = set(shares.members(name))
         changed = True
         while changed:
