@@ -42,6 +42,12 @@ def normalize_wrt(wrt: Wrt, nargs: int = None, f: Callable = None
         if nargs is None:
             raise TypeError("wrt=None needs the call's arguments")
         return tuple(range(nargs)), False
+    # The common cases first: vjp normalises its wrt on every call.
+    if type(wrt) is int and wrt >= 0:
+        return (wrt,), True
+    if type(wrt) is tuple and wrt and all(type(i) is int and i >= 0 for i in wrt) and \
+            len(set(wrt)) == len(wrt):
+        return wrt, False
     single = isinstance(wrt, numbers.Integral) and not isinstance(wrt, bool)
     items = (wrt,) if single else wrt
     try:
@@ -406,7 +412,10 @@ def _leaves(v) -> tuple:
 
 def check_cotangent(v: Any, out: Any, where: str = "") -> None:
     """v must mirror the output's structure (tuples, lists, dicts) and shapes."""
-    if isinstance(out, tuple):
+    if type(out) is np.ndarray:   # the common case, first
+        if type(v) is np.ndarray and v.shape == out.shape:
+            return
+    elif isinstance(out, tuple):
         if not isinstance(v, tuple) or len(v) != len(out):
             raise ValueError(f"the cotangent{where} must be a tuple of {len(out)} values, one "
                              f"per output, not {type(v).__name__}")
@@ -417,14 +426,14 @@ def check_cotangent(v: Any, out: Any, where: str = "") -> None:
                 raise ValueError(f"cotangent {where}{i} has shape {np.shape(vi)}, but output "
                                  f"{where}{i} has shape {np.shape(oi)}")
         return
-    if isinstance(out, list):
+    elif isinstance(out, list):
         if not isinstance(v, list) or len(v) != len(out):
             raise ValueError(f"the cotangent{where} must be a list of {len(out)} values, like "
                              f"the output, not {type(v).__name__}")
         for i, (vi, oi) in enumerate(zip(v, out)):
             check_cotangent(vi, oi, f"{where}[{i}]")
         return
-    if isinstance(out, dict):
+    elif isinstance(out, dict):
         if not isinstance(v, dict) or list(v) != list(out):
             raise ValueError(f"the cotangent{where} must be a dict with the output's keys "
                              f"{list(out)}, not {v!r:.80}")

@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import runtime_inplace  # noqa: F401 - registers the helpers this pass emits
 from ..errors import InternalError, error_at
+from ..rules import registry
 from . import inline
 from .analyze import (
     Activity,
@@ -1046,7 +1047,10 @@ class _Reverse:
         else:
             g, ans = gs[0], _name(op.outputs[0])
         ctx = self.first_iteration
-        late = set(ctx[1].get(id(s), ())) if ctx is not None and not reset else set()
+        # Only where skipping pays for the test: products (matmul, dot, einsum), whose
+        # adjoint is a product again; elementwise parts are cheaper than the branch.
+        late = set(ctx[1].get(id(s), ())) if ctx is not None and not reset and \
+            not registry.is_elementwise(rule) else set()
         late_keys = {k for k, part in wanted.items()
                      if any(v in late and p == part for v, p in targets)}
         if late_keys:
