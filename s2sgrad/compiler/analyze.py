@@ -219,7 +219,11 @@ def may_build_sequence(value: ast.expr, leaves: Set[str]) -> bool:
             or (isinstance(node, ast.Name) and node.id in leaves)
     if isinstance(value.op, ast.Add):
         return not (leaf(value.left) or leaf(value.right))
-    return not (leaf(value.left) and leaf(value.right))
+
+    def maybe_int(node) -> bool:   # a list times a float is a TypeError, not a list
+        return not (isinstance(node, ast.Constant) and type(node.value) is float)
+    return (not leaf(value.left) and maybe_int(value.right)) or \
+        (not leaf(value.right) and maybe_int(value.left))
 
 
 def any_varies(flags) -> bool:
