@@ -478,13 +478,16 @@ def loop_items(value):
     """What `for x in value` walks by position: a dict's keys (as Python iterates a
     dict), anything else itself. For differentiation it is a copy of `value`: a
     list's items keep their cotangents; keys carry none."""
-    return list(value) if isinstance(value, dict) else value
+    return list(value) if isinstance(value, (dict, _DICT_VIEWS)) else value
+
+
+_DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 
 
 @helper
 def loop_items_tangent(tangent, value):
-    """The tangent of loop_items(value): none for a dict's keys."""
-    return [0.0] * len(value) if isinstance(value, dict) else tangent
+    """The tangent of loop_items(value): none for a dict's keys (or a view of it)."""
+    return [0.0] * len(value) if isinstance(value, (dict, _DICT_VIEWS)) else tangent
 
 
 @helper

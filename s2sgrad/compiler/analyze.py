@@ -427,6 +427,10 @@ def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Dict
     counts = _definition_counts(body)
     for p in params:  # a parameter is assigned by the call
         counts[p] = counts.get(p, 0) + 1
+    for _, op in ops:   # a list that grows or shrinks has no one shape
+        if op.kind in ("append", "pop"):
+            for n in op.outputs:
+                counts[n] = counts.get(n, 0) + 2
     parent: Dict[str, str] = {}
 
     def find(n: str) -> str:
