@@ -805,6 +805,11 @@ class _Normalizer:
                                  value=rhs)
             # Python semantics: arrays are updated in place, numbers rebound.
             self.env[target.id] = current
+            # A known tuple holding it holds the old number (or the same array): its
+            # items are read from the tuple from now on, not from this name.
+            for name, elts in list(self.tuples.items()):
+                if any(isinstance(e, ast.Name) and e.id == current for e in elts):
+                    del self.tuples[name]
             self.emit(out, node, s)
             return
         if isinstance(target, ast.Subscript):
