@@ -150,11 +150,6 @@ def _zero_item(item):
     return np.broadcast_to(base, item.shape)
 
 
-def is_zero_item(value) -> bool:
-    """A zero item made by zeros_like for a structure (see _zero_item)."""
-    return type(value) is np.ndarray and id(value.base) in _ZERO_IDS
-
-
 @helper
 def ones_like(x):
     if isinstance(x, (float, int)) and not isinstance(x, (bool, np.generic)):

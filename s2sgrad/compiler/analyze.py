@@ -17,7 +17,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..errors import TransformError, error_at
 from ..rules import registry
-from .names import name_nodes
+from .names import name_nodes, stored_names
 from .normalize import NormalForm
 from .ops import Op, describe, names
 
@@ -161,8 +161,9 @@ def leaf_names(nf: NormalForm, ops, leaf_params: Sequence[int]) -> Set[str]:
     described = {id(s) for s, _ in ops}
     for s, _ in iter_statements(nf.node.body):
         if id(s) not in described:
-            for n in _stored_names(s):
-                makers.setdefault(n, []).append(None)
+            if not isinstance(s, (ast.If, ast.While)):   # a loop: what its target binds
+                for n in stored_names(s.target if isinstance(s, ast.For) else s):
+                    makers.setdefault(n, []).append(None)
     leaves = set(makers) | params
     for p in nf.all_params:
         if p not in params:
@@ -178,14 +179,6 @@ def leaf_names(nf: NormalForm, ops, leaf_params: Sequence[int]) -> Set[str]:
                 leaves.discard(n)
                 changed = True
     return leaves
-
-
-def _stored_names(s: ast.stmt) -> List[str]:
-    part = s.target if isinstance(s, ast.For) else s
-    if isinstance(s, (ast.If, ast.While)):
-        return []
-    return [n.id for n in ast.walk(part) if isinstance(n, ast.Name) and
-            isinstance(n.ctx, ast.Store)]
 
 
 def _makes_leaf(op: Optional[Op], leaves: Set[str]) -> bool:
@@ -675,12 +668,12 @@ def parameter_writes(fn) -> Optional[Dict[int, tuple]]:
                                    f"place, and the caller's gradient would not see it",
                              nf.parsed, f"Give {nf.parsed.name} its own array ({hit} = "
                                         f"{hit}.copy()) or return the new value instead.")
-            out[pos] = _guard_fields(error)
+            out[pos] = guard_fields(error)
     _PARAMETER_WRITES[key] = out
     return out
 
 
-def _guard_fields(error: TransformError) -> tuple:
+def guard_fields(error: TransformError) -> tuple:
     """What the run-time guard (runtime_inplace.unshared) needs to raise `error`."""
     return (error.filename, error.lineno, (error.offset or 1) - 1, error.reason, error.hint,
             error.text)
@@ -713,7 +706,7 @@ def call_write_guards(op: Op, ints: Set[str], local_names, parsed) -> List[Tuple
             error = error_at(call, f"cannot tell whether {getattr(fn, '__name__', 'it')} "
                                    f"writes into its argument '{atom.id}' in place", parsed,
                              "Pass a copy, or make the function readable by s2sgrad.")
-            out.append((atom.id, _guard_fields(error)))
+            out.append((atom.id, guard_fields(error)))
         elif pos in writes:
             out.append((atom.id, writes[pos]))
     return out

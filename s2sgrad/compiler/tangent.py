@@ -55,7 +55,7 @@ from .normalize import NormalForm, normalize
 from .ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
 from .optimize import eliminate_dead, fold_block, fwd_params, propagate_copies, tidy
 from .parse import ParsedFunction, parse_function
-from .transform import comment, fold_loop_items, line_comment
+from .transform import comment, field_index, fold_loop_items, line_comment
 
 # The module (the package's `inline` attribute is the pass function of that name).
 inline = importlib.import_module(__name__.rsplit(".", 1)[0] + ".inline")
@@ -1287,9 +1287,8 @@ class _Tangent:
                 for o in op.outputs:
                     self.kill(o)
                 return [primal] + post
-            expr = ast.Subscript(value=_name(self.dot(value.value.id)), slice=_helper(
-                "field_index", _name(value.value.id), ast.Constant(value=value.attr)),
-                ctx=ast.Load())
+            expr = ast.Subscript(value=_name(self.dot(value.value.id)),
+                                 slice=field_index(value), ctx=ast.Load())
             fresh, stmts = False, []
         elif kind == "getitem":
             base = value.value

@@ -29,11 +29,12 @@ from . import inline
 from .analyze import (
     Activity,
     call_write_guards,
+    guard_fields,
     iter_statements,
     loop_header_op,
     may_build_sequence,
 )
-from .names import NameRegistry, name_nodes
+from .names import NameRegistry, name_nodes, stored_names
 from .normalize import NormalForm
 from .ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
 
@@ -123,7 +124,7 @@ def fold_loop_items(body: List[ast.stmt], act: Activity) -> List[ast.stmt]:
                 setattr(s, attr, fold_loop_items(block, act))
         if isinstance(s, ast.For) and out and _loop_items_of(out[-1], s.iter) is not None:
             source = _loop_items_of(out[-1], s.iter)
-            rebound = any(source in _stored(b) for b in s.body)   # walks the old value
+            rebound = any(source in stored_names(b) for b in s.body)   # walks the old value
             if not rebound and (source in act.leaves or source not in act.varied):
                 out.pop()
                 s.iter = _name(source)
@@ -140,12 +141,6 @@ def _loop_items_of(s: ast.stmt, it: ast.expr) -> Optional[str]:
             len(s.value.args) == 1 and isinstance(s.value.args[0], ast.Name):
         return s.value.args[0].id
     return None
-
-
-def _stored(s: ast.stmt) -> Set[str]:
-    """Every name a statement (with what it contains) assigns."""
-    return {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and
-            isinstance(n.ctx, ast.Store)}
 
 
 class _Reverse:
@@ -424,12 +419,9 @@ class _Reverse:
                 (known(value.left) and integer(value.right)) or
                 (known(value.right) and integer(value.left)))):
             raise self.err(s, words, hint)
-        error = self.err(s, words, hint)
-        fields = (error.filename, error.lineno, (error.offset or 1) - 1, error.reason,
-                  error.hint, error.text)
         guard = ast.Expr(value=helper_call(
             "no_sequence_arithmetic", copy.deepcopy(value.left), copy.deepcopy(value.right),
-            *[ast.Constant(value=f) for f in fields]))
+            *[ast.Constant(value=f) for f in guard_fields(self.err(s, words, hint))]))
         return [ast.copy_location(guard, s)]
 
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
@@ -1149,7 +1141,7 @@ class _Reverse:
             return None
         written = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
         written.add(info.target.id)
-        written |= {n for b in s.body for n in _stored(b)}
+        written |= {n for b in s.body for n in stored_names(b)}
         entry_quiet = {n for n in written if self._quiet_at_entry(n, s)}
         reads: Dict[int, Set[str]] = {}
         seen = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
@@ -1160,7 +1152,7 @@ class _Reverse:
                 dead = (loads - seen) & entry_quiet
                 if dead:
                     reads[id(b)] = dead
-            seen |= set(_stored(b))
+            seen |= set(stored_names(b))
         if not reads:
             return None
         first = ast.Subscript(value=_name(info.range_name), slice=ast.Constant(0),
@@ -1182,7 +1174,7 @@ class _Reverse:
             if top is loop:
                 break
             for st, _ in iter_statements([top]):
-                if name not in _stored(st):
+                if name not in stored_names(st):
                     continue
                 op = describe(st, self.locals) if not isinstance(st, (ast.For, ast.If,
                                                                       ast.While)) else None
