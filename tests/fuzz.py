@@ -1332,6 +1332,19 @@ class ProgramGenerator:
     def s_list_append(self):
         shape = self.rng.choice(self.shape_pool())
         name = self.fresh("L")
+
+        def item(i):
+            e = self.expr(shape, 1)
+            if i is not None and self.rng.random() < 0.5:
+                e = f"{self.paren(e)} * (1.0 + 0.5 * {i})"
+            self.note_assignment(e)
+            return e
+        n = self.appends(name, item)
+        self.declare(ListVar(name, [shape] * n, True, len(self.scopes)))
+
+    def appends(self, name, item) -> int:
+        """`name = []` and its appends: in a loop over range(2 or 3), whose index
+        item(i) may read, or one or two in a row (item(None)). Returns how many."""
         self.emit(f"{name} = []")
         if self.rng.random() < 0.6:
             i = self.fresh("i")
@@ -1340,21 +1353,15 @@ class ProgramGenerator:
             self.indent += 1
             self.ints.append((i, n))
             self.scopes.append({})
-            e = self.expr(shape, 1)
-            if self.rng.random() < 0.5:
-                e = f"{self.paren(e)} * (1.0 + 0.5 * {i})"
-            self.note_assignment(e)
-            self.emit(f"{name}.append({e})")
+            self.emit(f"{name}.append({item(i)})")
             self.scopes.pop()
             self.ints.pop()
             self.indent -= 1
         else:
             n = self.rng.choice([1, 2])
             for _ in range(n):
-                e = self.expr(shape, 1)
-                self.note_assignment(e)
-                self.emit(f"{name}.append({e})")
-        self.declare(ListVar(name, [shape] * n, True, len(self.scopes)))
+                self.emit(f"{name}.append({item(None)})")
+        return n
 
     def s_tuple_unpack(self):
         Ls = [L for L in self.lists() if len(L.elems) in (2, 3)]
@@ -1432,22 +1439,7 @@ class ProgramGenerator:
         kind = self.record_kind()
         shapes = self.pair_shapes(self.rng.choice(self.shape_pool()))
         name = self.fresh("L")
-        self.emit(f"{name} = []")
-        if self.rng.random() < 0.6:
-            i = self.fresh("i")
-            n = self.rng.choice([2, 3])
-            self.emit(f"for {i} in range({n}):")
-            self.indent += 1
-            self.ints.append((i, n))
-            self.scopes.append({})
-            self.emit(f"{name}.append({self.new_record(kind, shapes, i)})")
-            self.scopes.pop()
-            self.ints.pop()
-            self.indent -= 1
-        else:
-            n = self.rng.choice([1, 2])
-            for _ in range(n):
-                self.emit(f"{name}.append({self.new_record(kind, shapes)})")
+        n = self.appends(name, lambda i: self.new_record(kind, shapes, i))
         self.declare(StructList(name, kind, shapes, n, True))
 
     def record_kind(self):
