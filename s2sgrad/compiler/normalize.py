@@ -459,6 +459,14 @@ class _Normalizer:
         else:
             self.emit(out, ast.Expr(value=self.rename_loads(value)), s)
 
+    def user_temp(self, stem: str) -> str:
+        """A fresh local for statements written as the user's and normalised again
+        (its versions are not tracked: it may be assigned in a loop)."""
+        name = self.names.fresh(stem)
+        self.resolver.locals.add(name)
+        self.unversioned.add(name)
+        return name
+
     def extend_as_appends(self, s: ast.Expr, call: ast.Call, out) -> bool:
         """`xs.extend(items)` as the appends Python makes (one per item of a literal, or
         a loop over any other iterable), so each item's cotangent reaches it."""
@@ -479,18 +487,14 @@ class _Normalizer:
             # the appends (an item reading xs must not see the earlier ones).
             held = []
             for e in arg.elts:
-                name = self.names.fresh("item")
-                self.resolver.locals.add(name)
-                self.unversioned.add(name)
+                name = self.user_temp("item")
                 assign = ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=e)
                 self.stmt(ast.fix_missing_locations(ast.copy_location(assign, s)), out)
                 held.append(ast.Name(id=name, ctx=ast.Load()))
             for e in held:
                 self.stmt(append(e), out)
             return True
-        item = self.names.fresh("item")
-        self.resolver.locals.add(item)
-        self.unversioned.add(item)
+        item = self.user_temp("item")
         loop = ast.For(target=ast.Name(id=item, ctx=ast.Store()), iter=arg,
                        body=[append(ast.Name(id=item, ctx=ast.Load()))], orelse=[],
                        type_comment=None)
@@ -1309,11 +1313,8 @@ class _Normalizer:
                                               iter=arg, ifs=[], is_async=0)]), arg)
             ast.fix_missing_locations(arg)
         items = self.operand(arg, out)
-        acc = self.names.fresh("total" if kind == "sum" else "best")
-        item = self.names.fresh("item")
-        for n in (acc, item):
-            self.resolver.locals.add(n)
-            self.unversioned.add(n)
+        acc = self.user_temp("total" if kind == "sum" else "best")
+        item = self.user_temp("item")
         if kind == "sum":
             first: ast.expr = start if start is not None else ast.Constant(value=0)
             sequence: ast.expr = items
