@@ -166,3 +166,10 @@ class reporting_bugs:
                 getattr(exc, "s2s_deliberate", False):
             return False
         raise internal_error(exc, self.function, self.source) from exc
+
+
+def guard_fields(error: TransformError) -> tuple:
+    """What a run-time guard of generated code (runtime_inplace.unshared and its
+    kind) needs to raise `error` at the user's line."""
+    return (error.filename, error.lineno, (error.offset or 1) - 1, error.reason, error.hint,
+            error.text)

@@ -15,7 +15,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-from ..errors import TransformError, error_at
+from ..errors import error_at, guard_fields
 from ..rules import registry
 from .names import name_nodes, stored_names
 from .normalize import NormalForm
@@ -671,12 +671,6 @@ def parameter_writes(fn) -> Optional[Dict[int, tuple]]:
             out[pos] = guard_fields(error)
     _PARAMETER_WRITES[key] = out
     return out
-
-
-def guard_fields(error: TransformError) -> tuple:
-    """What the run-time guard (runtime_inplace.unshared) needs to raise `error`."""
-    return (error.filename, error.lineno, (error.offset or 1) - 1, error.reason, error.hint,
-            error.text)
 
 
 def call_write_guards(op: Op, ints: Set[str], local_names, parsed) -> List[Tuple[str, tuple]]:

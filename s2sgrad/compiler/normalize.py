@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
-from ..errors import error_at
+from ..errors import error_at, guard_fields
 from ..function import is_function_class
 from ..rules import registry
 from .aliases import AliasFacts
@@ -316,10 +316,7 @@ class _Normalizer:
                     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
                         # `s = a; s += v` is fine for numbers (rebinding): check at run
                         # time that s is not an array shared with a.
-                        error = self.err(stmt, message, hint)
-                        stmt.s2s_guard = (error.filename, error.lineno,
-                                          (error.offset or 1) - 1, error.reason, hint,
-                                          error.text)
+                        stmt.s2s_guard = guard_fields(self.err(stmt, message, hint))
                         continue
                     raise self.err(stmt, message, hint)
                 where = facts.defined_at.get(other)

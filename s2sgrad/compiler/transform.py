@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import runtime_inplace  # noqa: F401 - registers the helpers this pass emits
-from ..errors import InternalError, error_at
+from ..errors import InternalError, error_at, guard_fields
 from ..rules import registry
 from . import inline
 from .analyze import (
     Activity,
     call_write_guards,
-    guard_fields,
     iter_statements,
     loop_header_op,
     may_build_sequence,
