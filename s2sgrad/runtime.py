@@ -90,6 +90,35 @@ def unbroadcast(value, like):
     return sum_to_shape(value, shape)
 
 
+@helper
+def unbroadcast_matmul(value, a, b):
+    """unbroadcast(value, a @ b), the product's shape read off its operands.
+
+    The adjoint reads a and b anyway (for the product's own rule), so the
+    forward need not keep the product just to tell its shape: an RNN's
+    `W @ h` is then not saved at every step.
+    """
+    if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim <= 2:
+        shape = a.shape[:1] if b.ndim == 1 else (a.shape[0], b.shape[1])
+    else:
+        shape = matmul_shape(shape_of(a), shape_of(b))
+    if getattr(value, "shape", ()) == shape:
+        return value
+    return sum_to_shape(value, shape)
+
+
+def matmul_shape(a_shape: Tuple[int, ...], b_shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    """The shape of a @ b, by NumPy's rules for 1-d and stacked operands."""
+    if len(a_shape) == 1 and len(b_shape) == 1:
+        return ()
+    if len(b_shape) == 1:
+        return tuple(a_shape[:-1])
+    if len(a_shape) == 1:
+        return tuple(b_shape[:-2]) + (b_shape[-1],)
+    batch = np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))
+    return tuple(batch) + (a_shape[-2], b_shape[-1])
+
+
 def sum_to_shape(value, shape):
     value = np.asarray(value)
     extra = value.ndim - len(shape)

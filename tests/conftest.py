@@ -142,3 +142,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(part in item.nodeid for part in _COUNTS_COMPILES):
             item.add_marker(skip)
+
+
+# S2SGRAD_RECORD_CODEGEN=FILE records the text of every pair the session
+# generates (tests/codegen_record.py compares two such records: a refactoring
+# of the compiler must leave every generated line as it was).
+if os.environ.get("S2SGRAD_RECORD_CODEGEN"):
+    from codegen_record import install as _install_recorder
+    _install_recorder(os.environ["S2SGRAD_RECORD_CODEGEN"])

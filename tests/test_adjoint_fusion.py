@@ -10,8 +10,13 @@ a loop or branch, or the comment that opens the next source line's block.
 
 collapse_unbroadcast_chains: unbroadcast(unbroadcast(g, s), a) is
 unbroadcast(g, a) when a broadcasts to s, so s need not be kept as a witness.
+
+product_shapes_from_operands: the cotangent of p = a @ b is unbroadcast to
+p's shape read off a and b, which the matmul rule reads anyway, so p need not
+be kept either.
 """
 import ast
+import re
 import textwrap
 
 import numpy as np
@@ -19,7 +24,11 @@ import pytest
 from conftest import check_vjp, numeric_grad
 
 import s2sgrad
-from s2sgrad.compiler.optimize import collapse_unbroadcast_chains, fuse_adjoint_temporaries
+from s2sgrad.compiler.optimize import (
+    collapse_unbroadcast_chains,
+    fuse_adjoint_temporaries,
+    product_shapes_from_operands,
+)
 
 SOURCE = """
 import numpy as np
@@ -49,6 +58,10 @@ def rnn(W, U, b, xs):
 
 def three_terms(a, b, c):
     return np.sum(np.sin(a + b + c) * c)
+
+
+def product_plus(a, b, c):
+    return np.sum(np.exp(0.3 * (a @ b + c)))
 """
 
 
@@ -233,3 +246,57 @@ def test_arguments_of_calls_are_not_fused():
             return x_bar
     """)
     assert "s_bar = g / 3.0" in out
+
+
+def test_rnn_keeps_only_what_its_adjoint_reads(m):
+    """Per step the adjoint reads h and the input row: nothing else is stacked."""
+    text = s2sgrad.source(m.rnn, wrt=(0, 1, 2))
+    forward = text.split("def rnn_adjoint")[0]
+    stacks = sorted(set(re.findall(r"(\w+_stack) = \[\]", forward)))
+    assert stacks == ["h_stack", "x_stack"], forward
+    assert "_s2s_unbroadcast_matmul(" in text
+
+
+# Shapes of (a, b, c) for a @ b + c: the product smaller than the sum (so the
+# cotangent must be summed down), the same size, and stacked operands.
+@pytest.mark.parametrize("shapes", [
+    ((4, 3), (3,), (4,)), ((1, 3), (3,), (2, 5)), ((3,), (3, 2), (4, 2)),
+    ((2, 3), (3, 1), (5, 2, 4)), ((3,), (3,), (2,)), ((2, 1, 3), (3,), (3, 2, 4)),
+    ((2, 3, 4), (1, 4, 2), (2, 3, 2)),
+])
+def test_product_shape_from_operands_undoes_every_broadcast(m, shapes):
+    rng = np.random.default_rng(11)
+    a, b, c = (rng.standard_normal(s) for s in shapes)
+    check_vjp(m.product_plus, (a, b, c), wrt=(0, 1, 2))
+
+
+def test_product_shape_is_read_off_the_operands():
+    out = _fused("""
+        def f_adjoint(residuals, g):
+            W, h, p, q_stack = residuals
+            p_bar = _s2s_unbroadcast(g, p)
+            q = q_stack.pop()
+            W_bar = _s2s_matmul_grad_a(p_bar, W, h)
+            h_bar = _s2s_matmul_grad_b(p_bar, W, h)
+            return W_bar, h_bar
+    """, product_shapes_from_operands)
+    assert "p_bar = _s2s_unbroadcast_matmul(g, W, h)" in out
+
+
+@pytest.mark.parametrize("between", [
+    "h = h_stack.pop()",           # an operand rebound: the shape could differ
+    "W = W.T",
+    "p_bar = p_bar * 2.0",         # the cotangent rebound
+    "_s2s_zero_item(g, 0)",        # a call statement
+    "for _ in range(2):\n                pass",
+])
+def test_product_shape_stays_past_a_barrier(between):
+    out = _fused(f"""
+        def f_adjoint(residuals, g):
+            W, h, p, h_stack = residuals
+            p_bar = _s2s_unbroadcast(g, p)
+            {between}
+            W_bar = _s2s_matmul_grad_a(p_bar, W, h)
+            return W_bar
+    """, product_shapes_from_operands)
+    assert "p_bar = _s2s_unbroadcast(g, p)" in out

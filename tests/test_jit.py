@@ -197,6 +197,21 @@ def test_rnn_matrix_products():
     _check(rnn, (W, U, b, xs, target), (0, 1, 2))
 
 
+def product_plus(a, b, c):
+    return np.sum(np.tanh(a @ b + c))
+
+
+# The product's cotangent is summed to its shape read off the operands
+# (unbroadcast_matmul): smaller than the sum, the same, 1-d and 2-d operands.
+@pytest.mark.parametrize("shapes", [((4, 3), (3,), (4,)), ((1, 3), (3,), (2, 5)),
+                                    ((3,), (3, 2), (4, 2)), ((2, 3), (3, 1), (2, 4)),
+                                    ((3,), (3,), (2,))])
+def test_product_shapes_from_operands(shapes):
+    pytest.importorskip("numba")
+    rng = _rng()
+    _check(product_plus, tuple(rng.standard_normal(s) for s in shapes), (0, 1, 2))
+
+
 def test_inlined_custom_function():
     pytest.importorskip("numba")
     rng = _rng()

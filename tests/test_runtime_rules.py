@@ -9,7 +9,7 @@ import numpy as np
 from s2sgrad.runtime import (unbroadcast as ub, expand_reduced as er, transpose_grad as tg,
                              safe_log as sl, matmul_grad_a as mga, matmul_grad_b as mgb,
                              dot_grad_a as dga, dot_grad_b as dgb, copy_adjoint as ca,
-                             none_to_zero as nz)
+                             none_to_zero as nz, unbroadcast_matmul as ubm)
 from s2sgrad.runtime_inplace import (copy_value as cv, snapshot as sn, add as ad,
                                      copy_item as ci, scatter_add as sa, with_zeroed as wz,
                                      with_item as wi, push, last, drop_last,
@@ -18,6 +18,9 @@ from s2sgrad.runtime_inplace import (copy_value as cv, snapshot as sn, add as ad
 
 def f_unbroadcast(x, like):
     return ub(x * x, like) * 2.0
+
+def f_unbroadcast_matmul(x, a, b):
+    return ubm(x * x, a, b) * 2.0
 
 def f_expand_axis(c, x):
     return er(c * c, x, axis=0) * x
@@ -84,6 +87,8 @@ def m(tmp_path_factory):
 CASES = [
     ("f_unbroadcast", [(2, 3), (3,)], [0], ["_s2s_unbroadcast"]),
     ("f_unbroadcast", [(4, 1), (1, 1)], [0], ["_s2s_unbroadcast"]),
+    ("f_unbroadcast_matmul", [(2, 4), (4, 3), (3,)], [0], ["_s2s_unbroadcast_matmul"]),
+    ("f_unbroadcast_matmul", [(5, 2, 3), (2, 4), (4, 1)], [0], ["_s2s_unbroadcast_matmul"]),
     ("f_expand_axis", [(3,), (2, 3)], [0, 1], ["_s2s_expand_reduced"]),
     ("f_expand_keep", [(2, 1), (2, 3)], [0, 1], ["_s2s_expand_reduced"]),
     ("f_expand_all", [(), (2, 2)], [0, 1], ["_s2s_expand_reduced"]),

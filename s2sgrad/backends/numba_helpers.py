@@ -536,6 +536,44 @@ def _unbroadcast(value, like):
 
 
 @_stub
+def unbroadcast_matmul(value, a, b):
+    pass
+
+
+@overload(unbroadcast_matmul)
+def _unbroadcast_matmul(value, a, b):
+    """unbroadcast(value, a @ b) for 1-d and 2-d operands (runtime.unbroadcast_matmul)."""
+    if not (_arr(a) and _arr(b)) or a.ndim not in (1, 2) or b.ndim not in (1, 2):
+        return None
+    if a.ndim == 1 and b.ndim == 1:
+        if _scalar_like(value):
+            return lambda value, a, b: value
+        return (lambda value, a, b: value.sum()) if _arr(value) else None
+    shape_of = _PRODUCT_SHAPE[(a.ndim, b.ndim)]
+    if _num(value):
+        return lambda value, a, b: np.full(shape_of(a, b), value)
+    nd = 1 if a.ndim == 1 or b.ndim == 1 else 2
+    if not _arr(value) or value.ndim < nd:
+        return None
+    if value.ndim > nd:
+        return lambda value, a, b: _sum_to(value, shape_of(a, b))
+
+    def same_rank(value, a, b):
+        shape = shape_of(a, b)
+        if value.shape == shape:
+            return value
+        return _sum_to(value, shape)
+    return same_rank
+
+
+_PRODUCT_SHAPE = {
+    (2, 1): register_jitable(lambda a, b: (a.shape[0],)),
+    (1, 2): register_jitable(lambda a, b: (b.shape[1],)),
+    (2, 2): register_jitable(lambda a, b: (a.shape[0], b.shape[1])),
+}
+
+
+@_stub
 def zeros_like(x):
     pass
 

@@ -50,7 +50,8 @@ NB_PREFIX = "_nb_"
 
 # The helpers with a numba version in numba_helpers.py (names without the prefix).
 NUMBA_HELPERS = frozenset({
-    "unbroadcast", "zeros_like", "ones_like", "expand_reduced", "reduced_count",
+    "unbroadcast", "unbroadcast_matmul", "zeros_like", "ones_like", "expand_reduced",
+    "reduced_count",
     "copy_value", "copy_adjoint", "snapshot", "matmul_grad_a", "matmul_grad_b",
     "dot_grad_a", "dot_grad_b", "balanced_max_mask", "safe_log", "clip_grads", "clip_grad_a",
     "real_only", "add_at", "copy_item", "restore_item", "zero_item", "accumulate",
@@ -650,8 +651,10 @@ class KindInference:
             return kw.get(name)
         if short == "meta" or short in ("copy_value", "copy_adjoint", "snapshot"):
             return arg(0, "x")
-        if short == "unbroadcast":
-            v, like = arg(0, "value"), arg(1, "like")
+        if short in ("unbroadcast", "unbroadcast_matmul"):
+            v = arg(0, "value")
+            like = arg(1, "like") if short == "unbroadcast" else \
+                _matmul_kind(arg(1, "a"), arg(2, "b"))
             if like is None or v is None:
                 return None
             if like[0] == "a" and like[1] == 0 and v[0] == "s":

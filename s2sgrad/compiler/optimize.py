@@ -39,6 +39,7 @@ def optimize(t: Transformed) -> Transformed:
     propagate_copies(t.adjoint, user_names)
     substitute_single_use(t.adjoint)
     collapse_unbroadcast_chains(t.adjoint)
+    product_shapes_from_operands(t.adjoint)
     elide_scalar_broadcasts(t)
     while True:
         shared = share_shape_witnesses(t)
@@ -1230,6 +1231,70 @@ def _unbroadcasts_reading(stmts: List[ast.stmt], name: str, g: str,
                 use.target.id != g and _writes_nothing(use.value):
             continue   # in place into another cotangent, which only its name holds
         return None    # anything else (a call statement, a loop, a comment): stop
+    return None
+
+
+# -- a product's shape from its operands -----------------------------------------------
+_MATMUL_GRADS = ("_s2s_matmul_grad_a", "_s2s_matmul_grad_b")
+
+
+def product_shapes_from_operands(fdef: ast.FunctionDef) -> bool:
+    """`p_bar = unbroadcast(g, p)` ... `matmul_grad_a(p_bar, a, b)` ->
+    `p_bar = unbroadcast_matmul(g, a, b)`.
+
+    The matmul rule passes p_bar as the cotangent of `a @ b`, so p has the shape
+    of a @ b with the a and b that rule reads. When nothing between the two
+    statements mentions a, b or p_bar (plain assignments to other names, pops
+    of other stacks), they hold the same values at the unbroadcast, and the
+    shape comes from them: p is no longer a shape witness, and a loop stops
+    saving it at every step (`W @ h` in an RNN)."""
+    changed = False
+    for block in _blocks(fdef.body):
+        for i, s in enumerate(block):
+            call = _unbroadcast_of(s.value) if isinstance(s, ast.Assign) and \
+                len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) else None
+            if call is None or not isinstance(call.args[1], ast.Name):
+                continue
+            operands = _product_operands(block[i + 1:], s.targets[0].id)
+            if operands is not None:
+                call.func = ast.Name(id="_s2s_unbroadcast_matmul", ctx=ast.Load())
+                call.args = [call.args[0]] + [ast.Name(id=n, ctx=ast.Load()) for n in operands]
+                changed = True
+    return changed
+
+
+def _blocks(stmts: List[ast.stmt]) -> Iterable[List[ast.stmt]]:
+    """stmts and every statement list nested in it."""
+    yield stmts
+    for s in stmts:
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                yield from _blocks(inner)
+
+
+def _product_operands(stmts: List[ast.stmt], cot: str) -> Optional[tuple]:
+    """(a, b) of the first `matmul_grad_a/b(cot, a, b)` in stmts (a and b plain
+    names), when no statement before it mentions cot, a or b or does anything
+    but assign pure values or pops to other names; else None."""
+    before: List[ast.stmt] = []
+    for use in stmts:
+        for c in ast.walk(use) if isinstance(use, (ast.Assign, ast.AugAssign)) else ():
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and \
+                    c.func.id in _MATMUL_GRADS and len(c.args) == 3 and not c.keywords and \
+                    all(isinstance(a, ast.Name) for a in c.args) and c.args[0].id == cot:
+                a, b = c.args[1].id, c.args[2].id
+                if cot in (a, b) or any(n.id in (a, b, cot)
+                                        for s in before for n in name_nodes(s)):
+                    return None
+                return a, b
+        if any(n.id == cot for n in name_nodes(use)):
+            return None
+        if not (is_comment(use) or _plain_assignment(use) or
+                (isinstance(use, ast.Assign) and _is_pop(use.value) and
+                 all(isinstance(t, ast.Name) for t in use.targets))):
+            return None
+        before.append(use)
     return None
 
 

@@ -14,6 +14,8 @@ from .registry import constructors, defvjp, nondiff
 # -- the reductions and broadcasting helpers the NumPy rules use ----------------
 defvjp(runtime.unbroadcast, "value, like", value="np.broadcast_to(g, np.shape(value))",
        name="_s2s_unbroadcast")
+defvjp(runtime.unbroadcast_matmul, "value, a, b", value="np.broadcast_to(g, np.shape(value))",
+       name="_s2s_unbroadcast_matmul")
 defvjp(runtime.expand_reduced, "cot, x, axis=None, keepdims=False",
        cot="np.sum(g, axis=axis, keepdims=keepdims)", name="_s2s_expand_reduced")
 defvjp(runtime.transpose_grad, "cot, axes=None", cot="np.transpose(g, axes)",
