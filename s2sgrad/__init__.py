@@ -10,8 +10,7 @@ from .function import Context, Function
 from .rules.jvp_rules import defjvp  # noqa: F401 - public: s2sgrad.defjvp
 from .rules.registry import defvjp  # noqa: F401 - public: s2sgrad.defvjp
 from .tree import ravel, tree_flatten, tree_leaves, tree_map, tree_unflatten
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["Function", "Context", "TransformError", "InternalError", "differentiable", "grad",
            "value_and_grad", "vjp", "source", "functional", "rules", "tree_flatten",

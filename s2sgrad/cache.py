@@ -61,6 +61,7 @@ import types
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .introspect import function_methods, unwrap
 from .rules import REGISTRY as _REGISTRY
 
 FORMAT = 3
@@ -632,7 +633,7 @@ def _scan_sources(path: str, rel: str, out: List[Tuple[str, int, int]]) -> None:
 
 def function_key(fn: Callable, wrt: Sequence[int], options: tuple) -> Optional[str]:
     """The disk key of `fn` differentiated w.r.t. `wrt`, or None (no source)."""
-    from . import __version__
+    from .version import __version__
     fingerprint = function_fingerprint(fn)
     if fingerprint is None:
         return None
@@ -646,7 +647,7 @@ def function_fingerprint(fn: Callable, root: Optional[Callable] = None) -> Optio
     `root` is the function being compiled when `fn` is inlined into it: the
     inlined body's names are also resolved in `root`'s namespace.
     """
-    fn = _unwrap(fn)
+    fn = unwrap(fn)
     code = getattr(fn, "__code__", None)
     if code is None:
         return None
@@ -657,7 +658,7 @@ def function_fingerprint(fn: Callable, root: Optional[Callable] = None) -> Optio
              getattr(fn, "__qualname__", code.co_name), text, _code_fingerprint(code),
              _names_fingerprint(code, fn), _defaults_fingerprint(fn)]
     if root is not None:
-        parts.append(_names_fingerprint(code, _unwrap(root)))
+        parts.append(_names_fingerprint(code, unwrap(root)))
     return _hash(parts)
 
 
@@ -665,18 +666,12 @@ def dependency_fingerprint(kind: str, obj: Any, root: Callable) -> str:
     """Fingerprint of an inlined Function class or a called function."""
     if kind == "function":
         parts = [f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"]
-        for meth in _function_methods(obj):
-            target = _unwrap(getattr(obj, meth))
+        for meth in function_methods(obj):
+            target = unwrap(getattr(obj, meth))
             parts.append(meth)
             parts.append(function_fingerprint(target, root) or _describe(target))
         return _hash(parts)
     return function_fingerprint(obj) or _hash([_describe(obj)])
-
-
-def _function_methods(cls) -> List[str]:
-    """forward plus whichever of vjp/backward the class defines."""
-    from .compiler.bindings import function_methods
-    return function_methods(cls)
 
 
 def source_text(fn: Callable) -> Optional[str]:
@@ -812,11 +807,6 @@ def _hash(parts: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def _unwrap(fn: Callable) -> Callable:
-    from .compiler.parse import unwrap
-    return unwrap(fn)
-
-
 # -- gradient rules registered at run time --------------------------------------------
 _RULES_MEMO: Optional[Tuple[Dict[str, Any], str]] = None
 
@@ -907,7 +897,7 @@ def attribute_chains(node: Any, local_names: Sequence[str]) -> List[str]:
 def describe_chain(fn: Callable, chain: str) -> str:
     """What `chain` resolves to from `fn`'s namespace, described."""
     head, *rest = chain.split(".")
-    obj = lookup(_unwrap(fn), head)
+    obj = lookup(unwrap(fn), head)
     for part in rest:
         if obj is _MISSING:
             break
@@ -926,7 +916,7 @@ def locate(obj: Any, fn: Callable, names: Sequence[str] = ()) -> Optional[tuple]
     ("qual", module, qualname): an attribute path from an imported module;
     ("module", name): an imported module. `names` are tried first.
     """
-    fn = _unwrap(fn)
+    fn = unwrap(fn)
     if isinstance(obj, types.ModuleType) and sys.modules.get(obj.__name__) is obj:
         return ("module", obj.__name__)
     for name in names:
@@ -959,7 +949,7 @@ def resolve(locator: tuple, fn: Callable) -> Any:
     """The object a locator names now, or MISSING."""
     kind = locator[0]
     if kind == "ns":
-        return lookup(_unwrap(fn), locator[1])
+        return lookup(unwrap(fn), locator[1])
     if kind == "qual":
         return _walk(sys.modules.get(locator[1]), locator[2])
     if kind == "module":

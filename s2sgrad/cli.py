@@ -163,8 +163,8 @@ def cmd_show(args) -> int:
         text = compile_jvp(fn, wrt, not args.no_optimize).source
     else:
         # Shown for array arguments (a list's or dict's cotangents add item by item).
-        from .api import _parameter_names
-        every = tuple(range(len(_parameter_names(fn))))
+        from .arguments import parameter_names
+        every = tuple(range(len(parameter_names(fn))))
         text = compile_function(fn, wrt, not args.no_optimize, leaves=every).source
     print(_highlight(text, args.color), end="" if text.endswith("\n") else "\n")
     return 0

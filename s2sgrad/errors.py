@@ -169,7 +169,7 @@ class reporting_bugs:
 
 
 def guard_fields(error: TransformError) -> tuple:
-    """What a run-time guard of generated code (runtime_inplace.unshared and its
+    """What a run-time guard of generated code (runtime.inplace.unshared and its
     kind) needs to raise `error` at the user's line."""
     return (error.filename, error.lineno, (error.offset or 1) - 1, error.reason, error.hint,
             error.text)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .api import check_differentiable, finalize
+from .arguments import check_differentiable, finalize
 from .compiler import CompiledFunction, compile_function, higher
 from .compiler.tangent import compile_jvp
 from .optimizer_check import checked_jvp, checked_pair

@@ -2263,15 +2263,14 @@ def plain_pair_grad(fn, args, i):
     if type(args[i]) is float:
         scalars = tuple(params[j] for j, a in enumerate(args) if type(a) in (float, int))
     extra = {}
-    leaf_positions = getattr(s2sgrad.api, "leaf_positions", None)
-    if leaf_positions is not None:  # which arguments are arrays or numbers, as grad says
-        extra["leaves"] = leaf_positions(tuple(args))
+    from s2sgrad.arguments import finalize, leaf_positions
+    # which arguments are arrays or numbers, as grad says
+    extra["leaves"] = leaf_positions(tuple(args))
     pair = compile_function(fn, (i,), optimize_code=False, scalars=scalars, **extra)
     a = copies(args)
     out, residuals = pair.forward(*a)
     g = pair.adjoint(residuals, _seed_like(out))
     if is_tree(args[i]):  # lists for tuples, 0 for what nothing reached: as grad gives it
-        from s2sgrad.api import finalize
         g = finalize(g, args[i])
     if isinstance(args[i], float) and np.ndim(g) == 0:
         g = float(g)

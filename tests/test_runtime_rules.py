@@ -10,7 +10,7 @@ from s2sgrad.runtime import (unbroadcast as ub, expand_reduced as er, transpose_
                              safe_log as sl, matmul_grad_a as mga, matmul_grad_b as mgb,
                              dot_grad_a as dga, dot_grad_b as dgb, copy_adjoint as ca,
                              none_to_zero as nz, unbroadcast_matmul as ubm)
-from s2sgrad.runtime_inplace import (copy_value as cv, snapshot as sn, add as ad,
+from s2sgrad.runtime.inplace import (copy_value as cv, snapshot as sn, add as ad,
                                      copy_item as ci, scatter_add as sa, with_zeroed as wz,
                                      with_item as wi, push, last, drop_last,
                                      written_grad as wg)
@@ -137,7 +137,7 @@ def test_runtime_rule_matches_finite_differences(m, fname, shapes, wrt, rules, r
 
 def test_every_runtime_rule_is_tested():
     tested = {r for case in CASES for r in case[3]}
-    # The rules of numpy_helpers' helpers are tested in test_second_order_rules.py.
+    # The rules of numpy_grads' helpers are tested in test_second_order_rules.py.
     names = {r.name for r in all_rules() if r.name.startswith("_s2s_")
-             and r.func.__module__ != "s2sgrad.rules.numpy_helpers"}
+             and r.func.__module__ != "s2sgrad.runtime.numpy_grads"}
     assert names <= tested, sorted(names - tested)

@@ -19,13 +19,14 @@ from test_rules import _draw
 
 import s2sgrad
 from s2sgrad import TransformError, functional, runtime
-from s2sgrad.rules import all_rules, numpy_helpers
+from s2sgrad.rules import all_rules
+from s2sgrad.runtime import numpy_grads as numpy_helpers
 
 EPS = 1e-5
 
 
 def _helpers_called(rule):
-    """The numpy_helpers helpers a rule's template calls."""
+    """The numpy_grads helpers a rule's template calls."""
     found = set()
     for node in list(rule.grads.values()) + list(rule.prelude):
         for sub in ast.walk(node):
@@ -158,7 +159,7 @@ def _products(f, args, vs):
     return _flat(hv), _flat(vh)
 
 
-# Helpers whose cotangents are a lazy sequence (numpy_helpers._Lazy). The second-order
+# Helpers whose cotangents are a lazy sequence (numpy_grads._Lazy). The second-order
 # adjoint materialises a zero cotangent for such a value with _s2s_zeros_like, which does
 # not accept a _Lazy whose items differ in shape (runtime.zeros_like converts it with
 # np.asarray); those cases are expected to fail until it does.

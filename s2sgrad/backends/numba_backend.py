@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..arguments import seed as seed_of
 from . import numba_rewrite as rw
 
 
@@ -297,8 +298,7 @@ class JitFunction:
         # (if the function does) once, as without jit.
         out, residuals = self.compiled.forward(*_copies(args))
         if need == "fused":
-            from ..api import _seed
-            seed = _seed(out)     # a non-scalar output: the API's ValueError, now
+            seed = seed_of(out)     # a non-scalar output: the API's ValueError, now
             v.check = (out, residuals, seed)
         try:
             seeds = {}
@@ -448,9 +448,8 @@ class JitFunction:
         return self._numpy_value_and_grad(args, kwargs)
 
     def _numpy_value_and_grad(self, args, kwargs):
-        from ..api import _seed
         out, residuals = self.compiled.forward(*args, **kwargs)
-        return out, self.compiled.adjoint(residuals, _seed(out))
+        return out, self.compiled.adjoint(residuals, seed_of(out))
 
     def _numpy_after(self, exc: BaseException, args, kwargs, v: Variant):
         """The compiled code raised: NumPy decides (its error, or its value and a warning)."""
@@ -693,7 +692,7 @@ def _mismatch(got: Any, want: Any, rtol: float = 1e-7) -> Optional[str]:
 
 
 def _function_key(fn: Callable) -> Any:
-    from ..compiler.parse import unwrap
+    from ..introspect import unwrap
     fn = unwrap(fn)
     return getattr(fn, "__code__", None) or id(fn)
 

@@ -8,7 +8,7 @@ machine code does only the work the case needs. Shapes are still checked at
 run time (numba compiles once per type signature, not per shape).
 
 Every implementation computes what its NumPy counterpart in `s2sgrad.runtime`
-or `s2sgrad.rules.numpy_helpers` computes, for the cases it accepts; a case
+or `s2sgrad.runtime.numpy_grads` computes, for the cases it accepts; a case
 it does not accept is a typing error, and the caller falls back to NumPy.
 Importing this module needs numba.
 """

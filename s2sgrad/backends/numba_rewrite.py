@@ -641,7 +641,7 @@ class KindInference:
         return None
 
     def _helper(self, short: str, e: ast.Call) -> Optional[Kind]:
-        """Result kinds of the runtime helpers (s2sgrad.runtime, rules.numpy_helpers)."""
+        """Result kinds of the runtime helpers (s2sgrad.runtime)."""
         args = [self.expr(a) for a in e.args]
         kw = {x.arg: self.expr(x.value) for x in e.keywords}
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import reporting_bugs
+from ..introspect import unwrap
 from . import bindings as _bindings
 from . import entry as _entry
 from .analyze import Activity, analyze, iter_statements, output_items
@@ -25,7 +26,7 @@ from .inline import inline
 from .memory import PairCache, memory_cache_size  # noqa: F401 - the CLI reports the size
 from .normalize import normalize
 from .optimize import link_residuals, optimize, private_copies
-from .parse import ParsedFunction, parse_function, unwrap
+from .parse import ParsedFunction, parse_function
 from .transform import transform
 
 

@@ -29,6 +29,8 @@ import ast
 import types
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
+from ..introspect import function_methods, unwrap
+
 MISSING = object()   # the value of a name that is not bound (also resolve.MISSING)
 
 # How many times the memory cache was cleared: wrappers holding on to pairs
@@ -91,7 +93,6 @@ def pair_bindings(fn: Callable, facts: Sequence[Binding], classes: Iterable[type
     looked up (`facts`), the function's own code and defaults, and for every
     `Function` class whose body was inlined (`classes`) where its methods come
     from and the names those bodies read in their own module."""
-    from .parse import unwrap
     root = unwrap(fn)
     out = list(facts)
     if isinstance(root, types.FunctionType):
@@ -105,17 +106,6 @@ def pair_bindings(fn: Callable, facts: Sequence[Binding], classes: Iterable[type
             done.add(id(cls))
             out += class_bindings(cls, caller, with_jvp)
     return unique_bindings(out)
-
-
-def function_methods(cls, with_jvp: bool = False) -> List[str]:
-    """forward, whichever of vjp/backward the class uses (and jvp if it has one)."""
-    out = ["forward"]
-    vjp = getattr(cls, "vjp_method", None)
-    if vjp is not None:
-        out.append("vjp" if vjp() is getattr(cls, "vjp", None) else "backward")
-    if with_jvp and getattr(cls, "jvp", None) is not None:
-        out.append("jvp")
-    return out
 
 
 def class_bindings(cls: type, caller_globals, with_jvp: bool = False) -> List[Binding]:
@@ -132,7 +122,6 @@ def class_bindings(cls: type, caller_globals, with_jvp: bool = False) -> List[Bi
 
 
 def _plain_function(obj):
-    from .parse import unwrap
     obj = unwrap(obj) if obj is not None else None
     return obj if isinstance(obj, types.FunctionType) else None
 

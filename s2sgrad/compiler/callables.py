@@ -15,6 +15,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from ..introspect import unwrap
+
 
 @dataclass(frozen=True)
 class BoundCall:
@@ -42,7 +44,6 @@ class BoundCall:
 def bound_call(fn: Any) -> Optional[BoundCall]:
     """The plain function a bound method, callable instance or functools.partial
     runs, with what it binds; None for anything else (plain functions included)."""
-    from .parse import unwrap
     args: Tuple[Any, ...] = ()
     kwargs: Dict[str, Any] = {}
     peeled = False

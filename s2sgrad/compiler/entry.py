@@ -32,10 +32,11 @@ import types
 from typing import Any, Dict, List, Optional
 
 from .. import cache as disk_cache
+from ..introspect import function_methods, unwrap
 from .analyze import Activity
-from .bindings import MISSING, Binding, function_methods, read
+from .bindings import MISSING, Binding, read
 from .emit import Emitted, bind_late, instantiate
-from .parse import parse_function, unwrap
+from .parse import parse_function
 
 
 def disk_store(fn, wrt, options):

@@ -14,10 +14,11 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .. import runtime, runtime_inplace
+from .. import runtime
 from ..function import is_function_class
 from ..rules import registry
 from ..rules.registry import Rule
+from ..runtime import inplace as runtime_inplace
 
 # Functions that write into one of their arguments: never silently skipped.
 _MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,

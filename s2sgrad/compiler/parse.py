@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 from ..errors import TransformError
+from ..introspect import unwrap
 
 
 @dataclass
@@ -46,17 +47,6 @@ class ParsedFunction:
         public API differentiates positional ones only; a caller's generated code
         may differentiate a callee's keyword-only parameter too)."""
         return self.params + [a.arg for a in self.node.args.kwonlyargs]
-
-
-def unwrap(fn: Callable) -> Callable:
-    """Peel decorators that keep `__wrapped__` (ours and functools.wraps)."""
-    seen = set()
-    while hasattr(fn, "__wrapped__") and id(fn) not in seen:
-        seen.add(id(fn))
-        fn = fn.__wrapped__
-    if isinstance(fn, (staticmethod, classmethod)):
-        fn = fn.__func__
-    return fn
 
 
 def parse_function(fn: Callable) -> ParsedFunction:

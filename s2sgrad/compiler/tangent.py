@@ -41,7 +41,6 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from .. import runtime_tangent  # noqa: F401 - registers the helpers this pass emits
 from ..errors import TransformError, deliberate, error_at, reporting_bugs
 from ..rules import jvp_rules, registry
 from ..runtime import HELPERS

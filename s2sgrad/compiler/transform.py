@@ -22,7 +22,6 @@ import copy
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from .. import runtime_inplace  # noqa: F401 - registers the helpers this pass emits
 from ..errors import InternalError, error_at, guard_fields
 from ..rules import registry
 from . import inline

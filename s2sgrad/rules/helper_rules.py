@@ -1,4 +1,4 @@
-"""Gradient rules for the table helpers (numpy_helpers.py): second derivatives.
+"""Gradient rules for the table helpers (runtime/numpy_grads.py): second derivatives.
 
 A first-order adjoint calls the helpers the NumPy rules' templates use
 (`_s2s_stack_grad(g, arrays, axis)`, `_s2s_prod_grad(g, a, ...)`, ...);
@@ -13,7 +13,7 @@ template's own cotangent):
 - `cot`'s rule is the transpose of h in g, which is the tangent of f: often
   f itself on g, or the JVP helper of forward mode;
 - a primal argument's rule is the Hessian of <g, f> applied to g (helpers
-  `*_hvp` in helper_grads.py, which are also the tangents: a Hessian is
+  `*_hvp` in runtime/second_order.py, which are also the tangents: a Hessian is
   symmetric). Helpers of piecewise linear functions (max, sort, clip, take,
   ...) have none, and arguments that only give shapes, indices, masks or f's
   result `ans` (whose dependence is included in the total derivative) are not
@@ -21,11 +21,8 @@ template's own cotangent):
 """
 from __future__ import annotations
 
-from . import (
-    helper_grads,  # noqa: F401 - registers the helpers the templates call
-    jvp_rules,
-)
-from . import numpy_helpers as nh
+from ..runtime import numpy_grads as nh
+from . import jvp_rules
 from .registry import defvjp, nondiff
 
 
@@ -141,7 +138,7 @@ jvp_rules.linear(*_LINEAR)
 # -- curvature: the rule of a primal argument is a Hessian-vector product --------------------------
 def _curved(fn, params, joint, joint_params, **grads):
     """A helper with a Hessian part: its tangent is one template for its cotangent and
-    primal arguments together (`*_jvp` in helper_grads.py)."""
+    primal arguments together (`*_jvp` in runtime/second_order.py)."""
     name = _rule(fn, params, **grads)
     jvp_rules.defjvp(name, joint=joint, joint_params=joint_params)
 

@@ -21,7 +21,7 @@ the function itself, exactly and automatically:
   `sum(vjp(ones) * x_dot)` over the reduced axes.
 
 The others have explicit templates here (linalg decompositions, sort, cumprod,
-interp, ...), most of them calling a helper in `s2sgrad/runtime_tangent.py`.
+interp, ...), most of them calling a helper in `s2sgrad/runtime/tangent.py`.
 In a template, `<param>_dot` is the tangent of a parameter, `ans` the result,
 `np` NumPy, and helpers are called by name, as in the VJP table. A rule
 without a JVP makes forward mode raise `TransformError` at the user's line,
@@ -37,7 +37,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple, Union
 
-from .. import runtime, runtime_tangent  # noqa: F401 - registers the tangent helpers
+from .. import runtime
 from . import registry
 from .registry import REGISTRY, TEMPLATE_BUILTINS, Rule, all_rules, lookup_function
 

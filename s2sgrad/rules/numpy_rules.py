@@ -12,7 +12,6 @@ import math
 
 import numpy as np
 
-from . import numpy_helpers  # noqa: F401 - registers the helpers the templates call
 from .registry import (
                        alias,
                        constructors,

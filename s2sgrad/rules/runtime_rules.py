@@ -7,8 +7,9 @@ first argument is named `cot` here because `g` is the template's cotangent.
 """
 from __future__ import annotations
 
-from .. import runtime, runtime_inplace
+from .. import runtime
 from ..runtime import helper
+from ..runtime import inplace as runtime_inplace
 from .registry import constructors, defvjp, nondiff
 
 # -- the reductions and broadcasting helpers the NumPy rules use ----------------

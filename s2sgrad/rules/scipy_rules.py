@@ -2,7 +2,7 @@
 
 SciPy is optional: s2sgrad.rules imports this module inside a try block, so
 nothing here is needed to import or use s2sgrad. Same format as
-numpy_rules.py; the helpers live in numpy_helpers.py.
+numpy_rules.py; the helpers live in runtime/numpy_grads.py.
 """
 from __future__ import annotations
 

@@ -19,16 +19,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..runtime import (
-    _normalize_axes,
-    balanced_max_mask,
-    expand_reduced,
-    reduced_count,
-    sum_to_shape,
-    unbroadcast,
-)
-from ..runtime import new_helper as _helper
-from ..runtime import swap_last_axes as _T
+from .registry import new_helper as _helper
+from .reverse import balanced_max_mask
+from .shapes import _normalize_axes, expand_reduced, reduced_count, sum_to_shape, unbroadcast
+from .shapes import swap_last_axes as _T
 
 _NUMPY2 = int(np.__version__.split(".")[0]) >= 2
 

@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from .rules import numpy_helpers as _nh
-from .runtime import ArrayMeta, _normalize_axes, one_per
-from .runtime import new_helper as _helper
-from .runtime import swap_last_axes as _T
+from . import numpy_grads as _nh
+from .registry import new_helper as _helper
+from .reverse import one_per
+from .shapes import ArrayMeta, _normalize_axes
+from .shapes import swap_last_axes as _T
 
 
 # -- zeros, shapes and dtypes ---------------------------------------------------------

@@ -1,6 +1,6 @@
 """Derivatives of the table helpers, for second derivatives.
 
-A first-order adjoint calls the helpers of `numpy_helpers.py`
+A first-order adjoint calls the helpers of `numpy_grads.py`
 (`_s2s_prod_grad(g, a, ...)`, ...). Differentiating that adjoint again needs
 the derivatives of each helper, whose rules are in `helper_rules.py`; what
 does not read well as one line of NumPy there lives here, registered with
@@ -32,11 +32,11 @@ import numbers
 
 import numpy as np
 
-from .. import runtime_tangent as rt
-from ..runtime import _normalize_axes, expand_reduced, sum_to_shape, unbroadcast
-from ..runtime import new_helper as _helper
-from ..runtime import swap_last_axes as _T
-from . import numpy_helpers as nh
+from . import numpy_grads as nh
+from . import tangent as rt
+from .registry import new_helper as _helper
+from .shapes import _normalize_axes, expand_reduced, sum_to_shape, unbroadcast
+from .shapes import swap_last_axes as _T
 
 
 def _zero(t, like):

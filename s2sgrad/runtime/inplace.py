@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .runtime import _is_basic_index, add_items, helper, unbroadcast
+from .registry import helper
+from .reverse import _is_basic_index, add_items
+from .shapes import unbroadcast
 
 
 class _Missing:
@@ -44,7 +46,7 @@ def written_grad(adjoint, index, value):
     zero. Which one NumPy keeps is found by making the same write with positions."""
     if isinstance(adjoint, dict):
         item = adjoint.get(index)
-        from .runtime import zeros_like
+        from .shapes import zeros_like
         return zeros_like(value) if item is None else unbroadcast(copy_item(adjoint, index),
                                                                    value)
     if isinstance(adjoint, list) or _is_basic_index(index) or (
@@ -74,7 +76,7 @@ def zero_item(adjoint, index, like=None) -> None:
     """The overwritten items get no gradient: zero them in the adjoint. For a list,
     `like` is the list with the overwritten items back: their zero has their
     structure, not that of what replaced them (L[0] = [a, b] over an array)."""
-    from .runtime import zeros_like
+    from .shapes import zeros_like
     if isinstance(adjoint, list):
         if isinstance(index, slice):
             for k in range(*index.indices(len(adjoint))):
@@ -139,7 +141,7 @@ def unshared(value, filename, lineno, col, message, hint, text) -> None:
     place, which would change the other variable behind the adjoint's back.
     """
     if isinstance(value, (np.ndarray, list, dict)):
-        from .errors import TransformError
+        from ..errors import TransformError
         raise TransformError(message, filename, lineno, col, hint, text)
 
 
@@ -156,7 +158,7 @@ def no_sequence_arithmetic(left, right, filename, lineno, col, message, hint, te
         built = (isinstance(left, seq) and type(right) is int) or \
             (isinstance(right, seq) and type(left) is int)
     if built:
-        from .errors import TransformError
+        from ..errors import TransformError
         raise TransformError(message, filename, lineno, col, hint, text)
 
 
@@ -168,7 +170,7 @@ def field_index(value, name: str) -> int:
     fields = getattr(type(value), "_fields", None)
     if isinstance(value, tuple) and fields is not None and name in fields:
         return fields.index(name)
-    from .errors import TransformError
+    from ..errors import TransformError
     raise TransformError(f"s2sgrad has no gradient rule for the attribute .{name} of a "
                          f"{type(value).__name__}",
                          hint="Differentiate with respect to arrays, numbers and lists, "
@@ -179,7 +181,7 @@ def field_index(value, name: str) -> int:
 @helper
 def scatter_add(adjoint, index, g):
     """adjoint with g added at index (repeated indices accumulate), as a new value."""
-    from .runtime import add_at
+    from .reverse import add_at
     out = copy_value(adjoint)
     add_at(out, index, g)
     return out

@@ -1,0 +1,53 @@
+"""Everything generated code calls, under the reserved `_s2s_` prefix.
+
+One module per topic; importing the package registers every helper in
+`HELPERS`, which is how the emitter binds an `_s2s_<name>` in generated code:
+
+- `shapes`: undoing broadcasting and reductions, zeros of a shape;
+- `reverse`: the N-d cases of matmul/dot, cotangents of lists and dicts, seeds;
+- `inplace`: saving and restoring what in-place writes overwrite;
+- `tangent`: forward mode's zero tangents, casts and decompositions;
+- `numpy_grads`: the helpers the NumPy rules' templates call;
+- `second_order`: their Hessian-vector products and transposes (grad of grad).
+"""
+from __future__ import annotations
+
+from . import inplace, numpy_grads, reverse, second_order, shapes, tangent  # noqa: F401
+from .registry import HELPERS, helper, new_helper  # noqa: F401
+from .reverse import (  # noqa: F401 - the names generated code and rules use
+    accumulate,
+    add_at,
+    add_items,
+    backwards,
+    balanced_max_mask,
+    check_count,
+    copy_adjoint,
+    dict_item_grad,
+    dot_grad_a,
+    dot_grad_b,
+    keys,
+    loop_items,
+    loop_items_tangent,
+    matmul_grad_a,
+    matmul_grad_b,
+    none_to_zero,
+    one_per,
+    record,
+    safe_log,
+    seed,
+    transpose_grad,
+)
+from .shapes import (  # noqa: F401
+    ArrayMeta,
+    expand_reduced,
+    matmul_shape,
+    meta,
+    ones_like,
+    reduced_count,
+    shape_of,
+    sum_to_shape,
+    swap_last_axes,
+    unbroadcast,
+    unbroadcast_matmul,
+    zeros_like,
+)

@@ -1,0 +1,236 @@
+"""Shapes in generated adjoints: undoing broadcasting and reductions, zeros of a shape.
+
+The adjoint of broadcasting sums a cotangent down to its value's shape; the
+adjoint of a reduction spreads it back. These helpers need only shapes and
+dtypes, which is why the forward may keep an `ArrayMeta` instead of an array.
+"""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any, Tuple
+
+import numpy as np
+
+from .registry import helper
+
+
+def swap_last_axes(x):
+    """The transpose of a matrix, or of each matrix in a stack."""
+    return np.swapaxes(x, -1, -2)
+
+
+def shape_of(x: Any) -> Tuple[int, ...]:
+    shape = getattr(x, "shape", None)
+    return shape if shape is not None else np.shape(x)
+
+
+class ArrayMeta:
+    """Shape and dtype of an array the adjoint needs only for its shape.
+
+    The forward keeps this instead of the array when no rule reads the values,
+    so intermediate arrays are not held alive just to undo broadcasting.
+    """
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return f"ArrayMeta(shape={self.shape}, dtype={self.dtype})"
+
+
+@helper
+def meta(x):
+    """What the adjoint keeps of a value it reads only for shape and dtype.
+
+    Small arrays are kept as they are (cheaper than describing them).
+    """
+    if type(x) is np.ndarray and x.size > _SMALL:
+        return ArrayMeta(x.shape, x.dtype)
+    return x
+
+
+@helper
+def unbroadcast(value, like):
+    """Sum `value` down to the shape of `like`: the adjoint of broadcasting."""
+    if type(like) is float:
+        shape = ()
+    else:
+        shape = getattr(like, "shape", None)
+        if shape is None:
+            shape = np.shape(like)  # a list or tuple taken as an array
+    vshape = getattr(value, "shape", ())
+    if vshape == shape:
+        return value
+    return sum_to_shape(value, shape)
+
+
+@helper
+def unbroadcast_matmul(value, a, b):
+    """unbroadcast(value, a @ b), the product's shape read off its operands.
+
+    The adjoint reads a and b anyway (for the product's own rule), so the
+    forward need not keep the product just to tell its shape: an RNN's
+    `W @ h` is then not saved at every step.
+    """
+    if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim <= 2:
+        shape = a.shape[:1] if b.ndim == 1 else (a.shape[0], b.shape[1])
+    else:
+        shape = matmul_shape(shape_of(a), shape_of(b))
+    if getattr(value, "shape", ()) == shape:
+        return value
+    return sum_to_shape(value, shape)
+
+
+def matmul_shape(a_shape: Tuple[int, ...], b_shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    """The shape of a @ b, by NumPy's rules for 1-d and stacked operands."""
+    if len(a_shape) == 1 and len(b_shape) == 1:
+        return ()
+    if len(b_shape) == 1:
+        return tuple(a_shape[:-1])
+    if len(a_shape) == 1:
+        return tuple(b_shape[:-2]) + (b_shape[-1],)
+    batch = np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))
+    return tuple(batch) + (a_shape[-2], b_shape[-1])
+
+
+def sum_to_shape(value, shape):
+    value = np.asarray(value)
+    extra = value.ndim - len(shape)
+    if extra > 0:
+        value = value.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and value.shape[i] != 1)
+    if axes:
+        value = value.sum(axis=axes, keepdims=True)
+    if value.shape != tuple(shape):
+        value = np.broadcast_to(value, shape)
+    return value[()] if value.ndim == 0 else value
+
+
+@helper
+def zeros_like(x, items=None):
+    """A zero cotangent for `x`: a Python 0.0 for Python numbers, else an array.
+
+    Lists and tuples (of arrays) get a list of zeros, one per item. `items`, when
+    given, flags which items vary (nested for items that are tuples): the others,
+    whose cotangents the caller never reads, get a scalar 0.0.
+    """
+    if isinstance(x, (float, int)) and not isinstance(x, (bool, np.generic)):
+        return 0.0
+    if isinstance(x, dict):   # the cotangent of a dict is a dict with its keys
+        return {k: _zero_item(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        if items is not None:
+            return [zeros_like(item, flag) if isinstance(flag, tuple) else
+                    (_zero_item(item) if flag else 0.0) for item, flag in zip(x, items)]
+        return [_zero_item(item) for item in x]
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+        # A lazy sequence of cotangents (numpy_grads._Lazy): None stays None.
+        return [None if item is None else zeros_like(item) for item in x]
+    if isinstance(x, ArrayMeta):
+        return np.zeros(x.shape, x.dtype if np.issubdtype(x.dtype, np.inexact) else np.float64)
+    x = np.asarray(x)
+    dtype = x.dtype if np.issubdtype(x.dtype, np.inexact) else np.float64
+    return np.zeros(x.shape, dtype)
+
+
+# The items of a structure's zero cotangent are read-only views of one 0-d zero:
+# no memory is written until something reaches them (add_items then takes the
+# contribution as it is), and nothing can update them in place by mistake.
+_ZERO_BASES: dict = {}
+_ZERO_IDS: set = set()
+
+
+def _zero_item(item):
+    if isinstance(item, (list, tuple, dict)) or not isinstance(item, (np.ndarray, ArrayMeta)):
+        return zeros_like(item)
+    dtype = item.dtype if np.issubdtype(item.dtype, np.inexact) else np.dtype(np.float64)
+    base = _ZERO_BASES.get(dtype)
+    if base is None:
+        base = np.zeros((), dtype)
+        base.flags.writeable = False
+        _ZERO_BASES[dtype] = base
+        _ZERO_IDS.add(id(base))
+    return np.broadcast_to(base, item.shape)
+
+
+@helper
+def ones_like(x):
+    if isinstance(x, (float, int)) and not isinstance(x, (bool, np.generic)):
+        return 1.0
+    return np.ones(shape_of(x), np.result_type(x, np.float64)
+                   if not np.issubdtype(np.asarray(x).dtype, np.inexact) else np.asarray(x).dtype)
+
+
+def _normalize_axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, numbers.Integral):
+        axis = (axis,)
+    return tuple(sorted(int(a) % ndim if ndim else 0 for a in axis))
+
+
+@helper
+def expand_reduced(g, x, axis=None, keepdims=False):
+    """Broadcast the cotangent of a reduction back over the reduced axes of x."""
+    shape = shape_of(x)
+    if not keepdims and axis is not None and len(shape):
+        if type(axis) is int and type(g) is np.ndarray and g.ndim == len(shape) - 1 and \
+                -len(shape) <= axis < len(shape):
+            a = axis % len(shape)    # one axis: a reshape, without expand_dims' checks
+            g = g.reshape(g.shape[:a] + (1,) + g.shape[a:])
+        else:
+            g = np.expand_dims(g, _normalize_axes(axis, len(shape)))
+    if not _small(shape):
+        return np.broadcast_to(g, shape)
+    # np.broadcast_to costs microseconds; for a small array a filled copy is
+    # cheaper (np.empty + fill or one broadcast write, cheaper than np.full).
+    if type(g) is np.ndarray and g.ndim:
+        out = np.empty(shape, g.dtype)   # the dtype broadcast_to would give
+        out[...] = g
+        return out
+    if type(g) is float or np.ndim(g) == 0:
+        dtype = _dtype_of(x)
+        if not (type(g) is float and dtype is _FLOAT64):   # skip the usual promotion
+            dtype = np.result_type(g, dtype)
+        out = np.empty(shape, dtype)
+        out.fill(g)
+        return out
+    return np.broadcast_to(g, shape)
+
+
+_FLOAT64 = np.dtype(np.float64)
+
+
+_SMALL = 1 << 12
+
+
+def _small(shape) -> bool:
+    n = 1
+    for d in shape:
+        n *= d
+    return n <= _SMALL
+
+
+def _dtype_of(x):
+    dtype = getattr(x, "dtype", None)
+    return dtype if dtype is not None and dtype.kind in "fc" else np.float64
+
+
+@helper
+def reduced_count(x, axis=None):
+    """How many elements a reduction over `axis` combined (for mean's adjoint)."""
+    shape = shape_of(x)
+    if axis is None:
+        return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return int(np.prod([shape[a] for a in _normalize_axes(axis, len(shape))], dtype=np.int64))
