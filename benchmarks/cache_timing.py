@@ -58,7 +58,7 @@ def child(mode: str, path: str, func: str, wrt: tuple) -> dict:
     if mode == "load":
         def passes_must_not_run(*args, **kwargs):
             raise AssertionError("the disk cache missed: the passes ran")
-        compiler.run_passes = passes_must_not_run
+        compiler.driver.run_passes = passes_must_not_run
     t0 = time.perf_counter()
     compiler.compile_function(fn, wrt)
     first = time.perf_counter() - t0

@@ -172,7 +172,7 @@ def source(f: Callable, wrt: Union[int, Sequence[int]] = 0, optimize: bool = Tru
     and adjoint (mode="reverse"), or its tangent code (mode="forward")."""
     positions, _ = normalize_wrt(wrt, f=f)
     if mode == "forward":
-        from .compiler.tangent import compile_jvp
+        from .compiler import compile_jvp
         return compile_jvp(f, positions, optimize).source
     if mode != "reverse":
         raise ValueError(f"source(mode={mode!r}): mode is 'reverse' (forward and adjoint) "

@@ -159,7 +159,7 @@ def cmd_show(args) -> int:
     if args.order == 2:
         text = _second_order_source(fn, wrt, args.mode, not args.no_optimize)
     elif args.mode == "forward":
-        from .compiler.tangent import compile_jvp
+        from .compiler import compile_jvp
         text = compile_jvp(fn, wrt, not args.no_optimize).source
     else:
         # Shown for array arguments (a list's or dict's cotangents add item by item).
@@ -179,7 +179,7 @@ def _second_order_source(fn: Callable, wrt: Tuple[int, ...], mode: str, optimize
     from .compiler import compile_function, higher
     grad_fn = higher.derived("grad", fn, wrt)
     if mode == "forward":
-        from .compiler.tangent import compile_jvp
+        from .compiler import compile_jvp
         code = compile_jvp(grad_fn, wrt, optimize).source
     else:
         code = compile_function(grad_fn, wrt, optimize).source

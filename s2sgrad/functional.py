@@ -18,8 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .arguments import check_differentiable, finalize
-from .compiler import CompiledFunction, compile_function, higher
-from .compiler.tangent import compile_jvp
+from .compiler import CompiledFunction, compile_function, compile_jvp, higher
 from .optimizer_check import checked_jvp, checked_pair
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]

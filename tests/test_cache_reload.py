@@ -274,7 +274,7 @@ import s2sgrad
 import s2sgrad.compiler as compiler
 
 ran = []
-original = compiler.run_passes
+original = compiler.driver.run_passes
 
 
 def counting(parsed, *args, **kwargs):
@@ -282,7 +282,7 @@ def counting(parsed, *args, **kwargs):
     return original(parsed, *args, **kwargs)
 
 
-compiler.run_passes = counting
+compiler.driver.run_passes = counting
 X = np.array([0.5, 1.0, 2.0])
 
 

@@ -262,7 +262,7 @@ def test_the_memory_cache_keeps_the_most_recently_used_pairs(make_module, monkey
         np.testing.assert_allclose(s2sgrad.grad(f)(x), i * np.cos(x))
         alive.append(weakref.ref(f))
         assert compile_function(fns[0], (0,)) is hot   # used all along: never dropped
-    assert len(compiler._CACHE) == 50
+    assert len(compiler.memory.PAIRS) == 50
     hot = compile_function(fns[-1], (0,))
     assert compile_function(fns[-1], (0,)) is hot   # still in memory
     del fns, f, hot
@@ -279,7 +279,7 @@ def test_a_memory_cache_of_one_pair_still_compiles_callees_and_recursion(m, monk
     clear_cache()
     check_vjp(m.loss, [rng.standard_normal(3), rng.standard_normal(3)])
     check_vjp(m.countdown, [rng.standard_normal(3), 3], wrt=(0,))
-    assert len(compiler._CACHE) == 1
+    assert len(compiler.memory.PAIRS) == 1
     g = s2sgrad.grad(m.loss, wrt=(0, 1))
     first = g(np.ones(3), np.ones(3))
     np.testing.assert_allclose(g(np.ones(3), np.ones(3)), first)
@@ -293,7 +293,7 @@ def test_no_memory_limit_with_zero(make_module, monkeypatch):
     _, fns = _closures(make_module, 30)
     for f in fns:
         compile_function(f, (0,))
-    assert len(compiler._CACHE) == 30
+    assert len(compiler.memory.PAIRS) == 30
     clear_cache()
 
 

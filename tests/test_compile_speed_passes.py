@@ -1,7 +1,7 @@
 """The shortcuts that make compiling cheaper give what the longer ways gave.
 
 `emit.to_source` writes the functions without copying them first and notes
-the `_s2s_` names it writes; `emit.compile_emitted` puts the source in its
+the `_s2s_` names it writes; `loader.compile_emitted` puts the source in its
 factory as text; the optimiser and the normaliser walk nodes with lists
 instead of generators. Each is compared here with the way it replaced.
 """
@@ -12,10 +12,11 @@ import types
 import numpy as np
 
 import s2sgrad
-from s2sgrad.compiler import clear_cache, compile_function, emit
-from s2sgrad.compiler.emit import Emitted, compile_emitted, free_names, to_source
+from s2sgrad.compiler import clear_cache, compile_function, emit, loader
+from s2sgrad.compiler.emit import to_source
+from s2sgrad.compiler.loader import Emitted, compile_emitted, free_names
+from s2sgrad.compiler.marks import comment
 from s2sgrad.compiler.names import clone
-from s2sgrad.compiler.transform import comment
 
 # The package's `normalize` and `optimize` are the pass functions: the modules.
 names_mod = importlib.import_module("s2sgrad.compiler.names")
@@ -74,8 +75,8 @@ def test_textual_factory_compiles_what_the_tree_compiled():
     e = _emitted(c.module_source, [c.forward.__name__, c.adjoint.__name__],
                  "<s2sgrad test factory>")
     code, closure_names = compile_emitted(e)
-    assert emit._factory_text(e.source, closure_names, e.function_names) is not None
-    assert _factory_facts(code) == _factory_facts(emit._factory_from_tree(e, closure_names))
+    assert loader._factory_text(e.source, closure_names, e.function_names) is not None
+    assert _factory_facts(code) == _factory_facts(loader._factory_from_tree(e, closure_names))
     assert closure_names == sorted(free_names(e.source, e.function_names))
 
 
@@ -121,22 +122,22 @@ def test_traceback_points_at_the_generated_line():
 def test_triple_quoted_string_falls_back_to_the_tree():
     source = '# header\ndef f(x):\n    s = """a\ndef g():\n    pass"""\n    return x, s\n'
     e = _emitted(source)
-    assert emit._factory_text(source, ["_s2s_np"], ["f"]) is None
+    assert loader._factory_text(source, ["_s2s_np"], ["f"]) is None
     code, names = compile_emitted(e)
-    assert _factory_facts(code) == _factory_facts(emit._factory_from_tree(e, names))
+    assert _factory_facts(code) == _factory_facts(loader._factory_from_tree(e, names))
     fn = types.FunctionType(code, e.globals, "_s2s_factory")()[0]
     assert fn(1) == (1, "a\ndef g():\n    pass")
 
 
 def test_other_unusual_text_falls_back():
     base = "# header\ndef f(x):\n    return x\n"
-    assert emit._factory_text(base, [], ["f"]) is not None
+    assert loader._factory_text(base, [], ["f"]) is not None
     for bad in ("# header\ndef f(x):\n    return x + \\\n1\n",          # continuation
                 "def f(x):\n    return x\n",                          # no header line
                 "# header\ndef f(x):\n\treturn x\n",                    # tab
                 "# header\nx = 1\ndef f(x):\n    return x\n",           # top-level code
                 "# header\ndef f(x):\n    return x"):                   # no final newline
-        assert emit._factory_text(bad, [], ["f"]) is None, bad
+        assert loader._factory_text(bad, [], ["f"]) is None, bad
 
 
 def test_text_that_does_not_compile_reports_as_before():
@@ -192,7 +193,7 @@ def test_to_source_matches_the_copying_version_and_leaves_the_tree_alone():
     assert to_source([fdef], header) == _reference_to_source([fdef], header)
     assert _dump_all([fdef]) == before
     text = to_source([fdef], header)
-    assert emit.helper_names(text) == ["_s2s_helper"]
+    assert loader.helper_names(text) == ["_s2s_helper"]
     assert to_source([fdef]) == _reference_to_source([fdef])
 
 
@@ -220,7 +221,7 @@ def test_generated_pairs_are_written_as_before():
 
 def test_helper_names_of_text_not_made_by_to_source_are_parsed():
     text = "# h\ndef f(x):\n    return _s2s_np.sum(x) + _s2s_copy_value(x)  # _s2s_nothing\n"
-    assert sorted(emit.helper_names(text)) == ["_s2s_copy_value", "_s2s_np"]
+    assert sorted(loader.helper_names(text)) == ["_s2s_copy_value", "_s2s_np"]
 
 
 # -- walks ------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from test_rules import _draw, _source
 
 import s2sgrad
 from s2sgrad import functional
-from s2sgrad.compiler.tangent import compile_jvp
+from s2sgrad.compiler import compile_jvp
 from s2sgrad.rules import all_rules, jvp_rules
 
 EPS = 1e-6
@@ -643,9 +643,9 @@ def test_apply_outside_compiled_code_accepts_save_for_forward(m):
 
 # -- generated code --------------------------------------------------------------------------
 def test_generated_code_is_readable_and_deterministic(m):
-    from s2sgrad.compiler import tangent
+    from s2sgrad.compiler import forward
     first = compile_jvp(m.branches, (0, 1)).source
-    tangent.clear_cache()
+    forward.clear_cache()
     second = compile_jvp(m.branches, (0, 1)).source
     assert first == second
     assert "def branches_jvp(x, y, x_dot, y_dot):" in first

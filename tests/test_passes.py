@@ -7,12 +7,14 @@ import pytest
 from conftest import import_source
 
 from s2sgrad.compiler.analyze import analyze
-from s2sgrad.compiler.emit import Emitted, load, to_source
+from s2sgrad.compiler.emit import to_source
 from s2sgrad.compiler.inline import inline
+from s2sgrad.compiler.loader import Emitted, load
+from s2sgrad.compiler.marks import comment
 from s2sgrad.compiler.normalize import normalize
 from s2sgrad.compiler.optimize import eliminate_dead, fold_block, optimize, substitute_single_use
 from s2sgrad.compiler.parse import parse_function
-from s2sgrad.compiler.transform import comment, transform
+from s2sgrad.compiler.transform import transform
 
 SOURCE = '''
 import numpy as np

@@ -35,7 +35,9 @@ from .. import cache as disk_cache
 from ..introspect import function_methods, unwrap
 from .analyze import Activity
 from .bindings import MISSING, Binding, read
-from .emit import Emitted, bind_late, instantiate
+from .compiled import CompiledFunction
+from .loader import Emitted, bind_late, helper_value, instantiate
+from .memory import PAIRS
 from .parse import parse_function
 
 
@@ -57,7 +59,7 @@ def make_entry(disk_key, compiled, t, emitted: Emitted, code, closure_names,
     (memory only) when some object cannot be found again in another process.
 
     The generated code's closure variables are rebound by name: `_s2s_`
-    helpers by `emit.helper_value`, callees by compiling them, the others (a
+    helpers by `loader.helper_value`, callees by compiling them, the others (a
     Function body's globals that the caller's module binds differently)
     through `cache.locate`.
     """
@@ -248,7 +250,6 @@ def locate_binding(name: str, value: Any, root, objects, origins) -> Optional[tu
     dependency, name in its body) the alias stands for: the value is looked up
     where that body looks it up.
     """
-    from .emit import helper_value
     try:
         if helper_value(name) is value:
             return ("helper",)
@@ -280,21 +281,20 @@ def resolve_binding(where: tuple, root, objects) -> Any:
 
 
 # -- loading -----------------------------------------------------------------------------
-def load(store, disk_key, fn, wrt, options, key):
-    """The CompiledFunction stored on disk, or None if absent, stale or unusable."""
-    from . import _CACHE
+def load(store, disk_key, fn, wrt, options, key, compile_function):
+    """The CompiledFunction stored on disk, or None if absent, stale or unusable
+    (its callees' pairs come from `compile_function`: the driver's)."""
     payload = store.read(disk_key)
     if payload is None:
         return None
     try:
-        return _from_entry(payload, fn, wrt, options, key)
+        return _from_entry(payload, fn, wrt, options, key, compile_function)
     except Exception:  # noqa: BLE001 - a bad entry is regenerated, never an error
-        _CACHE.pop(key, None)
+        PAIRS.pop(key, None)
         return None
 
 
-def _from_entry(payload: dict, fn, wrt, options, key):
-    from . import _CACHE, CompiledFunction, compile_function
+def _from_entry(payload: dict, fn, wrt, options, key, compile_function):
     root = unwrap(fn)
     objects = []
     for kind, where, fingerprint in payload["deps"]:
@@ -333,7 +333,7 @@ def _from_entry(payload: dict, fn, wrt, options, key):
                                 activity=_activity(payload["activity"], wrt),
                                 params=list(payload["params"]), name=payload["name"],
                                 not_inlined=list(payload["not_inlined"]), bindings=checks)
-    _CACHE[key] = compiled
+    PAIRS[key] = compiled
     for forward_name, adjoint_name, index, callee_wrt, structure, leaves in \
             payload["callees"]:
         callee = compile_function(objects[index], callee_wrt, options[0], options[1],

@@ -19,14 +19,14 @@ derivative sees how the inner result depends on it.
 """
 from __future__ import annotations
 
-import ast
 import inspect
 import itertools
 import types
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from ..errors import TransformError
-from .emit import Emitted, load
+from .driver import compile_function
+from .loader import Emitted, load
 
 _COUNTER = itertools.count()
 _DERIVED: Dict[tuple, types.FunctionType] = {}
@@ -50,7 +50,6 @@ def derived(kind: str, base: Callable, positions: Tuple[int, ...],
     a tuple even for one position, as functional.vjp does for tuple inputs and
     grad does for `wrt=(i,)`.
     """
-    from . import compile_function
     key = (kind, base, tuple(positions), inputs_tuple)
     fn = _DERIVED.get(key)
     if fn is not None and fn.__s2sgrad_pair__.current():
@@ -102,29 +101,6 @@ def derived(kind: str, base: Callable, positions: Tuple[int, ...],
     fn.__s2sgrad_pair__ = pair
     _DERIVED[key] = fn
     return fn
-
-
-def lift_lambda(node: ast.Lambda, free: Sequence[str], globals_: dict,
-                filename: str) -> types.FunctionType:
-    """A module-level function for `lambda args: body` whose free variables are
-    extra trailing parameters (so an outer derivative sees them as inputs)."""
-    args = [a.arg for a in node.args.posonlyargs + node.args.args]
-    params = ", ".join(list(args) + list(free))
-    name = f"lambda_{node.lineno}"
-    source = f"def {name}({params}):\n    return {ast.unparse(node.body)}\n"
-    pseudo = f"<s2sgrad lifted lambda at {filename}:{node.lineno} #{next(_COUNTER)}>"
-    functions = load(Emitted(source=source, function_names=[name], filename=pseudo,
-                             globals=globals_))
-    return functions[name]
-
-
-def derived_of_wrapper(fn: Callable) -> Optional[types.FunctionType]:
-    """The differentiable equivalent of a grad/value_and_grad wrapper, else None."""
-    info = getattr(fn, "__s2sgrad_derived__", None)
-    if info is None:
-        return None
-    kind, base, positions, as_tuple = info
-    return derived(kind, base, tuple(positions), inputs_tuple=as_tuple)
 
 
 _ = Any

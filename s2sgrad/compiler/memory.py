@@ -15,7 +15,11 @@ not be dropped while its callees are compiled.
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
+from typing import Callable, Tuple
+
+from ..introspect import unwrap
 
 DEFAULT_SIZE = 1024
 
@@ -60,3 +64,19 @@ class PairCache(OrderedDict):
             if getattr(pair, "_recent", False):
                 pair._recent = False
                 self[key] = pair   # a second chance, at the end
+
+
+PAIRS = PairCache()        # reverse-mode pairs (compiler.driver)
+TANGENTS = PairCache()     # forward-mode code (compiler.forward)
+LOCK = threading.RLock()   # held while either cache is read or filled
+
+
+def cache_key(fn: Callable, wrt: Tuple[int, ...], options: tuple) -> tuple:
+    fn = unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    closure = tuple(id(c) for c in (getattr(fn, "__closure__", None) or ()))
+    # Default values are bound into the generated code: functions that share code
+    # but not defaults (a def inside a loop) get pairs of their own.
+    defaults = tuple(id(d) for d in (getattr(fn, "__defaults__", None) or ()))
+    return (code, closure, id(getattr(fn, "__globals__", None)), defaults, tuple(wrt),
+            options)

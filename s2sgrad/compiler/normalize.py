@@ -26,9 +26,11 @@ import numpy as np
 from ..errors import error_at, guard_fields
 from ..function import is_function_class
 from ..rules import registry
+from . import reentry
 from .aliases import AliasFacts
 from .callables import bound_call
 from .hoist import hoist_invariants
+from .loader import lift_lambda
 from .names import NameRegistry, clone, name_nodes, names_in, walk
 from .parse import ParsedFunction
 from .resolve import Resolver
@@ -1363,7 +1365,6 @@ class _Normalizer:
         `functional.vjp(f, inputs, v, create_graph=True)`: a call to code that
         computes the derivative (higher.derived), which the compiler can
         differentiate again. A lambda's free variables become extra arguments."""
-        from . import higher
         func = expr.func
         if isinstance(func, ast.Call) and _dotted(func.func) and \
                 not self.resolver.is_local_chain(func.func):
@@ -1375,7 +1376,7 @@ class _Normalizer:
             wrt = self.static_wrt(func, default=0)
             positions = (wrt,) if isinstance(wrt, int) else tuple(wrt)
             # grad(f, wrt=(0,)) returns a one-tuple, grad(f, wrt=0) the gradient.
-            fn = higher.derived(maker.__name__, base, positions,
+            fn = reentry.derived(maker.__name__, base, positions,
                                 inputs_tuple=not isinstance(wrt, int))
             args = [self.atom(a, out) for a in expr.args]
             keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out))
@@ -1393,7 +1394,7 @@ class _Normalizer:
             items = list(inputs.elts) if isinstance(inputs, ast.Tuple) else \
                 (list(known) if known is not None else [inputs])
             is_tuple = isinstance(inputs, ast.Tuple) or known is not None
-            fn = higher.derived("vjp", base, tuple(range(len(items))), inputs_tuple=is_tuple)
+            fn = reentry.derived("vjp", base, tuple(range(len(items))), inputs_tuple=is_tuple)
             v = bound.get("v")
             if v is None:
                 raise self.err(expr, "functional.vjp inside a differentiated function needs "
@@ -1485,12 +1486,11 @@ class _Normalizer:
     def differentiated_function(self, node, where) -> Tuple[Callable, List[str]]:
         """The function object an inner derivative differentiates, and the outer
         variables it closes over (lifted into extra trailing parameters)."""
-        from . import higher
         if isinstance(node, ast.Lambda):
             params = {a.arg for a in node.args.posonlyargs + node.args.args}
             free = sorted({n.id for n in name_nodes(node.body)
                            if n.id not in params and n.id in self.resolver.locals})
-            fn = higher.lift_lambda(node, free, self.p.globals, self.p.filename)
+            fn = lift_lambda(node, free, self.p.globals, self.p.filename)
             return fn, free
         if node is not None and _dotted(node) and not self.resolver.is_local_chain(node):
             ok, fn = self.resolver.static(node)

@@ -19,6 +19,7 @@ from ..function import is_function_class
 from ..rules import registry
 from ..rules.registry import Rule
 from ..runtime import inplace as runtime_inplace
+from . import reentry
 
 # Functions that write into one of their arguments: never silently skipped.
 _MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
@@ -305,8 +306,7 @@ def _call_op(call: ast.Call, outs, local_names) -> Op:
         return Op("nondiff", outs, other_inputs=everything, callee=callee, label=label)
     if getattr(callee, "__s2sgrad_derived__", None) is not None:
         # A call to s2sgrad.grad(f) & co. inside differentiated code: its code.
-        from .higher import derived_of_wrapper
-        callee = derived_of_wrapper(callee)
+        callee = reentry.readable(callee)
         return Op("call", outs, diff_inputs=names(ast.Tuple(
             elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
             other_inputs=everything, callee=callee, label=label, call=call)

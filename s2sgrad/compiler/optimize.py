@@ -15,8 +15,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 import numpy as np
 
+from .marks import is_comment
 from .names import clone, name_nodes, walk
-from .transform import Transformed, is_comment
+from .transform import Transformed
 
 _PART = re.compile(r".*_bar_part(_\d+)?$")
 # The compiler's names for cotangents; anything else in an adjoint (a Function's

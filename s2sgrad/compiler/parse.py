@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional
 
 from ..errors import TransformError
 from ..introspect import unwrap
+from . import reentry
 
 
 @dataclass
@@ -52,10 +53,7 @@ class ParsedFunction:
 def parse_function(fn: Callable) -> ParsedFunction:
     """Parse `fn`'s source into a FunctionDef whose positions are the user's."""
     fn = unwrap(fn)
-    if getattr(fn, "__s2sgrad_derived__", None) is not None:
-        # s2sgrad.grad(f) & co.: differentiate their code (second derivatives).
-        from .higher import derived_of_wrapper
-        fn = derived_of_wrapper(fn)
+    fn = reentry.readable(fn)   # s2sgrad.grad(f) & co.: their code (second derivatives)
     if isinstance(fn, types.MethodType):
         raise TransformError(
             f"cannot differentiate the bound method {fn.__qualname__} directly",

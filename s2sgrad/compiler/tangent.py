@@ -34,94 +34,27 @@ from __future__ import annotations
 
 import ast
 import copy
-import importlib
 import inspect
-import threading
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..errors import TransformError, deliberate, error_at, reporting_bugs
+from ..errors import TransformError, deliberate, error_at
 from ..rules import jvp_rules, registry
 from ..runtime import HELPERS
-from .analyze import Activity, analyze, call_write_guards, iter_statements
-from .bindings import pair_bindings
-from .callables import bound_call
-from .emit import Emitted, bind_late, compile_emitted, instantiate, joined_source, to_source
-from .memory import PairCache
+from . import reentry, sites
+from .analyze import Activity, call_write_guards, iter_statements
+from .loader import Emitted, load
+from .marks import comment, line_comment
 from .names import NameRegistry, names_in
-from .normalize import NormalForm, normalize
+from .normalize import NormalForm
 from .ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
 from .optimize import eliminate_dead, fold_block, fwd_params, propagate_copies, tidy
-from .parse import ParsedFunction, parse_function
-from .transform import comment, field_index, fold_loop_items, line_comment
-
-# The module (the package's `inline` attribute is the pass function of that name).
-inline = importlib.import_module(__name__.rsplit(".", 1)[0] + ".inline")
+from .parse import ParsedFunction
+from .transform import field_index
 
 _HINT_RULE = ("Use reverse mode (s2sgrad.grad / functional.vjp) for this function, or "
               "register a JVP with s2sgrad.rules.jvp_rules.defjvp.")
-
-
-@dataclass
-class CompiledJvp:
-    """A function's generated forward-mode code.
-
-    jvp(*args, *tangents) -> (output, output_tangent), with one tangent per
-    position in `wrt`, after every positional argument (defaults filled in by
-    the caller: see `call`).
-    """
-
-    fn: Callable
-    wrt: Tuple[int, ...]
-    jvp: Callable
-    module_source: str
-    activity: Activity
-    params: List[str]
-    name: str
-    # Which parts of the output tangent may be nonzero (True/False, or a tuple of
-    # those, nested like the output): False where it is structurally zero.
-    output_live: Any = True
-    output_varied: Any = True          # does the output depend on the inputs (per item)
-    callees: List[Any] = field(default_factory=list)
-    not_inlined: List[str] = field(default_factory=list)
-    bindings: List[Any] = field(default_factory=list)   # see CompiledFunction.current
-
-    def current(self) -> bool:
-        from . import _current
-        return _current(self, set())
-
-    @property
-    def zero_output(self) -> Any:
-        """Structurally zero output tangent: a bool, or one per item of a tuple output."""
-        if isinstance(self.output_live, tuple):
-            return tuple(not any_live(item) for item in self.output_live)
-        return not self.output_live
-
-    @property
-    def source(self) -> str:
-        """This function's tangent code followed by that of everything it calls."""
-        return joined_source(self)
-
-    def call(self, args: Sequence[Any], tangents: Sequence[Any], kwargs=None):
-        """Run the jvp on a call's arguments (defaults of omitted ones filled in)."""
-        if not kwargs and len(args) == len(self.params):
-            return self.jvp(*args, *tangents)
-        positional, keywords = _bind_call(self.fn, args, kwargs or {})
-        return self.jvp(*positional, *tangents, **keywords)
-
-
-def _bind_call(fn, args, kwargs):
-    sig = inspect.signature(fn)
-    bound = sig.bind(*args, **kwargs)
-    bound.apply_defaults()
-    positional, keywords = [], {}
-    for p in sig.parameters.values():
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            positional.append(bound.arguments[p.name])
-        elif p.kind is p.KEYWORD_ONLY:
-            keywords[p.name] = bound.arguments[p.name]
-    return positional, keywords
 
 
 def any_live(struct: Any) -> bool:
@@ -136,128 +69,6 @@ def _merge(a: Any, b: Any) -> Any:
     if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
         return tuple(_merge(x, y) for x, y in zip(a, b))
     return any_live(a) or any_live(b)
-
-
-_CACHE = PairCache()   # bounded like the reverse-mode cache (compiler.memory)
-_LOCK = threading.RLock()
-_IN_PROGRESS: Set[tuple] = set()
-
-
-def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
-                structure: Tuple[Tuple[int, Any], ...] = (),
-                demand: Optional[Tuple[bool, ...]] = None) -> CompiledJvp:
-    """The cached tangent (JVP) code of `fn` with respect to positions `wrt`.
-
-    `structure` gives, for tuple-valued parameters, which items' tangents may be
-    nonzero ((position, (True, False, ...)), ...): the code reads only those
-    (a caller passing residuals whose items are constants, say). `demand` says,
-    for a function returning a tuple, which items' tangents the caller reads;
-    the others are returned as None and not computed.
-    """
-    from . import cache_key
-    bound = None if type(fn) is types.FunctionType else bound_call(fn)
-    if bound is not None:   # a bound method, callable object or partial: its function's
-        inner = compile_jvp(bound.func, bound.shift(wrt), optimize_code,
-                            tuple((i + len(bound.args), flags) for i, flags in structure),
-                            demand)
-        return bound.wrap(inner, fn, wrt, "jvp")
-    key = cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure), demand))
-    with _LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            if hit.current():
-                hit._recent = True   # kept when the cache is trimmed (compiler.memory)
-                return hit
-            del _CACHE[key]  # a name it was generated for is bound to something else
-        _IN_PROGRESS.add(key)
-        _CACHE.enter()
-        try:
-            return _compile(fn, tuple(wrt), bool(optimize_code), key, tuple(structure),
-                            demand)
-        finally:
-            _IN_PROGRESS.discard(key)
-            _CACHE.leave()
-
-
-def in_progress(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
-                structure: Tuple[Tuple[int, Any], ...] = (),
-                demand: Optional[Tuple[bool, ...]] = None) -> bool:
-    from . import cache_key
-    return cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure),
-                                      demand)) in _IN_PROGRESS
-
-
-def clear_cache() -> None:
-    with _LOCK:
-        _CACHE.clear()
-
-
-def _inlined_classes(t) -> List[type]:
-    """The Function classes whose bodies the tangent code inlines (their
-    methods and the names those read are bindings of the pair)."""
-    return [s.cls for s in t.sites.values() if isinstance(s, _FunctionSite) and s.inlined]
-
-
-def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> CompiledJvp:
-    with reporting_bugs(getattr(fn, "__qualname__", repr(fn))):
-        parsed = parse_function(fn)
-    if any(i >= len(parsed.all_params) or i < 0 for i in wrt):
-        raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
-                         f"{len(parsed.params)} positional argument(s)")
-    with reporting_bugs(parsed.name, parsed):
-        return _generate(fn, wrt, optimize_code, key, structure, demand, parsed)
-
-
-def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> CompiledJvp:
-    nf = normalize(parsed)
-    activity = analyze(nf, wrt)
-    nf.node.body = fold_loop_items(nf.node.body, activity)
-    t = _Tangent(nf, activity, optimize_code, dict(structure), demand)
-    fdef = t.run()
-    if optimize_code:
-        _optimize(fdef, nf, t)
-    else:
-        prune_zeros(fdef)
-        fdef.body = tidy(fdef.body)
-    what = ", ".join(parsed.all_params[i] for i in wrt) if wrt else "nothing"
-    header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
-              f"{parsed.node.lineno}), forward mode (tangents of {what})\n")
-    source = to_source([fdef], header)
-    filename = (f"<s2sgrad jvp {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
-                f"wrt={wrt}{'' if optimize_code else ' unoptimized'}>")
-    free = dict(t.bindings)
-    for name in t.late:
-        free[name] = None
-    emitted = Emitted(source=source, function_names=[fdef.name], filename=filename,
-                      globals=parsed.globals, free=free, closure_cells=dict(parsed.closure))
-    code, closure_names = compile_emitted(emitted)
-    functions = instantiate(code, closure_names, emitted)
-    compiled = CompiledJvp(fn=fn, wrt=wrt, jvp=functions[fdef.name], module_source=source,
-                           activity=activity, params=parsed.params, name=parsed.name,
-                           output_live=t.output_live, output_varied=t.output_varied,
-                           not_inlined=list(t.not_inlined),
-                           bindings=pair_bindings(fn, nf.resolver.facts, _inlined_classes(t),
-                                                  with_jvp=True))
-    for name in sorted(t.compiled):
-        if name in t.bindings and t.compiled[name] not in compiled.callees:
-            compiled.callees.append(t.compiled[name])
-    _CACHE[key] = compiled
-    try:
-        for name, (callee_fn, callee_wrt, kind, *spec) in sorted(t.late.items()):
-            if kind == "jvp":
-                callee = compile_jvp(callee_fn, callee_wrt, optimize_code, *spec)
-                value = callee.jvp
-            else:  # a Function's vjp as a function, for a derived JVP: its reverse mode
-                from . import compile_function
-                callee = compile_function(callee_fn, callee_wrt)
-                value = callee.forward if kind == "forward" else callee.adjoint
-            if callee not in compiled.callees:
-                compiled.callees.append(callee)
-            bind_late(functions, name, value)
-    except BaseException:
-        _CACHE.pop(key, None)
-        raise
-    return compiled
 
 
 class _Peephole(ast.NodeTransformer):
@@ -503,7 +314,7 @@ def _forward_site(cls, call: ast.Call, out_names, needs, names: NameRegistry, nf
         return _fallback(site, names, "apply() was called with keyword arguments")
     try:
         _inline_forward(site, cls, names, nf)
-    except inline.NotInlinable as exc:
+    except sites.NotInlinable as exc:
         return _fallback(site, names, str(exc))
     return site
 
@@ -515,7 +326,7 @@ def _fallback(site: _FunctionSite, names: NameRegistry, reason: str) -> _Functio
     site.ctx_name = ctx
     site.forward_body = [
         _assign(ctx, ast.Call(func=_name("_s2s_Context"),
-                              args=[inline._constant(tuple(site.needs))], keywords=[])),
+                              args=[sites._constant(tuple(site.needs))], keywords=[])),
         _assign(_targets(site.out_names), ast.Call(
             func=ast.Attribute(value=copy.deepcopy(site.cls_expr), attr="forward",
                                ctx=ast.Load()),
@@ -527,14 +338,14 @@ def _fallback(site: _FunctionSite, names: NameRegistry, reason: str) -> _Functio
 def _inline_forward(site: _FunctionSite, cls, names: NameRegistry, nf) -> None:
     """forward's body with ctx turned into variables; then the jvp (or the vjp as a
     function, for a derived JVP)."""
-    ctx, body, result, mapping, out = inline.bind_forward(site, cls, names, nf)
+    ctx, body, result, mapping, out = sites.bind_forward(site, cls, names, nf)
     slots: Dict[str, str] = {}
     saved: List[str] = []
     saved_fwd: List[str] = []
     for s in body:
         out += _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names)
-    rewrite = inline._CtxRewriter(ctx, slots, saved, site.needs, "forward")
-    result = rewrite.visit(inline.substitute(result, mapping))
+    rewrite = sites._CtxRewriter(ctx, slots, saved, site.needs, "forward")
+    result = rewrite.visit(sites.substitute(result, mapping))
     if len(site.out_names) > 1 and isinstance(result, ast.Tuple) and \
             len(result.elts) == len(site.out_names):
         out += [_assign(o, e) for o, e in zip(site.out_names, result.elts)]
@@ -550,7 +361,7 @@ def _inline_forward(site: _FunctionSite, cls, names: NameRegistry, nf) -> None:
 
 
 def _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names) -> List[ast.stmt]:
-    rewrite = inline._CtxRewriter(ctx, slots, saved, site.needs, "forward")
+    rewrite = sites._CtxRewriter(ctx, slots, saved, site.needs, "forward")
     if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
             isinstance(s.value.func, ast.Attribute) and \
             isinstance(s.value.func.value, ast.Name) and s.value.func.value.id == ctx:
@@ -560,7 +371,7 @@ def _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names) ->
             out = []
             target.clear()
             for arg in s.value.args:
-                value = rewrite.visit(inline.substitute(arg, mapping))
+                value = rewrite.visit(sites.substitute(arg, mapping))
                 stem = arg.id if isinstance(arg, ast.Name) else "saved"
                 slot = names.fresh(f"{stem}_saved")
                 out.append(_assign(slot, value))
@@ -568,52 +379,52 @@ def _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names) ->
             return out
         if method == "mark_non_differentiable":
             return []
-        raise inline.NotInlinable(f"forward calls ctx.{method}()")
+        raise sites.NotInlinable(f"forward calls ctx.{method}()")
     if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
             isinstance(s.targets[0], ast.Attribute) and \
             isinstance(s.targets[0].value, ast.Name) and s.targets[0].value.id == ctx:
         attr = s.targets[0].attr
         if attr in ("saved_tensors", "needs_input_grad"):
-            raise inline.NotInlinable(f"forward assigns ctx.{attr}")
+            raise sites.NotInlinable(f"forward assigns ctx.{attr}")
         slot = slots.get(attr) or names.fresh(attr)
-        value = rewrite.visit(inline.substitute(s.value, mapping))
+        value = rewrite.visit(sites.substitute(s.value, mapping))
         slots[attr] = slot
         return [_assign(slot, value)]
     if isinstance(s, (ast.If, ast.For, ast.While)):
         for sub in ast.walk(s):
             if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and \
                     sub.value.id == ctx and sub.attr not in ("needs_input_grad",):
-                raise inline.NotInlinable("forward uses ctx inside a branch or loop")
-    return [rewrite.visit(inline.substitute(s, mapping))]
+                raise sites.NotInlinable("forward uses ctx inside a branch or loop")
+    return [rewrite.visit(sites.substitute(s, mapping))]
 
 
 def _inline_jvp(site, cls, jvp_fn, slots, saved, names, nf) -> None:
-    parsed = inline._parse_method(jvp_fn, cls, "jvp")
-    site.bindings.update(inline._foreign_globals(parsed, nf, names, site))
+    parsed = sites._parse_method(jvp_fn, cls, "jvp")
+    site.bindings.update(sites._foreign_globals(parsed, nf, names, site))
     params = [a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args]
     if parsed.node.args.vararg or parsed.node.args.kwarg:
-        raise inline.NotInlinable("jvp takes *args")
+        raise sites.NotInlinable("jvp takes *args")
     ctx, *grads = params
     if len(grads) != len(site.arg_atoms):
         raise deliberate(TypeError(f"{cls.__name__}.jvp takes {len(grads)} tangent(s) but "
                                    f"{cls.__name__}.forward takes {len(site.arg_atoms)} "
                                    f"input(s)"))
-    body, result = inline._single_return(
-        [s for s in parsed.node.body if not inline._is_docstring(s)], "jvp")
-    local = inline._local_names(parsed.node) - {ctx}
+    body, result = sites._single_return(
+        [s for s in parsed.node.body if not sites._is_docstring(s)], "jvp")
+    local = sites._local_names(parsed.node) - {ctx}
     mapping: Dict[str, ast.expr] = {}
     for n in sorted(local | set(grads)):
         mapping[n] = _name(names.fresh(n))
     mapping.update(site.foreign)
-    rewrite = inline._CtxRewriter(ctx, slots, saved, site.needs, "jvp")
-    stmts = [rewrite.visit(inline.substitute(s, mapping)) for s in body]
-    site.jvp_body = inline._fold(inline._split_tuple_assigns(stmts))
-    site.jvp_result = inline._fold_expr(rewrite.visit(inline.substitute(result, mapping)))
+    rewrite = sites._CtxRewriter(ctx, slots, saved, site.needs, "jvp")
+    stmts = [rewrite.visit(sites.substitute(s, mapping)) for s in body]
+    site.jvp_body = sites._fold(sites._split_tuple_assigns(stmts))
+    site.jvp_result = sites._fold_expr(rewrite.visit(sites.substitute(result, mapping)))
     site.jvp_grads = [mapping[g].id for g in grads]
     written = {n.id for s in site.jvp_body for n in ast.walk(s)
                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     if written & set(site.jvp_grads):
-        raise inline.NotInlinable("jvp assigns to its tangent argument")
+        raise sites.NotInlinable("jvp assigns to its tangent argument")
 
 
 _VJP_FUNCTIONS: Dict[tuple, Tuple[Any, int]] = {}
@@ -629,21 +440,21 @@ def vjp_as_function(cls, slots: Dict[str, str], saved: List[str], needs, n_out: 
     if hit is not None:
         return hit
     what = "vjp" if vjp_fn is getattr(cls, "vjp", None) else "backward"
-    parsed = inline._parse_method(vjp_fn, cls, what)
+    parsed = sites._parse_method(vjp_fn, cls, what)
     params = [a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args]
     if parsed.node.args.vararg or parsed.node.args.kwarg:
-        raise inline.NotInlinable(f"{what} takes *args")
+        raise sites.NotInlinable(f"{what} takes *args")
     ctx, *grads = params
     if len(grads) != n_out:
-        raise inline.NotInlinable(f"{what} takes {len(grads)} gradient(s) for {n_out} output(s)")
+        raise sites.NotInlinable(f"{what} takes {len(grads)} gradient(s) for {n_out} output(s)")
     taken = names_in(parsed.node)
     reg = NameRegistry(taken)
     saved_params = [reg.fresh(f"saved_{i}") for i in range(len(saved))]
     attr_params = {attr: reg.fresh(f"ctx_{attr}") for attr in sorted(slots)}
-    body = [s for s in parsed.node.body if not inline._is_docstring(s)]
-    rewrite = inline._CtxRewriter(ctx, attr_params, saved_params, tuple(needs), what)
+    body = [s for s in parsed.node.body if not sites._is_docstring(s)]
+    rewrite = sites._CtxRewriter(ctx, attr_params, saved_params, tuple(needs), what)
     body = [rewrite.visit(copy.deepcopy(s)) for s in body]
-    body = inline._fold(body)
+    body = sites._fold(body)
     fdef = ast.FunctionDef(
         name=f"{cls.__name__}_{what}",
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in
@@ -656,7 +467,6 @@ def vjp_as_function(cls, slots: Dict[str, str], saved: List[str], needs, n_out: 
     source = (f"# s2sgrad: {cls.__name__}.{what} as a function of its cotangents "
               f"(its reverse mode gives {cls.__name__}'s JVP)\n"
               f"{ast.unparse(ast.fix_missing_locations(fdef))}\n")
-    from .emit import load
     filename = f"<s2sgrad {cls.__name__}.{what} as a function #{len(_VJP_FUNCTIONS)}>"
     fn = load(Emitted(source=source, function_names=[fdef.name], filename=filename,
                       globals=getattr(vjp_fn, "__globals__", {}),
@@ -720,7 +530,7 @@ class _Tangent:
         self.inits: List[str] = []
         self.last_line: Optional[int] = None
         self.loop: Optional[_Loop] = None
-        self.np_name = inline.numpy_alias(nf)
+        self.np_name = sites.numpy_alias(nf)
         self.sites: Dict[Any, Any] = {}
         self.compiled: Dict[str, Any] = {}        # callees compiled already, by bound name
         self.not_inlined: List[str] = []
@@ -1475,7 +1285,7 @@ class _Tangent:
                 default = parameter.default
                 if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
                     default = ()
-                mapping[param] = inline._constant(None if default is inspect.Parameter.empty
+                mapping[param] = sites._constant(None if default is inspect.Parameter.empty
                                                   else default)
             mapping[f"{param}_dot"] = self._param_tangent(rule, param, op.bound.get(param))
         for h in HELPERS:
@@ -1491,8 +1301,8 @@ class _Tangent:
         full = dict(mapping, **local)
         used = {n.id for n in ast.walk(template) if isinstance(n, ast.Name)}
         if used & set(local):
-            out += [inline.substitute(p, full, drop) for p in prelude]
-        return inline.substitute(template, full, drop)
+            out += [sites.substitute(p, full, drop) for p in prelude]
+        return sites.substitute(template, full, drop)
 
     def _param_tangent(self, rule, param, atom) -> ast.expr:
         """A parameter's tangent in a template: None when it is not differentiated."""
@@ -1672,8 +1482,8 @@ class _Tangent:
         live_out: Any = True
         if recursive:
             pass
-        elif not in_progress(fn, wrt, self.optimize_code, structure, demand):
-            callee = compile_jvp(fn, wrt, self.optimize_code, structure, demand)
+        elif not reentry.tangent_in_progress(fn, wrt, self.optimize_code, structure, demand):
+            callee = reentry.compile_tangent(fn, wrt, self.optimize_code, structure, demand)
             self.bindings[name] = callee.jvp
             self.compiled[name] = callee
             live_out = callee.output_live
@@ -1733,8 +1543,8 @@ class _Tangent:
         targets = [self.dot(o) for o in outs]
         if site.jvp_body is not None:
             mapping = {g: t for g, t in zip(site.jvp_grads, tangents)}
-            body = [inline.substitute(b, mapping) for b in site.jvp_body]
-            result = inline.substitute(site.jvp_result, mapping)
+            body = [sites.substitute(b, mapping) for b in site.jvp_body]
+            result = sites.substitute(site.jvp_result, mapping)
             out += body
             out += self._assign_results(cls, "jvp", result, outs, targets)
         elif not site.inlined and cls.jvp_method() is not None:
@@ -1788,15 +1598,14 @@ class _Tangent:
         slots, saved = site.derived_slots
         try:
             fn, n_out = vjp_as_function(cls, slots, saved, site.needs, len(outs))
-        except (inline.NotInlinable, TransformError) as exc:
+        except (sites.NotInlinable, TransformError) as exc:
             reason = getattr(exc, "reason", str(exc))
             raise self.err(s.value, f"{cls.__name__} has no jvp, and its JVP cannot be derived "
                                     f"from its vjp: {reason}",
                            f"Define {cls.__name__}.jvp(ctx, *tangents) (PyTorch's name) for "
                            f"forward mode.") from None
-        from . import compile_function
         try:
-            pair = compile_function(fn, tuple(range(n_out)))
+            pair = reentry.compile_pair(fn, tuple(range(n_out)))
         except TransformError as exc:
             raise self.err(s.value, f"{cls.__name__} has no jvp, and its JVP cannot be derived "
                                     f"from its vjp, which s2sgrad cannot differentiate: "

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import InternalError, error_at, guard_fields
 from ..rules import registry
-from . import inline
+from . import sites
 from .analyze import (
     Activity,
     call_write_guards,
@@ -32,11 +32,11 @@ from .analyze import (
     loop_header_op,
     may_build_sequence,
 )
+from .marks import comment, is_comment, line_comment
 from .names import NameRegistry, name_nodes, stored_names
 from .normalize import NormalForm
 from .ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
 
-COMMENT_MARK = "__s2s_comment__"
 _DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
 
 
@@ -50,25 +50,8 @@ class Transformed:
     adjoint: ast.FunctionDef
     names: NameRegistry
     residuals: str
-    callees: Dict[str, inline.CalleeSite] = field(default_factory=dict)
+    callees: Dict[str, sites.CalleeSite] = field(default_factory=dict)
     sites: List[object] = field(default_factory=list)
-
-
-def comment(text: str) -> ast.Expr:
-    """A statement the emitter prints as `# text`."""
-    return ast.Expr(value=ast.Constant(value=f"{COMMENT_MARK}{text}"))
-
-
-def line_comment(s: ast.stmt, parsed, last_line: Optional[int],
-                 force: bool = False) -> Optional[Tuple[int, ast.Expr]]:
-    """(line, `# line N: <source>` comment) opening the generated block of the
-    user's statement s; None while that line's block is already open."""
-    origin = getattr(s, "s2s_origin", None) or s
-    lineno = getattr(origin, "lineno", None)
-    if lineno is None or (lineno == last_line and not force):
-        return None
-    text = parsed.line_text(lineno) or ""
-    return lineno, comment(f"line {lineno}: {text.strip()}")
 
 
 def _name(id_: str, store: bool = False) -> ast.Name:
@@ -154,8 +137,8 @@ class _Reverse:
         self.state: Dict[str, str] = {}          # adjoint name -> "owned" | "shared"
         self.saves: Dict[int, List[Tuple[str, str, str]]] = {}
         self.loops: Dict[int, _LoopInfo] = {}
-        self.sites: Dict[int, inline.FunctionSite] = {}
-        self.callees: Dict[str, inline.CalleeSite] = {}
+        self.sites: Dict[int, sites.FunctionSite] = {}
+        self.callees: Dict[str, sites.CalleeSite] = {}
         self.stacks: Dict[str, str] = {}
         self.inplace: Set[str] = set()           # adjoints updated in place (need "owned")
         self.resets: Set[str] = set()            # adjoints consumed (see probe)
@@ -489,10 +472,10 @@ class _Reverse:
             if op.kind == "apply":
                 needs = tuple(isinstance(a, ast.Name) and a.id in self.act.varied
                               for a in op.call.args)
-                site = inline.function_site(op.callee, op.call, op.outputs, needs, self.names,
+                site = sites.function_site(op.callee, op.call, op.outputs, needs, self.names,
                                             self.nf, s)
             else:
-                site = inline.callee_site(op, s, self.act, self.names, self.nf)
+                site = sites.callee_site(op, s, self.act, self.names, self.nf)
                 self.callees[site.forward_name] = site
             self.sites[id(s)] = site
         return site
@@ -1046,8 +1029,8 @@ class _Reverse:
         if late_keys:
             now = {k: v for k, v in wanted.items() if k not in late_keys}
             if now:
-                out.append(inline.rule_placeholder(rule, op.bound, g, ans, now, s))
-            later = [ast.copy_location(inline.rule_placeholder(
+                out.append(sites.rule_placeholder(rule, op.bound, g, ans, now, s))
+            later = [ast.copy_location(sites.rule_placeholder(
                 rule, op.bound, g, ans, {k: wanted[k] for k in late_keys}, s), s)]
             for var, part in targets:
                 if var in late and part in {wanted[k] for k in late_keys}:
@@ -1057,7 +1040,7 @@ class _Reverse:
                 if not (var in late and part in {wanted[k] for k in late_keys}):
                     self.accumulate(var, _name(part), out)
             return
-        out.append(inline.rule_placeholder(rule, op.bound, g, ans, wanted, s))
+        out.append(sites.rule_placeholder(rule, op.bound, g, ans, wanted, s))
         for v in reset:
             self.reset(self.bar_of(v))
         for var, part in targets:
@@ -1234,7 +1217,7 @@ class _Reverse:
         self.state = {b: ("owned" if b in inplace else "shared") for b in carried}
         self.inplace |= inplace
         self.last_line = None
-        if not any(not _is_comment(b) for b in body):
+        if not any(not is_comment(b) for b in body):
             for setup in reversed(self.loop_setups.get(id(s), [])):
                 self.restores(setup, out)
             return out
@@ -1293,10 +1276,4 @@ def _index_expr(index: ast.expr) -> ast.expr:
     return copy.deepcopy(index)
 
 
-def _is_comment(s) -> bool:
-    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and \
-        isinstance(s.value.value, str) and s.value.value.startswith(COMMENT_MARK)
-
-
-is_comment = _is_comment
 _ = names

@@ -1,0 +1,45 @@
+"""The record a compile produces: a function's generated forward/adjoint pair."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, List, Tuple
+
+from . import bindings as _bindings
+from .analyze import Activity
+from .bindings import Binding
+from .emit import joined_source
+
+
+@dataclass
+class CompiledFunction:
+    """A function's generated forward/adjoint pair.
+
+    forward(*args) -> (output, residuals); adjoint(residuals, cotangent) ->
+    the gradient (one value when one input is differentiated, else a tuple).
+    """
+
+    fn: Callable
+    wrt: Tuple[int, ...]
+    forward: Callable
+    adjoint: Callable
+    module_source: str
+    activity: Activity
+    params: List[str]
+    name: str
+    callees: List["CompiledFunction"] = field(default_factory=list)
+    not_inlined: List[str] = field(default_factory=list)
+    # What the code was generated for: names, dotted attributes, Function methods,
+    # the function's code and defaults (see compiler.bindings).
+    bindings: List[Binding] = field(default_factory=list)
+
+    def current(self) -> bool:
+        """Whether everything the code was generated for (here and in the functions
+        it calls) is still bound to the same object: rebinding a global function,
+        a closure variable, a module attribute or a name an inlined Function body
+        reads must not leave a pair that computes the old one."""
+        return _bindings.current(self)
+
+    @property
+    def source(self) -> str:
+        """This function's generated code followed by that of the functions it calls."""
+        return joined_source(self)

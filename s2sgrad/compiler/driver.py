@@ -1,0 +1,231 @@
+"""The driver: a function's pair from memory, from disk, or from the passes.
+
+`compile_function` looks in the memory cache (compiler.memory), then on disk
+(compiler.entry, s2sgrad.cache), and only then runs the passes
+(compiler.pipeline), compiles the text (compiler.loader) and the pairs of the
+functions it calls, and stores the result in both caches. Whether a pair is
+still valid (the names it was generated for still bound as they were) is
+compiler.bindings' job.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import types
+from typing import Callable, Dict, Optional, Tuple
+
+from ..errors import reporting_bugs
+from ..introspect import unwrap
+from . import bindings as _bindings
+from . import entry as _entry
+from .analyze import any_varies, iter_statements, output_items
+from .bindings import pair_bindings
+from .callables import bound_call
+from .compiled import CompiledFunction
+from .loader import Emitted, bind_late, compile_emitted, instantiate
+from .memory import LOCK, PAIRS, cache_key
+from .parse import parse_function
+from .pipeline import emit_pair, run_passes
+from .sites import FunctionSite
+
+
+def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
+                     pure: bool = False, scalars: Tuple[str, ...] = (),
+                     structure: Tuple[Tuple[int, Tuple[bool, ...]], ...] = (),
+                     leaves: Optional[Tuple[int, ...]] = None) -> CompiledFunction:
+    """The cached forward/adjoint pair of `fn` with respect to positions `wrt`.
+
+    Looks in memory, then on disk, then runs the passes (and stores the result).
+    """
+    # pure: an adjoint without in-place updates, to be differentiated again;
+    # scalars: parameters known to be Python numbers (a specialised pair);
+    # structure: for tuple parameters, the items the caller varies (the others'
+    # gradients are not computed: the caller does not read them); leaves: the
+    # positions the caller passes arrays or numbers (any other parameter may hold
+    # a list, tuple or dict, whose cotangents add item by item); None: every
+    # positional parameter (the arrays-only callers: the CLI, functional, numba).
+    bound = None if type(fn) is types.FunctionType else bound_call(fn)
+    if bound is not None:   # a bound method, callable object or partial: its function's
+        inner = compile_function(bound.func, bound.shift(wrt), optimize_code, pure,
+                                 scalars, tuple((i + len(bound.args), flags)
+                                                for i, flags in structure),
+                                 None if leaves is None else bound.shift(leaves))
+        return bound.wrap(inner, fn, wrt, "forward")
+    if leaves is None:
+        leaves = tuple(range(getattr(getattr(unwrap(fn), "__code__", None), "co_argcount", 0)))
+    options = (bool(optimize_code), bool(pure), tuple(scalars), tuple(structure),
+               tuple(leaves))   # (callers give positions in increasing order)
+    key = cache_key(fn, wrt, options)
+    with LOCK:
+        hit = PAIRS.get(key)
+        if hit is not None:
+            if hit.current():
+                hit._recent = True   # kept when the cache is trimmed (compiler.memory)
+                return hit
+            del PAIRS[key]  # a name it was generated for is bound to something else
+        wrt = tuple(wrt)
+        PAIRS.enter()
+        try:
+            store, disk_key = _entry.disk_store(fn, wrt, options)
+            if store is not None:
+                compiled = _entry.load(store, disk_key, fn, wrt, options, key, compile_function)
+                if compiled is not None:
+                    return compiled
+            return _compile(fn, wrt, options, key, store, disk_key)
+        finally:
+            PAIRS.leave()  # evicts beyond S2SGRAD_MEMORY_CACHE_SIZE once all are done
+
+
+def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
+    optimize_code, pure, scalars, structure, leaves = options
+    with reporting_bugs(getattr(fn, "__qualname__", repr(fn))):
+        parsed = parse_function(fn)
+    if any(i >= len(parsed.all_params) or i < 0 for i in wrt):
+        raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
+                         f"{len(parsed.params)} positional argument(s)")
+    with reporting_bugs(parsed.name, parsed):
+        return _generate(fn, wrt, options, key, store, disk_key, parsed)
+
+
+def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunction:
+    optimize_code, pure, scalars, structure, leaves = options
+    t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure, leaves)
+    header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
+              f"{parsed.node.lineno}), gradient with respect to "
+              f"{', '.join(parsed.all_params[i] for i in wrt)}\n")
+    source = emit_pair(t, header)
+    filename = (f"<s2sgrad {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
+                f"wrt={wrt}{'' if optimize_code else ' unoptimized'}{' pure' if pure else ''}"
+                f"{' scalars' if scalars else ''}>")
+    free = dict(getattr(t, "bindings", {}))
+    for site in t.callees.values():
+        free[site.forward_name] = None
+        free[site.adjoint_name] = None
+    emitted = Emitted(source=source, function_names=[t.forward.name, t.adjoint.name],
+                      filename=filename, globals=parsed.globals, free=free,
+                      closure_cells=dict(parsed.closure))
+    code, closure_names = compile_emitted(emitted)
+    functions = instantiate(code, closure_names, emitted)
+    sites = _function_sites(t)
+    not_inlined = [f"{s.cls.__name__}: {s.reason}" for s in sites if not s.inlined]
+    compiled = CompiledFunction(fn=fn, wrt=wrt, forward=functions[t.forward.name],
+                                adjoint=functions[t.adjoint.name], module_source=source,
+                                activity=t.activity, params=parsed.params, name=parsed.name,
+                                not_inlined=not_inlined,
+                                bindings=pair_bindings(fn, t.nf.resolver.facts,
+                                                       [s.cls for s in sites if s.inlined]))
+    PAIRS[key] = compiled
+    try:
+        made: Dict[int, CompiledFunction] = {}   # id(call) -> the callee's pair
+        for site in t.callees.values():
+            site.structure = _item_structure(site, t, made, bool(optimize_code), pure)
+            callee = compile_function(site.fn, site.wrt, bool(optimize_code), pure,
+                                      structure=site.structure, leaves=site.leaves)
+            made[id(site.call)] = callee
+            compiled.callees.append(callee)
+            bind_late(functions, site.forward_name, callee.forward)
+            bind_late(functions, site.adjoint_name, callee.adjoint)
+        if made:  # what this function returns, seen through what its callees return
+            known = dict(t.activity.item_flags)
+            known.update(_callee_output_flags(t, made))
+            t.activity.output_items = output_items(t.nf, t.activity.varied, known)
+    except BaseException:
+        PAIRS.pop(key, None)
+        raise
+    if store is not None:
+        try:
+            payload = _entry.make_entry(disk_key, compiled, t, emitted, code, closure_names,
+                                        sites)
+        except Exception:  # noqa: BLE001 - not storable: stays in memory only
+            payload = None
+        if payload is not None:
+            store.write(disk_key, payload)
+    return compiled
+
+
+def _callee_targets(t) -> Dict[str, Tuple[int, int]]:
+    """name -> (id of the call, k) for names unpacked from a callee's tuple output
+    (`out, res = f_forward(x, W)`), each assigned there only."""
+    calls = {id(site.call) for site in t.callees.values()}
+    defs: Dict[str, list] = {}
+    for s, _ in iter_statements(t.nf.node.body):
+        for target in (s.targets if isinstance(s, ast.Assign) else ()):
+            for n in ast.walk(target):
+                if isinstance(n, ast.Name):
+                    defs.setdefault(n.id, []).append((s, target))
+        if isinstance(s, (ast.AugAssign, ast.For)):
+            target = s.target
+            for n in ast.walk(target):
+                if isinstance(n, ast.Name):
+                    defs.setdefault(n.id, []).append((s, None))
+    out = {}
+    for name, sites in defs.items():
+        if len(sites) != 1:
+            continue
+        s, target = sites[0]
+        if target is None or id(s.value) not in calls or not isinstance(target, ast.Tuple) \
+                or not all(isinstance(e, ast.Name) for e in target.elts):
+            continue
+        out[name] = (id(s.value), [e.id for e in target.elts].index(name))
+    return out
+
+
+def _callee_output_flags(t, made: Dict[int, CompiledFunction]) -> Dict[str, tuple]:
+    out = {}
+    for name, (call, k) in _callee_targets(t).items():
+        flags = made[call].activity.output_items.get(k) if call in made else None
+        if flags is not None:
+            out[name] = flags
+    return out
+
+
+def _item_structure(site, t, made, optimize_code: bool, pure: bool) -> tuple:
+    """Which items of each tuple argument of `site` vary, where the tuple is what
+    another call returned (`out, res = f_forward(x, W); f_adjoint(res, g)`) or an
+    item of a parameter whose items are known.
+
+    Items that do not vary (W here) have no effect on the gradient, so the callee
+    is compiled without their cotangents (in second-order code, that skips an
+    outer product per constant matrix)."""
+    producers = {id(other.call): other for other in t.callees.values()}
+    targets = _callee_targets(t)
+    out = []
+    for pos in site.wrt:
+        atom = site.arg_atoms[pos] if pos < len(site.arg_atoms) else None
+        if not isinstance(atom, ast.Name):
+            continue
+        flags = t.activity.item_flags.get(atom.id)
+        if flags is None and atom.id in targets:
+            call, k = targets[atom.id]
+            producer = producers[call]
+            if producer.fn is site.fn:
+                continue
+            if call not in made:
+                made[call] = compile_function(producer.fn, producer.wrt, optimize_code, pure,
+                                              structure=getattr(producer, "structure", ()))
+            flags = made[call].activity.output_items.get(k)
+        if isinstance(flags, tuple) and not _all_vary(flags) and any_varies(flags):
+            out.append((pos, flags))
+    return tuple(out)
+
+
+def _all_vary(flags) -> bool:
+    return all(_all_vary(f) for f in flags) if isinstance(flags, tuple) else bool(flags)
+
+
+def _function_sites(t):
+    return [s for s in t.sites if isinstance(s, FunctionSite)]
+
+
+def _short(filename: str) -> str:
+    return os.path.basename(filename) if filename else "?"
+
+
+def clear_cache() -> None:
+    with LOCK:
+        PAIRS.clear()
+        _bindings.GENERATION[0] += 1
+
+
+def cached(fn: Callable, wrt, optimize_code: bool = True) -> Optional[CompiledFunction]:
+    return PAIRS.get(cache_key(fn, tuple(wrt), (bool(optimize_code), False, ())))

@@ -1,0 +1,215 @@
+"""The forward-mode driver: a function's tangent (JVP) code, from memory or the pass.
+
+`compile_jvp` is to forward mode what compiler.driver's `compile_function` is
+to reverse mode: it looks in the memory cache (compiler.memory), runs parse,
+normalise and analyse, then the tangent transform (compiler.tangent) and its
+clean-up, and compiles the text with the tangent code of the functions it
+calls. Forward-mode code is not stored on disk.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
+
+from ..errors import reporting_bugs
+from . import bindings as _bindings
+from .analyze import Activity, analyze
+from .bindings import pair_bindings
+from .callables import bound_call
+from .driver import compile_function
+from .emit import joined_source, to_source
+from .loader import Emitted, bind_late, compile_emitted, instantiate
+from .memory import LOCK, TANGENTS, cache_key
+from .normalize import normalize
+from .optimize import tidy
+from .parse import parse_function
+from .tangent import _FunctionSite, _optimize, _Tangent, any_live, prune_zeros
+from .transform import fold_loop_items
+
+
+def _short(filename: str) -> str:
+    return os.path.basename(filename) if filename else "?"
+
+
+@dataclass
+class CompiledJvp:
+    """A function's generated forward-mode code.
+
+    jvp(*args, *tangents) -> (output, output_tangent), with one tangent per
+    position in `wrt`, after every positional argument (defaults filled in by
+    the caller: see `call`).
+    """
+
+    fn: Callable
+    wrt: Tuple[int, ...]
+    jvp: Callable
+    module_source: str
+    activity: Activity
+    params: List[str]
+    name: str
+    # Which parts of the output tangent may be nonzero (True/False, or a tuple of
+    # those, nested like the output): False where it is structurally zero.
+    output_live: Any = True
+    output_varied: Any = True          # does the output depend on the inputs (per item)
+    callees: List[Any] = field(default_factory=list)
+    not_inlined: List[str] = field(default_factory=list)
+    bindings: List[Any] = field(default_factory=list)   # see CompiledFunction.current
+
+    def current(self) -> bool:
+        return _bindings.current(self, set())
+
+    @property
+    def zero_output(self) -> Any:
+        """Structurally zero output tangent: a bool, or one per item of a tuple output."""
+        if isinstance(self.output_live, tuple):
+            return tuple(not any_live(item) for item in self.output_live)
+        return not self.output_live
+
+    @property
+    def source(self) -> str:
+        """This function's tangent code followed by that of everything it calls."""
+        return joined_source(self)
+
+    def call(self, args: Sequence[Any], tangents: Sequence[Any], kwargs=None):
+        """Run the jvp on a call's arguments (defaults of omitted ones filled in)."""
+        if not kwargs and len(args) == len(self.params):
+            return self.jvp(*args, *tangents)
+        positional, keywords = _bind_call(self.fn, args, kwargs or {})
+        return self.jvp(*positional, *tangents, **keywords)
+
+
+def _bind_call(fn, args, kwargs):
+    sig = inspect.signature(fn)
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    positional, keywords = [], {}
+    for p in sig.parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            positional.append(bound.arguments[p.name])
+        elif p.kind is p.KEYWORD_ONLY:
+            keywords[p.name] = bound.arguments[p.name]
+    return positional, keywords
+
+
+
+
+
+
+_IN_PROGRESS: Set[tuple] = set()
+
+
+def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
+                structure: Tuple[Tuple[int, Any], ...] = (),
+                demand: Optional[Tuple[bool, ...]] = None) -> CompiledJvp:
+    """The cached tangent (JVP) code of `fn` with respect to positions `wrt`.
+
+    `structure` gives, for tuple-valued parameters, which items' tangents may be
+    nonzero ((position, (True, False, ...)), ...): the code reads only those
+    (a caller passing residuals whose items are constants, say). `demand` says,
+    for a function returning a tuple, which items' tangents the caller reads;
+    the others are returned as None and not computed.
+    """
+    bound = None if type(fn) is types.FunctionType else bound_call(fn)
+    if bound is not None:   # a bound method, callable object or partial: its function's
+        inner = compile_jvp(bound.func, bound.shift(wrt), optimize_code,
+                            tuple((i + len(bound.args), flags) for i, flags in structure),
+                            demand)
+        return bound.wrap(inner, fn, wrt, "jvp")
+    key = cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure), demand))
+    with LOCK:
+        hit = TANGENTS.get(key)
+        if hit is not None:
+            if hit.current():
+                hit._recent = True   # kept when the cache is trimmed (compiler.memory)
+                return hit
+            del TANGENTS[key]  # a name it was generated for is bound to something else
+        _IN_PROGRESS.add(key)
+        TANGENTS.enter()
+        try:
+            return _compile(fn, tuple(wrt), bool(optimize_code), key, tuple(structure),
+                            demand)
+        finally:
+            _IN_PROGRESS.discard(key)
+            TANGENTS.leave()
+
+
+def in_progress(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
+                structure: Tuple[Tuple[int, Any], ...] = (),
+                demand: Optional[Tuple[bool, ...]] = None) -> bool:
+    return cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure),
+                                      demand)) in _IN_PROGRESS
+
+
+def clear_cache() -> None:
+    with LOCK:
+        TANGENTS.clear()
+
+
+def _inlined_classes(t) -> List[type]:
+    """The Function classes whose bodies the tangent code inlines (their
+    methods and the names those read are bindings of the pair)."""
+    return [s.cls for s in t.sites.values() if isinstance(s, _FunctionSite) and s.inlined]
+
+
+def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> CompiledJvp:
+    with reporting_bugs(getattr(fn, "__qualname__", repr(fn))):
+        parsed = parse_function(fn)
+    if any(i >= len(parsed.all_params) or i < 0 for i in wrt):
+        raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
+                         f"{len(parsed.params)} positional argument(s)")
+    with reporting_bugs(parsed.name, parsed):
+        return _generate(fn, wrt, optimize_code, key, structure, demand, parsed)
+
+
+def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> CompiledJvp:
+    nf = normalize(parsed)
+    activity = analyze(nf, wrt)
+    nf.node.body = fold_loop_items(nf.node.body, activity)
+    t = _Tangent(nf, activity, optimize_code, dict(structure), demand)
+    fdef = t.run()
+    if optimize_code:
+        _optimize(fdef, nf, t)
+    else:
+        prune_zeros(fdef)
+        fdef.body = tidy(fdef.body)
+    what = ", ".join(parsed.all_params[i] for i in wrt) if wrt else "nothing"
+    header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
+              f"{parsed.node.lineno}), forward mode (tangents of {what})\n")
+    source = to_source([fdef], header)
+    filename = (f"<s2sgrad jvp {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
+                f"wrt={wrt}{'' if optimize_code else ' unoptimized'}>")
+    free = dict(t.bindings)
+    for name in t.late:
+        free[name] = None
+    emitted = Emitted(source=source, function_names=[fdef.name], filename=filename,
+                      globals=parsed.globals, free=free, closure_cells=dict(parsed.closure))
+    code, closure_names = compile_emitted(emitted)
+    functions = instantiate(code, closure_names, emitted)
+    compiled = CompiledJvp(fn=fn, wrt=wrt, jvp=functions[fdef.name], module_source=source,
+                           activity=activity, params=parsed.params, name=parsed.name,
+                           output_live=t.output_live, output_varied=t.output_varied,
+                           not_inlined=list(t.not_inlined),
+                           bindings=pair_bindings(fn, nf.resolver.facts, _inlined_classes(t),
+                                                  with_jvp=True))
+    for name in sorted(t.compiled):
+        if name in t.bindings and t.compiled[name] not in compiled.callees:
+            compiled.callees.append(t.compiled[name])
+    TANGENTS[key] = compiled
+    try:
+        for name, (callee_fn, callee_wrt, kind, *spec) in sorted(t.late.items()):
+            if kind == "jvp":
+                callee = compile_jvp(callee_fn, callee_wrt, optimize_code, *spec)
+                value = callee.jvp
+            else:  # a Function's vjp as a function, for a derived JVP: its reverse mode
+                callee = compile_function(callee_fn, callee_wrt)
+                value = callee.forward if kind == "forward" else callee.adjoint
+            if callee not in compiled.callees:
+                compiled.callees.append(callee)
+            bind_late(functions, name, value)
+    except BaseException:
+        TANGENTS.pop(key, None)
+        raise
+    return compiled

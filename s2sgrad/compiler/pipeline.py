@@ -1,0 +1,35 @@
+"""The passes in order: parse -> normalise -> analyse -> transform -> inline ->
+optimise -> emit. Each is a function from the previous one's record to the next.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+from .analyze import analyze
+from .emit import to_source
+from .inline import inline
+from .normalize import normalize
+from .optimize import link_residuals, optimize, private_copies
+from .parse import ParsedFunction
+from .transform import Transformed, transform
+
+
+def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool = True,
+               pure: bool = False, scalars: Tuple[str, ...] = (), structure=(),
+               leaves: Tuple[int, ...] = ()):
+    """Every pass from normalise to optimise; returns the Transformed record."""
+    nf = normalize(parsed)
+    activity = analyze(nf, wrt, scalars, structure, leaves)
+    t = transform(nf, activity, pure)
+    t = inline(t)
+    if optimize_code:
+        t = optimize(t)
+    else:  # what makes the pair correct, not faster: reusable pullbacks, residuals
+        private_copies(t)
+        link_residuals(t)
+    return t
+
+
+def emit_pair(t: Transformed, header: str) -> str:
+    """The pair's source text: forward then adjoint, under a header comment."""
+    return to_source([t.forward, t.adjoint], header)

@@ -1,0 +1,623 @@
+"""Call sites the transforms differentiate: records and Function bodies made ready.
+
+Reverse mode (transform) and forward mode (tangent) meet the same calls: a
+rule of the table, a user's `Function.apply`, a call to another user
+function. Each becomes a site record; for a Function, its `forward`/`vjp`
+bodies are read, `ctx` turned into plain variables, and the result kept on the
+site, which the inline pass (pass 5) splices into the code. A Function whose
+body cannot be inlined falls back to calling its staticmethods.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from ..errors import TransformError, deliberate, error_at
+from ..rules.registry import Rule
+from .names import NameRegistry, clone
+
+_EXPAND = "s2s_expand"
+
+
+def _name(id_: str, store: bool = False) -> ast.Name:
+    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
+
+
+def _assign(target, value: ast.expr) -> ast.Assign:
+    if isinstance(target, str):
+        target = _name(target, True)
+    return ast.Assign(targets=[target], value=value, type_comment=None)
+
+
+def _targets(names: Sequence[str]) -> ast.expr:
+    if len(names) == 1:
+        return _name(names[0], True)
+    return ast.Tuple(elts=[_name(n, True) for n in names], ctx=ast.Store())
+
+
+def _helper(name: str) -> ast.Name:
+    return _name("_s2s_" + name)
+
+
+class _Substitute(ast.NodeTransformer):
+    """Replace names by expressions; drop `kw=param` for parameters left at default."""
+
+    def __init__(self, mapping: Dict[str, ast.expr], drop_keywords: Set[str] = frozenset(),
+                 helpers: Iterable[str] = ()):
+        self.mapping = mapping
+        self.drop = drop_keywords
+        self.helpers = helpers  # names that become `_s2s_<name>` unless mapped
+
+    def visit_Call(self, node: ast.Call):
+        node.keywords = [k for k in node.keywords
+                         if not (isinstance(k.value, ast.Name) and k.value.id in self.drop)]
+        self.generic_visit(node)
+        return node
+
+    def visit_Name(self, node: ast.Name):
+        if node.id in self.mapping:
+            new = clone(self.mapping[node.id])
+            if isinstance(node.ctx, ast.Store) and isinstance(new, ast.Name):
+                new.ctx = ast.Store()
+            return new
+        if node.id in self.helpers:
+            node.id = "_s2s_" + node.id
+        return node
+
+
+def substitute(node, mapping, drop_keywords=frozenset(), helpers: Iterable[str] = ()):
+    return _Substitute(mapping, set(drop_keywords), helpers).visit(clone(node))
+
+
+def _constant(value: Any) -> ast.expr:
+    if isinstance(value, tuple):
+        return ast.Tuple(elts=[_constant(v) for v in value], ctx=ast.Load())
+    return ast.Constant(value=value)
+
+
+# -- rules of the table ---------------------------------------------------------
+@dataclass
+class RuleVjp:
+    """Placeholder payload: the cotangents of one call to a table rule."""
+
+    rule: Rule
+    bound: Dict[str, ast.expr]
+    g: ast.expr
+    ans: ast.expr
+    wanted: Dict[str, str]     # "param" or "param[i]" -> name receiving that part
+
+
+def rule_placeholder(rule: Rule, bound, g, ans, wanted: Dict[str, str], origin) -> ast.stmt:
+    targets = list(wanted.values())
+    call = ast.Call(func=_name("_s2s_vjp"), args=[ast.Constant(value=rule.name), g, ans],
+                    keywords=[ast.keyword(arg=k.replace("[", "_").replace("]", ""),
+                                          value=_name(v)) for k, v in wanted.items()])
+    node = _assign(_targets(targets), call)
+    setattr(node, _EXPAND, RuleVjp(rule, dict(bound), g, ans, dict(wanted)))
+    node.s2s_origin = getattr(origin, "s2s_origin", origin)
+    return node
+
+
+# -- user Functions -------------------------------------------------------------
+class NotInlinable(Exception):
+    """The body uses ctx (or control flow) in a way the inliner does not handle."""
+
+
+@dataclass
+class FunctionSite:
+    """One `Cls.apply(...)` call: how its forward and vjp appear in generated code."""
+
+    cls: type
+    cls_expr: ast.expr
+    arg_atoms: List[ast.expr]
+    out_names: List[str]
+    needs: Tuple[bool, ...]
+    inlined: bool
+    reason: str = ""
+    forward_body: List[ast.stmt] = field(default_factory=list)
+    slot_names: List[str] = field(default_factory=list)
+    vjp_body: List[ast.stmt] = field(default_factory=list)
+    vjp_result: Optional[ast.expr] = None
+    vjp_name: str = "vjp"
+    static_none: Set[int] = field(default_factory=set)
+    maybe_none: Set[int] = field(default_factory=set)
+    bindings: Dict[str, Any] = field(default_factory=dict)
+    foreign: Dict[str, ast.expr] = field(default_factory=dict)
+    vjp_grad_names: List[str] = field(default_factory=list)
+    names: Optional[NameRegistry] = None
+    mutable: Set[str] = field(default_factory=set)   # see CalleeSite.mutable
+
+    def forward_statement(self, origin) -> ast.stmt:
+        node = ast.Assign(targets=[_targets(self.out_names)],
+                          value=ast.Call(func=_name("_s2s_forward"),
+                                         args=[copy.deepcopy(self.cls_expr)]
+                                         + copy.deepcopy(self.arg_atoms), keywords=[]),
+                          type_comment=None)
+        ast.copy_location(node, origin)
+        setattr(node, _EXPAND, ("forward", self))
+        node.s2s_origin = getattr(origin, "s2s_origin", origin)
+        return node
+
+    def adjoint_placeholder(self, gs: List[ast.expr], wanted: Dict[int, str], origin):
+        targets = [wanted[i] for i in sorted(wanted)]
+        node = _assign(_targets(targets),
+                       ast.Call(func=_name("_s2s_vjp"),
+                                args=[copy.deepcopy(self.cls_expr)] + gs, keywords=[]))
+        setattr(node, _EXPAND, ("vjp", self, list(gs), dict(wanted)))
+        node.s2s_origin = getattr(origin, "s2s_origin", origin)
+        return node
+
+
+def function_site(cls, call: ast.Call, out_names: List[str], needs: Tuple[bool, ...],
+                  names: NameRegistry, nf, origin) -> FunctionSite:
+    cls_expr = call.func.value
+    site = FunctionSite(cls=cls, cls_expr=copy.deepcopy(cls_expr), arg_atoms=list(call.args),
+                        out_names=list(out_names), needs=needs, inlined=True, names=names,
+                        mutable=set(getattr(nf, "written_in_place", ())))
+    vjp_fn = cls.vjp_method()
+    site.vjp_name = "vjp" if vjp_fn is getattr(cls, "vjp", None) else "backward"
+    n_out = _vjp_arity(vjp_fn)
+    if n_out is not None and n_out != len(out_names):
+        raise deliberate(TypeError(f"{cls.__name__}.{site.vjp_name} takes {n_out} gradient(s) "
+                                   f"but {cls.__name__}.forward returns {len(out_names)} "
+                                   f"output(s)"))
+    if call.keywords:
+        return _fallback(site, names, "apply() was called with keyword arguments")
+    try:
+        _inline_function(site, cls, vjp_fn, names, nf)
+    except NotInlinable as exc:
+        return _fallback(site, names, str(exc))
+    return site
+
+
+def _vjp_arity(fn) -> Optional[int]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return None
+    return len(params) - 1
+
+
+def _fallback(site: FunctionSite, names: NameRegistry, reason: str) -> FunctionSite:
+    site.inlined = False
+    site.reason = reason
+    ctx = names.fresh(f"{site.cls.__name__}_ctx")
+    site.slot_names = [ctx]
+    site.forward_body = [
+        _assign(ctx, ast.Call(func=_helper("Context"),
+                              args=[_constant(tuple(site.needs))], keywords=[])),
+        _assign(_targets(site.out_names), ast.Call(
+            func=ast.Attribute(value=copy.deepcopy(site.cls_expr), attr="forward",
+                               ctx=ast.Load()),
+            args=[_name(ctx)] + [_kept(a, site.mutable) for a in copy.deepcopy(site.arg_atoms)],
+            keywords=[])),
+    ]
+    site.maybe_none = set(range(len(site.arg_atoms)))
+    return site
+
+
+def _parse_method(fn, cls, what: str):
+    from .parse import parse_function
+    try:
+        return parse_function(fn)
+    except TransformError as exc:
+        raise NotInlinable(f"the source of {cls.__name__}.{what} is not available "
+                           f"({exc.reason})") from None
+
+
+def _local_names(fdef: ast.FunctionDef) -> Set[str]:
+    out = set()
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        if isinstance(node, (ast.FunctionDef, ast.Lambda, ast.ClassDef, ast.AsyncFunctionDef)) \
+                and node is not fdef:
+            raise NotInlinable("it defines a nested function or class")
+        if isinstance(node, (ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await,
+                             ast.Try, ast.With)):
+            raise NotInlinable(f"it uses '{type(node).__name__}'")
+    return out
+
+
+def _single_return(body: List[ast.stmt], what: str) -> Tuple[List[ast.stmt], ast.expr]:
+    returns = [n for s in body for n in ast.walk(s) if isinstance(n, ast.Return)]
+    if len(returns) != 1 or not body or body[-1] is not returns[0]:
+        raise NotInlinable(f"{what} does not end in its only return statement")
+    value = body[-1].value or ast.Constant(value=None)
+    return body[:-1], value
+
+
+class _CtxRewriter(ast.NodeTransformer):
+    """ctx.<attr> / ctx.saved_tensors / ctx.needs_input_grad become plain values."""
+
+    def __init__(self, ctx: str, slots: Dict[str, str], saved: List[str],
+                 needs: Tuple[bool, ...], where: str):
+        self.ctx, self.slots, self.saved, self.needs, self.where = ctx, slots, saved, needs, where
+
+    def visit_Attribute(self, node: ast.Attribute):
+        if isinstance(node.value, ast.Name) and node.value.id == self.ctx:
+            if node.attr == "needs_input_grad":
+                return _constant(tuple(self.needs))
+            if node.attr == "saved_tensors":
+                return ast.Tuple(elts=[_name(s) for s in self.saved], ctx=ast.Load())
+            if node.attr in self.slots:
+                return _name(self.slots[node.attr])
+            raise NotInlinable(f"{self.where} reads ctx.{node.attr}, which forward never sets")
+        self.generic_visit(node)
+        return node
+
+    def visit_Name(self, node: ast.Name):
+        if node.id == self.ctx:
+            raise NotInlinable(f"{self.where} uses ctx other than through its attributes")
+        return node
+
+
+def bind_forward(site, cls, names: NameRegistry, nf) -> tuple:
+    """A Function's `forward` at a call site, ready to splice in (reverse and
+    forward mode alike): (ctx's name, its body, its returned expression, the
+    mapping of its parameters and locals to fresh names or the call's
+    arguments, the assignments copying arguments forward rebinds)."""
+    fwd = _parse_method(cls.forward, cls, "forward")
+    fparams = [a.arg for a in fwd.node.args.posonlyargs + fwd.node.args.args]
+    if fwd.node.args.vararg or fwd.node.args.kwarg or len(fparams) != len(site.arg_atoms) + 1:
+        raise NotInlinable("forward's parameters do not match the call")
+    site.bindings.update(_foreign_globals(fwd, nf, names, site))
+    ctx, *inputs = fparams
+    body, result = _single_return([s for s in fwd.node.body if not _is_docstring(s)],
+                                  "forward")
+    local = _local_names(fwd.node) - {ctx}
+    mapping: Dict[str, ast.expr] = {}
+    prologue: List[ast.stmt] = []
+    for param, atom in zip(inputs, site.arg_atoms):
+        if param in local:
+            fresh = names.fresh(param)
+            prologue.append(_assign(fresh, copy.deepcopy(atom)))
+            mapping[param] = _name(fresh)
+        else:
+            mapping[param] = atom
+    for n in sorted(local - set(inputs)):
+        mapping[n] = _name(names.fresh(n))
+    mapping.update(site.foreign)
+    return ctx, body, result, mapping, prologue
+
+
+def _inline_function(site: FunctionSite, cls, vjp_fn, names: NameRegistry, nf) -> None:
+    vjp = _parse_method(vjp_fn, cls, site.vjp_name)
+    ctx, body, result, mapping, prologue = bind_forward(site, cls, names, nf)
+    site.bindings.update(_foreign_globals(vjp, nf, names, site))
+    slots: Dict[str, str] = {}
+    saved: List[str] = []
+    out: List[ast.stmt] = list(prologue)
+    mutable = getattr(nf, "written_in_place", set())
+    for s in body:
+        out += _forward_statement(s, ctx, mapping, slots, saved, site, names, mutable)
+    result = _CtxRewriter(ctx, slots, saved, site.needs, "forward").visit(
+        substitute(result, mapping))
+    if len(site.out_names) > 1 and isinstance(result, ast.Tuple) and \
+            len(result.elts) == len(site.out_names):
+        out += [_assign(o, e) for o, e in zip(site.out_names, result.elts)]
+    else:
+        out.append(_assign(_targets(site.out_names), result))
+    site.forward_body = out
+    site.slot_names = list(dict.fromkeys(saved + list(slots.values())))
+    _inline_vjp(site, vjp, slots, saved, names)
+
+
+def _kept(value: ast.expr, mutable) -> ast.expr:
+    """A value forward keeps for vjp: the caller's variable itself, or a copy when
+    the caller later writes into that variable's array in place."""
+    if isinstance(value, ast.Name) and value.id in mutable:
+        return ast.Call(func=_name("_s2s_snapshot"), args=[value], keywords=[])
+    return value
+
+
+def _forward_statement(s, ctx, mapping, slots, saved, site, names,
+                       mutable=frozenset()) -> List[ast.stmt]:
+    rewrite = _CtxRewriter(ctx, slots, saved, site.needs, "forward")
+    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
+            isinstance(s.value.func, ast.Attribute) and \
+            isinstance(s.value.func.value, ast.Name) and s.value.func.value.id == ctx:
+        method = s.value.func.attr
+        if method == "save_for_backward":
+            out = []
+            saved.clear()
+            for arg in s.value.args:
+                value = rewrite.visit(substitute(arg, mapping))
+                stem = arg.id if isinstance(arg, ast.Name) else "saved"
+                slot = names.fresh(f"{stem}_saved")
+                out.append(_assign(slot, _kept(value, mutable)))
+                saved.append(slot)
+            return out
+        if method in ("mark_non_differentiable", "save_for_forward"):
+            return []  # save_for_forward feeds only `jvp`, which reverse mode never runs
+        raise NotInlinable(f"forward calls ctx.{method}()")
+    if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+            isinstance(s.targets[0], ast.Attribute) and \
+            isinstance(s.targets[0].value, ast.Name) and s.targets[0].value.id == ctx:
+        attr = s.targets[0].attr
+        if attr in ("saved_tensors", "needs_input_grad"):
+            raise NotInlinable(f"forward assigns ctx.{attr}")
+        slot = slots.get(attr) or names.fresh(attr)
+        value = rewrite.visit(substitute(s.value, mapping))
+        slots[attr] = slot
+        return [_assign(slot, _kept(value, mutable))]
+    if isinstance(s, (ast.If, ast.For, ast.While)):
+        for sub in ast.walk(s):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and \
+                    sub.value.id == ctx and sub.attr not in ("needs_input_grad",):
+                raise NotInlinable("forward uses ctx inside a branch or loop")
+    return [rewrite.visit(substitute(s, mapping))]
+
+
+def _inline_vjp(site: FunctionSite, vjp, slots, saved, names: NameRegistry) -> None:
+    vparams = [a.arg for a in vjp.node.args.posonlyargs + vjp.node.args.args]
+    if vjp.node.args.vararg or vjp.node.args.kwarg:
+        raise NotInlinable(f"{site.vjp_name} takes *args")
+    ctx, *grads = vparams
+    body, result = _single_return([s for s in vjp.node.body if not _is_docstring(s)],
+                                  site.vjp_name)
+    local = _local_names(vjp.node) - {ctx}
+    mapping: Dict[str, ast.expr] = {}
+    for n in sorted(local | set(grads)):
+        mapping[n] = _name(names.fresh(n))
+    mapping.update(site.foreign)
+    rewrite = _CtxRewriter(ctx, slots, saved, site.needs, site.vjp_name)
+    stmts = [rewrite.visit(substitute(s, mapping)) for s in body]
+    stmts = _fold(_split_tuple_assigns(stmts))
+    result = _fold_expr(rewrite.visit(substitute(result, mapping)))
+    site.vjp_grad_names = [mapping[g].id for g in grads]
+    site.vjp_body = stmts
+    site.vjp_result = result
+    n_in = len(site.arg_atoms)
+    elts = _result_elements(result, n_in, site)
+    if elts is None:
+        site.maybe_none = set(range(n_in))
+        return
+    last = _last_values(stmts)
+    for i, e in enumerate(elts):
+        if _is_none(e) or (isinstance(e, ast.Name) and _is_none(last.get(e.id, False))):
+            site.static_none.add(i)
+        elif isinstance(e, ast.Name) and last.get(e.id, False) is None:
+            site.maybe_none.add(i)
+
+
+def _result_elements(result, n_in: int, site: FunctionSite) -> Optional[List[ast.expr]]:
+    if isinstance(result, ast.Tuple):
+        if len(result.elts) != n_in:
+            _count_error(site, len(result.elts))
+        return list(result.elts)
+    if n_in == 1:
+        return [result]
+    if _is_none(result):
+        return [ast.Constant(value=None)] * n_in
+    return None
+
+
+def _count_error(site: FunctionSite, got: int):
+    name = site.cls.__name__
+    raise deliberate(TypeError(f"{name}.{site.vjp_name} returns {got} gradient(s), expected "
+                               f"{len(site.arg_atoms)} (one per input of {name}.forward)"))
+
+
+def _is_none(e) -> bool:
+    return isinstance(e, ast.Constant) and e.value is None
+
+
+def _last_values(stmts) -> Dict[str, Any]:
+    """Top-level value of each name at the end; None marks 'unknown' (nested writes)."""
+    last: Dict[str, Any] = {}
+    for s in stmts:
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name):
+            last[s.targets[0].id] = s.value
+        else:
+            for sub in ast.walk(s):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    last[sub.id] = None
+    return last
+
+
+def _split_tuple_assigns(stmts: List[ast.stmt]) -> List[ast.stmt]:
+    """`a, b = (s0, s1)` -> `a = s0; b = s1` (right-hand sides are fresh slot names)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], (ast.Tuple, ast.List)) and \
+                isinstance(s.value, ast.Tuple) and \
+                len(s.targets[0].elts) == len(s.value.elts) and \
+                all(isinstance(t, ast.Name) for t in s.targets[0].elts) and \
+                all(isinstance(v, (ast.Name, ast.Constant)) for v in s.value.elts) and \
+                not ({t.id for t in s.targets[0].elts} &
+                     {v.id for v in s.value.elts if isinstance(v, ast.Name)}):
+            out += [ast.copy_location(_assign(t.id, v), s)
+                    for t, v in zip(s.targets[0].elts, s.value.elts)]
+        else:
+            out.append(s)
+    return out
+
+
+def _static_value(expr):
+    try:
+        return True, ast.literal_eval(expr)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def _fold_expr(expr):
+    """Fold (True, False)[0] and friends, left by constant needs_input_grad."""
+    class Folder(ast.NodeTransformer):
+        def visit_Subscript(self, node):
+            self.generic_visit(node)
+            if isinstance(node.value, ast.Tuple) and isinstance(node.slice, ast.Constant) and \
+                    isinstance(node.slice.value, int) and \
+                    -len(node.value.elts) <= node.slice.value < len(node.value.elts):
+                return node.value.elts[node.slice.value]
+            return node
+
+        def visit_UnaryOp(self, node):
+            self.generic_visit(node)
+            if isinstance(node.op, ast.Not):
+                ok, value = _static_value(node.operand)
+                if ok:
+                    return ast.Constant(value=not value)
+            return node
+
+        def visit_BoolOp(self, node):
+            self.generic_visit(node)
+            ok_all = [_static_value(v) for v in node.values]
+            if all(ok for ok, _ in ok_all):
+                values = [v for _, v in ok_all]
+                result = all(values) if isinstance(node.op, ast.And) else any(values)
+                return ast.Constant(value=bool(result))
+            return node
+    return Folder().visit(expr)
+
+
+def _fold(stmts: List[ast.stmt]) -> List[ast.stmt]:
+    out = []
+    for s in stmts:
+        s = _fold_expr(s)
+        if isinstance(s, ast.If):
+            ok, value = _static_value(s.test)
+            if ok:
+                out += _fold(s.body if value else s.orelse)
+                continue
+            s.body = _fold(s.body) or [ast.Pass()]
+            s.orelse = _fold(s.orelse)
+        out.append(s)
+    return out
+
+
+def _is_docstring(s) -> bool:
+    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and \
+        isinstance(s.value.value, str)
+
+
+def _foreign_globals(parsed, nf, names: NameRegistry, site: FunctionSite) -> Dict[str, Any]:
+    """Globals of a Function's body that the caller's module resolves differently.
+
+    They are bound under reserved names; the ones that agree are reserved so no
+    generated temporary can shadow them.
+    """
+    from .resolve import MISSING, Resolver
+    bindings = {}
+    assigned = _local_names(parsed.node)
+    params = {a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args}
+    for node in ast.walk(parsed.node):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            continue
+        n = node.id
+        if n in assigned or n in params or n in site.foreign:
+            continue
+        theirs = Resolver(parsed.globals, parsed.closure, set()).lookup(n)
+        if theirs is MISSING:
+            continue
+        clash = n in nf.resolver.locals or (n in names.taken and
+                                            nf.resolver.lookup(n) is MISSING)
+        if not clash and nf.resolver.lookup(n) is theirs:
+            names.reserve(n)
+            continue
+        alias = names.fresh(f"m_{n}", reserved=True)
+        site.foreign[n] = _name(alias)
+        bindings[alias] = theirs
+    return bindings
+
+
+# -- calls to other user functions -------------------------------------------------
+@dataclass
+class CalleeSite:
+    """A call to another user function, differentiated by its own compiled pair."""
+
+    fn: Any
+    wrt: Tuple[int, ...]
+    forward_name: str
+    adjoint_name: str
+    residual_name: str
+    call: ast.Call
+    out_names: List[str]
+    arg_atoms: List[Optional[ast.expr]]
+    static_none: Set[int] = field(default_factory=set)
+    # Parameters the caller passes an array or a number (see analyze.leaf_names).
+    leaves: Tuple[int, ...] = ()
+    # The caller's names written in place somewhere: passed as copies, since the
+    # callee's residuals would keep the array itself.
+    mutable: Set[str] = field(default_factory=set)
+
+    @property
+    def slot_names(self) -> List[str]:
+        return [self.residual_name]
+
+    def forward_statement(self, origin) -> ast.stmt:
+        outs = _targets(self.out_names)
+        target = ast.Tuple(elts=[outs, _name(self.residual_name, True)], ctx=ast.Store())
+        call = ast.Call(func=_name(self.forward_name),
+                        args=[_kept(a, self.mutable) for a in copy.deepcopy(self.call.args)],
+                        keywords=[ast.keyword(arg=k.arg, value=_kept(k.value, self.mutable))
+                                  for k in copy.deepcopy(self.call.keywords)])
+        node = ast.Assign(targets=[target], value=call, type_comment=None)
+        ast.copy_location(node, origin)
+        node.s2s_origin = getattr(origin, "s2s_origin", origin)
+        return node
+
+    def adjoint_placeholder(self, gs, wanted: Dict[int, str], origin) -> ast.stmt:
+        g = gs[0] if len(gs) == 1 else ast.Tuple(elts=list(gs), ctx=ast.Load())
+        targets = [wanted[i] for i in self.wrt]
+        call = ast.Call(func=_name(self.adjoint_name), args=[_name(self.residual_name), g],
+                        keywords=[])
+        node = _assign(_targets(targets), call)
+        node.s2s_origin = getattr(origin, "s2s_origin", origin)
+        return node
+
+
+def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
+    fn = op.callee
+    call = op.call
+    try:
+        sig = inspect.signature(fn)
+        bound = sig.bind(*call.args, **{k.arg: k.value for k in call.keywords})
+    except (TypeError, ValueError) as exc:
+        raise error_at(call, f"cannot bind the call to {fn.__name__}: {exc}", nf.parsed) from None
+    params = list(sig.parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        raise error_at(call, f"cannot differentiate through {fn.__name__}, which takes "
+                             f"*args/**kwargs", nf.parsed,
+                       "Give the helper explicit parameters.")
+    atoms: List[Optional[ast.expr]] = [bound.arguments.get(p.name) for p in params]
+    wrt = tuple(i for i, a in enumerate(atoms)
+                if isinstance(a, ast.Name) and a.id in activity.varied)
+    base = fn.__name__ if fn.__name__ != "<lambda>" else "lambda"
+    site = CalleeSite(fn=fn, wrt=wrt,
+                      forward_name=_callee_name(names, f"{base}_forward", nf),
+                      adjoint_name=_callee_name(names, f"{base}_adjoint", nf),
+                      residual_name=names.fresh(f"{base}_residuals"), call=call,
+                      out_names=list(op.outputs), arg_atoms=atoms,
+                      leaves=tuple(i for i, a in enumerate(atoms) if _is_leaf(a, activity)),
+                      mutable=set(getattr(nf, "written_in_place", ())))
+    return site
+
+
+def _is_leaf(atom: Optional[ast.expr], activity) -> bool:
+    """An argument proven to be an array or a number (not a list, tuple or dict)."""
+    if isinstance(atom, ast.Constant):
+        return isinstance(atom.value, (int, float)) or atom.value is None
+    if isinstance(atom, ast.UnaryOp) and isinstance(atom.operand, ast.Constant):
+        return True
+    return isinstance(atom, ast.Name) and atom.id in activity.leaves
+
+
+def _callee_name(names: NameRegistry, stem: str, nf) -> str:
+    return names.fresh(stem)
+
+
+def numpy_alias(nf) -> str:
+    """The name generated code uses for NumPy: the user's `np` when it is NumPy."""
+    import numpy
+    for candidate in ("np", "numpy"):
+        if candidate not in nf.resolver.locals and nf.resolver.lookup(candidate) is numpy:
+            return candidate
+    return "_s2s_np"
