@@ -21,12 +21,17 @@ import re
 import sys
 from typing import List
 
-_RANDOM = re.compile(r"[0-9a-f]{32}|#\d+")
+_RANDOM = re.compile(r"[0-9a-f]{32}|_[0-9a-f]{8}\b|#\d+|pytest-\d+|/tmp/[^'\"]*?/(?=[^/'\"]+\.py)")
 _SEPARATOR = "\n\x1e\n"
 
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def normalised(text: str) -> str:
-    return _RANDOM.sub("*", text)
+    """text with the random parts of temporary paths and names, and the checkout's
+    own path, blanked (generated code quotes the user's file in its error text)."""
+    return _RANDOM.sub("*", text.replace(_ROOT, "<root>"))
 
 
 def install(path: str) -> None:

@@ -24,8 +24,7 @@ from .callables import bound_call
 from .compiled import CompiledFunction
 from .loader import Emitted, bind_late, compile_emitted, instantiate
 from .memory import LOCK, PAIRS, cache_key
-from .parse import parse_function
-from .pipeline import emit_pair, run_passes
+from .pipeline import emit_pair, parse_for, run_passes
 from .sites import FunctionSite
 
 
@@ -57,12 +56,9 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
                tuple(leaves))   # (callers give positions in increasing order)
     key = cache_key(fn, wrt, options)
     with LOCK:
-        hit = PAIRS.get(key)
+        hit = PAIRS.valid(key)
         if hit is not None:
-            if hit.current():
-                hit._recent = True   # kept when the cache is trimmed (compiler.memory)
-                return hit
-            del PAIRS[key]  # a name it was generated for is bound to something else
+            return hit
         wrt = tuple(wrt)
         PAIRS.enter()
         try:
@@ -77,12 +73,7 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
 
 
 def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
-    optimize_code, pure, scalars, structure, leaves = options
-    with reporting_bugs(getattr(fn, "__qualname__", repr(fn))):
-        parsed = parse_function(fn)
-    if any(i >= len(parsed.all_params) or i < 0 for i in wrt):
-        raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
-                         f"{len(parsed.params)} positional argument(s)")
+    parsed = parse_for(fn, wrt)
     with reporting_bugs(parsed.name, parsed):
         return _generate(fn, wrt, options, key, store, disk_key, parsed)
 

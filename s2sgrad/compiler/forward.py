@@ -25,7 +25,7 @@ from .loader import Emitted, bind_late, compile_emitted, instantiate
 from .memory import LOCK, TANGENTS, cache_key
 from .normalize import normalize
 from .optimize import tidy
-from .parse import parse_function
+from .pipeline import parse_for
 from .tangent import _FunctionSite, _optimize, _Tangent, any_live, prune_zeros
 from .transform import fold_loop_items
 
@@ -120,12 +120,9 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
         return bound.wrap(inner, fn, wrt, "jvp")
     key = cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure), demand))
     with LOCK:
-        hit = TANGENTS.get(key)
+        hit = TANGENTS.valid(key)
         if hit is not None:
-            if hit.current():
-                hit._recent = True   # kept when the cache is trimmed (compiler.memory)
-                return hit
-            del TANGENTS[key]  # a name it was generated for is bound to something else
+            return hit
         _IN_PROGRESS.add(key)
         TANGENTS.enter()
         try:
@@ -155,11 +152,7 @@ def _inlined_classes(t) -> List[type]:
 
 
 def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> CompiledJvp:
-    with reporting_bugs(getattr(fn, "__qualname__", repr(fn))):
-        parsed = parse_function(fn)
-    if any(i >= len(parsed.all_params) or i < 0 for i in wrt):
-        raise IndexError(f"wrt={wrt} is out of range for {parsed.name}, which takes "
-                         f"{len(parsed.params)} positional argument(s)")
+    parsed = parse_for(fn, wrt)
     with reporting_bugs(parsed.name, parsed):
         return _generate(fn, wrt, optimize_code, key, structure, demand, parsed)
 

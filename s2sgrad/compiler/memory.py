@@ -44,6 +44,19 @@ class PairCache(OrderedDict):
 
     depth = 0   # compiles in progress (nested: callees)
 
+    def valid(self, key):
+        """The pair stored under key if everything it was generated for is still
+        bound as it was (it is marked recently used), else None (a stale pair
+        is dropped)."""
+        hit = self.get(key)
+        if hit is None:
+            return None
+        if hit.current():
+            hit._recent = True   # kept when the cache is trimmed
+            return hit
+        del self[key]   # a name it was generated for is bound to something else
+        return None
+
     def enter(self) -> None:
         """A compile starts (see leave)."""
         self.depth += 1

@@ -51,6 +51,7 @@ from .normalize import NormalForm
 from .ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
 from .optimize import eliminate_dead, fold_block, fwd_params, propagate_copies, tidy
 from .parse import ParsedFunction
+from .sites import _assign, _name, _targets
 from .transform import field_index
 
 _HINT_RULE = ("Use reverse mode (s2sgrad.grad / functional.vjp) for this function, or "
@@ -179,30 +180,9 @@ def _live(stmts, live_out: Set[str], record, loop) -> Set[str]:
     return live
 
 
-def _short(filename: str) -> str:
-    import os
-    return os.path.basename(filename) if filename else "?"
-
-
 # -- small AST helpers ----------------------------------------------------------------------
-def _name(id_: str, store: bool = False) -> ast.Name:
-    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
-
-
-def _assign(target, value: ast.expr) -> ast.Assign:
-    if isinstance(target, str):
-        target = _name(target, True)
-    return ast.Assign(targets=[target], value=value, type_comment=None)
-
-
 def _helper(name: str, *args: ast.expr) -> ast.Call:
     return ast.Call(func=_name("_s2s_" + name), args=list(args), keywords=[])
-
-
-def _targets(names: Sequence[str]) -> ast.expr:
-    if len(names) == 1:
-        return _name(names[0], True)
-    return ast.Tuple(elts=[_name(n, True) for n in names], ctx=ast.Store())
 
 
 def _none() -> ast.Constant:
