@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..function import is_function_class
 from ..rules import registry
+from .facts import StatementFacts
 from .names import name_nodes
 from .ops import ufunc_at_kind
 
@@ -76,7 +77,8 @@ class AliasFacts:
         self.edges: List[Tuple[str, str, str, int, frozenset]] = []
         self.defined_at: Dict[str, ast.stmt] = {}
         self.writes: List[Tuple[str, ast.stmt]] = []
-        self.where: Dict[int, Tuple[int, frozenset]] = {}
+        # statement -> (its position in the walk, the loops around it)
+        self.where: StatementFacts[Tuple[int, frozenset]] = StatementFacts("alias position")
         self.local = local
         self.lists = lists
         # name -> (position, loops) of assignments that bind it to a new object on
@@ -89,7 +91,7 @@ class AliasFacts:
     def _visit(self, body: List[ast.stmt], loops: frozenset) -> None:
         for s in body:
             self._position += 1
-            self.where[id(s)] = (self._position, loops)
+            self.where.record(s, (self._position, loops))
             self._here = (self._position, loops)
             self._statement(s)
             looping = isinstance(s, (ast.For, ast.While))
@@ -225,7 +227,7 @@ class AliasFacts:
 
     def affected(self, name: str, write: ast.stmt) -> Set[str]:
         """Every name whose value the in-place write to `name` may change."""
-        pos, loops = self.where[id(write)]
+        pos, loops = self.where.require(write)
         shares = _Sets()
         contains: Dict[str, Set[str]] = {}
         items: List[Tuple[str, str]] = []

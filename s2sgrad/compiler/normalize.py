@@ -1619,12 +1619,12 @@ def _header_loads(s: ast.stmt) -> Set[str]:
 def _read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.stmt) -> bool:
     """May `name` be read once `write` has run (later in the code, by the write itself,
     or anywhere in a loop that encloses the write)?"""
-    position, loops = facts.where[id(write)]
+    position, loops = facts.where.require(write)
     for s in _walk_scope(ast.Module(body=body, type_ignores=[])):
-        if not isinstance(s, ast.stmt) or id(s) not in facts.where or \
+        if not isinstance(s, ast.stmt) or s not in facts.where or \
                 name not in _header_loads(s):
             continue
-        p, enclosing = facts.where[id(s)]
+        p, enclosing = facts.where.require(s)
         if p >= position or loops & enclosing:
             return True
     return False

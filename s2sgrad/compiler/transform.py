@@ -32,6 +32,7 @@ from .analyze import (
     loop_header_op,
     may_build_sequence,
 )
+from .facts import StatementFacts
 from .marks import comment, is_comment, line_comment
 from .names import NameRegistry, name_nodes, stored_names
 from .normalize import NormalForm
@@ -135,15 +136,17 @@ class _Reverse:
         self.bar: Dict[str, str] = {}
         self.var_of_bar: Dict[str, str] = {}
         self.state: Dict[str, str] = {}          # adjoint name -> "owned" | "shared"
-        self.saves: Dict[int, List[Tuple[str, str, str]]] = {}
-        self.loops: Dict[int, _LoopInfo] = {}
-        self.sites: Dict[int, sites.FunctionSite] = {}
+        # What the forward sweep decided per statement, read back by the adjoint's.
+        self.saves: StatementFacts[List[Tuple[str, str, str]]] = StatementFacts("saved value")
+        self.loops: StatementFacts[_LoopInfo] = StatementFacts("loop record")
+        self.sites: StatementFacts[object] = StatementFacts("call site")
         self.callees: Dict[str, sites.CalleeSite] = {}
         self.stacks: Dict[str, str] = {}
         self.inplace: Set[str] = set()           # adjoints updated in place (need "owned")
         self.resets: Set[str] = set()            # adjoints consumed (see probe)
         self.sequences: Set[str] = self._list_valued(nf)  # adjoints that are lists
-        self.loop_setups: Dict[int, List[ast.stmt]] = {}  # loop -> its range/trip-count lines
+        # loop -> its range and trip-count lines
+        self.loop_setups: StatementFacts[List[ast.stmt]] = StatementFacts("loop setup")
         self.default_bindings: Dict[str, object] = {}
         self.inits: List[ast.stmt] = []
         self.last_line: Optional[int] = None
@@ -324,13 +327,13 @@ class _Reverse:
             node = ast.Expr(value=ast.Call(
                 func=ast.Attribute(value=_name(stack), attr="append", ctx=ast.Load()),
                 args=[value], keywords=[]))
-            self.saves.setdefault(key, []).append((var, "stack", stack))
+            self.saves.setdefault(key, list).append((var, "stack", stack))
         else:
             slot = self.names.fresh(f"{var}_prev")
             node = _assign(slot, value)
-            self.saves.setdefault(key, []).append((var, "slot", slot))
+            self.saves.setdefault(key, list).append((var, "slot", slot))
         node.s2s_save_of = var
-        node.s2s_slot = self.saves[key][-1][2]
+        node.s2s_slot = self.saves.require(key)[-1][2]
         if var not in self.nf.all_params and not any(
                 getattr(i, "s2s_init_of", None) == var for i in self.inits):
             init = _assign(var, ast.Constant(value=None))
@@ -375,7 +378,7 @@ class _Reverse:
         if in_loop:
             self.overwritable.add(base)
         out: List[ast.stmt] = []
-        self.save_value(base, in_loop, out, id(s),
+        self.save_value(base, in_loop, out, s,
                         helper_call("copy_item", _name(base), copy.deepcopy(index)))
         out.append(s)
         return out
@@ -417,7 +420,7 @@ class _Reverse:
         if op.kind == "setitem":
             # x[i] = v: keep the items it overwrites (restored in the adjoint).
             base = s.targets[0].value.id
-            self.save_value(base, in_loop, out, id(s),
+            self.save_value(base, in_loop, out, s,
                             helper_call("copy_item", _name(base),
                                         _index_expr(s.targets[0].slice)))
             out.append(s)
@@ -432,10 +435,10 @@ class _Reverse:
             if guard is not None:
                 out.append(ast.Expr(value=helper_call("unshared", _name(var),
                                                       *[ast.Constant(value=g) for g in guard])))
-            self.save_value(var, in_loop, out, id(s), helper_call("copy_value", _name(var)))
+            self.save_value(var, in_loop, out, s, helper_call("copy_value", _name(var)))
             out.append(s)
             return out
-        key = id(s)
+        key = s
         if op.kind == "pop":
             self.save_before(op.outputs[0], in_loop, out, key)
             out.append(s)
@@ -467,7 +470,7 @@ class _Reverse:
 
     def site_for(self, s, op: Op):
         """The inlined Function (apply) or the separately compiled callee (call)."""
-        site = self.sites.get(id(s))
+        site = self.sites.get(s)
         if site is None:
             if op.kind == "apply":
                 needs = tuple(isinstance(a, ast.Name) and a.id in self.act.varied
@@ -477,14 +480,14 @@ class _Reverse:
             else:
                 site = sites.callee_site(op, s, self.act, self.names, self.nf)
                 self.callees[site.forward_name] = site
-            self.sites[id(s)] = site
+            self.sites.record(s, site)
         return site
 
     def setup_assign(self, loop, target: str, value: ast.expr, in_loop: bool) -> List[ast.stmt]:
         """A loop's range or trip counter. Inside an outer loop it is saved per
         iteration like any variable, and restored after the adjoint loop."""
         stmt = ast.copy_location(_assign(target, value), loop)
-        self.loop_setups.setdefault(id(loop), []).append(stmt)
+        self.loop_setups.setdefault(loop, list).append(stmt)
         return self.forward_assign(stmt, in_loop)
 
     def forward_for(self, s: ast.For, in_loop: bool) -> List[ast.stmt]:
@@ -524,7 +527,7 @@ class _Reverse:
         for b in info.item_assigns:   # loop targets a later in-place write would change
             if isinstance(b.targets[0], ast.Name) and b.targets[0].id in copied:
                 b.s2s_snapshot = True
-        self.loops[id(s)] = info
+        self.loops.record(s, info)
         body = list(body_prefix[:1]) if has_break else []
         for b in (body_prefix[1:] if has_break else body_prefix):
             body += self.forward_assign(b, True)
@@ -623,7 +626,7 @@ class _Reverse:
     def forward_while(self, s: ast.While, in_loop: bool) -> List[ast.stmt]:
         trips = self.names.fresh("trips")
         info = _LoopInfo("while", trips=trips)
-        self.loops[id(s)] = info
+        self.loops.record(s, info)
         out = self.setup_assign(s, trips, ast.Constant(0), in_loop)
         incr = ast.AugAssign(target=_name(trips, True), op=ast.Add(), value=ast.Constant(1))
         body = [incr] + self.forward_block(s.body, True)
@@ -676,7 +679,7 @@ class _Reverse:
             out.append(opened[1])
 
     def restores(self, s, out: List[ast.stmt]) -> None:
-        for var, kind, name in reversed(self.saves.get(id(s), [])):
+        for var, kind, name in reversed(self.saves.get(s, [])):
             if kind == "stack":
                 value = ast.Call(func=ast.Attribute(value=_name(name), attr="pop",
                                                     ctx=ast.Load()), args=[], keywords=[])
@@ -727,7 +730,7 @@ class _Reverse:
                 node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
                 node.s2s_restore_item = base
             node.s2s_restore_of = base
-            node.s2s_slot = self.saves[id(s)][-1][2]
+            node.s2s_slot = self.saves.require(s)[-1][2]
             out.append(node)
 
     def adjoint_assign(self, s) -> List[ast.stmt]:
@@ -787,7 +790,7 @@ class _Reverse:
 
     def _saved_value(self, s, out: List[ast.stmt]) -> Optional[ast.expr]:
         """The value the forward saved for statement s (popped from its stack)."""
-        saves = self.saves.get(id(s), [])
+        saves = self.saves.get(s, [])
         if not saves:
             return None
         var, kind, name = saves[-1]
@@ -849,7 +852,7 @@ class _Reverse:
                 node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
                 node.s2s_restore_item = base
             node.s2s_restore_of = base
-            node.s2s_slot = self.saves[id(s)][-1][2]
+            node.s2s_slot = self.saves.require(s)[-1][2]
             out.append(node)
         if zero_list is not None:
             b, index = zero_list
@@ -885,7 +888,7 @@ class _Reverse:
         if saved is not None:
             node = _assign(var, saved)
             node.s2s_restore_of = var
-            node.s2s_slot = self.saves[id(s)][-1][2]
+            node.s2s_slot = self.saves.require(s)[-1][2]
             out.append(node)
 
     def append_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
@@ -1022,7 +1025,7 @@ class _Reverse:
         ctx = self.first_iteration
         # Only where skipping pays for the test: products (matmul, dot, einsum), whose
         # adjoint is a product again; elementwise parts are cheaper than the branch.
-        late = set(ctx[1].get(id(s), ())) if ctx is not None and not reset and \
+        late = set(ctx[1].get(s, ())) if ctx is not None and not reset and \
             not registry.is_elementwise(rule) else set()
         late_keys = {k for k, part in wanted.items()
                      if any(v in late and p == part for v, p in targets)}
@@ -1047,7 +1050,7 @@ class _Reverse:
             self.accumulate(var, _name(part), out)
 
     def site_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
-        site = self.sites[id(s)]
+        site = self.sites.require(s)
         for o in op.outputs:
             if self.bar_of(o) not in self.state:
                 self.materialize(o, out)
@@ -1099,7 +1102,7 @@ class _Reverse:
 
     def reversed_body(self, s) -> List[ast.stmt]:
         """The adjoint of one iteration: the body backwards, then the item loads."""
-        info = self.loops[id(s)]
+        info = self.loops.require(s)
         outer = self.first_iteration
         self.first_iteration = self.entry_reads(s, info)
         try:
@@ -1124,7 +1127,7 @@ class _Reverse:
         written.add(info.target.id)
         written |= {n for b in s.body for n in stored_names(b)}
         entry_quiet = {n for n in written if self._quiet_at_entry(n, s)}
-        reads: Dict[int, Set[str]] = {}
+        reads: StatementFacts[Set[str]] = StatementFacts("first-iteration reads")
         seen = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
         seen.add(info.target.id)
         for b in s.body:
@@ -1132,7 +1135,7 @@ class _Reverse:
                 loads = {n.id for n in name_nodes(b.value) if isinstance(n.ctx, ast.Load)}
                 dead = (loads - seen) & entry_quiet
                 if dead:
-                    reads[id(b)] = dead
+                    reads.record(b, dead)
             seen |= set(stored_names(b))
         if not reads:
             return None
@@ -1183,7 +1186,7 @@ class _Reverse:
         """Adjoints that one iteration hands to the previous one are live across
         the loop boundary: they are materialised before the loop, and an iteration
         that consumes one without writing it again leaves an explicit zero."""
-        info = self.loops[id(s)]
+        info = self.loops.require(s)
         out: List[ast.stmt] = []
         end_state, inplace = self.probe(s)
         carried = set(self.state) | end_state
@@ -1218,7 +1221,7 @@ class _Reverse:
         self.inplace |= inplace
         self.last_line = None
         if not any(not is_comment(b) for b in body):
-            for setup in reversed(self.loop_setups.get(id(s), [])):
+            for setup in reversed(self.loop_setups.get(s, [])):
                 self.restores(setup, out)
             return out
         if info.kind == "range":
@@ -1237,7 +1240,7 @@ class _Reverse:
             it = ast.Call(func=self.builtin("range"), args=[_name(info.trips)], keywords=[])
         out += header
         out.append(ast.For(target=target, iter=it, body=body, orelse=[], type_comment=None))
-        for setup in reversed(self.loop_setups.get(id(s), [])):
+        for setup in reversed(self.loop_setups.get(s, [])):
             self.restores(setup, out)
         return out
 
