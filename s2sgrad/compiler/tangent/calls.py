@@ -1,0 +1,229 @@
+"""Forward mode: tangents through calls, to other user functions (their own
+`_jvp` code) and to `Function.apply` (the class's `jvp`, or one derived from
+its `vjp`)."""
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+from typing import Any, List
+
+from ...errors import TransformError
+from .. import reentry, sites
+from ..marks import comment
+from ..ops import Op
+from ..sites import _assign, _name
+from .function_sites import _forward_site, _FunctionSite, vjp_as_function
+from .support import _helper, _maybe_none, any_live
+
+
+class CallTangents:
+    """Tangents through calls: other user functions (their own `_jvp` code) and
+    `Function.apply` (the class's `jvp`, or one derived from its `vjp`).
+
+    A part of `_Tangent` (transform.py), whose state its methods use."""
+
+    # -- calls to other user functions -----------------------------------------------------------
+    def call(self, s, op: Op) -> List[ast.stmt]:
+        fn = op.callee
+        call = op.call
+        active = [o for o in op.outputs if o in self.act.active]
+        try:
+            sig = inspect.signature(fn)
+            bound = sig.bind(*call.args, **{k.arg: k.value for k in call.keywords})
+        except (TypeError, ValueError) as exc:
+            raise self.err(call, f"cannot bind the call to {fn.__name__}: {exc}") from None
+        params = list(sig.parameters.values())
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+            raise self.err(call, f"cannot differentiate through {fn.__name__}, which takes "
+                                 f"*args/**kwargs", "Give the helper explicit parameters.")
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                      p.POSITIONAL_OR_KEYWORD)]
+        # Keyword-only parameters come after the positional ones in `wrt` (the
+        # callee's all_params): a tangent passed to one is differentiated too.
+        atoms = [bound.arguments.get(p.name) for p in params]
+        wrt = tuple(i for i, a in enumerate(atoms)
+                    if isinstance(a, ast.Name) and a.id in self.act.varied)
+        if not active or not any(self.live_atom(atoms[i]) for i in wrt):
+            for o in op.outputs:
+                self.kill(o)
+            return [s]
+        args: List[ast.expr] = []
+        for p, a in zip(positional, atoms):
+            args.append(copy.deepcopy(a) if a is not None else self._constant(p.default))
+        tangents = [self.tangent_of(atoms[i]) for i in wrt]
+        keywords = [ast.keyword(arg=p.name, value=copy.deepcopy(bound.arguments[p.name]))
+                    for p in params if p.kind is p.KEYWORD_ONLY and p.name in bound.arguments]
+        self.read([atoms[i] for i in wrt], fresh=False)
+        base = fn.__name__ if fn.__name__ != "<lambda>" else "lambda"
+        recursive = fn is self.parsed.fn and wrt == tuple(self.act.wrt) and \
+            not self.structure and self.demand is None
+        # Specialise the callee: which items of tuple arguments carry tangents, and
+        # which outputs' tangents this code reads at all.
+        structure = tuple((i, self.state.struct[atoms[i].id]) for i in wrt
+                          if self.live_atom(atoms[i]) and atoms[i].id in self.state.struct)
+        demand = None
+        if len(op.outputs) > 1 and not all(o in self.act.active for o in op.outputs):
+            demand = tuple(o in self.act.active for o in op.outputs)
+        spec = (structure, demand)
+        if recursive:
+            name = self.own_name          # a recursive call calls this very function
+        else:
+            key = (id(s), wrt, spec)
+            name = self.sites.get(key)
+            if name is None:
+                name = self.names.fresh(f"{base}_jvp")
+                self.sites[key] = name
+        live_out: Any = True
+        if recursive:
+            pass
+        elif not reentry.tangent_in_progress(fn, wrt, self.optimize_code, structure, demand):
+            callee = reentry.compile_tangent(fn, wrt, self.optimize_code, structure, demand)
+            self.bindings[name] = callee.jvp
+            self.compiled[name] = callee
+            live_out = callee.output_live
+        else:
+            self.late[name] = (fn, wrt, "jvp", structure, demand)
+        outs = op.outputs
+        target = s.targets[0]
+        primal_target = copy.deepcopy(target)
+        if isinstance(target, ast.Name):
+            tangent_target: ast.expr = _name(self.dot(target.id), True)
+        else:
+            tangent_target = ast.Tuple(elts=[_name(self.dot(e.id), True) for e in target.elts],
+                                       ctx=ast.Store())
+        node = ast.Assign(targets=[ast.Tuple(elts=[primal_target, tangent_target],
+                                             ctx=ast.Store())],
+                          value=ast.Call(func=_name(name), args=args + tangents,
+                                         keywords=keywords), type_comment=None)
+        for i, o in enumerate(outs):
+            if len(outs) == 1:
+                part = live_out
+            elif isinstance(live_out, tuple) and len(live_out) == len(outs):
+                part = live_out[i]
+            else:
+                part = any_live(live_out)
+            if o in self.act.active:
+                self.set_live(o, owned=False, struct=part)
+            else:
+                self.kill(o)
+        return [node]
+
+    # -- Function.apply ------------------------------------------------------------------------
+    def apply(self, s, op: Op) -> List[ast.stmt]:
+        cls = op.callee
+        call = op.call
+        site = self.sites.get(id(s))
+        if site is None:
+            needs = tuple(isinstance(a, ast.Name) and a.id in self.act.varied for a in call.args)
+            site = _forward_site(cls, call, op.outputs, needs, self.names, self.nf)
+            self.sites[id(s)] = site
+            if not site.inlined:
+                self.not_inlined.append(f"{cls.__name__}: {site.reason}")
+        self.bindings.update(site.bindings)
+        out: List[ast.stmt] = []
+        if not site.inlined:
+            out.append(comment(f"{cls.__name__}.apply: forward called, not inlined "
+                               f"({site.reason})"))
+        out += [copy.deepcopy(b) for b in site.forward_body]
+        active = [o for o in op.outputs if o in self.act.active]
+        live_args = [a for a in site.arg_atoms if self.live_atom(a)]
+        if not active or not live_args:
+            for o in op.outputs:
+                self.kill(o)
+            return out
+        tangents = [self.tangent_of(a) for a in site.arg_atoms]
+        self.read(live_args, fresh=False)
+        outs = site.out_names
+        targets = [self.dot(o) for o in outs]
+        if site.jvp_body is not None:
+            mapping = {g: t for g, t in zip(site.jvp_grads, tangents)}
+            body = [sites.substitute(b, mapping) for b in site.jvp_body]
+            result = sites.substitute(site.jvp_result, mapping)
+            out += body
+            out += self._assign_results(cls, "jvp", result, outs, targets)
+        elif not site.inlined and cls.jvp_method() is not None:
+            out.append(comment(f"{cls.__name__}.apply: jvp called, not inlined"))
+            value = ast.Call(func=_name("_s2s_call_jvp"),
+                             args=[copy.deepcopy(site.cls_expr), _name(site.ctx_name)]
+                             + tangents, keywords=[])
+            out += self._assign_results(cls, "jvp", value, outs, targets)
+        else:
+            out += self._derived_jvp(s, site, tangents, outs, targets)
+        for o in outs:
+            if o in self.act.active:
+                self.set_live(o, owned=False)
+            else:
+                self.kill(o)
+        return out
+
+    def _assign_results(self, cls, what, result, outs, targets,
+                        never_none: bool = False) -> List[ast.stmt]:
+        """One tangent per output (a None from a user's jvp is a zero)."""
+        out: List[ast.stmt] = []
+        if len(outs) == 1:
+            elts = [result]
+        elif isinstance(result, (ast.Tuple, ast.List)) and len(result.elts) == len(outs):
+            elts = list(result.elts)
+        else:
+            tmp = self.names.fresh(f"{cls.__name__}_tangents")
+            out.append(_assign(tmp, _helper("check_tangents", result,
+                                            ast.Constant(value=len(outs)),
+                                            ast.Constant(value=f"{cls.__name__}.{what}"))))
+            elts = [ast.Subscript(value=_name(tmp), slice=ast.Constant(value=i), ctx=ast.Load())
+                    for i in range(len(outs))]
+        for o, t, e in zip(outs, targets, elts):
+            if isinstance(e, ast.Constant) and e.value is None:
+                e = _helper("zero_tangent", _name(o))
+            elif not never_none and _maybe_none(e):
+                e = _helper("none_to_zero_tangent", e, _name(o))
+            out.append(_assign(t, e))
+        return out
+
+    def _derived_jvp(self, s, site: _FunctionSite, tangents, outs, targets) -> List[ast.stmt]:
+        """No jvp: the tangent is the reverse mode of the vjp (linear in its cotangent)
+        applied to the input tangents."""
+        cls = site.cls
+        if not site.inlined:
+            raise self.err(s.value if hasattr(s, "value") else s,
+                           f"{cls.__name__} has no jvp, and its JVP cannot be derived from its "
+                           f"vjp: {site.reason}",
+                           f"Define {cls.__name__}.jvp(ctx, *tangents) (PyTorch's name) for "
+                           f"forward mode.")
+        slots, saved = site.derived_slots
+        try:
+            fn, n_out = vjp_as_function(cls, slots, saved, site.needs, len(outs))
+        except (sites.NotInlinable, TransformError) as exc:
+            reason = getattr(exc, "reason", str(exc))
+            raise self.err(s.value, f"{cls.__name__} has no jvp, and its JVP cannot be derived "
+                                    f"from its vjp: {reason}",
+                           f"Define {cls.__name__}.jvp(ctx, *tangents) (PyTorch's name) for "
+                           f"forward mode.") from None
+        try:
+            pair = reentry.compile_pair(fn, tuple(range(n_out)))
+        except TransformError as exc:
+            raise self.err(s.value, f"{cls.__name__} has no jvp, and its JVP cannot be derived "
+                                    f"from its vjp, which s2sgrad cannot differentiate: "
+                                    f"{exc.reason}",
+                           f"Define {cls.__name__}.jvp(ctx, *tangents) (PyTorch's name) for "
+                           f"forward mode.") from None
+        stem = f"{cls.__name__}_vjp"
+        fwd = self.names.fresh(f"{stem}_forward")
+        adj = self.names.fresh(f"{stem}_adjoint")
+        res = self.names.fresh(f"{stem}_residuals")
+        self.bindings[fwd] = pair.forward
+        self.bindings[adj] = pair.adjoint
+        self.compiled[fwd] = pair
+        out: List[ast.stmt] = [comment(f"{cls.__name__}.apply: no jvp; its tangent is the "
+                                       f"reverse mode of {cls.__name__}.vjp (linear in its "
+                                       f"cotangent) applied to the input tangents")]
+        zeros = [_helper("zero_tangent", _name(o)) for o in outs]
+        slot_args = [_name(v) for v in saved] + [_name(slots[k]) for k in sorted(slots)]
+        call_fwd = ast.Call(func=_name(fwd), args=zeros + slot_args, keywords=[])
+        out.append(_assign(ast.Tuple(elts=[_name("_", True), _name(res, True)],
+                                     ctx=ast.Store()), call_fwd))
+        n_in = len(site.arg_atoms)
+        cot = tangents[0] if n_in == 1 else ast.Tuple(elts=list(tangents), ctx=ast.Load())
+        result = ast.Call(func=_name(adj), args=[_name(res), cot], keywords=[])
+        out += self._assign_results(cls, "vjp", result, outs, targets, never_none=True)
+        return out

@@ -1,0 +1,205 @@
+"""Forward mode at `Function.apply`: the class's `jvp` inlined, or its `vjp` read
+as a function that reverse mode can differentiate (the JVP is then derived)."""
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from ...errors import deliberate
+from .. import sites
+from ..loader import Emitted, load
+from ..names import NameRegistry, names_in
+from ..sites import _assign, _name, _targets
+from .support import _none
+
+
+# -- Function.apply in forward mode ------------------------------------------------------------
+@dataclass
+class _FunctionSite:
+    cls: type
+    arg_atoms: List[ast.expr]
+    out_names: List[str]
+    needs: Tuple[bool, ...]
+    inlined: bool = True
+    reason: str = ""
+    forward_body: List[ast.stmt] = field(default_factory=list)
+    ctx_name: Optional[str] = None            # the Context object when not inlined
+    jvp_body: Optional[List[ast.stmt]] = None  # inlined jvp, grad parameters mapped
+    jvp_result: Optional[ast.expr] = None
+    jvp_grads: List[str] = field(default_factory=list)
+    slot_values: List[str] = field(default_factory=list)   # saved values and ctx attrs
+    derived: Optional[Tuple[Any, List[str], int]] = None   # (vjp as a function, slots, n_out)
+    derived_slots: Tuple[Dict[str, str], List[str]] = field(default_factory=lambda: ({}, []))
+    cls_expr: Optional[ast.expr] = None
+    foreign: Dict[str, ast.expr] = field(default_factory=dict)
+    bindings: Dict[str, Any] = field(default_factory=dict)
+
+
+def _forward_site(cls, call: ast.Call, out_names, needs, names: NameRegistry, nf) -> _FunctionSite:
+    site = _FunctionSite(cls=cls, arg_atoms=list(call.args), out_names=list(out_names),
+                         needs=needs, cls_expr=copy.deepcopy(call.func.value))
+    if call.keywords:
+        return _fallback(site, names, "apply() was called with keyword arguments")
+    try:
+        _inline_forward(site, cls, names, nf)
+    except sites.NotInlinable as exc:
+        return _fallback(site, names, str(exc))
+    return site
+
+
+def _fallback(site: _FunctionSite, names: NameRegistry, reason: str) -> _FunctionSite:
+    site.inlined = False
+    site.reason = reason
+    ctx = names.fresh(f"{site.cls.__name__}_ctx")
+    site.ctx_name = ctx
+    site.forward_body = [
+        _assign(ctx, ast.Call(func=_name("_s2s_Context"),
+                              args=[sites._constant(tuple(site.needs))], keywords=[])),
+        _assign(_targets(site.out_names), ast.Call(
+            func=ast.Attribute(value=copy.deepcopy(site.cls_expr), attr="forward",
+                               ctx=ast.Load()),
+            args=[_name(ctx)] + copy.deepcopy(site.arg_atoms), keywords=[])),
+    ]
+    return site
+
+
+def _inline_forward(site: _FunctionSite, cls, names: NameRegistry, nf) -> None:
+    """forward's body with ctx turned into variables; then the jvp (or the vjp as a
+    function, for a derived JVP)."""
+    ctx, body, result, mapping, out = sites.bind_forward(site, cls, names, nf)
+    slots: Dict[str, str] = {}
+    saved: List[str] = []
+    saved_fwd: List[str] = []
+    for s in body:
+        out += _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names)
+    rewrite = sites._CtxRewriter(ctx, slots, saved, site.needs, "forward")
+    result = rewrite.visit(sites.substitute(result, mapping))
+    if len(site.out_names) > 1 and isinstance(result, ast.Tuple) and \
+            len(result.elts) == len(site.out_names):
+        out += [_assign(o, e) for o, e in zip(site.out_names, result.elts)]
+    else:
+        out.append(_assign(_targets(site.out_names), result))
+    site.forward_body = out
+    jvp_fn = cls.jvp_method()
+    if jvp_fn is not None:
+        _inline_jvp(site, cls, jvp_fn, slots, saved_fwd or saved, names, nf)
+    else:
+        site.slot_values = list(dict.fromkeys(saved + list(slots.values())))
+        site.derived_slots = (slots, saved)
+
+
+def _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names) -> List[ast.stmt]:
+    rewrite = sites._CtxRewriter(ctx, slots, saved, site.needs, "forward")
+    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
+            isinstance(s.value.func, ast.Attribute) and \
+            isinstance(s.value.func.value, ast.Name) and s.value.func.value.id == ctx:
+        method = s.value.func.attr
+        if method in ("save_for_backward", "save_for_forward"):
+            target = saved if method == "save_for_backward" else saved_fwd
+            out = []
+            target.clear()
+            for arg in s.value.args:
+                value = rewrite.visit(sites.substitute(arg, mapping))
+                stem = arg.id if isinstance(arg, ast.Name) else "saved"
+                slot = names.fresh(f"{stem}_saved")
+                out.append(_assign(slot, value))
+                target.append(slot)
+            return out
+        if method == "mark_non_differentiable":
+            return []
+        raise sites.NotInlinable(f"forward calls ctx.{method}()")
+    if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+            isinstance(s.targets[0], ast.Attribute) and \
+            isinstance(s.targets[0].value, ast.Name) and s.targets[0].value.id == ctx:
+        attr = s.targets[0].attr
+        if attr in ("saved_tensors", "needs_input_grad"):
+            raise sites.NotInlinable(f"forward assigns ctx.{attr}")
+        slot = slots.get(attr) or names.fresh(attr)
+        value = rewrite.visit(sites.substitute(s.value, mapping))
+        slots[attr] = slot
+        return [_assign(slot, value)]
+    if isinstance(s, (ast.If, ast.For, ast.While)):
+        for sub in ast.walk(s):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and \
+                    sub.value.id == ctx and sub.attr not in ("needs_input_grad",):
+                raise sites.NotInlinable("forward uses ctx inside a branch or loop")
+    return [rewrite.visit(sites.substitute(s, mapping))]
+
+
+def _inline_jvp(site, cls, jvp_fn, slots, saved, names, nf) -> None:
+    parsed = sites._parse_method(jvp_fn, cls, "jvp")
+    site.bindings.update(sites._foreign_globals(parsed, nf, names, site))
+    params = [a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args]
+    if parsed.node.args.vararg or parsed.node.args.kwarg:
+        raise sites.NotInlinable("jvp takes *args")
+    ctx, *grads = params
+    if len(grads) != len(site.arg_atoms):
+        raise deliberate(TypeError(f"{cls.__name__}.jvp takes {len(grads)} tangent(s) but "
+                                   f"{cls.__name__}.forward takes {len(site.arg_atoms)} "
+                                   f"input(s)"))
+    body, result = sites._single_return(
+        [s for s in parsed.node.body if not sites._is_docstring(s)], "jvp")
+    local = sites._local_names(parsed.node) - {ctx}
+    mapping: Dict[str, ast.expr] = {}
+    for n in sorted(local | set(grads)):
+        mapping[n] = _name(names.fresh(n))
+    mapping.update(site.foreign)
+    rewrite = sites._CtxRewriter(ctx, slots, saved, site.needs, "jvp")
+    stmts = [rewrite.visit(sites.substitute(s, mapping)) for s in body]
+    site.jvp_body = sites._fold(sites._split_tuple_assigns(stmts))
+    site.jvp_result = sites._fold_expr(rewrite.visit(sites.substitute(result, mapping)))
+    site.jvp_grads = [mapping[g].id for g in grads]
+    written = {n.id for s in site.jvp_body for n in ast.walk(s)
+               if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if written & set(site.jvp_grads):
+        raise sites.NotInlinable("jvp assigns to its tangent argument")
+
+
+_VJP_FUNCTIONS: Dict[tuple, Tuple[Any, int]] = {}
+
+
+def vjp_as_function(cls, slots: Dict[str, str], saved: List[str], needs, n_out: int):
+    """`cls.vjp` as a plain function of (grad_outputs..., saved values..., ctx attrs...),
+    so that reverse mode can differentiate it with respect to its cotangents: the vjp
+    is linear in them, and the VJP of that linear map is the JVP (double-vjp)."""
+    vjp_fn = cls.vjp_method()
+    key = (cls, tuple(sorted(slots)), len(saved), tuple(needs), n_out)
+    hit = _VJP_FUNCTIONS.get(key)
+    if hit is not None:
+        return hit
+    what = "vjp" if vjp_fn is getattr(cls, "vjp", None) else "backward"
+    parsed = sites._parse_method(vjp_fn, cls, what)
+    params = [a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args]
+    if parsed.node.args.vararg or parsed.node.args.kwarg:
+        raise sites.NotInlinable(f"{what} takes *args")
+    ctx, *grads = params
+    if len(grads) != n_out:
+        raise sites.NotInlinable(f"{what} takes {len(grads)} gradient(s) for {n_out} output(s)")
+    taken = names_in(parsed.node)
+    reg = NameRegistry(taken)
+    saved_params = [reg.fresh(f"saved_{i}") for i in range(len(saved))]
+    attr_params = {attr: reg.fresh(f"ctx_{attr}") for attr in sorted(slots)}
+    body = [s for s in parsed.node.body if not sites._is_docstring(s)]
+    rewrite = sites._CtxRewriter(ctx, attr_params, saved_params, tuple(needs), what)
+    body = [rewrite.visit(copy.deepcopy(s)) for s in body]
+    body = sites._fold(body)
+    fdef = ast.FunctionDef(
+        name=f"{cls.__name__}_{what}",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in
+                                                 grads + saved_params +
+                                                 [attr_params[k] for k in sorted(slots)]],
+                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+                           defaults=[]),
+        body=body or [ast.Return(value=_none())], decorator_list=[], returns=None,
+        type_comment=None)
+    source = (f"# s2sgrad: {cls.__name__}.{what} as a function of its cotangents "
+              f"(its reverse mode gives {cls.__name__}'s JVP)\n"
+              f"{ast.unparse(ast.fix_missing_locations(fdef))}\n")
+    filename = f"<s2sgrad {cls.__name__}.{what} as a function #{len(_VJP_FUNCTIONS)}>"
+    fn = load(Emitted(source=source, function_names=[fdef.name], filename=filename,
+                      globals=getattr(vjp_fn, "__globals__", {}),
+                      closure_cells=dict(parsed.closure)))[fdef.name]
+    _VJP_FUNCTIONS[key] = (fn, len(grads))
+    return fn, len(grads)

@@ -1,0 +1,194 @@
+"""Forward mode: tangents of calls to rules of the table (jvp_rules), templates
+substituted, shapes and scalars handled."""
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+from typing import Dict, List, Optional, Set, Tuple
+
+from ...rules import jvp_rules
+from ...runtime import HELPERS
+from .. import sites
+from ..ops import Op
+from ..sites import _name
+from .support import _HINT_RULE, _helper, _none, _rebuild
+
+
+class RuleTangents:
+    """Tangents of calls to rules of the table (jvp_rules): templates substituted,
+    shapes and scalars handled.
+
+    A part of `_Tangent` (transform.py), whose state its methods use."""
+
+    # -- rules ------------------------------------------------------------------------------
+    def rule_tangent(self, s, op: Op, value: ast.expr, ans: ast.expr
+                     ) -> Tuple[List[ast.stmt], Optional[ast.expr]]:
+        """The tangent of one call to a table rule: (statements, expression) or (.., None)."""
+        rule = op.rule
+        jr = jvp_rules.lookup(rule)
+        node = getattr(op.call, "func", None) or value
+        if jr is None:
+            why = jvp_rules.UNSUPPORTED.get(rule.name)
+            raise self.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label}"
+                                 + (f": {why}" if why else ""), _HINT_RULE)
+        slots: List[Tuple[str, Optional[int], ast.expr]] = []
+        for param in rule.differentiable():
+            atom = op.bound.get(param)
+            if atom is None:
+                continue
+            if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
+                for i, e in enumerate(atom.elts):
+                    if self.live_atom(e):
+                        slots.append((param, i, e))
+            elif self.live_atom(atom):
+                slots.append((param, None, atom))
+        if not slots:
+            return [], None
+        live_params = []
+        for p, _, _ in slots:
+            if p not in live_params:
+                live_params.append(p)
+        stmts: List[ast.stmt] = []
+        terms: List[ast.expr] = []
+        handled: Set[str] = set()
+        for p in live_params:
+            refuse = jvp_rules.unsupported_part(rule, p)
+            if refuse is not None:
+                terms.append(self._expand(rule, op, refuse, ans, stmts, []))
+                handled.add(p)
+        diff_atoms = {p: op.bound.get(p) for p in rule.differentiable() if p in op.bound}
+        if jr.linear and any(p in jr.linear for p in live_params if p not in handled):
+            mapping = {}
+            for p in jr.linear:
+                atom = diff_atoms.get(p)
+                if atom is None:
+                    continue
+                self._tangent_mapping(rule, p, atom, mapping)
+            terms.append(_rebuild(value, mapping))
+        if jr.multilinear:
+            for p, _i, atom in slots:
+                if p in handled:
+                    continue
+                terms.append(_rebuild(value, {id(atom): _name(self.dot(atom.id))}))
+        for p in live_params:
+            if p in handled or p not in jr.parts:
+                continue
+            terms.append(self._expand(rule, op, jr.parts[p], ans, stmts,
+                                      jr.prelude + jr.part_preludes.get(p, [])))
+        if jr.joint is not None and any(p in jr.joint_params for p in live_params
+                                        if p not in handled):
+            terms.append(self._expand(rule, op, jr.joint, ans, stmts, jr.prelude))
+        missing = [p for p in live_params if p not in handled and p not in jr.parts and
+                   p not in jr.linear and p not in jr.joint_params and not jr.multilinear]
+        if missing:
+            raise self.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label} with "
+                                 f"respect to its argument {missing[0]!r}", _HINT_RULE)
+        if not terms:
+            return stmts, None
+        expr = terms[0]
+        for t in terms[1:]:
+            if rule.outputs:
+                expr = _helper("add", expr, t)
+            else:
+                expr = ast.BinOp(left=expr, op=ast.Add(), right=t)
+        if jr.broadcast and len(op.outputs) == 1 and \
+                not self._full_shape(op, jr, live_params, handled, ans):
+            expr = _helper("broadcast_tangent", expr, copy.deepcopy(ans))
+        if jr.cast == "always" or (jr.cast == "dtype" and "dtype" in op.bound):
+            expr = _helper("cast_tangent", expr, copy.deepcopy(ans))
+        return stmts, expr
+
+    def _full_shape(self, op: Op, jr, live_params, handled, ans) -> bool:
+        """Does the sum of pointwise contributions provably have the result's shape?
+
+        It has the broadcast shape of everything it reads; the result of an
+        elementwise function has the broadcast shape of all its arguments. So it
+        is enough that the contributions read `ans`, or every argument that is
+        not a scalar, or that an operand provably has the result's shape.
+        """
+        if isinstance(ans, ast.Name):
+            for p in live_params:
+                atom = op.bound.get(p)
+                if isinstance(atom, ast.Name) and self.act.same_shape(atom, ans):
+                    return True
+        covered: Set[str] = set()
+        for p in live_params:
+            if p in handled or p not in jr.parts:
+                continue
+            nodes = [jr.parts[p]] + jr.part_preludes.get(p, []) + jr.prelude
+            for node in nodes:
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Name):
+                        covered.add(sub.id[:-4] if sub.id.endswith("_dot") else sub.id)
+        if "ans" in covered:
+            return True
+        for param, atom in op.bound.items():
+            if param in covered or self._scalar(atom):
+                continue
+            return False
+        return True
+
+    def _scalar(self, atom) -> bool:
+        if isinstance(atom, ast.Constant):
+            return isinstance(atom.value, (int, float)) and not isinstance(atom.value, bool)
+        if isinstance(atom, ast.UnaryOp) and isinstance(atom.operand, ast.Constant):
+            return self._scalar(atom.operand)
+        if isinstance(atom, ast.Name):
+            from ..analyze import SCALAR
+            return atom.id in self.act.ints or self.act.shape_of(atom) == SCALAR
+        return False
+
+    def _tangent_mapping(self, rule, param, atom, mapping: Dict[int, ast.expr]) -> None:
+        """Replace a differentiable argument (or each item of a sequence) by its tangent."""
+        if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
+            for e in atom.elts:
+                mapping[id(e)] = self.tangent_of(e) if not isinstance(e, (ast.Tuple, ast.List)) \
+                    else self.zero_of(e)
+        else:
+            mapping[id(atom)] = self.tangent_of(atom)
+
+    def _expand(self, rule, op: Op, template: ast.expr, ans: ast.expr, out: List[ast.stmt],
+                prelude: List[ast.stmt]) -> ast.expr:
+        """A JVP template with the call's arguments, tangents and `ans` substituted."""
+        mapping: Dict[str, ast.expr] = {"ans": ans}
+        given = set(op.bound)
+        for param in rule.params:
+            if param in op.bound:
+                mapping[param] = op.bound[param]
+            else:
+                parameter = rule.signature.parameters[param]
+                default = parameter.default
+                if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+                    default = ()
+                mapping[param] = sites._constant(None if default is inspect.Parameter.empty
+                                                  else default)
+            mapping[f"{param}_dot"] = self._param_tangent(rule, param, op.bound.get(param))
+        for h in HELPERS:
+            mapping.setdefault(h, _name("_s2s_" + h))
+        mapping["np"] = _name(self.np_name)
+        drop = set(rule.params) - given
+        local: Dict[str, ast.expr] = {}
+        for stmt in prelude:
+            for sub in ast.walk(stmt):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and \
+                        sub.id not in local:
+                    local[sub.id] = _name(self.names.fresh(sub.id))
+        full = dict(mapping, **local)
+        used = {n.id for n in ast.walk(template) if isinstance(n, ast.Name)}
+        if used & set(local):
+            out += [sites.substitute(p, full, drop) for p in prelude]
+        return sites.substitute(template, full, drop)
+
+    def _param_tangent(self, rule, param, atom) -> ast.expr:
+        """A parameter's tangent in a template: None when it is not differentiated."""
+        if atom is None or param not in rule.grads:
+            return _none()
+        if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
+            if not any(self.live_atom(e) for e in atom.elts):
+                return _none()
+            return ast.List(elts=[_name(self.dot(e.id)) if self.live_atom(e) else _none()
+                                  for e in atom.elts], ctx=ast.Load())
+        if self.live_atom(atom):
+            return _name(self.dot(atom.id))
+        return _none()

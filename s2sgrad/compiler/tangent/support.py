@@ -1,0 +1,220 @@
+"""Forward mode: the small AST helpers and the state records its parts share."""
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Sequence, Set, Tuple
+
+from ...rules import registry
+from ..sites import _name
+
+_HINT_RULE = ("Use reverse mode (s2sgrad.grad / functional.vjp) for this function, or "
+              "register a JVP with s2sgrad.rules.jvp_rules.defjvp.")
+
+
+def any_live(struct: Any) -> bool:
+    """Can any part of a value with this liveness structure be nonzero?"""
+    if isinstance(struct, tuple):
+        return any(any_live(s) for s in struct)
+    return bool(struct)
+
+
+def _merge(a: Any, b: Any) -> Any:
+    """The liveness structure that covers both (elementwise or)."""
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+        return tuple(_merge(x, y) for x, y in zip(a, b))
+    return any_live(a) or any_live(b)
+
+
+# -- small AST helpers ----------------------------------------------------------------------
+def _helper(name: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=_name("_s2s_" + name), args=list(args), keywords=[])
+
+
+def _none() -> ast.Constant:
+    return ast.Constant(value=None)
+
+
+def _index_expr(index: ast.expr) -> ast.expr:
+    """The index of `x[...]` as an ordinary expression (slices become slice())."""
+    if isinstance(index, ast.Slice):
+        parts = [index.lower, index.upper, index.step]
+        args = [p if p is not None else ast.Constant(value=None) for p in parts]
+        if isinstance(args[2], ast.Constant) and args[2].value is None:
+            args.pop()
+        return ast.Call(func=_name("slice"), args=args, keywords=[])
+    if isinstance(index, ast.Tuple):
+        return ast.Tuple(elts=[_index_expr(e) for e in index.elts], ctx=ast.Load())
+    return copy.deepcopy(index)
+
+
+class _Replace(ast.NodeTransformer):
+    """Replace given nodes (by identity) with new expressions."""
+
+    def __init__(self, mapping: Dict[int, ast.expr]):
+        self.mapping = mapping
+
+    def visit(self, node):
+        new = self.mapping.get(id(node))
+        if new is not None:
+            return copy.deepcopy(new)
+        return super().visit(node)
+
+
+def _replace(expr: ast.expr, mapping: Dict[int, ast.expr]) -> ast.expr:
+    """A copy of `expr` with the nodes in `mapping` (keyed by id) replaced."""
+    # deepcopy would change the ids: replace on the original, in a shallow rebuild.
+    return _rebuild(expr, mapping)
+
+
+def _rebuild(node, mapping):
+    new = mapping.get(id(node))
+    if new is not None:
+        return copy.deepcopy(new)
+    if not isinstance(node, ast.AST):
+        return node
+    fields = {}
+    for name, value in ast.iter_fields(node):
+        if isinstance(value, list):
+            fields[name] = [_rebuild(v, mapping) for v in value]
+        else:
+            fields[name] = _rebuild(value, mapping)
+    out = type(node)(**fields)
+    ast.copy_location(out, node)
+    for attr in ("s2s_callee", "s2s_method", "s2s_static", "s2s_opaque"):
+        if hasattr(node, attr):
+            setattr(out, attr, getattr(node, attr))
+    return out
+
+
+_FRESH_HELPERS = {"_s2s_zero_tangent", "_s2s_with_item", "_s2s_push", "_s2s_drop_last",
+                  "_s2s_copy_value", "_s2s_snapshot", "_s2s_scatter_add", "_s2s_with_zeroed",
+                  "_s2s_zeros_like"}
+
+
+def _is_fresh(expr: ast.expr) -> bool:
+    """Does evaluating `expr` always give a new object (never one it read)?"""
+    if isinstance(expr, (ast.BinOp, ast.UnaryOp)):
+        return True
+    if isinstance(expr, (ast.List, ast.Tuple)):
+        return False
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Name) and func.id in _FRESH_HELPERS:
+            return True
+        callee = getattr(expr, "s2s_callee", None)
+        if callee is not None:
+            if registry.is_constructor(callee):
+                return True
+            rule = registry.lookup_function(callee)
+            return bool(rule is not None and not rule.view and not rule.outputs)
+    return False
+
+
+# -- the transform -------------------------------------------------------------------------
+@dataclass
+class _State:
+    live: Set[str]
+    owned: Set[str]
+    defined: Set[str]
+    reachable: bool = True
+    # Tuple-valued variables whose items' liveness is known: var -> (bool | tuple, ...)
+    struct: Dict[str, tuple] = field(default_factory=dict)
+
+    def copy(self) -> "_State":
+        return _State(set(self.live), set(self.owned), set(self.defined), self.reachable,
+                      dict(self.struct))
+
+
+def _merge_struct(a: _State, b: _State) -> Dict[str, tuple]:
+    out = {}
+    for var in set(a.struct) & set(b.struct):
+        merged = _merge(a.struct[var], b.struct[var])
+        if isinstance(merged, tuple):
+            out[var] = merged
+    for var in set(a.struct) ^ set(b.struct):
+        side = a if var in a.struct else b
+        other = b if side is a else a
+        if var not in other.live:       # zero on the other side: its structure holds
+            out[var] = side.struct[var]
+    return out
+
+
+@dataclass
+class _Loop:
+    entry: Set[str]                   # live at the loop head
+    owned_entry: Set[str]
+    exit_live: Set[str] = field(default_factory=set)
+    breaks: List[_State] = field(default_factory=list)
+    continues: List[_State] = field(default_factory=list)
+
+
+def _maybe_none(e: ast.expr) -> bool:
+    """Could a jvp's result item be None at run time (so it needs a zero)?"""
+    return not isinstance(e, (ast.BinOp, ast.UnaryOp))
+
+
+def _tuple_or_name(names: Sequence[str]) -> ast.expr:
+    if len(names) == 1:
+        return _name(names[0])
+    return ast.Tuple(elts=[_name(n) for n in names], ctx=ast.Load())
+
+
+def _store_ctx(node: ast.AST) -> None:
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Name, ast.Tuple, ast.List)):
+            sub.ctx = ast.Store()
+
+
+def _tangent_target(target: ast.expr, t) -> ast.expr:
+    if isinstance(target, ast.Name):
+        return _name(t.dot(target.id), True)
+    return ast.Tuple(elts=[_tangent_target(e, t) for e in target.elts], ctx=ast.Store())
+
+
+def _loop_item_sources(body: List[ast.stmt]) -> List[Tuple[str, str]]:
+    """(n, xs) for every `n = _s2s_loop_items(xs)`: n is xs, walked by a loop."""
+    out = []
+    for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call) \
+                and getattr(node.value.func, "id", None) == "_s2s_loop_items" and \
+                node.value.args and isinstance(node.value.args[0], ast.Name):
+            out.append((node.targets[0].id, node.value.args[0].id))
+    return out
+
+
+def _writes_items_of(name: str, body: List[ast.stmt]) -> bool:
+    """Whether statements write into `name`'s items or grow or shrink it in place."""
+    for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
+        target = None
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(t, ast.Subscript):
+                    target = t.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("append", "extend", "insert", "pop", "remove", "clear"):
+            target = node.func.value
+        if isinstance(target, ast.Name) and target.id == name:
+            return True
+    return False
+
+
+def _iteration_leaves(target, it, out, wrapper=None) -> None:
+    """(target, sequence, node) for each loop target: the sequence it walks (None for
+    range/enumerate indices) and the iterable node that yields it (the sequence itself,
+    or reversed(sequence)), which the tangent code zips with the tangent's."""
+    callee = getattr(it, "s2s_callee", None)
+    if callee is enumerate and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+        out.append((target.elts[0], None, None))
+        _iteration_leaves(target.elts[1], it.args[0], out)
+    elif callee is zip and isinstance(target, ast.Tuple) and len(target.elts) == len(it.args):
+        for t, a in zip(target.elts, it.args):
+            _iteration_leaves(t, a, out)
+    elif callee is reversed and len(it.args) == 1 and isinstance(it.args[0], ast.Name):
+        out.append((target, it.args[0], it))
+    elif isinstance(it, ast.Call) or not isinstance(it, ast.Name):
+        out.append((target, None, None))
+    else:
+        out.append((target, it, it))

@@ -1,0 +1,546 @@
+"""Forward mode — the tangent (JVP) transform: the statements and the state.
+
+From the same normal form and activity analysis as the reverse transform,
+this pass writes one plain NumPy function that runs the user's statements and,
+next to each, the statement that computes its tangent:
+
+    def f_jvp(x, y, x_dot):
+        # line 4: z = np.sin(x) * y
+        sin_x = np.sin(x)
+        sin_x_dot = x_dot * np.cos(x)
+        z = sin_x * y
+        z_dot = sin_x_dot * y
+        ...
+        return result, result_dot
+
+Tangents flow forward alongside the values, so control flow is the easy
+direction: branches and loops are kept as they are, a tangent that is zero on
+one path and not on another is materialised where the paths join (or where a
+loop goes round again), `x[i] = v` becomes `x_dot[i] = v_dot`, lists carry
+lists of tangents, calls to other user functions call those functions' own
+`_jvp` functions, and `Function.apply` inlines the class's `jvp` (or derives
+it from `vjp`). Symbolic zeros: a tangent nothing has made nonzero yet has no
+variable and costs nothing.
+
+The tangent rules are `s2sgrad/rules/jvp_rules.py`; a call without one raises
+TransformError at the user's line, never a silent zero.
+
+A tangent is written in place only when this code owns it (it made it, and
+nothing read it since); otherwise it is copied first (`_s2s_with_item`,
+`_s2s_push`), so a tangent shared with another variable or with the caller is
+never changed behind their back.
+
+The transform is `_Tangent`; its branches and loops (control.py), rules
+(rules.py) and calls (calls.py) are parts it is made of, and clean.py tidies
+its output.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+from ...errors import TransformError, error_at
+from .. import sites
+from ..analyze import Activity, call_write_guards, iter_statements
+from ..marks import line_comment
+from ..normalize import NormalForm
+from ..ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
+from ..parse import ParsedFunction
+from ..sites import _assign, _name, _targets
+from ..transform import field_index
+from .calls import CallTangents
+from .control import ControlFlowTangents
+from .rules import RuleTangents
+from .support import (
+    _HINT_RULE,
+    _helper,
+    _index_expr,
+    _is_fresh,
+    _Loop,
+    _none,
+    _State,
+    _tuple_or_name,
+    any_live,
+)
+
+
+class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
+    def __init__(self, nf: NormalForm, activity: Activity, optimize_code: bool = True,
+                 structure: Optional[Dict[int, Any]] = None,
+                 demand: Optional[Tuple[bool, ...]] = None):
+        self.nf = nf
+        self.act = activity
+        self.parsed: ParsedFunction = nf.parsed
+        self.optimize_code = optimize_code
+        self.names = nf.names
+        self.locals = nf.resolver.locals | nf.names.taken
+        self.tan: Dict[str, str] = {}
+        self.state = _State(set(), set(), set(nf.all_params))
+        self.bindings: Dict[str, Any] = dict(getattr(nf, "bindings", {}))
+        self.late: Dict[str, Tuple[Any, Tuple[int, ...], str]] = {}
+        self.inits: List[str] = []
+        self.last_line: Optional[int] = None
+        self.loop: Optional[_Loop] = None
+        self.np_name = sites.numpy_alias(nf)
+        self.sites: Dict[Any, Any] = {}
+        self.compiled: Dict[str, Any] = {}        # callees compiled already, by bound name
+        self.not_inlined: List[str] = []
+        self.structure = dict(structure or {})
+        self.demand = demand
+        self.output_live: Any = True
+        self.output_varied: Any = True
+        self.in_place = self._written_in_place(nf.node.body)
+        self.lists = set(nf.lists) | self._appended(nf.node.body)
+
+    # -- names, errors, state --------------------------------------------------------------
+    def err(self, node, message, hint=None) -> TransformError:
+        return error_at(node, message, self.parsed, hint)
+
+    def dot(self, var: str) -> str:
+        if var not in self.tan:
+            self.tan[var] = self.names.fresh(f"{var}_dot")
+        return self.tan[var]
+
+    def is_live(self, var: str) -> bool:
+        return var in self.state.live
+
+    def live_atom(self, atom) -> bool:
+        return isinstance(atom, ast.Name) and atom.id in self.state.live
+
+    def zero_of(self, atom: ast.expr) -> ast.expr:
+        if isinstance(atom, ast.Constant):
+            if isinstance(atom.value, (int, float)) and not isinstance(atom.value, bool):
+                return ast.Constant(value=0.0)
+            if atom.value is None or isinstance(atom.value, (str, bool)):
+                return _none()
+        return _helper("zero_tangent", copy.deepcopy(atom))
+
+    def tangent_of(self, atom: ast.expr) -> ast.expr:
+        """The tangent of an atom: its variable when live, else an explicit zero."""
+        if self.live_atom(atom):
+            return _name(self.dot(atom.id))
+        if isinstance(atom, (ast.Tuple, ast.List)):
+            return type(atom)(elts=[self.tangent_of(e) for e in atom.elts], ctx=ast.Load())
+        return self.zero_of(atom)
+
+    def read(self, atoms: Sequence[ast.expr], fresh: bool) -> None:
+        """Tangents read into something that may refer to them lose their ownership."""
+        if fresh:
+            return
+        for atom in atoms:
+            for sub in ast.walk(atom):
+                if isinstance(sub, ast.Name):
+                    self.state.owned.discard(sub.id)
+
+    def set_live(self, var: str, owned: bool, struct: Any = True) -> None:
+        """var's tangent may be nonzero from here on (items as in `struct`)."""
+        if not any_live(struct):
+            self.kill(var)
+            return
+        self.state.live.add(var)
+        if owned:
+            self.state.owned.add(var)
+        else:
+            self.state.owned.discard(var)
+        if isinstance(struct, tuple):
+            self.state.struct[var] = struct
+        else:
+            self.state.struct.pop(var, None)
+
+    def kill(self, var: str) -> None:
+        self.state.live.discard(var)
+        self.state.owned.discard(var)
+        self.state.struct.pop(var, None)
+
+    def liveness(self, atom) -> Any:
+        """True/False, or the items' liveness of a tuple-valued variable."""
+        if not self.live_atom(atom):
+            return False
+        return self.state.struct.get(atom.id, True)
+
+    def materialize(self, var: str, out: List[ast.stmt],
+                    defined: Optional[Set[str]] = None) -> None:
+        defined = self.state.defined if defined is None else defined
+        if var not in defined and var not in self.inits:
+            self.inits.append(var)
+        node = _assign(self.dot(var), _helper("zero_tangent", _name(var)))
+        node.s2s_materialize = True
+        out.append(node)
+
+    def mark_line(self, s, out: List[ast.stmt], force: bool = False) -> None:
+        opened = line_comment(s, self.parsed, self.last_line, force)
+        if opened is not None:
+            self.last_line = opened[0]
+            out.append(opened[1])
+
+    def _written_in_place(self, body) -> Set[str]:
+        out = set()
+        for s, _ in iter_statements(body):
+            if isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Subscript) and \
+                    isinstance(s.targets[0].value, ast.Name):
+                out.add(s.targets[0].value.id)
+            elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+                out.add(s.target.id)
+            elif isinstance(s, (ast.Assign, ast.Expr)):
+                op = describe(s, self.locals)
+                if op.kind in ("append", "pop"):
+                    out.add(op.outputs[-1] if op.kind == "pop" else op.outputs[0])
+        return out
+
+    def _appended(self, body) -> Set[str]:
+        """Names used as lists (appended to, popped from): their items are not views."""
+        out = set()
+        for s, _ in iter_statements(body):
+            if isinstance(s, (ast.Assign, ast.Expr)):
+                op = describe(s, self.locals)
+                if op.kind == "append":
+                    out.add(op.outputs[0])
+                elif op.kind == "pop":
+                    out.add(op.outputs[1])
+        return out
+
+    # -- probing (loops) -------------------------------------------------------------------
+    def _snapshot(self):
+        return (set(self.names.taken), dict(self.tan), self.state.copy(), dict(self.bindings),
+                dict(self.late), list(self.inits), self.last_line, self.loop,
+                dict(self.sites), list(self.not_inlined))
+
+    def _restore(self, snap) -> None:
+        (self.names.taken, self.tan, self.state, self.bindings, self.late, self.inits,
+         self.last_line, self.loop, self.sites, self.not_inlined) = snap
+
+    # -- driver ------------------------------------------------------------------------------
+    def run(self) -> ast.FunctionDef:
+        fdef = self.nf.node
+        params = self.nf.all_params
+        self.own_name = self.names.fresh(f"{self.parsed.name}_jvp")
+        tangent_params = []
+        for i in self.act.wrt:
+            p = params[i]
+            tangent_params.append(self.dot(p))
+            if p in self.act.active:
+                self.set_live(p, owned=False, struct=self.structure.get(i, True))
+        body = list(fdef.body)
+        out = self.block(body)
+        new_args = self._arguments(fdef.args, tangent_params)
+        inits = []
+        for v in self.inits:
+            if v not in params:
+                node = _assign(v, _none())
+                node.s2s_materialize = True
+                inits.append(node)
+        jvp = ast.FunctionDef(name=self.own_name, args=new_args,
+                              body=inits + out, decorator_list=[], returns=None,
+                              type_comment=None)
+        ast.copy_location(jvp, fdef)
+        return jvp
+
+    def _arguments(self, args: ast.arguments, tangent_params: List[str]) -> ast.arguments:
+        """Every positional parameter (no defaults: callers pass them all), the tangents,
+        then keyword-only parameters with their defaults."""
+        positional = [ast.arg(arg=a.arg) for a in args.posonlyargs + args.args]
+        tangents = [ast.arg(arg=t) for t in tangent_params]
+        fn = self.parsed.fn
+        kwdefaults = getattr(fn, "__kwdefaults__", None) or {}
+        kw_defaults = []
+        for a, default in zip(args.kwonlyargs, args.kw_defaults):
+            if default is None:
+                kw_defaults.append(None)
+            else:
+                kw_defaults.append(self._constant(kwdefaults.get(a.arg)))
+        return ast.arguments(posonlyargs=[], args=positional + tangents, vararg=None,
+                             kwonlyargs=[ast.arg(arg=a.arg) for a in args.kwonlyargs],
+                             kw_defaults=kw_defaults, kwarg=None, defaults=[])
+
+    def _constant(self, value) -> ast.expr:
+        from ..transform import _is_literal
+        if _is_literal(value):
+            return ast.Constant(value=value) if not isinstance(value, tuple) else \
+                ast.parse(repr(value), mode="eval").body
+        name = self.names.fresh("_s2s_default")
+        self.bindings[name] = value
+        return _name(name)
+
+    # -- statements ----------------------------------------------------------------------------
+    def expression(self, s: ast.Expr) -> List[ast.stmt]:
+        op = describe(s, self.locals)
+        if op.kind == "append":
+            return self.append(s, op)
+        if op.kind == "ufunc_at":
+            return self.ufunc_at(s, op)
+        return self.write_guards(op) + [s]
+
+    def write_guards(self, op: Op) -> List[ast.stmt]:
+        """See transform._Reverse.write_guards: a callee writing into an argument
+        array would change a value behind the tangents' back."""
+        return [ast.Expr(value=_helper("unshared", _name(arg),
+                                       *[ast.Constant(value=f) for f in fields]))
+                for arg, fields in call_write_guards(op, self.act.ints, self.locals,
+                                                     self.parsed)]
+
+    def ufunc_at(self, s: ast.Expr, op: Op) -> List[ast.stmt]:
+        """np.add.at(a, idx, b): a's tangent gets b's added the same way."""
+        base = op.outputs[0]
+        _, index, value = s.value.args
+        out: List[ast.stmt] = [s]
+        if base not in self.act.active or not self.live_atom(value):
+            return out
+        item = self.tangent_of(value)
+        if UFUNC_AT_SIGNS[ufunc_at_kind(s.value.s2s_callee)] < 0:
+            item = ast.UnaryOp(op=ast.USub(), operand=item)
+        self.read([value], fresh=False)
+        if self.is_live(base) and base not in self.state.owned:
+            out.append(_assign(self.dot(base), _helper(
+                "scatter_add", _name(self.dot(base)), copy.deepcopy(index), item)))
+            self.state.owned.add(base)
+            return out
+        self._own(base, out)
+        out.append(ast.Expr(value=_helper("add_at", _name(self.dot(base)),
+                                          copy.deepcopy(index), item)))
+        return out
+
+    def assign(self, s) -> List[ast.stmt]:
+        op = describe(s, self.locals)
+        out: List[ast.stmt] = []
+        self.mark_line(s, out)
+        if op.kind == "setitem":
+            out += self.setitem(s, op)
+        elif op.kind == "augassign":
+            out += self.augassign(s, op)
+        elif op.kind == "augitem":
+            raise self.err(s, "an augmented item assignment the compiler did not expand")
+        elif op.kind == "pop":
+            out += self.pop(s, op)
+        elif op.kind == "apply":
+            out += self.apply(s, op)
+        elif op.kind == "call":
+            out += self.write_guards(op)
+            out += self.call(s, op)
+        else:
+            out += self.simple(s, op)
+        self.state.defined.update(op.outputs)
+        return out
+
+    def _primal(self, s) -> ast.stmt:
+        if getattr(s, "s2s_snapshot", False):
+            new = copy.copy(s)
+            new.value = _helper("snapshot", s.value)
+            return new
+        return s
+
+    def simple(self, s, op: Op) -> List[ast.stmt]:
+        active = [o for o in op.outputs if o in self.act.active]
+        kind = op.kind
+        if not active or kind not in ("copy", "pack", "getitem", "field", "rule"):
+            out = [self._primal(s)]
+            for o in op.outputs:
+                self.kill(o)
+            return out
+        inputs_live = [n for n in op.diff_inputs if n in self.state.live]
+        if not inputs_live:
+            for o in op.outputs:
+                self.kill(o)
+            return [self._primal(s)]
+        snapshot = getattr(s, "s2s_snapshot", False)
+        value = s.value
+        target = s.targets[0]
+        overlap = set(op.outputs) & set(op.diff_inputs + op.other_inputs)
+        pre: List[ast.stmt] = []
+        post: List[ast.stmt] = []
+        primal = self._primal(s)
+        ans_names = list(op.outputs)
+        if overlap:
+            # `h, c = f(h, c)`: the primal goes to temporaries, the tangent reads the
+            # old values, then both are assigned.
+            temps = [self.names.fresh(f"{o}_new") for o in op.outputs]
+            primal = _assign(_targets(temps), primal.value)
+            post.append(_assign(_targets(op.outputs), _tuple_or_name(temps)))
+            ans_names = temps
+        struct: Any = True
+        if kind == "copy" and isinstance(value, ast.Call) and \
+                getattr(value.func, "id", None) == "_s2s_loop_items":
+            expr = _helper("loop_items_tangent", _name(self.dot(inputs_live[0])),
+                           _name(inputs_live[0]))
+            fresh, stmts = False, []
+        elif kind == "copy" and isinstance(value, ast.Call):   # _s2s_record(cls, items)
+            expr, fresh = _name(self.dot(inputs_live[0])), False
+            struct = self.liveness(_name(inputs_live[0]))
+            stmts = []
+        elif kind == "copy":
+            expr, fresh = _name(self.dot(inputs_live[0])), False
+            struct = self.liveness(_name(inputs_live[0]))
+            stmts: List[ast.stmt] = []
+        elif kind == "pack" and isinstance(value, ast.Dict):
+            expr = ast.Dict(keys=copy.deepcopy(value.keys),
+                            values=[self.tangent_of(e) for e in value.values])
+            fresh, stmts = True, []
+        elif kind == "pack":
+            expr = type(value)(elts=[self.tangent_of(e) for e in value.elts], ctx=ast.Load())
+            fresh, stmts = isinstance(value, ast.List), []
+            if isinstance(value, ast.Tuple):
+                struct = tuple(self.liveness(e) for e in value.elts)
+        elif kind == "field":   # p.W of a namedtuple: the tangent's item of that name
+            if not self.live_atom(value.value):
+                for o in op.outputs:
+                    self.kill(o)
+                return [primal] + post
+            expr = ast.Subscript(value=_name(self.dot(value.value.id)),
+                                 slice=field_index(value), ctx=ast.Load())
+            fresh, stmts = False, []
+        elif kind == "getitem":
+            base = value.value
+            if not self.live_atom(base):
+                for o in op.outputs:
+                    self.kill(o)
+                return [primal] + post
+            items = self.state.struct.get(base.id)
+            index = value.slice
+            if items is not None and isinstance(index, ast.Constant) and \
+                    isinstance(index.value, int) and -len(items) <= index.value < len(items):
+                struct = items[index.value]
+                if not any_live(struct):   # an item that is structurally zero
+                    for o in op.outputs:
+                        self.kill(o)
+                    return [primal] + post
+            expr = ast.Subscript(value=_name(self.dot(base.id)),
+                                 slice=copy.deepcopy(value.slice), ctx=ast.Load())
+            protect = snapshot or (base.id in self.in_place and base.id not in self.lists)
+            if protect:
+                expr = _helper("snapshot", expr)
+            fresh, stmts = protect, []
+        else:
+            ans = _tuple_or_name(ans_names) if len(ans_names) > 1 else _name(ans_names[0])
+            stmts, expr = self.rule_tangent(s, op, value, ans)
+            if expr is None:
+                for o in op.outputs:
+                    self.kill(o)
+                return [primal] + post
+            fresh = _is_fresh(expr)
+            if snapshot and not fresh:
+                expr, fresh = _helper("snapshot", expr), True
+        self.read([_name(n) for n in inputs_live], fresh)
+        if isinstance(target, ast.Name):
+            tangent_target = _name(self.dot(target.id), True)
+        else:
+            tangent_target = ast.Tuple(elts=[_name(self.dot(e.id), True) for e in target.elts],
+                                       ctx=ast.Store())
+        out = pre + [primal] + stmts + [_assign(tangent_target, expr)] + post
+        for o in op.outputs:
+            if o in self.act.active:
+                self.set_live(o, owned=fresh and len(op.outputs) == 1,
+                              struct=struct if len(op.outputs) == 1 else True)
+            else:
+                self.kill(o)
+        return out
+
+    # -- in-place updates and lists --------------------------------------------------------------
+    def _own(self, var: str, out: List[ast.stmt]) -> None:
+        """Make var's tangent a private object before it is updated in place."""
+        if var not in self.state.live:
+            self.materialize(var, out)
+            self.set_live(var, owned=True)
+        elif var not in self.state.owned:
+            out.append(_assign(self.dot(var), _helper("copy_value", _name(self.dot(var)))))
+            self.state.owned.add(var)
+
+    def setitem(self, s, op: Op) -> List[ast.stmt]:
+        target = s.targets[0]
+        base = target.value.id
+        value = s.value
+        out: List[ast.stmt] = [s]
+        if base not in self.act.active:
+            return out
+        if not self.is_live(base) and not self.live_atom(value):
+            return out
+        item = self.tangent_of(value)
+        if not self.live_atom(value):
+            item = ast.Constant(value=0.0) if not isinstance(value, (ast.Tuple, ast.List)) \
+                else item
+        self.read([value], fresh=False)
+        if self.is_live(base) and base not in self.state.owned:
+            out.append(_assign(self.dot(base), _helper(
+                "with_item", _name(self.dot(base)), _index_expr(target.slice), item)))
+            self.state.owned.add(base)
+            return out
+        self._own(base, out)
+        store = ast.Subscript(value=_name(self.dot(base)), slice=copy.deepcopy(target.slice),
+                              ctx=ast.Store())
+        out.append(ast.Assign(targets=[store], value=item, type_comment=None))
+        return out
+
+    def augassign(self, s: ast.AugAssign, op: Op) -> List[ast.stmt]:
+        var = s.target.id
+        out: List[ast.stmt] = []
+        guard = getattr(s, "s2s_guard", None)
+        if guard is not None:
+            out.append(ast.Expr(value=_helper("unshared", _name(var),
+                                              *[ast.Constant(value=g) for g in guard])))
+        if var not in self.act.active or not (self.is_live(var) or self.live_atom(s.value)):
+            out.append(s)
+            if var in self.act.active and not self.is_live(var):
+                self.kill(var)
+            return out
+        rule = op.rule
+        if rule is None:
+            raise self.err(s, f"s2sgrad has no forward-mode rule for {op.label}", _HINT_RULE)
+        # The tangent reads the old value: it is computed before the update.
+        old = _name(var)
+        rule_op = Op("rule", [var], diff_inputs=op.diff_inputs, rule=rule,
+                     bound=dict(zip(rule.params, [old, s.value])), label=op.label)
+        value = ast.BinOp(left=old, op=s.op, right=s.value)
+        ans_name = self.names.fresh(f"{var}_new")
+        stmts, expr = self.rule_tangent(s, rule_op, value, _name(ans_name))
+        uses_ans = expr is not None and any(isinstance(n, ast.Name) and n.id == ans_name
+                                            for n in ast.walk(ast.Module(
+                                                body=stmts + [ast.Expr(value=expr)],
+                                                type_ignores=[])))
+        if uses_ans:
+            out.append(_assign(ans_name, copy.deepcopy(value)))
+        new_dot = self.names.fresh(f"{var}_dot_new")
+        if expr is None:
+            out.append(s)
+            self.kill(var)
+            return out
+        out += stmts + [_assign(new_dot, expr), s, _assign(self.dot(var), _name(new_dot))]
+        self.read([s.value, old], fresh=True)
+        self.set_live(var, owned=_is_fresh(expr))
+        return out
+
+    def append(self, s: ast.Expr, op: Op) -> List[ast.stmt]:
+        xs = op.outputs[0]
+        item = op.call.args[0]
+        out: List[ast.stmt] = []
+        if xs in self.act.active and (self.is_live(xs) or self.live_atom(item)):
+            tangent = self.tangent_of(item)
+            self.read([item], fresh=False)
+            if self.is_live(xs) and xs not in self.state.owned:
+                out.append(_assign(self.dot(xs), _helper("push", _name(self.dot(xs)), tangent)))
+                self.state.owned.add(xs)
+            else:
+                self._own(xs, out)
+                out.append(ast.Expr(value=ast.Call(
+                    func=ast.Attribute(value=_name(self.dot(xs)), attr="append",
+                                       ctx=ast.Load()), args=[tangent], keywords=[])))
+        # The tangent list is made (zeros of xs's items) before xs grows by the item.
+        out.append(s)
+        return out
+
+    def pop(self, s, op: Op) -> List[ast.stmt]:
+        v, xs = op.outputs
+        out: List[ast.stmt] = []
+        if xs in self.act.active and self.is_live(xs):
+            if xs in self.state.owned:
+                out.append(_assign(self.dot(v), ast.Call(
+                    func=ast.Attribute(value=_name(self.dot(xs)), attr="pop", ctx=ast.Load()),
+                    args=[], keywords=[])))
+            else:
+                out.append(_assign(self.dot(v), _helper("last", _name(self.dot(xs)))))
+                out.append(_assign(self.dot(xs), _helper("drop_last", _name(self.dot(xs)))))
+                self.state.owned.add(xs)
+            self.set_live(v, owned=False)
+            if v not in self.act.active:
+                self.kill(v)
+        else:
+            self.kill(v)
+        return [s] + out
