@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from ..runtime import HELPERS
 from .marks import comment
-from .names import NameRegistry, clone
+from .names import NameRegistry, clone, walk
 from .sites import (
     _EXPAND,
     FunctionSite,
@@ -130,20 +130,31 @@ def _scalar_math(expr: ast.expr, np_name: str, math_name: str, shapes) -> ast.ex
     becomes math.cos(x): a Python float instead of a NumPy scalar, ten times
     cheaper. (Only in the adjoint: the forward computes what the user wrote.)"""
     from .analyze import SCALAR
+    for node in walk(expr):   # (most templates have no such call: nothing to rebuild)
+        if isinstance(node, ast.Call) and _math_twin(node, np_name, shapes, SCALAR):
+            return _MathSwap(np_name, math_name, shapes, SCALAR).visit(expr)
+    return expr
 
-    class Swap(ast.NodeTransformer):
-        def visit_Call(self, node):
-            self.generic_visit(node)
-            func = node.func
-            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
-                    func.value.id == np_name and func.attr in _MATH and \
-                    len(node.args) == 1 and not node.keywords and \
-                    isinstance(node.args[0], ast.Name) and \
-                    shapes.shapes.get(node.args[0].id) == SCALAR:
-                node.func = ast.Attribute(value=_name(math_name), attr=_MATH[func.attr],
-                                          ctx=ast.Load())
-            return node
-    return Swap().visit(expr)
+
+def _math_twin(node: ast.Call, np_name: str, shapes, scalar) -> bool:
+    func = node.func
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+        func.value.id == np_name and func.attr in _MATH and \
+        len(node.args) == 1 and not node.keywords and \
+        isinstance(node.args[0], ast.Name) and shapes.shapes.get(node.args[0].id) == scalar
+
+
+class _MathSwap(ast.NodeTransformer):
+    def __init__(self, np_name: str, math_name: str, shapes, scalar):
+        self.np_name, self.math_name, self.shapes, self.scalar = \
+            np_name, math_name, shapes, scalar
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if _math_twin(node, self.np_name, self.shapes, self.scalar):
+            node.func = ast.Attribute(value=_name(self.math_name), attr=_MATH[node.func.attr],
+                                      ctx=ast.Load())
+        return node
 
 
 def expand_function(kind: str, site: FunctionSite, payload, names: NameRegistry,
