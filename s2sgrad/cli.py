@@ -1,7 +1,7 @@
 """The `s2sgrad` command: inspect and check generated gradient code.
 
     s2sgrad show path/to/file.py:func [--wrt 0,1] [--no-optimize] [--color/--no-color]
-                                      [--mode reverse|forward] [--order 1|2]
+                                      [--mode reverse|forward] [--order N]
     s2sgrad check path/to/file.py:func --shape x=3,4 [--seed N] [--tol T]
     s2sgrad cache info | s2sgrad cache clear
 
@@ -156,8 +156,8 @@ def cmd_show(args) -> int:
     from .compiler import compile_function
     fn, owner = _load_target(args.target)
     wrt = parse_wrt(args.wrt) if args.wrt is not None else _default_wrt(fn, owner)
-    if args.order == 2:
-        text = _second_order_source(fn, wrt, args.mode, not args.no_optimize)
+    if args.order >= 2:
+        text = _higher_order_source(fn, wrt, args.order, args.mode, not args.no_optimize)
     elif args.mode == "forward":
         from .compiler import compile_jvp
         text = compile_jvp(fn, wrt, not args.no_optimize).source
@@ -170,14 +170,20 @@ def cmd_show(args) -> int:
     return 0
 
 
-def _second_order_source(fn: Callable, wrt: Tuple[int, ...], mode: str, optimize: bool) -> str:
-    """The gradient of `fn` as code (calling the first-order pair, shown next), then
-    that code differentiated again: its adjoint (reverse over reverse) or, with
-    --mode forward, its tangent code (forward over reverse)."""
+def _higher_order_source(fn: Callable, wrt: Tuple[int, ...], order: int, mode: str,
+                         optimize: bool) -> str:
+    """The (order-1)-th gradient of `fn` as code (calling the pairs one order down,
+    shown next), then that code differentiated once more: its adjoint (reverse
+    over reverse) or, with --mode forward, its tangent code (forward over reverse)."""
     import inspect
 
     from .compiler import compile_function, higher
+    if order > 2 and len(wrt) > 1:
+        raise ValueError(f"--order {order} needs one --wrt position: the gradient with "
+                         f"respect to several is not a scalar to differentiate again")
     grad_fn = higher.derived("grad", fn, wrt)
+    for _ in range(order - 2):
+        grad_fn = higher.derived("grad", grad_fn, wrt)
     if mode == "forward":
         from .compiler import compile_jvp
         code = compile_jvp(grad_fn, wrt, optimize).source
@@ -185,6 +191,16 @@ def _second_order_source(fn: Callable, wrt: Tuple[int, ...], mode: str, optimize
         code = compile_function(grad_fn, wrt, optimize).source
     first = grad_fn.__s2sgrad_pair__.source
     return inspect.getsource(grad_fn) + "\n\n" + first + "\n\n" + code
+
+
+def _order(text: str) -> int:
+    try:
+        order = int(text)
+    except ValueError:
+        order = 0
+    if order < 1:
+        raise argparse.ArgumentTypeError(f"--order takes a whole number from 1 up, not {text!r}")
+    return order
 
 
 def _parse_shapes(items: Sequence[str]) -> dict:
@@ -344,9 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--mode", choices=("reverse", "forward"), default="reverse",
                       help="reverse: the forward and adjoint (default); forward: the tangent "
                            "(JVP) code")
-    show.add_argument("--order", type=int, choices=(1, 2), default=1,
-                      help="2: the gradient's code differentiated again (reverse over "
-                           "reverse; with --mode forward, forward over reverse)")
+    show.add_argument("--order", type=_order, default=1,
+                      help="N >= 2: the (N-1)-th gradient's code differentiated once more "
+                           "(reverse over reverse; with --mode forward, forward over "
+                           "reverse)")
     color = show.add_mutually_exclusive_group()
     color.add_argument("--color", dest="color", action="store_true", default=None,
                        help="colour the code with pygments (default: only on a terminal)")

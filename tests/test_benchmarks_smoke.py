@@ -83,3 +83,26 @@ def test_workloads_do_not_import_the_peers():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_hvp_benchmark_products_match_finite_differences_of_the_gradient(index):
+    """benchmarks/hvp.py times functional.hvp and vhp on the MLP and RNN: their
+    values are H v, checked against central differences of s2sgrad.grad."""
+    import s2sgrad
+    from benchmarks import hvp
+    from s2sgrad import functional
+    name, fn, weights = hvp.cases(small=True)[index]
+    rng = np.random.default_rng(1)
+    vs = tuple(rng.standard_normal(np.shape(w)) for w in weights)
+    wrt = tuple(range(len(weights)))
+    grad = s2sgrad.grad(fn, wrt=wrt)
+    eps = 1e-6
+    plus = grad(*[w + eps * v for w, v in zip(weights, vs)])
+    minus = grad(*[w - eps * v for w, v in zip(weights, vs)])
+    expected = [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
+    for product in (functional.hvp, functional.vhp):
+        out, hv = product(fn, weights, vs)
+        np.testing.assert_allclose(out, fn(*weights), rtol=1e-12)
+        for got, want in zip(hv, expected):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)

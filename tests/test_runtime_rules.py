@@ -9,11 +9,12 @@ import numpy as np
 from s2sgrad.runtime import (unbroadcast as ub, expand_reduced as er, transpose_grad as tg,
                              safe_log as sl, matmul_grad_a as mga, matmul_grad_b as mgb,
                              dot_grad_a as dga, dot_grad_b as dgb, copy_adjoint as ca,
-                             none_to_zero as nz, unbroadcast_matmul as ubm)
+                             none_to_zero as nz, unbroadcast_matmul as ubm,
+                             broadcast_like as bl)
 from s2sgrad.runtime.inplace import (copy_value as cv, snapshot as sn, add as ad,
                                      copy_item as ci, scatter_add as sa, with_zeroed as wz,
                                      with_item as wi, push, last, drop_last,
-                                     written_grad as wg)
+                                     written_grad as wg, last_grad as lg)
 
 
 def f_unbroadcast(x, like):
@@ -21,6 +22,13 @@ def f_unbroadcast(x, like):
 
 def f_unbroadcast_matmul(x, a, b):
     return ubm(x * x, a, b) * 2.0
+
+def f_broadcast_like(c, x):
+    return bl(c * c, x) * x
+
+def f_broadcast_like_items(c, d, x):
+    parts = bl([c * d, d], [x, x * 2.0])
+    return parts[0] * parts[1]
 
 def f_expand_axis(c, x):
     return er(c * c, x, axis=0) * x
@@ -71,6 +79,10 @@ def f_written(x, y):
 def f_written_scalar(x, y):
     return wg(np.sin(x), np.array([0, 0, 1]), y) * y
 
+def f_last_grad(x, y):
+    grads = lg(x * y, [y, y * 2.0, x])
+    return grads[2] * 3.0 + grads[0]
+
 def f_lists(x, y):
     items = [x * 2.0, y]
     more = push(items, x * y)
@@ -89,6 +101,9 @@ CASES = [
     ("f_unbroadcast", [(4, 1), (1, 1)], [0], ["_s2s_unbroadcast"]),
     ("f_unbroadcast_matmul", [(2, 4), (4, 3), (3,)], [0], ["_s2s_unbroadcast_matmul"]),
     ("f_unbroadcast_matmul", [(5, 2, 3), (2, 4), (4, 1)], [0], ["_s2s_unbroadcast_matmul"]),
+    ("f_broadcast_like", [(3,), (2, 3)], [0, 1], ["_s2s_broadcast_like"]),
+    ("f_broadcast_like", [(1, 1), (4, 1)], [0, 1], []),
+    ("f_broadcast_like_items", [(3,), (3,), (2, 3)], [0, 1], []),
     ("f_expand_axis", [(3,), (2, 3)], [0, 1], ["_s2s_expand_reduced"]),
     ("f_expand_keep", [(2, 1), (2, 3)], [0, 1], ["_s2s_expand_reduced"]),
     ("f_expand_all", [(), (2, 2)], [0, 1], ["_s2s_expand_reduced"]),
@@ -118,6 +133,8 @@ CASES = [
     ("f_written_scalar", [(4,), ()], [0, 1], []),
     ("f_written_scalar", [(3,), ()], [0, 1], []),
     ("f_lists", [(3,), (3,)], [0, 1], ["_s2s_push", "_s2s_last", "_s2s_drop_last"]),
+    ("f_last_grad", [(3,), (3,)], [0, 1], ["_s2s_last_grad"]),
+    ("f_last_grad", [(2, 2), (2, 2)], [0, 1], []),
     ("f_lists", [(2, 2), (2, 2)], [0, 1], []),
 ]
 

@@ -14,7 +14,7 @@ import os
 import types
 from typing import Callable, Dict, Optional, Tuple
 
-from ..errors import reporting_bugs
+from ..errors import TransformError, error_at, reporting_bugs
 from ..introspect import unwrap
 from . import bindings as _bindings
 from . import entry as _entry
@@ -84,6 +84,10 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
               f"{parsed.node.lineno}), gradient with respect to "
               f"{', '.join(parsed.all_params[i] for i in wrt)}\n")
+    inlined = sorted({f"{s.cls.__name__} (its {s.vjp_name} at {s.vjp_location()})"
+                      for s in _function_sites(t) if s.inlined})
+    if inlined:
+        header += f"# s2sgrad: inlined Functions: {', '.join(inlined)}\n"
     source = emit_pair(t, header)
     filename = (f"<s2sgrad {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
                 f"wrt={wrt}{'' if optimize_code else ' unoptimized'}{' pure' if pure else ''}"
@@ -110,8 +114,7 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
         made: Dict[int, CompiledFunction] = {}   # id(call) -> the callee's pair
         for site in t.callees.values():
             site.structure = _item_structure(site, t, made, bool(optimize_code), pure)
-            callee = compile_function(site.fn, site.wrt, bool(optimize_code), pure,
-                                      structure=site.structure, leaves=site.leaves)
+            callee = _callee_pair(site, parsed, bool(optimize_code), pure)
             made[id(site.call)] = callee
             compiled.callees.append(callee)
             bind_late(functions, site.forward_name, callee.forward)
@@ -132,6 +135,21 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
         if payload is not None:
             store.write(disk_key, payload)
     return compiled
+
+
+def _callee_pair(site, parsed, optimize_code: bool, pure: bool) -> CompiledFunction:
+    """The pair of a function this one calls. A refusal that has no place of its
+    own (the callee's source cannot be read: made with exec, say) is reported
+    at the call, with the caret under it."""
+    try:
+        return compile_function(site.fn, site.wrt, optimize_code, pure,
+                                structure=site.structure, leaves=site.leaves)
+    except TransformError as exc:
+        if exc.filename:
+            raise
+        name = getattr(site.fn, "__qualname__", None) or getattr(site.fn, "__name__", "it")
+        raise error_at(site.call, f"cannot differentiate through this call to {name}: "
+                                  f"{exc.reason}", parsed, exc.hint) from None
 
 
 def _callee_targets(t) -> Dict[str, Tuple[int, int]]:

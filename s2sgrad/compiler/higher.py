@@ -25,6 +25,7 @@ import types
 from typing import Any, Callable, Dict, List, Tuple
 
 from ..errors import TransformError
+from . import reentry
 from .driver import compile_function
 from .loader import Emitted, load
 
@@ -45,15 +46,23 @@ def derived(kind: str, base: Callable, positions: Tuple[int, ...],
             inputs_tuple: bool = False) -> types.FunctionType:
     """A differentiable Python function computing s2sgrad.<kind>(base, positions).
 
-    kind is "grad", "value_and_grad" or "vjp" (functional.vjp's (output, vjp),
-    taking the cotangent as a last argument). `inputs_tuple` makes the gradient
-    a tuple even for one position, as functional.vjp does for tuple inputs and
-    grad does for `wrt=(i,)`.
+    kind is "grad", "value_and_grad", "vjp" (functional.vjp's (output, vjp),
+    taking the cotangent as a last argument) or "hvp" (functional.hvp's and
+    vhp's (output, Hessian times v), v the last argument). `inputs_tuple` makes
+    the gradient a tuple even for one position, as functional.vjp does for tuple
+    inputs and grad does for `wrt=(i,)`.
     """
+    # A derivative of a derivative of ...: its base is itself a wrapper (grad(f)),
+    # whose code is the derived function one order down. No order is special.
+    base = reentry.readable(base)
     key = (kind, base, tuple(positions), inputs_tuple)
     fn = _DERIVED.get(key)
     if fn is not None and fn.__s2sgrad_pair__.current():
         return fn  # (else base's pair was generated for names since rebound)
+    if kind == "hvp":
+        fn = _hvp(base, tuple(positions), inputs_tuple)
+        _DERIVED[key] = fn
+        return fn
     params = _params(base)
     names = [p.name for p in params]
     pair = compile_function(base, tuple(positions), pure=True, leaves=())  # any arguments
@@ -100,6 +109,33 @@ def derived(kind: str, base: Callable, positions: Tuple[int, ...],
     fn = functions[fname]
     fn.__s2sgrad_pair__ = pair
     _DERIVED[key] = fn
+    return fn
+
+
+def _hvp(base: Callable, positions: Tuple[int, ...], inputs_tuple: bool) -> types.FunctionType:
+    """(output, H v) as code: the vjp of value_and_grad with the cotangent (0, v).
+
+    The Hessian is symmetric, so this is also torch's vhp (v^T H). Reverse over
+    reverse, written as a function the compiler reads again like any other.
+    """
+    names = [p.name for p in _params(base)]
+    inner = derived("vjp", derived("value_and_grad", base, positions, inputs_tuple),
+                    positions, inputs_tuple)
+    stem = base.__name__ if base.__name__ != "<lambda>" else "lambda"
+    v = "v" if "v" not in names else "tangent"
+    out = f"{stem}_output"
+    signature = ", ".join(names + [v])
+    source = (f"# s2sgrad: the Hessian of {stem} times v as code (with respect to "
+              f"{', '.join(names[i] for i in positions)})\n"
+              f"def hvp_{stem}({signature}):\n"
+              f"    ({out}, _), hv = {inner.__name__}({', '.join(names)}, (0.0, {v}))\n"
+              f"    return {out}, hv\n")
+    filename = f"<s2sgrad hvp of {stem} #{next(_COUNTER)}>"
+    functions = load(Emitted(source=source, function_names=[f"hvp_{stem}"], filename=filename,
+                             globals=getattr(base, "__globals__", {}),
+                             free={inner.__name__: inner}))
+    fn = functions[f"hvp_{stem}"]
+    fn.__s2sgrad_pair__ = inner.__s2sgrad_pair__
     return fn
 
 

@@ -1366,6 +1366,7 @@ class _Normalizer:
         computes the derivative (higher.derived), which the compiler can
         differentiate again. A lambda's free variables become extra arguments."""
         func = expr.func
+        detach = False
         if isinstance(func, ast.Call) and _dotted(func.func) and \
                 not self.resolver.is_local_chain(func.func):
             ok, maker = self.resolver.static(func.func)
@@ -1378,13 +1379,14 @@ class _Normalizer:
             # grad(f, wrt=(0,)) returns a one-tuple, grad(f, wrt=0) the gradient.
             fn = reentry.derived(maker.__name__, base, positions,
                                 inputs_tuple=not isinstance(wrt, int))
-            args = [self.atom(a, out) for a in expr.args]
-            keywords = [ast.keyword(arg=k.arg, value=self.atom(k.value, out))
+            args = [self.operand(a, out) for a in expr.args]
+            keywords = [ast.keyword(arg=k.arg, value=self.operand(k.value, out))
                         for k in expr.keywords]
         elif _dotted(func) and not self.resolver.is_local_chain(func):
             ok, maker = self.resolver.static(func)
-            if not ok or not (_is_api(maker, "vjp") and
-                              (getattr(maker, "__module__", "") or "").endswith("functional")):
+            functional = (getattr(maker, "__module__", "") or "").endswith("functional")
+            if not ok or not functional or not any(_is_api(maker, k)
+                                                   for k in ("vjp", "hvp", "vhp")):
                 return None
             bound = _bind_functional_vjp(expr, self)
             base, extra = self.differentiated_function(bound["func"], expr)
@@ -1394,13 +1396,26 @@ class _Normalizer:
             items = list(inputs.elts) if isinstance(inputs, ast.Tuple) else \
                 (list(known) if known is not None else [inputs])
             is_tuple = isinstance(inputs, ast.Tuple) or known is not None
-            fn = reentry.derived("vjp", base, tuple(range(len(items))), inputs_tuple=is_tuple)
             v = bound.get("v")
-            if v is None:
-                raise self.err(expr, "functional.vjp inside a differentiated function needs "
-                                     "its cotangent v", "Pass v explicitly.")
-            args = [self.atom(a, out) for a in items] + [self.atom(v, out)]
+            if maker.__name__ in ("hvp", "vhp"):   # (output, H v): H is symmetric
+                if v is None or (isinstance(v, ast.Constant) and v.value is None):
+                    raise self.err(expr, f"functional.{maker.__name__} needs v here",
+                                   "Pass v: the vector the Hessian is multiplied by.")
+                fn = reentry.derived("hvp", base, tuple(range(len(items))),
+                                     inputs_tuple=is_tuple)
+                args = [self.operand(a, out) for a in items] + [self.operand(v, out)]
+            elif v is None or (isinstance(v, ast.Constant) and v.value is None):
+                # torch: v may be None when func returns a scalar, and means 1 (the
+                # seed refuses anything else at run time, as torch does).
+                fn = reentry.derived("value_and_grad", base, tuple(range(len(items))),
+                                     inputs_tuple=is_tuple)
+                args = [self.operand(a, out) for a in items]
+            else:
+                fn = reentry.derived("vjp", base, tuple(range(len(items))),
+                                     inputs_tuple=is_tuple)
+                args = [self.operand(a, out) for a in items] + [self.operand(v, out)]
             keywords = []
+            detach = not _static_true(bound.get("create_graph"), self)
         else:
             return None
         # The generated code calls the derivative's code directly, under a name bound
@@ -1410,6 +1425,11 @@ class _Normalizer:
         args += [self.load(n) for n in extra]
         node = ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=args, keywords=keywords)
         node.s2s_callee = fn
+        if detach:   # create_graph=False: values, not a graph the outer derivative sees
+            from .. import runtime
+            node = ast.Call(func=ast.Name(id="_s2s_detached", ctx=ast.Load()), args=[node],
+                            keywords=[])
+            node.s2s_callee = runtime.detached
         return ast.copy_location(node, expr)
 
     def lambda_call(self, expr: ast.Call, lam: ast.Lambda, out) -> ast.expr:
@@ -1668,6 +1688,20 @@ def _dotted(node: ast.expr) -> bool:
 def _is_sequence_call(obj) -> bool:
     rule = registry.lookup_function(obj) if obj is not None else None
     return bool(rule and rule.sequence)
+
+
+def _static_true(node: Optional[ast.expr], norm) -> bool:
+    """Whether a create_graph argument is True, known when compiling (absent: False)."""
+    if node is None:
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        return node.value
+    ok, value = norm.resolver.static(node) if _dotted(node) else (False, None)
+    if ok and isinstance(value, bool):
+        return value
+    raise norm.err(node, "create_graph must be True or False when the code is compiled",
+                   "Write create_graph=True (the result is differentiated further) or "
+                   "False (it is a constant to the outer derivative).")
 
 
 def _bind_functional_vjp(expr: ast.Call, norm) -> dict:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
+import linecache
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -129,6 +131,23 @@ class FunctionSite:
     vjp_grad_names: List[str] = field(default_factory=list)
     names: Optional[NameRegistry] = None
     mutable: Set[str] = field(default_factory=set)   # see CalleeSite.mutable
+
+    def vjp_location(self) -> str:
+        """`square.py:18`: the file and the `def` line of the vjp this site inlines."""
+        code = getattr(self.cls.vjp_method(), "__code__", None)
+        if code is None:
+            return "?"
+        line = code.co_firstlineno
+        for k in range(line, line + 20):   # past the decorators, to the def
+            text = linecache.getline(code.co_filename, k).lstrip()
+            if text.startswith(("def ", "async def ")):
+                line = k
+                break
+        return f"{os.path.basename(code.co_filename)}:{line}"
+
+    def inlined_from(self) -> str:
+        """`Square.vjp inlined (square.py:18)`: what the adjoint's line comment adds."""
+        return f"{self.cls.__name__}.{self.vjp_name} inlined ({self.vjp_location()})"
 
     def forward_statement(self, origin) -> ast.stmt:
         node = ast.Assign(targets=[_targets(self.out_names)],

@@ -150,6 +150,7 @@ class _Reverse:
         self.default_bindings: Dict[str, object] = {}
         self.inits: List[ast.stmt] = []
         self.last_line: Optional[int] = None
+        self.line_comment: Optional[ast.Expr] = None   # the adjoint block's, when open
         self.overwritable = self._overwritable(nf.node.body)
 
     # -- names -----------------------------------------------------------------
@@ -676,7 +677,16 @@ class _Reverse:
         opened = line_comment(s, self.nf.parsed, self.last_line, force)
         if opened is not None:
             self.last_line = opened[0]
+            self.line_comment = opened[1]
             out.append(opened[1])
+        site = self.sites.get(s)
+        if isinstance(site, sites.FunctionSite) and site.inlined and \
+                self.line_comment is not None:
+            # The block that differentiates this line names the Function inlined in it.
+            text = self.line_comment.value.value
+            mark = site.inlined_from()
+            if mark not in text:
+                self.line_comment.value.value = f"{text}  # {mark}"
 
     def restores(self, s, out: List[ast.stmt]) -> None:
         for var, kind, name in reversed(self.saves.get(s, [])):

@@ -8,13 +8,13 @@ first argument is named `cot` here because `g` is the template's cotangent.
 from __future__ import annotations
 
 from .. import runtime
-from ..runtime import helper
 from ..runtime import inplace as runtime_inplace
 from .registry import constructors, defvjp, nondiff
 
 # -- the reductions and broadcasting helpers the NumPy rules use ----------------
-defvjp(runtime.unbroadcast, "value, like", value="np.broadcast_to(g, np.shape(value))",
+defvjp(runtime.unbroadcast, "value, like", value="broadcast_like(g, value)",
        name="_s2s_unbroadcast")
+defvjp(runtime.broadcast_like, "cot, value", cot="unbroadcast(g, cot)", name="_s2s_broadcast_like")
 defvjp(runtime.unbroadcast_matmul, "value, a, b", value="np.broadcast_to(g, np.shape(value))",
        name="_s2s_unbroadcast_matmul")
 defvjp(runtime.expand_reduced, "cot, x, axis=None, keepdims=False",
@@ -58,17 +58,13 @@ defvjp(runtime_inplace.push, "items, item", items="drop_last(g)", item="last(g)"
        name="_s2s_push")
 
 
-@helper
-def last_grad(cot, items):
-    """The cotangent of items[-1] as a cotangent of the whole list."""
-    return [runtime.zeros_like(item) for item in items[:-1]] + [cot]
-
-
 defvjp(runtime_inplace.last, "items", items="last_grad(g, items)", name="_s2s_last")
+# Linear in its cotangent: the transpose takes that item back out.
+defvjp(runtime_inplace.last_grad, "cot, items", cot="last(g)", name="_s2s_last_grad")
 defvjp(runtime_inplace.drop_last, "items", items="push(g, zeros_like(items[-1]))",
        name="_s2s_drop_last")
 
 # -- no gradient: shapes, masks, counts, constructors ---------------------------------
 nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.backwards,
-        runtime.keys)
+        runtime.keys, runtime.detached)
 constructors(runtime.zeros_like, runtime.ones_like, runtime.seed)

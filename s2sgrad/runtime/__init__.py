@@ -22,6 +22,7 @@ from .reverse import (  # noqa: F401 - the names generated code and rules use
     balanced_max_mask,
     check_count,
     copy_adjoint,
+    detached,
     dict_item_grad,
     dot_grad_a,
     dot_grad_b,
@@ -39,6 +40,7 @@ from .reverse import (  # noqa: F401 - the names generated code and rules use
 )
 from .shapes import (  # noqa: F401
     ArrayMeta,
+    broadcast_like,
     expand_reduced,
     matmul_shape,
     meta,

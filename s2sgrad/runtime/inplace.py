@@ -10,7 +10,7 @@ import numpy as np
 
 from .registry import helper
 from .reverse import _is_basic_index, add_items
-from .shapes import unbroadcast
+from .shapes import unbroadcast, zeros_like
 
 
 class _Missing:
@@ -46,7 +46,6 @@ def written_grad(adjoint, index, value):
     zero. Which one NumPy keeps is found by making the same write with positions."""
     if isinstance(adjoint, dict):
         item = adjoint.get(index)
-        from .shapes import zeros_like
         return zeros_like(value) if item is None else unbroadcast(copy_item(adjoint, index),
                                                                    value)
     if isinstance(adjoint, list) or _is_basic_index(index) or (
@@ -76,7 +75,6 @@ def zero_item(adjoint, index, like=None) -> None:
     """The overwritten items get no gradient: zero them in the adjoint. For a list,
     `like` is the list with the overwritten items back: their zero has their
     structure, not that of what replaced them (L[0] = [a, b] over an array)."""
-    from .shapes import zeros_like
     if isinstance(adjoint, list):
         if isinstance(index, slice):
             for k in range(*index.indices(len(adjoint))):
@@ -218,3 +216,9 @@ def last(items):
 def drop_last(items):
     """items without its last item, as a new list."""
     return list(items[:-1])
+
+
+@helper
+def last_grad(cot, items):
+    """The cotangent of items[-1] as a cotangent of the whole list."""
+    return [zeros_like(item) for item in items[:-1]] + [cot]

@@ -282,3 +282,10 @@ def loop_items_tangent(tangent, value):
 def backwards(indices):
     """reversed(range): how pure adjoints walk a loop backwards (no gradient)."""
     return reversed(indices)
+
+
+@helper
+def detached(value):
+    """value, a constant to any derivative of the code that computes it (what
+    torch's create_graph=False gives inside a differentiated function)."""
+    return value

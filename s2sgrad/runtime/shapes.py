@@ -68,11 +68,27 @@ def unbroadcast(value, like):
     else:
         shape = getattr(like, "shape", None)
         if shape is None:
+            if isinstance(value, (list, tuple)) and isinstance(like, (list, tuple)) and \
+                    len(value) == len(like):
+                # The cotangent of a structure (a residual tuple, in derivatives of
+                # derivatives): item by item.
+                return type(value)(v if v is None else unbroadcast(v, item)
+                                   for v, item in zip(value, like))
             shape = np.shape(like)  # a list or tuple taken as an array
     vshape = getattr(value, "shape", ())
     if vshape == shape:
         return value
     return sum_to_shape(value, shape)
+
+
+@helper
+def broadcast_like(cot, value):
+    """cot broadcast to value's shape: the transpose of unbroadcast (item by item
+    where value is a structure, as unbroadcast is)."""
+    if isinstance(value, (list, tuple)) and isinstance(cot, (list, tuple)) and \
+            len(cot) == len(value):
+        return type(cot)(c if c is None else broadcast_like(c, v) for c, v in zip(cot, value))
+    return np.broadcast_to(cot, np.shape(value))
 
 
 @helper
