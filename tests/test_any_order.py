@@ -15,6 +15,9 @@ import s2sgrad
 
 SOURCE = '''
 import numpy as np
+from s2sgrad import functional
+
+V = {}
 
 
 def quartic(a):
@@ -34,6 +37,14 @@ def looped(a, x):
     for _ in range(3):
         y = y * a
     return np.sum(np.sin(y))
+
+
+def field(x):
+    return np.sum(np.sin(x) * x ** 2 + np.exp(0.3 * x))
+
+
+def hvp_of_field(x):
+    return functional.hvp(field, x, V["v"], create_graph=True)[1]
 
 
 def branchy(a, x):
@@ -114,3 +125,35 @@ def test_the_third_derivative_is_readable_code(m):
     text = s2sgrad.source(nth(m.quartic, 2))   # the code grad of it differentiates
     assert "def grad_grad_quartic_forward" in text
     assert "_s2s_vjp" not in text and "lambda" not in text
+
+
+def _fd_jacobian(f, x, eps=1e-6):
+    cols = []
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = eps
+        cols.append((np.asarray(f(x + e)) - np.asarray(f(x - e))) / (2 * eps))
+    out = np.stack(cols, axis=-1)
+    return out.reshape(np.shape(f(x)) + x.shape)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_modes_and_orders_mix(m, shape):
+    """jacobian of grad, jvp of grad (forward over reverse), jacobian of an hvp
+    and grad of an hvp: each against finite differences of the order below."""
+    from s2sgrad import functional
+    rng = np.random.default_rng(4)
+    x, v = rng.uniform(-1, 1, shape), rng.standard_normal(shape)
+    m.V["v"] = v
+    g = s2sgrad.grad(m.field)
+    np.testing.assert_allclose(functional.jacobian(g, x), _fd_jacobian(g, x), rtol=1e-6,
+                               atol=1e-8)
+    hv = _fd_jacobian(g, x).reshape(x.size, x.size) @ v.ravel()
+    np.testing.assert_allclose(functional.jvp(g, x, v)[1].ravel(), hv, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(functional.jacobian(m.hvp_of_field, x),
+                               _fd_jacobian(m.hvp_of_field, x), rtol=1e-6, atol=1e-8)
+
+    def total(z):
+        return np.sum(functional.hvp(m.field, z, v)[1])
+    got = s2sgrad.grad(lambda z: np.sum(m.hvp_of_field(z)))(x)
+    np.testing.assert_allclose(got, _fd_jacobian(total, x), rtol=1e-6, atol=1e-8)

@@ -87,6 +87,40 @@ def tuple_literal_cotangent(x, y, v):
     return np.sum(gx * gy)
 
 
+def with_jvp(x, v):
+    _, jv = functional.jvp(vector, x, v, create_graph=True)
+    return np.sum(jv * np.sin(x))
+
+
+def with_jvp_pair(x, y, v):
+    _, jv = functional.jvp(two_outputs, (x, y), (v, v * v), create_graph=True)
+    return np.sum(jv[0] * jv[1])
+
+
+def with_jacobian(x):
+    J = functional.jacobian(vector, x, create_graph=True)
+    return np.sum(J * J)
+
+
+def with_jacobian_pair(x, y):
+    Jx, Jy = functional.jacobian(pair_energy, (x, y), True)
+    return np.sum(Jx * Jy)
+
+
+def with_hessian(x):
+    H = functional.hessian(energy, x, create_graph=True)
+    return np.sum(np.sin(H))
+
+
+def with_hessian_detached(x):
+    H = functional.hessian(energy, x)
+    return np.sum(H * x)
+
+
+def jacobian_of_a_pair(x):
+    return functional.jacobian(two_outputs, (x, x), create_graph=True)[0][0]
+
+
 def graph_flag_unknown(x, flag):
     _, g = functional.vjp(energy, x, create_graph=flag)
     return np.sum(g)
@@ -192,3 +226,30 @@ def test_a_cotangent_written_as_a_tuple_literal_gets_its_gradient(m, shape):
         np.testing.assert_allclose(got[i], numeric_grad(m.tuple_literal_cotangent, [x, y, v], i),
                                    rtol=1e-6, atol=1e-8)
     assert np.any(got[2] != 0)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("name, n", [("with_jvp", 2), ("with_jvp_pair", 3),
+                                     ("with_jacobian", 1), ("with_jacobian_pair", 2),
+                                     ("with_hessian", 1)])
+def test_jvp_jacobian_and_hessian_inside(m, shape, name, n):
+    x, v = _xv(shape)
+    args = [x, v] if n == 2 and name == "with_jvp" else \
+        [x, np.cos(x), v][:n] if name == "with_jvp_pair" else [x, np.cos(x)][:n]
+    f = getattr(m, name)
+    got = s2sgrad.grad(f, wrt=tuple(range(n)))(*args)
+    for i in range(n):
+        np.testing.assert_allclose(got[i], numeric_grad(f, list(args), i), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_hessian_without_create_graph_is_a_constant(m, shape):
+    x, _ = _xv(shape)
+    H = np.diag(6 * x.ravel()).reshape(x.shape + x.shape)
+    expected = np.sum(H, axis=tuple(range(x.ndim)))   # d/dx sum(H * x), H frozen
+    np.testing.assert_allclose(s2sgrad.grad(m.with_hessian_detached)(x), expected, rtol=1e-12)
+
+
+def test_a_jacobian_of_several_outputs_is_refused_when_it_runs(m):
+    with pytest.raises(TypeError, match="need func to return one array"):
+        s2sgrad.grad(m.jacobian_of_a_pair)(np.ones(3))

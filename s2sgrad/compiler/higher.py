@@ -59,8 +59,9 @@ def derived(kind: str, base: Callable, positions: Tuple[int, ...],
     fn = _DERIVED.get(key)
     if fn is not None and fn.__s2sgrad_pair__.current():
         return fn  # (else base's pair was generated for names since rebound)
-    if kind == "hvp":
-        fn = _hvp(base, tuple(positions), inputs_tuple)
+    if kind in ("hvp", "jvp", "jacobian"):
+        make = {"hvp": _hvp, "jvp": _jvp, "jacobian": _jacobian}[kind]
+        fn = make(base, tuple(positions), inputs_tuple)
         _DERIVED[key] = fn
         return fn
     params = _params(base)
@@ -109,6 +110,71 @@ def derived(kind: str, base: Callable, positions: Tuple[int, ...],
     fn = functions[fname]
     fn.__s2sgrad_pair__ = pair
     _DERIVED[key] = fn
+    return fn
+
+
+def _jacobian(base: Callable, positions: Tuple[int, ...],
+              inputs_tuple: bool) -> types.FunctionType:
+    """functional.jacobian of a function with one array output, as code: one
+    adjoint call per output element (a basis cotangent each), the rows stacked
+    and reshaped to output.shape + input.shape, one block per input."""
+    names = [p.name for p in _params(base)]
+    pair = compile_function(base, positions, pure=True, leaves=())
+    stem = pair.name
+    fwd, adj = f"{stem}_forward", f"{stem}_adjoint"
+    out, res = f"{stem}_output", f"{stem}_residuals"
+    rows = [f"rows_{k}" for k in range(len(positions))]
+    grads = ", ".join(f"grad_{k}" for k in range(len(positions)))
+    blocks = [f"_s2s_np.reshape(_s2s_np.stack({r}), _s2s_np.shape({out}) + "
+              f"_s2s_np.shape({names[i]}))" for r, i in zip(rows, positions)]
+    lines = [f"{out}, {res} = {fwd}({', '.join(names)})"]
+    lines += [f"{r} = []" for r in rows]
+    lines.append(f"for k in range(_s2s_np.size({out})):")
+    target = grads if len(positions) > 1 else "grad_0"
+    lines.append(f"    {target} = {adj}({res}, _s2s_unit({out}, k))")
+    lines += [f"    {r}.append(grad_{k})" for k, r in enumerate(rows)]
+    result = f"({', '.join(blocks)},)" if inputs_tuple else blocks[0]
+    lines.append(f"return {result}")
+    body = "\n".join("    " + line for line in lines)
+    source = (f"# s2sgrad: the Jacobian of {stem} as code (with respect to "
+              f"{', '.join(names[i] for i in positions)})\n"
+              f"def jacobian_{stem}({', '.join(names)}):\n{body}\n")
+    filename = f"<s2sgrad jacobian of {stem} #{next(_COUNTER)}>"
+    functions = load(Emitted(source=source, function_names=[f"jacobian_{stem}"],
+                             filename=filename, globals=getattr(base, "__globals__", {}),
+                             free={fwd: pair.forward, adj: pair.adjoint}))
+    fn = functions[f"jacobian_{stem}"]
+    fn.__s2sgrad_pair__ = pair
+    return fn
+
+
+def _jvp(base: Callable, positions: Tuple[int, ...], inputs_tuple: bool) -> types.FunctionType:
+    """functional.jvp's (output, J v) as code: a call of base's generated tangent
+    code (plain NumPy, which reverse mode reads like any other), its structural
+    zeros made arrays. `v` is one tangent, or a tuple of them for tuple inputs."""
+    names = [p.name for p in _params(base)]
+    code = reentry.compile_tangent(base, positions)
+    stem = base.__name__ if base.__name__ != "<lambda>" else "lambda"
+    v = "v" if "v" not in names else "tangent"
+    tangents = [f"{v}[{k}]" for k in range(len(positions))] if inputs_tuple else [v]
+    out, dot, jvp_name = f"{stem}_output", f"{stem}_tangent", f"{stem}_jvp"
+    if isinstance(code.output_live, tuple):   # a tuple output: each item's zero its own
+        items = ", ".join(f"_s2s_none_to_zero({dot}[{k}], {out}[{k}])"
+                          for k in range(len(code.output_live)))
+        result = f"({items},)"
+    else:
+        result = f"_s2s_none_to_zero({dot}, {out})"
+    source = (f"# s2sgrad: the jvp of {stem} as code (tangents of "
+              f"{', '.join(names[i] for i in positions)})\n"
+              f"def jvp_{stem}({', '.join(names + [v])}):\n"
+              f"    {out}, {dot} = {jvp_name}({', '.join(names + tangents)})\n"
+              f"    return {out}, {result}\n")
+    filename = f"<s2sgrad jvp of {stem} #{next(_COUNTER)}>"
+    functions = load(Emitted(source=source, function_names=[f"jvp_{stem}"], filename=filename,
+                             globals=getattr(base, "__globals__", {}),
+                             free={jvp_name: code.jvp}))
+    fn = functions[f"jvp_{stem}"]
+    fn.__s2sgrad_pair__ = code
     return fn
 
 

@@ -1385,10 +1385,11 @@ class _Normalizer:
         elif _dotted(func) and not self.resolver.is_local_chain(func):
             ok, maker = self.resolver.static(func)
             functional = (getattr(maker, "__module__", "") or "").endswith("functional")
-            if not ok or not functional or not any(_is_api(maker, k)
-                                                   for k in ("vjp", "hvp", "vhp")):
+            if not ok or not functional or not any(
+                    _is_api(maker, k) for k in ("vjp", "jvp", "hvp", "vhp", "jacobian",
+                                                "hessian")):
                 return None
-            bound = _bind_functional_vjp(expr, self)
+            bound = _bind_functional(expr, maker.__name__, self)
             base, extra = self.differentiated_function(bound["func"], expr)
             inputs = bound["inputs"]
             known = (self.tuples.get(self.env.get(inputs.id, inputs.id))
@@ -1397,12 +1398,24 @@ class _Normalizer:
                 (list(known) if known is not None else [inputs])
             is_tuple = isinstance(inputs, ast.Tuple) or known is not None
             v = bound.get("v")
-            if maker.__name__ in ("hvp", "vhp"):   # (output, H v): H is symmetric
+            if maker.__name__ == "jacobian":
+                fn = reentry.derived("jacobian", base, tuple(range(len(items))),
+                                     inputs_tuple=is_tuple)
+                args = [self.operand(a, out) for a in items]
+            elif maker.__name__ == "hessian":
+                if is_tuple:
+                    raise self.err(expr, "functional.hessian of a tuple of inputs inside a "
+                                         "differentiated function is not supported",
+                                   "Pass one array (concatenate the inputs), or compute "
+                                   "the blocks with functional.jacobian of s2sgrad.grad.")
+                fn = reentry.derived("jacobian", reentry.derived("grad", base, (0,)), (0,))
+                args = [self.operand(a, out) for a in items]
+            elif maker.__name__ in ("hvp", "vhp", "jvp"):   # hvp = vhp: H is symmetric
                 if v is None or (isinstance(v, ast.Constant) and v.value is None):
                     raise self.err(expr, f"functional.{maker.__name__} needs v here",
-                                   "Pass v: the vector the Hessian is multiplied by.")
-                fn = reentry.derived("hvp", base, tuple(range(len(items))),
-                                     inputs_tuple=is_tuple)
+                                   "Pass v: the vector to multiply by.")
+                fn = reentry.derived("jvp" if maker.__name__ == "jvp" else "hvp", base,
+                                     tuple(range(len(items))), inputs_tuple=is_tuple)
                 args = [self.operand(a, out) for a in items] + [self.operand(v, out)]
             elif v is None or (isinstance(v, ast.Constant) and v.value is None):
                 # torch: v may be None when func returns a scalar, and means 1 (the
@@ -1704,13 +1717,17 @@ def _static_true(node: Optional[ast.expr], norm) -> bool:
                    "False (it is a constant to the outer derivative).")
 
 
-def _bind_functional_vjp(expr: ast.Call, norm) -> dict:
-    names = ["func", "inputs", "v", "create_graph", "strict"]
+def _bind_functional(expr: ast.Call, maker: str, norm) -> dict:
+    """The arguments of a functional.<maker> call, by torch's parameter names."""
+    if maker in ("jacobian", "hessian"):
+        names = ["func", "inputs", "create_graph", "strict"]
+    else:
+        names = ["func", "inputs", "v", "create_graph", "strict"]
     bound = dict(zip(names, expr.args))
     for k in expr.keywords:
         bound[k.arg] = k.value
     if "func" not in bound or "inputs" not in bound:
-        raise norm.err(expr, "functional.vjp needs func and inputs")
+        raise norm.err(expr, f"functional.{maker} needs func and inputs")
     return bound
 
 

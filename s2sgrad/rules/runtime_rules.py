@@ -67,4 +67,4 @@ defvjp(runtime_inplace.drop_last, "items", items="push(g, zeros_like(items[-1]))
 # -- no gradient: shapes, masks, counts, constructors ---------------------------------
 nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.backwards,
         runtime.keys, runtime.detached)
-constructors(runtime.zeros_like, runtime.ones_like, runtime.seed)
+constructors(runtime.zeros_like, runtime.ones_like, runtime.seed, runtime.unit)

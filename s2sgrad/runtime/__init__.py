@@ -51,5 +51,6 @@ from .shapes import (  # noqa: F401
     swap_last_axes,
     unbroadcast,
     unbroadcast_matmul,
+    unit,
     zeros_like,
 )

@@ -250,3 +250,16 @@ def reduced_count(x, axis=None):
     if axis is None:
         return int(np.prod(shape, dtype=np.int64)) if shape else 1
     return int(np.prod([shape[a] for a in _normalize_axes(axis, len(shape))], dtype=np.int64))
+
+
+@helper
+def unit(like, k):
+    """An array of like's shape and float dtype with 1 at flat index k and 0
+    elsewhere: the cotangent that picks one row of a Jacobian."""
+    if isinstance(like, (tuple, list, dict)):
+        raise TypeError("functional.jacobian and hessian inside a differentiated function "
+                        "need func to return one array, not a "
+                        f"{type(like).__name__}")
+    out = np.zeros(np.shape(like), dtype=_dtype_of(like))
+    out.reshape(-1)[k] = 1.0
+    return out
