@@ -39,6 +39,10 @@ def looped(a, x):
     return np.sum(np.sin(y))
 
 
+def mixed(a, b):
+    return a ** 3 * b ** 2 + np.sin(a * b)
+
+
 def field(x):
     return np.sum(np.sin(x) * x ** 2 + np.exp(0.3 * x))
 
@@ -157,3 +161,13 @@ def test_modes_and_orders_mix(m, shape):
         return np.sum(functional.hvp(m.field, z, v)[1])
     got = s2sgrad.grad(lambda z: np.sum(m.hvp_of_field(z)))(x)
     np.testing.assert_allclose(got, _fd_jacobian(total, x), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("a, b", [(0.7, -1.3), (-0.4, 0.9)])
+def test_mixed_positions(m, a, b):
+    """d/da d/db and d/da d/da d/db, each derivative with its own wrt."""
+    d_ab = 6 * a ** 2 * b + np.cos(a * b) - a * b * np.sin(a * b)
+    d_aab = 12 * a * b - 2 * b * np.sin(a * b) - a * b * b * np.cos(a * b)
+    g_ab = s2sgrad.grad(s2sgrad.grad(m.mixed, wrt=1), wrt=0)
+    np.testing.assert_allclose(g_ab(a, b), d_ab, rtol=1e-12)
+    np.testing.assert_allclose(s2sgrad.grad(g_ab, wrt=0)(a, b), d_aab, rtol=1e-12)
