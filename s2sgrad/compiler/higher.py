@@ -103,13 +103,20 @@ def derived(kind: str, base: Callable, positions: Tuple[int, ...],
     source = (f"# s2sgrad: the {kind} of {stem} as code (with respect to "
               f"{', '.join(names[i] for i in positions)})\n"
               f"def {fname}({signature}):\n{body}\n")
-    filename = f"<s2sgrad {kind} of {stem} #{next(_COUNTER)}>"
-    globals_ = getattr(base, "__globals__", {})
-    functions = load(Emitted(source=source, function_names=[fname], filename=filename,
-                             globals=globals_, free=free))
-    fn = functions[fname]
-    fn.__s2sgrad_pair__ = pair
+    fn = _define(fname, source, kind, stem, base, free, pair)
     _DERIVED[key] = fn
+    return fn
+
+
+def _define(name: str, source: str, kind: str, stem: str, base: Callable, free: dict,
+            pair) -> types.FunctionType:
+    """The function `name` of `source`, compiled with base's module globals and
+    `free` bound; `pair` is the code it calls, whose bindings say when it is stale."""
+    filename = f"<s2sgrad {kind} of {stem} #{next(_COUNTER)}>"
+    functions = load(Emitted(source=source, function_names=[name], filename=filename,
+                             globals=getattr(base, "__globals__", {}), free=free))
+    fn = functions[name]
+    fn.__s2sgrad_pair__ = pair
     return fn
 
 
@@ -139,13 +146,8 @@ def _jacobian(base: Callable, positions: Tuple[int, ...],
     source = (f"# s2sgrad: the Jacobian of {stem} as code (with respect to "
               f"{', '.join(names[i] for i in positions)})\n"
               f"def jacobian_{stem}({', '.join(names)}):\n{body}\n")
-    filename = f"<s2sgrad jacobian of {stem} #{next(_COUNTER)}>"
-    functions = load(Emitted(source=source, function_names=[f"jacobian_{stem}"],
-                             filename=filename, globals=getattr(base, "__globals__", {}),
-                             free={fwd: pair.forward, adj: pair.adjoint}))
-    fn = functions[f"jacobian_{stem}"]
-    fn.__s2sgrad_pair__ = pair
-    return fn
+    return _define(f"jacobian_{stem}", source, "jacobian", stem, base,
+                   {fwd: pair.forward, adj: pair.adjoint}, pair)
 
 
 def _jvp(base: Callable, positions: Tuple[int, ...], inputs_tuple: bool) -> types.FunctionType:
@@ -169,13 +171,7 @@ def _jvp(base: Callable, positions: Tuple[int, ...], inputs_tuple: bool) -> type
               f"def jvp_{stem}({', '.join(names + [v])}):\n"
               f"    {out}, {dot} = {jvp_name}({', '.join(names + tangents)})\n"
               f"    return {out}, {result}\n")
-    filename = f"<s2sgrad jvp of {stem} #{next(_COUNTER)}>"
-    functions = load(Emitted(source=source, function_names=[f"jvp_{stem}"], filename=filename,
-                             globals=getattr(base, "__globals__", {}),
-                             free={jvp_name: code.jvp}))
-    fn = functions[f"jvp_{stem}"]
-    fn.__s2sgrad_pair__ = code
-    return fn
+    return _define(f"jvp_{stem}", source, "jvp", stem, base, {jvp_name: code.jvp}, code)
 
 
 def _hvp(base: Callable, positions: Tuple[int, ...], inputs_tuple: bool) -> types.FunctionType:
@@ -196,13 +192,8 @@ def _hvp(base: Callable, positions: Tuple[int, ...], inputs_tuple: bool) -> type
               f"def hvp_{stem}({signature}):\n"
               f"    ({out}, _), hv = {inner.__name__}({', '.join(names)}, (0.0, {v}))\n"
               f"    return {out}, hv\n")
-    filename = f"<s2sgrad hvp of {stem} #{next(_COUNTER)}>"
-    functions = load(Emitted(source=source, function_names=[f"hvp_{stem}"], filename=filename,
-                             globals=getattr(base, "__globals__", {}),
-                             free={inner.__name__: inner}))
-    fn = functions[f"hvp_{stem}"]
-    fn.__s2sgrad_pair__ = inner.__s2sgrad_pair__
-    return fn
+    return _define(f"hvp_{stem}", source, "hvp", stem, base, {inner.__name__: inner},
+                   inner.__s2sgrad_pair__)
 
 
 _ = Any
