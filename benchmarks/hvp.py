@@ -65,9 +65,8 @@ def _peer_losses(xp, name):
             h1 = xp.tanh(X @ W1 + b1)
             h2 = xp.tanh(h1 @ W2 + b2)
             logits = h2 @ W3 + b3
-            logits = logits - logits.max(axis=1, keepdims=True)
-            if hasattr(logits, "values"):     # torch's max returns (values, indices)
-                logits = logits.values
+            top = logits.max(axis=1, keepdims=True)
+            logits = logits - getattr(top, "values", top)   # torch's max: (values, indices)
             log_probs = logits - xp.log(xp.sum(xp.exp(logits), axis=1, keepdims=True))
             return -xp.sum(Y * log_probs) / X.shape[0]
         return f
