@@ -1,0 +1,214 @@
+"""Reverse mode: the adjoint's control flow: blocks walked backwards, branches replayed from
+the recorded test, loops run backwards over their saved trip counts."""
+from __future__ import annotations
+
+import ast
+import copy
+from typing import List, Sequence, Set, Tuple
+
+from ..analyze import (
+    iter_statements,
+)
+from ..facts import StatementFacts
+from ..marks import is_comment
+from ..names import name_nodes, stored_names
+from ..ops import describe
+from .support import _assign, _LoopInfo, _name, helper_call
+
+
+class AdjointControl:
+    """The adjoint's control flow: blocks walked backwards, branches replayed from
+    the recorded test, loops run backwards over their saved trip counts.
+
+    A part of `_Reverse` (reverse.py), whose state its methods use."""
+
+    def adjoint_block(self, stmts: Sequence[ast.stmt], in_loop: bool) -> List[ast.stmt]:
+        out: List[ast.stmt] = []
+        for s in reversed(stmts):
+            if isinstance(s, ast.If):
+                out.extend(self.adjoint_if(s, in_loop))
+            elif isinstance(s, (ast.For, ast.While)):
+                out.extend(self.adjoint_loop(s))
+            elif isinstance(s, (ast.Assign, ast.AugAssign)):
+                out.extend(self.adjoint_assign(s))
+            elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "append":
+                self.append_adjoint(s, describe(s, self.locals), out)
+            elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "ufunc_at":
+                self.ufunc_at_adjoint(s, describe(s, self.locals), out)
+        return out
+
+    def adjoint_if(self, s: ast.If, in_loop: bool) -> List[ast.stmt]:
+        before = dict(self.state)
+        last = self.last_line
+        body = self.adjoint_block(s.body, in_loop)
+        state_body = self.state
+        self.state, self.last_line = dict(before), last
+        orelse = self.adjoint_block(s.orelse, in_loop)
+        state_else = self.state
+        self.last_line = None
+        merged = {}
+        for b in sorted(set(state_body) | set(state_else)):
+            var = self._var_of(b)
+            if b not in state_body:
+                self._materialize_into(var, body)
+                state_body[b] = "owned"
+            elif b not in state_else:
+                self._materialize_into(var, orelse)
+                state_else[b] = "owned"
+            both_owned = state_body[b] == state_else[b] == "owned"
+            merged[b] = "owned" if both_owned else "shared"
+        self.state = merged
+        if not body and not orelse:
+            return []
+        node = ast.If(test=copy.deepcopy(s.test), body=body or [ast.Pass()], orelse=orelse)
+        return [node]
+
+    def _var_of(self, bar: str) -> str:
+        return self.var_of_bar[bar]
+
+    def _materialize_into(self, var: str, block: List[ast.stmt]) -> None:
+        block.append(_assign(self.bar_of(var), self.zeros_for(var)))
+
+    def reversed_body(self, s) -> List[ast.stmt]:
+        """The adjoint of one iteration: the body backwards, then the item loads."""
+        info = self.loops.require(s)
+        outer = self.first_iteration
+        self.first_iteration = self.entry_reads(s, info)
+        try:
+            body = self.adjoint_block(s.body, in_loop=True)
+        finally:
+            self.first_iteration = outer
+        for b in reversed(info.item_assigns):
+            body += self.adjoint_assign(b)
+        return body
+
+    def entry_reads(self, s: ast.For, info: _LoopInfo):
+        """(test, reads) for a top-level loop over a range: `reads` maps each body
+        statement to the loop-carried names it reads before the body writes them
+        and whose value on entering the loop carries no gradient (`h = X` before
+        `for W, b in params: h = np.tanh(h @ W + b)`). In the first iteration
+        those reads see that entry value, so what their adjoint contributes there
+        is dead: it runs only when `test` (not the first iteration) holds."""
+        if self.pure or info.kind != "range" or not isinstance(info.target, ast.Name) or \
+                not any(st is s for st in self.nf.node.body):
+            return None
+        written = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
+        written.add(info.target.id)
+        written |= {n for b in s.body for n in stored_names(b)}
+        entry_quiet = {n for n in written if self._quiet_at_entry(n, s)}
+        reads: StatementFacts[Set[str]] = StatementFacts("first-iteration reads")
+        seen = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
+        seen.add(info.target.id)
+        for b in s.body:
+            if isinstance(b, (ast.Assign, ast.Expr)):
+                loads = {n.id for n in name_nodes(b.value) if isinstance(n.ctx, ast.Load)}
+                dead = (loads - seen) & entry_quiet
+                if dead:
+                    reads.record(b, dead)
+            seen |= set(stored_names(b))
+        if not reads:
+            return None
+        first = ast.Subscript(value=_name(info.range_name), slice=ast.Constant(0),
+                              ctx=ast.Load())
+        test = ast.Compare(left=_name(info.target.id), ops=[ast.NotEq()], comparators=[first])
+        return test, reads
+
+    def _quiet_at_entry(self, name: str, loop: ast.For) -> bool:
+        """Whether every value `name` can hold when a top-level loop starts is
+        free of the inputs: only assigned before it from values that do not vary."""
+        if name in getattr(self.nf, "written_in_place", ()):
+            return False   # an in-place write (to it or an alias) may carry the inputs in
+        params = set(self.nf.all_params)
+        if name in params and name in self.act.varied and \
+                self.nf.all_params.index(name) in self.act.wrt:
+            return False
+        defined = False
+        for top in self.nf.node.body:
+            if top is loop:
+                break
+            for st, _ in iter_statements([top]):
+                if name not in stored_names(st):
+                    continue
+                op = describe(st, self.locals) if not isinstance(st, (ast.For, ast.If,
+                                                                      ast.While)) else None
+                if op is None or set(op.diff_inputs) & self.act.varied:
+                    return False
+                defined = True
+        return defined or name in params
+
+    def probe(self, s) -> Tuple[Set[str], Set[str]]:
+        """Run the reversed body without keeping its code: (end state, in-place targets)."""
+        saved = (set(self.names.taken), dict(self.state), self.last_line, set(self.inplace),
+                 set(self.resets))
+        self.inplace, self.resets = set(), set()
+        try:
+            self.reversed_body(s)
+            # Accumulators (carried, never consumed in the body) are kept owned too,
+            # so that they are added to in place.
+            accumulators = set(self.state) - self.resets
+            return set(self.state), set(self.inplace) | accumulators
+        finally:
+            self.names.taken, self.state, self.last_line, inplace, resets = saved
+            self.inplace, self.resets = inplace, resets
+
+    def adjoint_loop(self, s) -> List[ast.stmt]:
+        """Adjoints that one iteration hands to the previous one are live across
+        the loop boundary: they are materialised before the loop, and an iteration
+        that consumes one without writing it again leaves an explicit zero."""
+        info = self.loops.require(s)
+        out: List[ast.stmt] = []
+        end_state, inplace = self.probe(s)
+        carried = set(self.state) | end_state
+        while True:
+            # An adjoint live at the start of an iteration can make more adjoints
+            # live at its end (v = xs.pop() needs xs_bar once v_bar is live): iterate.
+            entry = self.state
+            self.state = {b: entry.get(b, "shared") for b in carried}
+            more_end, more_inplace = self.probe(s)
+            self.state = entry
+            inplace |= more_inplace
+            if more_end <= carried:
+                break
+            carried |= more_end
+        for b in sorted(carried - set(self.state)):
+            self.materialize(self._var_of(b), out)
+        for b in sorted(carried & inplace):
+            if self.state.get(b) == "shared":
+                out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+        self.state = {b: ("owned" if b in inplace else "shared") for b in carried}
+        header: List[ast.stmt] = []
+        self.last_line = None
+        self.mark_line(s, header, force=True)
+        self.last_line = None
+        body = self.reversed_body(s)
+        for b in sorted(carried):
+            if b not in self.state:
+                self.materialize(self._var_of(b), body)
+            elif b in inplace and self.state[b] == "shared":
+                body.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+        self.state = {b: ("owned" if b in inplace else "shared") for b in carried}
+        self.inplace |= inplace
+        self.last_line = None
+        if not any(not is_comment(b) for b in body):
+            for setup in reversed(self.loop_setups.get(s, [])):
+                self.restores(setup, out)
+            return out
+        if info.kind == "range":
+            rng: ast.expr = _name(info.range_name)
+            if info.trips:
+                rng = ast.Subscript(value=rng, slice=ast.Slice(lower=None, upper=_name(info.trips),
+                                                               step=None), ctx=ast.Load())
+            target = copy.deepcopy(info.target)
+            target.ctx = ast.Store()
+            # Pure code is differentiated again: its backwards iteration must be
+            # recognisably non-differentiable (a range), not any reversed(...).
+            it = helper_call("backwards", rng) if self.pure else \
+                ast.Call(func=self.builtin("reversed"), args=[rng], keywords=[])
+        else:
+            target = _name("_", True)
+            it = ast.Call(func=self.builtin("range"), args=[_name(info.trips)], keywords=[])
+        out += header
+        out.append(ast.For(target=target, iter=it, body=body, orelse=[], type_comment=None))
+        for setup in reversed(self.loop_setups.get(s, [])):
+            self.restores(setup, out)
+        return out

@@ -1,0 +1,391 @@
+"""Reverse mode: the adjoint of one statement: contributions to the adjoints of its inputs
+(rules, item reads and writes, list appends and pops, call sites)."""
+from __future__ import annotations
+
+import ast
+import copy
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ...errors import InternalError
+from ...rules import registry
+from .. import sites
+from ..ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
+from .support import (
+    _DIFFERENTIABLE_KINDS,
+    _assign,
+    _index_expr,
+    _name,
+    _var_for,
+    field_index,
+    helper_call,
+)
+
+
+class AdjointStatements:
+    """The adjoint of one statement: contributions to the adjoints of its inputs
+    (rules, item reads and writes, list appends and pops, call sites).
+
+    A part of `_Reverse` (reverse.py), whose state its methods use."""
+
+    def ufunc_at_adjoint(self, s: ast.Expr, op: Op, out: List[ast.stmt]) -> None:
+        """np.add.at(a, idx, b): a's cotangent passes through unchanged; b receives
+        the cotangent of every element it was added to (a gather: repeated indices
+        read the same element again), negated for np.subtract.at."""
+        base = op.outputs[0]
+        _, index, value = s.value.args
+        b = self.bar_of(base)
+        if base in self.act.active and b in self.state and \
+                isinstance(value, ast.Name) and value.id in self.act.active:
+            self.mark_line(s, out)
+            gathered: ast.expr = ast.Subscript(value=_name(b), slice=copy.deepcopy(index),
+                                               ctx=ast.Load())
+            if UFUNC_AT_SIGNS[ufunc_at_kind(s.value.s2s_callee)] < 0:
+                gathered = ast.UnaryOp(op=ast.USub(), operand=gathered)
+            part = self.names.fresh(f"{value.id}_bar_part")
+            out.append(_assign(part, helper_call("unbroadcast", gathered, _name(value.id))))
+            self.accumulate(value.id, _name(part), out)
+        saved = self._saved_value(s, out)
+        if saved is not None:
+            if self.pure:
+                node = _assign(base, helper_call("with_item", _name(base), index, saved))
+            else:
+                node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
+                node.s2s_restore_item = base
+            node.s2s_restore_of = base
+            node.s2s_slot = self.saves.require(s)[-1][2]
+            out.append(node)
+
+    def adjoint_assign(self, s) -> List[ast.stmt]:
+        op = describe(s, self.locals)
+        out: List[ast.stmt] = []
+        if op.kind == "setitem":
+            self.setitem_adjoint(s, op, out)
+            return out
+        if op.kind == "augassign":
+            self.augassign_adjoint(s, op, out)
+            return out
+        if op.kind == "pop":
+            self.pop_adjoint(s, op, out)
+            return out
+        active_outs = [o for o in op.outputs if o in self.act.active]
+        live = [o for o in active_outs if self.bar_of(o) in self.state]
+        if live and op.kind in _DIFFERENTIABLE_KINDS and \
+                any(n in self.act.active for n in op.diff_inputs):
+            self.mark_line(s, out)
+            self.contributions(s, op, out)
+        for o in active_outs:
+            self.reset(self.bar_of(o))
+        self.restores(s, out)
+        return out
+
+    def contributions(self, s, op: Op, out: List[ast.stmt]) -> None:
+        kind = op.kind
+        if kind == "copy":
+            src = op.diff_inputs[0]
+            if src in self.act.active:
+                self.accumulate(src, _name(self.bar_of(op.outputs[0])), out)
+            return
+        g_name = self.bar_of(op.outputs[0]) if op.outputs else None
+        if kind == "pack":
+            value = s.value
+            items = list(zip(value.keys, value.values)) if isinstance(value, ast.Dict) else \
+                [(ast.Constant(value=i), e) for i, e in enumerate(value.elts)]
+            for key, e in items:
+                if isinstance(e, ast.Name) and e.id in self.act.active:
+                    if isinstance(value, ast.Dict):
+                        item: ast.expr = helper_call("dict_item_grad", _name(g_name),
+                                                     copy.deepcopy(key), _name(e.id))
+                    else:
+                        item = ast.Subscript(value=_name(g_name), slice=key, ctx=ast.Load())
+                    self.accumulate(e.id, item, out)
+            return
+        if kind in ("getitem", "field"):
+            self.getitem_contribution(s, op, out)
+            return
+        if kind == "rule":
+            self.rule_contribution(s, op, out)
+            return
+        if kind in ("apply", "call"):
+            self.site_contribution(s, op, out)
+            return
+        raise AssertionError(kind)  # pragma: no cover
+
+    def _saved_value(self, s, out: List[ast.stmt]) -> Optional[ast.expr]:
+        """The value the forward saved for statement s (popped from its stack)."""
+        saves = self.saves.get(s, [])
+        if not saves:
+            return None
+        var, kind, name = saves[-1]
+        if kind == "slot":
+            return _name(name)
+        old = self.names.fresh(f"{var}_old")
+        pop = _assign(old, ast.Call(func=ast.Attribute(value=_name(name), attr="pop",
+                                                        ctx=ast.Load()), args=[], keywords=[]))
+        pop.s2s_restore_of = old
+        pop.s2s_slot = name
+        pop.s2s_restore_temp = True
+        out.append(pop)
+        return _name(old)
+
+    def setitem_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
+        """x[i] = v: v receives x_bar[i]; the overwritten items get no gradient."""
+        target = s.targets[0]
+        base = target.value.id
+        index = _index_expr(target.slice)
+        b = self.bar_of(base)
+        zero_list = None
+        if base in self.act.active and b in self.state:
+            self.mark_line(s, out)
+            value = s.value
+            part = None
+            if isinstance(value, ast.Name) and value.id in self.act.active:
+                part = self.names.fresh(f"{value.id}_bar_part")
+                if self._basic_index(target.slice):
+                    item = helper_call("copy_item", _name(b), copy.deepcopy(index))
+                    # A list's item is the value itself; an array's may broadcast it.
+                    grad = item if base in self.sequences else \
+                        helper_call("unbroadcast", item, _name(value.id))
+                else:  # an index array may repeat: only the last writer counts
+                    grad = helper_call("written_grad", _name(b), copy.deepcopy(index),
+                                       _name(value.id))
+                out.append(_assign(part, grad))
+            if self.pure:
+                out.append(_assign(b, helper_call("with_zeroed", _name(b),
+                                                  copy.deepcopy(index))))
+                self.state[b] = "owned"
+            else:
+                self.inplace.add(b)
+                if self.state[b] == "shared":
+                    out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                    self.state[b] = "owned"
+                if base in self.sequences:
+                    zero_list = (b, index)    # once the old items are back (below)
+                else:
+                    out.append(ast.Expr(value=helper_call("zero_item", _name(b),
+                                                          copy.deepcopy(index))))
+            if part is not None:
+                # After the zeroing: the value may be the array itself (x[i] = x).
+                self.accumulate(value.id, _name(part), out)
+        saved = self._saved_value(s, out)
+        if saved is not None:
+            if self.pure:
+                node = _assign(base, helper_call("with_item", _name(base), index, saved))
+            else:
+                node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
+                node.s2s_restore_item = base
+            node.s2s_restore_of = base
+            node.s2s_slot = self.saves.require(s)[-1][2]
+            out.append(node)
+        if zero_list is not None:
+            b, index = zero_list
+            like = [_name(base)] if saved is not None else []
+            out.append(ast.Expr(value=helper_call("zero_item", _name(b), copy.deepcopy(index),
+                                                  *like)))
+
+    def _basic_index(self, index: ast.expr) -> bool:
+        """An index that cannot name an element twice: ints, slices, None, `...`."""
+        if isinstance(index, ast.Tuple):
+            return all(self._basic_index(e) for e in index.elts)
+        if isinstance(index, ast.Slice):
+            return True
+        if isinstance(index, ast.Constant):
+            return index.value is None or index.value is Ellipsis or (
+                isinstance(index.value, int) and not isinstance(index.value, bool))
+        if isinstance(index, ast.UnaryOp) and isinstance(index.operand, ast.Constant):
+            return self._basic_index(index.operand)
+        return isinstance(index, ast.Name) and index.id in self.act.ints
+
+    def augassign_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
+        """x op= v reads like x_new = op(x_old, v), x_old being the saved copy."""
+        var = s.target.id
+        saved = self._saved_value(s, out)
+        b = self.bar_of(var)
+        if var in self.act.active and b in self.state and op.rule is not None:
+            self.mark_line(s, out)
+            rule_op = Op("rule", [var], diff_inputs=op.diff_inputs, rule=op.rule,
+                         bound=dict(zip(op.rule.params, [saved, s.value])))
+            self.rule_contribution(s, rule_op, out, reset=[var], old={var: saved})
+        else:
+            self.reset(b)
+        if saved is not None:
+            node = _assign(var, saved)
+            node.s2s_restore_of = var
+            node.s2s_slot = self.saves.require(s)[-1][2]
+            out.append(node)
+
+    def append_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
+        """xs.append(v): v receives the last item of xs_bar, which is removed."""
+        xs = op.outputs[0]
+        value = op.call.args[0]
+        b = self.bar_of(xs)
+        if xs in self.act.active and b in self.state:
+            self.mark_line(s, out)
+            if not isinstance(value, ast.Name) and \
+                    any(n in self.act.active for n in names(value)):
+                raise InternalError(f"the item appended to {xs!r} is not a variable "
+                                    f"({ast.unparse(value)})")
+            wanted = isinstance(value, ast.Name) and value.id in self.act.active
+            part = self.names.fresh(f"{value.id}_bar_part") if wanted else None
+            if self.pure:
+                if wanted:
+                    out.append(_assign(part, helper_call("last", _name(b))))
+                out.append(_assign(b, helper_call("drop_last", _name(b))))
+            else:
+                self.inplace.add(b)
+                if self.state[b] == "shared":
+                    out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                    self.state[b] = "owned"
+                pop = ast.Call(func=ast.Attribute(value=_name(b), attr="pop", ctx=ast.Load()),
+                               args=[], keywords=[])
+                out.append(_assign(part, pop) if wanted else ast.Expr(value=pop))
+            if wanted:
+                self.accumulate(value.id, _name(part), out)
+        if self.pure:
+            node = _assign(xs, helper_call("drop_last", _name(xs)))
+        else:
+            node = ast.Expr(value=ast.Call(func=ast.Attribute(value=_name(xs), attr="pop",
+                                                              ctx=ast.Load()),
+                                           args=[], keywords=[]))
+            node.s2s_restore_item = xs
+        node.s2s_restore_of = xs
+        node.s2s_slot = f"{xs}.append"
+        out.append(node)
+
+    def pop_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
+        """v = xs.pop(): xs_bar gets v_bar back as its last item; xs gets v back."""
+        v, xs = op.outputs
+        vb, xb = self.bar_of(v), self.bar_of(xs)
+        if xs in self.act.active and (vb in self.state or xb in self.state):
+            self.mark_line(s, out)
+            if xb not in self.state:
+                self.materialize(xs, out)
+            elif self.state[xb] == "shared" and not self.pure:
+                out.append(_assign(xb, helper_call("copy_adjoint", _name(xb))))
+                self.state[xb] = "owned"
+            item = _name(vb) if vb in self.state else helper_call("zeros_like", _name(v))
+            self.inplace.add(xb)
+            self._push(xb, item, out)
+        self.reset(vb)
+        node = self._push(xs, _name(v), out)
+        node.s2s_restore_of = xs
+        node.s2s_slot = f"{xs}.pop"
+        if not self.pure:
+            node.s2s_restore_item = xs
+        self.restores(s, out)
+
+    def _push(self, xs: str, item: ast.expr, out: List[ast.stmt]) -> ast.stmt:
+        if self.pure:
+            node = _assign(xs, helper_call("push", _name(xs), item))
+        else:
+            node = ast.Expr(value=ast.Call(func=ast.Attribute(value=_name(xs), attr="append",
+                                                              ctx=ast.Load()),
+                                           args=[item], keywords=[]))
+        out.append(node)
+        return node
+
+    def getitem_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
+        """v = x[i] (and v = p.W, the item of a namedtuple named W): x_bar[i] += v_bar."""
+        base = s.value.value
+        if not (isinstance(base, ast.Name) and base.id in self.act.active):
+            return
+        b = self.bar_of(base.id)
+        g = _name(self.bar_of(op.outputs[0]))
+        index = field_index(s.value) if op.kind == "field" else _index_expr(s.value.slice)
+        if self.pure:
+            if b not in self.state:
+                self.materialize(base.id, out)
+            out.append(_assign(b, helper_call("scatter_add", _name(b), index, g)))
+            self.state[b] = "owned"
+            return
+        self.inplace.add(b)
+        if b not in self.state:
+            self.materialize(base.id, out)
+        elif self.state[b] == "shared":
+            out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+            self.state[b] = "owned"
+        out.append(ast.Expr(value=helper_call("add_at", _name(b), index, g)))
+
+    def rule_contribution(self, s, op: Op, out: List[ast.stmt], reset: Sequence[str] = (),
+                          old: Optional[Dict[str, ast.expr]] = None) -> None:
+        """Splice the rule's VJP. `reset` adjoints are consumed before the parts are
+        added (x op= v, where the output and an input are the same variable); `old`
+        names the saved value standing in for such an input."""
+        rule = op.rule
+        wanted: Dict[str, str] = {}
+        targets: List[Tuple[str, str]] = []
+        for param in rule.differentiable():
+            atom = op.bound.get(param)
+            if atom is None:
+                continue
+            if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
+                for i, e in enumerate(atom.elts):
+                    if isinstance(e, ast.Name) and e.id in self.act.active:
+                        key = f"{param}[{i}]"
+                        wanted[key] = self.names.fresh(f"{e.id}_bar_part")
+                        targets.append((e.id, wanted[key]))
+                continue
+            if param in rule.sequence and isinstance(atom, ast.Name):
+                # A list built at run time: its adjoint is a list, added itemwise.
+                self.sequences.add(atom.id)
+            var = _var_for(atom, old)
+            if var is not None and var in self.act.active:
+                wanted[param] = self.names.fresh(f"{var}_bar_part")
+                targets.append((var, wanted[param]))
+        if not wanted:
+            for v in reset:
+                self.reset(self.bar_of(v))
+            return
+        gs = [_name(self.bar_of(o)) for o in op.outputs]
+        if len(op.outputs) > 1:
+            for o in op.outputs:
+                if self.bar_of(o) not in self.state:
+                    self.materialize(o, out)
+            g: ast.expr = ast.Tuple(elts=gs, ctx=ast.Load())
+            ans: ast.expr = ast.Tuple(elts=[_name(o) for o in op.outputs], ctx=ast.Load())
+        else:
+            g, ans = gs[0], _name(op.outputs[0])
+        ctx = self.first_iteration
+        # Only where skipping pays for the test: products (matmul, dot, einsum), whose
+        # adjoint is a product again; elementwise parts are cheaper than the branch.
+        late = set(ctx[1].get(s, ())) if ctx is not None and not reset and \
+            not registry.is_elementwise(rule) else set()
+        late_keys = {k for k, part in wanted.items()
+                     if any(v in late and p == part for v, p in targets)}
+        if late_keys:
+            now = {k: v for k, v in wanted.items() if k not in late_keys}
+            if now:
+                out.append(sites.rule_placeholder(rule, op.bound, g, ans, now, s))
+            later = [ast.copy_location(sites.rule_placeholder(
+                rule, op.bound, g, ans, {k: wanted[k] for k in late_keys}, s), s)]
+            for var, part in targets:
+                if var in late and part in {wanted[k] for k in late_keys}:
+                    self.accumulate(var, _name(part), later)
+            out.append(ast.If(test=copy.deepcopy(ctx[0]), body=later, orelse=[]))
+            for var, part in targets:
+                if not (var in late and part in {wanted[k] for k in late_keys}):
+                    self.accumulate(var, _name(part), out)
+            return
+        out.append(sites.rule_placeholder(rule, op.bound, g, ans, wanted, s))
+        for v in reset:
+            self.reset(self.bar_of(v))
+        for var, part in targets:
+            self.accumulate(var, _name(part), out)
+
+    def site_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
+        site = self.sites.require(s)
+        for o in op.outputs:
+            if self.bar_of(o) not in self.state:
+                self.materialize(o, out)
+        gs = [_name(self.bar_of(o)) for o in op.outputs]
+        parts: List[Tuple[str, str]] = []
+        wanted: Dict[int, str] = {}
+        for i, arg in enumerate(site.arg_atoms):
+            if isinstance(arg, ast.Name) and arg.id in self.act.active and \
+                    i not in site.static_none:
+                wanted[i] = self.names.fresh(f"{arg.id}_bar_part")
+                parts.append((arg.id, wanted[i]))
+        if not wanted:
+            return
+        out.append(site.adjoint_placeholder(gs, wanted, s))
+        for var, part in parts:
+            self.accumulate(var, _name(part), out)

@@ -1,0 +1,392 @@
+"""Reverse mode: the forward sweep: the user's statements, and before each what the adjoint
+will need restored (a saved copy, or a stack inside loops); call sites."""
+from __future__ import annotations
+
+import ast
+import copy
+from typing import List, Sequence, Set, Tuple
+
+from ...errors import guard_fields
+from .. import sites
+from ..analyze import (
+    call_write_guards,
+    iter_statements,
+    loop_header_op,
+    may_build_sequence,
+)
+from ..names import name_nodes
+from ..ops import Op, describe
+from .support import _assign, _index_expr, _is_literal, _LoopInfo, _name, helper_call
+
+
+class ForwardSweep:
+    """The forward sweep: the user's statements, and before each what the adjoint
+    will need restored (a saved copy, or a stack inside loops); call sites.
+
+    A part of `_Reverse` (reverse.py), whose state its methods use."""
+
+    def forward_arguments(self, args: ast.arguments) -> ast.arguments:
+        """The user's parameters; default values are the function's own (evaluated
+        when it was defined), bound by name, not re-evaluated from their text."""
+        args = copy.deepcopy(args)
+        fn = self.nf.parsed.fn
+        values = list(getattr(fn, "__defaults__", None) or ())
+        args.defaults = [self._default(value) for value in values]
+        kwdefaults = getattr(fn, "__kwdefaults__", None) or {}
+        new_kw = []
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+            new_kw.append(None if default is None else self._default(kwdefaults.get(arg.arg)))
+        args.kw_defaults = new_kw
+        return args
+
+    def _default(self, value) -> ast.expr:
+        """A literal for plain constants (readable); a bound name for anything else."""
+        if _is_literal(value):
+            return ast.Constant(value=value) if not isinstance(value, tuple) else \
+                ast.parse(repr(value), mode="eval").body
+        name = self.names.fresh("default", reserved=True)
+        self.default_bindings[name] = value
+        return _name(name)
+
+    def seed_output(self, ret: ast.Return) -> Tuple[str, List[ast.stmt]]:
+        value = ret.value
+        if isinstance(value, ast.Name) and value.id in self.locals:
+            g = self.bar_of(value.id)
+            if value.id in self.act.active:
+                self.state[g] = "shared"
+            return g, []
+        g = self.names.fresh("output_bar")
+        out: List[ast.stmt] = []
+        if isinstance(value, (ast.Tuple, ast.List)):
+            for i, e in enumerate(value.elts):
+                if isinstance(e, ast.Name) and e.id in self.act.active:
+                    item = ast.Subscript(value=_name(g), slice=ast.Constant(value=i),
+                                         ctx=ast.Load())
+                    self.accumulate(e.id, item, out)
+        return g, out
+
+    # -- forward ------------------------------------------------------------------
+    def save_before(self, var: str, in_loop: bool, out: List[ast.stmt], key) -> None:
+        """Keep the value an assignment is about to overwrite (pruned if unread)."""
+        if var not in self.overwritable:
+            return
+        self.save_value(var, in_loop, out, key, _name(var))
+
+    def save_value(self, var: str, in_loop: bool, out: List[ast.stmt], key,
+                   value: ast.expr) -> None:
+        if in_loop:
+            stack = self.stacks.get(var)
+            if stack is None:
+                stack = self.stacks[var] = self.names.fresh(f"{var}_stack")
+                init = _assign(stack, ast.List(elts=[], ctx=ast.Load()))
+                init.s2s_stack_of = var
+                init.s2s_slot = stack
+                self.inits.append(init)
+            node = ast.Expr(value=ast.Call(
+                func=ast.Attribute(value=_name(stack), attr="append", ctx=ast.Load()),
+                args=[value], keywords=[]))
+            self.saves.setdefault(key, list).append((var, "stack", stack))
+        else:
+            slot = self.names.fresh(f"{var}_prev")
+            node = _assign(slot, value)
+            self.saves.setdefault(key, list).append((var, "slot", slot))
+        node.s2s_save_of = var
+        node.s2s_slot = self.saves.require(key)[-1][2]
+        if var not in self.nf.all_params and not any(
+                getattr(i, "s2s_init_of", None) == var for i in self.inits):
+            init = _assign(var, ast.Constant(value=None))
+            init.s2s_init_of = var
+            self.inits.append(init)
+        out.append(node)
+
+    def forward_block(self, stmts: Sequence[ast.stmt], in_loop: bool) -> List[ast.stmt]:
+        out: List[ast.stmt] = []
+        for s in stmts:
+            if isinstance(s, ast.If):
+                node = ast.If(test=s.test, body=self.forward_block(s.body, in_loop),
+                              orelse=self.forward_block(s.orelse, in_loop))
+                out.append(ast.copy_location(node, s))
+            elif isinstance(s, ast.For):
+                out.extend(self.forward_for(s, in_loop))
+            elif isinstance(s, ast.While):
+                out.extend(self.forward_while(s, in_loop))
+            elif isinstance(s, (ast.Assign, ast.AugAssign)):
+                out.extend(self.forward_assign(s, in_loop))
+            elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "ufunc_at":
+                out.extend(self.forward_ufunc_at(s, in_loop))
+            else:
+                if isinstance(s, ast.Expr):
+                    out += self.write_guards(describe(s, self.locals))
+                out.append(s)
+        return out
+
+    def write_guards(self, op: Op) -> List[ast.stmt]:
+        """A called user function that writes into an argument array in place changes
+        a value behind this adjoint's back: refused at run time when an array goes
+        there (numbers are rebound, which is fine)."""
+        return [ast.Expr(value=helper_call("unshared", _name(arg),
+                                           *[ast.Constant(value=f) for f in fields]))
+                for arg, fields in call_write_guards(op, self.act.ints, self.locals,
+                                                     self.nf.parsed)]
+
+    def forward_ufunc_at(self, s: ast.Expr, in_loop: bool) -> List[ast.stmt]:
+        """np.add.at(a, idx, b): keep the items of a it changes (restored later)."""
+        op = describe(s, self.locals)
+        base, index = op.outputs[0], s.value.args[1]
+        if in_loop:
+            self.overwritable.add(base)
+        out: List[ast.stmt] = []
+        self.save_value(base, in_loop, out, s,
+                        helper_call("copy_item", _name(base), copy.deepcopy(index)))
+        out.append(s)
+        return out
+
+    def sequence_guard(self, s, value: ast.expr) -> List[ast.stmt]:
+        """`a + b` / `a * n` on values that may be lists or tuples: concatenation
+        and repetition are not differentiated, so they are refused where they run
+        (at compile time when an operand is known to be a list or tuple)."""
+        if not may_build_sequence(value, self.act.leaves):
+            return []
+        add = isinstance(value.op, ast.Add)
+        words = ("concatenating lists or tuples that carry a gradient" if add else
+                 "repeating a list or tuple that carries a gradient")
+        hint = "Build the list with append, extend or a comprehension."
+
+        def known(node) -> bool:
+            return isinstance(node, ast.Name) and node.id in self.sequences
+
+        def integer(node) -> bool:
+            return isinstance(node, ast.Constant) and type(node.value) is int
+        if (add and known(value.left) and known(value.right)) or (not add and (
+                (known(value.left) and integer(value.right)) or
+                (known(value.right) and integer(value.left)))):
+            raise self.err(s, words, hint)
+        guard = ast.Expr(value=helper_call(
+            "no_sequence_arithmetic", copy.deepcopy(value.left), copy.deepcopy(value.right),
+            *[ast.Constant(value=f) for f in guard_fields(self.err(s, words, hint))]))
+        return [ast.copy_location(guard, s)]
+
+    def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
+        op = describe(s, self.locals)
+        out: List[ast.stmt] = []
+        if op.kind == "rule" and set(op.diff_inputs) & self.act.active:
+            out += self.sequence_guard(s, s.value)
+        if in_loop:
+            # Inside a loop every assignment overwrites the previous iteration's
+            # value, also the ones this pass adds (inner trip counts and ranges).
+            self.overwritable.update(op.outputs)
+        if op.kind == "setitem":
+            # x[i] = v: keep the items it overwrites (restored in the adjoint).
+            base = s.targets[0].value.id
+            self.save_value(base, in_loop, out, s,
+                            helper_call("copy_item", _name(base),
+                                        _index_expr(s.targets[0].slice)))
+            out.append(s)
+            return out
+        if op.kind == "augassign":
+            # x op= v: arrays change in place, so keep a copy of the old value.
+            var = s.target.id
+            if var in self.act.active:
+                out += self.sequence_guard(s, ast.BinOp(left=_name(var), op=s.op,
+                                                        right=s.value))
+            guard = getattr(s, "s2s_guard", None)
+            if guard is not None:
+                out.append(ast.Expr(value=helper_call("unshared", _name(var),
+                                                      *[ast.Constant(value=g) for g in guard])))
+            self.save_value(var, in_loop, out, s, helper_call("copy_value", _name(var)))
+            out.append(s)
+            return out
+        key = s
+        if op.kind == "pop":
+            self.save_before(op.outputs[0], in_loop, out, key)
+            out.append(s)
+            return out
+        if op.kind == "call":
+            out += self.write_guards(op)
+        snapshot = getattr(s, "s2s_snapshot", False)   # a later in-place write would see it
+        outputs = list(op.outputs)
+        site = None
+        if op.kind in ("apply", "call") and any(n in self.act.active for n in op.outputs):
+            site = self.site_for(s, op)   # keyed by the statement the adjoint walks too
+            outputs += site.slot_names
+            if in_loop:
+                # A callee's residuals or a Function's saved values, once per iteration.
+                self.overwritable.update(site.slot_names)
+        for o in outputs:
+            self.save_before(o, in_loop, out, key)
+        if site is not None:
+            out.append(site.forward_statement(s))
+            if snapshot:
+                out.extend(_assign(o, helper_call("snapshot", _name(o))) for o in op.outputs)
+        elif snapshot:
+            copied = copy.copy(s)
+            copied.value = helper_call("snapshot", s.value)
+            out.append(copied)
+        else:
+            out.append(s)
+        return out
+
+    def site_for(self, s, op: Op):
+        """The inlined Function (apply) or the separately compiled callee (call)."""
+        site = self.sites.get(s)
+        if site is None:
+            if op.kind == "apply":
+                needs = tuple(isinstance(a, ast.Name) and a.id in self.act.varied
+                              for a in op.call.args)
+                site = sites.function_site(op.callee, op.call, op.outputs, needs, self.names,
+                                            self.nf, s)
+            else:
+                site = sites.callee_site(op, s, self.act, self.names, self.nf)
+                self.callees[site.forward_name] = site
+            self.sites.record(s, site)
+        return site
+
+    def setup_assign(self, loop, target: str, value: ast.expr, in_loop: bool) -> List[ast.stmt]:
+        """A loop's range or trip counter. Inside an outer loop it is saved per
+        iteration like any variable, and restored after the adjoint loop."""
+        stmt = ast.copy_location(_assign(target, value), loop)
+        self.loop_setups.setdefault(loop, list).append(stmt)
+        return self.forward_assign(stmt, in_loop)
+
+    def forward_for(self, s: ast.For, in_loop: bool) -> List[ast.stmt]:
+        out: List[ast.stmt] = []
+        header = loop_header_op(s)
+        has_break = any(isinstance(n, ast.Break) for n, _ in iter_statements(s.body))
+        it = s.iter
+        callee = getattr(it, "s2s_callee", None)
+        info: _LoopInfo
+        body_prefix: List[ast.stmt] = []
+        if callee is range and isinstance(s.target, ast.Name):
+            stem = s.target.id
+            rng = self.names.fresh(f"{stem}_range")
+            info = _LoopInfo("range", range_name=rng, target=s.target)
+            out += self.setup_assign(s, rng, it, in_loop)
+            loop_iter: ast.expr = _name(rng)
+            target = s.target
+        elif any(n in self.act.varied for n in header.diff_inputs):
+            # Iterating over a differentiated array or list: loop over indices so
+            # the adjoint can scatter each item's gradient back.
+            rng, target, body_prefix = self.index_loop(s, out, in_loop)
+            info = _LoopInfo("range", range_name=rng, target=target)
+            loop_iter = _name(rng)
+        else:
+            info = _LoopInfo("items")
+            loop_iter = it
+            target, body_prefix = self.item_target(s.target)
+            has_break = True  # the trip count is unknown without len()
+        if has_break:
+            info.trips = self.names.fresh("trips")
+            out += self.setup_assign(s, info.trips, ast.Constant(0), in_loop)
+            incr = ast.AugAssign(target=_name(info.trips, True), op=ast.Add(),
+                                 value=ast.Constant(1))
+            body_prefix = [incr] + body_prefix
+        info.item_assigns = [b for b in body_prefix if isinstance(b, ast.Assign)]
+        copied = getattr(s, "s2s_snapshot_targets", frozenset())
+        for b in info.item_assigns:   # loop targets a later in-place write would change
+            if isinstance(b.targets[0], ast.Name) and b.targets[0].id in copied:
+                b.s2s_snapshot = True
+        self.loops.record(s, info)
+        body = list(body_prefix[:1]) if has_break else []
+        for b in (body_prefix[1:] if has_break else body_prefix):
+            body += self.forward_assign(b, True)
+        body += self.forward_block(s.body, True)
+        node = ast.For(target=target, iter=loop_iter, body=body, orelse=[], type_comment=None)
+        out.append(ast.copy_location(node, s))
+        return out
+
+    def index_loop(self, s: ast.For, out: List[ast.stmt], in_loop: bool):
+        """`for x in xs` -> `for k in range(len(xs)): x = xs[k]` (also zip/enumerate)."""
+        pairs: List[Tuple[ast.expr, ast.expr]] = []   # (target, sequence) pairs
+        backwards: Set[int] = set()                    # pairs read by reversed()
+        index_targets: List[ast.expr] = []
+
+        def flatten(target, it):
+            callee = getattr(it, "s2s_callee", None)
+            if callee is enumerate and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                index_targets.append(target.elts[0])
+                flatten(target.elts[1], it.args[0])
+            elif callee is zip and isinstance(target, ast.Tuple) and \
+                    len(target.elts) == len(it.args):
+                for t, a in zip(target.elts, it.args):
+                    flatten(t, a)
+            elif callee is reversed and len(it.args) == 1 and \
+                    not isinstance(it.args[0], ast.Call):
+                backwards.add(len(pairs))
+                pairs.append((target, it.args[0]))
+            elif isinstance(it, ast.Call):
+                raise self.err(it, "cannot iterate over this expression while "
+                                   "differentiating through it",
+                               "Iterate over an array, a list, range(), zip() or enumerate().")
+            else:
+                pairs.append((target, it))
+        flatten(s.target, s.iter)
+        first = pairs[0][1]
+        stem = first.id if isinstance(first, ast.Name) else "item"
+        k = self.names.fresh(f"{stem}_index")
+        lengths = [ast.Call(func=self.builtin("len"), args=[copy.deepcopy(seq)], keywords=[])
+                   for _, seq in pairs]
+        n = lengths[0] if len(lengths) == 1 else ast.Call(func=self.builtin("min"), args=lengths,
+                                                           keywords=[])
+        rng = self.names.fresh(f"{k}_range")
+        range_call = ast.Call(func=self.builtin("range"), args=[n], keywords=[])
+        range_call.s2s_callee = range
+        out += self.setup_assign(s, rng, range_call, in_loop)
+        prefix: List[ast.stmt] = []
+        for t in index_targets:
+            prefix.append(ast.copy_location(_assign(t.id, _name(k)), s))
+        def unpack(t, value: ast.expr) -> None:
+            # `for W, b in params`: the item gets a name, then each target reads its
+            # part (item[0], item[1], nested as deep as the target).
+            if isinstance(t, ast.Name):
+                prefix.append(ast.copy_location(_assign(t.id, value), s))
+                return
+            if not isinstance(t, (ast.Tuple, ast.List)) or \
+                    any(isinstance(e, ast.Starred) for e in t.elts):
+                raise self.err(s, "this loop target over a differentiated sequence",
+                               "Unpack the item in the loop body.")
+            item = self.names.fresh(f"{stem}_item")
+            prefix.append(ast.copy_location(_assign(item, value), s))
+            # The item is new here, after the analysis: it carries a gradient exactly
+            # when a target it is unpacked into does.
+            parts = {n.id for n in name_nodes(t)}
+            self.locals.add(item)
+            for facts in (self.act.varied, self.act.useful, self.act.active):
+                if parts & facts:
+                    facts.add(item)
+            for j, e in enumerate(t.elts):
+                unpack(e, ast.Subscript(value=_name(item), slice=ast.Constant(value=j),
+                                        ctx=ast.Load()))
+
+        for i, (t, seq) in enumerate(pairs):
+            # reversed(xs) reads xs[-1 - k]: the same items, last first.
+            index = ast.BinOp(left=ast.Constant(-1), op=ast.Sub(), right=_name(k)) \
+                if i in backwards else _name(k)
+            unpack(t, ast.Subscript(value=copy.deepcopy(seq), slice=index, ctx=ast.Load()))
+        for p in prefix:
+            p.s2s_origin = s
+            self.overwritable.add(p.targets[0].id)
+        return rng, _name(k, True), prefix
+
+    def item_target(self, target) -> Tuple[ast.expr, List[ast.stmt]]:
+        """Loop targets are copied into the user's names so saves can see them."""
+        prefix: List[ast.stmt] = []
+
+        def visit(t):
+            if isinstance(t, ast.Name):
+                item = self.names.fresh(f"{t.id}_item")
+                a = ast.copy_location(_assign(t.id, _name(item)), t)
+                prefix.append(a)
+                self.overwritable.add(t.id)
+                return _name(item, True)
+            return ast.Tuple(elts=[visit(e) for e in t.elts], ctx=ast.Store())
+        return visit(target), prefix
+
+    def forward_while(self, s: ast.While, in_loop: bool) -> List[ast.stmt]:
+        trips = self.names.fresh("trips")
+        info = _LoopInfo("while", trips=trips)
+        self.loops.record(s, info)
+        out = self.setup_assign(s, trips, ast.Constant(0), in_loop)
+        incr = ast.AugAssign(target=_name(trips, True), op=ast.Add(), value=ast.Constant(1))
+        body = [incr] + self.forward_block(s.body, True)
+        out.append(ast.copy_location(ast.While(test=s.test, body=body, orelse=[]), s))
+        return out

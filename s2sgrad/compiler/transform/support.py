@@ -1,0 +1,110 @@
+"""Reverse mode: the small AST helpers and records its parts share, and the
+rewrite of loops over dict items that forward mode shares too."""
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from ..analyze import (
+    Activity,
+)
+from ..names import stored_names
+
+_DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
+
+
+def _name(id_: str, store: bool = False) -> ast.Name:
+    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
+
+
+def _assign(target: str, value: ast.expr) -> ast.Assign:
+    return ast.Assign(targets=[_name(target, True)], value=value, type_comment=None)
+
+
+def _call(func: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=_name(func), args=list(args), keywords=[])
+
+
+def helper_call(helper: str, *args: ast.expr) -> ast.Call:
+    return _call("_s2s_" + helper, *args)
+
+
+@dataclass
+class _LoopInfo:
+    kind: str                       # "range" | "items" | "while"
+    range_name: Optional[str] = None
+    trips: Optional[str] = None
+    target: Optional[ast.expr] = None
+    item_assigns: List[ast.stmt] = field(default_factory=list)
+
+
+def field_index(node: ast.Attribute) -> ast.expr:
+    """`_s2s_field_index(p, 'W')`: where a namedtuple keeps its field W."""
+    return helper_call("field_index", _name(node.value.id), ast.Constant(value=node.attr))
+
+
+def fold_loop_items(body: List[ast.stmt], act: Activity) -> List[ast.stmt]:
+    """`xs_items = _s2s_loop_items(xs); for x in xs_items:` walks xs itself where xs
+    is proven an array or carries no gradient (a dict's keys are walked then by
+    Python itself): the loop reads xs again and the copy goes."""
+    out: List[ast.stmt] = []
+    for s in body:
+        for attr in ("body", "orelse"):
+            block = getattr(s, attr, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                setattr(s, attr, fold_loop_items(block, act))
+        if isinstance(s, ast.For) and out and _loop_items_of(out[-1], s.iter) is not None:
+            source = _loop_items_of(out[-1], s.iter)
+            rebound = any(source in stored_names(b) for b in s.body)   # walks the old value
+            if not rebound and (source in act.leaves or source not in act.varied):
+                out.pop()
+                s.iter = _name(source)
+        out.append(s)
+    return out
+
+
+def _loop_items_of(s: ast.stmt, it: ast.expr) -> Optional[str]:
+    """The xs of `it = _s2s_loop_items(xs)`, or None."""
+    if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+            isinstance(s.targets[0], ast.Name) and isinstance(it, ast.Name) and \
+            s.targets[0].id == it.id and isinstance(s.value, ast.Call) and \
+            isinstance(s.value.func, ast.Name) and s.value.func.id == "_s2s_loop_items" and \
+            len(s.value.args) == 1 and isinstance(s.value.args[0], ast.Name):
+        return s.value.args[0].id
+    return None
+
+
+def _all_vary(flags) -> bool:
+    return all(_all_vary(f) for f in flags) if isinstance(flags, tuple) else bool(flags)
+
+
+def _is_literal(value) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return type(value) in (type(None), bool, int, float, str)
+    if type(value) is tuple:
+        return all(_is_literal(v) for v in value)
+    return False
+
+
+def _var_for(atom, old: Optional[Dict[str, ast.expr]]) -> Optional[str]:
+    """The variable an argument stands for (the saved copy stands for its variable)."""
+    if old:
+        for var, value in old.items():
+            if value is atom:
+                return var
+    return atom.id if isinstance(atom, ast.Name) else None
+
+
+def _index_expr(index: ast.expr) -> ast.expr:
+    """The index of `x[...]` as an ordinary expression (slices become slice())."""
+    if isinstance(index, ast.Slice):
+        parts = [index.lower, index.upper, index.step]
+        args = [p if p is not None else ast.Constant(value=None) for p in parts]
+        if isinstance(args[2], ast.Constant) and args[2].value is None:
+            args.pop()  # slice(lower, upper); slice(x) alone would mean slice(None, x)
+        return ast.Call(func=_name("slice"), args=args, keywords=[])
+    if isinstance(index, ast.Tuple):
+        return ast.Tuple(elts=[_index_expr(e) for e in index.elts], ctx=ast.Load())
+    return copy.deepcopy(index)
