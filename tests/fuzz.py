@@ -155,6 +155,8 @@ FEATURES = {
     "nested_entry": 0.3,     # params = {"layers": [(W, b), ...], "scale": s}
     "item_write": 0.5,       # L[k] = e, L[k] = (a, b): an item of a list replaced
     "namedtuple": 0.4,       # records Layer(W, b) (a namedtuple), read as r.W, r.b
+    "derivative_call": 0.3,  # s2sgrad.grad(lambda ...)(e), functional.vjp/jvp/hvp(...,
+                             # create_graph=True) inside the program, tuple inputs too
 }
 
 SHAPES = [(3,), (4,), (2, 3), ()]
@@ -540,6 +542,8 @@ class ProgramGenerator:
             ("apply", 1.0, lambda: self.apply_expr(shape, sub)),
             ("helper_call", 1.0, lambda: self.helper_call(shape, sub)),
         ]
+        if shape != ():
+            opts.append(("derivative_call", 1.0, lambda: self.derivative_expr(shape, sub)))
         if shape == ():
             opts += [
                 ("reduce", 2.0, lambda: self.reduce_to_scalar(sub)),
@@ -805,6 +809,37 @@ class ProgramGenerator:
             return f"SinCos.apply({self.expr(shape, d)})[{self.rng.randrange(2)}]"
         return self.choose([(None, 1.0, cube), (None, 1.0, softplus), (None, 1.0, scale),
                             (None, 1.0, mul), ("multi_output_apply", 1.0, sincos)])
+
+    def derivative_expr(self, shape, d):
+        """A derivative computed inside the program: the compiler reads it as code
+        and differentiates it again (create_graph=True, so finite differences of
+        the program see the same function)."""
+        E = self.expr
+        bodies = ["np.sin(u) * u", "np.tanh(u) * u", "u * u * 0.5", "np.exp(-u * u)"]
+        body = self.rng.choice(bodies)
+        F = "s2sgrad.functional"
+
+        def grad():
+            return f"s2sgrad.grad(lambda u: np.sum({body}))({E(shape, d)})"
+
+        def vjp():
+            return f"{F}.vjp(lambda u: {body}, {E(shape, d)}, {E(shape, d)}, " \
+                   f"create_graph=True)[1]"
+
+        def jvp():
+            return f"{F}.jvp(lambda u: {body}, {E(shape, d)}, {E(shape, d)}, " \
+                   f"create_graph=True)[1]"
+
+        def hvp():
+            return f"{F}.hvp(lambda u: np.sum({body}), {E(shape, d)}, {E(shape, d)}, " \
+                   f"create_graph=True)[1]"
+
+        def pair():   # tuple inputs, and the cotangent written as a tuple literal
+            k = self.rng.randrange(2)
+            return f"{F}.vjp(lambda u, z: (u * z, np.sin(u)), ({E(shape, d)}, " \
+                   f"{E(shape, d)}), ({E(shape, d)}, {E(shape, d)}), create_graph=True)[1][{k}]"
+        return self.choose([(None, 1.0, grad), (None, 1.0, vjp), (None, 1.0, jvp),
+                            (None, 1.0, hvp), (None, 1.0, pair)])
 
     def call_args(self, h, d):
         args = [self.expr(s, d) for _, s in h.params]

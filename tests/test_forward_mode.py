@@ -711,3 +711,21 @@ def test_cli_show_forward_mode_and_second_order(capsys):
                  "--no-color"]) == 0
     text = capsys.readouterr().out
     assert "def grad_loss_jvp(x, x_dot):" in text and "def loss_adjoint_jvp(" in text
+
+
+def test_a_list_item_replaced_by_a_constant_list_keeps_its_structure(make_module, rng):
+    """`L[0] = [c, d]` with constants: its tangent is a list of zeros, so that an
+    item of it can be read (the fuzzer's seed 32, program 286, crashed here)."""
+    mod = make_module("""
+import numpy as np
+
+
+def f(x, s=0.3):
+    L = []
+    for i in range(3):
+        L.append([np.sum(x) * (1.0 + i), x[0] * x[1]])
+    L[0] = [np.log(1.0 + s ** 2), 2.0]
+    return L[1][0] * np.tanh(L[0][1]) + L[2][1] + L[0][0]
+""")
+    for shape in [(3,), (4,)]:
+        check_jvp(mod.f, [rng.standard_normal(shape)], wrt=[0])

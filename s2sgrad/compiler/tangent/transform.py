@@ -455,8 +455,12 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             return out
         item = self.tangent_of(value)
         if not self.live_atom(value):
-            item = ast.Constant(value=0.0) if not isinstance(value, (ast.Tuple, ast.List)) \
-                else item
+            if isinstance(value, (ast.Tuple, ast.List)):
+                pass
+            elif isinstance(value, ast.Name) and value.id not in self.act.leaves:
+                item = self.zero_of(value)   # maybe a list or tuple: a zero of its structure
+            else:
+                item = ast.Constant(value=0.0)
         self.read([value], fresh=False)
         if self.is_live(base) and base not in self.state.owned:
             out.append(_assign(self.dot(base), _helper(
