@@ -373,3 +373,13 @@ def test_main_is_the_console_script(capsys):
     from s2sgrad import cli
     assert cli.main(["cache", "info"]) == 0
     assert "directory:" in capsys.readouterr().out
+
+
+def test_the_readme_shows_what_show_prints():
+    """The README's example of `s2sgrad show examples/square.py:loss` is its output."""
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    block = readme.split("`s2sgrad show examples/square.py:loss` prints what runs:\n\n"
+                         "```python\n")[1].split("```")[0]
+    proc = run("show", "examples/square.py:loss")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == block
