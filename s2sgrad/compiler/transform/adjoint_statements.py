@@ -44,6 +44,11 @@ class AdjointStatements:
             part = self.names.fresh(f"{value.id}_bar_part")
             out.append(_assign(part, helper_call("unbroadcast", gathered, _name(value.id))))
             self.accumulate(value.id, _name(part), out)
+        self._restore_items(s, base, index, out)
+
+    def _restore_items(self, s, base: str, index, out: List[ast.stmt]) -> bool:
+        """Put back the items of `base` that statement s overwrote (saved by the
+        forward); whether there were any."""
         saved = self._saved_value(s, out)
         if saved is not None:
             if self.pure:
@@ -54,6 +59,7 @@ class AdjointStatements:
             node.s2s_restore_of = base
             node.s2s_slot = self.saves.require(s)[-1][2]
             out.append(node)
+        return saved is not None
 
     def adjoint_assign(self, s) -> List[ast.stmt]:
         op = describe(s, self.locals)
@@ -166,19 +172,10 @@ class AdjointStatements:
             if part is not None:
                 # After the zeroing: the value may be the array itself (x[i] = x).
                 self.accumulate(value.id, _name(part), out)
-        saved = self._saved_value(s, out)
-        if saved is not None:
-            if self.pure:
-                node = _assign(base, helper_call("with_item", _name(base), index, saved))
-            else:
-                node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
-                node.s2s_restore_item = base
-            node.s2s_restore_of = base
-            node.s2s_slot = self.saves.require(s)[-1][2]
-            out.append(node)
+        restored = self._restore_items(s, base, index, out)
         if zero_list is not None:
             b, index = zero_list
-            like = [_name(base)] if saved is not None else []
+            like = [_name(base)] if restored else []
             out.append(ast.Expr(value=helper_call("zero_item", _name(b), copy.deepcopy(index),
                                                   *like)))
 
