@@ -18,10 +18,11 @@ from s2sgrad.compiler.loader import Emitted, compile_emitted, free_names
 from s2sgrad.compiler.marks import comment
 from s2sgrad.compiler.names import clone
 
-# The package's `normalize` and `optimize` are the pass functions: the modules.
+# Internals by module (the package's `normalize` and `optimize` are pass functions).
 names_mod = importlib.import_module("s2sgrad.compiler.names")
-normalize_mod = importlib.import_module("s2sgrad.compiler.normalize")
-optimize_mod = importlib.import_module("s2sgrad.compiler.optimize")
+normalize_mod = importlib.import_module("s2sgrad.compiler.normalize.support")
+statements_corpus = importlib.import_module("s2sgrad.compiler.normalize.statements")
+statements_mod = importlib.import_module("s2sgrad.compiler.optimize.statements")
 
 
 def _sample(x, W, n):
@@ -226,7 +227,7 @@ def test_helper_names_of_text_not_made_by_to_source_are_parsed():
 
 # -- walks ------------------------------------------------------------------------------
 def _corpus():
-    return ast.parse(open(normalize_mod.__file__).read())
+    return ast.parse(open(statements_corpus.__file__).read())
 
 
 def test_walk_is_ast_walk():
@@ -266,16 +267,16 @@ def test_walk_statements_order():
                 if isinstance(inner, list):
                     visit(inner)
     visit(tree.body)
-    assert optimize_mod._walk_statements(tree.body) == expected
+    assert statements_mod._walk_statements(tree.body) == expected
 
 
 def test_names_memo_matches_loads_and_stores():
     tree = _corpus()
-    memo = optimize_mod._Names()
+    memo = statements_mod._Names()
     for node in list(ast.walk(tree))[:600]:
         if isinstance(node, ast.stmt):
-            assert memo.loads(node) == optimize_mod._loads(node)
-            assert memo.stores(node) == optimize_mod._stores(node)
+            assert memo.loads(node) == statements_mod._loads(node)
+            assert memo.stores(node) == statements_mod._stores(node)
             assert memo.loads(node) is memo.loads(node)
 
 

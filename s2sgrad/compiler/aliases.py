@@ -17,7 +17,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..function import is_function_class
 from ..rules import registry
-from .facts import StatementFacts
+from .facts import StatementFacts, expr_facts
 from .names import name_nodes
 from .ops import ufunc_at_kind
 
@@ -95,7 +95,7 @@ class AliasFacts:
             self._here = (self._position, loops)
             self._statement(s)
             looping = isinstance(s, (ast.For, ast.While))
-            inner = loops | {id(s)} if looping else loops
+            inner = loops | {s} if looping else loops
             for attr in ("body", "orelse"):
                 block = getattr(s, attr, None)
                 if isinstance(block, list) and not isinstance(s, ast.Expr):
@@ -132,7 +132,7 @@ class AliasFacts:
                 self.writes.append((target.id, s))
             return
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
-                getattr(s.value, "s2s_method", None) in ("append", "extend", "insert"):
+                expr_facts.of(s.value).method in ("append", "extend", "insert"):
             base = s.value.func.value
             if isinstance(base, ast.Name) and base.id in local:
                 self.writes.append((base.id, s))
@@ -140,7 +140,7 @@ class AliasFacts:
                     self._contain(base.id, item)
             return
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args and \
-                ufunc_at_kind(getattr(s.value, "s2s_callee", None)) is not None:
+                ufunc_at_kind(expr_facts.of(s.value).callee) is not None:
             base = s.value.args[0]
             if isinstance(base, ast.Name) and base.id in local:
                 self.writes.append((base.id, s))   # np.add.at(a, idx, b) writes into a
@@ -159,7 +159,7 @@ class AliasFacts:
         for o in outs:
             self.defined_at.setdefault(o, s)
         value = s.value
-        if isinstance(value, ast.Call) and getattr(value, "s2s_method", None) == "pop" and \
+        if isinstance(value, ast.Call) and expr_facts.of(value).method == "pop" and \
                 isinstance(value.func.value, ast.Name) and value.func.value.id in local:
             self.writes.append((value.func.value.id, s))
         sources = self._sources(value)
@@ -196,7 +196,7 @@ class AliasFacts:
         if isinstance(value, ast.Attribute):
             return [(n, "share") for n in _names(value.value, local)]
         if isinstance(value, ast.Call):
-            method = getattr(value, "s2s_method", None)
+            method = expr_facts.of(value).method
             if method is not None:
                 if method in _FRESH_METHODS or method in registry.REGISTRY.nondiff_methods:
                     return []
@@ -206,7 +206,7 @@ class AliasFacts:
                 if rule is not None and not rule.view:
                     return []
                 return [(n, "share") for n in _names(value.func.value, local)]
-            callee = getattr(value, "s2s_callee", None)
+            callee = expr_facts.of(value).callee
             if callee is not None and registry.returns_an_argument(callee):
                 return [(n, "share") for a in value.args for n in _names(a, local)]
             if callee is not None:

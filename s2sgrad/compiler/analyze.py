@@ -17,7 +17,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..errors import error_at, guard_fields
 from ..rules import registry
-from .names import name_nodes, stored_names
+from .facts import expr_facts
+from .names import name_nodes, stored_names, walk
 from .normalize import NormalForm
 from .ops import Op, describe, names
 
@@ -86,7 +87,7 @@ def statement_op(s: ast.stmt, local_names) -> Optional[Op]:
 def loop_header_op(s: ast.For) -> Op:
     targets = [n.id for n in name_nodes(s.target)]
     it = s.iter
-    callee = getattr(it, "s2s_callee", None)
+    callee = expr_facts.of(it).callee
     if callee is range:
         return Op("iterate", targets, other_inputs=names(it), label="range")
     if callee is not None and registry.is_nondiff(callee):
@@ -116,7 +117,7 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     wrt_names = [nf.all_params[i] for i in wrt]
 
     constant_reads, item_flags = _item_flags(nf, structure)
-    varied_ops = [(s, op) for s, op in ops if id(s) not in constant_reads]
+    varied_ops = [(s, op) for s, op in ops if s not in constant_reads]
     varied = _forward_closure(set(wrt_names), varied_ops, diff_only=True)
     useful = _backward_closure(set(outputs), ops, diff_only=True)
     active = varied & useful
@@ -158,9 +159,9 @@ def leaf_names(nf: NormalForm, ops, leaf_params: Sequence[int]) -> Set[str]:
     for _, op in ops:
         for n in op.outputs:
             makers.setdefault(n, []).append(op)
-    described = {id(s) for s, _ in ops}
+    described = {s for s, _ in ops}
     for s, _ in iter_statements(nf.node.body):
-        if id(s) not in described:
+        if s not in described:
             if not isinstance(s, (ast.If, ast.While)):   # a loop: what its target binds
                 for n in stored_names(s.target if isinstance(s, ast.For) else s):
                     makers.setdefault(n, []).append(None)
@@ -249,7 +250,7 @@ def _item_flags(nf: NormalForm, structure) -> Tuple[Set[int], Dict[str, tuple]]:
             if not -len(items) <= i < len(items):
                 continue
             if not any_varies(items[i]):
-                constant.add(id(s))
+                constant.add(s)
             target = s.targets[0].id
             if isinstance(items[i], tuple) and counts.get(target) == 1 and \
                     target not in flags:
@@ -527,7 +528,7 @@ def _int_valued(s, op: Op) -> bool:
     value = getattr(s, "value", None)
     if isinstance(value, ast.Constant):
         return isinstance(value.value, int) and not isinstance(value.value, bool)
-    if isinstance(value, ast.Call) and getattr(value, "s2s_callee", None) in (len, int):
+    if isinstance(value, ast.Call) and expr_facts.of(value).callee in (len, int):
         return True
     return False
 
@@ -589,7 +590,7 @@ def _complex_node(s: ast.stmt, nf: NormalForm) -> Optional[ast.AST]:
     if isinstance(s, (ast.If, ast.While, ast.For)):
         return None
     import numpy as np
-    for node in ast.walk(s):
+    for node in walk(s):
         if isinstance(node, ast.Constant) and isinstance(node.value, complex):
             return node
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
@@ -610,20 +611,20 @@ def _check_real(ops, active: Set[str], nf: NormalForm) -> None:
     """Complex values on the gradient path are an error: the rules are those of real
     analysis (np.abs, np.conj, ... of a complex value would get a wrong gradient)."""
     complex_names: Set[str] = set()
-    literal = {id(s): _complex_node(s, nf) for s, _ in ops}
+    literal = {s: _complex_node(s, nf) for s, _ in ops}
     changed = True
     while changed:
         changed = False
         for s, op in ops:
             reads = op.diff_inputs + op.other_inputs
-            if (literal[id(s)] is not None or any(n in complex_names for n in reads)) and \
+            if (literal[s] is not None or any(n in complex_names for n in reads)) and \
                     not set(op.outputs) <= complex_names:
                 complex_names |= set(op.outputs)
                 changed = True
     for s, op in ops:
         if not any(o in active for o in op.outputs):
             continue
-        node = literal[id(s)]
+        node = literal[s]
         reads = [n for n in op.diff_inputs + op.other_inputs if n in complex_names]
         if node is not None or reads:
             where = node if node is not None else getattr(s, "value", s)

@@ -147,10 +147,10 @@ def body_bindings(fn: types.FunctionType, caller_globals) -> List[Binding]:
     cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
     namespace = fn.__globals__
     out: List[Binding] = []
-    chains: Dict[int, ast.Attribute] = {}
+    chains: Dict[ast.Attribute, ast.Attribute] = {}
     for sub in ast.walk(node):
         if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Load):
-            chains[id(sub)] = sub
+            chains[sub] = sub
         if not (isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)) or \
                 sub.id in local:
             continue
@@ -163,9 +163,9 @@ def body_bindings(fn: types.FunctionType, caller_globals) -> List[Binding]:
                 continue
             out.append(Binding(namespace, name, value))
     # `mod.helper`, `pkg.sub.fn`: module attributes the compiler resolved.
-    inner = {id(a.value) for a in chains.values() if isinstance(a.value, ast.Attribute)}
+    inner = {a.value for a in chains.values() if isinstance(a.value, ast.Attribute)}
     for attr in chains.values():
-        if id(attr) in inner:
+        if attr in inner:
             continue  # part of a longer chain
         parts, cur = [], attr
         while isinstance(cur, ast.Attribute):

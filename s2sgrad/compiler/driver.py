@@ -111,11 +111,11 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
                                                        [s.cls for s in sites if s.inlined]))
     PAIRS[key] = compiled
     try:
-        made: Dict[int, CompiledFunction] = {}   # id(call) -> the callee's pair
+        made: Dict[ast.Call, CompiledFunction] = {}   # call -> the callee's pair
         for site in t.callees.values():
             site.structure = _item_structure(site, t, made, bool(optimize_code), pure)
             callee = _callee_pair(site, parsed, bool(optimize_code), pure)
-            made[id(site.call)] = callee
+            made[site.call] = callee
             compiled.callees.append(callee)
             bind_late(functions, site.forward_name, callee.forward)
             bind_late(functions, site.adjoint_name, callee.adjoint)
@@ -155,7 +155,7 @@ def _callee_pair(site, parsed, optimize_code: bool, pure: bool) -> CompiledFunct
 def _callee_targets(t) -> Dict[str, Tuple[int, int]]:
     """name -> (id of the call, k) for names unpacked from a callee's tuple output
     (`out, res = f_forward(x, W)`), each assigned there only."""
-    calls = {id(site.call) for site in t.callees.values()}
+    calls = {site.call for site in t.callees.values()}
     defs: Dict[str, list] = {}
     for s, _ in iter_statements(t.nf.node.body):
         for target in (s.targets if isinstance(s, ast.Assign) else ()):
@@ -172,14 +172,14 @@ def _callee_targets(t) -> Dict[str, Tuple[int, int]]:
         if len(sites) != 1:
             continue
         s, target = sites[0]
-        if target is None or id(s.value) not in calls or not isinstance(target, ast.Tuple) \
+        if target is None or s.value not in calls or not isinstance(target, ast.Tuple) \
                 or not all(isinstance(e, ast.Name) for e in target.elts):
             continue
-        out[name] = (id(s.value), [e.id for e in target.elts].index(name))
+        out[name] = (s.value, [e.id for e in target.elts].index(name))
     return out
 
 
-def _callee_output_flags(t, made: Dict[int, CompiledFunction]) -> Dict[str, tuple]:
+def _callee_output_flags(t, made: Dict[ast.Call, CompiledFunction]) -> Dict[str, tuple]:
     out = {}
     for name, (call, k) in _callee_targets(t).items():
         flags = made[call].activity.output_items.get(k) if call in made else None
@@ -196,7 +196,7 @@ def _item_structure(site, t, made, optimize_code: bool, pure: bool) -> tuple:
     Items that do not vary (W here) have no effect on the gradient, so the callee
     is compiled without their cotangents (in second-order code, that skips an
     outer product per constant matrix)."""
-    producers = {id(other.call): other for other in t.callees.values()}
+    producers = {other.call: other for other in t.callees.values()}
     targets = _callee_targets(t)
     out = []
     for pos in site.wrt:

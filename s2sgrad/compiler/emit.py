@@ -75,9 +75,9 @@ def _all_nodes(roots) -> Optional[List[ast.AST]]:
             return None
         if not n._fields:
             continue
-        if id(n) in seen:
+        if n in seen:
             return None
-        seen.add(id(n))
+        seen.add(n)
         out.append(n)
         for f in n._fields:
             v = d.get(f)

@@ -13,7 +13,12 @@ bare `KeyError` or another statement's fact.
 from __future__ import annotations
 
 import ast
-from typing import Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
+import copy
+import weakref
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
+
+from ..errors import note_origin, origin_of
 
 T = TypeVar("T")
 
@@ -64,3 +69,145 @@ class StatementFacts(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._facts)
+
+
+@dataclass(frozen=True)
+class ResidualMark:
+    """What a statement the reverse transform generated does with a kept value.
+
+    The optimiser prunes saved copies, keeps stack pushes and pops paired, gives
+    the adjoint private copies and links the residuals by these marks alone,
+    never by matching statement shapes."""
+
+    slot: Optional[str] = None          # the slot or stack written (forward) or read (adjoint)
+    save_of: Optional[str] = None       # forward: keeps this variable's value in `slot`
+    init_of: Optional[str] = None       # forward: `v = None`, so that saving v always works
+    stack_of: Optional[str] = None      # forward: creates the stack of this variable
+    restore_of: Optional[str] = None    # adjoint: puts this variable's value back
+    restore_item: Optional[str] = None  # adjoint: writes back into this array or list
+
+
+NO_MARK = ResidualMark()
+
+
+class ResidualMarks(StatementFacts[ResidualMark]):
+    """The marks of one transform's forward and adjoint statements."""
+
+    def __init__(self):
+        super().__init__("residual mark")
+
+    def mark(self, s: ast.stmt, **fields) -> ast.stmt:
+        """Add `fields` to the mark of s (a new record: marks are immutable); s."""
+        self.record(s, replace(self.get(s, NO_MARK), **fields))
+        return s
+
+    def of(self, s: ast.AST) -> ResidualMark:
+        """The mark of s; NO_MARK (every field empty) for an unmarked statement."""
+        return self.get(s, NO_MARK)
+
+
+@dataclass(frozen=True)
+class ExprFact:
+    """What normalise resolved an expression of the normal form to.
+
+    Later passes (activity, both transforms, hoisting, aliasing) read these
+    instead of resolving names again: the resolution happened once, against the
+    function's globals and closure as they were when it was compiled."""
+
+    callee: Any = None            # the object a call calls (a NumPy function, a helper, ...)
+    method: Optional[str] = None  # a method call on a local value: the method's name
+    opaque: bool = False          # evaluated as it is: not differentiated through
+    static: bool = False          # a value the compiler knows (a module attribute, ...)
+
+
+NO_FACT = ExprFact()
+
+
+class ExprFacts:
+    """ExprFact per expression node, held weakly: a fact goes with its node, and a
+    node a pass builds anew has none until a pass says so (`carry` copies the
+    facts of an expression to its copy, node by node)."""
+
+    def __init__(self):
+        self._facts: "weakref.WeakKeyDictionary[ast.AST, ExprFact]" = \
+            weakref.WeakKeyDictionary()
+
+    def note(self, node: ast.AST, **fields) -> ast.AST:
+        """Add `fields` to the fact about node; node."""
+        self._facts[node] = replace(self._facts.get(node, NO_FACT), **fields)
+        return node
+
+    def of(self, node: ast.AST) -> ExprFact:
+        return self._facts.get(node, NO_FACT)
+
+    def same(self, source: ast.AST, target: ast.AST) -> ast.AST:
+        """target (a node rebuilt from source) gets source's fact; target."""
+        fact = self._facts.get(source)
+        if fact is not None:
+            self._facts[target] = fact
+        return target
+
+    def carry(self, source: ast.AST, copy: ast.AST) -> ast.AST:
+        """Give each node of `copy` (a structural copy of source) its original's fact."""
+        facts = self._facts
+        pairs = [(source, copy)]
+        while pairs:
+            a, b = pairs.pop()
+            fact = facts.get(a)
+            if fact is not None:
+                facts[b] = fact
+            for field in a._fields:
+                x, y = getattr(a, field, None), getattr(b, field, None)
+                if isinstance(x, ast.AST) and isinstance(y, ast.AST):
+                    pairs.append((x, y))
+                elif isinstance(x, list) and isinstance(y, list):
+                    pairs += [(p, q) for p, q in zip(x, y)
+                              if isinstance(p, ast.AST) and isinstance(q, ast.AST)]
+        return copy
+
+
+# The one table of expression facts: every pass reads what normalise found.
+expr_facts = ExprFacts()
+
+
+@dataclass(frozen=True)
+class StmtFact:
+    """What normalise (and the forward sweep) found out about one statement that
+    its transforms act on."""
+
+    # An in-place update `s += v` whose target may share memory with another
+    # name: the arguments of the run-time check the forward makes before it.
+    guard: Optional[tuple] = None
+    snapshot: bool = False              # the value it binds is copied: a later write would see it
+    snapshot_targets: frozenset = frozenset()  # a loop: its targets copied per item
+
+
+NO_STMT_FACT = StmtFact()
+
+
+class StmtFactTable:
+    """StmtFact per statement, held weakly (see ExprFacts)."""
+
+    def __init__(self):
+        self._facts: "weakref.WeakKeyDictionary[ast.AST, StmtFact]" = \
+            weakref.WeakKeyDictionary()
+
+    def note(self, s: ast.AST, **fields) -> ast.AST:
+        self._facts[s] = replace(self._facts.get(s, NO_STMT_FACT), **fields)
+        return s
+
+    def of(self, s: ast.AST) -> StmtFact:
+        return self._facts.get(s, NO_STMT_FACT)
+
+
+stmt_facts = StmtFactTable()
+
+
+def shallow_copy(s: ast.stmt) -> ast.stmt:
+    """copy.copy(s) that keeps what is known about s: its StmtFact and the user's
+    statement it stands for (a copy made to replace one field, say)."""
+    new = copy.copy(s)
+    fact = stmt_facts._facts.get(s)
+    if fact is not None:
+        stmt_facts._facts[new] = fact
+    return note_origin(new, origin_of(s))

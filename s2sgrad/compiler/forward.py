@@ -166,7 +166,7 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> Compile
     if optimize_code:
         _optimize(fdef, nf, t)
     else:
-        prune_zeros(fdef)
+        prune_zeros(fdef, t.materialized)
         fdef.body = tidy(fdef.body)
     what = ", ".join(parsed.all_params[i] for i in wrt) if wrt else "nothing"
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"

@@ -15,7 +15,8 @@ from typing import List, Set
 import numpy as np
 
 from ..rules import registry
-from .names import name_nodes
+from .facts import expr_facts
+from .names import name_nodes, walk
 
 _SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.MatMult)
 _SAFE_UNARY = (ast.USub, ast.UAdd)
@@ -34,7 +35,7 @@ def hoist_invariants(body: List[ast.stmt], user_names: Set[str],
 
 def _definition_counts(body) -> dict:
     counts: dict = {}
-    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+    for node in walk(ast.Module(body=body, type_ignores=[])):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             counts[node.id] = counts.get(node.id, 0) + 1
     return counts
@@ -59,13 +60,13 @@ def _changed_in(loop, facts=None) -> Set[str]:
     np.add.at(x, ...)), the names sharing memory with those, and every name passed
     to a call that may write into its arguments (a user function)."""
     names: Set[str] = set()
-    inside = {id(n) for n in ast.walk(loop)}
+    inside = {n for n in walk(loop)}
     if facts is not None:
         for name, stmt in facts.writes:
-            if id(stmt) in inside:
+            if stmt in inside:
                 names.add(name)
                 names |= facts.affected(name, stmt)
-    for node in ast.walk(loop):
+    for node in walk(loop):
         if isinstance(node, ast.Call) and _may_write_arguments(node):
             names |= {n.id for a in list(node.args) + [k.value for k in node.keywords]
                       for n in name_nodes(a)}
@@ -74,7 +75,7 @@ def _changed_in(loop, facts=None) -> Set[str]:
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
                 isinstance(node.value, ast.Name):
             names.add(node.value.id)
-        elif isinstance(node, ast.Call) and getattr(node, "s2s_method", None) in (
+        elif isinstance(node, ast.Call) and expr_facts.of(node).method in (
                 "append", "pop", "extend", "insert", "sort", "fill"):
             base = node.func.value
             if isinstance(base, ast.Name):
@@ -87,9 +88,9 @@ def _may_write_arguments(call: ast.Call) -> bool:
     unknown callable, or anything given `out=`."""
     if any(k.arg == "out" for k in call.keywords):
         return True
-    if getattr(call, "s2s_method", None) is not None:
+    if expr_facts.of(call).method is not None:
         return False   # mutating methods are in _changed_in's own list
-    callee = getattr(call, "s2s_callee", None)
+    callee = expr_facts.of(call).callee
     if callee is None:
         return True
     return not (registry.lookup_function(callee) is not None or registry.is_nondiff(callee)
@@ -135,8 +136,8 @@ def _pure(value: ast.expr) -> bool:
     if isinstance(value, ast.Attribute):
         return value.attr in ("T", "mT", "real", "imag", "shape", "ndim", "size", "dtype")
     if isinstance(value, ast.Call):
-        callee = getattr(value, "s2s_callee", None)
-        if callee is None or getattr(value, "s2s_opaque", False):
+        callee = expr_facts.of(value).callee
+        if callee is None or expr_facts.of(value).opaque:
             return False
         rule = registry.lookup_function(callee)
         if rule is None:

@@ -18,11 +18,11 @@ import copy
 import inspect
 from typing import Any, Dict, List, Optional
 
+from ..errors import note_origin, origin_of
 from ..runtime import HELPERS
 from .marks import comment
-from .names import NameRegistry, clone, walk
+from .names import NameRegistry, clone, name_nodes, walk
 from .sites import (
-    _EXPAND,
     FunctionSite,
     NotInlinable,
     RuleVjp,
@@ -31,6 +31,7 @@ from .sites import (
     _helper,
     _name,
     _result_elements,
+    expansion_of,
     numpy_alias,
     substitute,
 )
@@ -60,23 +61,21 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
     out: List[ast.stmt] = []
     local: Dict[str, ast.expr] = {}
     for stmt in rule.prelude:
-        for sub in ast.walk(stmt):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and \
-                    sub.id not in local:
+        for sub in name_nodes(stmt):
+            if sub.ctx.__class__ is ast.Store and sub.id not in local:
                 local[sub.id] = _name(names.fresh(sub.id))
     full = dict(mapping, **local)
-    prelude = [substitute(s, full, drop, HELPERS) for s in rule.prelude]
+    local_names = {v.id for v in local.values()}
     needed_prelude = False
     parts: Dict[str, ast.expr] = {}
     for key in p.wanted:
         param = key.split("[")[0]
         if param not in parts:
             parts[param] = substitute(rule.grads[param], full, drop, HELPERS)
-            if any(isinstance(n, ast.Name) and n.id in {v.id for v in local.values()}
-                   for n in ast.walk(parts[param])):
+            if local_names and any(n.id in local_names for n in name_nodes(parts[param])):
                 needed_prelude = True
     if needed_prelude:
-        out += prelude
+        out += [substitute(s, full, drop, HELPERS) for s in rule.prelude]
     sequences: Dict[str, str] = {}
     for key, target in p.wanted.items():
         param = key.split("[")[0]
@@ -229,7 +228,7 @@ def inline(transformed) -> Any:
 def _expand_block(stmts, names, np_name, bindings, shapes, math_name=None) -> List[ast.stmt]:
     out: List[ast.stmt] = []
     for s in stmts:
-        payload = getattr(s, _EXPAND, None)
+        payload = expansion_of(s)
         if isinstance(payload, RuleVjp):
             new = expand_rule(payload, names, np_name, shapes, math_name)
         elif isinstance(payload, tuple):
@@ -245,7 +244,7 @@ def _expand_block(stmts, names, np_name, bindings, shapes, math_name=None) -> Li
             continue
         for n in new:
             ast.copy_location(n, s)
-            n.s2s_origin = getattr(s, "s2s_origin", None)
+            note_origin(n, origin_of(s))
         out.extend(new)
     return out
 

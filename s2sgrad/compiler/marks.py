@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from typing import Optional, Tuple
 
+from ..errors import origin_of
+
 COMMENT_MARK = "__s2s_comment__"
 
 
@@ -26,7 +28,7 @@ def line_comment(s: ast.stmt, parsed, last_line: Optional[int],
                  force: bool = False) -> Optional[Tuple[int, ast.Expr]]:
     """(line, `# line N: <source>` comment) opening the generated block of the
     user's statement s; None while that line's block is already open."""
-    origin = getattr(s, "s2s_origin", None) or s
+    origin = origin_of(s) or s
     lineno = getattr(origin, "lineno", None)
     if lineno is None or (lineno == last_line and not force):
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import inspect
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -20,6 +21,8 @@ from ..rules import registry
 from ..rules.registry import Rule
 from ..runtime import inplace as runtime_inplace
 from . import reentry
+from .facts import expr_facts
+from .names import walk
 
 # Functions that write into one of their arguments: never silently skipped.
 _MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
@@ -49,7 +52,7 @@ def names(node: Optional[ast.AST]) -> List[str]:
     if node is None:
         return []
     out = []
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in out:
             out.append(sub.id)
     return out
@@ -58,14 +61,20 @@ def names(node: Optional[ast.AST]) -> List[str]:
 _UNSUPPORTED = ("unknown", "opaque", "method")
 
 
+# Each statement's Op, found once: the analysis and both transforms ask about the
+# same statements again and again. Weak keys: an entry goes with its statement,
+# and a statement rebuilt by a pass is described afresh, never by another's Op.
+_DESCRIBED: "weakref.WeakKeyDictionary[ast.stmt, Op]" = weakref.WeakKeyDictionary()
+
+
 def describe(stmt: ast.stmt, local_names) -> Op:
-    """Classify a normal-form statement (cached on the node).
+    """Classify a normal-form statement (each statement once).
 
     Operations without a rule count every input as differentiable, so that
     activity flows through them and the analysis reports them (an error)
     instead of silently treating them as constants.
     """
-    cached = getattr(stmt, "s2s_op", None)
+    cached = _DESCRIBED.get(stmt)
     if cached is not None:
         return cached
     op = _describe(stmt, local_names)
@@ -73,7 +82,7 @@ def describe(stmt: ast.stmt, local_names) -> Op:
         op.diff_inputs = op.diff_inputs + op.other_inputs
     op.diff_inputs = [n for n in op.diff_inputs if n in local_names]
     op.other_inputs = [n for n in op.other_inputs if n in local_names and n not in op.diff_inputs]
-    stmt.s2s_op = op
+    _DESCRIBED[stmt] = op
     return op
 
 
@@ -94,7 +103,7 @@ def _describe(stmt: ast.stmt, local_names) -> Op:
         outs = _targets(stmt)
         value = stmt.value
         if len(outs) == 1 and isinstance(value, ast.Call) and \
-                getattr(value, "s2s_method", None) == "pop" and not value.args and \
+                expr_facts.of(value).method == "pop" and not value.args and \
                 not value.keywords and isinstance(value.func.value, ast.Name) and \
                 value.func.value.id in local_names:
             base = value.func.value.id
@@ -113,7 +122,7 @@ def _describe(stmt: ast.stmt, local_names) -> Op:
                   rule=registry.REGISTRY.operators.get(type(stmt.op)))
     if isinstance(stmt, ast.Expr):
         call = stmt.value
-        if isinstance(call, ast.Call) and getattr(call, "s2s_method", None) == "append" and \
+        if isinstance(call, ast.Call) and expr_facts.of(call).method == "append" and \
                 isinstance(call.func.value, ast.Name) and call.func.value.id in local_names \
                 and len(call.args) == 1 and not call.keywords:
             base = call.func.value.id
@@ -123,7 +132,7 @@ def _describe(stmt: ast.stmt, local_names) -> Op:
         if scatter is not None:
             return scatter
         op = _value_op(stmt.value, [], local_names)
-        if op.kind == "method" and getattr(call, "s2s_method", None) in _MUTATING_METHODS:
+        if op.kind == "method" and expr_facts.of(call).method in _MUTATING_METHODS:
             op.kind = "mutate"
         elif op.kind in ("unknown", "rule", "nondiff") and _has_out_kw(stmt.value):
             op.kind = "mutate"
@@ -154,7 +163,7 @@ def _ufunc_at(call, local_names) -> Optional[Op]:
     """np.add.at(a, idx, b) on a local array a: an in-place scatter-add."""
     if not isinstance(call, ast.Call):
         return None
-    kind = ufunc_at_kind(getattr(call, "s2s_callee", None))
+    kind = ufunc_at_kind(expr_facts.of(call).callee)
     if kind is None:
         return None
     args = call.args
@@ -175,7 +184,7 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
         if value.id in local_names:
             return Op("copy", outs, diff_inputs=[value.id])
         return Op("const", outs)
-    if isinstance(value, ast.Constant) or getattr(value, "s2s_static", False):
+    if isinstance(value, ast.Constant) or expr_facts.of(value).static:
         return Op("const", outs)
     if isinstance(value, (ast.Tuple, ast.List)):
         flat = [e.id for e in value.elts if isinstance(e, ast.Name)]
@@ -184,7 +193,7 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
         flat = [e.id for e in value.values if isinstance(e, ast.Name)]
         return Op("pack", outs, diff_inputs=flat,
                   other_inputs=names(ast.Tuple(elts=list(value.keys), ctx=ast.Load())))
-    if getattr(value, "s2s_opaque", False):
+    if expr_facts.of(value).opaque:
         kind = "nondiff" if isinstance(value, ast.Compare) else "opaque"
         label = {ast.Compare: "a comparison", ast.BoolOp: "an and/or expression",
                  ast.ListComp: "a list comprehension", ast.GeneratorExp: "a generator expression",
@@ -262,14 +271,14 @@ def bind(rule: Rule, call: ast.Call, skip_first: Optional[ast.expr] = None):
 
 def _call_op(call: ast.Call, outs, local_names) -> Op:
     everything = names(call)
-    method = getattr(call, "s2s_method", None)
+    method = expr_facts.of(call).method
     if method is not None:
         base = call.func.value
         label = f"the method .{method}()"
         if method in registry.REGISTRY.nondiff_methods:
             return Op("nondiff", outs, other_inputs=everything, label=label)
         rule = registry.REGISTRY.methods.get(method)
-        if rule is not None and not getattr(call, "s2s_opaque", False):
+        if rule is not None and not expr_facts.of(call).opaque:
             bound = bind(rule, call, skip_first=base)
             if bound is None:
                 return Op("unknown", outs, other_inputs=everything,
@@ -278,7 +287,7 @@ def _call_op(call: ast.Call, outs, local_names) -> Op:
             op.call = call
             return op
         return Op("method", outs, other_inputs=everything, label=f"the method .{method}()")
-    callee = getattr(call, "s2s_callee", None)
+    callee = expr_facts.of(call).callee
     if callee is None:
         return Op("unknown", outs, other_inputs=everything,
                   label=f"the call {ast.unparse(call.func)}(...)")
@@ -294,7 +303,7 @@ def _call_op(call: ast.Call, outs, local_names) -> Op:
         return Op("apply", outs, diff_inputs=names(ast.Tuple(elts=call.args, ctx=ast.Load())),
                   other_inputs=everything, callee=callee.__self__, label=label, call=call)
     rule = registry.lookup_function(callee)
-    if rule is not None and not getattr(call, "s2s_opaque", False):
+    if rule is not None and not expr_facts.of(call).opaque:
         bound = bind(rule, call)
         if bound is None:
             return Op("unknown", outs, other_inputs=everything, callee=callee,

@@ -16,6 +16,7 @@ from typing import Callable, Dict, List, Optional
 from ..errors import TransformError
 from ..introspect import unwrap
 from . import reentry
+from .names import walk
 
 
 @dataclass
@@ -96,7 +97,7 @@ def _parse_block(block: List[str], first: int, code: types.CodeType):
         tree = ast.parse(dedented)
     except SyntaxError:
         return None
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if hasattr(node, "lineno"):
             node.lineno += first - 1
             node.end_lineno = (node.end_lineno or node.lineno) + first - 1
@@ -135,7 +136,7 @@ def _find_code_node(tree: ast.AST, code: types.CodeType):
     want_line = code.co_firstlineno
     is_lambda = code.co_name == "<lambda>"
     candidates = []
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if is_lambda and isinstance(node, ast.Lambda) and node.lineno == want_line:
             candidates.append(node)
         elif (not is_lambda and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))

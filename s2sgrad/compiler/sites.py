@@ -14,14 +14,23 @@ import copy
 import inspect
 import linecache
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ..errors import TransformError, deliberate, error_at
+from ..errors import TransformError, deliberate, error_at, note_origin, origin_of
 from ..rules.registry import Rule
 from .names import NameRegistry, clone
 
-_EXPAND = "s2s_expand"
+# Placeholder statement -> what the inliner puts in its place (a RuleVjp, or a
+# Function site's forward or vjp). Weak keys: the payload goes with its placeholder.
+_EXPANSIONS: "weakref.WeakKeyDictionary[ast.stmt, object]" = weakref.WeakKeyDictionary()
+
+
+def expansion_of(s: ast.stmt) -> Optional[object]:
+    """The payload of a placeholder the transform left for the inliner; None for
+    any other statement."""
+    return _EXPANSIONS.get(s)
 
 
 def _name(id_: str, store: bool = False) -> ast.Name:
@@ -44,34 +53,44 @@ def _helper(name: str) -> ast.Name:
     return _name("_s2s_" + name)
 
 
-class _Substitute(ast.NodeTransformer):
-    """Replace names by expressions; drop `kw=param` for parameters left at default."""
+def substitute(node, mapping: Dict[str, ast.expr], drop_keywords=frozenset(),
+               helpers: Iterable[str] = ()):
+    """A copy of `node` with names replaced by (copies of) expressions, `kw=param`
+    dropped for parameters left at their default, and `helpers` (names that are
+    not mapped) written `_s2s_<name>`.
 
-    def __init__(self, mapping: Dict[str, ast.expr], drop_keywords: Set[str] = frozenset(),
-                 helpers: Iterable[str] = ()):
-        self.mapping = mapping
-        self.drop = drop_keywords
-        self.helpers = helpers  # names that become `_s2s_<name>` unless mapped
+    One recursive copy that substitutes as it goes: an `ast.NodeTransformer`
+    over a clone did the same in two walks, and rules are expanded at every
+    differentiated call."""
+    return _substituted(node, mapping, drop_keywords, helpers)
 
-    def visit_Call(self, node: ast.Call):
-        node.keywords = [k for k in node.keywords
-                         if not (isinstance(k.value, ast.Name) and k.value.id in self.drop)]
-        self.generic_visit(node)
-        return node
 
-    def visit_Name(self, node: ast.Name):
-        if node.id in self.mapping:
-            new = clone(self.mapping[node.id])
-            if isinstance(node.ctx, ast.Store) and isinstance(new, ast.Name):
+def _substituted(node, mapping, drop, helpers):
+    cls = node.__class__
+    if cls is ast.Name:
+        name = node.id
+        if name in mapping:
+            new = clone(mapping[name])
+            if node.ctx.__class__ is ast.Store and new.__class__ is ast.Name:
                 new.ctx = ast.Store()
             return new
-        if node.id in self.helpers:
-            node.id = "_s2s_" + node.id
+        new = clone(node)
+        if name in helpers:
+            new.id = "_s2s_" + name
+        return new
+    if cls is list:
+        return [_substituted(item, mapping, drop, helpers) for item in node]
+    if not isinstance(node, ast.AST):
         return node
-
-
-def substitute(node, mapping, drop_keywords=frozenset(), helpers: Iterable[str] = ()):
-    return _Substitute(mapping, set(drop_keywords), helpers).visit(clone(node))
+    new = cls.__new__(cls)
+    d = new.__dict__
+    for key, value in node.__dict__.items():
+        if key == "keywords" and cls is ast.Call and drop:
+            value = [k for k in value
+                     if not (k.value.__class__ is ast.Name and k.value.id in drop)]
+        d[key] = _substituted(value, mapping, drop, helpers) \
+            if isinstance(value, (ast.AST, list)) else value
+    return new
 
 
 def _constant(value: Any) -> ast.expr:
@@ -98,8 +117,8 @@ def rule_placeholder(rule: Rule, bound, g, ans, wanted: Dict[str, str], origin) 
                     keywords=[ast.keyword(arg=k.replace("[", "_").replace("]", ""),
                                           value=_name(v)) for k, v in wanted.items()])
     node = _assign(_targets(targets), call)
-    setattr(node, _EXPAND, RuleVjp(rule, dict(bound), g, ans, dict(wanted)))
-    node.s2s_origin = getattr(origin, "s2s_origin", origin)
+    _EXPANSIONS[node] = RuleVjp(rule, dict(bound), g, ans, dict(wanted))
+    note_origin(node, origin_of(origin) or origin)
     return node
 
 
@@ -156,8 +175,8 @@ class FunctionSite:
                                          + copy.deepcopy(self.arg_atoms), keywords=[]),
                           type_comment=None)
         ast.copy_location(node, origin)
-        setattr(node, _EXPAND, ("forward", self))
-        node.s2s_origin = getattr(origin, "s2s_origin", origin)
+        _EXPANSIONS[node] = ("forward", self)
+        note_origin(node, origin_of(origin) or origin)
         return node
 
     def adjoint_placeholder(self, gs: List[ast.expr], wanted: Dict[int, str], origin):
@@ -165,8 +184,8 @@ class FunctionSite:
         node = _assign(_targets(targets),
                        ast.Call(func=_name("_s2s_vjp"),
                                 args=[copy.deepcopy(self.cls_expr)] + gs, keywords=[]))
-        setattr(node, _EXPAND, ("vjp", self, list(gs), dict(wanted)))
-        node.s2s_origin = getattr(origin, "s2s_origin", origin)
+        _EXPANSIONS[node] = ("vjp", self, list(gs), dict(wanted))
+        note_origin(node, origin_of(origin) or origin)
         return node
 
 
@@ -580,7 +599,7 @@ class CalleeSite:
                                   for k in copy.deepcopy(self.call.keywords)])
         node = ast.Assign(targets=[target], value=call, type_comment=None)
         ast.copy_location(node, origin)
-        node.s2s_origin = getattr(origin, "s2s_origin", origin)
+        note_origin(node, origin_of(origin) or origin)
         return node
 
     def adjoint_placeholder(self, gs, wanted: Dict[int, str], origin) -> ast.stmt:
@@ -589,7 +608,7 @@ class CalleeSite:
         call = ast.Call(func=_name(self.adjoint_name), args=[_name(self.residual_name), g],
                         keywords=[])
         node = _assign(_targets(targets), call)
-        node.s2s_origin = getattr(origin, "s2s_origin", origin)
+        note_origin(node, origin_of(origin) or origin)
         return node
 
 

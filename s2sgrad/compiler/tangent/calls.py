@@ -69,7 +69,7 @@ class CallTangents:
         if recursive:
             name = self.own_name          # a recursive call calls this very function
         else:
-            key = (id(s), wrt, spec)
+            key = (s, wrt, spec)
             name = self.sites.get(key)
             if name is None:
                 name = self.names.fresh(f"{base}_jvp")
@@ -113,11 +113,11 @@ class CallTangents:
     def apply(self, s, op: Op) -> List[ast.stmt]:
         cls = op.callee
         call = op.call
-        site = self.sites.get(id(s))
+        site = self.sites.get(s)
         if site is None:
             needs = tuple(isinstance(a, ast.Name) and a.id in self.act.varied for a in call.args)
             site = _forward_site(cls, call, op.outputs, needs, self.names, self.nf)
-            self.sites[id(s)] = site
+            self.sites[s] = site
             if not site.inlined:
                 self.not_inlined.append(f"{cls.__name__}: {site.reason}")
         self.bindings.update(site.bindings)

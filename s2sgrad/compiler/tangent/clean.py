@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, Set
 
+from ..names import walk
 from ..normalize import NormalForm
 from ..optimize import eliminate_dead, fold_block, fwd_params, propagate_copies, tidy
 
@@ -22,7 +23,7 @@ class _Peephole(ast.NodeTransformer):
 
 
 def _optimize(fdef: ast.FunctionDef, nf: NormalForm, t) -> None:
-    prune_zeros(fdef)
+    prune_zeros(fdef, t.materialized)
     fdef.body = [_Peephole().visit(s) for s in fdef.body]
     fdef.body = fold_block(fdef.body)
     propagate_copies(fdef, set(nf.resolver.locals))
@@ -31,24 +32,24 @@ def _optimize(fdef: ast.FunctionDef, nf: NormalForm, t) -> None:
 
 
 # -- pruning materialised zeros nobody reads ----------------------------------------------------
-def prune_zeros(fdef: ast.FunctionDef) -> None:
+def prune_zeros(fdef: ast.FunctionDef, materialized: Set[ast.stmt]) -> None:
     """Remove `v_dot = _s2s_zero_tangent(v)` (and `v = None` inits) whose variable is
     dead afterwards: joins materialise every tangent that is live on one side, but
     only the ones read later need a value."""
     while True:
-        record: Dict[int, Set[str]] = {}
+        record: Dict[ast.stmt, Set[str]] = {}
         _live(fdef.body, set(), record, None)
         dropped = []
         fdef.body = _filter(fdef.body, lambda s, record=record, dropped=dropped:
-                            _keep(s, record, dropped))
+                            _keep(s, materialized, record, dropped))
         if not dropped:
             return
 
 
-def _keep(s, record, dropped) -> bool:
-    if getattr(s, "s2s_materialize", False) and isinstance(s, ast.Assign):
+def _keep(s, materialized, record, dropped) -> bool:
+    if s in materialized and isinstance(s, ast.Assign):
         target = s.targets[0].id
-        if target not in record.get(id(s), {target}):
+        if target not in record.get(s, {target}):
             dropped.append(s)
             return False
     return True
@@ -69,11 +70,11 @@ def _filter(stmts, keep):
 
 
 def _loads(node) -> Set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {n.id for n in walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def _stores(node) -> Set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+    return {n.id for n in walk(node) if isinstance(n, ast.Name)
             and isinstance(n.ctx, (ast.Store, ast.Del))}
 
 
@@ -82,7 +83,7 @@ def _live(stmts, live_out: Set[str], record, loop) -> Set[str]:
     the loop's exit, live at its head)); records the live set after each statement."""
     live = set(live_out)
     for s in reversed(stmts):
-        record[id(s)] = set(live)
+        record[s] = set(live)
         if isinstance(s, ast.Break):
             live = set(loop[0]) if loop else set(live)
         elif isinstance(s, ast.Continue):

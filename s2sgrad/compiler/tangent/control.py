@@ -237,11 +237,11 @@ class ControlFlowTangents:
                         raise self.err(s.iter, f"forward mode cannot follow a loop over "
                                                f"{seq.id!r} that writes into {seq.id!r}",
                                        "Use reverse mode (grad, vjp), or loop over a copy.")
-                    seq_dot = _rebuild(node, {id(seq): _name(self.dot(seq.id))})
-                    mapping_iter[id(node)] = ast.Call(func=_name("zip"),
+                    seq_dot = _rebuild(node, {seq: _name(self.dot(seq.id))})
+                    mapping_iter[node] = ast.Call(func=_name("zip"),
                                                       args=[copy.deepcopy(node), seq_dot],
                                                       keywords=[])
-                    mapping_target[id(target)] = ast.Tuple(
+                    mapping_target[target] = ast.Tuple(
                         elts=[copy.deepcopy(target), _tangent_target(target, self)],
                         ctx=ast.Store())
                     for n in names:

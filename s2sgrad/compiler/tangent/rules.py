@@ -70,7 +70,7 @@ class RuleTangents:
             for p, _i, atom in slots:
                 if p in handled:
                     continue
-                terms.append(_rebuild(value, {id(atom): _name(self.dot(atom.id))}))
+                terms.append(_rebuild(value, {atom: _name(self.dot(atom.id))}))
         for p in live_params:
             if p in handled or p not in jr.parts:
                 continue
@@ -143,10 +143,10 @@ class RuleTangents:
         """Replace a differentiable argument (or each item of a sequence) by its tangent."""
         if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
             for e in atom.elts:
-                mapping[id(e)] = self.tangent_of(e) if not isinstance(e, (ast.Tuple, ast.List)) \
+                mapping[e] = self.tangent_of(e) if not isinstance(e, (ast.Tuple, ast.List)) \
                     else self.zero_of(e)
         else:
-            mapping[id(atom)] = self.tangent_of(atom)
+            mapping[atom] = self.tangent_of(atom)
 
     def _expand(self, rule, op: Op, template: ast.expr, ans: ast.expr, out: List[ast.stmt],
                 prelude: List[ast.stmt]) -> ast.expr:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Set, Tuple
 
 from ...rules import registry
+from ..facts import expr_facts
 from ..sites import _name
 
 _HINT_RULE = ("Use reverse mode (s2sgrad.grad / functional.vjp) for this function, or "
@@ -56,9 +57,9 @@ class _Replace(ast.NodeTransformer):
         self.mapping = mapping
 
     def visit(self, node):
-        new = self.mapping.get(id(node))
+        new = self.mapping.get(node)
         if new is not None:
-            return copy.deepcopy(new)
+            return expr_facts.carry(new, copy.deepcopy(new))
         return super().visit(node)
 
 
@@ -69,9 +70,9 @@ def _replace(expr: ast.expr, mapping: Dict[int, ast.expr]) -> ast.expr:
 
 
 def _rebuild(node, mapping):
-    new = mapping.get(id(node))
+    new = mapping.get(node)
     if new is not None:
-        return copy.deepcopy(new)
+        return expr_facts.carry(new, copy.deepcopy(new))
     if not isinstance(node, ast.AST):
         return node
     fields = {}
@@ -82,10 +83,7 @@ def _rebuild(node, mapping):
             fields[name] = _rebuild(value, mapping)
     out = type(node)(**fields)
     ast.copy_location(out, node)
-    for attr in ("s2s_callee", "s2s_method", "s2s_static", "s2s_opaque"):
-        if hasattr(node, attr):
-            setattr(out, attr, getattr(node, attr))
-    return out
+    return expr_facts.same(node, out)
 
 
 _FRESH_HELPERS = {"_s2s_zero_tangent", "_s2s_with_item", "_s2s_push", "_s2s_drop_last",
@@ -103,7 +101,7 @@ def _is_fresh(expr: ast.expr) -> bool:
         func = expr.func
         if isinstance(func, ast.Name) and func.id in _FRESH_HELPERS:
             return True
-        callee = getattr(expr, "s2s_callee", None)
+        callee = expr_facts.of(expr).callee
         if callee is not None:
             if registry.is_constructor(callee):
                 return True
@@ -205,7 +203,7 @@ def _iteration_leaves(target, it, out, wrapper=None) -> None:
     """(target, sequence, node) for each loop target: the sequence it walks (None for
     range/enumerate indices) and the iterable node that yields it (the sequence itself,
     or reversed(sequence)), which the tangent code zips with the tangent's."""
-    callee = getattr(it, "s2s_callee", None)
+    callee = expr_facts.of(it).callee
     if callee is enumerate and isinstance(target, ast.Tuple) and len(target.elts) == 2:
         out.append((target.elts[0], None, None))
         _iteration_leaves(target.elts[1], it.args[0], out)

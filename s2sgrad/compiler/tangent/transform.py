@@ -43,6 +43,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from ...errors import TransformError, error_at
 from .. import sites
 from ..analyze import Activity, call_write_guards, iter_statements
+from ..facts import expr_facts, shallow_copy, stmt_facts
 from ..marks import line_comment
 from ..normalize import NormalForm
 from ..ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
@@ -80,6 +81,9 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         self.bindings: Dict[str, Any] = dict(getattr(nf, "bindings", {}))
         self.late: Dict[str, Tuple[Any, Tuple[int, ...], str]] = {}
         self.inits: List[str] = []
+        # Statements that materialise a zero tangent (or a `v = None` init): the
+        # clean-up drops those whose variable nobody reads afterwards.
+        self.materialized: Set[ast.stmt] = set()
         self.last_line: Optional[int] = None
         self.loop: Optional[_Loop] = None
         self.np_name = sites.numpy_alias(nf)
@@ -165,7 +169,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         if var not in defined and var not in self.inits:
             self.inits.append(var)
         node = _assign(self.dot(var), _helper("zero_tangent", _name(var)))
-        node.s2s_materialize = True
+        self.materialized.add(node)
         out.append(node)
 
     def mark_line(self, s, out: List[ast.stmt], force: bool = False) -> None:
@@ -228,7 +232,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         for v in self.inits:
             if v not in params:
                 node = _assign(v, _none())
-                node.s2s_materialize = True
+                self.materialized.add(node)
                 inits.append(node)
         jvp = ast.FunctionDef(name=self.own_name, args=new_args,
                               body=inits + out, decorator_list=[], returns=None,
@@ -287,7 +291,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         if base not in self.act.active or not self.live_atom(value):
             return out
         item = self.tangent_of(value)
-        if UFUNC_AT_SIGNS[ufunc_at_kind(s.value.s2s_callee)] < 0:
+        if UFUNC_AT_SIGNS[ufunc_at_kind(expr_facts.of(s.value).callee)] < 0:
             item = ast.UnaryOp(op=ast.USub(), operand=item)
         self.read([value], fresh=False)
         if self.is_live(base) and base not in self.state.owned:
@@ -323,8 +327,8 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         return out
 
     def _primal(self, s) -> ast.stmt:
-        if getattr(s, "s2s_snapshot", False):
-            new = copy.copy(s)
+        if stmt_facts.of(s).snapshot:
+            new = shallow_copy(s)
             new.value = _helper("snapshot", s.value)
             return new
         return s
@@ -342,7 +346,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             for o in op.outputs:
                 self.kill(o)
             return [self._primal(s)]
-        snapshot = getattr(s, "s2s_snapshot", False)
+        snapshot = stmt_facts.of(s).snapshot
         value = s.value
         target = s.targets[0]
         overlap = set(op.outputs) & set(op.diff_inputs + op.other_inputs)
@@ -476,7 +480,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
     def augassign(self, s: ast.AugAssign, op: Op) -> List[ast.stmt]:
         var = s.target.id
         out: List[ast.stmt] = []
-        guard = getattr(s, "s2s_guard", None)
+        guard = stmt_facts.of(s).guard
         if guard is not None:
             out.append(ast.Expr(value=_helper("unshared", _name(var),
                                               *[ast.Constant(value=g) for g in guard])))

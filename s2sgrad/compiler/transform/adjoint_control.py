@@ -95,7 +95,12 @@ class AdjointControl:
         written = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
         written.add(info.target.id)
         written |= {n for b in s.body for n in stored_names(b)}
-        entry_quiet = {n for n in written if self._quiet_at_entry(n, s)}
+        before = []   # (statement, names it stores) of every statement before the loop
+        for top in self.nf.node.body:
+            if top is s:
+                break
+            before += [(st, stored_names(st)) for st, _ in iter_statements([top])]
+        entry_quiet = {n for n in written if self._quiet_at_entry(n, before)}
         reads: StatementFacts[Set[str]] = StatementFacts("first-iteration reads")
         seen = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
         seen.add(info.target.id)
@@ -113,9 +118,10 @@ class AdjointControl:
         test = ast.Compare(left=_name(info.target.id), ops=[ast.NotEq()], comparators=[first])
         return test, reads
 
-    def _quiet_at_entry(self, name: str, loop: ast.For) -> bool:
+    def _quiet_at_entry(self, name: str, before) -> bool:
         """Whether every value `name` can hold when a top-level loop starts is
-        free of the inputs: only assigned before it from values that do not vary."""
+        free of the inputs: only assigned before it (`before`: the statements
+        before the loop, with the names each stores) from values that do not vary."""
         if name in getattr(self.nf, "written_in_place", ()):
             return False   # an in-place write (to it or an alias) may carry the inputs in
         params = set(self.nf.all_params)
@@ -123,17 +129,14 @@ class AdjointControl:
                 self.nf.all_params.index(name) in self.act.wrt:
             return False
         defined = False
-        for top in self.nf.node.body:
-            if top is loop:
-                break
-            for st, _ in iter_statements([top]):
-                if name not in stored_names(st):
-                    continue
-                op = describe(st, self.locals) if not isinstance(st, (ast.For, ast.If,
-                                                                      ast.While)) else None
-                if op is None or set(op.diff_inputs) & self.act.varied:
-                    return False
-                defined = True
+        for st, stored in before:
+            if name not in stored:
+                continue
+            op = describe(st, self.locals) if not isinstance(st, (ast.For, ast.If,
+                                                                  ast.While)) else None
+            if op is None or set(op.diff_inputs) & self.act.varied:
+                return False
+            defined = True
         return defined or name in params
 
     def probe(self, s) -> Tuple[Set[str], Set[str]]:

@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ...errors import InternalError
 from ...rules import registry
 from .. import sites
+from ..facts import expr_facts
 from ..ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
 from .support import (
     _DIFFERENTIABLE_KINDS,
@@ -39,7 +40,7 @@ class AdjointStatements:
             self.mark_line(s, out)
             gathered: ast.expr = ast.Subscript(value=_name(b), slice=copy.deepcopy(index),
                                                ctx=ast.Load())
-            if UFUNC_AT_SIGNS[ufunc_at_kind(s.value.s2s_callee)] < 0:
+            if UFUNC_AT_SIGNS[ufunc_at_kind(expr_facts.of(s.value).callee)] < 0:
                 gathered = ast.UnaryOp(op=ast.USub(), operand=gathered)
             part = self.names.fresh(f"{value.id}_bar_part")
             out.append(_assign(part, helper_call("unbroadcast", gathered, _name(value.id))))
@@ -55,10 +56,9 @@ class AdjointStatements:
                 node = _assign(base, helper_call("with_item", _name(base), index, saved))
             else:
                 node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
-                node.s2s_restore_item = base
-            node.s2s_restore_of = base
-            node.s2s_slot = self.saves.require(s)[-1][2]
-            out.append(node)
+                self.marks.mark(node, restore_item=base)
+            out.append(self.marks.mark(node, restore_of=base,
+                                       slot=self.saves.require(s)[-1][2]))
         return saved is not None
 
     def adjoint_assign(self, s) -> List[ast.stmt]:
@@ -127,10 +127,7 @@ class AdjointStatements:
         old = self.names.fresh(f"{var}_old")
         pop = _assign(old, ast.Call(func=ast.Attribute(value=_name(name), attr="pop",
                                                         ctx=ast.Load()), args=[], keywords=[]))
-        pop.s2s_restore_of = old
-        pop.s2s_slot = name
-        pop.s2s_restore_temp = True
-        out.append(pop)
+        out.append(self.marks.mark(pop, restore_of=old, slot=name))
         return _name(old)
 
     def setitem_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
@@ -205,10 +202,8 @@ class AdjointStatements:
         else:
             self.reset(b)
         if saved is not None:
-            node = _assign(var, saved)
-            node.s2s_restore_of = var
-            node.s2s_slot = self.saves.require(s)[-1][2]
-            out.append(node)
+            out.append(self.marks.mark(_assign(var, saved), restore_of=var,
+                                       slot=self.saves.require(s)[-1][2]))
 
     def append_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
         """xs.append(v): v receives the last item of xs_bar, which is removed."""
@@ -243,10 +238,8 @@ class AdjointStatements:
             node = ast.Expr(value=ast.Call(func=ast.Attribute(value=_name(xs), attr="pop",
                                                               ctx=ast.Load()),
                                            args=[], keywords=[]))
-            node.s2s_restore_item = xs
-        node.s2s_restore_of = xs
-        node.s2s_slot = f"{xs}.append"
-        out.append(node)
+            self.marks.mark(node, restore_item=xs)
+        out.append(self.marks.mark(node, restore_of=xs, slot=f"{xs}.append"))
 
     def pop_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
         """v = xs.pop(): xs_bar gets v_bar back as its last item; xs gets v back."""
@@ -264,10 +257,9 @@ class AdjointStatements:
             self._push(xb, item, out)
         self.reset(vb)
         node = self._push(xs, _name(v), out)
-        node.s2s_restore_of = xs
-        node.s2s_slot = f"{xs}.pop"
+        self.marks.mark(node, restore_of=xs, slot=f"{xs}.pop")
         if not self.pure:
-            node.s2s_restore_item = xs
+            self.marks.mark(node, restore_item=xs)
         self.restores(s, out)
 
     def _push(self, xs: str, item: ast.expr, out: List[ast.stmt]) -> ast.stmt:

@@ -6,7 +6,7 @@ import ast
 import copy
 from typing import List, Sequence, Set, Tuple
 
-from ...errors import guard_fields
+from ...errors import guard_fields, note_origin
 from .. import sites
 from ..analyze import (
     call_write_guards,
@@ -14,6 +14,7 @@ from ..analyze import (
     loop_header_op,
     may_build_sequence,
 )
+from ..facts import expr_facts, shallow_copy, stmt_facts
 from ..names import name_nodes
 from ..ops import Op, describe
 from .support import _assign, _index_expr, _is_literal, _LoopInfo, _name, helper_call
@@ -79,9 +80,7 @@ class ForwardSweep:
             if stack is None:
                 stack = self.stacks[var] = self.names.fresh(f"{var}_stack")
                 init = _assign(stack, ast.List(elts=[], ctx=ast.Load()))
-                init.s2s_stack_of = var
-                init.s2s_slot = stack
-                self.inits.append(init)
+                self.inits.append(self.marks.mark(init, stack_of=var, slot=stack))
             node = ast.Expr(value=ast.Call(
                 func=ast.Attribute(value=_name(stack), attr="append", ctx=ast.Load()),
                 args=[value], keywords=[]))
@@ -90,13 +89,11 @@ class ForwardSweep:
             slot = self.names.fresh(f"{var}_prev")
             node = _assign(slot, value)
             self.saves.setdefault(key, list).append((var, "slot", slot))
-        node.s2s_save_of = var
-        node.s2s_slot = self.saves.require(key)[-1][2]
+        self.marks.mark(node, save_of=var, slot=self.saves.require(key)[-1][2])
         if var not in self.nf.all_params and not any(
-                getattr(i, "s2s_init_of", None) == var for i in self.inits):
+                self.marks.of(i).init_of == var for i in self.inits):
             init = _assign(var, ast.Constant(value=None))
-            init.s2s_init_of = var
-            self.inits.append(init)
+            self.inits.append(self.marks.mark(init, init_of=var))
         out.append(node)
 
     def forward_block(self, stmts: Sequence[ast.stmt], in_loop: bool) -> List[ast.stmt]:
@@ -189,7 +186,7 @@ class ForwardSweep:
             if var in self.act.active:
                 out += self.sequence_guard(s, ast.BinOp(left=_name(var), op=s.op,
                                                         right=s.value))
-            guard = getattr(s, "s2s_guard", None)
+            guard = stmt_facts.of(s).guard
             if guard is not None:
                 out.append(ast.Expr(value=helper_call("unshared", _name(var),
                                                       *[ast.Constant(value=g) for g in guard])))
@@ -203,7 +200,7 @@ class ForwardSweep:
             return out
         if op.kind == "call":
             out += self.write_guards(op)
-        snapshot = getattr(s, "s2s_snapshot", False)   # a later in-place write would see it
+        snapshot = stmt_facts.of(s).snapshot   # a later in-place write would see it
         outputs = list(op.outputs)
         site = None
         if op.kind in ("apply", "call") and any(n in self.act.active for n in op.outputs):
@@ -219,7 +216,7 @@ class ForwardSweep:
             if snapshot:
                 out.extend(_assign(o, helper_call("snapshot", _name(o))) for o in op.outputs)
         elif snapshot:
-            copied = copy.copy(s)
+            copied = shallow_copy(s)
             copied.value = helper_call("snapshot", s.value)
             out.append(copied)
         else:
@@ -253,7 +250,7 @@ class ForwardSweep:
         header = loop_header_op(s)
         has_break = any(isinstance(n, ast.Break) for n, _ in iter_statements(s.body))
         it = s.iter
-        callee = getattr(it, "s2s_callee", None)
+        callee = expr_facts.of(it).callee
         info: _LoopInfo
         body_prefix: List[ast.stmt] = []
         if callee is range and isinstance(s.target, ast.Name):
@@ -281,10 +278,10 @@ class ForwardSweep:
                                  value=ast.Constant(1))
             body_prefix = [incr] + body_prefix
         info.item_assigns = [b for b in body_prefix if isinstance(b, ast.Assign)]
-        copied = getattr(s, "s2s_snapshot_targets", frozenset())
+        copied = stmt_facts.of(s).snapshot_targets
         for b in info.item_assigns:   # loop targets a later in-place write would change
             if isinstance(b.targets[0], ast.Name) and b.targets[0].id in copied:
-                b.s2s_snapshot = True
+                stmt_facts.note(b, snapshot=True)
         self.loops.record(s, info)
         body = list(body_prefix[:1]) if has_break else []
         for b in (body_prefix[1:] if has_break else body_prefix):
@@ -301,7 +298,7 @@ class ForwardSweep:
         index_targets: List[ast.expr] = []
 
         def flatten(target, it):
-            callee = getattr(it, "s2s_callee", None)
+            callee = expr_facts.of(it).callee
             if callee is enumerate and isinstance(target, ast.Tuple) and len(target.elts) == 2:
                 index_targets.append(target.elts[0])
                 flatten(target.elts[1], it.args[0])
@@ -329,7 +326,7 @@ class ForwardSweep:
                                                            keywords=[])
         rng = self.names.fresh(f"{k}_range")
         range_call = ast.Call(func=self.builtin("range"), args=[n], keywords=[])
-        range_call.s2s_callee = range
+        expr_facts.note(range_call, callee=range)
         out += self.setup_assign(s, rng, range_call, in_loop)
         prefix: List[ast.stmt] = []
         for t in index_targets:
@@ -363,7 +360,7 @@ class ForwardSweep:
                 if i in backwards else _name(k)
             unpack(t, ast.Subscript(value=copy.deepcopy(seq), slice=index, ctx=ast.Load()))
         for p in prefix:
-            p.s2s_origin = s
+            note_origin(p, s)
             self.overwritable.add(p.targets[0].id)
         return rng, _name(k, True), prefix
 

@@ -32,7 +32,7 @@ from ..analyze import (
     Activity,
     iter_statements,
 )
-from ..facts import StatementFacts
+from ..facts import ResidualMarks, StatementFacts, expr_facts
 from ..marks import comment, line_comment
 from ..names import NameRegistry, name_nodes
 from ..normalize import NormalForm
@@ -55,6 +55,8 @@ class Transformed:
     residuals: str
     callees: Dict[str, sites.CalleeSite] = field(default_factory=dict)
     sites: List[object] = field(default_factory=list)
+    # What each generated statement does with kept values (saves, restores, stacks).
+    marks: ResidualMarks = field(default_factory=ResidualMarks)
 
 
 def transform(nf: NormalForm, activity: Activity, pure: bool = False) -> Transformed:
@@ -81,6 +83,7 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         self.saves: StatementFacts[List[Tuple[str, str, str]]] = StatementFacts("saved value")
         self.loops: StatementFacts[_LoopInfo] = StatementFacts("loop record")
         self.sites: StatementFacts[object] = StatementFacts("call site")
+        self.marks = ResidualMarks()
         self.callees: Dict[str, sites.CalleeSite] = {}
         self.stacks: Dict[str, str] = {}
         self.inplace: Set[str] = set()           # adjoints updated in place (need "owned")
@@ -130,8 +133,8 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
                 listy = (isinstance(value, ast.List) or
                          (isinstance(value, ast.Name) and value.id in out) or
                          (isinstance(value, ast.Call) and getattr(
-                             getattr(value, "s2s_callee", None), "__name__", None)
-                          in list_helpers and getattr(value.s2s_callee, "__module__", "")
+                             expr_facts.of(value).callee, "__name__", None)
+                          in list_helpers and getattr(expr_facts.of(value).callee, "__module__", "")
                           .startswith("s2sgrad")))
                 if listy:
                     out.add(s.targets[0].id)
@@ -205,7 +208,7 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
                                   type_comment=None)
         ast.copy_location(adjoint, fdef)
         t = Transformed(self.nf, self.act, forward, adjoint, self.names, residuals,
-                        self.callees, list(self.sites.values()))
+                        self.callees, list(self.sites.values()), self.marks)
         t.bindings = dict(self.default_bindings)
         return t
 
@@ -270,7 +273,4 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
                                                     ctx=ast.Load()), args=[], keywords=[])
             else:
                 value = _name(name)
-            node = _assign(var, value)
-            node.s2s_restore_of = var
-            node.s2s_slot = name
-            out.append(node)
+            out.append(self.marks.mark(_assign(var, value), restore_of=var, slot=name))

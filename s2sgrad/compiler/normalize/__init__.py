@@ -1,0 +1,327 @@
+"""Pass 2 — normalise: one operation per statement, SSA names where possible.
+
+After this pass every differentiable statement has the form
+``name = op(atom, ...)`` (or ``a, b = call(...)`` for several results), where an
+atom is a variable or a constant, and the function has exactly one ``return``,
+its last statement. Temporaries are named after what they hold (``sin_x``,
+``W_at_h``) and a user variable assigned again in straight-line code gets a new
+version (``x``, ``x_1``), so later passes see each value under its own name.
+Variables assigned inside branches or loops keep one name; the transform saves
+their overwritten values.
+
+Every statement records the user's statement it came from (``errors.note_origin``) for
+error messages and for the comments of the generated adjoint.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Set
+
+from ...errors import error_at, guard_fields, note_origin
+from ..aliases import AliasFacts
+from ..facts import stmt_facts
+from ..hoist import hoist_invariants
+from ..names import NameRegistry, clone, name_nodes, names_in, walk
+from ..parse import ParsedFunction
+from ..resolve import Resolver
+from .calls import CallRules
+from .control import ControlRules
+from .expressions import ExpressionRules
+from .statements import StatementRules
+from .support import (
+    _COMPOUND,
+    _assign,
+    _assigned_names,
+    _ends_in_jump,
+    _has,
+    _is_docstring,
+    _lambdas_bound_once,
+    _read_after,
+    _snapshot_definitions,
+    _walk_scope,
+    _written_in_place,
+    lift_jumps,
+)
+
+
+@dataclass
+class NormalForm:
+    """A function in normal form, with what later passes need to read it."""
+
+    parsed: ParsedFunction
+    node: ast.FunctionDef
+    names: NameRegistry
+    resolver: Resolver
+    params: List[str]
+    result: Optional[str] = None  # set when the function returns a single name
+    lists: Set[str] = field(default_factory=set)  # names bound to list literals
+    tuples: Set[str] = field(default_factory=set)  # names bound to tuple literals
+    dicts: Set[str] = field(default_factory=set)   # names bound to dict literals
+    # Names written in place somewhere (x[i] = v, x += v on an array, np.add.at(x, ...)),
+    # and the names sharing memory with them: a value kept for the adjoint under
+    # another name (a Function's saved input) must be a copy.
+    written_in_place: Set[str] = field(default_factory=set)
+    bindings: Dict[str, Callable] = field(default_factory=dict)  # extra closure names
+
+    @property
+    def all_params(self) -> List[str]:
+        """The positional parameters and then the keyword-only ones (never
+        differentiated, but bound by the call like the others)."""
+        return self.params + [a.arg for a in self.node.args.kwonlyargs]
+
+
+def normalize(parsed: ParsedFunction) -> NormalForm:
+    return _Normalizer(parsed).run()
+
+
+class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
+    def __init__(self, parsed: ParsedFunction):
+        self.p = parsed
+        fdef = parsed.node
+        self.params = [a.arg for a in fdef.args.posonlyargs + fdef.args.args]
+        self.all_params = set(self.params) | {a.arg for a in fdef.args.kwonlyargs}
+        self._check_signature(fdef)
+        # Keyword-only parameters are never differentiated, but they are locals: a
+        # global of the same name must not stand in for them.
+        kwonly = {a.arg for a in fdef.args.kwonlyargs}
+        local = set(self.params) | kwonly | _assigned_names(fdef.body)
+        for node in _walk_scope(fdef):
+            if isinstance(node, (ast.For, ast.comprehension)):
+                local |= {n.id for n in name_nodes(node.target)}
+        self.resolver = Resolver(parsed.globals, parsed.closure, local)
+        self.names = NameRegistry(names_in(fdef) | local)
+        self._check_reserved(fdef)
+        self.unversioned: Set[str] = set()
+        self.user_names: Set[str] = set(local)
+        self.force_in_place: Set[str] = set()
+        self.rebound_augassign: Set[str] = set()
+        self.lists: Set[str] = set()
+        self.tuple_names: Set[str] = set()   # names bound to tuple literals
+        self.dict_names: Set[str] = set()    # names bound to dict literals
+        self.bindings: Dict[str, Callable] = {}   # names the generated code must see
+        # Local names bound once to a lambda: calls of them are calls of the lambda.
+        self.lambdas: Dict[str, ast.Lambda] = _lambdas_bound_once(fdef, set(self.params))
+        self.env: Dict[str, str] = {p: p for p in self.params + sorted(kwonly)}
+        self.tuples: Dict[str, List[ast.expr]] = {}
+        self.owned: Set[str] = set()
+        self.origin: Optional[ast.stmt] = None
+        self.loop_depth = 0
+
+    # -- helpers -------------------------------------------------------------
+    def err(self, node, message, hint=None):
+        return error_at(node, message, self.p, hint)
+
+    def _check_signature(self, fdef):
+        a = fdef.args
+        if a.vararg or a.kwarg:
+            node = a.vararg or a.kwarg
+            raise error_at(node, "*args/**kwargs in the differentiated function's signature",
+                           self.p, "Give the function explicit positional parameters.")
+
+    def _check_reserved(self, fdef):
+        if self.p.filename.startswith("<s2sgrad"):
+            return  # s2sgrad's own generated code (being differentiated again)
+        for node in walk(fdef):
+            name = getattr(node, "id", None) or getattr(node, "arg", None)
+            if isinstance(name, str) and name.startswith("_s2s_"):
+                raise error_at(node, f"the name {name!r} uses s2sgrad's reserved prefix _s2s_",
+                               self.p, "Rename the variable.")
+
+    def emit(self, out: List[ast.stmt], stmt: ast.stmt, at: ast.AST) -> ast.stmt:
+        # A node the normaliser made has no position: the user's statement gives one.
+        ast.copy_location(stmt, at if getattr(at, "lineno", None) else self.origin)
+        note_origin(stmt, self.origin)
+        out.append(stmt)
+        return stmt
+
+    def load(self, name: str) -> ast.Name:
+        return ast.Name(id=self.env.get(name, name), ctx=ast.Load())
+
+    def target(self, user_name: str) -> str:
+        """The name the next assignment to `user_name` writes."""
+        if user_name in self.unversioned:
+            new = user_name
+        elif user_name not in self.env:
+            new = user_name
+        else:
+            new = self.names.version(user_name)
+        self.env[user_name] = new
+        self.tuples.pop(new, None)
+        return new
+
+    def rename_loads(self, expr: ast.expr) -> ast.expr:
+        """Rename reads to current SSA names inside an expression kept whole.
+
+        An assignment expression inside it would bind a variable the analyses never
+        see (its gradient would be lost): refused here; conditions hoist theirs
+        first (see `test`)."""
+        for sub in _walk_scope(expr) + [expr]:
+            if isinstance(sub, ast.NamedExpr):
+                raise self.err(sub, "an assignment expression (:=) here is not supported",
+                               "Assign the value in a statement of its own first.")
+        expr = clone(expr)
+        bound: Set[str] = set()
+        for sub in walk(expr):
+            if isinstance(sub, (ast.Lambda, ast.comprehension)):
+                target = sub.args if isinstance(sub, ast.Lambda) else sub.target
+                bound |= names_in(target)
+        for sub in walk(expr):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in bound:
+                sub.id = self.env.get(sub.id, sub.id)
+        return expr
+
+    # -- driver ----------------------------------------------------------------
+    def run(self) -> NormalForm:
+        fdef = self.p.node
+        body = [s for s in fdef.body if not _is_docstring(s)]
+        body = self._lift_returns(body)
+        self.unversioned = self._assigned_in_compound(body)
+        self.resolver.locals |= _assigned_names(body)
+        pristine = clone(body)
+        state = (set(self.names.taken), dict(self.env))
+        while True:
+            out: List[ast.stmt] = []
+            self.block(clone(pristine), out)
+            facts = AliasFacts(out, self.resolver.locals | self.names.taken, self.lists)
+            redo = {u for u in self.rebound_augassign if facts.shared_with_user(u,
+                                                                             self.user_names)}
+            if not redo - self.force_in_place:
+                break
+            # `x += v` was rewritten as `x = x + v`, but x shares memory with another
+            # variable: keep the in-place update (and let the alias check judge it).
+            self.force_in_place |= redo
+            self.names.taken, self.env = set(state[0]), dict(state[1])
+            self.tuples, self.owned, self.lists = {}, set(), set()
+            self.tuple_names, self.dict_names = set(), set()
+            self.rebound_augassign = set()
+        self._protect_in_place_writes(facts, out)
+        out = hoist_invariants(out, self.user_names, facts)
+        new = ast.FunctionDef(name=fdef.name, args=clone(fdef.args), body=out,
+                              decorator_list=[], returns=None, type_comment=None)
+        ast.copy_location(new, fdef)
+        new.end_lineno, new.end_col_offset = fdef.end_lineno, fdef.end_col_offset
+        last = out[-1] if out else None
+        result = (last.value.id if isinstance(last, ast.Return)
+                  and isinstance(last.value, ast.Name) else None)
+        return NormalForm(self.p, new, self.names, self.resolver, self.params, result,
+                          lists=set(self.lists), tuples=set(self.tuple_names),
+                          dicts=set(self.dict_names),
+                          written_in_place=_written_in_place(facts),
+                          bindings=dict(self.bindings))
+
+    def _protect_in_place_writes(self, facts: AliasFacts, body: List[ast.stmt]) -> None:
+        """User variables that would see an in-place write are an error; temporaries
+        that would see it are copied when computed (`StmtFact.snapshot`)."""
+        for name, stmt in facts.writes:
+            for other in sorted(facts.affected(name, stmt)):
+                # (A parameter is read after the call too: by the caller.)
+                if other in self.user_names and other not in self.all_params and \
+                        not _read_after(facts, body, other, stmt):
+                    # Nothing reads `other` once the write has run: giving it its own
+                    # copy where it is bound changes nothing the program can see.
+                    _snapshot_definitions(body, other)
+                    continue
+                if other in self.user_names:
+                    where = facts.defined_at.get(other)
+                    lineno = getattr(where, "lineno", None)
+                    line = f" (line {lineno})" if lineno is not None else ""
+                    message = (f"in-place update of '{name}' also changes '{other}'{line}, "
+                               f"which shares memory with it")
+                    hint = (f"Give '{name}' its own array where it is assigned (for example "
+                            f"{name} = {other}.copy()), or compute a new value instead of "
+                            f"updating it in place.")
+                    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+                        # `s = a; s += v` is fine for numbers (rebinding): check at run
+                        # time that s is not an array shared with a.
+                        stmt_facts.note(stmt, guard=guard_fields(self.err(stmt, message, hint)))
+                        continue
+                    raise self.err(stmt, message, hint)
+                where = facts.defined_at.get(other)
+                if where is not None:
+                    stmt_facts.note(where, snapshot=True)
+                # `tmp = v / v; v = tmp; v += 0.3`: v must get its own copy, or the
+                # update changes tmp (which the adjoint reads) through it.
+                for node in _walk_scope(ast.Module(body=body, type_ignores=[])):
+                    if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                            isinstance(node.targets[0], ast.Name) and \
+                            node.targets[0].id == name and \
+                            isinstance(node.value, ast.Name) and node.value.id == other:
+                        stmt_facts.note(node, snapshot=True)
+
+    @staticmethod
+    def _assigned_in_compound(body: List[ast.stmt]) -> Set[str]:
+        """Names assigned inside a branch or loop keep one name (no SSA versions)."""
+        out: Set[str] = set()
+        module = ast.Module(body=body, type_ignores=[])
+        for node in _walk_scope(module):
+            if isinstance(node, _COMPOUND):
+                out |= _assigned_names(node.body + node.orelse)
+                if isinstance(node, ast.For):
+                    out |= _assigned_names([node.target])
+        return out
+
+    def _lift_returns(self, body: List[ast.stmt]) -> List[ast.stmt]:
+        """Give the function a single final `return`, moving early returns' tails."""
+        returns = [n for s in body for n in [s, *_walk_scope(s)] if isinstance(n, ast.Return)]
+        if len(returns) == 1 and body and body[-1] is returns[0]:
+            return body
+        if not returns:
+            none = ast.Return(value=ast.Constant(value=None))
+            ast.copy_location(none, body[-1] if body else self.p.node)
+            return body + [none]
+        self.result_name = self.names.fresh("result")
+        self.flag_name = None
+        body = self._returns_out_of_loops(body, in_loop=False)
+        body = lift_jumps(body, (ast.Return,))
+        if not _ends_in_jump(body):
+            body = body + [ast.copy_location(ast.Return(value=ast.Constant(value=None)),
+                                             body[-1])]
+        body = self._returns_to_assignments(body)
+        final = ast.Return(value=ast.Name(id=self.result_name, ctx=ast.Load()))
+        ast.copy_location(final, returns[-1])
+        return body + [final]
+
+    def _returns_out_of_loops(self, stmts, in_loop):
+        """`return e` inside a loop becomes: result = e; flag = True; break."""
+        out = []
+        for s in stmts:
+            if isinstance(s, (ast.For, ast.While)) and _has(s, ast.Return):
+                if s.orelse:
+                    raise self.err(s, "a loop with an else clause that contains return")
+                if self.flag_name is None:
+                    self.flag_name = self.names.fresh("returned")
+                s.body = self._returns_out_of_loops(s.body, in_loop=True)
+                init = ast.copy_location(_assign(self.flag_name, ast.Constant(False)), s)
+                after_body = ([ast.Break()] if in_loop else
+                              [ast.Return(value=ast.Name(id=self.result_name, ctx=ast.Load()))])
+                after = ast.If(test=ast.Name(id=self.flag_name, ctx=ast.Load()),
+                               body=[ast.copy_location(b, s) for b in after_body], orelse=[])
+                out += [init, s, ast.copy_location(after, s)]
+            elif isinstance(s, ast.Return) and in_loop:
+                value = s.value or ast.Constant(value=None)
+                out += [ast.copy_location(_assign(self.result_name, value), s),
+                        ast.copy_location(_assign(self.flag_name, ast.Constant(True)), s),
+                        ast.copy_location(ast.Break(), s)]
+            elif isinstance(s, ast.If):
+                s.body = self._returns_out_of_loops(s.body, in_loop)
+                s.orelse = self._returns_out_of_loops(s.orelse, in_loop)
+                out.append(s)
+            else:
+                out.append(s)
+        return out
+
+    def _returns_to_assignments(self, stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, ast.Return):
+                value = s.value or ast.Constant(value=None)
+                if not (isinstance(value, ast.Name) and value.id == self.result_name):
+                    out.append(ast.copy_location(_assign(self.result_name, value), s))
+            elif isinstance(s, ast.If):
+                s.body = self._returns_to_assignments(s.body) or [ast.copy_location(ast.Pass(), s)]
+                s.orelse = self._returns_to_assignments(s.orelse)
+                out.append(s)
+            else:
+                out.append(s)
+        return out

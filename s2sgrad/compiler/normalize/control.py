@@ -1,0 +1,303 @@
+"""Control flow in normal form: if, while, for (dict and list loops, zip,
+enumerate, reversed), conditions and walrus expressions in them, break and
+continue.
+"""
+from __future__ import annotations
+
+import ast
+from typing import List, Optional, Set
+
+import numpy as np
+
+from ..facts import expr_facts
+from ..names import clone
+from .support import (
+    _LIBRARIES,
+    _SCOPES,
+    _assign,
+    _assigned_names,
+    _dotted,
+    _drop_trailing_continue,
+    _walk_scope,
+    lift_jumps,
+)
+
+
+class ControlRules:
+    """The normaliser's control (a part of `_Normalizer`)."""
+
+    def stmt_If(self, s, out):
+        test = self.test(s.test, out, "cond")
+        body, orelse = [], []
+        saved = self.origin
+        owned = set(self.owned)   # what nothing else refers to holds per path
+        self.block(s.body, body)
+        owned_body, self.owned = self.owned, owned
+        self.origin = saved
+        self.block(s.orelse, orelse)
+        self.owned &= owned_body
+        self.origin = saved
+        node = ast.If(test=test, body=body or [ast.copy_location(ast.Pass(), s)], orelse=orelse)
+        self.emit(out, node, s)
+
+    def stmt_While(self, s, out):
+        if s.orelse:
+            raise self.err(s, "while ... else is not supported", "Use a flag variable.")
+        body = list(s.body)
+        test = s.test
+        if any(isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and
+                                                 not self._library_call(n))
+               for n in _walk_scope(test) + [test]):
+            # `while (v := f(x)) > 0: ...` is `while True: if ...: pass else: break; ...`,
+            # so the assignment (or a call) runs as a statement before each test.
+            stop = ast.If(test=test, body=[ast.copy_location(ast.Pass(), s)],
+                          orelse=[ast.copy_location(ast.Break(), s)])
+            body = [ast.copy_location(stop, test)] + body
+            test = ast.copy_location(ast.Constant(value=True), test)
+        body = lift_jumps(body, (ast.Break, ast.Continue))
+        body = _drop_trailing_continue(body)
+        inner: List[ast.stmt] = []
+        saved = self.origin
+        entry = self.enter_loop(body)
+        self.loop_depth += 1
+        self.block(body, inner)
+        self.loop_depth -= 1
+        self.owned &= entry
+        self.origin = saved
+        node = ast.While(test=self.rename_loads(test),
+                         body=inner or [ast.copy_location(ast.Pass(), s)], orelse=[])
+        self.emit(out, node, s)
+
+    def dict_loop(self, s: ast.For) -> Optional[ast.For]:
+        """`for k, v in d.items()`, `for v in d.values()`, `for k in d.keys()` (and
+        `for k in d` over a dict literal) as a loop over the keys, which carry no
+        gradient, reading each value as `d[k]`."""
+        it = s.iter
+        method = None
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and \
+                it.func.attr in ("items", "values", "keys") and not it.args and \
+                not it.keywords:
+            method, base = it.func.attr, it.func.value
+        elif isinstance(it, ast.Name) and self.env.get(it.id, it.id) in self.dict_names:
+            method, base = "keys", it
+        if method is None:
+            return None
+        target, prefix = s.target, []
+        if method == "keys":
+            key = target
+        elif method == "values":
+            key = ast.Name(id=self.names.fresh("key"), ctx=ast.Store())
+            prefix = [ast.Assign(targets=[target], value=ast.Subscript(
+                value=clone(base), slice=ast.Name(id=key.id, ctx=ast.Load()), ctx=ast.Load()))]
+        elif isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            key, value = target.elts
+            if not isinstance(key, ast.Name):
+                key = ast.Name(id=self.names.fresh("key"), ctx=ast.Store())
+                prefix.append(ast.Assign(targets=[target.elts[0]],
+                                         value=ast.Name(id=key.id, ctx=ast.Load())))
+            prefix.append(ast.Assign(targets=[value], value=ast.Subscript(
+                value=clone(base), slice=ast.Name(id=key.id, ctx=ast.Load()), ctx=ast.Load())))
+        else:
+            key = ast.Name(id=self.names.fresh("key"), ctx=ast.Store())
+            pair = ast.Tuple(elts=[ast.Name(id=key.id, ctx=ast.Load()), ast.Subscript(
+                value=clone(base), slice=ast.Name(id=key.id, ctx=ast.Load()), ctx=ast.Load())],
+                ctx=ast.Load())
+            prefix = [ast.Assign(targets=[target], value=pair)]
+        for p in prefix:
+            ast.copy_location(p, s)
+            ast.fix_missing_locations(p)
+        keys = ast.copy_location(ast.Call(func=ast.Name(id="_s2s_keys", ctx=ast.Load()),
+                                          args=[clone(base)], keywords=[]), it)
+        loop = ast.For(target=key, iter=keys, body=prefix + list(s.body), orelse=[],
+                       type_comment=None)
+        self.resolver.locals |= _assigned_names([loop])
+        self.unversioned |= _assigned_names([loop])
+        return ast.copy_location(loop, s)
+
+    def stmt_For(self, s, out):
+        if s.orelse:
+            raise self.err(s, "for ... else is not supported", "Use a flag variable.")
+        over_keys = self.dict_loop(s)
+        if over_keys is not None:
+            s = over_keys
+        iterable = self.iterable(s.iter, out)
+        # Python iterates over the object the header named; a body that rebinds the
+        # name (`for r in acc: acc = r * w`) must not change what is iterated.
+        rebound = _assigned_names(s.body) | _assigned_names([s.target])
+        for node in _walk_scope(iterable) + [iterable]:
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
+                    node.id in rebound and node.id in self.resolver.locals:
+                held = self.names.fresh(f"{node.id}_iterated")
+                self.emit(out, _assign(held, ast.Name(id=node.id, ctx=ast.Load())), s.iter)
+                node.id = held
+        body = lift_jumps(list(s.body), (ast.Break, ast.Continue))
+        body = _drop_trailing_continue(body)
+        target = self.loop_target(s.target)
+        inner: List[ast.stmt] = []
+        saved = self.origin
+        entry = self.enter_loop(body + [ast.Assign(targets=[s.target], value=s.iter)])
+        self.loop_depth += 1
+        self.block(body, inner)
+        self.loop_depth -= 1
+        self.owned &= entry
+        self.origin = saved
+        node = ast.For(target=target, iter=iterable,
+                       body=inner or [ast.copy_location(ast.Pass(), s)], orelse=[],
+                       type_comment=None)
+        self.emit(out, node, s)
+
+    def enter_loop(self, body: List[ast.stmt]) -> Set[str]:
+        """At a loop's head, a name the body assigns may hold what the previous
+        iteration left, which another variable may share: not owned. Returns what
+        is owned there (also after the loop, which may run zero times)."""
+        self.owned -= _assigned_names(body)
+        return set(self.owned)
+
+    def loop_target(self, target):
+        if isinstance(target, ast.Name):
+            self.env[target.id] = target.id
+            return ast.Name(id=target.id, ctx=ast.Store())
+        if isinstance(target, (ast.Tuple, ast.List)):
+            return ast.Tuple(elts=[self.loop_target(e) for e in target.elts], ctx=ast.Store())
+        raise self.err(target, "loop targets must be names or tuples of names")
+
+    def iterable(self, it, out):
+        """range/zip/enumerate keep their call (the transform reads them); else an atom."""
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
+                it.func.id == "_s2s_keys":
+            from ... import runtime
+            call = ast.Call(func=ast.Name(id=it.func.id, ctx=ast.Load()),
+                            args=[self.atom(a, out) for a in it.args], keywords=[])
+            expr_facts.note(call, callee=runtime.keys)
+            return ast.copy_location(call, it)
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
+                it.func.id == "_s2s_backwards":
+            call = ast.Call(func=ast.Name(id=it.func.id, ctx=ast.Load()),
+                            args=[self.atom(a, out) for a in it.args], keywords=[])
+            ok, obj = self.resolver.static(it.func)
+            if ok:
+                expr_facts.note(call, callee=obj)
+            return ast.copy_location(call, it)
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
+                it.func.id in ("range", "zip", "enumerate", "reversed") and not it.keywords:
+            ok, obj = self.resolver.static(it.func)
+            if ok and obj is {"range": range, "zip": zip, "enumerate": enumerate,
+                              "reversed": reversed}[it.func.id]:
+                args = [self.iterable(a, out) if it.func.id in ("zip", "enumerate", "reversed")
+                        else self.atom(a, out) for a in it.args]
+                call = ast.Call(func=ast.Name(id=it.func.id, ctx=ast.Load()), args=args,
+                                keywords=[])
+                expr_facts.note(call, callee=obj)
+                return ast.copy_location(call, it)
+        # `for t in [x, x ** 2]`: the literal gets a name, so that the items the loop
+        # reads can hand their adjoints back to x and x ** 2.
+        atom = self.operand(it, out)
+        if isinstance(atom, ast.Name) and atom.id in self.resolver.locals | self.names.taken \
+                and atom.id not in self.lists | self.tuple_names | self.dict_names:
+            # Maybe a dict (an argument, an item of one): Python walks its keys. The
+            # transform makes this a plain copy where the value is proven an array.
+            from ... import runtime
+            name = self.names.fresh(f"{atom.id}_items")
+            self.resolver.locals.add(name)
+            call = ast.Call(func=ast.Name(id="_s2s_loop_items", ctx=ast.Load()),
+                            args=[atom], keywords=[])
+            expr_facts.note(call, callee=runtime.loop_items)
+            self.emit(out, _assign(name, ast.copy_location(call, it)), it)
+            return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), it)
+        return atom
+
+    def test(self, expr, out, stem) -> ast.expr:
+        """A branch condition: non-differentiable, computed into a flag variable.
+
+        Assignment expressions in it (`if (s := np.sum(x)) > 0:`) become statements
+        before it, in evaluation order, so the value they bind keeps its gradient."""
+        expr = self.hoist_walrus(expr, out)
+        if isinstance(expr, ast.Name):
+            return self.load(expr.id)
+        if isinstance(expr, ast.Call):
+            # `if h(x):` is a call like any other (its callee may be differentiated
+            # or write into its arguments): the flag is its result.
+            return self.atom(expr, out)
+        name = self.names.fresh(stem)
+        self.emit(out, _assign(name, self.condition(expr, out)), expr)
+        return ast.Name(id=name, ctx=ast.Load())
+
+    def condition(self, expr: ast.expr, out) -> ast.expr:
+        """A comparison or and/or kept whole (it has no gradient). A single
+        comparison's operands are computed first, as statements the analyses see;
+        a call inside and/or or a chained comparison (evaluated only on some
+        paths) to a user function is refused: it could write into its arguments."""
+        if isinstance(expr, ast.Compare) and len(expr.comparators) == 1:
+            left = self.operand(expr.left, out)
+            right = self.operand(expr.comparators[0], out)
+            node = ast.Compare(left=left, ops=list(expr.ops), comparators=[right])
+            expr_facts.note(node, opaque=True)
+            return ast.copy_location(node, expr)
+        for sub in _walk_scope(expr):
+            if isinstance(sub, ast.Call) and not self._library_call(sub):
+                raise self.err(sub, f"a call to {ast.unparse(sub.func)} inside a condition "
+                                    f"that runs only on some paths",
+                               "Call it in a statement of its own before the condition.")
+        return self.rename_loads(expr)
+
+    def _library_call(self, call: ast.Call) -> bool:
+        """A call of NumPy, SciPy, math or a builtin, which leaves its arguments
+        alone (unless given out=): anything else may be a user function."""
+        if not _dotted(call.func) or self.resolver.is_local_chain(call.func) or \
+                any(k.arg == "out" for k in call.keywords):
+            return False
+        ok, fn = self.resolver.static(call.func)
+        module = (getattr(fn, "__module__", "") or "") if ok else ""
+        if ok and isinstance(fn, np.ufunc):
+            return True
+        return ok and module.split(".")[0] in _LIBRARIES and callable(fn)
+
+    def hoist_walrus(self, expr: ast.expr, out) -> ast.expr:
+        """`(s := v)` -> a statement `s = v` emitted now and the name `s` in its place;
+        a call to a user function -> a statement computing it, and its result.
+
+        Only where Python always evaluates it: not inside the later operands of
+        and/or, the branches of a conditional expression, or a nested scope."""
+        if not any(isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and
+                                                     not self._library_call(n))
+                   for n in _walk_scope(expr) + [expr]):
+            return expr
+
+        def visit(node, always: bool):
+            if isinstance(node, ast.NamedExpr):
+                if not always:
+                    raise self.err(node, "an assignment expression (:=) that runs only on "
+                                         "some paths of the condition",
+                                   "Assign the value in a statement before the condition.")
+                value = visit(node.value, always)
+                self.assign_name(node.target.id, value, out, node)
+                return ast.copy_location(ast.Name(id=node.target.id, ctx=ast.Load()), node)
+            if isinstance(node, _SCOPES + (ast.ListComp, ast.SetComp, ast.DictComp,
+                                           ast.GeneratorExp)):
+                return node
+            if isinstance(node, ast.Call) and always and not self._library_call(node):
+                # A user function called on every path: a statement of its own (its
+                # result may carry a gradient; it may write into its arguments).
+                return self.atom(node, out)
+            if isinstance(node, ast.BoolOp):
+                first, *rest = node.values
+                node.values = [visit(first, always)] + [visit(v, False) for v in rest]
+                return node
+            if isinstance(node, ast.IfExp):
+                node.test = visit(node.test, always)
+                node.body, node.orelse = visit(node.body, False), visit(node.orelse, False)
+                return node
+            for field_name, value in ast.iter_fields(node):
+                if isinstance(value, ast.AST):
+                    setattr(node, field_name, visit(value, always))
+                elif isinstance(value, list):
+                    setattr(node, field_name, [visit(v, always) if isinstance(v, ast.AST)
+                                               else v for v in value])
+            return node
+        return visit(clone(expr), True)
+
+    def stmt_Break(self, s, out):
+        self.emit(out, ast.Break(), s)
+
+    def stmt_Continue(self, s, out):
+        self.emit(out, ast.Continue(), s)

@@ -1,0 +1,335 @@
+"""Expressions in normal form: atoms, operations, comprehensions, builtin
+reductions, conditional expressions, indexing and calls.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional
+
+from ...rules import registry
+from ..facts import expr_facts
+from ..names import clone, name_nodes
+from .support import (
+    _assign,
+    _assigned_names,
+    _dotted,
+    _stem,
+    _user_bound_call,
+    _walk_scope,
+    is_atom,
+)
+
+
+class ExpressionRules:
+    """The normaliser's expressions (a part of `_Normalizer`)."""
+
+    # -- expressions -----------------------------------------------------------
+    def atom(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
+        """Reduce `expr` to a variable or constant, emitting statements for it."""
+        if isinstance(expr, ast.Name):
+            if expr.id in self.resolver.locals:
+                return ast.copy_location(self.load(expr.id), expr)
+            return ast.copy_location(ast.Name(id=expr.id, ctx=ast.Load()), expr)
+        if isinstance(expr, ast.Constant):
+            return expr
+        if isinstance(expr, (ast.Tuple, ast.List)) and not any(
+                isinstance(e, ast.Starred) for e in expr.elts):
+            node = type(expr)(elts=[self.element(e, out) for e in expr.elts], ctx=ast.Load())
+            return ast.copy_location(node, expr)
+        if isinstance(expr, ast.Attribute) and not self.resolver.is_local_chain(expr):
+            ok, _ = self.resolver.static(expr)
+            if ok:
+                node = clone(expr)
+                expr_facts.note(node, static=True)
+                return node
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) and \
+                isinstance(expr.operand, ast.Constant):
+            return expr
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and \
+                isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, int):
+            known = self.tuples.get(self.env.get(expr.value.id, expr.value.id))
+            if known is not None and -len(known) <= expr.slice.value < len(known):
+                return clone(known[expr.slice.value])
+        if isinstance(expr, ast.Dict) and all(k is not None for k in expr.keys):
+            name = self.names.fresh("items")
+            self.assign_name(name, expr, out, expr)
+            return ast.copy_location(self.load(name), expr)
+        if isinstance(expr, ast.Call) and self._output_count(expr) > 1:
+            # `SinCos.apply(x)[0]`: the outputs get names, the tuple is a known one.
+            name = self.names.fresh("outputs")
+            self.assign_name(name, expr, out, expr)
+            return ast.copy_location(self.load(name), expr)
+        op = self.operation(expr, out)
+        name = self.names.fresh(_stem(op, self) or "t")
+        self.emit(out, _assign(name, op), expr)
+        self._note_owned(name, op)
+        return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), expr)
+
+    def operation(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
+        """One operation whose operands are atoms."""
+        if isinstance(expr, (ast.Name, ast.Constant)) or is_atom(expr):
+            return self.atom(expr, out)
+        if isinstance(expr, ast.BinOp):
+            left = self.operand(expr.left, out)
+            right = self.operand(expr.right, out)
+            return ast.copy_location(ast.BinOp(left=left, op=expr.op, right=right), expr)
+        if isinstance(expr, ast.UnaryOp):
+            if isinstance(expr.op, ast.Not):
+                return self.rename_loads(expr)
+            return ast.copy_location(ast.UnaryOp(op=expr.op,
+                                                 operand=self.operand(expr.operand, out)), expr)
+        if isinstance(expr, ast.Call):
+            return self.call(expr, out)
+        if isinstance(expr, ast.Subscript):
+            if isinstance(expr.value, ast.Name) and \
+                    self.env.get(expr.value.id, expr.value.id) in self.tuples and \
+                    isinstance(expr.slice, ast.Constant):
+                known = self.tuples[self.env.get(expr.value.id, expr.value.id)]
+                return clone(known[expr.slice.value])
+            base = self.atom(expr.value, out)
+            index = self.index(expr.slice, out)
+            return ast.copy_location(ast.Subscript(value=base, slice=index, ctx=ast.Load()), expr)
+        if isinstance(expr, ast.Attribute):
+            base = self.atom(expr.value, out)
+            return ast.copy_location(ast.Attribute(value=base, attr=expr.attr, ctx=ast.Load()),
+                                     expr)
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return self.atom(expr, out)
+        if isinstance(expr, ast.IfExp):
+            return self.ifexp(expr, out)
+        if isinstance(expr, ast.Dict) and all(k is not None for k in expr.keys):
+            return self.atom(expr, out)
+        if isinstance(expr, (ast.ListComp, ast.GeneratorExp, ast.DictComp)):
+            return self.comprehension(expr, out)
+        if isinstance(expr, (ast.Compare, ast.BoolOp, ast.JoinedStr, ast.Dict, ast.Set,
+                             ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+                             ast.Lambda)):
+            node = self.rename_loads(expr)
+            expr_facts.note(node, opaque=True)
+            return node
+        if isinstance(expr, ast.NamedExpr):
+            raise self.err(expr, "assignment expressions (:=) are not supported",
+                           "Assign in a separate statement.")
+        if isinstance(expr, (ast.Yield, ast.YieldFrom, ast.Await)):
+            raise self.err(expr, "generators and coroutines cannot be differentiated",
+                           "Return a value instead of yielding it.")
+        if isinstance(expr, ast.Starred):
+            raise self.err(expr, "starred expressions are not supported here")
+        raise self.err(expr, f"unsupported expression ({type(expr).__name__})")
+
+    def comprehension(self, expr, out) -> ast.expr:
+        """`[f(x) for x in xs if c]` (a generator expression alike, a dict
+        comprehension into a dict) as the loop that builds it:
+
+            items = []
+            for x_1 in xs:
+                if c:
+                    items.append(f(x_1))
+
+        The comprehension's variables get names of their own (they are local to it
+        in Python), and the loop is normalised like any loop, so its items keep
+        their gradients. A generator expression is built as a list: every consumer
+        s2sgrad differentiates (sum, max, np.stack, ...) reads all of it."""
+        mapping: Dict[str, str] = {}
+
+        def rename(node):
+            node = clone(node)
+            for sub in [node, *_walk_scope(node)]:
+                if isinstance(sub, ast.Name) and sub.id in mapping:
+                    sub.id = mapping[sub.id]
+            return node
+        is_dict = isinstance(expr, ast.DictComp)
+        name = self.names.fresh("entries" if is_dict else "items")
+        self.resolver.locals.add(name)
+        empty = ast.Dict(keys=[], values=[]) if is_dict else ast.List(elts=[], ctx=ast.Load())
+        self.assign_name(name, ast.copy_location(empty, expr), out, expr)
+        loops = []
+        for gen in expr.generators:
+            if gen.is_async:
+                raise self.err(expr, "asynchronous comprehensions cannot be differentiated")
+            iterable = rename(gen.iter)
+            for n in name_nodes(gen.target):
+                mapping[n.id] = self.names.fresh(n.id)
+            loops.append((rename(gen.target), iterable, [rename(c) for c in gen.ifs]))
+        target = ast.Name(id=name, ctx=ast.Load())
+        if is_dict:
+            inner: ast.stmt = ast.Assign(targets=[ast.Subscript(value=target,
+                                                                slice=rename(expr.key),
+                                                                ctx=ast.Store())],
+                                         value=rename(expr.value))
+        else:
+            inner = ast.Expr(value=ast.Call(func=ast.Attribute(value=target, attr="append",
+                                                               ctx=ast.Load()),
+                                            args=[rename(expr.elt)], keywords=[]))
+        body: List[ast.stmt] = [inner]
+        for loop_target, iterable, conditions in reversed(loops):
+            for c in reversed(conditions):
+                body = [ast.If(test=c, body=body, orelse=[])]
+            body = [ast.For(target=loop_target, iter=iterable, body=body, orelse=[],
+                            type_comment=None)]
+        loop = body[0]
+        for node in [loop, *_walk_scope(loop)]:
+            if isinstance(node, (ast.stmt, ast.expr)):
+                ast.copy_location(node, expr)
+        ast.fix_missing_locations(loop)
+        assigned = _assigned_names([loop]) | set(mapping.values())
+        self.resolver.locals |= assigned
+        self.unversioned |= assigned
+        saved = self.origin
+        self.stmt(loop, out)
+        self.origin = saved
+        return ast.copy_location(self.load(name), expr)
+
+    def builtin_reduction(self, expr: ast.Call, out) -> Optional[ast.expr]:
+        """Builtin `sum(xs)`, `sum(xs, start)`, `max(xs)` and `min(xs)` over a list, a
+        generator expression or an array's rows, as the loop Python runs:
+
+            total = start                      best = xs[0]
+            for item in xs:                    for item in xs[1:]:
+                total = total + item               best = max(best, item)
+
+        (max of two values is np.maximum's rule: ties split the gradient)."""
+        if not (isinstance(expr.func, ast.Name) and expr.func.id in ("sum", "max", "min")):
+            return None
+        ok, fn = self.resolver.static(expr.func)
+        if not ok or fn not in (sum, max, min) or any(isinstance(a, ast.Starred)
+                                                      for a in expr.args):
+            return None
+        kind = expr.func.id
+        start = None
+        if kind == "sum":
+            keywords = {k.arg: k.value for k in expr.keywords}
+            if len(expr.args) == 2 and not keywords:
+                start = expr.args[1]
+            elif len(expr.args) == 1 and set(keywords) <= {"start"}:
+                start = keywords.get("start")
+            else:
+                return None
+        elif len(expr.args) != 1 or expr.keywords:
+            return None   # max(a, b) has a rule; key= and default= are not differentiated
+        arg = expr.args[0]
+        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and \
+                arg.func.attr in ("items", "values", "keys") and not arg.args and \
+                not arg.keywords:
+            # sum(d.values()): the view is walked as a dict loop, into a list.
+            value = self.names.fresh("value")
+            arg = ast.copy_location(ast.ListComp(
+                elt=ast.Name(id=value, ctx=ast.Load()),
+                generators=[ast.comprehension(target=ast.Name(id=value, ctx=ast.Store()),
+                                              iter=arg, ifs=[], is_async=0)]), arg)
+            ast.fix_missing_locations(arg)
+        items = self.operand(arg, out)
+        acc = self.user_temp("total" if kind == "sum" else "best")
+        item = self.user_temp("item")
+        if kind == "sum":
+            first: ast.expr = start if start is not None else ast.Constant(value=0)
+            sequence: ast.expr = items
+            step: ast.expr = ast.BinOp(left=ast.Name(id=acc, ctx=ast.Load()), op=ast.Add(),
+                                       right=ast.Name(id=item, ctx=ast.Load()))
+        else:
+            first = ast.Subscript(value=clone(items), slice=ast.Constant(value=0),
+                                  ctx=ast.Load())
+            sequence = ast.Subscript(value=clone(items), slice=ast.Slice(
+                lower=ast.Constant(value=1), upper=None, step=None), ctx=ast.Load())
+            step = ast.Call(func=ast.Name(id=kind, ctx=ast.Load()),
+                            args=[ast.Name(id=acc, ctx=ast.Load()),
+                                  ast.Name(id=item, ctx=ast.Load())], keywords=[])
+        statements = [
+            ast.Assign(targets=[ast.Name(id=acc, ctx=ast.Store())], value=first),
+            ast.For(target=ast.Name(id=item, ctx=ast.Store()), iter=sequence,
+                    body=[ast.Assign(targets=[ast.Name(id=acc, ctx=ast.Store())], value=step)],
+                    orelse=[], type_comment=None)]
+        for st in statements:
+            for node in [st, *_walk_scope(st)]:
+                if isinstance(node, (ast.stmt, ast.expr)):
+                    ast.copy_location(node, expr)
+            ast.fix_missing_locations(st)
+            saved = self.origin
+            self.stmt(st, out)
+            self.origin = saved
+        return ast.copy_location(self.load(acc), expr)
+
+    def ifexp(self, expr: ast.IfExp, out) -> ast.expr:
+        """`a if c else b` becomes an if statement assigning one temporary."""
+        test = self.test(expr.test, out, "cond")
+        name = self.names.fresh("choice")
+        body, orelse = [], []
+        env, owned = dict(self.env), set(self.owned)
+        body_atom = self.atom(expr.body, body)
+        self.emit(body, _assign(name, body_atom), expr.body)
+        self.env, owned_body, self.owned = dict(env), self.owned, owned
+        else_atom = self.atom(expr.orelse, orelse)
+        self.emit(orelse, _assign(name, else_atom), expr.orelse)
+        self.env = env
+        self.owned &= owned_body
+        self.emit(out, ast.If(test=test, body=body, orelse=orelse), expr)
+        self.unversioned.add(name)
+        return ast.Name(id=name, ctx=ast.Load())
+
+    def index(self, index: ast.expr, out) -> ast.expr:
+        """Atoms inside a subscript: slices keep their shape, bounds become atoms."""
+        if isinstance(index, ast.Slice):
+            parts = {k: (self.atom(getattr(index, k), out) if getattr(index, k) is not None
+                         else None) for k in ("lower", "upper", "step")}
+            return ast.copy_location(ast.Slice(**parts), index)
+        if isinstance(index, ast.Tuple):
+            return ast.copy_location(ast.Tuple(elts=[self.index(e, out) for e in index.elts],
+                                               ctx=ast.Load()), index)
+        return self.atom(index, out)
+
+    def call(self, expr: ast.Call, out: List[ast.stmt]) -> ast.expr:
+        func = expr.func
+        derived = self.derivative_call(expr, out)
+        if derived is not None:
+            return derived
+        folded = self.builtin_reduction(expr, out)
+        if folded is not None:
+            return folded
+        if any(isinstance(a, ast.Starred) for a in expr.args) or any(
+                k.arg is None for k in expr.keywords):
+            ok, obj = self.resolver.static(func) if _dotted(func) and \
+                not self.resolver.is_local_chain(func) else (False, None)
+            node = self.rename_loads(expr)
+            expr_facts.note(node, opaque=True)
+            if ok:
+                expr_facts.note(node, callee=obj)
+            return node
+        if isinstance(func, ast.Name) and func.id in self.lambdas:
+            return self.lambda_call(expr, self.lambdas[func.id], out)
+        if _dotted(func) and not self.resolver.is_local_chain(func):
+            ok, obj = self.resolver.static(func)
+            if not ok:
+                raise self.err(func, f"name {ast.unparse(func)!r} is not defined",
+                               "Define it before calling the differentiated function.")
+            bound = _user_bound_call(obj)
+            if bound is not None:
+                return self.bound_call(expr, bound, out)
+            if isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields"):
+                return self.record(expr, obj, out)
+            rule = registry.lookup_function(obj)
+            opaque = rule is None and not registry.is_nondiff(obj) and \
+                not registry.is_constructor(obj)
+            args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out,
+                                                 pack=opaque)
+            node = ast.Call(func=clone(func), args=args, keywords=keywords)
+            expr_facts.note(node, callee=obj)
+            return ast.copy_location(node, expr)
+        if isinstance(func, ast.Attribute):
+            base = self.atom(func.value, out)
+            rule = registry.REGISTRY.methods.get(func.attr)
+            args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out,
+                                                 skip_first=True)
+            if func.attr in ("append", "insert", "extend"):
+                # xs.append((a, b)): the item gets a variable of its own, so that its
+                # adjoint (the list's last cotangent) is unpacked into a's and b's.
+                args = [self.operand(a, out) for a in expr.args]
+            method = ast.Attribute(value=base, attr=func.attr, ctx=ast.Load())
+            node = ast.Call(func=ast.copy_location(method, func), args=args, keywords=keywords)
+            expr_facts.note(node, method=func.attr)
+            return ast.copy_location(node, expr)
+        # Calling a local variable or the result of an expression.
+        callee = self.atom(func, out)
+        args = [self.operand(a, out) for a in expr.args]
+        keywords = [ast.keyword(arg=k.arg, value=self.operand(k.value, out))
+                    for k in expr.keywords]
+        return ast.copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)

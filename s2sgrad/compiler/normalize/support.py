@@ -1,0 +1,321 @@
+"""What the normaliser's parts share: walks of a scope, names assigned,
+returns lifted out of loops, and small facts about calls and names.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import types
+from typing import Dict, List, Optional, Set
+
+from ...rules import registry
+from ..aliases import AliasFacts
+from ..callables import bound_call
+from ..facts import expr_facts, stmt_facts
+from ..names import clone, name_nodes
+
+_OP_WORDS = {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "div",
+             ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow",
+             ast.MatMult: "at", ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor",
+             ast.LShift: "lshift", ast.RShift: "rshift"}
+
+
+_UNARY_WORDS = {ast.USub: "neg", ast.UAdd: "pos", ast.Not: "not", ast.Invert: "inv"}
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+_COMPOUND = (ast.If, ast.For, ast.While)
+
+
+def is_atom(node: ast.AST) -> bool:
+    if isinstance(node, (ast.Name, ast.Constant)):
+        return True
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(is_atom(e) for e in node.elts)
+    return bool(expr_facts.of(node).static)
+
+
+def _walk_scope(node: ast.AST) -> List[ast.AST]:
+    """The nodes under `node`, not entering nested functions, lambdas or classes
+    (depth first, last child first). A list: building it costs less than a
+    generator over `ast.iter_child_nodes` would."""
+    out: List[ast.AST] = []
+    todo = [node]
+    pop, push, append, AST = todo.pop, todo.append, out.append, ast.AST
+    while todo:
+        sub = pop()
+        if sub is not node:
+            append(sub)
+            if isinstance(sub, _SCOPES):
+                continue
+        for attr in sub._fields:  # its children, in ast.iter_child_nodes order
+            value = getattr(sub, attr, None)
+            if isinstance(value, AST):
+                push(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, AST):
+                        push(item)
+    return out
+
+
+def _assigned_names(nodes) -> Set[str]:
+    """Names stored or deleted in `nodes`, outside nested scopes (each node of
+    `nodes` itself is entered)."""
+    stored = (ast.Store, ast.Del)
+    return {n.id for node in nodes for n in (node, *_walk_scope(node))
+            if n.__class__ is ast.Name and isinstance(n.ctx, stored)}
+
+
+def _has(node: ast.AST, kinds, stop=()) -> bool:
+    todo = [node]
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, kinds):
+            return True
+        if sub is not node and isinstance(sub, _SCOPES + tuple(stop)):
+            continue
+        todo.extend(ast.iter_child_nodes(sub))
+    return False
+
+
+def _ends_in_jump(stmts: List[ast.stmt]) -> bool:
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, (ast.Return, ast.Break, ast.Continue, ast.Raise)):
+        return True
+    if isinstance(last, ast.If):
+        return _ends_in_jump(last.body) and _ends_in_jump(last.orelse)
+    return False
+
+
+def lift_jumps(stmts: List[ast.stmt], jumps) -> List[ast.stmt]:
+    """Move the code after a conditional jump into the branches that fall through.
+
+    Afterwards every `break`/`continue`/`return` of the given kinds is the last
+    statement of its block, so the adjoint can replay branches without flags.
+    """
+    out: List[ast.stmt] = []
+    for i, s in enumerate(stmts):
+        if isinstance(s, jumps):
+            out.append(s)
+            return out
+        if isinstance(s, ast.If) and _has(s, jumps, stop=(ast.For, ast.While)
+                                          if ast.Return not in jumps else ()):
+            rest = stmts[i + 1:]
+            s.body = lift_jumps(s.body + clone(rest), jumps)
+            s.orelse = lift_jumps(s.orelse + clone(rest), jumps)
+            out.append(s)
+            return out
+        out.append(s)
+    return out
+
+
+def _lambdas_bound_once(fdef: ast.FunctionDef, params: Set[str]) -> Dict[str, ast.Lambda]:
+    counts: Dict[str, int] = {}
+    lambdas: Dict[str, ast.Lambda] = {}
+    for node in _walk_scope(fdef):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            counts[node.id] = counts.get(node.id, 0) + 1
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Lambda):
+            lambdas[node.targets[0].id] = node.value
+    return {n: lam for n, lam in lambdas.items() if counts.get(n) == 1 and n not in params}
+
+
+def _user_bound_call(obj):
+    """What a bound method of an instance, a callable instance or a partial of a
+    user function runs (compiler.callables), or None (plain functions, library
+    callables, classmethods, Function.apply, derivatives)."""
+    if isinstance(obj, (types.FunctionType, type)) or not callable(obj):
+        return None
+    if isinstance(obj, types.MethodType) and isinstance(obj.__self__, type):
+        return None   # a classmethod (Function.apply among them)
+    bound = bound_call(obj)
+    if bound is None or getattr(bound.func, "__s2sgrad_derived__", None) is not None:
+        return None
+    module = (getattr(bound.func, "__module__", "") or "").split(".")[0]
+    if module in ("numpy", "scipy", "s2sgrad"):
+        return None
+    return bound
+
+
+def _header_loads(s: ast.stmt) -> Set[str]:
+    """Names a statement reads itself (a compound statement: its test or iterable)."""
+    part = s.test if isinstance(s, (ast.If, ast.While)) else \
+        s.iter if isinstance(s, ast.For) else s
+    return {n.id for n in name_nodes(part) if isinstance(n.ctx, ast.Load)}
+
+
+def _read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.stmt) -> bool:
+    """May `name` be read once `write` has run (later in the code, by the write itself,
+    or anywhere in a loop that encloses the write)?"""
+    position, loops = facts.where.require(write)
+    for s in _walk_scope(ast.Module(body=body, type_ignores=[])):
+        if not isinstance(s, ast.stmt) or s not in facts.where or \
+                name not in _header_loads(s):
+            continue
+        p, enclosing = facts.where.require(s)
+        if p >= position or loops & enclosing:
+            return True
+    return False
+
+
+def _snapshot_definitions(body: List[ast.stmt], name: str) -> None:
+    """Make every binding of `name` a copy (`StmtFact.snapshot`; loop targets: the
+    item the transform binds them to)."""
+    for s in _walk_scope(ast.Module(body=body, type_ignores=[])):
+        if isinstance(s, ast.Assign) and any(n.id == name for t in s.targets
+                                             for n in name_nodes(t)
+                                             if isinstance(n.ctx, ast.Store)):
+            stmt_facts.note(s, snapshot=True)
+        elif isinstance(s, ast.For) and name in {n.id for n in name_nodes(s.target)}:
+            stmt_facts.note(s, snapshot_targets=stmt_facts.of(s).snapshot_targets | {name})
+
+
+def _written_in_place(facts: AliasFacts) -> Set[str]:
+    out: Set[str] = set()
+    for name, stmt in facts.writes:
+        out.add(name)
+        out |= facts.affected(name, stmt)
+    return out
+
+
+_LIBRARIES = ("numpy", "scipy", "s2sgrad", "math", "builtins")
+
+
+def _is_api(obj, name: str) -> bool:
+    module = getattr(obj, "__module__", "") or ""
+    return module.startswith("s2sgrad") and getattr(obj, "__name__", None) == name
+
+
+def _dotted(node: ast.expr) -> bool:
+    """A plain dotted name such as np.linalg.norm (no calls or subscripts inside)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _is_sequence_call(obj) -> bool:
+    rule = registry.lookup_function(obj) if obj is not None else None
+    return bool(rule and rule.sequence)
+
+
+def _static_true(node: Optional[ast.expr], norm) -> bool:
+    """Whether a create_graph argument is True, known when compiling (absent: False)."""
+    if node is None:
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        return node.value
+    ok, value = norm.resolver.static(node) if _dotted(node) else (False, None)
+    if ok and isinstance(value, bool):
+        return value
+    raise norm.err(node, "create_graph must be True or False when the code is compiled",
+                   "Write create_graph=True (the result is differentiated further) or "
+                   "False (it is a constant to the outer derivative).")
+
+
+def _bind_functional(expr: ast.Call, maker: str, norm) -> dict:
+    """The arguments of a functional.<maker> call, by torch's parameter names."""
+    if maker in ("jacobian", "hessian"):
+        names = ["func", "inputs", "create_graph", "strict"]
+    else:
+        names = ["func", "inputs", "v", "create_graph", "strict"]
+    bound = dict(zip(names, expr.args))
+    for k in expr.keywords:
+        bound[k.arg] = k.value
+    if "func" not in bound or "inputs" not in bound:
+        raise norm.err(expr, f"functional.{maker} needs func and inputs")
+    return bound
+
+
+def _assign(name: str, value: ast.expr) -> ast.Assign:
+    return ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value,
+                      type_comment=None)
+
+
+def _loads(node: ast.AST) -> Set[str]:
+    return {n.id for n in name_nodes(node) if isinstance(n.ctx, ast.Load)}
+
+
+def _is_docstring(s: ast.stmt) -> bool:
+    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and \
+        isinstance(s.value.value, str)
+
+
+def _drop_trailing_continue(stmts):
+    if stmts and isinstance(stmts[-1], ast.Continue):
+        stmts = stmts[:-1]
+    for s in stmts:
+        if isinstance(s, ast.If):
+            s.body = _drop_trailing_continue(s.body) or [ast.copy_location(ast.Pass(), s)]
+            s.orelse = _drop_trailing_continue(s.orelse)
+    return stmts
+
+
+def _is_fresh(op: ast.expr, norm) -> bool:
+    """Does `op` always produce a new object (so in-place updates alias nothing)?"""
+    if isinstance(op, (ast.BinOp, ast.UnaryOp)):
+        return True
+    if isinstance(op, ast.Call):
+        callee = expr_facts.of(op).callee
+        if callee is not None:
+            if registry.returns_an_argument(callee):
+                return False
+            if registry.is_constructor(callee):
+                return True
+            rule = registry.lookup_function(callee)
+            return bool(rule and not rule.view)
+        method = expr_facts.of(op).method
+        if method == "copy":
+            return True
+    return False
+
+
+def _stem(op: ast.expr, norm) -> str:
+    """A readable name for the value `op` computes."""
+    def part(a):
+        if isinstance(a, ast.Name):
+            return a.id
+        if isinstance(a, ast.Constant) and isinstance(a.value, (int, float)) and \
+                not isinstance(a.value, bool):
+            return str(a.value).replace(".", "_").replace("-", "m")
+        return None
+
+    if isinstance(op, ast.BinOp):
+        word = _OP_WORDS.get(type(op.op), "op")
+        left, right = part(op.left), part(op.right)
+        if left and right and len(left) + len(right) + len(word) + 2 <= 18:
+            return f"{left}_{word}_{right}"
+        return f"{left}_{word}" if left and len(left) <= 12 else word
+    if isinstance(op, ast.UnaryOp):
+        word = _UNARY_WORDS.get(type(op.op), "op")
+        operand = part(op.operand)
+        return f"{word}_{operand}" if operand else word
+    if isinstance(op, ast.Call):
+        func = op.func
+        fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "call")
+        if fname.startswith("_s2s_"):  # a temporary named after a helper is not a helper
+            fname = fname[len("_s2s_"):]
+        if expr_facts.of(op).method:
+            base = part(func.value)
+            return f"{base}_{fname}" if base else fname
+        if fname == "apply" and isinstance(func, ast.Attribute):
+            cls = getattr(func.value, "id", None) or getattr(func.value, "attr", "apply")
+            fname = re.sub(r"(?<!^)(?=[A-Z])", "_", cls).lower()
+            fname = re.sub(r"_function$", "", fname) or "apply"
+        first = part(op.args[0]) if op.args else None
+        return f"{fname}_{first}" if first and len(first) <= 10 else fname
+    if isinstance(op, ast.Subscript):
+        base = part(op.value) or "item"
+        idx = part(op.slice)
+        return f"{base}_{idx}" if idx else f"{base}_item"
+    if isinstance(op, ast.Attribute):
+        base = part(op.value) or "attr"
+        return f"{base}_{op.attr}"
+    if isinstance(op, ast.Compare):
+        return "cmp"
+    return "t"

@@ -1,0 +1,66 @@
+"""Pass 6 — optimise: fold, propagate, prune, and link forward to adjoint.
+
+The transform and the inliner generate code mechanically; this pass makes it
+what a person would write: constants folded (`needs_input_grad`, default
+arguments), single-use temporaries substituted into their use, copies
+propagated, dead statements removed. It also decides what the forward keeps
+(the to-be-recorded analysis): a value is kept only if the adjoint reads it,
+and a variable's saved copies survive only if some rule reads the variable.
+
+The steps live in modules by what they work on (statements.py is what they all
+ask of statements; folding, liveness, copies, shapes, residuals, fusion); this
+module runs them in order.
+"""
+from __future__ import annotations
+
+from ..transform import Transformed
+from .copies import propagate_copies, substitute_single_use
+from .folding import fold_block, tidy
+from .fusion import fuse_adjoint_temporaries, fuse_forward_temporaries
+from .liveness import eliminate_dead
+from .residuals import drop_needless_inits, link_residuals, private_copies, prune_saves
+from .shapes import (
+    collapse_unbroadcast_chains,
+    elide_scalar_broadcasts,
+    product_shapes_from_operands,
+    share_shape_witnesses,
+)
+from .statements import fwd_params, param_list
+
+__all__ = [
+    "optimize", "collapse_unbroadcast_chains", "drop_needless_inits", "eliminate_dead",
+    "elide_scalar_broadcasts", "fold_block", "fuse_adjoint_temporaries",
+    "fuse_forward_temporaries", "fwd_params", "link_residuals", "param_list",
+    "private_copies", "product_shapes_from_operands", "propagate_copies", "prune_saves",
+    "share_shape_witnesses", "substitute_single_use", "tidy",
+]
+
+
+def optimize(t: Transformed) -> Transformed:
+    user_names = set(t.nf.resolver.locals)
+    for fdef in (t.forward, t.adjoint):
+        fdef.body = fold_block(fdef.body)
+    # The adjoint reads forward values by name, so a renaming applies to both.
+    propagate_copies(t.forward, user_names, also=(t.adjoint,), marks=t.marks)
+    propagate_copies(t.adjoint, user_names, marks=t.marks)
+    substitute_single_use(t.adjoint, t.marks)
+    collapse_unbroadcast_chains(t.adjoint)
+    product_shapes_from_operands(t.adjoint)
+    elide_scalar_broadcasts(t)
+    while True:
+        shared = share_shape_witnesses(t)
+        if shared:
+            t.adjoint.body = fold_block(t.adjoint.body)
+        pruned = prune_saves(t)
+        removed = eliminate_dead(t.adjoint, keep=set())
+        if not (shared or pruned or removed):
+            break
+    private_copies(t)
+    drop_needless_inits(t.forward, t.marks)
+    link_residuals(t)
+    eliminate_dead(t.forward, keep=set(t.nf.all_params))
+    fuse_forward_temporaries(t.forward, user_names, t.marks)
+    fuse_adjoint_temporaries(t.adjoint)
+    for fdef in (t.forward, t.adjoint):
+        fdef.body = tidy(fdef.body)
+    return t

@@ -1,0 +1,213 @@
+"""Copies and single-use temporaries: `a = b` between generated names is
+propagated, and a cotangent part read once goes into its reader.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Sequence, Set
+
+from ..facts import ResidualMarks
+from ..names import name_nodes
+from .statements import (
+    _BAR,
+    _PART,
+    _loads,
+    _remove_statement,
+    _Rename,
+    _simple_stores,
+    _stores,
+    _walk_statements,
+    assignment_sites,
+    fwd_params,
+)
+
+
+def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
+                     also: Sequence[ast.FunctionDef] = (),
+                     marks: Optional[ResidualMarks] = None) -> None:
+    """Drop `a = b` between generated names when both are assigned once, outside
+    loops (never a save or a restore: `marks`)."""
+    marks = ResidualMarks() if marks is None else marks
+    params = fwd_params(fdef)
+    changed = True
+    also_stores = set()
+    for other in also:
+        also_stores |= _stores(other)
+    loads_of: Optional[Dict[str, List[ast.Name]]] = None
+    while changed:
+        changed = False
+        counts = assignment_sites(fdef.body)
+        renamed: Set[str] = set()
+        mapping: Dict[str, str] = {}
+        for s in _walk_statements(fdef.body):
+            if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
+                    isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name)):
+                continue
+            a, b = s.targets[0].id, s.value.id
+            if a in user_names or a in params or counts.get(a) != 1 or _PART.match(b) or \
+                    _BAR.match(a):
+                continue
+            if counts.get(b, 0) > 1 or (b in params and counts.get(b, 0) > 0):
+                continue
+            mark = marks.of(s)
+            if mark.restore_of or mark.save_of:
+                continue
+            if a in also_stores or b in also_stores or a in renamed or b in renamed:
+                continue  # one renaming per name and round: counts stay valid
+            _remove_statement(fdef.body, s)
+            mapping[a] = b
+            renamed |= {a, b}
+            changed = True
+        if mapping:
+            if loads_of is None:
+                # Each name's reads, found once: from here on names change in place
+                # (n.id) and statements leave, nothing else.
+                loads_of = {}
+                for target in (fdef, *also):
+                    for n in name_nodes(target):
+                        if n.ctx.__class__ is ast.Load:
+                            loads_of.setdefault(n.id, []).append(n)
+            for a, b in mapping.items():  # (no b is also renamed: see `renamed`)
+                for n in loads_of.pop(a, ()):
+                    n.id = b
+                    loads_of.setdefault(b, []).append(n)
+
+
+# -- single-use temporaries -----------------------------------------------------
+def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] = None) -> None:
+    """`x_bar_part = E; x_bar = x_bar + x_bar_part` -> `x_bar = x_bar + E`.
+
+    Also propagates block-local copies between adjoints (`a_bar = b_bar` whose
+    uses all follow in the same block before b_bar changes).
+    """
+    marks = ResidualMarks() if marks is None else marks
+    while True:
+        dropped: List[int] = []
+        fdef.body = _drop_self_assignments(fdef.body, dropped, marks)
+        occurrences: Dict[str, int] = {}
+        load_counts: Dict[str, int] = {}
+        for n in name_nodes(fdef):
+            occurrences[n.id] = occurrences.get(n.id, 0) + 1
+            if isinstance(n.ctx, ast.Load):
+                load_counts[n.id] = load_counts.get(n.id, 0) + 1
+        # Keeps both counts as they are after the copies it propagates.
+        copies = _propagate_local_copies(fdef.body, fdef, occurrences, load_counts)
+        counts: Dict[str, int] = {}
+        for s in _walk_statements(fdef.body):
+            for n in _simple_stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
+                counts[n] = counts.get(n, 0) + 1
+        substituted = _substitute_in_block(fdef.body, load_counts, counts)
+        if not (dropped or copies or substituted):
+            return
+
+
+def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[int],
+                           marks: ResidualMarks) -> List[ast.stmt]:
+    """`x_bar = x_bar` is what an identity contribution leaves behind."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
+                s.targets[0].id == s.value.id and marks.of(s).slot is None:
+            dropped.append(1)
+            continue
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                setattr(s, attr, _drop_self_assignments(inner, dropped, marks))
+        out.append(s)
+    return out
+
+
+def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
+                            occurrences: Dict[str, int], load_counts: Dict[str, int]) -> int:
+    """`occurrences`: how often each name occurs in fdef (`load_counts`: is read),
+    kept up to date."""
+    done = 0
+    for s in stmts:
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                done += _propagate_local_copies(inner, fdef, occurrences, load_counts)
+    # The Name nodes of each statement of this block, found once: below, names
+    # change in place (n.id) and statements leave the block, nothing else.
+    nodes: Dict[ast.stmt, List[ast.Name]] = {}
+    i = 0
+    while i < len(stmts):
+        s = stmts[i]
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
+                _BAR.match(s.targets[0].id) and _BAR.match(s.value.id):
+            a, b = s.targets[0].id, s.value.id
+            reads = _copy_is_local(stmts, i, a, b, occurrences.get(a, 0), nodes)
+            if reads is not None:
+                # These are all the reads of a (its occurrences are counted): after
+                # this copy, in this block.
+                for n in reads:
+                    n.id = b
+                del stmts[i]  # (with its store of a and read of b)
+                occurrences[b] = occurrences.get(b, 0) + occurrences.get(a, 0) - 2
+                occurrences[a] = 0
+                load_counts[b] = load_counts.get(b, 0) + len(reads) - 1
+                load_counts[a] = 0
+                done += 1
+                continue
+        i += 1
+    return done
+
+
+def _copy_is_local(stmts, i, a, b, total: int,
+                   nodes: Dict[ast.stmt, List[ast.Name]]) -> Optional[List[ast.Name]]:
+    """Every read of `a` comes after stmts[i] in this block, before `b` or `a` change:
+    those reads (Name nodes), else None.
+
+    `total` is how often `a` occurs in the whole function; `nodes` the Name
+    nodes of statements of the block, as far as known."""
+    seen: List[ast.Name] = []
+    Load = ast.Load
+    for s in stmts[i + 1:]:
+        names = nodes.get(s)
+        if names is None:
+            names = nodes[s] = name_nodes(s)
+        reads = [n for n in names if n.id == a and n.ctx.__class__ is Load]
+        if reads and isinstance(s, (ast.If, ast.For, ast.While)):
+            return None
+        seen += reads
+        if len(seen) == total - 1:
+            return seen
+        if _simple_stores(s, names) & {a, b}:
+            return None
+    return seen if len(seen) == total - 1 else None
+
+
+def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> int:
+    done = 0
+    i = 0
+    while i < len(stmts):
+        s = stmts[i]
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                done += _substitute_in_block(inner, load_counts, counts)
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and _PART.match(s.targets[0].id) and \
+                counts.get(s.targets[0].id) == 1 and load_counts.get(s.targets[0].id) == 1:
+            name = s.targets[0].id
+            reads = set(_loads(s.value))
+            for j in range(i + 1, len(stmts)):
+                use = stmts[j]
+                if not isinstance(use, (ast.Assign, ast.AugAssign, ast.Return)):
+                    break
+                if isinstance(use, ast.AugAssign) and isinstance(use.target, ast.Name) and \
+                        use.target.id in reads:
+                    break
+                if name in _loads(use.value):
+                    _Rename(name, s.value).visit(use)
+                    del stmts[i]
+                    i -= 1
+                    done += 1
+                    break
+                if _simple_stores(use) & (reads | {name}):
+                    break
+        i += 1
+    return done

@@ -1,0 +1,154 @@
+"""Constant folding (`needs_input_grad`, default arguments, `x ** 1`) and the
+last tidy-up (empty blocks, `pass`).
+"""
+from __future__ import annotations
+
+import ast
+from typing import List, Optional
+
+from ..marks import is_comment
+from ..names import clone
+from .statements import _pure
+
+
+# -- constant folding -----------------------------------------------------------
+def _is_constant(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_is_constant(e) for e in node.elts)
+    return False
+
+
+def _evaluable(node: ast.AST) -> bool:
+    """An operation on constants (children are folded first, so one level suffices)."""
+    if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp)):
+        return all(_is_constant(c) for c in ast.iter_child_nodes(node)
+                   if not isinstance(c, (ast.operator, ast.unaryop, ast.cmpop, ast.boolop)))
+    return False
+
+
+def _to_ast(value) -> Optional[ast.expr]:
+    if isinstance(value, tuple):
+        elts = [_to_ast(v) for v in value]
+        return None if any(e is None for e in elts) else ast.Tuple(elts=elts, ctx=ast.Load())
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return ast.Constant(value=value)
+    return None
+
+
+_FOLDABLE = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp)
+
+
+# Nodes `_fold` returns as they are (no children, or none it folds).
+_FOLD_LEAVES = {ast.Name, ast.Constant, *ast.expr_context.__subclasses__(),
+                *ast.operator.__subclasses__(), *ast.unaryop.__subclasses__(),
+                *ast.cmpop.__subclasses__(), *ast.boolop.__subclasses__()}
+
+
+def _fold(node: ast.AST) -> ast.AST:
+    """Fold constant subexpressions of `node`, children first.
+
+    A hand-written recursion rather than a NodeTransformer: folding visits every
+    node of both functions, and the visitor's dispatch was most of its cost."""
+    for field in node._fields:
+        value = getattr(node, field, None)
+        if value.__class__ is list:
+            for i, item in enumerate(value):
+                if isinstance(item, ast.AST) and item.__class__ not in _FOLD_LEAVES:
+                    new = _fold(item)
+                    if new is not item:
+                        value[i] = new
+        elif isinstance(value, ast.AST) and value.__class__ not in _FOLD_LEAVES:
+            new = _fold(value)
+            if new is not value:
+                setattr(node, field, new)
+    if isinstance(node, _FOLDABLE) and _evaluable(node):
+        try:
+            value = eval(compile(ast.Expression(body=ast.fix_missing_locations(
+                clone(node))), "<fold>", "eval"), {"__builtins__": {}})
+        except Exception:  # noqa: BLE001 - folding is best effort
+            return node
+        new = _to_ast(value)
+        return node if new is None else ast.copy_location(new, node)
+    cls = node.__class__
+    if cls is ast.Call:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "len" and len(node.args) == 1 \
+                and isinstance(node.args[0], (ast.Tuple, ast.List)) and not node.keywords:
+            return ast.copy_location(ast.Constant(value=len(node.args[0].elts)), node)
+        if isinstance(func, ast.Name) and func.id == "_s2s_zeros_like" and \
+                len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and \
+                isinstance(node.args[0].value, (int, float)):
+            return ast.copy_location(ast.Constant(value=0.0), node)
+    elif cls is ast.Subscript:
+        if isinstance(node.value, ast.Tuple) and isinstance(node.slice, ast.Constant) and \
+                isinstance(node.slice.value, int) and isinstance(node.ctx, ast.Load):
+            n = len(node.value.elts)
+            if -n <= node.slice.value < n:
+                return node.value.elts[node.slice.value]
+    elif cls is ast.BinOp:
+        if isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant) and \
+                node.right.value == 1 and not isinstance(node.right.value, bool):
+            return node.left
+    return node
+
+
+def fold_block(stmts: List[ast.stmt]) -> List[ast.stmt]:
+    out: List[ast.stmt] = []
+    for s in stmts:
+        # Compound statements: fold only their header here; their bodies below.
+        if isinstance(s, (ast.If, ast.While)):
+            s.test = _fold(s.test)
+        elif isinstance(s, ast.For):
+            s.iter = _fold(s.iter)
+        else:
+            s = _fold(s)
+        if isinstance(s, ast.If):
+            if _is_constant(s.test):
+                out += fold_block(s.body if ast.literal_eval(s.test) else s.orelse)
+                continue
+            s.body = fold_block(s.body) or [ast.Pass()]
+            s.orelse = fold_block(s.orelse)
+        elif isinstance(s, (ast.For, ast.While)):
+            s.body = fold_block(s.body) or [ast.Pass()]
+        out.append(s)
+    return out
+
+
+# -- tidy -----------------------------------------------------------------------
+def tidy(stmts: List[ast.stmt]) -> List[ast.stmt]:
+    """Remove empty branches and loops, and comments left with nothing to describe."""
+    out: List[ast.stmt] = []
+    for s in stmts:
+        if isinstance(s, ast.If):
+            s.body = tidy(s.body)
+            s.orelse = tidy(s.orelse)
+            if not _has_code(s.body) and not _has_code(s.orelse):
+                continue
+            if not _has_code(s.body):
+                s.test = ast.UnaryOp(op=ast.Not(), operand=s.test)
+                s.body, s.orelse = s.orelse, []
+            if not _has_code(s.orelse):
+                s.orelse = []
+            if not s.body:
+                s.body = [ast.Pass()]
+        elif isinstance(s, ast.For):
+            s.body = tidy(s.body)
+            if not _has_code(s.body):
+                if _pure(s.iter):
+                    continue
+                s.body = [ast.Pass()]
+        elif isinstance(s, ast.While):
+            s.body = tidy(s.body) or [ast.Pass()]
+        elif isinstance(s, ast.Pass):
+            continue
+        out.append(s)
+    # A comment must describe the code that follows it (a return is not that code).
+    return [s for i, s in enumerate(out)
+            if not (is_comment(s) and (i + 1 == len(out) or is_comment(out[i + 1]) or
+                                       isinstance(out[i + 1], ast.Return)))]
+
+
+def _has_code(stmts) -> bool:
+    return any(not is_comment(s) and not isinstance(s, ast.Pass) for s in stmts)

@@ -1,0 +1,98 @@
+"""Liveness over structured code and dead-statement elimination.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Set
+
+from .statements import _Names, _pure, _walk_statements
+
+
+def _uses(s: ast.stmt, names: _Names) -> Set[str]:
+    used = set(names.loads(s))
+    if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+        used.add(s.target.id)
+    # Putting items back into x (or popping from a list) writes into the object x is
+    # bound to: a use of x, so that the restore binding x back to the array the
+    # forward wrote into stays (else the items go into whatever x was rebound to,
+    # an argument or a global).
+    return used
+
+
+def _live_block(stmts: List[ast.stmt], live_out: Set[str], record: Dict[ast.stmt, Set[str]],
+                names: _Names):
+    """Backward liveness over structured code; records the live set after each statement."""
+    live = set(live_out)
+    for s in reversed(stmts):
+        record[s] = set(live)
+        live = _live_statement(s, live, record, names)
+    return live
+
+
+def _live_statement(s, live_after: Set[str], record, names: _Names) -> Set[str]:
+    if isinstance(s, ast.If):
+        return (_live_block(s.body, live_after, record, names) |
+                _live_block(s.orelse, live_after, record, names) | set(names.loads(s.test)))
+    if isinstance(s, (ast.For, ast.While)):
+        header = set(names.loads(s.iter if isinstance(s, ast.For) else s.test))
+        head = set(live_after) | header
+        while True:
+            body_in = _live_block(s.body, head, record, names)
+            if isinstance(s, ast.For):
+                body_in -= names.stores(s.target)
+            new_head = set(live_after) | body_in | header
+            if new_head == head:
+                return head
+            head = new_head
+    return (live_after - names.stores(s)) | _uses(s, names)
+
+
+def eliminate_dead(fdef: ast.FunctionDef, keep: Set[str]) -> bool:
+    """Remove pure assignments nobody reads; True if anything was removed."""
+    removed_any = False
+    names = _Names()  # statements only leave the function below
+    while True:
+        used: Dict[str, int] = {}
+        for s in _walk_statements(fdef.body):
+            node = s
+            if isinstance(s, (ast.If, ast.While)):
+                node = s.test
+            elif isinstance(s, ast.For):
+                node = s.iter
+            for n in names.loads(node):
+                used[n] = used.get(n, 0) + 1
+            if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name) and \
+                    not _pure(s.value):
+                # `v_bar += xs_bar.pop()` stays for its effect, so it reads v_bar.
+                used[s.target.id] = used.get(s.target.id, 0) + 1
+        removed = _remove_dead(fdef.body, used, keep, names)
+        if not removed:
+            return removed_any
+        removed_any = True
+
+
+def _remove_dead(stmts: List[ast.stmt], used, keep, names: _Names) -> bool:
+    removed = False
+    i = 0
+    while i < len(stmts):
+        s = stmts[i]
+        dead = False
+        if isinstance(s, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple))
+                                             for t in s.targets):
+            targets = names.stores(s)
+            if targets and not any(used.get(n, 0) > 0 or n in keep for n in targets) and \
+                    _pure(s.value):
+                dead = True
+        elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+            if used.get(s.target.id, 0) <= 0 and s.target.id not in keep and _pure(s.value):
+                dead = True
+        if dead:
+            del stmts[i]
+            removed = True
+            continue
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                removed |= _remove_dead(inner, used, keep, names)
+        i += 1
+    return removed

@@ -1,0 +1,190 @@
+"""What the forward keeps for the adjoint: saves nobody restores are pruned,
+the adjoint gets private copies of what it writes back into, and the forward
+returns exactly the values the adjoint reads (a shape and dtype where only
+those are read).
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, Optional, Set
+
+from ..facts import ResidualMarks
+from ..names import walk
+from ..transform import Transformed
+from .liveness import _live_block
+from .statements import (
+    _SHAPE_ARGS,
+    _SHAPE_FUNCS,
+    _definitely_assigned,
+    _drop_marked,
+    _header_parts,
+    _loads,
+    _Names,
+    _walk_statements,
+    fwd_params,
+    param_list,
+)
+
+
+# -- to-be-recorded: saves the adjoint never needs --------------------------------
+def prune_saves(t: Transformed) -> bool:
+    """Drop saved copies whose restored value nothing reads afterwards.
+
+    A restore is dead when its variable is not live after it in the adjoint. A
+    stack is dropped only when every pop of it is dead (its pushes and pops must
+    stay paired); a single saved copy is dropped on its own.
+    """
+    live_after: Dict[ast.stmt, Set[str]] = {}
+    names = _Names()  # nothing changes until the drops below
+    _live_block(t.adjoint.body, set(), live_after, names)
+    slots: Dict[str, bool] = {}
+    for s in _walk_statements(t.adjoint.body):
+        mark = t.marks.of(s)
+        var = mark.restore_of
+        if var is None:
+            continue
+        slot = mark.slot
+        dead = var not in live_after.get(s, set())
+        slots[slot] = slots.get(slot, True) and dead
+    # A saved copy read directly (x op= v reads its slot) is needed whatever the restores.
+    read_outside: Set[str] = set()
+    for s in _walk_statements(t.adjoint.body):
+        if t.marks.of(s).slot is None:
+            for part in _header_parts(s):
+                read_outside.update(names.loads(part))
+                read_outside |= names.stores(part)
+    dropped = {slot for slot, dead in slots.items() if dead and slot not in read_outside}
+    if not dropped:
+        return False
+    def slot(s):
+        return t.marks.of(s).slot
+
+    def init_of(s):
+        return t.marks.of(s).init_of
+    t.adjoint.body = _drop_marked(t.adjoint.body, slot, dropped)
+    t.forward.body = _drop_marked(t.forward.body, slot, dropped)
+    forward = _walk_statements(t.forward.body)
+    still_saved = {t.marks.of(s).save_of for s in forward}
+    inits = {init_of(s) for s in forward} - still_saved - {None}
+    t.forward.body = _drop_marked(t.forward.body, init_of, inits)
+    return True
+
+
+def private_copies(t: Transformed) -> None:
+    """The adjoint puts overwritten items back into its own copy of an array (or
+    list) and pops its own copy of each stack, never the forward's, so the
+    pullback can run many times."""
+    names = []
+    for s in _walk_statements(t.adjoint.body):
+        var = t.marks.of(s).restore_item
+        if var is not None and var not in names:
+            names.append(var)
+        stack = _popped_stack(s, t.marks)
+        if stack is not None and stack not in names:
+            names.append(stack)
+    copies = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())],
+                         value=ast.Call(func=ast.Name(id="_s2s_copy_value", ctx=ast.Load()),
+                                        args=[ast.Name(id=n, ctx=ast.Load())], keywords=[]),
+                         type_comment=None) for n in names]
+    t.adjoint.body[:0] = copies
+
+
+def _popped_stack(s: ast.stmt, marks: ResidualMarks) -> Optional[str]:
+    """`v = stack.pop()` restoring a saved value: the adjoint pops its own copy."""
+    if marks.of(s).restore_of is None or not isinstance(s, ast.Assign):
+        return None
+    value = s.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and \
+            value.func.attr == "pop" and isinstance(value.func.value, ast.Name):
+        return value.func.value.id
+    return None
+
+
+def drop_needless_inits(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] = None) -> None:
+    """`v = None` exists so that saving v before its first assignment works; it is
+    not needed where v is always assigned before any statement that saves it."""
+    marks = ResidualMarks() if marks is None else marks
+    inits = {marks.of(s).init_of: s for s in fdef.body if marks.of(s).init_of is not None}
+    if not inits:
+        return
+    params = fwd_params(fdef)
+    assigned = set(params)
+    needed: Set[str] = set()
+    for s in fdef.body:
+        if marks.of(s).init_of is not None:
+            continue
+        for sub in _walk_statements([s]):
+            var = marks.of(sub).save_of
+            if var in inits and var not in assigned:
+                needed.add(var)
+        assigned = _definitely_assigned([s], assigned)
+    fdef.body = [s for s in fdef.body
+                 if marks.of(s).init_of is None or marks.of(s).init_of in needed]
+
+
+# -- residuals --------------------------------------------------------------------
+def link_residuals(t: Transformed) -> None:
+    """The forward returns exactly the values the adjoint reads; the adjoint unpacks them."""
+    fwd, adj = t.forward, t.adjoint
+    adj_args = {a.arg for a in adj.args.args}
+    defined: Dict[str, None] = {a: None for a in param_list(fwd)}
+    names = _Names()  # of the forward's statements before its return, which stay
+    for s in _walk_statements(fwd.body):
+        stored: Set[str] = set()
+        for part in _header_parts(s):
+            stored |= names.stores(part)
+        for n in sorted(stored):
+            defined.setdefault(n, None)
+    reads = set(_loads(adj)) - adj_args
+    residuals = [n for n in defined if n in reads]
+    # A value the adjoint reads only for its shape is kept as shape and dtype.
+    restored = {t.marks.of(s).restore_of for s in _walk_statements(adj.body)}
+    only_shape = _shape_only_names(adj)
+    shape_only = {n for n in residuals if n not in restored and n not in fwd_params(fwd)
+                  and n in only_shape}
+    ret = fwd.body[-1]
+    ret.value.elts[1] = ast.Tuple(elts=[_kept(n, n in shape_only) for n in residuals],
+                                  ctx=ast.Load())
+    if residuals:
+        unpack = ast.Assign(targets=[ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store())
+                                                     for n in residuals], ctx=ast.Store())],
+                            value=ast.Name(id=t.residuals, ctx=ast.Load()), type_comment=None)
+        adj.body.insert(0, unpack)
+    assigned = _definitely_assigned(fwd.body[:-1], fwd_params(fwd), names)
+    maybe_undefined = [n for n in residuals if n not in assigned]
+    inits = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())],
+                        value=ast.Constant(value=None), type_comment=None)
+             for n in maybe_undefined]
+    fwd.body[:0] = inits
+    t.residual_names = residuals
+
+
+def _kept(name: str, shape_only: bool) -> ast.expr:
+    value = ast.Name(id=name, ctx=ast.Load())
+    if shape_only:
+        return ast.Call(func=ast.Name(id="_s2s_meta", ctx=ast.Load()), args=[value], keywords=[])
+    return value
+
+
+def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
+    """Names every read of which (in fdef) uses only their shape and dtype."""
+    allowed = set()
+    for node in walk(fdef):
+        if isinstance(node, ast.Call):
+            func = node.func
+            index = None
+            if isinstance(func, ast.Name) and func.id in _SHAPE_ARGS:
+                index = _SHAPE_ARGS[func.id]
+            elif isinstance(func, ast.Attribute) and func.attr in _SHAPE_FUNCS and \
+                    isinstance(func.value, ast.Name) and func.value.id in ("np", "numpy",
+                                                                          "_s2s_np"):
+                index = 0
+            if index is not None and len(node.args) > index:
+                allowed.add(node.args[index])
+        elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim", "dtype", "size"):
+            allowed.add(node.value)
+    good: Dict[str, bool] = {}
+    for n in walk(fdef):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            good[n.id] = good.get(n.id, True) and n in allowed
+    return {name for name, ok in good.items() if ok}

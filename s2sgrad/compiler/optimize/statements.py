@@ -1,0 +1,306 @@
+"""What every optimisation step asks of statements: the names they read and
+write, walking nested blocks, purity, definite assignment, the compiler's
+naming patterns for cotangents.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from typing import Dict, Iterable, List, Optional, Set
+
+from ..names import clone, name_nodes, walk
+
+_PART = re.compile(r".*_bar_part(_\d+)?$")
+
+
+# The compiler's names for cotangents; anything else in an adjoint (a Function's
+# vjp locals such as `grad_input`) is the user's and stays.
+_COTANGENT = re.compile(r".*_bar(_part)?(_\d+)?$")
+
+
+_BAR = re.compile(r".*_bar(_\d+)?$")
+
+
+_PURE_BUILTINS = {"len", "range", "min", "max", "slice", "tuple", "abs", "float", "int",
+                  "reversed", "list", "sum", "isinstance"}
+
+
+_IMPURE_METHODS = {"pop", "append", "extend", "insert", "remove", "clear", "sort", "fill",
+                   "put", "resize", "itemset", "setdefault", "update", "reverse"}
+
+
+_IMPURE_HELPERS = {"_s2s_add_at", "_s2s_Context"}
+
+
+# -- assignment counting --------------------------------------------------------------
+def assignment_sites(stmts: Iterable[ast.stmt], in_loop: bool = False,
+                     counts: Optional[Dict[str, int]] = None) -> Dict[str, int]:
+    """How often each name may be assigned (a site inside a loop counts twice)."""
+    counts = {} if counts is None else counts
+    for s in stmts:
+        weight = 2 if in_loop else 1
+        if isinstance(s, (ast.For, ast.While)):
+            for n in _stores(getattr(s, "target", None)):
+                counts[n] = counts.get(n, 0) + 2
+            assignment_sites(s.body, True, counts)
+            continue
+        if isinstance(s, ast.If):
+            assignment_sites(s.body, in_loop, counts)
+            assignment_sites(s.orelse, in_loop, counts)
+            continue
+        for n in _simple_stores(s):
+            counts[n] = counts.get(n, 0) + weight
+    return counts
+
+
+def _stores(node) -> Set[str]:
+    if node is None:
+        return set()
+    return {n.id for n in name_nodes(node)
+            if isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
+def _loads(node) -> List[str]:
+    return [n.id for n in name_nodes(node) if isinstance(n.ctx, ast.Load)]
+
+
+class _Names:
+    """`_loads` and `_stores` of nodes, each node walked once: for use while the
+    nodes asked about do not change (statements may leave the function). The
+    lists and sets returned are shared: do not modify them."""
+
+    def __init__(self):
+        self._known: Dict[ast.AST, tuple] = {}  # nodes hash by identity
+
+    def _get(self, node) -> tuple:
+        known = self._known.get(node)
+        if known is None:
+            loads: List[str] = []
+            stores: Set[str] = set()
+            for n in name_nodes(node):
+                if isinstance(n.ctx, ast.Load):
+                    loads.append(n.id)
+                elif isinstance(n.ctx, (ast.Store, ast.Del)):
+                    stores.add(n.id)
+            known = self._known[node] = (loads, stores)
+        return known
+
+    def loads(self, node) -> List[str]:
+        return self._get(node)[0]
+
+    def stores(self, node) -> Set[str]:
+        return self._get(node)[1]
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, old: str, new: ast.expr):
+        self.old, self.new = old, new
+
+    def visit_Name(self, node):
+        if node.id == self.old and isinstance(node.ctx, ast.Load):
+            return ast.copy_location(clone(self.new), node)
+        return node
+
+
+def _walk_statements(stmts) -> List[ast.stmt]:
+    """Every statement in `stmts` and in their blocks, in order (a list: no caller
+    changes the blocks while it goes through them)."""
+    out: List[ast.stmt] = []
+    _collect_statements(stmts, out.append)
+    return out
+
+
+def _collect_statements(stmts, append) -> None:
+    for s in stmts:
+        append(s)
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list):
+                _collect_statements(inner, append)
+
+
+def _remove_statement(stmts: List[ast.stmt], target: ast.stmt) -> bool:
+    for i, s in enumerate(stmts):
+        if s is target:
+            del stmts[i]
+            return True
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and _remove_statement(inner, target):
+                return True
+    return False
+
+
+def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[str]:
+    """Names a simple statement assigns (cheaper than walking it). `names`, if
+    given, are the Name nodes of `s`."""
+    if isinstance(s, ast.Assign):
+        out: Set[str] = set()
+        for t in s.targets:
+            out |= {t.id} if isinstance(t, ast.Name) else _stores(t)
+        return out
+    if isinstance(s, ast.AugAssign):
+        return {s.target.id} if isinstance(s.target, ast.Name) else set()
+    if isinstance(s, ast.Return):
+        return set()
+    if names is not None:
+        return {n.id for n in names if isinstance(n.ctx, (ast.Store, ast.Del))}
+    return _stores(s)
+
+
+def _name_counts(fdef: ast.FunctionDef) -> tuple:
+    """(reads per name, assignments per name, names the final return reads) of fdef."""
+    loads: Dict[str, int] = {}
+    for n in _loads(fdef):
+        loads[n] = loads.get(n, 0) + 1
+    counts: Dict[str, int] = {}
+    for s in _walk_statements(fdef.body):
+        for n in _stores(_header(s)):
+            counts[n] = counts.get(n, 0) + 1
+    returned = set(_loads(fdef.body[-1])) if fdef.body and \
+        isinstance(fdef.body[-1], ast.Return) else set()
+    return loads, counts, returned
+
+
+def _mutates(s, names: Set[str]) -> bool:
+    """Does s write into (not rebind) one of names: x[i] = v, x += v, xs.append(v)?"""
+    for node in walk(s):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
+                isinstance(node.value, ast.Name) and node.value.id in names:
+            return True
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and \
+                node.target.id in names:
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name) and node.func.value.id in names and \
+                node.func.attr in _IMPURE_METHODS:
+            return True
+    return False
+
+
+def _header(s: ast.stmt) -> ast.AST:
+    """The part of a statement that is not a nested block."""
+    if isinstance(s, (ast.If, ast.While)):
+        return s.test
+    if isinstance(s, ast.For):
+        return ast.Tuple(elts=[s.target, s.iter], ctx=ast.Load())
+    return s
+
+
+def _header_parts(s: ast.stmt) -> tuple:
+    """The nodes that make `_header(s)` (which, for a loop, is a new node)."""
+    if isinstance(s, (ast.If, ast.While)):
+        return (s.test,)
+    if isinstance(s, ast.For):
+        return (s.target, s.iter)
+    return (s,)
+
+
+def _drop_marked(stmts, key, dropped) -> List[ast.stmt]:
+    """stmts without the statements whose `key(s)` is in dropped, at any depth."""
+    out = []
+    for s in stmts:
+        if key(s) in dropped:
+            continue
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                setattr(s, attr, _drop_marked(inner, key, dropped))
+        out.append(s)
+    return out
+
+
+# -- dead code ------------------------------------------------------------------
+def _pure(node: ast.AST) -> bool:
+    for sub in walk(node):
+        if isinstance(sub, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
+            return False
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if isinstance(func, ast.Name):
+                if func.id in _IMPURE_HELPERS:
+                    return False
+                if not (func.id.startswith("_s2s_") or func.id in _PURE_BUILTINS):
+                    return False
+            elif isinstance(func, ast.Attribute):
+                if func.attr in _IMPURE_METHODS:
+                    return False
+                root = func
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if not (isinstance(root, ast.Name) and root.id in ("np", "numpy", "_s2s_np")) \
+                        or ".random." in ast.unparse(func):
+                    return False
+            else:
+                return False
+    return True
+
+
+def param_list(fdef: ast.FunctionDef) -> List[str]:
+    """Every parameter of a generated function, in order (keyword-only ones too: the
+    adjoint reads them like any value the forward had)."""
+    a = fdef.args
+    return [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+
+
+def fwd_params(fdef: ast.FunctionDef) -> Set[str]:
+    return set(param_list(fdef))
+
+
+# Where reading a value needs only its shape and dtype.
+_SHAPE_ARGS = {"_s2s_unbroadcast": 1, "_s2s_zeros_like": 0, "_s2s_expand_reduced": 1,
+               "_s2s_reduced_count": 0}
+
+
+_SHAPE_FUNCS = {"shape", "ndim", "size"}
+
+
+def _definitely_assigned(stmts, assigned: Set[str],
+                         names: Optional[_Names] = None) -> Set[str]:
+    out = set(assigned)
+    for s in stmts:
+        if isinstance(s, ast.If):
+            out |= _definitely_assigned(s.body, out, names) & \
+                _definitely_assigned(s.orelse, out, names)
+        elif isinstance(s, (ast.For, ast.While)):
+            continue
+        else:
+            out |= _stores(s) if names is None else names.stores(s)
+    return out
+
+
+def _plain_assignment(s: ast.stmt) -> bool:
+    """`a = E`, `a, b = E` or `a += E` with E pure and writing into nothing."""
+    if isinstance(s, ast.Assign):
+        simple = all(isinstance(t, ast.Name) or
+                     (isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts))
+                     for t in s.targets)
+    elif isinstance(s, ast.AugAssign):
+        simple = isinstance(s.target, ast.Name)
+    else:
+        return False
+    return simple and _writes_nothing(s.value)
+
+
+def _writes_nothing(value: ast.expr) -> bool:
+    """Pure (see _pure), and no `out=` or `ufunc.at`, which _pure does not look for."""
+    return _pure(value) and not any(
+        (isinstance(n, ast.keyword) and n.arg == "out") or
+        (isinstance(n, ast.Attribute) and n.attr == "at") for n in walk(value))
+
+
+def _blocks(stmts: List[ast.stmt]) -> Iterable[List[ast.stmt]]:
+    """stmts and every statement list nested in it."""
+    yield stmts
+    for s in stmts:
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                yield from _blocks(inner)
+
+
+def _is_pop(value: ast.expr) -> bool:
+    """`stack.pop()`: takes a saved value off a stack, touching no cotangent."""
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and \
+        value.func.attr == "pop" and isinstance(value.func.value, ast.Name) and \
+        not value.args and not value.keywords
