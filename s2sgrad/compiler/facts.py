@@ -123,22 +123,21 @@ class ExprFact:
 NO_FACT = ExprFact()
 
 
-class ExprFacts:
-    """ExprFact per expression node, held weakly: a fact goes with its node, and a
-    node a pass builds anew has none until a pass says so (`carry` copies the
-    facts of an expression to its copy, node by node)."""
+class NodeFacts(Generic[T]):
+    """One frozen fact record per node, held weakly: a fact goes with its node, and
+    a node a pass builds anew has none until a pass says so."""
 
-    def __init__(self):
-        self._facts: "weakref.WeakKeyDictionary[ast.AST, ExprFact]" = \
-            weakref.WeakKeyDictionary()
+    def __init__(self, empty: T):
+        self.empty = empty   # the record of a node nothing was noted about
+        self._facts: "weakref.WeakKeyDictionary[ast.AST, T]" = weakref.WeakKeyDictionary()
 
     def note(self, node: ast.AST, **fields) -> ast.AST:
         """Add `fields` to the fact about node; node."""
-        self._facts[node] = replace(self._facts.get(node, NO_FACT), **fields)
+        self._facts[node] = replace(self._facts.get(node, self.empty), **fields)
         return node
 
-    def of(self, node: ast.AST) -> ExprFact:
-        return self._facts.get(node, NO_FACT)
+    def of(self, node: ast.AST) -> T:
+        return self._facts.get(node, self.empty)
 
     def same(self, source: ast.AST, target: ast.AST) -> ast.AST:
         """target (a node rebuilt from source) gets source's fact; target."""
@@ -146,6 +145,14 @@ class ExprFacts:
         if fact is not None:
             self._facts[target] = fact
         return target
+
+
+class ExprFacts(NodeFacts[ExprFact]):
+    """ExprFact per expression node (`carry` copies the facts of an expression to
+    its copy, node by node)."""
+
+    def __init__(self):
+        super().__init__(NO_FACT)
 
     def carry(self, source: ast.AST, copy: ast.AST) -> ast.AST:
         """Give each node of `copy` (a structural copy of source) its original's fact."""
@@ -185,29 +192,12 @@ class StmtFact:
 NO_STMT_FACT = StmtFact()
 
 
-class StmtFactTable:
-    """StmtFact per statement, held weakly (see ExprFacts)."""
-
-    def __init__(self):
-        self._facts: "weakref.WeakKeyDictionary[ast.AST, StmtFact]" = \
-            weakref.WeakKeyDictionary()
-
-    def note(self, s: ast.AST, **fields) -> ast.AST:
-        self._facts[s] = replace(self._facts.get(s, NO_STMT_FACT), **fields)
-        return s
-
-    def of(self, s: ast.AST) -> StmtFact:
-        return self._facts.get(s, NO_STMT_FACT)
-
-
-stmt_facts = StmtFactTable()
+# StmtFact per statement.
+stmt_facts: NodeFacts[StmtFact] = NodeFacts(NO_STMT_FACT)
 
 
 def shallow_copy(s: ast.stmt) -> ast.stmt:
     """copy.copy(s) that keeps what is known about s: its StmtFact and the user's
     statement it stands for (a copy made to replace one field, say)."""
-    new = copy.copy(s)
-    fact = stmt_facts._facts.get(s)
-    if fact is not None:
-        stmt_facts._facts[new] = fact
+    new = stmt_facts.same(s, copy.copy(s))
     return note_origin(new, origin_of(s))
