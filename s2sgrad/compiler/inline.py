@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from ..errors import note_origin, origin_of
 from ..runtime import HELPERS
@@ -77,20 +77,27 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
     if needed_prelude:
         out += [substitute(s, full, drop, HELPERS) for s in rule.prelude]
     sequences: Dict[str, str] = {}
+    placed: Set[str] = set()   # params whose expression is in the output already
+
+    def place(param: str) -> ast.expr:   # (a second use gets a copy: no shared nodes)
+        if param in placed:
+            return clone(parts[param])
+        placed.add(param)
+        return parts[param]
     for key, target in p.wanted.items():
         param = key.split("[")[0]
-        expr = parts[param]
         if "[" in key:
             if param not in sequences:
                 sequences[param] = names.fresh(f"{param}_bar_parts")
-                out.append(_assign(sequences[param], expr))
+                out.append(_assign(sequences[param], place(param)))
             index = int(key.split("[")[1].rstrip("]"))
             expr = ast.Subscript(value=_name(sequences[param]), slice=ast.Constant(value=index),
                                  ctx=ast.Load())
         elif rule.broadcast and not _has_result_shape(p, param, shapes):
             expr = ast.Call(func=_helper("unbroadcast"),
-                            args=[expr, clone(p.bound[param])], keywords=[])
-        expr = clone(expr)
+                            args=[place(param), clone(p.bound[param])], keywords=[])
+        else:
+            expr = place(param)
         if shapes is not None and math_name is not None:
             expr = _scalar_math(expr, np_name, math_name, shapes)
         out.append(_assign(target, expr))

@@ -178,7 +178,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         body = self._lift_returns(body)
         self.unversioned = self._assigned_in_compound(body)
         self.resolver.locals |= _assigned_names(body)
-        pristine = clone(body)
+        pristine = body   # never changed: each round normalises a copy of it
         state = (set(self.names.taken), dict(self.env))
         while True:
             out: List[ast.stmt] = []

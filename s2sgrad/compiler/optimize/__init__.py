@@ -25,7 +25,7 @@ from .shapes import (
     product_shapes_from_operands,
     share_shape_witnesses,
 )
-from .statements import fwd_params, param_list
+from .statements import _Names, fwd_params, param_list
 
 __all__ = [
     "optimize", "collapse_unbroadcast_chains", "drop_needless_inits", "eliminate_dead",
@@ -47,12 +47,14 @@ def optimize(t: Transformed) -> Transformed:
     collapse_unbroadcast_chains(t.adjoint)
     product_shapes_from_operands(t.adjoint)
     elide_scalar_broadcasts(t)
+    names = _Names()   # the adjoint's statements' names: valid while statements only leave
     while True:
         shared = share_shape_witnesses(t)
         if shared:
             t.adjoint.body = fold_block(t.adjoint.body)
-        pruned = prune_saves(t)
-        removed = eliminate_dead(t.adjoint, keep=set())
+            names = _Names()
+        pruned = prune_saves(t, names)
+        removed = eliminate_dead(t.adjoint, keep=set(), names=names)
         if not (shared or pruned or removed):
             break
     private_copies(t)

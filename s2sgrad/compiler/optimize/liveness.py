@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Set
+from typing import Dict, List, Optional, Set
 
 from .statements import _Names, _pure, _walk_statements
 
@@ -47,10 +47,12 @@ def _live_statement(s, live_after: Set[str], record, names: _Names) -> Set[str]:
     return (live_after - names.stores(s)) | _uses(s, names)
 
 
-def eliminate_dead(fdef: ast.FunctionDef, keep: Set[str]) -> bool:
-    """Remove pure assignments nobody reads; True if anything was removed."""
+def eliminate_dead(fdef: ast.FunctionDef, keep: Set[str],
+                   names: Optional[_Names] = None) -> bool:
+    """Remove pure assignments nobody reads; True if anything was removed. `names`,
+    if given, may already know fdef's statements (which only leave it here)."""
     removed_any = False
-    names = _Names()  # statements only leave the function below
+    names = _Names() if names is None else names
     while True:
         used: Dict[str, int] = {}
         for s in _walk_statements(fdef.body):

@@ -27,7 +27,7 @@ from .statements import (
 
 
 # -- to-be-recorded: saves the adjoint never needs --------------------------------
-def prune_saves(t: Transformed) -> bool:
+def prune_saves(t: Transformed, names: Optional[_Names] = None) -> bool:
     """Drop saved copies whose restored value nothing reads afterwards.
 
     A restore is dead when its variable is not live after it in the adjoint. A
@@ -35,7 +35,8 @@ def prune_saves(t: Transformed) -> bool:
     stay paired); a single saved copy is dropped on its own.
     """
     live_after: Dict[ast.stmt, Set[str]] = {}
-    names = _Names()  # nothing changes until the drops below
+    if names is None:   # (a caller's: statements only leave the adjoint while it is used)
+        names = _Names()  # nothing changes until the drops below
     _live_block(t.adjoint.body, set(), live_after, names)
     slots: Dict[str, bool] = {}
     for s in _walk_statements(t.adjoint.body):

@@ -149,12 +149,49 @@ def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[s
 
 
 def _name_counts(fdef: ast.FunctionDef) -> tuple:
-    """(reads per name, assignments per name, names the final return reads) of fdef."""
+    """(reads per name, assignments per name, names the final return reads) of fdef.
+
+    One walk of each statement's header gives both counts (the optimiser asks
+    this of the whole function again after every step that changed it)."""
+    statements = _walk_statements(fdef.body)
+    if any(not isinstance(s, _COMPOUND) and (hasattr(s, "body") or hasattr(s, "orelse"))
+           for s in statements):
+        return _name_counts_nested(fdef, statements)
+    loads: Dict[str, int] = {}
+    counts: Dict[str, int] = {}
+    Load = ast.Load
+    for field in fdef._fields:   # its parameters' defaults, decorators, annotations
+        part = getattr(fdef, field, None)
+        if field != "body" and isinstance(part, (ast.AST, list)):
+            for n in name_nodes(ast.Tuple(elts=part if isinstance(part, list) else [part])):
+                if n.ctx.__class__ is Load:
+                    loads[n.id] = loads.get(n.id, 0) + 1
+    for s in statements:
+        stored: Set[str] = set()
+        for part in _header_parts(s):
+            for n in name_nodes(part):
+                if n.ctx.__class__ is Load:
+                    loads[n.id] = loads.get(n.id, 0) + 1
+                elif isinstance(n.ctx, (ast.Store, ast.Del)):
+                    stored.add(n.id)
+        for n in stored:
+            counts[n] = counts.get(n, 0) + 1
+    returned = set(_loads(fdef.body[-1])) if fdef.body and \
+        isinstance(fdef.body[-1], ast.Return) else set()
+    return loads, counts, returned
+
+
+_COMPOUND = (ast.If, ast.For, ast.While)
+
+
+def _name_counts_nested(fdef: ast.FunctionDef, statements: List[ast.stmt]) -> tuple:
+    """_name_counts where some statement other than if/for/while holds a block (a
+    `with` or `try`): its header is all of it, so reads are counted over fdef."""
     loads: Dict[str, int] = {}
     for n in _loads(fdef):
         loads[n] = loads.get(n, 0) + 1
     counts: Dict[str, int] = {}
-    for s in _walk_statements(fdef.body):
+    for s in statements:
         for n in _stores(_header(s)):
             counts[n] = counts.get(n, 0) + 1
     returned = set(_loads(fdef.body[-1])) if fdef.body and \

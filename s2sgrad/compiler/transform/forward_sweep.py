@@ -90,10 +90,10 @@ class ForwardSweep:
             node = _assign(slot, value)
             self.saves.setdefault(key, list).append((var, "slot", slot))
         self.marks.mark(node, save_of=var, slot=self.saves.require(key)[-1][2])
-        if var not in self.nf.all_params and not any(
-                self.marks.of(i).init_of == var for i in self.inits):
+        if var not in self.nf.all_params and var not in self.initialised:
             init = _assign(var, ast.Constant(value=None))
             self.inits.append(self.marks.mark(init, init_of=var))
+            self.initialised.add(var)
         out.append(node)
 
     def forward_block(self, stmts: Sequence[ast.stmt], in_loop: bool) -> List[ast.stmt]:

@@ -93,6 +93,7 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         self.loop_setups: StatementFacts[List[ast.stmt]] = StatementFacts("loop setup")
         self.default_bindings: Dict[str, object] = {}
         self.inits: List[ast.stmt] = []
+        self.initialised: Set[str] = set()   # the variables `self.inits` sets to None
         self.last_line: Optional[int] = None
         self.line_comment: Optional[ast.Expr] = None   # the adjoint block's, when open
         self.overwritable = self._overwritable(nf.node.body)
