@@ -24,6 +24,7 @@ from .arguments import (
 )
 from .compiler import CompiledFunction, all_hold, compile_function, flat_bindings
 from .optimizer_check import checked_pair
+from .runtime.arrays import any_foreign, foreign_dispatch
 
 
 def differentiable(fn: Callable) -> Callable:
@@ -94,8 +95,13 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
             compiled = _compiled(f, positions, kind[0], leaf_positions(args))
             entry = compiled_pairs[kind] = (compiled, flat_bindings(compiled))
         compiled = entry[0]
-        out, residuals = compiled.forward(*args, **kwargs)
-        grads = compiled.adjoint(residuals, seed(out))
+        if kind[1] is not None and any_foreign(args):   # (not the all-NumPy fast path)
+            with foreign_dispatch():
+                out, residuals = compiled.forward(*args, **kwargs)
+                grads = compiled.adjoint(residuals, seed(out))
+        else:
+            out, residuals = compiled.forward(*args, **kwargs)
+            grads = compiled.adjoint(residuals, seed(out))
         if len(positions) == 1:  # the adjoint returns one gradient bare
             g = finalize(grads, args[positions[0]])
             return out, (g if single else (g,))
@@ -131,11 +137,20 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
         return jit_vjp(f, args, positions, single)
     compiled = _known_pair(f, positions, numbers_at,
                            tuple(range(len(args))) if leaves is None else leaves)
-    out, residuals = compiled.forward(*args)
+    foreign = leaves is not None and any_foreign(args)
+    if foreign:
+        with foreign_dispatch():
+            out, residuals = compiled.forward(*args)
+    else:
+        out, residuals = compiled.forward(*args)
 
     def pullback(v):
         check_cotangent(v, out)
-        grads = pack(compiled.adjoint(residuals, v), positions)
+        if foreign:
+            with foreign_dispatch():
+                grads = pack(compiled.adjoint(residuals, v), positions)
+        else:
+            grads = pack(compiled.adjoint(residuals, v), positions)
         grads = tuple(finalize(g, args[i], avoid=leaves_of(v)) for g, i in zip(grads, positions))
         return grads[0] if single else grads
     return out, pullback

@@ -11,6 +11,8 @@ from typing import Any, Callable, List, Sequence, Tuple, Union
 
 import numpy as np
 
+from .runtime.arrays import is_foreign_array
+
 Wrt = Union[int, Sequence[int], None]
 
 
@@ -105,9 +107,11 @@ def check_differentiable(value: Any, what: str) -> None:
         raise TypeError(f"{what} is complex: {_COMPLEX_HINT}")
     if isinstance(value, (float, np.floating)):
         return
-    if isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray) or is_foreign_array(value):
         if np.issubdtype(value.dtype, np.floating):
             return
+        if np.issubdtype(value.dtype, np.complexfloating):
+            raise TypeError(f"{what} is complex: {_COMPLEX_HINT}")
         raise TypeError(f"{what} has dtype {value.dtype}: only floating-point inputs can be "
                         f"differentiated; convert it with .astype(float)")
     raise TypeError(f"{what} is a {type(value).__name__}: only floating-point arrays and "
@@ -128,7 +132,11 @@ def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
             return grad
     elif is_structure(like):
         return _finalize_structure(grad, like, avoid)
+    elif is_foreign_array(like):
+        return _finalize_duck(grad, like, avoid)
     if isinstance(like, (float, complex)) and not isinstance(like, np.generic):
+        if is_foreign_array(grad):   # a lazy (Dask) gradient stays lazy: a 0-d array
+            return grad.sum() if grad.ndim else grad
         if isinstance(like, complex):
             return complex(np.asarray(grad).sum()) if np.ndim(grad) else complex(grad)
         return float(np.asarray(grad).sum()) if np.ndim(grad) else float(grad)
@@ -143,6 +151,24 @@ def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
     if isinstance(like, np.generic):
         return like_arr.dtype.type(arr)
     return arr
+
+
+def _finalize_duck(grad: Any, like: Any, avoid) -> Any:
+    """The gradient of another library's array (Dask, CuPy) in that library, with
+    like's shape, dtype and (for Dask) chunks; never computed or moved to NumPy
+    here: a lazy gradient stays lazy."""
+    if type(grad) is not type(like):   # a number or NumPy array: nothing reached it
+        grad = np.zeros_like(like) + grad   # (dispatched: made by like's library)
+    elif any(grad is a for a in avoid):
+        grad = grad.copy()
+    if grad.shape != like.shape:
+        grad = np.broadcast_to(grad, like.shape)
+    if grad.dtype != like.dtype:
+        grad = grad.astype(like.dtype)
+    chunks = getattr(like, "chunks", None)
+    if chunks is not None and getattr(grad, "chunks", None) != chunks:
+        grad = grad.rechunk(chunks)
+    return grad
 
 
 def _finalize_structure(grad: Any, like: Any, avoid) -> Any:
@@ -191,7 +217,8 @@ def leaf_positions(args: tuple) -> Tuple[int, ...]:
     return tuple([i for i, a in enumerate(args)
                   if type(a) is np.ndarray or type(a) is float or
                   not isinstance(a, (list, tuple, dict)) and
-                  isinstance(a, (np.ndarray, np.generic, numbers.Number))])
+                  (isinstance(a, (np.ndarray, np.generic, numbers.Number)) or
+                   is_foreign_array(a))])
 
 
 def parameter_names(f: Callable) -> List[str]:
@@ -251,7 +278,10 @@ def seed(out: Any) -> Any:
         return np.ones((), dtype=np.result_type(out, np.float64)
                        if not np.issubdtype(np.asarray(out).dtype, np.inexact)
                        else np.asarray(out).dtype)
-    shape = np.shape(out) if isinstance(out, (np.ndarray, np.generic)) else type(out).__name__
+    if is_foreign_array(out) and out.ndim == 0 and np.issubdtype(out.dtype, np.floating):
+        return np.ones((), dtype=out.dtype)   # (broadcasts against the library's arrays)
+    shape = np.shape(out) if isinstance(out, (np.ndarray, np.generic)) or is_foreign_array(out) \
+        else type(out).__name__
     raise ValueError(f"grad requires a function that returns a scalar, but it returned "
                      f"{shape}; use s2sgrad.vjp (or s2sgrad.functional.vjp) for "
                      f"non-scalar outputs")

@@ -13,6 +13,7 @@ generated code, never by looking at values.
 from __future__ import annotations
 
 import ast
+import contextlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from .arguments import check_differentiable, finalize
 from .compiler import CompiledFunction, compile_function, compile_jvp, higher
 from .optimizer_check import checked_jvp, checked_pair
+from .runtime.arrays import any_foreign, foreign_dispatch, is_foreign_array
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 
@@ -56,7 +58,7 @@ def _as_tuple_inputs(inputs: Any, fname: str) -> Tuple[bool, tuple]:
 
 def _array_like(x: Any) -> bool:
     return isinstance(x, (np.ndarray, np.generic, float, int, complex)) and \
-        not isinstance(x, bool) or isinstance(x, bool)
+        not isinstance(x, bool) or isinstance(x, bool) or is_foreign_array(x)
 
 
 def _shape(x: Any) -> tuple:
@@ -67,6 +69,8 @@ def _unit_like(x: Any) -> Any:
     """The v that v=None stands for beside a one-element value: 1, in its float type."""
     if isinstance(x, (float, int)) and not isinstance(x, np.generic):
         return 1.0
+    if is_foreign_array(x):   # (made by x's library: a lazy output stays lazy)
+        return np.ones_like(x, dtype=np.result_type(x.dtype, np.float64))
     return np.ones_like(np.asarray(x, dtype=np.result_type(x, np.float64)))
 
 
@@ -111,12 +115,13 @@ def vjp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     compiled = _pair(func, tuple(range(len(items))))
     if strict:
         _strict_check(compiled)
-    output, residuals = compiled.forward(*items)
-    is_outputs_tuple = isinstance(output, tuple)
-    outputs = output if is_outputs_tuple else (output,)
-    vs = _validate_v(v, outputs, is_outputs_tuple)
-    cotangent = vs if is_outputs_tuple else vs[0]
-    grads = compiled.adjoint(residuals, cotangent)
+    with foreign_dispatch() if any_foreign(items) else contextlib.nullcontext():
+        output, residuals = compiled.forward(*items)
+        is_outputs_tuple = isinstance(output, tuple)
+        outputs = output if is_outputs_tuple else (output,)
+        vs = _validate_v(v, outputs, is_outputs_tuple)
+        cotangent = vs if is_outputs_tuple else vs[0]
+        grads = compiled.adjoint(residuals, cotangent)
     grads = (grads,) if len(items) == 1 else tuple(grads)
     grads = tuple(finalize(g, x, avoid=vs) for g, x in zip(grads, items))
     return output, (grads if is_inputs_tuple else grads[0])

@@ -3,6 +3,7 @@
 One module per topic; importing the package registers every helper in
 `HELPERS`, which is how the emitter binds an `_s2s_<name>` in generated code:
 
+- `arrays`: which library an array belongs to, arrays kept in it (Dask, CuPy);
 - `shapes`: undoing broadcasting and reductions, zeros of a shape;
 - `reverse`: the N-d cases of matmul/dot, cotangents of lists and dicts, seeds;
 - `inplace`: saving and restoring what in-place writes overwrite;

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .arrays import as_array, size_of
 from .registry import new_helper as _helper
 from .reverse import balanced_max_mask
 from .shapes import _normalize_axes, expand_reduced, reduced_count, sum_to_shape, unbroadcast
@@ -64,7 +65,7 @@ def unsupported(what):
 @_helper
 def safe_divide(num, den):
     """num / den, with 0 where den == 0 (the zero subgradient of a norm at 0)."""
-    den = np.asarray(den)
+    den = as_array(den)
     zero = den == 0
     out = np.where(zero, 0.0, num / np.where(zero, 1.0, den))
     return out[()] if np.ndim(out) == 0 else out
@@ -82,7 +83,7 @@ def real_only(grad, x):
 @_helper
 def sinc_derivative(x):
     """d/dx sin(pi x) / (pi x): (cos(pi x) - sinc(x)) / x, and 0 at x == 0."""
-    x = np.asarray(x)
+    x = as_array(x)
     zero = x == 0
     safe = np.where(zero, 1.0, x)
     return np.where(zero, 0.0, (np.cos(np.pi * safe) - np.sinc(safe)) / safe)
@@ -107,7 +108,7 @@ def clip_grads(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002 
     """
     lo = a_min if a_min is not None else min
     hi = a_max if a_max is not None else max
-    g = np.asarray(g)
+    g = as_array(g)
     mid = a if lo is None else np.maximum(a, lo)
     g_mid, g_hi, g_lo = g, None, None
     if hi is not None:
@@ -136,10 +137,16 @@ def clip_grad_a(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
     if lo is not None:
         below = balanced_max_mask(a, mid, lo)
         mask = below if mask is None else mask * below
-    return np.asarray(g) if mask is None else g * mask
+    return as_array(g) if mask is None else g * mask
 
 
 # -- reductions ------------------------------------------------------------------------
+def _inverse(perm) -> tuple:
+    """The permutation that undoes `perm`, as a tuple of ints (an axes argument every
+    array library takes)."""
+    return tuple(int(i) for i in np.argsort(perm))
+
+
 def _kwargs(**kw):
     return {k: v for k, v in kw.items() if v is not None}
 
@@ -151,7 +158,7 @@ def extremum_grad(g, a, ans, axis=None, keepdims=False, initial=None, where=None
     The cotangent goes to the elements equal to the result; ties split it
     equally (an `initial` equal to the result takes its share). NaNs get 0.
     """
-    a = np.asarray(a)
+    a = as_array(a)
     ge = expand_reduced(g, a, axis=axis, keepdims=keepdims)
     ae = expand_reduced(ans, a, axis=axis, keepdims=keepdims)
     hit = a == ae
@@ -159,21 +166,21 @@ def extremum_grad(g, a, ans, axis=None, keepdims=False, initial=None, where=None
         hit = hit & np.broadcast_to(where, a.shape)
     count = np.sum(hit, axis=axis, keepdims=True) if a.ndim else hit.astype(int)
     if initial is not None:
-        count = count + (np.asarray(initial) == ae)
+        count = count + (as_array(initial) == ae)
     return np.where(hit, ge / np.maximum(count, 1), 0.0)
 
 
 @_helper
 def extremum_initial_grad(g, a, ans, initial, axis=None, keepdims=False, where=None):
     """Cotangent of `initial=` in max/min: its share where it equals the result."""
-    a = np.asarray(a)
+    a = as_array(a)
     ae = expand_reduced(ans, a, axis=axis, keepdims=keepdims)
     hit = a == ae
     if where is not None:
         hit = hit & np.broadcast_to(where, a.shape)
     count = np.sum(hit, axis=axis, keepdims=keepdims) if a.ndim else hit.astype(int)
-    wins = np.asarray(initial) == ans
-    share = np.where(wins, np.asarray(g) / (count + 1), 0.0)
+    wins = as_array(initial) == ans
+    share = np.where(wins, as_array(g) / (count + 1), 0.0)
     return sum_to_shape(share, np.shape(initial))
 
 
@@ -183,7 +190,7 @@ def _exclusive_products(x, axis=None):
     Computed with prefix and suffix products, so zeros in x are exact (no
     division by x).
     """
-    x = np.asarray(x)
+    x = as_array(x)
     nd = x.ndim
     if nd == 0:
         return np.ones_like(x)
@@ -198,13 +205,13 @@ def _exclusive_products(x, axis=None):
     one = np.ones(lead + (1,), dtype=flat.dtype)
     left = np.cumprod(np.concatenate([one, flat[..., :-1]], axis=-1), axis=-1)
     right = np.cumprod(np.concatenate([one, flat[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
-    return np.transpose((left * right).reshape(xt.shape), np.argsort(perm))
+    return np.transpose((left * right).reshape(xt.shape), _inverse(perm))
 
 
 @_helper
 def prod_grad(g, a, axis=None, keepdims=False, initial=None, where=None):
     """Cotangent of `a` in np.prod: g times the product of the other factors (exact at 0)."""
-    a = np.asarray(a)
+    a = as_array(a)
     x = a if where is None else np.where(where, a, 1)
     others = _exclusive_products(x, axis)
     if initial is not None:
@@ -217,12 +224,12 @@ def prod_grad(g, a, axis=None, keepdims=False, initial=None, where=None):
 def prod_initial_grad(g, a, initial, axis=None, keepdims=False, where=None):
     """Cotangent of `initial=` in np.prod: g times the product of the elements."""
     rest = np.prod(a, axis=axis, keepdims=keepdims, **_kwargs(where=where))
-    return sum_to_shape(np.asarray(g) * rest, np.shape(initial))
+    return sum_to_shape(as_array(g) * rest, np.shape(initial))
 
 
 def _moments(a, axis, where, mean=None):
     """Element count and centred values for var/std (optional where mask, given mean)."""
-    a = np.asarray(a)
+    a = as_array(a)
     if where is None:
         n = reduced_count(a, axis=axis)
         if mean is None:
@@ -258,7 +265,7 @@ def std_grad(g, a, ans, axis=None, ddof=0, keepdims=False, where=None, mean=None
 @_helper
 def nanmean_grad(g, a, axis=None, keepdims=False):
     """Cotangent of `a` in np.nanmean: shared by the non-NaN elements, 0 at NaNs."""
-    a = np.asarray(a)
+    a = as_array(a)
     valid = ~np.isnan(a)
     count = np.sum(valid, axis=axis, keepdims=True)
     return np.where(valid, expand_reduced(g, a, axis=axis, keepdims=keepdims) / count, 0.0)
@@ -266,7 +273,7 @@ def nanmean_grad(g, a, axis=None, keepdims=False):
 
 def _weights_like(w, a, axis):
     """Weights of np.average broadcast against `a` (1-d weights lie along `axis`)."""
-    w = np.asarray(w)
+    w = as_array(w)
     if w.shape == a.shape:
         return w
     shape = [1] * a.ndim
@@ -281,7 +288,7 @@ def average_grads(g, a, axis=None, weights=None, returned=False, keepdims=False)
     g_sum = None
     if returned:
         g, g_sum = g[0], g[1]
-    a = np.asarray(a)
+    a = as_array(a)
     ge = expand_reduced(g, a, axis=axis, keepdims=keepdims)
     if weights is None:
         return ge / reduced_count(a, axis=axis), None
@@ -303,14 +310,14 @@ def cumprod_grad(g, a, ans, axis=None):
     the first zero the product of the other factors is formed explicitly;
     after it every partial product contains that zero, so the gradient is 0.
     """
-    a = np.asarray(a)
+    a = as_array(a)
     if axis is None:
         x, ax = a.ravel(), 0
     else:
         x, ax = a, axis
     x = np.moveaxis(x, ax, -1)
-    gg = np.moveaxis(np.asarray(g), ax, -1)
-    y = np.moveaxis(np.asarray(ans), ax, -1)
+    gg = np.moveaxis(as_array(g), ax, -1)
+    y = np.moveaxis(as_array(ans), ax, -1)
     n = x.shape[-1]
     idx = np.arange(n)
     zero = x == 0
@@ -332,9 +339,9 @@ def cumprod_grad(g, a, ans, axis=None):
 @_helper
 def cumulative_grad(g, x, ans, axis=None, include_initial=False, product=False):
     """Cotangent of `x` in np.cumulative_sum / np.cumulative_prod (NumPy >= 2.1)."""
-    x = np.asarray(x)
+    x = as_array(x)
     ax = 0 if axis is None else axis
-    g = np.asarray(g)
+    g = as_array(g)
     if include_initial:
         n = g.shape[ax]
         g = np.take(g, np.arange(1, n), axis=ax)
@@ -358,7 +365,7 @@ def quantile_grad(g, a, q, axis=None, method="linear", keepdims=False, ignore_na
     if overwrite_input:
         unsupported("np.quantile/median with overwrite_input=True (the input is reordered "
                     "before the gradient can read it)")
-    a = np.asarray(a)
+    a = as_array(a)
     nd = a.ndim
     axes = _normalize_axes(axis, nd) if nd else ()
     keep = [i for i in range(nd) if i not in axes]
@@ -369,8 +376,8 @@ def quantile_grad(g, a, q, axis=None, method="linear", keepdims=False, ignore_na
     n = flat.shape[-1]
     order = np.argsort(flat, axis=-1, kind="stable")
     valid = np.sum(~np.isnan(flat), axis=-1) if ignore_nan else np.full(lead, n)
-    qs = np.atleast_1d(np.asarray(q, dtype=float)).ravel()
-    gq = np.reshape(np.asarray(g), (len(qs),) + lead)
+    qs = np.atleast_1d(as_array(q, dtype=float)).ravel()
+    gq = np.reshape(as_array(g), (len(qs),) + lead)
     k = np.arange(n)
     sorted_grad = np.zeros(lead + (n,), dtype=np.result_type(gq, np.float64))
     for i, qi in enumerate(qs):
@@ -383,7 +390,7 @@ def quantile_grad(g, a, q, axis=None, method="linear", keepdims=False, ignore_na
             (k == lo[..., None]) * (1 - frac)[..., None] + (k == hi[..., None]) * frac[..., None])
     out = np.zeros_like(sorted_grad)
     np.put_along_axis(out, order, sorted_grad, axis=-1)
-    return np.transpose(out.reshape(xt.shape), np.argsort(perm))
+    return np.transpose(out.reshape(xt.shape), _inverse(perm))
 
 
 @_helper
@@ -402,8 +409,8 @@ def diff_grads(g, a, n=1, axis=-1, prepend=None, append=None):
     The adjoint of one difference along an axis is minus the difference of
     the cotangent padded with a zero at each end.
     """
-    a = np.asarray(a)
-    g = np.asarray(g)
+    a = as_array(a)
+    g = as_array(g)
     ax = axis % a.ndim
     for _ in range(n):
         width = [(0, 0)] * g.ndim
@@ -416,7 +423,7 @@ def diff_grads(g, a, n=1, axis=-1, prepend=None, append=None):
             parts.append(None)
             continue
         shape = list(a.shape)
-        ext = np.asarray(extra)
+        ext = as_array(extra)
         shape[ax] = ext.shape[ax] if ext.ndim else 1
         piece = np.take(g, np.arange(start, start + shape[ax]), axis=ax)
         start += shape[ax]
@@ -427,9 +434,9 @@ def diff_grads(g, a, n=1, axis=-1, prepend=None, append=None):
 @_helper
 def ediff1d_grads(g, ary, to_end=None, to_begin=None):
     """Cotangents of (ary, to_end, to_begin) in np.ediff1d."""
-    g = np.asarray(g)
-    nb = np.size(to_begin) if to_begin is not None else 0
-    ne = np.size(to_end) if to_end is not None else 0
+    g = as_array(g)
+    nb = size_of(to_begin) if to_begin is not None else 0
+    ne = size_of(to_end) if to_end is not None else 0
     mid = g[nb:len(g) - ne]
     g_ary = -np.diff(np.pad(mid, (1, 1)))
     g_begin = np.reshape(g[:nb], np.shape(to_begin)) if to_begin is not None else None
@@ -445,10 +452,10 @@ def trapezoid_grads(g, y, x=None, dx=1.0, axis=-1):
     lengths, so y_i's weight is (d_(i-1) + d_i) / 2 and x_j's gradient is the
     difference of neighbouring interval means.
     """
-    y = np.asarray(y)
+    y = as_array(y)
     ax = axis % y.ndim
     n = y.shape[ax]
-    ge = np.expand_dims(np.asarray(g), ax)
+    ge = np.expand_dims(as_array(g), ax)
     shape = [1] * y.ndim
     shape[ax] = n - 1
     if x is None:
@@ -534,7 +541,7 @@ def norm_grad(g, x, ans, ord=None, axis=None, keepdims=False):
     At a zero vector or matrix the zero subgradient is taken; ties (ord=inf,
     1 for matrices, 2 with a repeated largest singular value) split g equally.
     """
-    x = np.asarray(x)
+    x = as_array(x)
     nd = x.ndim
     if axis is None:
         if ord is None:
@@ -557,7 +564,7 @@ def norm_grad(g, x, ans, ord=None, axis=None, keepdims=False):
 @_helper
 def vector_norm_grad(g, x, ans, axis=None, keepdims=False, ord=2):
     """Cotangent of `x` in np.linalg.vector_norm (axis=None: all elements, one vector)."""
-    x = np.asarray(x)
+    x = as_array(x)
     axes = _normalize_axes(axis, x.ndim) if x.ndim else ()
     ge = expand_reduced(g, x, axis=axes, keepdims=keepdims)
     ae = expand_reduced(ans, x, axis=axes, keepdims=keepdims)
@@ -567,7 +574,7 @@ def vector_norm_grad(g, x, ans, axis=None, keepdims=False, ord=2):
 @_helper
 def matrix_norm_grad(g, x, ans, keepdims=False, ord="fro"):
     """Cotangent of `x` in np.linalg.matrix_norm (the last two axes)."""
-    x = np.asarray(x)
+    x = as_array(x)
     axes = (x.ndim - 2, x.ndim - 1)
     ge = expand_reduced(g, x, axis=axes, keepdims=keepdims)
     ae = expand_reduced(ans, x, axis=axes, keepdims=keepdims)
@@ -576,14 +583,14 @@ def matrix_norm_grad(g, x, ans, keepdims=False, ord="fro"):
 
 # -- statistics of several variables ---------------------------------------------------
 def _cov_rows(m, y, rowvar):
-    X = np.array(m, ndmin=2, dtype=np.result_type(m, np.float64))
+    X = np.atleast_2d(as_array(m, np.result_type(m, np.float64)))
     flip_m = not rowvar and X.shape[0] != 1
     if flip_m:
         X = X.T
     rows_m = X.shape[0]
     flip_y = False
     if y is not None:
-        Y = np.array(y, ndmin=2, dtype=np.result_type(y, np.float64))
+        Y = np.atleast_2d(as_array(y, np.result_type(y, np.float64)))
         flip_y = not rowvar and Y.shape[0] != 1
         if flip_y:
             Y = Y.T
@@ -631,7 +638,7 @@ def corrcoef_grads(g, x, y=None, rowvar=True):
     scale = np.outer(d, d)
     r = c / scale
     k = c.shape[0]
-    g2 = np.reshape(np.asarray(g, dtype=float), (k, k))
+    g2 = np.reshape(as_array(g, dtype=float), (k, k))
     g_c = g2 / scale
     diag = np.sum(g2 * r, axis=1) + np.sum(g2 * r, axis=0)
     g_c = g_c - np.diag(diag / (2.0 * np.diag(c)))
@@ -647,16 +654,16 @@ def _gather_vjp(g, build, *inputs):
     element then names its source, and the cotangent is summed back with
     bincount, so repeated sources accumulate.
     """
-    sizes = [int(np.size(x)) for x in inputs]
+    sizes = [int(size_of(x)) for x in inputs]
     numbers_ = []
     start = 1
     for x, n in zip(inputs, sizes):
         numbers_.append(np.arange(start, start + n).reshape(np.shape(x)))
         start += n
-    source = np.asarray(build(*numbers_))
-    gflat = np.broadcast_to(np.asarray(g), source.shape).ravel()
+    source = as_array(build(*numbers_))
+    gflat = np.broadcast_to(as_array(g), source.shape).ravel()
     total = np.bincount(source.ravel(), weights=gflat, minlength=start)
-    dtype = np.result_type(np.asarray(g).dtype, np.float32)
+    dtype = np.result_type(as_array(g).dtype, np.float32)
     out = []
     start = 1
     for x, n in zip(inputs, sizes):
@@ -694,8 +701,8 @@ def diagonal_grad(g, a, offset=0, axis1=0, axis2=1):
 @_helper
 def trace_grad(g, a, offset=0, axis1=0, axis2=1):
     """Cotangent of `a` in np.trace: g on the chosen diagonal, 0 elsewhere."""
-    diag = np.diagonal(np.asarray(a), offset, axis1, axis2)
-    gd = np.broadcast_to(np.expand_dims(np.asarray(g), -1), diag.shape)
+    diag = np.diagonal(as_array(a), offset, axis1, axis2)
+    gd = np.broadcast_to(np.expand_dims(as_array(g), -1), diag.shape)
     return diagonal_grad(gd, a, offset, axis1, axis2)
 
 
@@ -768,7 +775,7 @@ def pad_grads(g, array, pad_width, mode="constant", constant_values=0, reflect_t
 def unravel(g, a, order="C"):
     """Cotangent of `a` in np.ravel(a, order): the cotangent reshaped back."""
     if order in ("A", "K"):
-        a = np.asarray(a)
+        a = as_array(a)
         fortran = a.flags.f_contiguous and not a.flags.c_contiguous
         if order == "K" and not (a.flags.c_contiguous or a.flags.f_contiguous):
             strides = [s for s, n in zip(a.strides, a.shape) if n > 1]
@@ -789,16 +796,16 @@ def _split_back(g, shapes, axis):
     """Split g along axis into pieces of the given (promoted) shapes."""
     sizes = [s[axis] for s in shapes]
     cuts = np.cumsum(sizes)[:-1]
-    return np.split(np.asarray(g), cuts, axis=axis)
+    return np.split(as_array(g), cuts, axis=axis)
 
 
 @_helper
 def concatenate_grad(g, arrays, axis=0):
     """One cotangent per item of np.concatenate(arrays, axis)."""
-    g = np.asarray(g)
+    g = as_array(g)
     items = list(arrays)
     if axis is None:
-        sizes = [int(np.size(x)) for x in items]
+        sizes = [int(size_of(x)) for x in items]
         pieces = np.split(g, np.cumsum(sizes)[:-1])
     else:
         shapes = [np.shape(x) for x in items]
@@ -810,7 +817,7 @@ def concatenate_grad(g, arrays, axis=0):
 @_helper
 def stack_grad(g, arrays, axis=0):
     """One cotangent per item of np.stack(arrays, axis)."""
-    g = np.asarray(g)
+    g = as_array(g)
     if isinstance(arrays, np.ndarray):
         return np.moveaxis(g, axis, 0)
     return [np.reshape(np.take(g, i, axis=axis), np.shape(x)) for i, x in enumerate(arrays)]
@@ -850,8 +857,8 @@ def column_stack_grad(g, tup):
 @_helper
 def array_grad(g, object, ans=None):  # noqa: A002 - NumPy's parameter name
     """One cotangent per item of np.array([...]) (or the array's, for an array)."""
-    g = np.asarray(g)
-    if ans is not None and not np.issubdtype(np.asarray(ans).dtype, np.inexact):
+    g = as_array(g)
+    if ans is not None and not np.issubdtype(as_array(ans).dtype, np.inexact):
         g = np.zeros(g.shape)
     if isinstance(object, (list, tuple)):
         if not object:
@@ -883,7 +890,7 @@ def meshgrid_grad(g, xi, indexing="xy", sparse=False):
         axis = i
         if indexing == "xy" and n > 1 and i < 2:
             axis = 1 - i
-        gi = np.asarray(gi)
+        gi = as_array(gi)
         other = tuple(a for a in range(gi.ndim) if a != axis)
         out.append(np.reshape(np.sum(gi, axis=other), np.shape(x)))
     return out
@@ -892,7 +899,7 @@ def meshgrid_grad(g, xi, indexing="xy", sparse=False):
 @_helper
 def select_grads(g, condlist, choicelist, default=0):
     """Cotangents of (choicelist items, default) in np.select: the first true condition."""
-    g = np.asarray(g)
+    g = as_array(g)
     taken = np.zeros(g.shape, dtype=bool)
     grads = []
     for cond, choice in zip(condlist, choicelist):
@@ -914,29 +921,29 @@ def rollaxis_grad(g, a, axis, start=0):
     if axis != start:
         perm.remove(axis)
         perm.insert(start, axis)
-    return np.transpose(g, np.argsort(perm))
+    return np.transpose(g, _inverse(perm))
 
 
 @_helper
 def sort_grad(g, a, axis=-1):
     """Cotangent of `a` in np.sort: each sorted value's cotangent goes back to where
     it came from (equal values are told apart by a stable sort)."""
-    a = np.asarray(a)
+    a = as_array(a)
     if axis is None:
         order = np.argsort(a.ravel(), kind="stable")
-        out = np.zeros(a.size, dtype=np.result_type(np.asarray(g), np.float32))
-        out[order] = np.asarray(g)
+        out = np.zeros(a.size, dtype=np.result_type(as_array(g), np.float32))
+        out[order] = as_array(g)
         return out.reshape(a.shape)
     order = np.argsort(a, axis=axis, kind="stable")
-    out = np.zeros(a.shape, dtype=np.result_type(np.asarray(g), np.float32))
-    np.put_along_axis(out, order, np.asarray(g), axis=axis)
+    out = np.zeros(a.shape, dtype=np.result_type(as_array(g), np.float32))
+    np.put_along_axis(out, order, as_array(g), axis=axis)
     return out
 
 
 @_helper
 def item_grad(g, a, args):
     """Cotangent of `a` in a.item(*args): g at that element, zeros elsewhere."""
-    a = np.asarray(a)
+    a = as_array(a)
     out = np.zeros(a.shape, dtype=np.result_type(a, np.float32))
     if not args:
         out[...] = g
@@ -952,14 +959,14 @@ def astype_grad(g, x, dtype):
     """Cotangent through a.astype(dtype): 0 for an integer or boolean dtype."""
     if not np.issubdtype(np.dtype(dtype), np.inexact):
         return np.zeros(np.shape(x))
-    return np.asarray(g).astype(np.result_type(x, np.float32), copy=False)
+    return as_array(g).astype(np.result_type(x, np.float32), copy=False)
 
 
 # -- constructors whose values depend on their arguments -------------------------------
 @_helper
 def fill_grad(g, fill_value, ans):
     """Cotangent of fill_value in np.full / np.full_like."""
-    return unbroadcast(zero_unless_float(np.asarray(g), ans), fill_value)
+    return unbroadcast(zero_unless_float(as_array(g), ans), fill_value)
 
 
 def _linspace_steps(num, endpoint):
@@ -974,7 +981,7 @@ def linspace_grads(g, start, stop, num=50, endpoint=True, retstep=False, axis=0,
     if retstep:
         g, g_step = g[0], g[1]
         ans = ans[0]
-    g = zero_unless_float(np.asarray(g), ans)
+    g = zero_unless_float(as_array(g), ans)
     g = np.moveaxis(g, axis, 0)
     t = _linspace_steps(num, endpoint).reshape((-1,) + (1,) * (g.ndim - 1))
     g_start = np.sum(g * (1 - t), axis=0)
@@ -982,21 +989,21 @@ def linspace_grads(g, start, stop, num=50, endpoint=True, retstep=False, axis=0,
     if g_step is not None:
         div = (num - 1) if endpoint else num
         if div > 0:
-            g_start = g_start - np.asarray(g_step) / div
-            g_stop = g_stop + np.asarray(g_step) / div
+            g_start = g_start - as_array(g_step) / div
+            g_stop = g_stop + as_array(g_step) / div
     return unbroadcast(g_start, start), unbroadcast(g_stop, stop)
 
 
 @_helper
 def logspace_grads(g, start, stop, num=50, endpoint=True, base=10.0, axis=0, ans=None):
     """Cotangents of (start, stop, base) in np.logspace: base ** linspace(start, stop)."""
-    g = zero_unless_float(np.asarray(g), ans)
+    g = zero_unless_float(as_array(g), ans)
     gy = np.moveaxis(g * ans, axis, 0)
     t = _linspace_steps(num, endpoint).reshape((-1,) + (1,) * (gy.ndim - 1))
     log_base = np.log(base)
     g_start = unbroadcast(np.sum(gy * (1 - t), axis=0) * log_base, start)
     g_stop = unbroadcast(np.sum(gy * t, axis=0) * log_base, stop)
-    exponent = np.moveaxis(np.log(np.asarray(ans)) / log_base, axis, 0)
+    exponent = np.moveaxis(np.log(as_array(ans)) / log_base, axis, 0)
     g_base = unbroadcast(np.sum(gy * exponent, axis=0) / base, base)
     return g_start, g_stop, g_base
 
@@ -1004,11 +1011,11 @@ def logspace_grads(g, start, stop, num=50, endpoint=True, base=10.0, axis=0, ans
 @_helper
 def geomspace_grads(g, start, stop, num=50, endpoint=True, axis=0, ans=None):
     """Cotangents of (start, stop) in np.geomspace: start (stop / start) ** t."""
-    g = zero_unless_float(np.asarray(g), ans)
+    g = zero_unless_float(as_array(g), ans)
     gy = np.moveaxis(g * ans, axis, 0)
     t = _linspace_steps(num, endpoint).reshape((-1,) + (1,) * (gy.ndim - 1))
-    g_start = unbroadcast(np.sum(gy * (1 - t), axis=0) / np.asarray(start), start)
-    g_stop = unbroadcast(np.sum(gy * t, axis=0) / np.asarray(stop), stop)
+    g_start = unbroadcast(np.sum(gy * (1 - t), axis=0) / as_array(start), start)
+    g_stop = unbroadcast(np.sum(gy * t, axis=0) / as_array(stop), stop)
     return g_start, g_stop
 
 
@@ -1018,7 +1025,7 @@ def arange_grads(g, start=None, stop=None, step=None, ans=None):
 
     The number of values changes only by jumps, so stop's gradient is 0.
     """
-    g = zero_unless_float(np.asarray(g), ans)
+    g = zero_unless_float(as_array(g), ans)
     if stop is None:  # np.arange(stop): the only argument bound to `start`
         return np.zeros(()), None, None
     i = np.arange(g.shape[0])
@@ -1037,13 +1044,13 @@ def interp_grads(g, x, xp, fp, left=None, right=None, period=None):
     """
     if period is not None:
         unsupported("np.interp with period=")
-    xp = np.asarray(xp)
-    fp = np.asarray(fp)
+    xp = as_array(xp)
+    fp = as_array(fp)
     n = len(xp)
     if n < 2:
         unsupported("np.interp with fewer than two points")
-    xa = np.asarray(x)
-    g = np.broadcast_to(np.asarray(g), xa.shape)
+    xa = as_array(x)
+    g = np.broadcast_to(as_array(g), xa.shape)
     idx = np.clip(np.searchsorted(xp, xa, side="right") - 1, 0, n - 2)
     x0, x1 = xp[idx], xp[idx + 1]
     span = x1 - x0
@@ -1078,15 +1085,15 @@ def interp_grads(g, x, xp, fp, left=None, right=None, period=None):
 def polyval_grads(g, p, x):
     """Cotangents of (p, x) in np.polyval (p highest power first)."""
     n = len(p)
-    xa = np.asarray(x)
-    g = np.asarray(g)
-    g_p = [unbroadcast(g * xa ** (n - 1 - k), np.asarray(p[k])) for k in range(n)]
+    xa = as_array(x)
+    g = as_array(g)
+    g_p = [unbroadcast(g * xa ** (n - 1 - k), as_array(p[k])) for k in range(n)]
     deriv = 0.0
     for k in range(n - 1):
-        deriv = deriv * xa + np.asarray(p[k]) * (n - 1 - k)
+        deriv = deriv * xa + as_array(p[k]) * (n - 1 - k)
     g_x = unbroadcast(g * deriv, xa)
     if isinstance(p, np.ndarray):
-        g_p = np.stack([np.asarray(gk) for gk in g_p])
+        g_p = np.stack([as_array(gk) for gk in g_p])
     return g_p, g_x
 
 
@@ -1094,7 +1101,7 @@ def _convolve_back(g, a, v, mode):
     na, nv = len(a), len(v)
     full = na + nv - 1
     start = {"full": 0, "same": (min(na, nv) - 1) // 2, "valid": min(na, nv) - 1}[mode]
-    padded = np.zeros(full, dtype=np.result_type(np.asarray(g), np.float32))
+    padded = np.zeros(full, dtype=np.result_type(as_array(g), np.float32))
     padded[start:start + len(g)] = g
     return np.correlate(padded, v, "valid"), np.correlate(padded, a, "valid")
 
@@ -1102,13 +1109,13 @@ def _convolve_back(g, a, v, mode):
 @_helper
 def convolve_grads(g, a, v, mode="full"):
     """Cotangents of (a, v) in np.convolve."""
-    return _convolve_back(np.asarray(g), np.asarray(a), np.asarray(v), mode)
+    return _convolve_back(as_array(g), as_array(a), as_array(v), mode)
 
 
 @_helper
 def correlate_grads(g, a, v, mode="valid"):
     """Cotangents of (a, v) in np.correlate, via convolution with a reversed kernel."""
-    a, v, g = np.asarray(a), np.asarray(v), np.asarray(g)
+    a, v, g = as_array(a), as_array(v), as_array(g)
     if len(a) >= len(v):
         ga, gw = _convolve_back(g, a, v[::-1], mode)
         return ga, gw[::-1]
@@ -1120,7 +1127,7 @@ def correlate_grads(g, a, v, mode="valid"):
 @_helper
 def inner_grads(g, a, b):
     """Cotangents of (a, b) in np.inner (sum over the last axes)."""
-    a, b, g = np.asarray(a), np.asarray(b), np.asarray(g)
+    a, b, g = as_array(a), as_array(b), as_array(g)
     if a.ndim == 0 or b.ndim == 0:
         return unbroadcast(g * b, a), unbroadcast(g * a, b)
     na, nb = a.ndim - 1, b.ndim - 1
@@ -1143,7 +1150,7 @@ def _tensordot_axes(axes, nda, ndb):
 @_helper
 def tensordot_grads(g, a, b, axes=2):
     """Cotangents of (a, b) in np.tensordot."""
-    a, b, g = np.asarray(a), np.asarray(b), np.asarray(g)
+    a, b, g = as_array(a), as_array(b), as_array(g)
     ax_a, ax_b = _tensordot_axes(axes, a.ndim, b.ndim)
     free_a = [i for i in range(a.ndim) if i not in ax_a]
     free_b = [j for j in range(b.ndim) if j not in ax_b]
@@ -1152,15 +1159,15 @@ def tensordot_grads(g, a, b, axes=2):
     order_b = [ax_b[ax_a.index(i)] for i in sorted(ax_a)] + free_b
     return _Lazy([
         lambda: np.transpose(np.tensordot(g, b, axes=(list(range(nfa, g.ndim)), free_b)),
-                             np.argsort(order_a)),
+                             _inverse(order_a)),
         lambda: np.transpose(np.tensordot(a, g, axes=(free_a, list(range(nfa)))),
-                             np.argsort(order_b))])
+                             _inverse(order_b))])
 
 
 @_helper
 def kron_grads(g, a, b):
     """Cotangents of (a, b) in np.kron."""
-    a, b, g = np.asarray(a), np.asarray(b), np.asarray(g)
+    a, b, g = as_array(a), as_array(b), as_array(g)
     nd = max(a.ndim, b.ndim)
     sa = (1,) * (nd - a.ndim) + a.shape
     sb = (1,) * (nd - b.ndim) + b.shape
@@ -1278,13 +1285,13 @@ def _einsum_operand_grad(g, k, labels, out_labels, arrays, sizes, free):
 @_helper
 def multi_dot_grads(g, arrays):
     """One cotangent per matrix of np.linalg.multi_dot."""
-    mats = [np.asarray(x) for x in arrays]
+    mats = [as_array(x) for x in arrays]
     first_vec, last_vec = mats[0].ndim == 1, mats[-1].ndim == 1
     if first_vec:
         mats[0] = mats[0][None, :]
     if last_vec:
         mats[-1] = mats[-1][:, None]
-    G = np.asarray(g).reshape(mats[0].shape[0], mats[-1].shape[1])
+    G = as_array(g).reshape(mats[0].shape[0], mats[-1].shape[1])
     out = []
     for i in range(len(mats)):
         grad = G
@@ -1307,11 +1314,11 @@ def cross_grads(g, a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     """Cotangents of (a, b) in np.cross for 3-vectors: b x g and g x a."""
     if axis is not None:
         axisa = axisb = axisc = axis
-    am = np.moveaxis(np.asarray(a), axisa, -1)
-    bm = np.moveaxis(np.asarray(b), axisb, -1)
+    am = np.moveaxis(as_array(a), axisa, -1)
+    bm = np.moveaxis(as_array(b), axisb, -1)
     if am.shape[-1] != 3 or bm.shape[-1] != 3:
         unsupported("np.cross of 2-vectors")
-    gm = np.moveaxis(np.asarray(g), axisc, -1)
+    gm = np.moveaxis(as_array(g), axisc, -1)
     ga = sum_to_shape(np.cross(bm, gm), am.shape)
     gb = sum_to_shape(np.cross(gm, am), bm.shape)
     return np.moveaxis(ga, -1, axisa), np.moveaxis(gb, -1, axisb)
@@ -1321,7 +1328,7 @@ def cross_grads(g, a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
 @_helper
 def solve_grads(g, a, b, ans):
     """Cotangents of (a, b) in np.linalg.solve: b_bar = solve(a.T, g), a_bar = -b_bar x.T."""
-    a, g, x = np.asarray(a), np.asarray(g), np.asarray(ans)
+    a, g, x = as_array(a), as_array(g), as_array(ans)
     vector = np.ndim(b) == 1 if _NUMPY2 else np.ndim(b) == a.ndim - 1
     if vector:
         gb = np.linalg.solve(_T(a), g[..., None])[..., 0]
@@ -1339,16 +1346,16 @@ def det_grad(g, a):
     The cofactors come from an SVD with products of the *other* singular
     values, so singular matrices (where inv(a) does not exist) are exact too.
     """
-    u, s, vt = np.linalg.svd(np.asarray(a))
+    u, s, vt = np.linalg.svd(as_array(a))
     sign = np.sign(np.linalg.det(u) * np.linalg.det(vt))
     cof = sign[..., None, None] * ((u * _exclusive_products(s, -1)[..., None, :]) @ vt)
-    return np.asarray(g)[..., None, None] * cof
+    return as_array(g)[..., None, None] * cof
 
 
 @_helper
 def slogdet_grad(g, a):
     """Cotangent of `a` in np.linalg.slogdet: logdet_bar * inv(a).T (sign has none)."""
-    return np.asarray(g[1])[..., None, None] * _T(np.linalg.inv(a))
+    return as_array(g[1])[..., None, None] * _T(np.linalg.inv(a))
 
 
 def _lower_triangle_grad(sym, lower=True):
@@ -1361,7 +1368,7 @@ def _lower_triangle_grad(sym, lower=True):
 @_helper
 def cholesky_grad(g, L, upper=False):
     """Cotangent of `a` in np.linalg.cholesky (which reads one triangle of `a`)."""
-    g = np.asarray(g)
+    g = as_array(g)
     if upper:
         L, g = _T(L), _T(g)
     g = np.tril(g)
@@ -1434,8 +1441,8 @@ def eigh_grad(g, a, ans, UPLO="L"):
     eigenvectors of a repeated eigenvalue are not unique, so a cotangent that
     depends on their choice raises LinAlgError.
     """
-    w, v = np.asarray(ans[0]), np.asarray(ans[1])
-    sym = _eigh_back(w, v, np.asarray(g[0]), np.asarray(g[1]), "np.linalg.eigh")
+    w, v = as_array(ans[0]), as_array(ans[1])
+    sym = _eigh_back(w, v, as_array(g[0]), as_array(g[1]), "np.linalg.eigh")
     return _lower_triangle_grad(sym, lower=UPLO.upper() == "L")
 
 
@@ -1443,7 +1450,7 @@ def eigh_grad(g, a, ans, UPLO="L"):
 def eigvalsh_grad(g, a, UPLO="L"):
     """Cotangent of `a` in np.linalg.eigvalsh (repeated eigenvalues: averaged)."""
     w, v = np.linalg.eigh(a, UPLO=UPLO)
-    sym = _eigh_back(w, v, np.broadcast_to(np.asarray(g), w.shape), None,
+    sym = _eigh_back(w, v, np.broadcast_to(as_array(g), w.shape), None,
                      "np.linalg.eigvalsh")
     return _lower_triangle_grad(sym, lower=UPLO.upper() == "L")
 
@@ -1471,12 +1478,12 @@ def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
     """
     if hermitian:
         unsupported("np.linalg.svd(..., hermitian=True)")
-    a = np.asarray(a)
+    a = as_array(a)
     if not compute_uv:
         u, s, vt = np.linalg.svd(a, full_matrices=False)
-        return _singular_values_back(u, s, vt, np.asarray(g))
-    u, s, vt = (np.asarray(t) for t in ans)
-    gu, gs, gvt = (np.asarray(t) for t in g)
+        return _singular_values_back(u, s, vt, as_array(g))
+    u, s, vt = (as_array(t) for t in ans)
+    gu, gs, gvt = (as_array(t) for t in g)
     m, n = a.shape[-2:]
     k = min(m, n)
     if full_matrices and m != n:
@@ -1526,8 +1533,8 @@ def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
 @_helper
 def svdvals_grad(g, x):
     """Cotangent of `x` in np.linalg.svdvals."""
-    u, s, vt = np.linalg.svd(np.asarray(x), full_matrices=False)
-    return _singular_values_back(u, s, vt, np.asarray(g))
+    u, s, vt = np.linalg.svd(as_array(x), full_matrices=False)
+    return _singular_values_back(u, s, vt, as_array(g))
 
 
 @_helper
@@ -1535,7 +1542,7 @@ def pinv_grad(g, a, ans, hermitian=False):
     """Cotangent of `a` in np.linalg.pinv (valid where the rank does not change)."""
     if hermitian:
         unsupported("np.linalg.pinv(..., hermitian=True)")
-    a, p, g = np.asarray(a), np.asarray(ans), np.asarray(g)
+    a, p, g = as_array(a), as_array(ans), as_array(g)
     m, n = a.shape[-2:]
     left = np.eye(m) - a @ p
     right = np.eye(n) - p @ a
@@ -1560,16 +1567,16 @@ def qr_grad(g, a, ans, mode="reduced"):
 
     A rank-deficient matrix (singular leading block of r) raises LinAlgError.
     """
-    a = np.asarray(a)
+    a = as_array(a)
     m, n = a.shape[-2:]
     k = min(m, n)
     if mode == "r":
         q, r = np.linalg.qr(a)
-        gq, gr = np.zeros_like(q), np.asarray(g)
+        gq, gr = np.zeros_like(q), as_array(g)
         gr = gr[..., :k, :]
     elif mode in ("reduced", "complete"):
-        q, r = np.asarray(ans[0]), np.asarray(ans[1])
-        gq, gr = np.asarray(g[0]), np.asarray(g[1])
+        q, r = as_array(ans[0]), as_array(ans[1])
+        gq, gr = as_array(g[0]), as_array(g[1])
         if mode == "complete" and m > n:
             if np.any(gq[..., :, k:]) or np.any(gr[..., k:, :]):
                 raise np.linalg.LinAlgError(
@@ -1591,7 +1598,7 @@ def qr_grad(g, a, ans, mode="reduced"):
 @_helper
 def matrix_power_grad(g, a, n):
     """Cotangent of `a` in np.linalg.matrix_power(a, n)."""
-    a, g = np.asarray(a), np.asarray(g)
+    a, g = as_array(a), as_array(g)
     if n == 0:
         return np.zeros(a.shape)
     base = a if n > 0 else np.linalg.inv(a)
@@ -1608,8 +1615,8 @@ def matrix_power_grad(g, a, n):
 @_helper
 def vecdot_grads(g, x1, x2, axis=-1):
     """Cotangents of (x1, x2) in np.vecdot (real arrays)."""
-    ge = np.expand_dims(np.asarray(g), axis)
-    return ge * np.asarray(x2), ge * np.asarray(x1)
+    ge = np.expand_dims(as_array(g), axis)
+    return ge * as_array(x2), ge * as_array(x1)
 
 
 # -- scipy.special (rules in scipy_rules.py, registered only when scipy imports) -----------
@@ -1630,7 +1637,7 @@ def scipy_trigamma(x):
 @_helper
 def xlogy_grad_y(x, y):
     """d/dy x log(y) = x / y, and 0 where x == 0 (xlogy(0, y) is 0 for every y)."""
-    x, y = np.asarray(x), np.asarray(y)
+    x, y = as_array(x), as_array(y)
     zero = x == 0
     return np.where(zero, 0.0, x / np.where(zero, 1.0, y))
 
@@ -1641,9 +1648,9 @@ def logsumexp_grads(g, a, ans, axis=None, b=None, keepdims=False, return_sign=Fa
     sign = None
     if return_sign:
         g, ans, sign = g[0], ans[0], ans[1]
-    a = np.asarray(a)
+    a = as_array(a)
     if b is not None:
-        a = np.broadcast_arrays(a, np.asarray(b))[0]
+        a = np.broadcast_arrays(a, as_array(b))[0]
     ge = expand_reduced(g, a, axis=axis, keepdims=keepdims)
     weight = np.exp(a - expand_reduced(ans, a, axis=axis, keepdims=keepdims))
     if sign is not None:

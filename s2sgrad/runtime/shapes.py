@@ -12,6 +12,7 @@ from typing import Any, Tuple
 
 import numpy as np
 
+from .arrays import as_array, is_foreign_array
 from .registry import helper
 
 
@@ -121,7 +122,8 @@ def matmul_shape(a_shape: Tuple[int, ...], b_shape: Tuple[int, ...]) -> Tuple[in
 
 
 def sum_to_shape(value, shape):
-    value = np.asarray(value)
+    if not hasattr(value, "ndim"):   # (an array of any library stays in its library)
+        value = as_array(value)
     extra = value.ndim - len(shape)
     if extra > 0:
         value = value.sum(axis=tuple(range(extra)))
@@ -155,7 +157,10 @@ def zeros_like(x, items=None):
         return [None if item is None else zeros_like(item) for item in x]
     if isinstance(x, ArrayMeta):
         return np.zeros(x.shape, x.dtype if np.issubdtype(x.dtype, np.inexact) else np.float64)
-    x = np.asarray(x)
+    if is_foreign_array(x):   # another library's array (Dask, CuPy): made by it
+        return np.zeros_like(x, dtype=x.dtype if np.issubdtype(x.dtype, np.inexact)
+                             else np.float64)
+    x = as_array(x)
     dtype = x.dtype if np.issubdtype(x.dtype, np.inexact) else np.float64
     return np.zeros(x.shape, dtype)
 
@@ -184,8 +189,11 @@ def _zero_item(item):
 def ones_like(x):
     if isinstance(x, (float, int)) and not isinstance(x, (bool, np.generic)):
         return 1.0
+    if is_foreign_array(x):
+        return np.ones_like(x, dtype=np.result_type(x.dtype, np.float64)
+                            if not np.issubdtype(x.dtype, np.inexact) else x.dtype)
     return np.ones(shape_of(x), np.result_type(x, np.float64)
-                   if not np.issubdtype(np.asarray(x).dtype, np.inexact) else np.asarray(x).dtype)
+                   if not np.issubdtype(as_array(x).dtype, np.inexact) else as_array(x).dtype)
 
 
 def _normalize_axes(axis, ndim):
@@ -208,6 +216,8 @@ def expand_reduced(g, x, axis=None, keepdims=False):
         else:
             g = np.expand_dims(g, _normalize_axes(axis, len(shape)))
     if not _small(shape):
+        if is_foreign_array(x):   # in x's library and chunks (a NumPy view of x's
+            return _filled_like(g, x)                   # shape would become one chunk)
         return np.broadcast_to(g, shape)
     # np.broadcast_to costs microseconds; for a small array a filled copy is
     # cheaper (np.empty + fill or one broadcast write, cheaper than np.full).
@@ -215,7 +225,7 @@ def expand_reduced(g, x, axis=None, keepdims=False):
         out = np.empty(shape, g.dtype)   # the dtype broadcast_to would give
         out[...] = g
         return out
-    if type(g) is float or np.ndim(g) == 0:
+    if type(g) is float or (np.ndim(g) == 0 and not is_foreign_array(g)):
         dtype = _dtype_of(x)
         if not (type(g) is float and dtype is _FLOAT64):   # skip the usual promotion
             dtype = np.result_type(g, dtype)
@@ -226,6 +236,16 @@ def expand_reduced(g, x, axis=None, keepdims=False):
 
 
 _FLOAT64 = np.dtype(np.float64)
+
+
+def _filled_like(g, x):
+    """g (0-d, or x's shape with reduced axes kept) spread over another library's
+    array x, made by that library in x's chunks: one fill where g is a number."""
+    dtype = np.result_type(g, x.dtype)
+    if type(g) is float or (type(g) is np.ndarray and g.ndim == 0) or \
+            isinstance(g, np.generic):
+        return np.full_like(x, g[()] if type(g) is np.ndarray else g, dtype=dtype)
+    return g * np.ones_like(x, dtype=dtype)
 
 
 _SMALL = 1 << 12

@@ -1,0 +1,83 @@
+"""Which array library a value belongs to, and arrays that stay in it.
+
+Generated code calls `np.*`; NumPy hands such a call on to the library of its
+arguments through the `__array_function__` and `__array_ufunc__` protocols
+(NEP 18, NEP 13), so the same code runs on Dask or CuPy arrays. What must not
+happen on the way is `np.asarray`, which turns a lazy Dask array into a NumPy
+one by computing it (and a CuPy array into a host copy): the helpers use
+`as_array` instead.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Iterator
+
+import numpy as np
+
+
+def is_foreign_array(value: Any) -> bool:
+    """An array of another library that NumPy's functions dispatch to (Dask, CuPy):
+    it implements both protocols and has a shape and a dtype."""
+    kind = type(value)
+    return not isinstance(value, (np.ndarray, np.generic)) and \
+        hasattr(kind, "__array_function__") and \
+        hasattr(kind, "__array_ufunc__") and hasattr(value, "shape") and \
+        hasattr(value, "dtype")
+
+
+def size_of(value: Any) -> int:
+    """np.size(value), read off the array where it is one (Dask does not implement
+    np.size, and its arrays know their size without computing)."""
+    size = getattr(value, "size", None)
+    return int(size) if isinstance(size, (int, np.integer)) else int(np.size(value))
+
+
+def as_array(value: Any, dtype: Any = None) -> Any:
+    """np.asarray(value, dtype), except that another library's array stays in that
+    library (cast with `astype` where a dtype is asked for)."""
+    if type(value) is np.ndarray:
+        return value if dtype is None or value.dtype == dtype else value.astype(dtype)
+    if is_foreign_array(value):
+        if dtype is None or value.dtype == np.dtype(dtype):
+            return value
+        return value.astype(dtype)
+    return np.asarray(value, dtype)
+
+
+# What Dask says when it is handed a NumPy function it does not implement: it then
+# computes the arguments and calls NumPy on the results, so a function that writes
+# into an argument (np.put_along_axis, np.copyto) writes into a copy, and the
+# gradient would silently be wrong.
+_NOT_IMPLEMENTED = r"The `.*` function is not implemented by Dask array"
+
+
+@contextlib.contextmanager
+def foreign_dispatch() -> Iterator[None]:
+    """Run generated code on another library's arrays: a NumPy function that library
+    does not implement is an error naming it, never a silent fall-back to NumPy."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=_NOT_IMPLEMENTED, category=FutureWarning)
+        try:
+            yield
+        except FutureWarning as warning:
+            name = str(warning).split("`")[1] if "`" in str(warning) else str(warning)
+            raise TypeError(f"{name} is not implemented by Dask arrays, and the generated "
+                            f"code needs it for this gradient: compute it on NumPy "
+                            f"arrays (np.asarray(x)) or use functions Dask implements"
+                            ) from None
+
+
+def any_foreign(values) -> bool:
+    """Whether some value (or an item of a list, tuple or dict) is another library's
+    array: the calls that must run under `foreign_dispatch`."""
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            if any_foreign(v):
+                return True
+        elif isinstance(v, dict):
+            if any_foreign(v.values()):
+                return True
+        elif is_foreign_array(v):
+            return True
+    return False
