@@ -56,18 +56,22 @@ def _derived_from(f: Callable, kind: str, positions: Tuple[int, ...], as_tuple: 
 
 
 def _compiled(f: Callable, positions: Tuple[int, ...],
-              numbers_at: Tuple[int, ...] = (), leaves: Tuple[int, ...] = ()
-              ) -> CompiledFunction:
+              numbers_at: Tuple[int, ...] = (), leaves: Tuple[int, ...] = (),
+              foreign: bool = False) -> CompiledFunction:
     """The pair for f; where some arguments are Python numbers, one specialised to
     that (values computed from them alone are scalars: no broadcasting to undo);
-    `leaves`: the positions of the arguments that are arrays or numbers."""
+    `leaves`: the positions of the arguments that are arrays or numbers. For
+    another library's arrays (`foreign`) the adjoint makes no in-place updates:
+    `a += b` cannot put a Dask value into a NumPy cotangent, nor `a[i] += b`
+    every index into a Dask one."""
     scalars: Tuple[str, ...] = ()
     if numbers_at:
         names = parameter_names(f)
         scalars = tuple(names[i] for i in numbers_at if i < len(names))
-    return checked_pair(compile_function(f, positions, scalars=scalars, leaves=leaves),
+    return checked_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
+                                         pure=foreign),
                         lambda: compile_function(f, positions, False, scalars=scalars,
-                                                 leaves=leaves))
+                                                 leaves=leaves, pure=foreign))
 
 
 def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
@@ -90,12 +94,15 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     @_derived_from(f, "value_and_grad", positions, not single)
     def value_and_grad_f(*args, **kwargs):
         kind = call_kind(f, args, positions)
+        foreign = kind[1] is not None and any_foreign(args)   # (not the all-NumPy path)
+        if foreign:
+            kind += (foreign,)
         entry = compiled_pairs.get(kind)
         if entry is None or not all_hold(entry[1]):
-            compiled = _compiled(f, positions, kind[0], leaf_positions(args))
+            compiled = _compiled(f, positions, kind[0], leaf_positions(args), foreign)
             entry = compiled_pairs[kind] = (compiled, flat_bindings(compiled))
         compiled = entry[0]
-        if kind[1] is not None and any_foreign(args):   # (not the all-NumPy fast path)
+        if foreign:
             with foreign_dispatch():
                 out, residuals = compiled.forward(*args, **kwargs)
                 grads = compiled.adjoint(residuals, seed(out))
@@ -135,9 +142,9 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
     if jit:
         from .backends import jit_vjp
         return jit_vjp(f, args, positions, single)
-    compiled = _known_pair(f, positions, numbers_at,
-                           tuple(range(len(args))) if leaves is None else leaves)
     foreign = leaves is not None and any_foreign(args)
+    compiled = _known_pair(f, positions, numbers_at,
+                           tuple(range(len(args))) if leaves is None else leaves, foreign)
     if foreign:
         with foreign_dispatch():
             out, residuals = compiled.forward(*args)
@@ -164,17 +171,17 @@ _PAIRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _known_pair(f: Callable, positions: Tuple[int, ...], numbers_at: Tuple[int, ...],
-                leaves: Tuple[int, ...]) -> CompiledFunction:
+                leaves: Tuple[int, ...], foreign: bool = False) -> CompiledFunction:
     try:
         pairs = _PAIRS.get(f)
     except TypeError:   # not weakly referable (a builtin, a callable object)
-        return _compiled(f, positions, numbers_at, leaves)
+        return _compiled(f, positions, numbers_at, leaves, foreign)
     code, defaults = getattr(f, "__code__", None), getattr(f, "__defaults__", None)
-    kind = (positions, numbers_at, leaves)
+    kind = (positions, numbers_at, leaves, foreign)
     entry = pairs.get(kind) if pairs is not None else None
     if entry is not None and entry[1] is code and entry[2] is defaults and all_hold(entry[3]):
         return entry[0]
-    compiled = _compiled(f, positions, numbers_at, leaves)
+    compiled = _compiled(f, positions, numbers_at, leaves, foreign)
     if pairs is None:
         pairs = _PAIRS[f] = {}
     pairs[kind] = (compiled, code, defaults, flat_bindings(compiled))

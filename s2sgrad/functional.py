@@ -26,12 +26,13 @@ from .runtime.arrays import any_foreign, foreign_dispatch, is_foreign_array
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 
 
-def _pair(func: Callable, wrt: Tuple[int, ...]) -> CompiledFunction:
+def _pair(func: Callable, wrt: Tuple[int, ...], foreign: bool = False) -> CompiledFunction:
     """The forward/adjoint pair of func (checked against the plain transform in the
-    S2SGRAD_CHECK_OPTIMIZER test mode)."""
+    S2SGRAD_CHECK_OPTIMIZER test mode); without in-place updates in the adjoint for
+    another library's arrays (`foreign`: see api._compiled)."""
     # functional's inputs are arrays by its contract: their cotangents add with `+`.
-    return checked_pair(compile_function(func, wrt, leaves=wrt),
-                        lambda: compile_function(func, wrt, False, leaves=wrt))
+    return checked_pair(compile_function(func, wrt, leaves=wrt, pure=foreign),
+                        lambda: compile_function(func, wrt, False, leaves=wrt, pure=foreign))
 
 
 def _jvp(func: Callable, wrt: Tuple[int, ...]):
@@ -112,10 +113,11 @@ def vjp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     s2sgrad differentiates.
     """
     is_inputs_tuple, items = _as_tuple_inputs(inputs, "vjp")
-    compiled = _pair(func, tuple(range(len(items))))
+    foreign = any_foreign(items)
+    compiled = _pair(func, tuple(range(len(items))), foreign)
     if strict:
         _strict_check(compiled)
-    with foreign_dispatch() if any_foreign(items) else contextlib.nullcontext():
+    with foreign_dispatch() if foreign else contextlib.nullcontext():
         output, residuals = compiled.forward(*items)
         is_outputs_tuple = isinstance(output, tuple)
         outputs = output if is_outputs_tuple else (output,)

@@ -2397,11 +2397,74 @@ def evaluate(fn, args, param_names, only=None):
                                                 variants["unoptimised"][1],
                                                 OPT_RTOL, OPT_ATOL):
                 rec["problems"].append("optimised and unoptimised gradients differ")
+            if DASK and "optimised" in variants and not rec.get("nonsmooth"):
+                _check_on_dask(fn, args, i, variants["optimised"], rec)
         if rec["problems"]:
             rec["status"] = "wrong"
         elif rec.get("nonsmooth") and rec["status"] == "pass":
             rec["status"] = "nonsmooth"
     return records
+
+
+# --dask: every gradient is computed again with the arrays as Dask arrays (two chunks
+# per axis) and must equal the NumPy gradient; a clear refusal (a function Dask lacks,
+# or its chunking) is counted apart, never as wrong.
+DASK = False
+
+
+def _as_dask(value):
+    import dask.array as da
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.ndim:
+        return da.from_array(value.copy(), chunks=tuple(max(1, (n + 1) // 2)
+                                                        for n in value.shape))
+    if isinstance(value, list):
+        return [_as_dask(v) for v in value]
+    if isinstance(value, tuple):
+        items = [_as_dask(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        return {k: _as_dask(v) for k, v in value.items()}
+    return value
+
+
+def _computed(value):
+    if hasattr(value, "compute") and hasattr(value, "dask"):
+        return np.asarray(value.compute())
+    if is_tree(value):
+        leaves, tree = s2sgrad.tree_flatten(value)
+        return s2sgrad.tree_unflatten(tree, [_computed(v) for v in leaves])
+    return value
+
+
+def _check_on_dask(fn, args, i, optimised, rec):
+    out, g, _ = optimised
+    dargs = _as_dask(copies(args))
+    if not any(hasattr(a, "dask") for a in s2sgrad.tree_leaves(list(dargs))):
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dout, dg = s2sgrad.value_and_grad(fn, wrt=i)(*dargs)
+            dout, dg = _computed(dout), _computed(dg)
+    except s2sgrad.TransformError:     # (the NumPy call was not refused)
+        rec["problems"].append("refused on Dask arrays, not on NumPy's")
+        return
+    except (TypeError, NotImplementedError, ValueError, IndexError, AttributeError) as exc:
+        try:   # does the program itself run on Dask arrays (NumPy buffers and Dask values)?
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _computed(fn(*_as_dask(copies(args))))
+        except Exception:  # noqa: BLE001 - the program's own limits, not s2sgrad's
+            rec["dask"] = "the program itself does not run on Dask arrays"
+            return
+        rec["dask"] = f"s2sgrad: {type(exc).__name__}: {str(exc).splitlines()[0][:70]}"
+        return
+    if not close(dout, out, 1e-9, 1e-12):
+        rec["problems"].append(f"Dask forward value {fmt(dout)} != NumPy's {fmt(out)}")
+    elif not close(dg, g, 1e-9, 1e-12):
+        rec["problems"].append(f"Dask gradient {fmt(dg)} != NumPy's {fmt(g)}")
+    else:
+        rec["dask"] = "same"
 
 
 def _check_forward_mode(fn, args, i, fd, rec):
@@ -2788,6 +2851,17 @@ def summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet=False, keep_re
             tot = sum(c.values())
             lines.append(f"  {f:22s} {tot:5d}  ({c['wrong']} / {c['crashed']} / "
                          f"{c['refused']})")
+    if DASK:
+        dask = collections.Counter(r.get("dask", "not run") for res in results
+                                   for r in res["records"])
+        own = dask["the program itself does not run on Dask arrays"]
+        lacks = sum(c for k, c in dask.items() if k.startswith("s2sgrad: "))
+        if verbose:
+            lines.append("on Dask arrays (gradients per outcome):")
+            for k, c in dask.most_common():
+                lines.append(f"  {c:5d}  {k}")
+        lines.append(f"FUZZ-DASK gradients same={dask['same']} s2sgrad-refused={lacks} "
+                     f"program-not-dask={own} not-run={dask['not run']}")
     regen = sum(r.get("regenerated", 0) for r in results)
     rate = n / elapsed if elapsed > 0 else float("inf")
     lines.append(f"FUZZ-EXTRA nonsmooth={counts['nonsmooth']} "
@@ -3437,6 +3511,8 @@ def parse_args(argv=None):
     p.add_argument("--mutate", nargs="?", const="tanh", choices=sorted(MUTATIONS),
                    help="make one gradient rule 1%% wrong (default tanh): the fuzzer must "
                         "report wrong > 0")
+    p.add_argument("--dask", action="store_true",
+                   help="also compute every gradient on Dask arrays: it must equal NumPy's")
     p.add_argument("--check", metavar="FILE", help="run one kept program on its inputs")
     p.add_argument("--reduce", metavar="PATH", nargs="+",
                    help="shrink kept failing programs (files, or directories of them; "
@@ -3450,7 +3526,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    global DASK
     opts = parse_args(argv)
+    DASK = opts.dask
     if opts.list_features:
         for k, v in FEATURES.items():
             print(f"{k:22s} {v}")

@@ -78,3 +78,18 @@ def test_structured_arguments_are_checked_leaf_by_leaf(tmp_path):
                             r"\s+optimised gradient disagrees with finite differences", out)
     assert any(s.startswith("[") for s in structured), out[-3000:]
     assert any(s.startswith("{") for s in structured), out[-3000:]
+
+
+def test_random_programs_give_numpys_gradients_on_dask_arrays(tmp_path):
+    """--dask: every gradient of a batch of random programs is computed again with its
+    arrays as chunked Dask arrays and must equal the NumPy gradient (a program whose
+    own code cannot run on Dask, or a function Dask lacks, is counted apart)."""
+    import pytest
+    pytest.importorskip("dask.array", reason="the dask extra is not installed")
+    counts, out = run_fuzz("--n", "60", "--seed", "7", "--jobs", "2", "--dask",
+                           "--keep", str(tmp_path), timeout=300)
+    assert counts["wrong"] == 0 and counts["crashed"] == 0, out[-6000:]
+    dask = re.search(r"^FUZZ-DASK gradients same=(\d+) s2sgrad-refused=(\d+)", out, re.M)
+    assert dask, out[-2000:]
+    same, refused = map(int, dask.groups())
+    assert same >= 60 and refused <= same // 10, out[-2000:]

@@ -136,7 +136,7 @@ def _jacobian(base: Callable, positions: Tuple[int, ...],
               f"_s2s_np.shape({names[i]}))" for r, i in zip(rows, positions)]
     lines = [f"{out}, {res} = {fwd}({', '.join(names)})"]
     lines += [f"{r} = []" for r in rows]
-    lines.append(f"for k in range(_s2s_np.size({out})):")
+    lines.append(f"for k in range(_s2s_size_of({out})):")
     target = grads if len(positions) > 1 else "grad_0"
     lines.append(f"    {target} = {adj}({res}, _s2s_unit({out}, k))")
     lines += [f"    {r}.append(grad_{k})" for k, r in enumerate(rows)]

@@ -794,9 +794,17 @@ def unravel(g, a, order="C"):
 # -- joining and splitting --------------------------------------------------------------
 def _split_back(g, shapes, axis):
     """Split g along axis into pieces of the given (promoted) shapes."""
-    sizes = [s[axis] for s in shapes]
-    cuts = np.cumsum(sizes)[:-1]
-    return np.split(as_array(g), cuts, axis=axis)
+    return _pieces(as_array(g), [s[axis] for s in shapes], axis)
+
+
+def _pieces(g, sizes, axis):
+    """np.split(g, cumulative sizes, axis) by slicing: views, in any array library."""
+    out, start, index = [], 0, [slice(None)] * g.ndim
+    for n in sizes:
+        index[axis] = slice(start, start + int(n))
+        out.append(g[tuple(index)])
+        start += int(n)
+    return out
 
 
 @_helper
@@ -806,7 +814,7 @@ def concatenate_grad(g, arrays, axis=0):
     items = list(arrays)
     if axis is None:
         sizes = [int(size_of(x)) for x in items]
-        pieces = np.split(g, np.cumsum(sizes)[:-1])
+        pieces = _pieces(g.reshape(-1), sizes, 0)
     else:
         shapes = [np.shape(x) for x in items]
         pieces = _split_back(g, shapes, axis % g.ndim)

@@ -12,7 +12,7 @@ from typing import Any, Tuple
 
 import numpy as np
 
-from .arrays import as_array, is_foreign_array
+from .arrays import as_array, is_foreign_array, size_of
 from .registry import helper
 
 
@@ -48,6 +48,9 @@ class ArrayMeta:
 
     def __repr__(self) -> str:
         return f"ArrayMeta(shape={self.shape}, dtype={self.dtype})"
+
+
+helper(size_of)   # generated code's `_s2s_size_of(x)`: np.size(x), in any array library
 
 
 @helper
