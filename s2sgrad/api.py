@@ -24,6 +24,7 @@ from .arguments import (
 )
 from .compiler import CompiledFunction, all_hold, compile_function, flat_bindings
 from .optimizer_check import checked_pair
+from .runtime.array_api import namespace_among
 from .runtime.arrays import any_foreign, foreign_dispatch
 
 
@@ -57,7 +58,7 @@ def _derived_from(f: Callable, kind: str, positions: Tuple[int, ...], as_tuple: 
 
 def _compiled(f: Callable, positions: Tuple[int, ...],
               numbers_at: Tuple[int, ...] = (), leaves: Tuple[int, ...] = (),
-              foreign: bool = False) -> CompiledFunction:
+              foreign: bool = False, xp: Any = None) -> CompiledFunction:
     """The pair for f; where some arguments are Python numbers, one specialised to
     that (values computed from them alone are scalars: no broadcasting to undo);
     `leaves`: the positions of the arguments that are arrays or numbers. For
@@ -68,6 +69,10 @@ def _compiled(f: Callable, positions: Tuple[int, ...],
     if numbers_at:
         names = parameter_names(f)
         scalars = tuple(names[i] for i in numbers_at if i < len(names))
+    if xp is not None:   # arrays of the array API standard: the pure pair, re-bound
+        from .backends.array_api import array_api_pair
+        return array_api_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
+                                               pure=True), xp)
     return checked_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
                                          pure=foreign),
                         lambda: compile_function(f, positions, False, scalars=scalars,
@@ -94,12 +99,14 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     @_derived_from(f, "value_and_grad", positions, not single)
     def value_and_grad_f(*args, **kwargs):
         kind = call_kind(f, args, positions)
-        foreign = kind[1] is not None and any_foreign(args)   # (not the all-NumPy path)
-        if foreign:
-            kind += (foreign,)
+        foreign = xp = None
+        if kind[1] is not None:   # (not the all-NumPy path)
+            xp = namespace_among(args)
+            foreign = xp is None and any_foreign(args)
+            kind += (foreign, xp)
         entry = compiled_pairs.get(kind)
         if entry is None or not all_hold(entry[1]):
-            compiled = _compiled(f, positions, kind[0], leaf_positions(args), foreign)
+            compiled = _compiled(f, positions, kind[0], leaf_positions(args), foreign, xp)
             entry = compiled_pairs[kind] = (compiled, flat_bindings(compiled))
         compiled = entry[0]
         if foreign:
@@ -142,9 +149,10 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
     if jit:
         from .backends import jit_vjp
         return jit_vjp(f, args, positions, single)
-    foreign = leaves is not None and any_foreign(args)
+    xp = None if leaves is None else namespace_among(args)
+    foreign = xp is None and leaves is not None and any_foreign(args)
     compiled = _known_pair(f, positions, numbers_at,
-                           tuple(range(len(args))) if leaves is None else leaves, foreign)
+                           tuple(range(len(args))) if leaves is None else leaves, foreign, xp)
     if foreign:
         with foreign_dispatch():
             out, residuals = compiled.forward(*args)
@@ -171,17 +179,18 @@ _PAIRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _known_pair(f: Callable, positions: Tuple[int, ...], numbers_at: Tuple[int, ...],
-                leaves: Tuple[int, ...], foreign: bool = False) -> CompiledFunction:
+                leaves: Tuple[int, ...], foreign: bool = False, xp: Any = None
+                ) -> CompiledFunction:
     try:
         pairs = _PAIRS.get(f)
     except TypeError:   # not weakly referable (a builtin, a callable object)
-        return _compiled(f, positions, numbers_at, leaves, foreign)
+        return _compiled(f, positions, numbers_at, leaves, foreign, xp)
     code, defaults = getattr(f, "__code__", None), getattr(f, "__defaults__", None)
-    kind = (positions, numbers_at, leaves, foreign)
+    kind = (positions, numbers_at, leaves, foreign, xp)
     entry = pairs.get(kind) if pairs is not None else None
     if entry is not None and entry[1] is code and entry[2] is defaults and all_hold(entry[3]):
         return entry[0]
-    compiled = _compiled(f, positions, numbers_at, leaves, foreign)
+    compiled = _compiled(f, positions, numbers_at, leaves, foreign, xp)
     if pairs is None:
         pairs = _PAIRS[f] = {}
     pairs[kind] = (compiled, code, defaults, flat_bindings(compiled))

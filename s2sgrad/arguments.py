@@ -11,6 +11,7 @@ from typing import Any, Callable, List, Sequence, Tuple, Union
 
 import numpy as np
 
+from .runtime.array_api import namespace_of
 from .runtime.arrays import is_foreign_array
 
 Wrt = Union[int, Sequence[int], None]
@@ -107,6 +108,14 @@ def check_differentiable(value: Any, what: str) -> None:
         raise TypeError(f"{what} is complex: {_COMPLEX_HINT}")
     if isinstance(value, (float, np.floating)):
         return
+    xp = None if isinstance(value, np.ndarray) else namespace_of(value)
+    if xp is not None:   # an array of the array API standard (array_api_strict, ...)
+        if xp.isdtype(value.dtype, "real floating"):
+            return
+        if xp.isdtype(value.dtype, "complex floating"):
+            raise TypeError(f"{what} is complex: {_COMPLEX_HINT}")
+        raise TypeError(f"{what} has dtype {value.dtype}: only floating-point inputs can be "
+                        f"differentiated; convert it with xp.astype(x, xp.float64)")
     if isinstance(value, np.ndarray) or is_foreign_array(value):
         if np.issubdtype(value.dtype, np.floating):
             return
@@ -132,6 +141,8 @@ def finalize(grad: Any, like: Any, avoid: Sequence[Any] = ()) -> Any:
             return grad
     elif is_structure(like):
         return _finalize_structure(grad, like, avoid)
+    elif namespace_of(like) is not None:
+        return _finalize_array_api(grad, like)
     elif is_foreign_array(like):
         return _finalize_duck(grad, like, avoid)
     if isinstance(like, (float, complex)) and not isinstance(like, np.generic):
@@ -168,6 +179,18 @@ def _finalize_duck(grad: Any, like: Any, avoid) -> Any:
     chunks = getattr(like, "chunks", None)
     if chunks is not None and getattr(grad, "chunks", None) != chunks:
         grad = grad.rechunk(chunks)
+    return grad
+
+
+def _finalize_array_api(grad: Any, like: Any) -> Any:
+    """The gradient of an array-API array, in its namespace, shape and dtype."""
+    xp = namespace_of(like)
+    if namespace_of(grad) is not xp:    # a number: nothing (or a constant) reached it
+        return xp.full(like.shape, float(grad), dtype=like.dtype)
+    if tuple(grad.shape) != tuple(like.shape):
+        grad = xp.broadcast_to(grad, like.shape)
+    if grad.dtype != like.dtype:
+        grad = xp.astype(grad, like.dtype)
     return grad
 
 
@@ -218,7 +241,7 @@ def leaf_positions(args: tuple) -> Tuple[int, ...]:
                   if type(a) is np.ndarray or type(a) is float or
                   not isinstance(a, (list, tuple, dict)) and
                   (isinstance(a, (np.ndarray, np.generic, numbers.Number)) or
-                   is_foreign_array(a))])
+                   is_foreign_array(a) or namespace_of(a) is not None)])
 
 
 def parameter_names(f: Callable) -> List[str]:
@@ -278,9 +301,13 @@ def seed(out: Any) -> Any:
         return np.ones((), dtype=np.result_type(out, np.float64)
                        if not np.issubdtype(np.asarray(out).dtype, np.inexact)
                        else np.asarray(out).dtype)
+    xp = namespace_of(out)
+    if xp is not None and out.ndim == 0 and xp.isdtype(out.dtype, "real floating"):
+        return 1.0
     if is_foreign_array(out) and out.ndim == 0 and np.issubdtype(out.dtype, np.floating):
         return np.ones((), dtype=out.dtype)   # (broadcasts against the library's arrays)
-    shape = np.shape(out) if isinstance(out, (np.ndarray, np.generic)) or is_foreign_array(out) \
+    shape = np.shape(out) if isinstance(out, (np.ndarray, np.generic)) or \
+        is_foreign_array(out) or xp is not None \
         else type(out).__name__
     raise ValueError(f"grad requires a function that returns a scalar, but it returned "
                      f"{shape}; use s2sgrad.vjp (or s2sgrad.functional.vjp) for "

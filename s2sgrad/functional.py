@@ -21,16 +21,22 @@ import numpy as np
 from .arguments import check_differentiable, finalize
 from .compiler import CompiledFunction, compile_function, compile_jvp, higher
 from .optimizer_check import checked_jvp, checked_pair
+from .runtime.array_api import namespace_among, namespace_of
 from .runtime.arrays import any_foreign, foreign_dispatch, is_foreign_array
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 
 
-def _pair(func: Callable, wrt: Tuple[int, ...], foreign: bool = False) -> CompiledFunction:
+def _pair(func: Callable, wrt: Tuple[int, ...], foreign: bool = False,
+          xp: Any = None) -> CompiledFunction:
     """The forward/adjoint pair of func (checked against the plain transform in the
     S2SGRAD_CHECK_OPTIMIZER test mode); without in-place updates in the adjoint for
-    another library's arrays (`foreign`: see api._compiled)."""
+    another library's arrays (`foreign`: see api._compiled), re-bound to `xp` for
+    arrays of the array API standard."""
     # functional's inputs are arrays by its contract: their cotangents add with `+`.
+    if xp is not None:
+        from .backends.array_api import array_api_pair
+        return array_api_pair(compile_function(func, wrt, leaves=wrt, pure=True), xp)
     return checked_pair(compile_function(func, wrt, leaves=wrt, pure=foreign),
                         lambda: compile_function(func, wrt, False, leaves=wrt, pure=foreign))
 
@@ -59,7 +65,8 @@ def _as_tuple_inputs(inputs: Any, fname: str) -> Tuple[bool, tuple]:
 
 def _array_like(x: Any) -> bool:
     return isinstance(x, (np.ndarray, np.generic, float, int, complex)) and \
-        not isinstance(x, bool) or isinstance(x, bool) or is_foreign_array(x)
+        not isinstance(x, bool) or isinstance(x, bool) or is_foreign_array(x) or \
+        namespace_of(x) is not None
 
 
 def _shape(x: Any) -> tuple:
@@ -70,6 +77,9 @@ def _unit_like(x: Any) -> Any:
     """The v that v=None stands for beside a one-element value: 1, in its float type."""
     if isinstance(x, (float, int)) and not isinstance(x, np.generic):
         return 1.0
+    xp = namespace_of(x)
+    if xp is not None:
+        return xp.ones_like(x)
     if is_foreign_array(x):   # (made by x's library: a lazy output stays lazy)
         return np.ones_like(x, dtype=np.result_type(x.dtype, np.float64))
     return np.ones_like(np.asarray(x, dtype=np.result_type(x, np.float64)))
@@ -113,8 +123,9 @@ def vjp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     s2sgrad differentiates.
     """
     is_inputs_tuple, items = _as_tuple_inputs(inputs, "vjp")
-    foreign = any_foreign(items)
-    compiled = _pair(func, tuple(range(len(items))), foreign)
+    xp = namespace_among(items)
+    foreign = xp is None and any_foreign(items)
+    compiled = _pair(func, tuple(range(len(items))), foreign, xp)
     if strict:
         _strict_check(compiled)
     with foreign_dispatch() if foreign else contextlib.nullcontext():

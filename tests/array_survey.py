@@ -1,11 +1,12 @@
-"""Every case of the gradient table on chunked Dask arrays, against NumPy's gradient.
+"""Every case of the gradient table on another array library, against NumPy's gradient.
 
-    python tests/dask_survey.py [NAME ...]     # only rules whose name contains NAME
+    python tests/array_survey.py [NAME ...]              # Dask; only rules matching NAME
+    python tests/array_survey.py --library strict        # array_api_strict arrays
 
 For each case of tests/rule_cases.py (SciPy's aside) the function
 `np.sum(<case>)` is differentiated on NumPy arrays and on the same values as
-Dask arrays of two chunks per axis, under a scheduler that records every
-computation. Each case is one of:
+Dask arrays of two chunks per axis (under a scheduler that records every
+computation) or as arrays of the strict array API. Each case is one of:
 
   ok        the Dask gradient equals NumPy's and nothing was computed while it
             was built;
@@ -15,7 +16,7 @@ computation. Each case is one of:
             says which);
   WRONG     it differs from NumPy's: a bug, the worst kind.
 
-The last line is `DASK-SURVEY cases=N ok=.. computes=.. fails=.. wrong=..`.
+The last line is `SURVEY library=.. cases=N ok=.. computes=.. fails=.. wrong=..`.
 """
 from __future__ import annotations
 
@@ -58,7 +59,23 @@ def _chunked(a):
     return a
 
 
-def survey(only=()) -> collections.Counter:
+def _strict(a):
+    import array_api_strict
+    if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+        return array_api_strict.asarray(a)
+    return a
+
+
+def _values(g):
+    if hasattr(g, "compute"):
+        return np.asarray(g.compute())
+    if hasattr(type(g), "__array_namespace__") and not isinstance(g, np.ndarray):
+        return np.asarray(g.__array_namespace__().asarray(g, copy=True))
+    return np.asarray(g)
+
+
+def survey(only=(), library="dask") -> collections.Counter:
+    convert = _chunked if library == "dask" else _strict
     computed = []
 
     def recording(*args, **kwargs):
@@ -93,10 +110,9 @@ def survey(only=()) -> collections.Counter:
                 computed.clear()
                 try:
                     with dask.config.set(scheduler=recording):
-                        grads = s2sgrad.grad(module.f, wrt=wrt)(*[_chunked(a) for a in args])
+                        grads = s2sgrad.grad(module.f, wrt=wrt)(*[convert(a) for a in args])
                     places = list(computed)
-                    same = all(np.allclose(np.asarray(g.compute() if hasattr(g, "compute")
-                                                      else g), e, equal_nan=True)
+                    same = all(np.allclose(_values(g), e, equal_nan=True)
                                for g, e in zip(grads, expected))
                 except Exception as e:
                     status, detail = "fails", f"{type(e).__name__}: {str(e).splitlines()[0]}"
@@ -111,8 +127,13 @@ def survey(only=()) -> collections.Counter:
 
 
 def main() -> int:
-    totals = survey(sys.argv[1:])
-    print(f"DASK-SURVEY cases={sum(totals.values())} ok={totals['ok']} "
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="only rules whose name contains one")
+    parser.add_argument("--library", choices=("dask", "strict"), default="dask")
+    opts = parser.parse_args()
+    totals = survey(opts.names, opts.library)
+    print(f"SURVEY library={opts.library} cases={sum(totals.values())} ok={totals['ok']} "
           f"computes={totals['computes']} fails={totals['fails']} wrong={totals['WRONG']}")
     return 1 if totals["WRONG"] else 0
 

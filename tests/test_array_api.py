@@ -1,0 +1,155 @@
+"""The same gradients on arrays of the strict array API (`array_api_strict`).
+
+The strict implementation refuses anything the standard does not define, so a
+NumPy-only call left in the generated code or in a helper fails here. Each case:
+the NumPy gradient against central finite differences (two shapes, one
+broadcasting), and the strict-array gradient against the NumPy one.
+"""
+import numpy as np
+import pytest
+from conftest import import_source, numeric_vjp
+
+import s2sgrad
+from s2sgrad import functional
+
+xp = pytest.importorskip("array_api_strict", reason="the test extra is not installed")
+Array = type(xp.asarray(0.0))
+
+CASES = '''
+import numpy as np
+import s2sgrad
+
+
+def elementwise(x, b):
+    y = np.tanh(x * b) + np.exp(-x ** 2) * np.sin(b)
+    return np.sum(y * y) + 0.5 * np.mean(np.log1p(x * x))
+
+
+def mlp(x, W1, W2):
+    h = np.tanh(x @ W1)
+    out = h @ W2
+    return np.sum(out ** 2) / x.shape[0]
+
+
+def rnn(W, U, h, xs):
+    for t in range(xs.shape[0]):
+        h = np.tanh(W @ h + U @ xs[t, :])
+    return np.sum(h ** 2)
+
+
+def reductions(x):
+    return np.sum(np.max(x, axis=0) * np.mean(x, axis=1, keepdims=True)) + np.max(x)
+
+
+class Softplus(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return np.log1p(np.exp(x))
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        return g / (1.0 + np.exp(-x))
+
+
+def custom(x, w):
+    s = 0.0
+    for k in range(3):
+        s = s + np.sum(Softplus.apply(x * w + k))
+    return s
+
+
+def vector(x, W):
+    return np.tanh(W @ x) * 2.0, x * x
+
+
+def not_in_the_standard(x):
+    return np.sum(np.sinc(x) * x)
+
+
+def helper(x):
+    return x * 2.0
+
+
+def calls(x):
+    return np.sum(helper(x) ** 2)
+'''
+
+SHAPES = {
+    "elementwise": [[(6, 4), (6, 4)], [(6, 4), (4,)]],
+    "mlp": [[(8, 3), (3, 5), (5, 2)], [(6, 4), (4, 4), (4, 1)]],
+    "rnn": [[(4, 4), (4, 3), (4,), (5, 3)], [(3, 3), (3, 2), (3,), (4, 2)]],
+    "reductions": [[(4, 6)], [(3, 1)]],
+    "custom": [[(7,), (7,)], [(3, 5), (5,)]],
+}
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    return import_source(tmp_path_factory.mktemp("array_api"), "array_api_cases", CASES)
+
+
+def draw(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s) * 0.7 for s in shapes]
+
+
+@pytest.mark.parametrize("name, k", [(n, k) for n in SHAPES for k in range(2)])
+def test_gradient_on_strict_arrays_equals_numpys(cases, name, k):
+    fn = getattr(cases, name)
+    args = draw(SHAPES[name][k], seed=k)
+    wrt = tuple(range(len(args)))
+    out, pullback = s2sgrad.vjp(fn, *args, wrt=wrt)
+    expected = pullback(1.0)
+    for i in wrt:
+        np.testing.assert_allclose(expected[i], numeric_vjp(fn, list(args), 1.0, i),
+                                   rtol=1e-6, atol=1e-7)
+    strict = [xp.asarray(a) for a in args]
+    value, grads = s2sgrad.value_and_grad(fn, wrt=wrt)(*strict)
+    assert isinstance(value, Array)
+    np.testing.assert_allclose(float(value), out, rtol=1e-12)
+    for g, a, e in zip(grads, strict, expected):
+        assert isinstance(g, Array), type(g)
+        assert g.shape == a.shape and g.dtype == a.dtype
+        np.testing.assert_allclose(np.asarray(xp.asarray(g, copy=True)), e, rtol=1e-10,
+                                   atol=1e-12)
+
+
+def test_functional_vjp_and_vjp_on_strict_arrays(cases):
+    x, W = draw([(4,), (3, 4)])
+    v = (np.ones(3), np.arange(4.0))
+    _, expected = functional.vjp(cases.vector, (x, W), v)
+    for i in range(2):
+        np.testing.assert_allclose(expected[i], numeric_vjp(cases.vector, [x, W], v, i),
+                                   rtol=1e-6, atol=1e-7)
+    sx, sW = xp.asarray(x), xp.asarray(W)
+    sv = (xp.asarray(v[0]), xp.asarray(v[1]))
+    out, grads = functional.vjp(cases.vector, (sx, sW), sv)
+    assert all(isinstance(o, Array) for o in out)
+    for g, e in zip(grads, expected):
+        assert isinstance(g, Array)
+        np.testing.assert_allclose(np.asarray(xp.asarray(g, copy=True)), e, rtol=1e-10)
+    _, pullback = s2sgrad.vjp(cases.vector, sx, sW)
+    for g, e in zip(pullback(sv), expected):
+        np.testing.assert_allclose(np.asarray(xp.asarray(g, copy=True)), e, rtol=1e-10)
+
+
+def test_a_numpy_function_outside_the_standard_is_a_clear_error(cases):
+    x = xp.asarray(draw([(5,)])[0])
+    with pytest.raises(TypeError, match=r"np\.sinc is not in the array API standard"):
+        s2sgrad.grad(cases.not_in_the_standard)(x)
+
+
+def test_calls_to_other_functions_are_refused_on_strict_arrays(cases):
+    x = draw([(5,)])[0]
+    np.testing.assert_allclose(s2sgrad.grad(cases.calls)(x), 8.0 * x)
+    with pytest.raises(TypeError, match="calls other functions"):
+        s2sgrad.grad(cases.calls)(xp.asarray(x))
+
+
+def test_integer_and_complex_strict_arrays_are_refused(cases):
+    with pytest.raises(TypeError, match="only floating-point inputs"):
+        s2sgrad.grad(cases.reductions)(xp.asarray([[1, 2], [3, 4]]))
+    with pytest.raises(TypeError, match="complex"):
+        s2sgrad.grad(cases.reductions)(xp.asarray([[1 + 1j, 2.0]]))
