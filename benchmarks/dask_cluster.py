@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """s2sgrad's gradient on a Dask cluster against a hand-written Dask gradient, at scale.
 
-    python benchmarks/distributed.py                 # 2e8 rows x 10 (16 GB), 2 workers of 1 GiB
-    python benchmarks/distributed.py --rows 4e7      # any option of the example
+    python benchmarks/dask_cluster.py                 # 2e8 rows x 10 (16 GB), 2 workers of 1 GiB
+    python benchmarks/dask_cluster.py --rows 4e7      # any option of the example
 
 Runs examples/distributed_logistic.py with a dataset 16 times one worker's
 memory limit: seconds per gradient for both implementations (best of
