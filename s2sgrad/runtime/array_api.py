@@ -20,11 +20,15 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Dict, Optional, Tuple
 
+import numpy
+
 
 def namespace_of(value: Any) -> Optional[Any]:
-    """The array-API namespace of an array that NumPy does not dispatch to."""
+    """The array-API namespace of an array that NumPy does not dispatch to (never
+    NumPy's own: its scalars have `__array_namespace__` but no `__array_function__`)."""
     kind = type(value)
-    if hasattr(kind, "__array_namespace__") and not hasattr(kind, "__array_function__"):
+    if hasattr(kind, "__array_namespace__") and not hasattr(kind, "__array_function__") \
+            and not isinstance(value, (numpy.ndarray, numpy.generic)):
         return value.__array_namespace__()
     return None
 
