@@ -55,6 +55,7 @@ import shutil  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 import warnings  # noqa: E402
@@ -2633,7 +2634,8 @@ def _plain(result):
 # Workers: one process per job, replaced when a program runs past its time.
 # --------------------------------------------------------------------------------------
 def _worker(conn, seed, workdir, weights, mutate):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # the parent stops its workers itself,
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # after summing up what they did
     if mutate:
         apply_mutation(mutate)
     while True:
@@ -2816,10 +2818,10 @@ def summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet=False, keep_re
     lines = []
     kept_any = False
     for res in sorted(results, key=lambda r: r["index"]):
-        if res["status"] in ("wrong", "crashed", "timeout", "fuzzer-error"):
+        if res["status"] in _FAILING:
             kept = keep_program(res, keep_dir)
             kept_any = kept_any or bool(kept)
-            if not quiet:
+            if not quiet and not res.get("reported"):
                 lines.append(describe(res, kept))
         elif res["status"] == "refused" and keep_refused:
             keep_program(res, keep_dir)
@@ -2891,6 +2893,10 @@ def run_fuzz(n, seed, jobs=1, timeout=10.0, weights=None, indices=None, verbose=
 
     def on_result(res):
         results.append(res)
+        if res["status"] in _FAILING and not quiet:
+            # Reported (and kept) at once: a long run stopped early still shows them.
+            res["reported"] = True
+            print(describe(res, keep_program(res, keep_dir)), file=out, flush=True)
         if verbose and not quiet:
             print(f"[{len(results)}/{n}] index={res['index']} {res['status']} "
                   f"({res['time']:.2f}s)", file=out, flush=True)
@@ -2902,25 +2908,42 @@ def run_fuzz(n, seed, jobs=1, timeout=10.0, weights=None, indices=None, verbose=
                 print(f"  arg {r['arg']}: {r['status']} fd={r.get('fd')} "
                       f"opt={r.get('optimised')} plain={r.get('unoptimised')} "
                       f"{r.get('exceptions', '')}", file=out)
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)   # a stopped run still sums up
     try:
-        if jobs <= 0:
-            if mutate:
-                apply_mutation(mutate)  # in this process, for good
-            for i in indices:
-                on_result(run_program(seed, i, workdir, weights))
-        else:
-            pool = Pool(jobs, seed, workdir, weights, mutate)
-            try:
-                pool.run(indices, timeout, on_result)
-            finally:
-                pool.close()
+        try:
+            if jobs <= 0:
+                if mutate:
+                    apply_mutation(mutate)  # in this process, for good
+                for i in indices:
+                    on_result(run_program(seed, i, workdir, weights))
+            else:
+                pool = Pool(jobs, seed, workdir, weights, mutate)
+                try:
+                    pool.run(indices, timeout, on_result)
+                finally:
+                    pool.close()
+        except KeyboardInterrupt:
+            print(f"FUZZ-INTERRUPTED after {len(results)} of {n} programs: the totals below "
+                  f"are of those", file=out, flush=True)
+            n = len(results)
         elapsed = time.perf_counter() - t0
         text, counts = summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet,
                                  keep_refused)
         print(text, file=out, flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
     return counts, results
+
+
+_FAILING = ("wrong", "crashed", "timeout", "fuzzer-error")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 # --------------------------------------------------------------------------------------
