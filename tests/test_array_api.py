@@ -7,6 +7,7 @@ broadcasting), and the strict-array gradient against the NumPy one.
 """
 import numpy as np
 import pytest
+import test_dask
 from conftest import import_source, numeric_vjp
 
 import s2sgrad
@@ -15,53 +16,11 @@ from s2sgrad import functional
 xp = pytest.importorskip("array_api_strict", reason="the test extra is not installed")
 Array = type(xp.asarray(0.0))
 
-CASES = '''
-import numpy as np
-import s2sgrad
+# test_dask's functions, and what only these tests need.
+CASES = test_dask.CASES + '''
 
-
-def elementwise(x, b):
-    y = np.tanh(x * b) + np.exp(-x ** 2) * np.sin(b)
-    return np.sum(y * y) + 0.5 * np.mean(np.log1p(x * x))
-
-
-def mlp(x, W1, W2):
-    h = np.tanh(x @ W1)
-    out = h @ W2
-    return np.sum(out ** 2) / x.shape[0]
-
-
-def rnn(W, U, h, xs):
-    for t in range(xs.shape[0]):
-        h = np.tanh(W @ h + U @ xs[t, :])
-    return np.sum(h ** 2)
-
-
-def reductions(x):
+def extrema(x):
     return np.sum(np.max(x, axis=0) * np.mean(x, axis=1, keepdims=True)) + np.max(x)
-
-
-class Softplus(s2sgrad.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return np.log1p(np.exp(x))
-
-    @staticmethod
-    def vjp(ctx, g):
-        x, = ctx.saved_tensors
-        return g / (1.0 + np.exp(-x))
-
-
-def custom(x, w):
-    s = 0.0
-    for k in range(3):
-        s = s + np.sum(Softplus.apply(x * w + k))
-    return s
-
-
-def vector(x, W):
-    return np.tanh(W @ x) * 2.0, x * x
 
 
 def not_in_the_standard(x):
@@ -76,13 +35,8 @@ def calls(x):
     return np.sum(helper(x) ** 2)
 '''
 
-SHAPES = {
-    "elementwise": [[(6, 4), (6, 4)], [(6, 4), (4,)]],
-    "mlp": [[(8, 3), (3, 5), (5, 2)], [(6, 4), (4, 4), (4, 1)]],
-    "rnn": [[(4, 4), (4, 3), (4,), (5, 3)], [(3, 3), (3, 2), (3,), (4, 2)]],
-    "reductions": [[(4, 6)], [(3, 1)]],
-    "custom": [[(7,), (7,)], [(3, 5), (5,)]],
-}
+SHAPES = {name: test_dask.SHAPES[name] for name in ("elementwise", "mlp", "rnn", "custom")}
+SHAPES["extrema"] = [[(4, 6)], [(3, 1)]]
 
 
 @pytest.fixture(scope="module")
@@ -90,21 +44,14 @@ def cases(tmp_path_factory):
     return import_source(tmp_path_factory.mktemp("array_api"), "array_api_cases", CASES)
 
 
-def draw(shapes, seed=0):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s) * 0.7 for s in shapes]
+draw = test_dask.draw
 
 
 @pytest.mark.parametrize("name, k", [(n, k) for n in SHAPES for k in range(2)])
-def test_gradient_on_strict_arrays_equals_numpys(cases, name, k):
+def test_gradient_on_strict_arrays_equals_numpys(cases, name, k, monkeypatch):
     fn = getattr(cases, name)
-    args = draw(SHAPES[name][k], seed=k)
-    wrt = tuple(range(len(args)))
-    out, pullback = s2sgrad.vjp(fn, *args, wrt=wrt)
-    expected = pullback(1.0)
-    for i in wrt:
-        np.testing.assert_allclose(expected[i], numeric_vjp(fn, list(args), 1.0, i),
-                                   rtol=1e-6, atol=1e-7)
+    monkeypatch.setattr(test_dask, "SHAPES", SHAPES)
+    args, wrt, out, expected = test_dask.checked_numpy_gradient(cases, name, k)
     strict = [xp.asarray(a) for a in args]
     value, grads = s2sgrad.value_and_grad(fn, wrt=wrt)(*strict)
     assert isinstance(value, Array)
@@ -150,6 +97,6 @@ def test_calls_to_other_functions_are_refused_on_strict_arrays(cases):
 
 def test_integer_and_complex_strict_arrays_are_refused(cases):
     with pytest.raises(TypeError, match="only floating-point inputs"):
-        s2sgrad.grad(cases.reductions)(xp.asarray([[1, 2], [3, 4]]))
+        s2sgrad.grad(cases.extrema)(xp.asarray([[1, 2], [3, 4]]))
     with pytest.raises(TypeError, match="complex"):
-        s2sgrad.grad(cases.reductions)(xp.asarray([[1 + 1j, 2.0]]))
+        s2sgrad.grad(cases.extrema)(xp.asarray([[1 + 1j, 2.0]]))

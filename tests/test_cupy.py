@@ -7,7 +7,7 @@ test_dask.py checks against central finite differences.
 import numpy as np
 import pytest
 from conftest import import_source
-from test_dask import CASES, SHAPES, draw
+from test_dask import CASES, SHAPES, checked_numpy_gradient
 
 import s2sgrad
 
@@ -28,9 +28,7 @@ def cases(tmp_path_factory):
 @pytest.mark.parametrize("name, k", [(n, k) for n in SHAPES for k in range(2)])
 def test_gradient_on_cupy_equals_numpys(cases, name, k):
     fn = getattr(cases, name)
-    args = draw(SHAPES[name][k], seed=k)
-    wrt = tuple(range(len(args)))
-    value, expected = s2sgrad.value_and_grad(fn, wrt=wrt)(*args)
+    args, wrt, value, expected = checked_numpy_gradient(cases, name, k)
     on_gpu = [cupy.asarray(a) for a in args]
     gpu_value, grads = s2sgrad.value_and_grad(fn, wrt=wrt)(*on_gpu)
     np.testing.assert_allclose(float(gpu_value), value, rtol=1e-10)

@@ -35,7 +35,7 @@ def mlp(x, W1, W2):
 
 def rnn(W, U, h, xs):
     for t in range(xs.shape[0]):
-        h = np.tanh(W @ h + U @ xs[t])
+        h = np.tanh(W @ h + U @ xs[t, :])   # (xs[t] is not valid on array-API arrays)
     return np.sum(h ** 2)
 
 
@@ -143,17 +143,24 @@ def draw(shapes, seed=0):
     return [rng.standard_normal(s) * 0.7 for s in shapes]
 
 
-@pytest.mark.parametrize("name, k", [(n, k) for n in SHAPES for k in range(2)])
-def test_gradient_on_dask_is_lazy_chunked_and_equal_to_numpy(cases, name, k):
+def checked_numpy_gradient(cases, name, k):
+    """(args, wrt, value, gradient) of case `name` on its k-th shapes, the NumPy
+    gradient checked against central differences: what other libraries must match."""
     fn = getattr(cases, name)
     args = draw(SHAPES[name][k], seed=k)
     wrt = tuple(range(len(args)))
-    # The NumPy gradient against central differences.
     out, pullback = s2sgrad.vjp(fn, *args, wrt=wrt)
     expected = pullback(1.0)
     for i in wrt:
         np.testing.assert_allclose(expected[i], numeric_vjp(fn, list(args), 1.0, i),
                                    rtol=1e-6, atol=1e-7)
+    return args, wrt, out, expected
+
+
+@pytest.mark.parametrize("name, k", [(n, k) for n in SHAPES for k in range(2)])
+def test_gradient_on_dask_is_lazy_chunked_and_equal_to_numpy(cases, name, k):
+    fn = getattr(cases, name)
+    args, wrt, out, expected = checked_numpy_gradient(cases, name, k)
     # The Dask gradient: built without computing, then equal to NumPy's.
     dargs = [chunked(a) for a in args]
     with no_compute():

@@ -227,14 +227,6 @@ def _broadcast_shapes(a, b) -> Tuple[int, ...]:
     return tuple(max(x, y) for x, y in zip(a, b))
 
 
-def accumulate(total, contribution):
-    if contribution is None:
-        return total
-    if total is None:
-        return contribution
-    return total + contribution
-
-
 def seed(out):
     return 1.0
 
@@ -263,7 +255,7 @@ def scatter_add(adjoint, index, g):
     """adjoint with g added at a basic index (ints, slices), as a new array."""
     if isinstance(adjoint, list):
         out = list(adjoint)
-        out[index] = accumulate(out[index], g)
+        out[index] = g if out[index] is None else out[index] + g
         return out
     if not _basic(index):
         raise TypeError("s2sgrad's gradient of indexing with an array of indices (which may "
@@ -287,12 +279,12 @@ def with_zeroed(adjoint, index):
 
 HELPERS: Dict[str, Callable] = {f.__name__: f for f in (
     unbroadcast, expand_reduced, reduced_count, meta, zeros_like, copy_value,
-    matmul_grad_a, matmul_grad_b, unbroadcast_matmul, accumulate, seed, scatter_add,
+    matmul_grad_a, matmul_grad_b, unbroadcast_matmul, seed, scatter_add,
     with_zeroed, extremum_grad)}
 
 # Helpers that never touch an array's values: the NumPy backend's serve as they are.
 NEUTRAL = frozenset({"backwards", "keys", "record", "detached", "check_count", "loop_items",
-                     "add_items", "Context"})
+                     "add_items", "accumulate", "Context"})
 
 
 def missing_helper(name: str) -> Callable:
