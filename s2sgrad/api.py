@@ -25,7 +25,7 @@ from .arguments import (
 from .compiler import CompiledFunction, all_hold, compile_function, flat_bindings
 from .optimizer_check import checked_pair
 from .runtime.array_api import namespace_among
-from .runtime.arrays import any_foreign, foreign_dispatch
+from .runtime.arrays import any_foreign
 
 
 def differentiable(fn: Callable) -> Callable:
@@ -56,7 +56,7 @@ def _derived_from(f: Callable, kind: str, positions: Tuple[int, ...], as_tuple: 
     return decorate
 
 
-def _compiled(f: Callable, positions: Tuple[int, ...],
+def pair_for(f: Callable, positions: Tuple[int, ...],
               numbers_at: Tuple[int, ...] = (), leaves: Tuple[int, ...] = (),
               foreign: bool = False, xp: Any = None) -> CompiledFunction:
     """The pair for f; where some arguments are Python numbers, one specialised to
@@ -73,10 +73,14 @@ def _compiled(f: Callable, positions: Tuple[int, ...],
         from .backends.array_api import array_api_pair
         return array_api_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
                                                pure=True), xp)
-    return checked_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
+    pair = checked_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
                                          pure=foreign),
                         lambda: compile_function(f, positions, False, scalars=scalars,
                                                  leaves=leaves, pure=foreign))
+    if foreign:   # its forward and adjoint run under foreign_dispatch
+        from .backends.array_api import dispatching_pair
+        return dispatching_pair(pair)
+    return pair
 
 
 def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
@@ -106,16 +110,11 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
             kind += (foreign, xp)
         entry = compiled_pairs.get(kind)
         if entry is None or not all_hold(entry[1]):
-            compiled = _compiled(f, positions, kind[0], leaf_positions(args), foreign, xp)
+            compiled = pair_for(f, positions, kind[0], leaf_positions(args), foreign, xp)
             entry = compiled_pairs[kind] = (compiled, flat_bindings(compiled))
         compiled = entry[0]
-        if foreign:
-            with foreign_dispatch():
-                out, residuals = compiled.forward(*args, **kwargs)
-                grads = compiled.adjoint(residuals, seed(out))
-        else:
-            out, residuals = compiled.forward(*args, **kwargs)
-            grads = compiled.adjoint(residuals, seed(out))
+        out, residuals = compiled.forward(*args, **kwargs)
+        grads = compiled.adjoint(residuals, seed(out))
         if len(positions) == 1:  # the adjoint returns one gradient bare
             g = finalize(grads, args[positions[0]])
             return out, (g if single else (g,))
@@ -153,19 +152,11 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
     foreign = xp is None and leaves is not None and any_foreign(args)
     compiled = _known_pair(f, positions, numbers_at,
                            tuple(range(len(args))) if leaves is None else leaves, foreign, xp)
-    if foreign:
-        with foreign_dispatch():
-            out, residuals = compiled.forward(*args)
-    else:
-        out, residuals = compiled.forward(*args)
+    out, residuals = compiled.forward(*args)
 
     def pullback(v):
         check_cotangent(v, out)
-        if foreign:
-            with foreign_dispatch():
-                grads = pack(compiled.adjoint(residuals, v), positions)
-        else:
-            grads = pack(compiled.adjoint(residuals, v), positions)
+        grads = pack(compiled.adjoint(residuals, v), positions)
         grads = tuple(finalize(g, args[i], avoid=leaves_of(v)) for g, i in zip(grads, positions))
         return grads[0] if single else grads
     return out, pullback
@@ -184,13 +175,13 @@ def _known_pair(f: Callable, positions: Tuple[int, ...], numbers_at: Tuple[int, 
     try:
         pairs = _PAIRS.get(f)
     except TypeError:   # not weakly referable (a builtin, a callable object)
-        return _compiled(f, positions, numbers_at, leaves, foreign, xp)
+        return pair_for(f, positions, numbers_at, leaves, foreign, xp)
     code, defaults = getattr(f, "__code__", None), getattr(f, "__defaults__", None)
     kind = (positions, numbers_at, leaves, foreign, xp)
     entry = pairs.get(kind) if pairs is not None else None
     if entry is not None and entry[1] is code and entry[2] is defaults and all_hold(entry[3]):
         return entry[0]
-    compiled = _compiled(f, positions, numbers_at, leaves, foreign, xp)
+    compiled = pair_for(f, positions, numbers_at, leaves, foreign, xp)
     if pairs is None:
         pairs = _PAIRS[f] = {}
     pairs[kind] = (compiled, code, defaults, flat_bindings(compiled))

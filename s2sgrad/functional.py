@@ -13,32 +13,25 @@ generated code, never by looking at values.
 from __future__ import annotations
 
 import ast
-import contextlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .api import pair_for
 from .arguments import check_differentiable, finalize
-from .compiler import CompiledFunction, compile_function, compile_jvp, higher
-from .optimizer_check import checked_jvp, checked_pair
+from .compiler import CompiledFunction, compile_jvp, higher
+from .optimizer_check import checked_jvp
 from .runtime.array_api import namespace_among, namespace_of
-from .runtime.arrays import any_foreign, foreign_dispatch, is_foreign_array
+from .runtime.arrays import any_foreign, is_foreign_array
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 
 
 def _pair(func: Callable, wrt: Tuple[int, ...], foreign: bool = False,
           xp: Any = None) -> CompiledFunction:
-    """The forward/adjoint pair of func (checked against the plain transform in the
-    S2SGRAD_CHECK_OPTIMIZER test mode); without in-place updates in the adjoint for
-    another library's arrays (`foreign`: see api._compiled), re-bound to `xp` for
-    arrays of the array API standard."""
+    """The forward/adjoint pair of func, as the API makes it (api.pair_for)."""
     # functional's inputs are arrays by its contract: their cotangents add with `+`.
-    if xp is not None:
-        from .backends.array_api import array_api_pair
-        return array_api_pair(compile_function(func, wrt, leaves=wrt, pure=True), xp)
-    return checked_pair(compile_function(func, wrt, leaves=wrt, pure=foreign),
-                        lambda: compile_function(func, wrt, False, leaves=wrt, pure=foreign))
+    return pair_for(func, wrt, leaves=wrt, foreign=foreign, xp=xp)
 
 
 def _jvp(func: Callable, wrt: Tuple[int, ...]):
@@ -128,13 +121,12 @@ def vjp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     compiled = _pair(func, tuple(range(len(items))), foreign, xp)
     if strict:
         _strict_check(compiled)
-    with foreign_dispatch() if foreign else contextlib.nullcontext():
-        output, residuals = compiled.forward(*items)
-        is_outputs_tuple = isinstance(output, tuple)
-        outputs = output if is_outputs_tuple else (output,)
-        vs = _validate_v(v, outputs, is_outputs_tuple)
-        cotangent = vs if is_outputs_tuple else vs[0]
-        grads = compiled.adjoint(residuals, cotangent)
+    output, residuals = compiled.forward(*items)
+    is_outputs_tuple = isinstance(output, tuple)
+    outputs = output if is_outputs_tuple else (output,)
+    vs = _validate_v(v, outputs, is_outputs_tuple)
+    cotangent = vs if is_outputs_tuple else vs[0]
+    grads = compiled.adjoint(residuals, cotangent)
     grads = (grads,) if len(items) == 1 else tuple(grads)
     grads = tuple(finalize(g, x, avoid=vs) for g, x in zip(grads, items))
     return output, (grads if is_inputs_tuple else grads[0])

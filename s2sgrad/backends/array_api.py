@@ -1,4 +1,8 @@
-"""A compiled pair re-bound to run on arrays of the array API standard.
+"""A compiled pair made to run on other array libraries' arrays.
+
+`dispatching_pair`: Dask's and CuPy's arrays run the NumPy code as it is, under
+`runtime.arrays.foreign_dispatch`. `array_api_pair`: arrays of the array API
+standard, which NumPy does not dispatch to, run it re-bound.
 
 The code objects are the NumPy backend's; only what their names are bound to
 changes (see s2sgrad/runtime/array_api.py): `np` becomes NumPy's names over the
@@ -15,6 +19,7 @@ import numpy
 
 from ..compiler import CompiledFunction
 from ..runtime import array_api
+from ..runtime.arrays import foreign_dispatch
 
 
 class _Overlay(dict):
@@ -53,3 +58,18 @@ def array_api_pair(compiled: CompiledFunction, xp: Any) -> CompiledFunction:
                         f"and CuPy arrays have no such limit)")
     return dataclasses.replace(compiled, forward=_rebound(compiled.forward, xp),
                                adjoint=_rebound(compiled.adjoint, xp))
+
+
+def dispatching_pair(compiled: Any) -> Any:
+    """`compiled` with its forward and adjoint run under `foreign_dispatch`: a NumPy
+    function the arrays' library lacks is an error, never a silent fall-back."""
+    forward, adjoint = compiled.forward, compiled.adjoint
+
+    def guarded_forward(*args, **kwargs):
+        with foreign_dispatch():
+            return forward(*args, **kwargs)
+
+    def guarded_adjoint(residuals, cotangent):
+        with foreign_dispatch():
+            return adjoint(residuals, cotangent)
+    return dataclasses.replace(compiled, forward=guarded_forward, adjoint=guarded_adjoint)
