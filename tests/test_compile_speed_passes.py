@@ -319,3 +319,131 @@ def test_name_nodes_order_and_parameters():
         want = _reference_name_nodes(node, want_args)
         assert [id(n) for n in names_mod.name_nodes(node, got_args)] == [id(n) for n in want]
         assert got_args == want_args
+
+
+# -- the optimiser's NameIndex --------------------------------------------------------
+def test_name_index_answers_what_fresh_walks_answer():
+    tree = _corpus()   # real code: with, try, nested functions, comprehensions
+    c = _compiled()
+    generated = ast.parse(c.module_source)
+    index = statements_mod.NameIndex()
+    for fdef in [n for t in (tree, generated) for n in ast.walk(t)
+                 if isinstance(n, ast.FunctionDef)]:
+        assert [id(n) for n in index.function(fdef)] == \
+            [id(n) for n in names_mod.name_nodes(fdef)]
+        for s in statements_mod._walk_statements(fdef.body):
+            assert [id(n) for n in index.deep(s)] == [id(n) for n in names_mod.name_nodes(s)]
+        # asked again: the same (cached) answers
+        assert [id(n) for n in index.function(fdef)] == \
+            [id(n) for n in names_mod.name_nodes(fdef)]
+
+
+def test_name_index_after_changed_and_stale_answers_in_check_mode(monkeypatch):
+    fdef = ast.parse("def f(a, b):\n    c = a + b\n    return c\n").body[0]
+    index = statements_mod.NameIndex()
+    assign = fdef.body[0]
+    assert [n.id for n in index.own(assign)] == ["c", "a", "b"]
+    assign.value.right = ast.Name(id="z", ctx=ast.Load())   # a step puts a new node in
+    index.changed(assign)
+    assert [n.id for n in index.own(assign)] == ["c", "a", "z"]
+    assign.value.left = ast.Name(id="w", ctx=ast.Load())    # ... and forgets to say so
+    assert [n.id for n in index.own(assign)] == ["c", "a", "z"]   # (not checked)
+    monkeypatch.setattr(statements_mod, "_VERIFY", True)
+    try:
+        index.own(assign)
+    except statements_mod.StaleNames as error:
+        assert "line" in str(error) and "NameIndex.changed" in str(error)
+    else:  # pragma: no cover
+        raise AssertionError("a stale entry went unnoticed in check mode")
+    index.changed(assign)
+    for n in index.function(fdef):   # renaming in place keeps the nodes: nothing stale
+        n.id = n.id.upper()
+    assert [n.id for n in index.function(fdef)] == ["C", "W", "Z", "C"]
+
+
+def test_activity_closures_are_the_fixpoints():
+    import random
+
+    from s2sgrad.compiler import analyze as analyze_mod
+    from s2sgrad.compiler.ops import Op
+
+    def fixpoint_forward(seeds, ops):
+        out, changed = set(seeds), True
+        while changed:
+            changed = False
+            for op in ops:
+                if op.outputs and set(op.diff_inputs) & out and not set(op.outputs) <= out:
+                    out |= set(op.outputs)
+                    changed = True
+        return out
+
+    def fixpoint_backward(seeds, ops, diff_only):
+        out, changed = set(seeds), True
+        while changed:
+            changed = False
+            for op in ops:
+                if op.kind == "control" and not diff_only:
+                    continue
+                inputs = op.diff_inputs + ([] if diff_only else op.other_inputs)
+                if set(op.outputs) & out and not set(inputs) <= out:
+                    out |= set(inputs)
+                    changed = True
+        return out
+
+    rng = random.Random(3)
+    names = [f"v{i}" for i in range(12)]
+    for _ in range(200):
+        ops = [Op(rng.choice(["rule", "copy", "control"]), rng.sample(names, rng.randint(0, 2)),
+                  diff_inputs=rng.sample(names, rng.randint(0, 3)),
+                  other_inputs=rng.sample(names, rng.randint(0, 2)))
+               for _ in range(rng.randint(1, 10))]
+        pairs = [(None, op) for op in ops]
+        seeds = set(rng.sample(names, 2))
+        assert analyze_mod._forward_closure(seeds, pairs, True) == fixpoint_forward(seeds, ops)
+        for diff_only in (True, False):
+            assert analyze_mod._backward_closure(seeds, pairs, diff_only) == \
+                fixpoint_backward(seeds, ops, diff_only)
+
+
+def test_collector_paused_while_compiling_and_restored():
+    import gc
+
+    seen = []
+
+    def f(x):
+        seen.append(gc.isenabled())
+        return np.sum(x * x)
+
+    def broken(x):
+        return np.sum(undefined_name(x))  # noqa: F821 - refused when compiled
+
+    clear_cache()
+    gc.enable()
+    s2sgrad.grad(f)(np.ones(2))
+    assert gc.isenabled()
+    compiler_memory = importlib.import_module("s2sgrad.compiler.memory")
+    observed = []
+    original = compiler_memory.PairCache.enter
+
+    def enter(self):
+        original(self)
+        observed.append(gc.isenabled())
+    compiler_memory.PairCache.enter = enter
+    try:
+        clear_cache()
+        s2sgrad.grad(f)(np.ones(2))
+        try:
+            s2sgrad.grad(broken)(np.ones(2))
+        except Exception:  # noqa: BLE001 - whatever the refusal, the collector is back
+            pass
+    finally:
+        compiler_memory.PairCache.enter = original
+    assert observed and not any(observed)
+    assert gc.isenabled()
+    gc.disable()   # a user who turned it off keeps it off
+    try:
+        clear_cache()
+        s2sgrad.grad(f)(np.ones(3))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

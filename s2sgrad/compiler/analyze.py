@@ -481,34 +481,40 @@ def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Dict
 
 
 def _forward_closure(seeds: Set[str], ops, diff_only: bool) -> Set[str]:
-    out = set(seeds)
-    changed = True
-    while changed:
-        changed = False
-        for _, op in ops:
+    """Every name computed from a seed (through the ops' inputs), seeds included."""
+    readers: Dict[str, List[List[str]]] = {}   # input name -> outputs of the ops reading it
+    for _, op in ops:
+        if op.outputs:
             inputs = op.diff_inputs if diff_only else op.diff_inputs + op.other_inputs
-            if op.outputs and any(n in out for n in inputs):
-                for o in op.outputs:
-                    if o not in out:
-                        out.add(o)
-                        changed = True
-    return out
+            for n in inputs:
+                readers.setdefault(n, []).append(op.outputs)
+    return _closure(seeds, readers)
 
 
 def _backward_closure(seeds: Set[str], ops, diff_only: bool) -> Set[str]:
+    """Every name a seed is computed from, seeds included (control ops count only
+    when diff_only: a branch's test decides no value's derivative)."""
+    writers: Dict[str, List[List[str]]] = {}   # output name -> inputs of the ops writing it
+    for _, op in ops:
+        if op.kind == "control" and not diff_only:
+            continue
+        inputs = op.diff_inputs if diff_only else op.diff_inputs + op.other_inputs
+        for o in op.outputs:
+            writers.setdefault(o, []).append(inputs)
+    return _closure(seeds, writers)
+
+
+def _closure(seeds: Set[str], edges: Dict[str, List[List[str]]]) -> Set[str]:
+    """seeds and everything reachable from them along edges (a worklist: each name's
+    edges followed once)."""
     out = set(seeds)
-    changed = True
-    while changed:
-        changed = False
-        for _, op in ops:
-            if op.kind == "control" and not diff_only:
-                continue
-            if any(o in out for o in op.outputs):
-                inputs = op.diff_inputs if diff_only else op.diff_inputs + op.other_inputs
-                for n in inputs:
-                    if n not in out:
-                        out.add(n)
-                        changed = True
+    todo = list(out)
+    while todo:
+        for targets in edges.get(todo.pop(), ()):
+            for n in targets:
+                if n not in out:
+                    out.add(n)
+                    todo.append(n)
     return out
 
 

@@ -68,10 +68,11 @@ def _all_nodes(roots) -> Optional[List[ast.AST]]:
     seen: set = set()
     stack = list(roots)
     pop, push, AST = stack.pop, stack.append, ast.AST
+    pp, p_op = _ASTOR_ATTRS
     while stack:
         n = pop()
         d = n.__dict__
-        if any(attr in d for attr in _ASTOR_ATTRS):
+        if pp in d or p_op in d:
             return None
         if not n._fields:
             continue

@@ -25,7 +25,7 @@ from .shapes import (
     product_shapes_from_operands,
     share_shape_witnesses,
 )
-from .statements import _Names, fwd_params, param_list
+from .statements import NameIndex, _Names, fwd_params, param_list
 
 __all__ = [
     "optimize", "collapse_unbroadcast_chains", "drop_needless_inits", "eliminate_dead",
@@ -40,29 +40,31 @@ def optimize(t: Transformed) -> Transformed:
     user_names = set(t.nf.resolver.locals)
     for fdef in (t.forward, t.adjoint):
         fdef.body = fold_block(fdef.body)
+    index = NameIndex()   # the statements' names, for every step (see NameIndex)
     # The adjoint reads forward values by name, so a renaming applies to both.
-    propagate_copies(t.forward, user_names, also=(t.adjoint,), marks=t.marks)
-    propagate_copies(t.adjoint, user_names, marks=t.marks)
-    substitute_single_use(t.adjoint, t.marks)
-    collapse_unbroadcast_chains(t.adjoint)
-    product_shapes_from_operands(t.adjoint)
-    elide_scalar_broadcasts(t)
-    names = _Names()   # the adjoint's statements' names: valid while statements only leave
+    propagate_copies(t.forward, user_names, also=(t.adjoint,), marks=t.marks, index=index)
+    propagate_copies(t.adjoint, user_names, marks=t.marks, index=index)
+    substitute_single_use(t.adjoint, t.marks, index)
+    collapse_unbroadcast_chains(t.adjoint, index)
+    product_shapes_from_operands(t.adjoint, index)
+    elide_scalar_broadcasts(t, index)
+    names = _Names(index)   # the adjoint's statements' names: valid while statements only leave
     while True:
-        shared = share_shape_witnesses(t)
+        shared = share_shape_witnesses(t, index)
         if shared:
             t.adjoint.body = fold_block(t.adjoint.body)
-            names = _Names()
+            index = NameIndex()
+            names = _Names(index)
         pruned = prune_saves(t, names)
         removed = eliminate_dead(t.adjoint, keep=set(), names=names)
         if not (shared or pruned or removed):
             break
     private_copies(t)
     drop_needless_inits(t.forward, t.marks)
-    link_residuals(t)
-    eliminate_dead(t.forward, keep=set(t.nf.all_params))
-    fuse_forward_temporaries(t.forward, user_names, t.marks)
-    fuse_adjoint_temporaries(t.adjoint)
+    link_residuals(t, index)
+    eliminate_dead(t.forward, keep=set(t.nf.all_params), names=_Names(index))
+    fuse_forward_temporaries(t.forward, user_names, t.marks, index)
+    fuse_adjoint_temporaries(t.adjoint, index)
     for fdef in (t.forward, t.adjoint):
         fdef.body = tidy(fdef.body)
     return t

@@ -7,15 +7,14 @@ import ast
 from typing import Dict, List, Optional, Sequence, Set
 
 from ..facts import ResidualMarks
-from ..names import name_nodes
 from .statements import (
     _BAR,
     _PART,
+    NameIndex,
     _loads,
     _remove_statement,
     _Rename,
     _simple_stores,
-    _stores,
     _walk_statements,
     assignment_sites,
     fwd_params,
@@ -24,15 +23,18 @@ from .statements import (
 
 def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
                      also: Sequence[ast.FunctionDef] = (),
-                     marks: Optional[ResidualMarks] = None) -> None:
+                     marks: Optional[ResidualMarks] = None,
+                     index: Optional[NameIndex] = None) -> None:
     """Drop `a = b` between generated names when both are assigned once, outside
     loops (never a save or a restore: `marks`)."""
     marks = ResidualMarks() if marks is None else marks
+    index = NameIndex() if index is None else index
     params = fwd_params(fdef)
     changed = True
     also_stores = set()
+    Load = ast.Load
     for other in also:
-        also_stores |= _stores(other)
+        also_stores |= {n.id for n in index.function(other) if n.ctx.__class__ is not Load}
     loads_of: Optional[Dict[str, List[ast.Name]]] = None
     while changed:
         changed = False
@@ -64,7 +66,7 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
                 # (n.id) and statements leave, nothing else.
                 loads_of = {}
                 for target in (fdef, *also):
-                    for n in name_nodes(target):
+                    for n in index.function(target):
                         if n.ctx.__class__ is ast.Load:
                             loads_of.setdefault(n.id, []).append(n)
             for a, b in mapping.items():  # (no b is also renamed: see `renamed`)
@@ -74,29 +76,31 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
 
 
 # -- single-use temporaries -----------------------------------------------------
-def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] = None) -> None:
+def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] = None,
+                          index: Optional[NameIndex] = None) -> None:
     """`x_bar_part = E; x_bar = x_bar + x_bar_part` -> `x_bar = x_bar + E`.
 
     Also propagates block-local copies between adjoints (`a_bar = b_bar` whose
     uses all follow in the same block before b_bar changes).
     """
     marks = ResidualMarks() if marks is None else marks
+    index = NameIndex() if index is None else index
     while True:
         dropped: List[int] = []
         fdef.body = _drop_self_assignments(fdef.body, dropped, marks)
         occurrences: Dict[str, int] = {}
         load_counts: Dict[str, int] = {}
-        for n in name_nodes(fdef):
+        for n in index.function(fdef):
             occurrences[n.id] = occurrences.get(n.id, 0) + 1
             if isinstance(n.ctx, ast.Load):
                 load_counts[n.id] = load_counts.get(n.id, 0) + 1
         # Keeps both counts as they are after the copies it propagates.
-        copies = _propagate_local_copies(fdef.body, fdef, occurrences, load_counts)
+        copies = _propagate_local_copies(fdef.body, fdef, occurrences, load_counts, index)
         counts: Dict[str, int] = {}
         for s in _walk_statements(fdef.body):
             for n in _simple_stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
                 counts[n] = counts.get(n, 0) + 1
-        substituted = _substitute_in_block(fdef.body, load_counts, counts)
+        substituted = _substitute_in_block(fdef.body, load_counts, counts, index)
         if not (dropped or copies or substituted):
             return
 
@@ -120,18 +124,17 @@ def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[int],
 
 
 def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
-                            occurrences: Dict[str, int], load_counts: Dict[str, int]) -> int:
+                            occurrences: Dict[str, int], load_counts: Dict[str, int],
+                            index: NameIndex) -> int:
     """`occurrences`: how often each name occurs in fdef (`load_counts`: is read),
-    kept up to date."""
+    kept up to date. Below, names change in place (n.id) and statements leave
+    the block, nothing else: the index's Name nodes stay valid."""
     done = 0
     for s in stmts:
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                done += _propagate_local_copies(inner, fdef, occurrences, load_counts)
-    # The Name nodes of each statement of this block, found once: below, names
-    # change in place (n.id) and statements leave the block, nothing else.
-    nodes: Dict[ast.stmt, List[ast.Name]] = {}
+                done += _propagate_local_copies(inner, fdef, occurrences, load_counts, index)
     i = 0
     while i < len(stmts):
         s = stmts[i]
@@ -139,7 +142,7 @@ def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
                 _BAR.match(s.targets[0].id) and _BAR.match(s.value.id):
             a, b = s.targets[0].id, s.value.id
-            reads = _copy_is_local(stmts, i, a, b, occurrences.get(a, 0), nodes)
+            reads = _copy_is_local(stmts, i, a, b, occurrences.get(a, 0), index)
             if reads is not None:
                 # These are all the reads of a (its occurrences are counted): after
                 # this copy, in this block.
@@ -157,18 +160,15 @@ def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
 
 
 def _copy_is_local(stmts, i, a, b, total: int,
-                   nodes: Dict[ast.stmt, List[ast.Name]]) -> Optional[List[ast.Name]]:
+                   index: NameIndex) -> Optional[List[ast.Name]]:
     """Every read of `a` comes after stmts[i] in this block, before `b` or `a` change:
     those reads (Name nodes), else None.
 
-    `total` is how often `a` occurs in the whole function; `nodes` the Name
-    nodes of statements of the block, as far as known."""
+    `total` is how often `a` occurs in the whole function."""
     seen: List[ast.Name] = []
     Load = ast.Load
     for s in stmts[i + 1:]:
-        names = nodes.get(s)
-        if names is None:
-            names = nodes[s] = name_nodes(s)
+        names = index.deep(s)
         reads = [n for n in names if n.id == a and n.ctx.__class__ is Load]
         if reads and isinstance(s, (ast.If, ast.For, ast.While)):
             return None
@@ -180,7 +180,7 @@ def _copy_is_local(stmts, i, a, b, total: int,
     return seen if len(seen) == total - 1 else None
 
 
-def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> int:
+def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts, index: NameIndex) -> int:
     done = 0
     i = 0
     while i < len(stmts):
@@ -188,7 +188,7 @@ def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> int:
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                done += _substitute_in_block(inner, load_counts, counts)
+                done += _substitute_in_block(inner, load_counts, counts, index)
         if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
                 isinstance(s.targets[0], ast.Name) and _PART.match(s.targets[0].id) and \
                 counts.get(s.targets[0].id) == 1 and load_counts.get(s.targets[0].id) == 1:
@@ -203,6 +203,7 @@ def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts) -> int:
                     break
                 if name in _loads(use.value):
                     _Rename(name, s.value).visit(use)
+                    index.changed(use)
                     del stmts[i]
                     i -= 1
                     done += 1

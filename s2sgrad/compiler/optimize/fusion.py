@@ -11,6 +11,7 @@ from ..facts import ResidualMarks, stmt_facts
 from ..names import walk
 from .statements import (
     _COTANGENT,
+    NameIndex,
     _header,
     _loads,
     _mutates,
@@ -25,15 +26,17 @@ from .statements import (
 
 # -- the forward: temporaries nobody keeps go back into expressions -----------------
 def fuse_forward_temporaries(fdef: ast.FunctionDef, user_names: Set[str],
-                             marks: Optional[ResidualMarks] = None) -> None:
+                             marks: Optional[ResidualMarks] = None,
+                             index: Optional[NameIndex] = None) -> None:
     """`t = a * b; y = np.sum(t)` -> `y = np.sum(a * b)` for a compiler temporary
     used once and not kept for the adjoint. The forward then reads like the
     user's code, and NumPy frees such intermediates as soon as they are used
     instead of when the forward returns (a lower peak memory)."""
     marks = ResidualMarks() if marks is None else marks
+    index = NameIndex() if index is None else index
     while True:
-        loads, counts, residual_reads = _name_counts(fdef)
-        if not _fuse_block(fdef.body, loads, counts, residual_reads, user_names, marks):
+        loads, counts, residual_reads = _name_counts(fdef, index)
+        if not _fuse_block(fdef.body, loads, counts, residual_reads, user_names, marks, index):
             return
 
 
@@ -61,14 +64,15 @@ def _keeps_a_value(s: ast.stmt, marks: ResidualMarks) -> bool:
                 stmt_facts.of(s).snapshot)
 
 
-def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks) -> bool:
+def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks,
+                index: NameIndex) -> bool:
     changed = False
     for s in stmts:
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
                 changed |= _fuse_block(inner, loads, counts, residual_reads, user_names,
-                                       marks)
+                                       marks, index)
     i = 0
     while i < len(stmts):
         s = stmts[i]
@@ -80,6 +84,7 @@ def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks) -> bool
                 simple = isinstance(use, (ast.Assign, ast.AugAssign, ast.Return, ast.Expr))
                 if simple and name in _loads(use):
                     _Rename(name, s.value).visit(use)
+                    index.changed(use)
                     del stmts[i]
                     i -= 1
                     changed = True
@@ -92,7 +97,7 @@ def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks) -> bool
 
 
 # -- the adjoint: temporaries read once go into their reader -------------------------
-def fuse_adjoint_temporaries(fdef: ast.FunctionDef) -> None:
+def fuse_adjoint_temporaries(fdef: ast.FunctionDef, index: Optional[NameIndex] = None) -> None:
     """`e_bar = g * y; n_bar = e_bar * x; x_bar = x_bar + -n_bar` ->
     `x_bar = x_bar + -(g * y * x)`, for cotangent temporaries read once, within
     one block (names the user wrote, in a Function's vjp, stay). Each such
@@ -105,16 +110,18 @@ def fuse_adjoint_temporaries(fdef: ast.FunctionDef) -> None:
     alias of what it reads could change), a call statement, a loop or branch, or
     the comment that opens the next source line's block. One pass suffices: a
     fused statement is looked at again, so chains fold from the top."""
-    loads, counts, returned = _name_counts(fdef)
-    _fuse_adjoint_block(fdef.body, loads, counts, returned, {})
+    index = NameIndex() if index is None else index
+    loads, counts, returned = _name_counts(fdef, index)
+    _fuse_adjoint_block(fdef.body, loads, counts, returned, {}, index)
 
 
-def _fuse_adjoint_block(stmts: List[ast.stmt], loads, counts, returned, plain) -> None:
+def _fuse_adjoint_block(stmts: List[ast.stmt], loads, counts, returned, plain,
+                        index: NameIndex) -> None:
     for s in stmts:
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                _fuse_adjoint_block(inner, loads, counts, returned, plain)
+                _fuse_adjoint_block(inner, loads, counts, returned, plain, index)
     i = 0
     while i < len(stmts):
         s = stmts[i]
@@ -133,6 +140,7 @@ def _fuse_adjoint_block(stmts: List[ast.stmt], loads, counts, returned, plain) -
                 if name in _loads(use):
                     if _in_arithmetic(use.value, name):
                         _Rename(name, s.value).visit(use)
+                        index.changed(use)
                         plain.pop(use, None)   # its value changed
                         del stmts[i]
                         i -= 1

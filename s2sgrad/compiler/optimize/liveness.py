@@ -21,10 +21,13 @@ def _uses(s: ast.stmt, names: _Names) -> Set[str]:
 
 def _live_block(stmts: List[ast.stmt], live_out: Set[str], record: Dict[ast.stmt, Set[str]],
                 names: _Names):
-    """Backward liveness over structured code; records the live set after each statement."""
+    """Backward liveness over structured code; records the live set after each statement.
+
+    The sets are never changed once made (each step builds a new one), so the
+    record shares them instead of copying one per statement."""
     live = set(live_out)
     for s in reversed(stmts):
-        record[s] = set(live)
+        record[s] = live
         live = _live_statement(s, live, record, names)
     return live
 

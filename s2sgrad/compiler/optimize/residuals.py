@@ -15,10 +15,10 @@ from .liveness import _live_block
 from .statements import (
     _SHAPE_ARGS,
     _SHAPE_FUNCS,
+    NameIndex,
     _definitely_assigned,
     _drop_marked,
     _header_parts,
-    _loads,
     _Names,
     _walk_statements,
     fwd_params,
@@ -124,19 +124,20 @@ def drop_needless_inits(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] = 
 
 
 # -- residuals --------------------------------------------------------------------
-def link_residuals(t: Transformed) -> None:
+def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
     """The forward returns exactly the values the adjoint reads; the adjoint unpacks them."""
     fwd, adj = t.forward, t.adjoint
+    index = NameIndex() if index is None else index
     adj_args = {a.arg for a in adj.args.args}
     defined: Dict[str, None] = {a: None for a in param_list(fwd)}
-    names = _Names()  # of the forward's statements before its return, which stay
+    names = _Names(index)  # of the forward's statements before its return, which stay
     for s in _walk_statements(fwd.body):
         stored: Set[str] = set()
         for part in _header_parts(s):
             stored |= names.stores(part)
         for n in sorted(stored):
             defined.setdefault(n, None)
-    reads = set(_loads(adj)) - adj_args
+    reads = {n.id for n in index.function(adj) if n.ctx.__class__ is ast.Load} - adj_args
     residuals = [n for n in defined if n in reads]
     # A value the adjoint reads only for its shape is kept as shape and dtype.
     restored = {t.marks.of(s).restore_of for s in _walk_statements(adj.body)}
@@ -146,6 +147,7 @@ def link_residuals(t: Transformed) -> None:
     ret = fwd.body[-1]
     ret.value.elts[1] = ast.Tuple(elts=[_kept(n, n in shape_only) for n in residuals],
                                   ctx=ast.Load())
+    index.changed(ret)
     if residuals:
         unpack = ast.Assign(targets=[ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store())
                                                      for n in residuals], ctx=ast.Store())],
@@ -170,8 +172,13 @@ def _kept(name: str, shape_only: bool) -> ast.expr:
 def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
     """Names every read of which (in fdef) uses only their shape and dtype."""
     allowed = set()
+    reads = []
+    Name, Load = ast.Name, ast.Load
     for node in walk(fdef):
-        if isinstance(node, ast.Call):
+        if node.__class__ is Name:
+            if node.ctx.__class__ is Load:
+                reads.append(node)
+        elif isinstance(node, ast.Call):
             func = node.func
             index = None
             if isinstance(func, ast.Name) and func.id in _SHAPE_ARGS:
@@ -185,7 +192,6 @@ def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
         elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim", "dtype", "size"):
             allowed.add(node.value)
     good: Dict[str, bool] = {}
-    for n in walk(fdef):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-            good[n.id] = good.get(n.id, True) and n in allowed
+    for n in reads:
+        good[n.id] = good.get(n.id, True) and n in allowed
     return {name for name, ok in good.items() if ok}

@@ -10,14 +10,14 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ..marks import is_comment
-from ..names import name_nodes, walk
+from ..names import walk
 from ..transform import Transformed
 from .statements import (
     _SHAPE_ARGS,
+    NameIndex,
     _blocks,
     _header,
     _is_pop,
-    _loads,
     _name_counts,
     _plain_assignment,
     _stores,
@@ -53,7 +53,7 @@ def _definition_paths(body, path=()) -> Dict[str, tuple]:
     return out
 
 
-def share_shape_witnesses(t: Transformed) -> bool:
+def share_shape_witnesses(t: Transformed, index: Optional[NameIndex] = None) -> bool:
     """Read a shape from a value the adjoint keeps anyway (or a scalar constant).
 
     `unbroadcast(g, v)` needs only v's shape; when the analysis proves that an
@@ -69,7 +69,8 @@ def share_shape_witnesses(t: Transformed) -> bool:
     if not positions:
         return False
     shape_reads = {call.args[i] for call, i, _ in positions}  # the nodes themselves
-    value_reads = {n.id for n in name_nodes(t.adjoint)
+    names = (index or NameIndex()).function(t.adjoint)   # (the caller starts a new index
+    value_reads = {n.id for n in names                   # when this changed something)
                    if isinstance(n.ctx, ast.Load) and n not in shape_reads} | params
     paths = _definition_paths(t.nf.node.body)
     members: Dict[str, List[str]] = {}
@@ -102,15 +103,17 @@ def share_shape_witnesses(t: Transformed) -> bool:
 
 
 # -- a full reduction's cotangent stays a scalar ----------------------------------------
-def elide_scalar_broadcasts(t: Transformed) -> None:
+def elide_scalar_broadcasts(t: Transformed, index: Optional[NameIndex] = None) -> None:
     """`v_bar = expand_reduced(g, x)` after `np.sum(x)` is g spread over x's
     shape. When every use multiplies it elementwise with a value of x's shape,
     the scalar g does the same job without allocating an array of x's size."""
     shapes = t.activity.shapes
     fdef = t.adjoint
+    index = NameIndex() if index is None else index
     uses_of: Dict[str, List[ast.stmt]] = {}
+    Load = ast.Load
     for u in _walk_statements(fdef.body):
-        for n in set(_loads(_header(u))):
+        for n in {n.id for n in index.own(u) if n.ctx.__class__ is Load}:
             uses_of.setdefault(n, []).append(u)
     for s in _walk_statements(fdef.body):
         if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
@@ -126,6 +129,7 @@ def elide_scalar_broadcasts(t: Transformed) -> None:
         uses = [u for u in uses_of.get(name, []) if u is not s]
         if uses and all(_elementwise_with(u, name, shape, shapes) for u in uses):
             s.value = s.value.args[0]
+            index.changed(s)
 
 
 def _elementwise_with(use, name: str, shape: str, shapes) -> bool:
@@ -153,7 +157,8 @@ def _elementwise_with(use, name: str, shape: str, shapes) -> bool:
 
 
 # -- unbroadcast of an unbroadcast ----------------------------------------------------
-def collapse_unbroadcast_chains(fdef: ast.FunctionDef) -> bool:
+def collapse_unbroadcast_chains(fdef: ast.FunctionDef,
+                                index: Optional[NameIndex] = None) -> bool:
     """`s_bar = unbroadcast(g, s); a_bar = unbroadcast(s_bar, a)` -> `a_bar =
     unbroadcast(g, a)`, when s_bar is read only that way.
 
@@ -162,8 +167,9 @@ def collapse_unbroadcast_chains(fdef: ast.FunctionDef) -> bool:
     down to s's shape and then to a's is summing it down to a's shape at once.
     Then s is no longer a shape witness, and a loop stops keeping it for every
     step (`W @ h + U @ x + b` in an RNN: two stacks fewer)."""
-    loads, counts, _ = _name_counts(fdef)
-    return _collapse_block(fdef.body, loads, counts)
+    index = NameIndex() if index is None else index
+    loads, counts, _ = _name_counts(fdef, index)
+    return _collapse_block(fdef.body, loads, counts, index)
 
 
 def _unbroadcast_of(node: ast.AST, name: Optional[str] = None) -> Optional[ast.Call]:
@@ -176,13 +182,13 @@ def _unbroadcast_of(node: ast.AST, name: Optional[str] = None) -> Optional[ast.C
     return None
 
 
-def _collapse_block(stmts: List[ast.stmt], loads, counts) -> bool:
+def _collapse_block(stmts: List[ast.stmt], loads, counts, index: NameIndex) -> bool:
     changed = False
     for s in stmts:
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                changed |= _collapse_block(inner, loads, counts)
+                changed |= _collapse_block(inner, loads, counts, index)
     i = 0
     while i < len(stmts):
         s = stmts[i]
@@ -192,10 +198,11 @@ def _collapse_block(stmts: List[ast.stmt], loads, counts) -> bool:
             name, g = s.targets[0].id, call.args[0].id
             uses = None
             if counts.get(name) == 1 and loads.get(name, 0) > 0 and g != name:
-                uses = _unbroadcasts_reading(stmts[i + 1:], name, g, loads[name])
+                uses = _unbroadcasts_reading(stmts[i + 1:], name, g, loads[name], index)
             if uses is not None:
-                for use in uses:
+                for statement, use in uses:
                     use.args[0] = ast.Name(id=g, ctx=ast.Load())
+                    index.changed(statement)
                 loads[g] = loads.get(g, 0) + len(uses) - 1
                 del stmts[i]
                 changed = True
@@ -204,18 +211,19 @@ def _collapse_block(stmts: List[ast.stmt], loads, counts) -> bool:
     return changed
 
 
-def _unbroadcasts_reading(stmts: List[ast.stmt], name: str, g: str,
-                          wanted: int) -> Optional[List[ast.Call]]:
-    """The `_s2s_unbroadcast(name, ...)` calls in stmts, when they are all of name's
-    `wanted` reads and nothing before the last of them can change g; else None."""
-    found: List[ast.Call] = []
+def _unbroadcasts_reading(stmts: List[ast.stmt], name: str, g: str, wanted: int,
+                          index: NameIndex) -> Optional[List[tuple]]:
+    """(statement, call) for the `_s2s_unbroadcast(name, ...)` calls in stmts, when
+    they are all of name's `wanted` reads and nothing before the last of them can
+    change g; else None."""
+    found: List[tuple] = []
     for use in stmts:
-        reads = sum(1 for n in name_nodes(use) if n.id == name)
+        reads = sum(1 for n in index.deep(use) if n.id == name)
         if reads:
             calls = [c for c in walk(use) if _unbroadcast_of(c, name) is not None]
             if len(calls) != reads or not isinstance(use, (ast.Assign, ast.AugAssign)):
                 return None
-            found.extend(calls)
+            found.extend((use, c) for c in calls)
             if len(found) == wanted:
                 return found
         if g in _stores(_header(use)):
@@ -235,7 +243,8 @@ def _unbroadcasts_reading(stmts: List[ast.stmt], name: str, g: str,
 _MATMUL_GRADS = ("_s2s_matmul_grad_a", "_s2s_matmul_grad_b")
 
 
-def product_shapes_from_operands(fdef: ast.FunctionDef) -> bool:
+def product_shapes_from_operands(fdef: ast.FunctionDef,
+                                 index: Optional[NameIndex] = None) -> bool:
     """`p_bar = unbroadcast(g, p)` ... `matmul_grad_a(p_bar, a, b)` ->
     `p_bar = unbroadcast_matmul(g, a, b)`.
 
@@ -246,21 +255,23 @@ def product_shapes_from_operands(fdef: ast.FunctionDef) -> bool:
     shape comes from them: p is no longer a shape witness, and a loop stops
     saving it at every step (`W @ h` in an RNN)."""
     changed = False
+    index = NameIndex() if index is None else index
     for block in _blocks(fdef.body):
         for i, s in enumerate(block):
             call = _unbroadcast_of(s.value) if isinstance(s, ast.Assign) and \
                 len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) else None
             if call is None or not isinstance(call.args[1], ast.Name):
                 continue
-            operands = _product_operands(block[i + 1:], s.targets[0].id)
+            operands = _product_operands(block[i + 1:], s.targets[0].id, index)
             if operands is not None:
                 call.func = ast.Name(id="_s2s_unbroadcast_matmul", ctx=ast.Load())
                 call.args = [call.args[0]] + [ast.Name(id=n, ctx=ast.Load()) for n in operands]
+                index.changed(s)
                 changed = True
     return changed
 
 
-def _product_operands(stmts: List[ast.stmt], cot: str) -> Optional[tuple]:
+def _product_operands(stmts: List[ast.stmt], cot: str, index: NameIndex) -> Optional[tuple]:
     """(a, b) of the first `matmul_grad_a/b(cot, a, b)` in stmts (a and b plain
     names), when no statement before it mentions cot, a or b or does anything
     but assign pure values or pops to other names; else None."""
@@ -272,10 +283,10 @@ def _product_operands(stmts: List[ast.stmt], cot: str) -> Optional[tuple]:
                     all(isinstance(a, ast.Name) for a in c.args) and c.args[0].id == cot:
                 a, b = c.args[1].id, c.args[2].id
                 if cot in (a, b) or any(n.id in (a, b, cot)
-                                        for s in before for n in name_nodes(s)):
+                                        for s in before for n in index.deep(s)):
                     return None
                 return a, b
-        if any(n.id == cot for n in name_nodes(use)):
+        if any(n.id == cot for n in index.deep(use)):
             return None
         if not (is_comment(use) or _plain_assignment(use) or
                 (isinstance(use, ast.Assign) and _is_pop(use.value) and

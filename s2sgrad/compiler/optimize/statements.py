@@ -5,6 +5,7 @@ naming patterns for cotangents.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from typing import Dict, Iterable, List, Optional, Set
 
@@ -64,20 +65,120 @@ def _loads(node) -> List[str]:
     return [n.id for n in name_nodes(node) if isinstance(n.ctx, ast.Load)]
 
 
+# Checked against fresh walks in the optimiser-check mode (see NameIndex).
+_VERIFY = os.environ.get("S2SGRAD_CHECK_OPTIMIZER", "") not in ("", "0")
+
+
+class StaleNames(AssertionError):
+    """A step changed a statement's names without telling the NameIndex."""
+
+
+class NameIndex:
+    """The Name nodes of statements, each walked once and kept until a step says
+    it changed: the optimiser's steps ask for the names of the same statements
+    over and over, and walking them was most of its time.
+
+    A statement's own names are those of its header (`if`/`while`: the test,
+    `for`: target and iterable, any other statement: all of it). Steps may
+    rename in place (`n.id = b`: the nodes stay the same) and remove
+    statements without telling the index; a step that puts a new node into a
+    statement (a name replaced by an expression, an argument by another) calls
+    `changed(s)`. Where a `with` or `try` holds a block (its header would be all
+    of it) the whole-function and nested answers walk afresh. With
+    S2SGRAD_CHECK_OPTIMIZER=1 every cached answer is compared with a fresh walk
+    and a difference raises StaleNames: the test suite's optimiser-check run
+    catches a step that forgot to say so. The lists returned are shared: do not
+    modify them."""
+
+    def __init__(self):
+        self._own: Dict[ast.AST, List[ast.Name]] = {}   # statements hash by identity
+
+    def own(self, s: ast.stmt) -> List[ast.Name]:
+        """The Name nodes of s's header, in source order."""
+        known = self._own.get(s)
+        if known is None:
+            known = self._own[s] = _own_names(s)
+        elif _VERIFY:
+            _verify(known, _own_names(s), s)
+        return known
+
+    def changed(self, s: ast.stmt) -> None:
+        """s now holds other nodes than when it was last asked about."""
+        self._own.pop(s, None)
+
+    def function(self, fdef: ast.FunctionDef) -> List[ast.Name]:
+        """`name_nodes(fdef)`: every Name node of the function, in source order."""
+        statements = _walk_statements(fdef.body)
+        if any(s.__class__ not in _COMPOUND_CLASSES and ("body" in s._fields or
+                                                        "orelse" in s._fields)
+               for s in statements):
+            return name_nodes(fdef)
+        out: List[ast.Name] = []
+        for field in fdef._fields:   # its parameters' defaults, decorators, annotations
+            part = getattr(fdef, field, None)
+            if field == "body":
+                own = self.own
+                for s in statements:
+                    out += own(s)
+            elif isinstance(part, (ast.AST, list)):
+                out += name_nodes(ast.Tuple(elts=part if isinstance(part, list) else [part]))
+        return out
+
+    def deep(self, s: ast.stmt) -> List[ast.Name]:
+        """`name_nodes(s)`: the Name nodes of s and of its blocks, in source order."""
+        if s.__class__ not in _COMPOUND_CLASSES:
+            if "body" in s._fields or "orelse" in s._fields:
+                return name_nodes(s)
+            return self.own(s)
+        statements = _walk_statements([s])
+        if any(b.__class__ not in _COMPOUND_CLASSES and ("body" in b._fields or
+                                                        "orelse" in b._fields)
+               for b in statements):
+            return name_nodes(s)
+        out: List[ast.Name] = []
+        for b in statements:
+            out += self.own(b)
+        return out
+
+
+_COMPOUND_CLASSES = frozenset((ast.If, ast.For, ast.While))
+
+
+def _own_names(s: ast.stmt) -> List[ast.Name]:
+    cls = s.__class__
+    if cls is ast.If or cls is ast.While:
+        return name_nodes(s.test)
+    if cls is ast.For:
+        return name_nodes(s.target) + name_nodes(s.iter)
+    return name_nodes(s)
+
+
+def _verify(known: List[ast.Name], fresh: List[ast.Name], s: ast.stmt) -> None:
+    if len(known) != len(fresh) or any(a is not b for a, b in zip(known, fresh)):
+        raise StaleNames(f"the optimiser's names of the {type(s).__name__} statement at "
+                         f"line {getattr(s, 'lineno', '?')} are stale: a step changed it "
+                         f"without NameIndex.changed")
+
+
 class _Names:
     """`_loads` and `_stores` of nodes, each node walked once: for use while the
     nodes asked about do not change (statements may leave the function). The
-    lists and sets returned are shared: do not modify them."""
+    lists and sets returned are shared: do not modify them. Statements' names
+    come from `index` when one is given."""
 
-    def __init__(self):
+    def __init__(self, index: Optional[NameIndex] = None):
         self._known: Dict[ast.AST, tuple] = {}  # nodes hash by identity
+        self._index = index
 
     def _get(self, node) -> tuple:
         known = self._known.get(node)
         if known is None:
             loads: List[str] = []
             stores: Set[str] = set()
-            for n in name_nodes(node):
+            index = self._index
+            nodes = index.own(node) if index is not None and isinstance(node, ast.stmt) \
+                and node.__class__ not in _COMPOUND_CLASSES else name_nodes(node)
+            for n in nodes:
                 if isinstance(n.ctx, ast.Load):
                     loads.append(n.id)
                 elif isinstance(n.ctx, (ast.Store, ast.Del)):
@@ -148,11 +249,12 @@ def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[s
     return _stores(s)
 
 
-def _name_counts(fdef: ast.FunctionDef) -> tuple:
+def _name_counts(fdef: ast.FunctionDef, index: Optional[NameIndex] = None) -> tuple:
     """(reads per name, assignments per name, names the final return reads) of fdef.
 
     One walk of each statement's header gives both counts (the optimiser asks
-    this of the whole function again after every step that changed it)."""
+    this of the whole function again after every step that changed it); with
+    an `index`, the headers' names come from it."""
     statements = _walk_statements(fdef.body)
     if any(not isinstance(s, _COMPOUND) and (hasattr(s, "body") or hasattr(s, "orelse"))
            for s in statements):
@@ -166,14 +268,14 @@ def _name_counts(fdef: ast.FunctionDef) -> tuple:
             for n in name_nodes(ast.Tuple(elts=part if isinstance(part, list) else [part])):
                 if n.ctx.__class__ is Load:
                     loads[n.id] = loads.get(n.id, 0) + 1
+    own = (index or NameIndex()).own
     for s in statements:
         stored: Set[str] = set()
-        for part in _header_parts(s):
-            for n in name_nodes(part):
-                if n.ctx.__class__ is Load:
-                    loads[n.id] = loads.get(n.id, 0) + 1
-                elif isinstance(n.ctx, (ast.Store, ast.Del)):
-                    stored.add(n.id)
+        for n in own(s):
+            if n.ctx.__class__ is Load:
+                loads[n.id] = loads.get(n.id, 0) + 1
+            elif isinstance(n.ctx, (ast.Store, ast.Del)):
+                stored.add(n.id)
         for n in stored:
             counts[n] = counts.get(n, 0) + 1
     returned = set(_loads(fdef.body[-1])) if fdef.body and \
