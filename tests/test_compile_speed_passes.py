@@ -339,6 +339,7 @@ def test_name_index_answers_what_fresh_walks_answer():
 
 
 def test_name_index_after_changed_and_stale_answers_in_check_mode(monkeypatch):
+    monkeypatch.setattr(statements_mod, "_VERIFY", False)   # as without the check run
     fdef = ast.parse("def f(a, b):\n    c = a + b\n    return c\n").body[0]
     index = statements_mod.NameIndex()
     assign = fdef.body[0]
