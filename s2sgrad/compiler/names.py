@@ -122,6 +122,40 @@ def _name_fields(cls: type) -> Tuple[str, ...]:
     return fields
 
 
+def replace_loads(node: ast.AST, old: str, new: ast.expr) -> None:
+    """Replace, in place, every read of the name `old` under `node` by a copy of
+    `new` placed where the read was (what an ast.NodeTransformer would do, without
+    its visit of every node)."""
+    stack = [node]
+    pop, push, Name, Load, AST, table = stack.pop, stack.append, ast.Name, ast.Load, \
+        ast.AST, _NAME_FIELDS
+    while stack:
+        n = pop()
+        cls = n.__class__
+        fields = table.get(cls)
+        if fields is None:
+            fields = _name_fields(cls)
+        if not fields:
+            continue
+        d = n.__dict__
+        for field in fields:
+            value = d.get(field)
+            if value is None:
+                continue
+            if value.__class__ is list:
+                for i, item in enumerate(value):
+                    if item.__class__ is Name:
+                        if item.id == old and item.ctx.__class__ is Load:
+                            value[i] = ast.copy_location(clone(new), item)
+                    elif isinstance(item, AST):
+                        push(item)
+            elif value.__class__ is Name:
+                if value.id == old and value.ctx.__class__ is Load:
+                    d[field] = ast.copy_location(clone(new), value)
+            else:
+                push(value)
+
+
 def walk(node: ast.AST) -> List[ast.AST]:
     """`list(ast.walk(node))`, in the same order, without its generators."""
     out = [node]

@@ -7,13 +7,13 @@ import ast
 from typing import Dict, List, Optional, Sequence, Set
 
 from ..facts import ResidualMarks
+from ..names import replace_loads
 from .statements import (
     _BAR,
     _PART,
     NameIndex,
+    _drop_marked,
     _loads,
-    _remove_statement,
-    _Rename,
     _simple_stores,
     _walk_statements,
     assignment_sites,
@@ -36,10 +36,13 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
     for other in also:
         also_stores |= {n.id for n in index.function(other) if n.ctx.__class__ is not Load}
     loads_of: Optional[Dict[str, List[ast.Name]]] = None
+    # Assignment sites, counted once: a round removes the one site of each name it
+    # renames and changes only reads, so the counts are kept by dropping those names.
+    counts = assignment_sites(fdef.body)
     while changed:
         changed = False
-        counts = assignment_sites(fdef.body)
         renamed: Set[str] = set()
+        removed: Set[ast.stmt] = set()
         mapping: Dict[str, str] = {}
         for s in _walk_statements(fdef.body):
             if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
@@ -56,11 +59,14 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
                 continue
             if a in also_stores or b in also_stores or a in renamed or b in renamed:
                 continue  # one renaming per name and round: counts stay valid
-            _remove_statement(fdef.body, s)
+            removed.add(s)
             mapping[a] = b
             renamed |= {a, b}
             changed = True
         if mapping:
+            fdef.body = _drop_marked(fdef.body, lambda s: s, removed)
+            for a in mapping:
+                del counts[a]
             if loads_of is None:
                 # Each name's reads, found once: from here on names change in place
                 # (n.id) and statements leave, nothing else.
@@ -202,7 +208,7 @@ def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts, index: Name
                         use.target.id in reads:
                     break
                 if name in _loads(use.value):
-                    _Rename(name, s.value).visit(use)
+                    replace_loads(use, name, s.value)
                     index.changed(use)
                     del stmts[i]
                     i -= 1

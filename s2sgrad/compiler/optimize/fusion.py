@@ -8,7 +8,7 @@ import re
 from typing import List, Optional, Set
 
 from ..facts import ResidualMarks, stmt_facts
-from ..names import walk
+from ..names import replace_loads, walk
 from .statements import (
     _COTANGENT,
     NameIndex,
@@ -18,7 +18,6 @@ from .statements import (
     _name_counts,
     _plain_assignment,
     _pure,
-    _Rename,
     _stores,
     _writes_nothing,
 )
@@ -83,7 +82,7 @@ def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks,
                 use = stmts[j]
                 simple = isinstance(use, (ast.Assign, ast.AugAssign, ast.Return, ast.Expr))
                 if simple and name in _loads(use):
-                    _Rename(name, s.value).visit(use)
+                    replace_loads(use, name, s.value)
                     index.changed(use)
                     del stmts[i]
                     i -= 1
@@ -139,7 +138,7 @@ def _fuse_adjoint_block(stmts: List[ast.stmt], loads, counts, returned, plain,
                         break
                 if name in _loads(use):
                     if _in_arithmetic(use.value, name):
-                        _Rename(name, s.value).visit(use)
+                        replace_loads(use, name, s.value)
                         index.changed(use)
                         plain.pop(use, None)   # its value changed
                         del stmts[i]

@@ -9,7 +9,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Set
 
-from ..names import clone, name_nodes, walk
+from ..names import name_nodes, walk
 
 _PART = re.compile(r".*_bar_part(_\d+)?$")
 
@@ -193,16 +193,6 @@ class _Names:
         return self._get(node)[1]
 
 
-class _Rename(ast.NodeTransformer):
-    def __init__(self, old: str, new: ast.expr):
-        self.old, self.new = old, new
-
-    def visit_Name(self, node):
-        if node.id == self.old and isinstance(node.ctx, ast.Load):
-            return ast.copy_location(clone(self.new), node)
-        return node
-
-
 def _walk_statements(stmts) -> List[ast.stmt]:
     """Every statement in `stmts` and in their blocks, in order (a list: no caller
     changes the blocks while it goes through them)."""
@@ -218,18 +208,6 @@ def _collect_statements(stmts, append) -> None:
             inner = getattr(s, attr, None)
             if isinstance(inner, list):
                 _collect_statements(inner, append)
-
-
-def _remove_statement(stmts: List[ast.stmt], target: ast.stmt) -> bool:
-    for i, s in enumerate(stmts):
-        if s is target:
-            del stmts[i]
-            return True
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and _remove_statement(inner, target):
-                return True
-    return False
 
 
 def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[str]:
