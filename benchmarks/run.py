@@ -272,7 +272,8 @@ def s2sgrad_runner(module, args, jit: bool = False) -> Callable[[], Any]:
 
 
 def jit_first_call(fn: Callable[[], Any]) -> tuple:
-    """The first s2sgrad-jit call, cold; a JitWarning (NumPy ran instead) is an error."""
+    """The first s2sgrad-jit call, cold. A JitWarning (numba failed where jit_plan chose
+    it) is an error; a call the plan leaves to NumPy is timed like any other."""
     import warnings
 
     from s2sgrad.backends import JitWarning, reset
@@ -394,6 +395,46 @@ def twin_ratios(cells: List[Cell], names: List[str]) -> List[str]:
             if flat is not None:
                 lines.append(f"{name} / {twin} ({c.impl}): "
                              f"{c.median_s / flat.median_s:.3f}x the flat arguments' time")
+    return lines
+
+
+def jit_summary(cells: List[Cell], names: List[str]) -> List[str]:
+    """jit=True against the NumPy backend and against jax.jit, per workload: gradient
+    time, first call, and what jit_plan decided (numba, or NumPy) for the inputs."""
+    from s2sgrad.backends import jit_plan
+    rows = [("workload", "jit decided", "jit/NumPy", "jit/jax.jit", "first: jit",
+             "first: jax.jit", "jit/jax.jit first")]
+    for name in names:
+        got = {c.impl: c for c in cells if c.workload == name and c.status == "ok"}
+        jit = got.get("s2sgrad-jit")
+        if jit is None:
+            continue
+        module = importlib.import_module(f"benchmarks.workloads.{name}")
+        try:
+            plan = jit_plan(module.forward, *module.make_inputs(), wrt=module.WRT)
+            decided = "numba" if plan.compile else "NumPy"
+        except Exception as exc:  # noqa: BLE001 - shown in the table
+            decided = "error: " + first_line(exc)
+        numpy_cell, jax_cell = got.get("s2sgrad"), got.get("jax-jit")
+
+        def ratio(a, b):
+            return fmt_ratio(a / b) if a is not None and b else "-"
+        rows.append((name, decided,
+                     ratio(jit.median_s, numpy_cell and numpy_cell.median_s),
+                     ratio(jit.median_s, jax_cell and jax_cell.median_s),
+                     fmt_time(jit.first_call_s),
+                     fmt_time(jax_cell.first_call_s if jax_cell else None),
+                     ratio(jit.first_call_s, jax_cell and jax_cell.first_call_s)))
+    if len(rows) == 1:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["jit=True (numba) against the NumPy backend and jax.jit (gradient time; first "
+             "call: compile included):"]
+    for k, r in enumerate(rows):
+        lines.append("  ".join(f"{v:<{w}}" if i < 2 else f"{v:>{w}}"
+                               for i, (v, w) in enumerate(zip(r, widths))).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
     return lines
 
 
@@ -579,6 +620,9 @@ def main(argv=None) -> int:
     twins = twin_ratios(cells, names)
     if twins:
         print("\n" + "\n".join(twins))
+    jits = jit_summary(cells, names)
+    if jits:
+        print("\n" + "\n".join(jits))
     wrong = [c for c in cells if c.status == "WRONG"]
     print(f"\n{len(cells)} cells in {time.perf_counter() - started:.0f} s", end="")
     print(f"; {len(wrong)} WRONG: " + ", ".join(f"{c.workload}/{c.impl}" for c in wrong)

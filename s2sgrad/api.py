@@ -146,8 +146,9 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
     positions, single = normalize_wrt(wrt, len(args))
     numbers_at, leaves = call_kind(f, args, positions)
     if jit:
-        from .backends import jit_vjp
-        return jit_vjp(f, args, positions, single)
+        backends = _backends()
+        if not backends.numpy_runs_vjp(f, positions):
+            return backends.jit_vjp(f, args, positions, single)
     xp = None if leaves is None else namespace_among(args)
     foreign = xp is None and leaves is not None and any_foreign(args)
     compiled = _known_pair(f, positions, numbers_at,
@@ -160,6 +161,18 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
         grads = tuple(finalize(g, args[i], avoid=leaves_of(v)) for g, i in zip(grads, positions))
         return grads[0] if single else grads
     return out, pullback
+
+
+_BACKENDS: list = []
+
+
+def _backends():
+    """s2sgrad.backends, imported on the first jit=True call (vjp is called per
+    pullback: an import statement there would cost each call)."""
+    if not _BACKENDS:
+        from . import backends
+        _BACKENDS.append(backends)
+    return _BACKENDS[0]
 
 
 # vjp is called afresh for every pullback, so it keeps the pairs it used per

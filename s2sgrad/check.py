@@ -77,18 +77,18 @@ def _dot(v, out) -> float:
     return float(np.sum(np.asarray(v) * np.asarray(out)))
 
 
-def check_gradient(fn: Callable, shapes: Dict[str, Tuple[int, ...]], seed: int = 0,
-                   tol: float = 1e-6, wrt: Optional[Sequence[int]] = None) -> CheckReport:
-    """Random inputs of the given shapes; compiled VJP against finite differences."""
+def random_inputs(fn: Callable, shapes: Dict[str, Tuple[int, ...]],
+                  rng: np.random.Generator) -> Tuple[list, list]:
+    """(arguments, their parameters): random arrays of the given shapes.
+
+    Every parameter up to the last one that has a shape or no default: a random
+    array of the given shape, a random scalar, or (for a default) the default."""
     params = [p for p in inspect.signature(fn).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     unknown = set(shapes) - {p.name for p in params}
     if unknown:
         raise ValueError(f"--shape names {sorted(unknown)} are not parameters of "
                          f"{fn.__name__} ({', '.join(p.name for p in params)})")
-    rng = np.random.default_rng(seed)
-    # Every parameter up to the last one that has a shape or no default: a random
-    # array of the given shape, a random scalar, or (for a default) the default.
     needed = [i for i, p in enumerate(params)
               if p.name in shapes or p.default is inspect.Parameter.empty]
     args = []
@@ -99,6 +99,14 @@ def check_gradient(fn: Callable, shapes: Dict[str, Tuple[int, ...]], seed: int =
             args.append(p.default)
         else:
             args.append(float(rng.standard_normal()))
+    return args, params
+
+
+def check_gradient(fn: Callable, shapes: Dict[str, Tuple[int, ...]], seed: int = 0,
+                   tol: float = 1e-6, wrt: Optional[Sequence[int]] = None) -> CheckReport:
+    """Random inputs of the given shapes; compiled VJP against finite differences."""
+    rng = np.random.default_rng(seed)
+    args, params = random_inputs(fn, shapes, rng)
     if wrt is not None:
         positions = tuple(wrt)
     else:

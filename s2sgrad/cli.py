@@ -2,6 +2,7 @@
 
     s2sgrad show path/to/file.py:func [--wrt 0,1] [--no-optimize] [--color/--no-color]
                                       [--mode reverse|forward] [--order N]
+                                      [--jit [--shape NAME=D1,D2 ...]]
     s2sgrad check path/to/file.py:func --shape x=3,4 [--seed N] [--tol T]
     s2sgrad cache info | s2sgrad cache clear
 
@@ -156,7 +157,14 @@ def cmd_show(args) -> int:
     from .compiler import compile_function
     fn, owner = _load_target(args.target)
     wrt = parse_wrt(args.wrt) if args.wrt is not None else _default_wrt(fn, owner)
-    if args.order >= 2:
+    if args.shape and not args.jit:
+        raise CliError("--shape goes with --jit (the shapes jit=True decides on)")
+    if args.jit:
+        if args.order >= 2 or args.mode == "forward" or args.no_optimize:
+            raise CliError("--jit shows the code of grad(f, jit=True): it does not combine "
+                           "with --order, --mode forward or --no-optimize")
+        text = _jit_report(fn, wrt, _parse_shapes(args.shape))
+    elif args.order >= 2:
         text = _higher_order_source(fn, wrt, args.order, args.mode, not args.no_optimize)
     elif args.mode == "forward":
         from .compiler import compile_jvp
@@ -168,6 +176,38 @@ def cmd_show(args) -> int:
         text = compile_function(fn, wrt, not args.no_optimize, leaves=every).source
     print(_highlight(text, args.color), end="" if text.endswith("\n") else "\n")
     return 0
+
+
+def _jit_report(fn: Callable, wrt: Tuple[int, ...], shapes: dict) -> str:
+    """What jit=True does with fn: the rule it decides by (no shapes), or, for random
+    arguments of the given shapes, the decision and the numba code it compiles."""
+    from .backends import jit_plan, jit_source
+    from .backends.numba_backend import state_for
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", "the function"))
+    if not shapes:
+        state = state_for(fn, wrt)
+        state._ensure_prepared()
+        if state.disabled is not None:
+            return f"# jit: {name} runs on NumPy: {state.disabled}\n"
+        from .backends.jit_policy import describe_rule
+        text = f"# jit: {name}: {describe_rule(state.facts)}.\n"
+        if state.facts.has_loops or not state.facts.products:
+            text += ("# Give --shape NAME=D1,D2 for its array arguments to see the decision "
+                     "and the code numba compiles.\n")
+        return text
+    import numpy as np
+
+    from .check import random_inputs
+    args, _ = random_inputs(fn, shapes, np.random.default_rng(0))
+    if any(i >= len(args) for i in wrt):
+        raise CliError(f"--wrt {','.join(map(str, wrt))}: give --shape for the arguments "
+                       f"up to position {max(wrt)}")
+    plan = jit_plan(fn, *args, wrt=wrt)
+    described = ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items())
+    text = f"# jit: {name} at {described}: {plan.reason}\n"
+    if plan.compile:
+        text += "\n" + jit_source(fn, *args, wrt=wrt)
+    return text
 
 
 def _higher_order_source(fn: Callable, wrt: Tuple[int, ...], order: int, mode: str,
@@ -348,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  s2sgrad show examples/add_mul.py:loss --wrt 0,1 --no-optimize\n"
                "  s2sgrad show examples/square.py:loss --mode forward\n"
                "  s2sgrad show examples/square.py:loss --order 2\n"
+               "  s2sgrad show benchmarks/workloads/rnn.py:rnn_loss --wrt 0,1,2 --jit\n"
                "  s2sgrad show examples/square.py:SquareFunction.forward",
         formatter_class=_FORMATTER)
     show.add_argument("target", metavar="TARGET",
@@ -364,6 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="N >= 2: the (N-1)-th gradient's code differentiated once more "
                            "(reverse over reverse; with --mode forward, forward over "
                            "reverse)")
+    show.add_argument("--jit", action="store_true",
+                      help="what jit=True does: compiled by numba or left to NumPy, and why "
+                           "(with --shape: the decision for those shapes and the numba code)")
+    show.add_argument("--shape", action="append", metavar="NAME=D1,D2",
+                      help="with --jit: an array argument's shape (repeatable; others are "
+                           "random numbers or their defaults)")
     color = show.add_mutually_exclusive_group()
     color.add_argument("--color", dest="color", action="store_true", default=None,
                        help="colour the code with pygments (default: only on a terminal)")

@@ -15,9 +15,11 @@ from __future__ import annotations
 from typing import Any, Callable, Tuple
 
 from ..arguments import check_args, check_cotangent, finalize, leaves_of, normalize_wrt, pack, seed
-from .numba_backend import JitWarning, reset, state_for
+from .jit_policy import JitPlan
+from .numba_backend import JitWarning, known_state, reset, state_for
 
-__all__ = ["JitWarning", "jit_value_and_grad", "jit_vjp", "jit_source", "reset"]
+__all__ = ["JitPlan", "JitWarning", "jit_plan", "jit_value_and_grad", "jit_vjp", "jit_source",
+           "numpy_runs_vjp", "reset"]
 
 
 def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool) -> Callable:
@@ -50,7 +52,26 @@ def jit_vjp(f: Callable, args: tuple, positions: Tuple[int, ...], single: bool):
     return out, pullback
 
 
+def numpy_runs_vjp(f: Callable, positions: Tuple[int, ...]) -> bool:
+    """Whether every vjp(f, ..., jit=True) call is known to run the NumPy backend (the
+    plan leaves them all to NumPy, or numba cannot run f and has said so): the API
+    then takes its own NumPy path, without the backend's per-call work."""
+    state = known_state(f, positions)
+    return state is not None and state.compiled is not None and (
+        state.disabled is not None and state.warned() or
+        state.disabled is None and not state.vjp_size_limit)
+
+
 def jit_source(f: Callable, *args: Any, wrt=0, **kwargs) -> str:
     """The numba-subset code jit=True compiles for f at these arguments' types."""
     positions, _ = normalize_wrt(wrt, len(args))
     return state_for(f, positions).source(args, kwargs)
+
+
+def jit_plan(f: Callable, *args: Any, wrt=0, vjp: bool = False, **kwargs) -> JitPlan:
+    """What jit=True does with a call of f on these arguments: `.compile` (numba, or the
+    NumPy backend) and `.reason` (the facts it decided on: loops, matrix products, the
+    size of the largest array). vjp=True: for `s2sgrad.vjp(f, *args, jit=True)`, else
+    for grad and value_and_grad."""
+    positions, _ = normalize_wrt(wrt, len(args))
+    return state_for(f, positions).plan(args, kwargs, vjp)

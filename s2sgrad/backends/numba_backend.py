@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..arguments import seed as seed_of
+from . import jit_policy
 from . import numba_rewrite as rw
 
 
@@ -143,6 +144,10 @@ class JitFunction:
         self.callees: Dict[str, Tuple["JitFunction", str]] = {}
         self.call_extra: Dict[str, List[Tuple[str, str]]] = {}
         self.split: Optional[tuple] = None      # (forward, adjoint) dispatchers, for callers
+        self.facts = jit_policy.CodeFacts()       # loops and products: what jit_policy decides on
+        self.force = jit_policy.forced()          # S2SGRAD_JIT_PLAN, read once
+        self.size_limit: float = 0                # calls over smaller arrays are compiled
+        self.vjp_size_limit: float = 0            # ... by vjp (see jit_policy.size_limit)
         self._building = False
         self.mutates = False
         self._lock = threading.RLock()
@@ -158,16 +163,20 @@ class JitFunction:
         except (TypeError, ValueError):
             count = 0
         self.compiled = compile_function(self.fn, self.positions, leaves=tuple(range(count)))
-        if numba_module() is None:
-            self.disabled = _numba_missing_reason()
-            return
         if self.disabled is not None:
             return
-        try:
+        try:   # (numba itself is imported only once a call is to be compiled: see plan)
             self.pair = rw.parse_pair(self.compiled.module_source,
                                       self.compiled.forward.__name__,
                                       self.compiled.adjoint.__name__)
             self._bind_free_names()
+            from ..introspect import unwrap
+            self.facts = jit_policy.code_facts(
+                (self.pair.forward, self.pair.adjoint),
+                [sub.facts for sub, _ in self.callees.values()],
+                jit_policy.user_loop_line(unwrap(self.fn)))
+            self.size_limit = jit_policy.size_limit(self.facts, self.force)
+            self.vjp_size_limit = jit_policy.size_limit(self.facts, self.force, vjp=True)
             self.mutates = rw.writes_into_arguments(self.pair)
             # Structural problems show before any run (the types come later).
             rw.rewrite(self.pair, {}, [b.name for b in self.live], rw.KINDS,
@@ -251,6 +260,10 @@ class JitFunction:
             with self._lock:
                 if self.compiled is None:
                     self._prepare()
+
+    def warned(self) -> bool:
+        """Whether the JitWarning for this function was given."""
+        return _function_key(self.fn) in _WARNED
 
     def _warn(self, reason: str) -> None:
         """One JitWarning per function (whatever its wrt), at the user's call."""
@@ -392,6 +405,8 @@ class JitFunction:
         caller's), when there is one.
         """
         self._ensure_prepared()
+        if self.disabled is None and numba_module() is None:
+            self.disabled = _numba_missing_reason()
         if self.disabled is not None:
             raise rw.Unsupported(self.disabled)
         with self._lock:
@@ -427,9 +442,13 @@ class JitFunction:
     def value_and_grad(self, args: tuple, kwargs: dict):
         """(output, gradients as the adjoint returns them)."""
         self._ensure_prepared()
+        if not self.size_limit and self.disabled is None:
+            return self._numpy_value_and_grad(args, kwargs)   # the plan leaves every call
         if self.disabled is None:
             call = self.bind(args, kwargs)
             live = self.live_values()
+            if not self._compiles(call, live):
+                return self._numpy_value_and_grad(args, kwargs)
             v = self.variant(call, live, "fused")
             if v is not None:
                 try:
@@ -446,6 +465,40 @@ class JitFunction:
         else:
             self._warn(self.disabled)
         return self._numpy_value_and_grad(args, kwargs)
+
+    def _compiles(self, call: tuple, live: tuple, vjp: bool = False) -> bool:
+        """Whether this call goes to numba (jit_policy), and numba is there to take it.
+        A call left to NumPy by the plan is no failure: no warning."""
+        limit = self.vjp_size_limit if vjp else self.size_limit
+        if not jit_policy.largest_array(call + live) < limit:
+            return False
+        if numba_module() is None:
+            self.disabled = _numba_missing_reason()
+            self._warn(self.disabled)
+            return False
+        return True
+
+    def plan(self, args: tuple, kwargs: Optional[dict] = None,
+             vjp: bool = False) -> jit_policy.JitPlan:
+        """What a call with these arguments does (vjp: a call of s2sgrad.vjp, else of
+        grad or value_and_grad): compiled by numba, or NumPy and why."""
+        self._ensure_prepared()
+        if self.disabled is None:
+            call = self.bind(args, kwargs or {})
+            live = self.live_values()
+            plan = jit_policy.decide(self.facts, jit_policy.largest_array(call + live),
+                                     self.force, vjp)
+            if not plan.compile:
+                return plan
+            if numba_module() is None:
+                self.disabled = _numba_missing_reason()
+            else:
+                failed = self.variants.get(_kinds(call) + _kinds(live))
+                if failed is None or failed.failed is None:
+                    return plan   # (whether numba can compile it shows at the first call)
+                return jit_policy.JitPlan(False, f"runs on NumPy: numba could not compile it "
+                                                 f"({failed.failed})", plan.largest)
+        return jit_policy.JitPlan(False, f"runs on NumPy: {self.disabled}")
 
     def _numpy_value_and_grad(self, args, kwargs):
         out, residuals = self.compiled.forward(*args, **kwargs)
@@ -484,6 +537,8 @@ class JitFunction:
         so the pullback sees the values the output was computed from.
         """
         self._ensure_prepared()
+        if not self.vjp_size_limit and self.disabled is None:
+            return self._numpy_vjp(args)   # the plan leaves every vjp call to NumPy
         if self.disabled is None and self.mutates:
             self._warn("it writes into its arguments, and vjp(jit=True) runs the forward "
                        "again in the pullback")
@@ -491,8 +546,11 @@ class JitFunction:
         if self.disabled is not None:
             self._warn(self.disabled)
             return self._numpy_vjp(args)
-        call = tuple(a.copy() if type(a) is np.ndarray else a for a in self.bind(args, {}))
         live = self.live_values()
+        call = self.bind(args, {})
+        if not self._compiles(call, live, vjp=True):
+            return self._numpy_vjp(args)
+        call = tuple(a.copy() if type(a) is np.ndarray else a for a in call)
         v = self.variant(call, live, "vjp")
         if v is None:
             return self._numpy_vjp(args)
@@ -553,6 +611,8 @@ class JitFunction:
     def source(self, args: tuple, kwargs: Optional[dict] = None) -> str:
         """The numba-subset source for these arguments' types (builds it if needed)."""
         self._ensure_prepared()
+        if self.disabled is None and numba_module() is None:
+            self.disabled = _numba_missing_reason()
         if self.disabled is not None:
             raise RuntimeError(self.disabled)
         call = self.bind(args, kwargs or {})
@@ -745,6 +805,14 @@ def _wants_blas(args, live) -> bool:
 def rw_blas_min() -> int:
     from .numba_helpers import BLAS_MIN_SIZE
     return BLAS_MIN_SIZE
+
+
+def known_state(fn: Callable, positions: Tuple[int, ...]) -> Optional[JitFunction]:
+    """The JitFunction of (fn, positions) if one was made, without any check."""
+    try:
+        return _BY_FUNCTION.get((fn, positions))
+    except TypeError:                   # an unhashable callable
+        return None
 
 
 def state_for(fn: Callable, positions: Tuple[int, ...]) -> JitFunction:
