@@ -71,7 +71,7 @@ def best_time(f, args, budget: float = 0.3) -> float:
 
 
 def main(argv) -> int:
-    from s2sgrad.backends import JitWarning, jit_plan
+    from s2sgrad.backends import JitWarning, jit_policy, numba_backend
     chosen = argv or None
     print("family       largest array   NumPy backend      jit (forced)   jit/NumPy  "
           "default")
@@ -90,7 +90,10 @@ def main(argv) -> int:
             finally:
                 del os.environ["S2SGRAD_JIT_PLAN"]
             t_numpy = best_time(numpy_grad, args)
-            default = "numba" if jit_plan(fn, *args, wrt=wrt).compile else "NumPy"
+            facts = numba_backend.state_for(fn, wrt).facts
+            largest = jit_policy.largest_array(args)
+            default = "numba" if jit_policy.decide(facts, largest, force="").compile \
+                else "NumPy"
             print(f"{name:<12} {size:>13,}  {t_numpy * 1e6:>11.1f} us  {t_jit * 1e6:>11.1f} us"
                   f"  {t_jit / t_numpy:>9.2f}  {default}", flush=True)
     return 0

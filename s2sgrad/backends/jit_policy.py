@@ -15,7 +15,7 @@ The limits come from `benchmarks/jit_sizes.py` (jit time over NumPy time, one
 thread, float64; the README's JIT section has the table): loops of elementwise
 work ran faster under numba up to 1e5 elements (breaking even there on bodies
 heavy in exp and log), loops with matrix products up to 1e4 (slower from
-6.5e4); straight-line elementwise code broke even at 1e3 elements, and a
+6.5e4); straight-line elementwise code broke even between 1e2 and 1e3 elements, and a
 straight-line matrix product was slower at every size.
 `S2SGRAD_JIT_PLAN=always` compiles whatever the sizes (`numpy`: never); it is read
 when a function is first called with jit=True.
@@ -31,7 +31,7 @@ import numpy as np
 
 LOOP_LIMIT = 100_000       # elements: loops over smaller arrays are compiled
 LOOP_PRODUCT_LIMIT = 10_000   # ... and loops that multiply matrices, over smaller ones
-STRAIGHT_LIMIT = 1_000     # elements: straight-line code over smaller arrays is compiled
+STRAIGHT_LIMIT = 500       # elements: straight-line code over smaller arrays is compiled
 VJP_MIN_OPERATIONS = 16    # straight-line code under vjp: compiled from this many operations
 
 _PRODUCTS = {"dot", "matmul", "einsum", "tensordot", "inner", "outer", "vdot", "kron",

@@ -25,6 +25,7 @@ import functools
 import inspect
 import os
 import threading
+import time
 import types
 import warnings
 from dataclasses import dataclass
@@ -124,6 +125,8 @@ class Variant:
     value: Any = None            # (*args, *live) -> out
     source: str = ""
     failed: Optional[str] = None
+    build_seconds: float = 0.0   # s2sgrad's part of the first call: NumPy run, rewrite, exec
+    numba_seconds: float = 0.0   # numba's: its compile, with the first compiled call
 
 
 class JitFunction:
@@ -307,6 +310,7 @@ class JitFunction:
     def _build(self, args, live, key, need, old: Optional[Variant]) -> Variant:
         """Learn kinds from one NumPy run, rewrite, exec, njit (numba compiles at the call)."""
         v = old or Variant()
+        started = time.perf_counter()
         # The NumPy run on copies: the call that follows writes into the arguments
         # (if the function does) once, as without jit.
         out, residuals = self.compiled.forward(*_copies(args))
@@ -343,6 +347,7 @@ class JitFunction:
         except Exception as exc:  # noqa: BLE001 - a bug of the rewrite: NumPy, and say so
             v.failed = f"internal error of the numba rewrite: {first_line(exc)}"
             self._warn(v.failed)
+        v.build_seconds += time.perf_counter() - started
         self.variants[key] = v
         return v
 
@@ -452,7 +457,12 @@ class JitFunction:
             v = self.variant(call, live, "fused")
             if v is not None:
                 try:
-                    result = v.fused(*call, *live)
+                    if v.check is None:
+                        result = v.fused(*call, *live)
+                    else:   # the first call: numba compiles
+                        started = time.perf_counter()
+                        result = v.fused(*call, *live)
+                        v.numba_seconds += time.perf_counter() - started
                 except Exception as exc:  # noqa: BLE001 - decided below
                     if _is_numba_error(exc):
                         self.fail(call, live, exc)
@@ -555,7 +565,10 @@ class JitFunction:
         if v is None:
             return self._numpy_vjp(args)
         try:
+            started = time.perf_counter()
             out = v.value(*call, *live)
+            if not v.vjp_checked:   # the first call: numba compiles
+                v.numba_seconds += time.perf_counter() - started
         except Exception as exc:  # noqa: BLE001
             if _is_numba_error(exc):
                 self.fail(call, live, exc)
@@ -580,8 +593,10 @@ class JitFunction:
         def pullback(cot):
             if not numpy_pullback:
                 try:
+                    started = time.perf_counter()
                     grads = v.pullback(*call, *live, cot)[1]
-                    if reference:
+                    if reference:   # the first pullback: numba compiled it
+                        v.numba_seconds += time.perf_counter() - started
                         want = self.compiled.adjoint(reference.pop(), cot)
                         problem = _mismatch(grads, want)
                         if problem is not None:
@@ -607,6 +622,13 @@ class JitFunction:
     def _numpy_vjp(self, args):
         out, residuals = self.compiled.forward(*args)
         return out, (lambda cot: self.compiled.adjoint(residuals, cot))
+
+    def compile_seconds(self) -> Tuple[float, float]:
+        """(s2sgrad's, numba's) seconds spent on the first calls of the variants
+        built so far: the NumPy run, rewrite and exec; numba's compile."""
+        variants = list(self.variants.values())
+        return (sum(v.build_seconds for v in variants),
+                sum(v.numba_seconds for v in variants))
 
     def source(self, args: tuple, kwargs: Optional[dict] = None) -> str:
         """The numba-subset source for these arguments' types (builds it if needed)."""
