@@ -420,7 +420,8 @@ def jit_summary(cells: List[Cell], names: List[str]) -> List[str]:
             continue
         module = importlib.import_module(f"benchmarks.workloads.{name}")
         try:
-            plan = jit_plan(module.forward, *module.make_inputs(), wrt=module.WRT)
+            plan = jit_plan(module.forward, *module.make_inputs(), wrt=module.WRT,
+                            vjp=hasattr(module, "cotangent"))   # timed through vjp
             decided = "numba" if plan.compile else "NumPy"
         except Exception as exc:  # noqa: BLE001 - shown in the table
             decided = "error: " + first_line(exc)
