@@ -18,7 +18,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 from ..errors import error_at, guard_fields
 from ..rules import registry
 from .facts import expr_facts
-from .names import name_nodes, stored_names, walk
+from .names import name_nodes, stored_names, walk_values
 from .normalize import NormalForm
 from .ops import Op, describe, names
 
@@ -596,7 +596,7 @@ def _complex_node(s: ast.stmt, nf: NormalForm) -> Optional[ast.AST]:
     if isinstance(s, (ast.If, ast.While, ast.For)):
         return None
     import numpy as np
-    for node in walk(s):
+    for node in walk_values(s):
         if isinstance(node, ast.Constant) and isinstance(node.value, complex):
             return node
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and \

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..rules import registry
 from .facts import expr_facts
-from .names import name_nodes, walk
+from .names import name_nodes, walk_values
 
 _SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.MatMult)
 _SAFE_UNARY = (ast.USub, ast.UAdd)
@@ -35,8 +35,8 @@ def hoist_invariants(body: List[ast.stmt], user_names: Set[str],
 
 def _definition_counts(body) -> dict:
     counts: dict = {}
-    for node in walk(ast.Module(body=body, type_ignores=[])):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+    for node in name_nodes(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node.ctx, ast.Store):
             counts[node.id] = counts.get(node.id, 0) + 1
     return counts
 
@@ -60,13 +60,13 @@ def _changed_in(loop, facts=None) -> Set[str]:
     np.add.at(x, ...)), the names sharing memory with those, and every name passed
     to a call that may write into its arguments (a user function)."""
     names: Set[str] = set()
-    inside = {n for n in walk(loop)}
+    inside = {n for n in walk_values(loop)}
     if facts is not None:
         for name, stmt in facts.writes:
             if stmt in inside:
                 names.add(name)
                 names |= facts.affected(name, stmt)
-    for node in walk(loop):
+    for node in walk_values(loop):
         if isinstance(node, ast.Call) and _may_write_arguments(node):
             names |= {n.id for a in list(node.args) + [k.value for k in node.keywords]
                       for n in name_nodes(a)}

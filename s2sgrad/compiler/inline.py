@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Set
 from ..errors import note_origin, origin_of
 from ..runtime import HELPERS
 from .marks import comment
-from .names import NameRegistry, clone, name_nodes, walk
+from .names import NameRegistry, clone, name_nodes, walk_values
 from .sites import (
     FunctionSite,
     NotInlinable,
@@ -136,7 +136,7 @@ def _scalar_math(expr: ast.expr, np_name: str, math_name: str, shapes) -> ast.ex
     becomes math.cos(x): a Python float instead of a NumPy scalar, ten times
     cheaper. (Only in the adjoint: the forward computes what the user wrote.)"""
     from .analyze import SCALAR
-    for node in walk(expr):   # (most templates have no such call: nothing to rebuild)
+    for node in walk_values(expr):   # (most templates have no such call: nothing to rebuild)
         if isinstance(node, ast.Call) and _math_twin(node, np_name, shapes, SCALAR):
             return _MathSwap(np_name, math_name, shapes, SCALAR).visit(expr)
     return expr

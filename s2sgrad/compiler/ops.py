@@ -22,7 +22,7 @@ from ..rules.registry import Rule
 from ..runtime import inplace as runtime_inplace
 from . import reentry
 from .facts import expr_facts
-from .names import walk
+from .names import walk_values
 
 # Functions that write into one of their arguments: never silently skipped.
 _MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
@@ -52,7 +52,7 @@ def names(node: Optional[ast.AST]) -> List[str]:
     if node is None:
         return []
     out = []
-    for sub in walk(node):
+    for sub in walk_values(node):
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in out:
             out.append(sub.id)
     return out

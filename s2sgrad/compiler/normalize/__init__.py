@@ -22,7 +22,7 @@ from ...errors import error_at, guard_fields, note_origin
 from ..aliases import AliasFacts
 from ..facts import stmt_facts
 from ..hoist import hoist_invariants
-from ..names import NameRegistry, clone, name_nodes, names_in, walk
+from ..names import NameRegistry, clone, name_nodes, names_in, walk_values
 from ..parse import ParsedFunction
 from ..resolve import Resolver
 from .calls import CallRules
@@ -122,7 +122,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
     def _check_reserved(self, fdef):
         if self.p.filename.startswith("<s2sgrad"):
             return  # s2sgrad's own generated code (being differentiated again)
-        for node in walk(fdef):
+        for node in walk_values(fdef):
             name = getattr(node, "id", None) or getattr(node, "arg", None)
             if isinstance(name, str) and name.startswith("_s2s_"):
                 raise error_at(node, f"the name {name!r} uses s2sgrad's reserved prefix _s2s_",
@@ -162,11 +162,11 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
                                "Assign the value in a statement of its own first.")
         expr = clone(expr)
         bound: Set[str] = set()
-        for sub in walk(expr):
+        for sub in walk_values(expr):
             if isinstance(sub, (ast.Lambda, ast.comprehension)):
                 target = sub.args if isinstance(sub, ast.Lambda) else sub.target
                 bound |= names_in(target)
-        for sub in walk(expr):
+        for sub in walk_values(expr):
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in bound:
                 sub.id = self.env.get(sub.id, sub.id)
         return expr

@@ -9,7 +9,7 @@ from typing import Dict, List
 
 from ...function import is_function_class
 from ..facts import expr_facts
-from ..names import clone, walk
+from ..names import clone, name_nodes
 from .support import _assign, _dotted, _is_docstring, _is_fresh, _loads, _stem, is_atom
 
 
@@ -145,8 +145,7 @@ class StatementRules:
         return self.atom(expr, out)   # (a nested dict literal gets a name there)
 
     def _holds_locals(self, node) -> bool:
-        return any(isinstance(n, ast.Name) and n.id in self.resolver.locals
-                   for n in walk(node))
+        return any(n.id in self.resolver.locals for n in name_nodes(node))
 
     def rule_arguments(self, rule, args, keywords, out, skip_first: bool = False,
                        pack: bool = False):
@@ -335,8 +334,8 @@ class StatementRules:
             self.owned.add(name)
         else:
             self.owned.discard(name)
-        for sub in walk(op):
-            if isinstance(sub, ast.Name) and sub.id != name and sub.id in self.owned:
+        for sub in name_nodes(op):
+            if sub.id != name and sub.id in self.owned:
                 if not (isinstance(op, (ast.BinOp, ast.UnaryOp, ast.Compare))
                         or (isinstance(op, ast.Call) and _is_fresh(op, self))):
                     self.owned.discard(sub.id)

@@ -8,7 +8,7 @@ import re
 from typing import List, Optional, Set
 
 from ..facts import ResidualMarks, stmt_facts
-from ..names import replace_loads, walk
+from ..names import replace_loads, walk_values
 from .statements import (
     _COTANGENT,
     NameIndex,
@@ -168,7 +168,7 @@ def _in_arithmetic(value: ast.expr, name: str) -> bool:
     its place still reads as one formula, not as an argument buried in calls."""
     if isinstance(value, ast.Name):
         return value.id == name
-    for node in walk(value):
+    for node in walk_values(value):
         if isinstance(node, ast.BinOp):
             operands = (node.left, node.right)
         elif isinstance(node, ast.UnaryOp):

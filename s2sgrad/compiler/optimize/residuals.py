@@ -9,7 +9,7 @@ import ast
 from typing import Dict, Optional, Set
 
 from ..facts import ResidualMarks
-from ..names import walk
+from ..names import walk_values
 from ..transform import Transformed
 from .liveness import _live_block
 from .statements import (
@@ -174,7 +174,7 @@ def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
     allowed = set()
     reads = []
     Name, Load = ast.Name, ast.Load
-    for node in walk(fdef):
+    for node in walk_values(fdef):
         if node.__class__ is Name:
             if node.ctx.__class__ is Load:
                 reads.append(node)

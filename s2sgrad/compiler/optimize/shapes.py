@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ..marks import is_comment
-from ..names import walk
+from ..names import walk_values
 from ..transform import Transformed
 from .statements import (
     _SHAPE_ARGS,
@@ -30,7 +30,7 @@ from .statements import (
 def _shape_positions(fdef: ast.FunctionDef) -> List[tuple]:
     """(call, argument index, Name) for every read that needs only a shape."""
     out = []
-    for node in walk(fdef):
+    for node in walk_values(fdef):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                 node.func.id in _SHAPE_ARGS:
             i = _SHAPE_ARGS[node.func.id]
@@ -137,7 +137,7 @@ def _elementwise_with(use, name: str, shape: str, shapes) -> bool:
         return False
     value = use.value
     full = False
-    for node in walk(value):
+    for node in walk_values(value):
         if isinstance(node, ast.Name):
             if node.id != name and shapes.get(node.id) == shape:
                 full = True
@@ -220,7 +220,7 @@ def _unbroadcasts_reading(stmts: List[ast.stmt], name: str, g: str, wanted: int,
     for use in stmts:
         reads = sum(1 for n in index.deep(use) if n.id == name)
         if reads:
-            calls = [c for c in walk(use) if _unbroadcast_of(c, name) is not None]
+            calls = [c for c in walk_values(use) if _unbroadcast_of(c, name) is not None]
             if len(calls) != reads or not isinstance(use, (ast.Assign, ast.AugAssign)):
                 return None
             found.extend((use, c) for c in calls)
@@ -277,7 +277,7 @@ def _product_operands(stmts: List[ast.stmt], cot: str, index: NameIndex) -> Opti
     but assign pure values or pops to other names; else None."""
     before: List[ast.stmt] = []
     for use in stmts:
-        for c in walk(use) if isinstance(use, (ast.Assign, ast.AugAssign)) else ():
+        for c in walk_values(use) if isinstance(use, (ast.Assign, ast.AugAssign)) else ():
             if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and \
                     c.func.id in _MATMUL_GRADS and len(c.args) == 3 and not c.keywords and \
                     all(isinstance(a, ast.Name) for a in c.args) and c.args[0].id == cot:

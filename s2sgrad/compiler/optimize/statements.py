@@ -9,7 +9,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Set
 
-from ..names import name_nodes, walk
+from ..names import name_nodes, walk_values
 
 _PART = re.compile(r".*_bar_part(_\d+)?$")
 
@@ -204,10 +204,17 @@ def _walk_statements(stmts) -> List[ast.stmt]:
 def _collect_statements(stmts, append) -> None:
     for s in stmts:
         append(s)
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list):
-                _collect_statements(inner, append)
+        if s.__class__ not in _NO_BLOCKS:
+            for attr in ("body", "orelse"):
+                inner = getattr(s, attr, None)
+                if isinstance(inner, list):
+                    _collect_statements(inner, append)
+
+
+# Statements that never hold a block (most of them): skipped by the walks above.
+_NO_BLOCKS = frozenset((ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return,
+                        ast.Pass, ast.Break, ast.Continue, ast.Delete, ast.Raise,
+                        ast.Assert, ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom))
 
 
 def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[str]:
@@ -281,7 +288,7 @@ def _name_counts_nested(fdef: ast.FunctionDef, statements: List[ast.stmt]) -> tu
 
 def _mutates(s, names: Set[str]) -> bool:
     """Does s write into (not rebind) one of names: x[i] = v, x += v, xs.append(v)?"""
-    for node in walk(s):
+    for node in walk_values(s):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
                 isinstance(node.value, ast.Name) and node.value.id in names:
             return True
@@ -329,7 +336,7 @@ def _drop_marked(stmts, key, dropped) -> List[ast.stmt]:
 
 # -- dead code ------------------------------------------------------------------
 def _pure(node: ast.AST) -> bool:
-    for sub in walk(node):
+    for sub in walk_values(node):
         if isinstance(sub, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
             return False
         if isinstance(sub, ast.Call):
@@ -403,7 +410,7 @@ def _writes_nothing(value: ast.expr) -> bool:
     """Pure (see _pure), and no `out=` or `ufunc.at`, which _pure does not look for."""
     return _pure(value) and not any(
         (isinstance(n, ast.keyword) and n.arg == "out") or
-        (isinstance(n, ast.Attribute) and n.attr == "at") for n in walk(value))
+        (isinstance(n, ast.Attribute) and n.attr == "at") for n in walk_values(value))
 
 
 def _blocks(stmts: List[ast.stmt]) -> Iterable[List[ast.stmt]]:

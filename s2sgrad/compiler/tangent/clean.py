@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, Set
 
-from ..names import walk
+from ..names import name_nodes
 from ..normalize import NormalForm
 from ..optimize import eliminate_dead, fold_block, fwd_params, propagate_copies, tidy
 
@@ -70,12 +70,11 @@ def _filter(stmts, keep):
 
 
 def _loads(node) -> Set[str]:
-    return {n.id for n in walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {n.id for n in name_nodes(node) if n.ctx.__class__ is ast.Load}
 
 
 def _stores(node) -> Set[str]:
-    return {n.id for n in walk(node) if isinstance(n, ast.Name)
-            and isinstance(n.ctx, (ast.Store, ast.Del))}
+    return {n.id for n in name_nodes(node) if isinstance(n.ctx, (ast.Store, ast.Del))}
 
 
 def _live(stmts, live_out: Set[str], record, loop) -> Set[str]:
