@@ -122,10 +122,11 @@ def _name_fields(cls: type) -> Tuple[str, ...]:
     return fields
 
 
-def replace_loads(node: ast.AST, old: str, new: ast.expr) -> None:
+def replace_loads(node: ast.AST, old: str, new: ast.expr, copy: bool = True) -> None:
     """Replace, in place, every read of the name `old` under `node` by a copy of
     `new` placed where the read was (what an ast.NodeTransformer would do, without
-    its visit of every node)."""
+    its visit of every node). copy=False: `new` itself, for a caller that knows
+    there is one read and drops `new`'s statement."""
     stack = [node]
     pop, push, Name, Load, AST, table = stack.pop, stack.append, ast.Name, ast.Load, \
         ast.AST, _NAME_FIELDS
@@ -146,12 +147,12 @@ def replace_loads(node: ast.AST, old: str, new: ast.expr) -> None:
                 for i, item in enumerate(value):
                     if item.__class__ is Name:
                         if item.id == old and item.ctx.__class__ is Load:
-                            value[i] = ast.copy_location(clone(new), item)
+                            value[i] = ast.copy_location(clone(new) if copy else new, item)
                     elif isinstance(item, AST):
                         push(item)
             elif value.__class__ is Name:
                 if value.id == old and value.ctx.__class__ is Load:
-                    d[field] = ast.copy_location(clone(new), value)
+                    d[field] = ast.copy_location(clone(new) if copy else new, value)
             else:
                 push(value)
 

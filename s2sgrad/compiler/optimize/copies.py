@@ -207,8 +207,8 @@ def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts, index: Name
                 if isinstance(use, ast.AugAssign) and isinstance(use.target, ast.Name) and \
                         use.target.id in reads:
                     break
-                if name in _loads(use.value):
-                    replace_loads(use, name, s.value)
+                if name in _loads(use.value):   # its one read (load_counts): moved there
+                    replace_loads(use, name, s.value, copy=False)
                     index.changed(use)
                     del stmts[i]
                     i -= 1

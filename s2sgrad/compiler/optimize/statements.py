@@ -227,7 +227,8 @@ def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[s
         return out
     if isinstance(s, ast.AugAssign):
         return {s.target.id} if isinstance(s.target, ast.Name) else set()
-    if isinstance(s, ast.Return):
+    if isinstance(s, ast.Return) or (s.__class__ is ast.Expr and
+                                     s.value.__class__ is ast.Constant):   # (comments)
         return set()
     if names is not None:
         return {n.id for n in names if isinstance(n.ctx, (ast.Store, ast.Del))}
