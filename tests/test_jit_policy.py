@@ -274,13 +274,18 @@ def test_a_call_left_to_numpy_does_not_even_import_numba(tmp_path):
 
 
 # -- s2sgrad show --jit ------------------------------------------------------------------
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ELEMENTWISE = os.path.join(ROOT, "benchmarks", "workloads", "elementwise.py") + \
+    ":elementwise_loss"
+
+
 def _cli(*argv):
     return subprocess.run([sys.executable, "-m", "s2sgrad", *argv], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, cwd=ROOT)
 
 
 def test_show_jit_prints_the_rule_and_for_shapes_the_decision_and_code():
-    target = "benchmarks/workloads/elementwise.py:elementwise_loss"
+    target = ELEMENTWISE
     rule = _cli("show", target, "--jit")
     assert rule.returncode == 0, rule.stderr
     assert "straight-line code" in rule.stdout and f"{STRAIGHT_LIMIT:,}" in rule.stdout
@@ -295,7 +300,7 @@ def test_show_jit_prints_the_rule_and_for_shapes_the_decision_and_code():
 
 
 def test_show_jit_refuses_what_it_cannot_combine_with_one_line():
-    target = "benchmarks/workloads/elementwise.py:elementwise_loss"
+    target = ELEMENTWISE
     for argv in (("--shape", "x=3"), ("--jit", "--order", "2"),
                  ("--jit", "--shape", "y=3")):
         result = _cli("show", target, *argv)
