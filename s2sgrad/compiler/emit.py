@@ -15,7 +15,7 @@ from astor.string_repr import pretty_string
 
 from .loader import _remember_names
 from .marks import COMMENT_MARK
-from .names import clone
+from .names import child_fields, clone
 
 # What astor's generator notes on the nodes it writes (their precedence, a
 # unary operand's operator).
@@ -63,7 +63,8 @@ def _all_nodes(roots) -> Optional[List[ast.AST]]:
     such a node occurs twice or a node already has an attribute astor sets.
 
     Nodes without fields (contexts, operators: the parser shares one `Load()`
-    among all its names) may occur many times: astor notes nothing on them."""
+    among all its names) may occur many times: astor notes nothing on them, and
+    the fields that hold only them are not entered (names.child_fields)."""
     out: List[ast.AST] = []
     seen: set = set()
     stack = list(roots)
@@ -80,8 +81,10 @@ def _all_nodes(roots) -> Optional[List[ast.AST]]:
             return None
         seen.add(n)
         out.append(n)
-        for f in n._fields:
+        for f in child_fields(n.__class__):
             v = d.get(f)
+            if v is None:
+                continue
             if v.__class__ is list:
                 for item in v:
                     if isinstance(item, AST):

@@ -173,6 +173,13 @@ def walk(node: ast.AST) -> List[ast.AST]:
     return out
 
 
+def child_fields(cls: type) -> Tuple[str, ...]:
+    """The fields of a node class that may hold nodes other than contexts and
+    operators (last field first): what the walks here enter."""
+    fields = _NAME_FIELDS.get(cls)
+    return _name_fields(cls) if fields is None else fields
+
+
 def walk_values(node: ast.AST) -> List[ast.AST]:
     """`walk(node)` without expression contexts and operators (Load, Add, ...), in
     the same order: for the many questions about calls, names, constants and
