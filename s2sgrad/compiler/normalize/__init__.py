@@ -38,6 +38,7 @@ from .support import (
     _is_docstring,
     _lambdas_bound_once,
     _read_after,
+    _scope_statements,
     _snapshot_definitions,
     _walk_scope,
     _written_in_place,
@@ -263,7 +264,8 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
 
     def _lift_returns(self, body: List[ast.stmt]) -> List[ast.stmt]:
         """Give the function a single final `return`, moving early returns' tails."""
-        returns = [n for s in body for n in [s, *_walk_scope(s)] if isinstance(n, ast.Return)]
+        returns = [n for s in body for n in [s, *_scope_statements(s)]
+                   if isinstance(n, ast.Return)]
         if len(returns) == 1 and body and body[-1] is returns[0]:
             return body
         if not returns:

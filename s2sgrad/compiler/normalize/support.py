@@ -12,7 +12,7 @@ from ...rules import registry
 from ..aliases import AliasFacts
 from ..callables import bound_call
 from ..facts import expr_facts, stmt_facts
-from ..names import clone, name_nodes
+from ..names import child_fields, clone, name_nodes
 
 _OP_WORDS = {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "div",
              ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow",
@@ -50,15 +50,44 @@ def _walk_scope(node: ast.AST) -> List[ast.AST]:
             append(sub)
             if isinstance(sub, _SCOPES):
                 continue
-        for attr in sub._fields:  # its children, in ast.iter_child_nodes order
-            value = getattr(sub, attr, None)
-            if isinstance(value, AST):
-                push(value)
-            elif isinstance(value, list):
+        # Its children, in ast.iter_child_nodes order, but for contexts and operators
+        # (nothing asked here is one): the fields that may hold others, first first.
+        d = sub.__dict__
+        for attr in reversed(child_fields(sub.__class__)):
+            value = d.get(attr)
+            if value is None:
+                continue
+            if value.__class__ is list:
                 for item in value:
                     if isinstance(item, AST):
                         push(item)
+            elif isinstance(value, AST):
+                push(value)
     return out
+
+
+def _scope_statements(node: ast.AST) -> List[ast.AST]:
+    """The statements (and except handlers, match cases) of `_walk_scope(node)`, in
+    its order, without walking the expressions, which hold none."""
+    out: List[ast.AST] = []
+    todo = [node]
+    pop, push, append = todo.pop, todo.append, out.append
+    while todo:
+        sub = pop()
+        if sub is not node:
+            append(sub)
+            if isinstance(sub, _SCOPES):
+                continue
+        d = sub.__dict__
+        for attr in _BLOCK_FIELDS:   # (in the order of every class's _fields)
+            value = d.get(attr)
+            if value:
+                for item in value:
+                    push(item)
+    return out
+
+
+_BLOCK_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")
 
 
 def _assigned_names(nodes) -> Set[str]:
