@@ -15,8 +15,10 @@ NumPy, s2sgrad and the user's module, and times one `compile_function` call:
 - memory hit: the same process asking again (median of many calls).
 
 Each figure is the median over --repeat processes, first calls and disk
-loads taking turns. The script exits with 1 when a disk load is not at least
-10x faster than the first call.
+loads taking turns. The script exits with 1 when, for the 60-line function, a
+disk load is not at least 10x faster than the first call (for the two-line
+examples both are a few milliseconds of fixed cost: their ratio is shown, not
+checked).
 """
 from __future__ import annotations
 
@@ -121,13 +123,15 @@ def main() -> int:
                 hits.append(result["hit"])
             first, load, hit = (statistics.median(x) for x in (firsts, loads, hits))
             ratio = first / load
-            ok &= ratio >= 10
+            if source_lines(path, func) >= 10:
+                ok &= ratio >= 10
             print(f"{label:<22}{source_lines(path, func):>6}{first * 1e3:>10.2f} ms"
                   f"{load * 1e3:>9.2f} ms{hit * 1e6:>10.1f} us{ratio:>11.0f}x")
     print("\nfirst call: transform + compile + store; disk load: a new process reading the "
           "entry;\nmemory hit: the same process asking again.")
     if not ok:
-        print("FAILED: a disk load is less than 10x faster than the first call")
+        print("FAILED: a disk load of the 60-line function is less than 10x faster than "
+              "its first call")
     return 0 if ok else 1
 
 
