@@ -236,6 +236,9 @@ def test_walk_is_ast_walk():
         assert [id(n) for n in names_mod.walk(node)] == [id(n) for n in ast.walk(node)]
 
 
+_MARKERS = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+
+
 def _reference_walk_scope(node):
     todo = list(ast.iter_child_nodes(node))
     while todo:
@@ -245,11 +248,22 @@ def _reference_walk_scope(node):
             todo.extend(ast.iter_child_nodes(sub))
 
 
+def test_walk_values_is_ast_walk_without_contexts_and_operators():
+    tree = _corpus()
+    for node in [tree, *[n for n in ast.walk(tree) if not isinstance(n, _MARKERS)][:400]]:
+        assert [id(n) for n in names_mod.walk_values(node)] == \
+            [id(n) for n in ast.walk(node) if not isinstance(n, _MARKERS)]
+
+
 def test_walk_scope_and_assigned_names():
     tree = _corpus()
     for node in [tree, *list(ast.walk(tree))[:400]]:
+        # (contexts and operators, which no question here is about, are not entered)
         assert [id(n) for n in normalize_mod._walk_scope(node)] == \
-            [id(n) for n in _reference_walk_scope(node)]
+            [id(n) for n in _reference_walk_scope(node) if not isinstance(n, _MARKERS)]
+        statements = (ast.stmt, ast.excepthandler, ast.match_case)
+        assert [id(n) for n in normalize_mod._scope_statements(node)] == \
+            [id(n) for n in _reference_walk_scope(node) if isinstance(n, statements)]
         expected = {sub.id for sub in [node, *_reference_walk_scope(node)]
                     if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del))}
         assert normalize_mod._assigned_names([node]) == expected
