@@ -37,10 +37,13 @@ def is_atom(node: ast.AST) -> bool:
     return bool(expr_facts.of(node).static)
 
 
-def _walk_scope(node: ast.AST) -> List[ast.AST]:
+def _walk_scope(node: ast.AST, statements_only: bool = False) -> List[ast.AST]:
     """The nodes under `node`, not entering nested functions, lambdas or classes
     (depth first, last child first). A list: building it costs less than a
-    generator over `ast.iter_child_nodes` would."""
+    generator over `ast.iter_child_nodes` would. Contexts and operators, which
+    nothing asked here is about, are not entered; statements_only: only the
+    statements (and except handlers, match cases), without walking expressions,
+    which hold none."""
     out: List[ast.AST] = []
     todo = [node]
     pop, push, append, AST = todo.pop, todo.append, out.append, ast.AST
@@ -50,10 +53,8 @@ def _walk_scope(node: ast.AST) -> List[ast.AST]:
             append(sub)
             if isinstance(sub, _SCOPES):
                 continue
-        # Its children, in ast.iter_child_nodes order, but for contexts and operators
-        # (nothing asked here is one): the fields that may hold others, first first.
-        d = sub.__dict__
-        for attr in reversed(child_fields(sub.__class__)):
+        d = sub.__dict__   # its children's fields, in ast.iter_child_nodes order:
+        for attr in _BLOCK_FIELDS if statements_only else reversed(child_fields(sub.__class__)):
             value = d.get(attr)
             if value is None:
                 continue
@@ -61,33 +62,17 @@ def _walk_scope(node: ast.AST) -> List[ast.AST]:
                 for item in value:
                     if isinstance(item, AST):
                         push(item)
-            elif isinstance(value, AST):
+            elif not statements_only and isinstance(value, AST):
                 push(value)
     return out
 
 
 def _scope_statements(node: ast.AST) -> List[ast.AST]:
-    """The statements (and except handlers, match cases) of `_walk_scope(node)`, in
-    its order, without walking the expressions, which hold none."""
-    out: List[ast.AST] = []
-    todo = [node]
-    pop, push, append = todo.pop, todo.append, out.append
-    while todo:
-        sub = pop()
-        if sub is not node:
-            append(sub)
-            if isinstance(sub, _SCOPES):
-                continue
-        d = sub.__dict__
-        for attr in _BLOCK_FIELDS:   # (in the order of every class's _fields)
-            value = d.get(attr)
-            if value:
-                for item in value:
-                    push(item)
-    return out
+    """The statements of `_walk_scope(node)`, in its order (see there)."""
+    return _walk_scope(node, statements_only=True)
 
 
-_BLOCK_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")
+_BLOCK_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")   # (in _fields order)
 
 
 def _assigned_names(nodes) -> Set[str]:

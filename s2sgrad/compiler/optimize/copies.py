@@ -114,19 +114,14 @@ def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] 
 def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[int],
                            marks: ResidualMarks) -> List[ast.stmt]:
     """`x_bar = x_bar` is what an identity contribution leaves behind."""
-    out = []
-    for s in stmts:
+    def self_assignment(s: ast.stmt) -> bool:
         if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
                 s.targets[0].id == s.value.id and marks.of(s).slot is None:
             dropped.append(1)
-            continue
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                setattr(s, attr, _drop_self_assignments(inner, dropped, marks))
-        out.append(s)
-    return out
+            return True
+        return False
+    return _drop_marked(stmts, self_assignment, (True,))
 
 
 def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
