@@ -15,7 +15,7 @@ from astor.string_repr import pretty_string
 
 from .loader import _remember_names
 from .marks import COMMENT_MARK
-from .names import child_fields, clone
+from .names import clone, walk_values
 
 # What astor's generator notes on the nodes it writes (their precedence, a
 # unary operand's operator).
@@ -63,34 +63,15 @@ def _all_nodes(roots) -> Optional[List[ast.AST]]:
     such a node occurs twice or a node already has an attribute astor sets.
 
     Nodes without fields (contexts, operators: the parser shares one `Load()`
-    among all its names) may occur many times: astor notes nothing on them, and
-    the fields that hold only them are not entered (names.child_fields)."""
-    out: List[ast.AST] = []
-    seen: set = set()
-    stack = list(roots)
-    pop, push, AST = stack.pop, stack.append, ast.AST
+    among all its names) may occur many times: astor notes nothing on them."""
+    out = [n for root in roots for n in walk_values(root) if n._fields]
+    if len(set(out)) != len(out):
+        return None
     pp, p_op = _ASTOR_ATTRS
-    while stack:
-        n = pop()
+    for n in out:
         d = n.__dict__
         if pp in d or p_op in d:
             return None
-        if not n._fields:
-            continue
-        if n in seen:
-            return None
-        seen.add(n)
-        out.append(n)
-        for f in child_fields(n.__class__):
-            v = d.get(f)
-            if v is None:
-                continue
-            if v.__class__ is list:
-                for item in v:
-                    if isinstance(item, AST):
-                        push(item)
-            elif isinstance(v, AST):
-                push(v)
     return out
 
 
