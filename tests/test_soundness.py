@@ -12,6 +12,7 @@ from conftest import check_vjp, import_source
 import s2sgrad
 
 SOURCE = '''
+import collections
 import math
 
 import numpy as np
@@ -19,6 +20,7 @@ import s2sgrad
 
 scale = 100.0        # a global with a parameter's name: must never stand in for it
 C = 1j
+Pair = collections.namedtuple("Pair", ["a", "b"])
 
 
 def list_loop(x):
@@ -335,6 +337,57 @@ def complex_constant(x):
 
 def complex_global(x):
     return np.sum(np.abs(x * C))
+
+
+def test_reassigned_in_then(x, w):
+    c = np.sum(x) > 0.0
+    if c:
+        c = False
+        y = np.sum(x * w) * 2.0
+    else:
+        y = np.sum(x * w) * 3.0
+    return y
+
+
+def test_reassigned_in_else(x, w):
+    c = np.sum(x) > 0.0
+    if c:
+        y = np.sum(x * w) * 2.0
+    else:
+        c = True
+        y = np.sum(x * w) * 3.0
+    return y
+
+
+def early_return_then_return_in_while(x, w):
+    for b in [x, x]:
+        if np.sum(b) > 50.0:
+            return 0.5 * np.sum(x)
+    while True:
+        return np.sum(x * w * x)
+    return 0.0
+
+
+def flag_tested_then_set(x, w):
+    done = False
+    for v in [x, x]:
+        if np.sum(v) > 50.0:
+            done = True
+            break
+    if done:
+        y = np.sum(x)
+    else:
+        done = True
+        y = np.sum(x * w) * 3.0
+    return y
+
+
+def record_replaces_an_item(x):
+    items = []
+    items.append(x)
+    items[0] = Pair(0.3, 0.5)
+    return items[0].b * np.sum(x * x)
+
 '''
 
 
@@ -384,6 +437,7 @@ CASES = [
     ("returned_list", [[(3,)], [(2, 2)]]),
     ("appended_then_read", [[(3,), (3,)], [(2, 3), (3,)]]),
     ("written_in_nested_loops", [[(3,), (3,)], [(2,), (2, 3)]]),
+    ("record_replaces_an_item", [[(3,)], [(2, 2)]]),
 ]
 
 
@@ -391,6 +445,19 @@ CASES = [
                          ids=[f"{n}-{i}" for n, cases in CASES for i in range(len(cases))])
 def test_gradient_matches_finite_differences(m, name, shapes, rng):
     check_vjp(getattr(m, name), _args(shapes, rng))
+
+
+@pytest.mark.parametrize("name", ["test_reassigned_in_then", "test_reassigned_in_else",
+                                  "early_return_then_return_in_while",
+                                  "flag_tested_then_set"])
+@pytest.mark.parametrize("shapes", [[(3,), (3,)], [(2, 3), (3,)]])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_branch_test_reassigned_in_the_branch(m, name, shapes, sign, rng):
+    """The adjoint chooses the branch the forward took, though the branch (or an
+    early return's flag) reassigns the variable tested (both branches: sign)."""
+    x = np.abs(rng.standard_normal(shapes[0])) * sign + 0.1 * sign
+    w = rng.standard_normal(shapes[1])
+    check_vjp(getattr(m, name), [x, w])
 
 
 def test_documented_values(m):
@@ -409,7 +476,8 @@ FORWARD_MODE = {"add_at", "subtract_at", "repeated_write", "repeated_add", "repe
                 "keyword_only_callee", "keyword_only", "iterated_then_rebound",
                 "written_with_itself", "mlp", "list_loop", "python_numbers", "python_floats",
                 "sum_of_list", "returned_list", "appended_then_read",
-                "written_in_nested_loops", "updated_in_one_branch", "call_in_a_condition"}
+                "written_in_nested_loops", "updated_in_one_branch", "call_in_a_condition",
+                "record_replaces_an_item"}
 
 
 @pytest.mark.parametrize("name, shapes", [(n, s) for n, cases in CASES for s in cases

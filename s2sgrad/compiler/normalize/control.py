@@ -10,7 +10,7 @@ from typing import List, Optional, Set
 import numpy as np
 
 from ..facts import expr_facts
-from ..names import clone
+from ..names import clone, name_nodes
 from .support import (
     _LIBRARIES,
     _SCOPES,
@@ -37,6 +37,14 @@ class ControlRules:
         self.block(s.orelse, orelse)
         self.owned &= owned_body
         self.origin = saved
+        if isinstance(test, ast.Name) and _stores_name(body + orelse, test.id):
+            # The adjoint chooses the branch before it undoes the branch's assignments:
+            # a test the branch reassigns (`if c: c = False`, an early return's flag)
+            # would be read with its new value. The branch is taken on a copy.
+            tested = self.names.fresh(f"{test.id}_tested")
+            self.emit(out, ast.Assign(targets=[ast.Name(id=tested, ctx=ast.Store())],
+                                      value=test), s)
+            test = ast.Name(id=tested, ctx=ast.Load())
         node = ast.If(test=test, body=body or [ast.copy_location(ast.Pass(), s)], orelse=orelse)
         self.emit(out, node, s)
 
@@ -301,3 +309,9 @@ class ControlRules:
 
     def stmt_Continue(self, s, out):
         self.emit(out, ast.Continue(), s)
+
+
+def _stores_name(stmts: List[ast.stmt], name: str) -> bool:
+    """Whether `name` is assigned (or deleted) anywhere in stmts, nested blocks included."""
+    return any(n.id == name and n.ctx.__class__ is not ast.Load
+               for s in stmts for n in name_nodes(s))

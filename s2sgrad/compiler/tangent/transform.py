@@ -461,8 +461,11 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         if not self.live_atom(value):
             if isinstance(value, (ast.Tuple, ast.List)):
                 pass
-            elif isinstance(value, ast.Name) and value.id not in self.act.leaves:
-                item = self.zero_of(value)   # maybe a list or tuple: a zero of its structure
+            elif isinstance(value, ast.Name):
+                # A zero of its structure: a value that carries no tangent may still be a
+                # list, a tuple or a record (a constant one, a global), whose items are
+                # read one by one later ("leaves" are proven only for varied values).
+                item = self.zero_of(value)
             else:
                 item = ast.Constant(value=0.0)
         self.read([value], fresh=False)
