@@ -21,6 +21,7 @@ import s2sgrad
 scale = 100.0        # a global with a parameter's name: must never stand in for it
 C = 1j
 Pair = collections.namedtuple("Pair", ["a", "b"])
+G23 = np.array([[0.2, -0.5, 0.3], [0.6, 0.1, -0.4]])
 
 
 def list_loop(x):
@@ -388,6 +389,42 @@ def record_replaces_an_item(x):
     items[0] = Pair(0.3, 0.5)
     return items[0].b * np.sum(x * x)
 
+
+def dict_item_updated_in_place(y):
+    d0 = {"bias": y, "b": 0.5}
+    w2 = d0["bias"]
+    w2 *= 0.5
+    return 0.5 + np.sum(y)
+
+
+def _bumps_scale(u, *, scale=1.5):
+    scale += np.sum(u)
+    return u
+
+
+def callee_in_a_comparison_writes_argument(x):
+    s = np.array(0.2)
+    flag = _bumps_scale(x, scale=s) > 0.4
+    return np.sum(np.where(flag, x, 0.0)) + s
+
+
+def _positive_part(u):
+    return np.maximum(u, 0.0)
+
+
+def callee_in_a_comparison(x):
+    return np.sum(np.where(_positive_part(x) > 0.1, x * x, x))
+
+
+def _centred_pair(u):
+    return [1.0, u - np.mean(u, keepdims=True)]
+
+
+def overwritten_item_of_a_callees_list(x, z):
+    pair = _centred_pair(G23 + x)
+    pair[1] = z
+    return pair[0] + np.sum(pair[1] * z)
+
 '''
 
 
@@ -438,6 +475,8 @@ CASES = [
     ("appended_then_read", [[(3,), (3,)], [(2, 3), (3,)]]),
     ("written_in_nested_loops", [[(3,), (3,)], [(2,), (2, 3)]]),
     ("record_replaces_an_item", [[(3,)], [(2, 2)]]),
+    ("callee_in_a_comparison", [[(3,)], [(2, 2)]]),
+    ("overwritten_item_of_a_callees_list", [[(), (3,)], [(), (2, 3)]]),
 ]
 
 
@@ -477,7 +516,8 @@ FORWARD_MODE = {"add_at", "subtract_at", "repeated_write", "repeated_add", "repe
                 "written_with_itself", "mlp", "list_loop", "python_numbers", "python_floats",
                 "sum_of_list", "returned_list", "appended_then_read",
                 "written_in_nested_loops", "updated_in_one_branch", "call_in_a_condition",
-                "record_replaces_an_item"}
+                "record_replaces_an_item", "callee_in_a_comparison",
+                "overwritten_item_of_a_callees_list"}
 
 
 @pytest.mark.parametrize("name, shapes", [(n, s) for n, cases in CASES for s in cases
@@ -515,6 +555,9 @@ def test_a_callee_writing_into_an_argument_array_is_refused(m):
     ("call_in_and_or", "_positive_sum(x)", "inside a condition"),
     ("updated_after_aliasing_in_a_loop", "y += 1.0", "also changes 'z'"),
     ("complex_global", "x * C", "complex"),
+    ("dict_item_updated_in_place", "w2 *= 0.5", "also changes 'y'"),
+    ("callee_in_a_comparison_writes_argument", "scale += np.sum(u)",
+     "writes into its parameter 'scale'"),
 ])
 def test_refused_with_the_users_line(m, name, line, what):
     with pytest.raises(s2sgrad.TransformError) as info:

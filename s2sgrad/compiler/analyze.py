@@ -663,7 +663,7 @@ def parameter_writes(fn) -> Optional[Dict[int, tuple]]:
     except Exception:  # noqa: BLE001 - unreadable: no facts, the caller guards everything
         _PARAMETER_WRITES[key] = None
         return None
-    facts = AliasFacts(nf.node.body, nf.resolver.locals | nf.names.taken, nf.lists)
+    facts = AliasFacts(nf.node.body, nf.resolver.locals | nf.names.taken, nf.lists | nf.dicts)
     params = nf.all_params
     out: Dict[int, tuple] = {}
     for name, stmt in facts.writes:

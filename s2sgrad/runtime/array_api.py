@@ -122,6 +122,8 @@ def sum_to_shape(value, shape):
     extra = value.ndim - len(shape)
     if extra > 0:
         value = xp.sum(value, axis=tuple(range(extra)))
+    elif extra < 0:   # a cotangent of lower rank (an item's zero): broadcast up, as NumPy
+        value = xp.reshape(value, (1,) * -extra + tuple(value.shape))
     axes = tuple(i for i, n in enumerate(shape) if n == 1 and value.shape[i] != 1)
     if axes:
         value = xp.sum(value, axis=axes, keepdims=True)

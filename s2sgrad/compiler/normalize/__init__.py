@@ -184,7 +184,8 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         while True:
             out: List[ast.stmt] = []
             self.block(clone(pristine), out)
-            facts = AliasFacts(out, self.resolver.locals | self.names.taken, self.lists)
+            facts = AliasFacts(out, self.resolver.locals | self.names.taken,
+                               self.lists | self.dict_names)
             redo = {u for u in self.rebound_augassign if facts.shared_with_user(u,
                                                                              self.user_names)}
             if not redo - self.force_in_place:

@@ -101,9 +101,22 @@ class ExpressionRules:
             return self.atom(expr, out)
         if isinstance(expr, (ast.ListComp, ast.GeneratorExp, ast.DictComp)):
             return self.comprehension(expr, out)
-        if isinstance(expr, (ast.Compare, ast.BoolOp, ast.JoinedStr, ast.Dict, ast.Set,
+        if isinstance(expr, (ast.Compare, ast.BoolOp)):
+            # As a branch's test: a single comparison's operands become statements
+            # (a call among them is a call site like any other: its callee may write
+            # into its arguments); a user function called inside and/or or a chained
+            # comparison is refused.
+            return self.condition(expr, out)
+        if isinstance(expr, (ast.JoinedStr, ast.Dict, ast.Set,
                              ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
                              ast.Lambda)):
+            if not isinstance(expr, ast.Lambda):   # (a lambda's body runs when called)
+                for sub in _walk_scope(expr):
+                    if isinstance(sub, ast.Call) and not self._library_call(sub):
+                        raise self.err(sub, f"a call to {ast.unparse(sub.func)} inside a "
+                                            f"{type(expr).__name__} expression, whose value "
+                                            f"carries no gradient",
+                                       "Call it in a statement of its own first.")
             node = self.rename_loads(expr)
             expr_facts.note(node, opaque=True)
             return node
