@@ -181,17 +181,12 @@ def cmd_show(args) -> int:
 def _jit_report(fn: Callable, wrt: Tuple[int, ...], shapes: dict) -> str:
     """What jit=True does with fn: the rule it decides by (no shapes), or, for random
     arguments of the given shapes, the decision and the numba code it compiles."""
-    from .backends import jit_plan, jit_source
-    from .backends.numba_backend import state_for
+    from .backends import jit_plan, jit_rule, jit_source
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", "the function"))
     if not shapes:
-        state = state_for(fn, wrt)
-        state._ensure_prepared()
-        if state.disabled is not None:
-            return f"# jit: {name} runs on NumPy: {state.disabled}\n"
-        from .backends.jit_policy import describe_rule
-        text = f"# jit: {name}: {describe_rule(state.facts)}.\n"
-        if state.facts.has_loops or not state.facts.products:
+        rule, by_size = jit_rule(fn, wrt)
+        text = f"# jit: {name}: {rule}.\n"
+        if by_size:
             text += ("# Give --shape NAME=D1,D2 for its array arguments to see the decision "
                      "and the code numba compiles.\n")
         return text

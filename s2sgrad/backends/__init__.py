@@ -18,8 +18,8 @@ from ..arguments import check_args, check_cotangent, finalize, leaves_of, normal
 from .jit_policy import JitPlan
 from .numba_backend import JitWarning, known_state, reset, state_for
 
-__all__ = ["JitPlan", "JitWarning", "jit_plan", "jit_value_and_grad", "jit_vjp", "jit_source",
-           "numpy_runs_vjp", "reset"]
+__all__ = ["JitPlan", "JitWarning", "jit_plan", "jit_rule", "jit_value_and_grad", "jit_vjp",
+           "jit_source", "numpy_runs_vjp", "reset"]
 
 
 def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool) -> Callable:
@@ -66,6 +66,13 @@ def jit_source(f: Callable, *args: Any, wrt=0, **kwargs) -> str:
     """The numba-subset code jit=True compiles for f at these arguments' types."""
     positions, _ = normalize_wrt(wrt, len(args))
     return state_for(f, positions).source(args, kwargs)
+
+
+def jit_rule(f: Callable, wrt=0) -> Tuple[str, bool]:
+    """How jit=True decides for f, in words (loops, matrix products, the size limit),
+    and whether the size of the call's arrays decides (see jit_plan for a call)."""
+    positions, _ = normalize_wrt(wrt, None, f=f)
+    return state_for(f, positions).rule()
 
 
 def jit_plan(f: Callable, *args: Any, wrt=0, vjp: bool = False, **kwargs) -> JitPlan:

@@ -410,9 +410,7 @@ class JitFunction:
         caller's), when there is one.
         """
         self._ensure_prepared()
-        if self.disabled is None and numba_module() is None:
-            self.disabled = _numba_missing_reason()
-        if self.disabled is not None:
+        if not self._numba_ready():
             raise rw.Unsupported(self.disabled)
         with self._lock:
             if self.split is not None:
@@ -482,11 +480,25 @@ class JitFunction:
         limit = self.vjp_size_limit if vjp else self.size_limit
         if not jit_policy.largest_array(call + live) < limit:
             return False
-        if numba_module() is None:
-            self.disabled = _numba_missing_reason()
+        if not self._numba_ready():
             self._warn(self.disabled)
             return False
         return True
+
+    def _numba_ready(self) -> bool:
+        """Not disabled, and numba importable (imported here, when first needed: a
+        function whose calls all go to NumPy never imports it); else `disabled` says
+        why."""
+        if self.disabled is None and numba_module() is None:
+            self.disabled = _numba_missing_reason()
+        return self.disabled is None
+
+    def rule(self) -> Tuple[str, bool]:
+        """(how jit=True decides for this function, whether the arrays' size decides)."""
+        self._ensure_prepared()
+        if self.disabled is not None:
+            return f"runs on NumPy: {self.disabled}", False
+        return jit_policy.describe_rule(self.facts), 0 < self.size_limit < float("inf")
 
     def plan(self, args: tuple, kwargs: Optional[dict] = None,
              vjp: bool = False) -> jit_policy.JitPlan:
@@ -500,9 +512,7 @@ class JitFunction:
                                      self.force, vjp)
             if not plan.compile:
                 return plan
-            if numba_module() is None:
-                self.disabled = _numba_missing_reason()
-            else:
+            if self._numba_ready():
                 failed = self.variants.get(_kinds(call) + _kinds(live))
                 if failed is None or failed.failed is None:
                     return plan   # (whether numba can compile it shows at the first call)
@@ -633,9 +643,7 @@ class JitFunction:
     def source(self, args: tuple, kwargs: Optional[dict] = None) -> str:
         """The numba-subset source for these arguments' types (builds it if needed)."""
         self._ensure_prepared()
-        if self.disabled is None and numba_module() is None:
-            self.disabled = _numba_missing_reason()
-        if self.disabled is not None:
+        if not self._numba_ready():
             raise RuntimeError(self.disabled)
         call = self.bind(args, kwargs or {})
         live = self.live_values()
