@@ -10,7 +10,7 @@ from typing import List, Optional, Set
 import numpy as np
 
 from ..facts import expr_facts
-from ..names import clone, name_nodes
+from ..names import clone, stored_names
 from .support import (
     _LIBRARIES,
     _SCOPES,
@@ -37,7 +37,8 @@ class ControlRules:
         self.block(s.orelse, orelse)
         self.owned &= owned_body
         self.origin = saved
-        if isinstance(test, ast.Name) and _stores_name(body + orelse, test.id):
+        if isinstance(test, ast.Name) and any(test.id in stored_names(b)
+                                              for b in body + orelse):
             # The adjoint chooses the branch before it undoes the branch's assignments:
             # a test the branch reassigns (`if c: c = False`, an early return's flag)
             # would be read with its new value. The branch is taken on a copy.
@@ -241,12 +242,16 @@ class ControlRules:
             node = ast.Compare(left=left, ops=list(expr.ops), comparators=[right])
             expr_facts.note(node, opaque=True)
             return ast.copy_location(node, expr)
-        for sub in _walk_scope(expr):
-            if isinstance(sub, ast.Call) and not self._library_call(sub):
-                raise self.err(sub, f"a call to {ast.unparse(sub.func)} inside a condition "
-                                    f"that runs only on some paths",
+        self.refuse_user_calls(expr, "a condition that runs only on some paths",
                                "Call it in a statement of its own before the condition.")
         return self.rename_loads(expr)
+
+    def refuse_user_calls(self, expr: ast.expr, where: str, hint: str) -> None:
+        """A call that may be to a user function (which may write into its arguments)
+        inside `expr`, which is kept whole, is refused: the analyses would not see it."""
+        for sub in _walk_scope(expr):
+            if isinstance(sub, ast.Call) and not self._library_call(sub):
+                raise self.err(sub, f"a call to {ast.unparse(sub.func)} inside {where}", hint)
 
     def _library_call(self, call: ast.Call) -> bool:
         """A call of NumPy, SciPy, math or a builtin, which leaves its arguments
@@ -310,8 +315,3 @@ class ControlRules:
     def stmt_Continue(self, s, out):
         self.emit(out, ast.Continue(), s)
 
-
-def _stores_name(stmts: List[ast.stmt], name: str) -> bool:
-    """Whether `name` is assigned (or deleted) anywhere in stmts, nested blocks included."""
-    return any(n.id == name and n.ctx.__class__ is not ast.Load
-               for s in stmts for n in name_nodes(s))

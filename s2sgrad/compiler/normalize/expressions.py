@@ -111,11 +111,8 @@ class ExpressionRules:
                              ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
                              ast.Lambda)):
             if not isinstance(expr, ast.Lambda):   # (a lambda's body runs when called)
-                for sub in _walk_scope(expr):
-                    if isinstance(sub, ast.Call) and not self._library_call(sub):
-                        raise self.err(sub, f"a call to {ast.unparse(sub.func)} inside a "
-                                            f"{type(expr).__name__} expression, whose value "
-                                            f"carries no gradient",
+                self.refuse_user_calls(expr, f"a {type(expr).__name__} expression, whose "
+                                             f"value carries no gradient",
                                        "Call it in a statement of its own first.")
             node = self.rename_loads(expr)
             expr_facts.note(node, opaque=True)
