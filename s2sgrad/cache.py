@@ -61,7 +61,7 @@ import types
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .introspect import function_methods, unwrap
+from .introspect import function_methods, last_source_line, unwrap
 from .rules import REGISTRY as _REGISTRY
 
 FORMAT = 3
@@ -688,20 +688,10 @@ def source_text(fn: Callable) -> Optional[str]:
     if not lines:
         return None
     first = code.co_firstlineno
-    last = _last_line(code, first)
+    last = last_source_line(code, first)
     if last > len(lines):
         return None
     return "".join(lines[first - 1:last])
-
-
-def _last_line(code: types.CodeType, last: int) -> int:
-    for _, end, _, _ in code.co_positions():
-        if end is not None and end > last:
-            last = end
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            last = _last_line(const, last)
-    return last
 
 
 def _code_fingerprint(code: types.CodeType) -> str:

@@ -301,12 +301,12 @@ def scalar_names(ops, ints: Set[str], scalar_params: Set[str], params: Set[str])
     candidates = (set(defs) | scalar_params | ints) - (params - scalar_params)
 
     def scalar_atom(node) -> bool:
+        while isinstance(node, ast.UnaryOp):
+            node = node.operand
         if isinstance(node, ast.Constant):
             return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
         if isinstance(node, ast.Name):
             return node.id in candidates or node.id in ints
-        if isinstance(node, ast.UnaryOp):
-            return scalar_atom(node.operand)
         return False
 
     def scalar_def(s, op: Op) -> bool:
@@ -351,8 +351,12 @@ def _true(node) -> bool:
 
 def _definition_counts(body) -> Dict[str, int]:
     counts: Dict[str, int] = {}
-
-    def visit(stmts, in_loop):
+    # An explicit stack, not a recursive closure: a closure that calls itself is a
+    # reference cycle, left for the cyclic collector (see compiler.memory).
+    stack = [(body, False)]
+    while stack:
+        stmts, in_loop = stack.pop()
+        nested = []
         for s in stmts:
             targets = []
             if isinstance(s, (ast.Assign, ast.AugAssign)):
@@ -366,11 +370,10 @@ def _definition_counts(body) -> Dict[str, int]:
             for t in targets:
                 counts[t] = counts.get(t, 0) + (2 if in_loop and isinstance(s, ast.For) else 1)
             if isinstance(s, ast.If):
-                visit(s.body, in_loop)
-                visit(s.orelse, in_loop)
+                nested += [(s.body, in_loop), (s.orelse, in_loop)]
             elif isinstance(s, (ast.For, ast.While)):
-                visit(s.body, True)
-    visit(body, False)
+                nested.append((s.body, True))
+        stack += reversed(nested)
     return counts
 
 

@@ -1,4 +1,4 @@
-"""Pass 7 — emit: the generated functions as source text, via astor.
+"""Pass 7 — emit: the generated functions as source text, as astor writes it.
 
 The text is what `s2sgrad.source` and `s2sgrad show` print, and it is exactly
 what runs (compiled by `loader`): one statement per line, comments where the
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import os
 from typing import Dict, List, Optional, Sequence
 
 from astor.code_gen import SourceGenerator
@@ -16,10 +17,14 @@ from astor.string_repr import pretty_string
 from .loader import _remember_names
 from .marks import COMMENT_MARK
 from .names import clone, walk_values
+from .writer import SourceWriter, Unsupported
 
 # What astor's generator notes on the nodes it writes (their precedence, a
 # unary operand's operator).
 _ASTOR_ATTRS = ("_pp", "_p_op")
+
+# The optimiser-check mode also checks the writer against astor.
+_CHECK = os.environ.get("S2SGRAD_CHECK_OPTIMIZER", "") not in ("", "0")
 
 
 
@@ -27,14 +32,49 @@ _ASTOR_ATTRS = ("_pp", "_p_op")
 def to_source(functions: Sequence[ast.FunctionDef], header: str = "") -> str:
     """Deterministic text for the given functions, comments restored.
 
-    astor writes the text; comment statements (see `transform.comment`) are
-    written as `# ...` lines directly, and the `_s2s_` names written are noted
-    for `helper_names`, so that neither the functions nor the text need another
-    walk. The functions are left as they were: the attributes astor sets on
-    nodes (`_ASTOR_ATTRS`) are removed afterwards. (Trees that share a node,
-    or already carry such attributes, are written from a copy: astor reads
-    them, so a second visit of a node could read what the first one set.)
+    `writer.SourceWriter` writes the text as astor would; functions holding a node
+    it does not know are written by astor itself. Comment statements (see
+    `transform.comment`) are written as `# ...` lines directly, and the `_s2s_`
+    names written are noted for `helper_names`, so that neither the functions
+    nor the text need another walk. In the optimiser-check mode every text is
+    written both ways, and a difference raises.
     """
+    pieces = None
+    try:
+        writer = SourceWriter()
+        writer.module(functions)
+        pieces, names, names_ok = writer.result, writer.names, writer.names_ok
+    except Unsupported:
+        pass
+    if pieces is None or _CHECK:
+        generator = _astor_pieces(functions)
+        if pieces is not None and _CHECK and \
+                _text(pieces, header) != _text(generator.result, header):
+            raise AssertionError("the source writer and astor wrote different text for "
+                                 f"{[f.name for f in functions]}")
+        pieces, names, names_ok = generator.result, generator.names, generator.names_ok
+    text = _text(pieces, header)
+    if names_ok:
+        _remember_names(text, list(names))
+    return text
+
+
+def _text(pieces: List[str], header: str) -> str:
+    result = list(pieces)
+    result.append("\n")
+    if set(result[0]) == set("\n"):
+        result[0] = ""
+    # Line by line, as the text is read back (splitlines also splits at \f etc.).
+    text = "\n".join(_one_line(result).splitlines()).rstrip() + "\n"
+    return (header + text) if header else text
+
+
+def _astor_pieces(functions: Sequence[ast.FunctionDef]) -> "_Generator":
+    """astor's generator after writing the functions. The functions are left as
+    they were: the attributes astor sets on nodes (`_ASTOR_ATTRS`) are removed
+    afterwards. (Trees that share a node, or already carry such attributes, are
+    written from a copy: astor reads them, so a second visit of a node could
+    read what the first one set.)"""
     nodes = _all_nodes(functions)
     if nodes is None:
         functions = [clone(f) for f in functions]
@@ -46,16 +86,7 @@ def to_source(functions: Sequence[ast.FunctionDef], header: str = "") -> str:
             d = n.__dict__
             for attr in _ASTOR_ATTRS:
                 d.pop(attr, None)
-    result = generator.result
-    result.append("\n")
-    if set(result[0]) == set("\n"):
-        result[0] = ""
-    # Line by line, as the text is read back (splitlines also splits at \f etc.).
-    text = "\n".join(_one_line(result).splitlines()).rstrip() + "\n"
-    text = (header + text) if header else text
-    if generator.names_ok:
-        _remember_names(text, list(generator.names))
-    return text
+    return generator
 
 
 def _all_nodes(roots) -> Optional[List[ast.AST]]:

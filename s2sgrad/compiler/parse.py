@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 from ..errors import TransformError
-from ..introspect import unwrap
+from ..introspect import source_block, unwrap
 from . import reentry
 from .names import walk
 
@@ -65,15 +65,20 @@ def parse_function(fn: Callable) -> ParsedFunction:
             f"s2sgrad can only differentiate Python functions, not {type(fn).__name__}",
             hint="Pass a function defined with def or lambda in a .py file.")
     code = fn.__code__
-    try:
-        block, first = inspect.getsourcelines(fn)
-    except (OSError, TypeError) as exc:
-        raise TransformError(
-            f"cannot read the source of {fn.__qualname__} ({exc})",
-            hint="s2sgrad transforms source code: define the function in a .py "
-                 "file or a notebook cell, not with exec() or in the plain REPL.") from None
     filename = code.co_filename
-    node = _parse_block(block, first, code)
+    found = source_block(fn)
+    node = None if found is None else _parse_block(*found, code)
+    if node is not None:
+        block, first = found
+    else:   # inspect finds the end of the block by tokenising the file
+        try:
+            block, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as exc:
+            raise TransformError(
+                f"cannot read the source of {fn.__qualname__} ({exc})",
+                hint="s2sgrad transforms source code: define the function in a .py "
+                     "file or a notebook cell, not with exec() or in the plain REPL.") from None
+        node = _parse_block(block, first, code)
     if node is None:
         node = _parse_from_file(filename, code)
     if node is None:

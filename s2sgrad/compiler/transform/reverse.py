@@ -145,18 +145,16 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
     def _overwritable(self, body) -> Set[str]:
         """Variables a later assignment may overwrite while the adjoint needs them."""
         counts: Dict[str, int] = {}
-
-        def visit(stmts, in_loop):
+        stack = [(body, False)]   # (not a recursive closure: that is a reference cycle)
+        while stack:
+            stmts, in_loop = stack.pop()
             for s in stmts:
-                outs = self._outputs(s)
-                for o in outs:
+                for o in self._outputs(s):
                     counts[o] = counts.get(o, 0) + (2 if in_loop else 1)
                 if isinstance(s, ast.If):
-                    visit(s.body, in_loop)
-                    visit(s.orelse, in_loop)
+                    stack += [(s.body, in_loop), (s.orelse, in_loop)]
                 elif isinstance(s, (ast.For, ast.While)):
-                    visit(s.body, True)
-        visit(body, False)
+                    stack.append((s.body, True))
         for p in self.nf.all_params:
             if p in counts:
                 counts[p] += 1

@@ -1,0 +1,492 @@
+"""The text of generated functions, character for character as astor writes it.
+
+astor's generator dispatches every node through a closure that tests each piece
+it writes, and notes each child's precedence as an attribute on the child; for
+the few hundred statements of a generated pair that was a tenth of a compile.
+This writer passes the precedence down as an argument instead and writes the
+pieces directly, following astor's rules exactly (its parentheses, its spacing,
+its number and string forms, its blank lines), so that the text, which is a
+product surface and the disk cache's content, does not change with it.
+
+It knows the nodes generated code is made of. A node it does not know (a
+lambda, a comprehension, an f-string the user wrote) raises `Unsupported`, and
+the caller writes the whole text with astor. In the optimiser-check mode the
+caller writes every text both ways and compares them.
+"""
+from __future__ import annotations
+
+import ast
+import keyword
+import math
+from typing import Dict, List, Sequence
+
+from astor.op_util import Precedence, get_op_precedence, get_op_symbol
+from astor.string_repr import pretty_string
+
+from .marks import COMMENT_MARK
+
+_HIGHEST = Precedence.highest      # what astor assumes of a child its parent did not mark
+_COMMA = Precedence.Comma
+_CALL_ONE_ARG = Precedence.call_one_arg
+_POW_LHS = Precedence.Pow + 1
+_POW_RHS = Precedence.PowRHS
+_EXPR = Precedence.Expr
+_ASSIGN = Precedence.Assign
+_P_CONSTANT = Precedence.Constant
+_P_TUPLE = Precedence.Tuple
+_P_IFEXP = Precedence.IfExp
+_P_SUBSCRIPT = Precedence.Subscript
+_P_SLICE = Precedence.Slice
+_P_AUGASSIGN = Precedence.AugAssign
+_P_RETURN = Precedence.Return
+_P_IF = Precedence.If
+_P_FOR = Precedence.For
+_P_WHILE = Precedence.While
+_P_ASSERT = Precedence.Assert
+_INDENT = " " * 4
+
+
+class Unsupported(Exception):
+    """A node this writer does not write: the caller uses astor."""
+
+
+class SourceWriter:
+    """Writes statements into `result` (pieces to be joined), as astor's
+    SourceGenerator with four-space indentation and no line information."""
+
+    def __init__(self):
+        self.result: List[str] = []
+        self.indentation = 0
+        self.new_lines = 0
+        self.colinfo = (0, 0)   # where the current line starts: (piece, offset)
+        self.names: Dict[str, None] = {}   # the `_s2s_` names written
+        self.names_ok = True
+
+    # -- pieces --------------------------------------------------------------------
+    def write(self, text: str) -> None:
+        if self.new_lines:
+            result = self.result
+            result.append("\n" * self.new_lines)
+            self.colinfo = (len(result), 0)
+            result.append(_INDENT * self.indentation)
+            self.new_lines = 0
+        if text:
+            self.result.append(text)
+
+    def newline(self, extra: int = 0) -> None:
+        self.new_lines = max(self.new_lines, 1 + extra)
+
+    # -- statements ----------------------------------------------------------------
+    def module(self, functions: Sequence[ast.stmt]) -> None:
+        self.statements(functions)
+
+    def statements(self, stmts: Sequence[ast.stmt]) -> None:
+        table = _STATEMENTS
+        for s in stmts:
+            method = table.get(s.__class__)
+            if method is None:
+                raise Unsupported(type(s).__name__)
+            method(self, s)
+
+    def block(self, stmts: Sequence[ast.stmt]) -> None:
+        self.indentation += 1
+        self.statements(stmts)
+        self.indentation -= 1
+
+    def else_block(self, stmts: Sequence[ast.stmt]) -> None:
+        if stmts:
+            self.newline()
+            self.write("else:")
+            self.block(stmts)
+
+    def s_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.decorator_list or node.returns is not None:
+            raise Unsupported("decorated or annotated def")
+        self.newline(1 if self.indentation else 2)
+        self.newline()
+        self.write(f"def {node.name}")
+        self.write("(")
+        self.arguments(node.args)
+        self.write(")")
+        self.write(":")
+        self.block(node.body)
+        if not self.indentation:
+            self.newline(2)
+
+    def arguments(self, node: ast.arguments) -> None:
+        want_comma = [False]
+
+        def comma() -> None:
+            if want_comma[0]:
+                self.write(", ")
+            else:
+                want_comma[0] = True
+
+        def loop(args, defaults) -> None:
+            padding = [None] * (len(args) - len(defaults))
+            for arg, default in zip(args, padding + list(defaults)):
+                comma()
+                self.arg(arg)
+                if default is not None:
+                    self.write("=")
+                    self.expr(default, _COMMA)
+
+        offset = 0
+        if node.posonlyargs:
+            offset += len(node.defaults) - len(node.args)
+            loop(node.posonlyargs, node.defaults[:offset])
+            comma()
+            self.write("/")
+        loop(node.args, node.defaults[offset:])
+        if node.vararg is not None:
+            comma()
+            self.write("*")
+            self.arg(node.vararg)
+        if node.kwonlyargs:
+            if node.vararg is None:
+                comma()
+                self.write("*")
+            loop(node.kwonlyargs, node.kw_defaults)
+        if node.kwarg is not None:
+            comma()
+            self.write("**")
+            self.arg(node.kwarg)
+
+    def arg(self, node: ast.arg) -> None:
+        if node.annotation is not None:
+            raise Unsupported("annotation")
+        self.write(node.arg)
+
+    def s_Assign(self, node: ast.Assign) -> None:
+        self.newline()
+        for target in node.targets:
+            self.expr(target, _ASSIGN)
+            self.write(" = ")
+        self.expr(node.value, _ASSIGN)
+
+    def s_AugAssign(self, node: ast.AugAssign) -> None:
+        self.newline()
+        self.expr(node.target, _P_AUGASSIGN)
+        self.write(get_op_symbol(node.op, " %s= "))
+        self.expr(node.value, _P_AUGASSIGN)
+
+    def s_Expr(self, node: ast.Expr) -> None:
+        value = node.value
+        self.newline()
+        if value.__class__ is ast.Constant and isinstance(value.value, str) and \
+                value.value.startswith(COMMENT_MARK):
+            self.write(f"# {value.value[len(COMMENT_MARK):]}")
+            return
+        self.expr(value, _EXPR)
+
+    def s_Return(self, node: ast.Return) -> None:
+        self.newline()
+        self.write("return")
+        if node.value is not None:
+            self.write(" ")
+            self.expr(node.value, _P_RETURN)
+
+    def s_If(self, node: ast.If) -> None:
+        self.newline()
+        self.write("if ")
+        self.expr(node.test, _P_IF)
+        self.write(":")
+        self.block(node.body)
+        while True:
+            orelse = node.orelse
+            if len(orelse) == 1 and orelse[0].__class__ is ast.If:
+                node = orelse[0]
+                self.newline()
+                self.write("elif ")
+                self.expr(node.test, _P_IF)
+                self.write(":")
+                self.block(node.body)
+            else:
+                self.else_block(orelse)
+                break
+
+    def s_For(self, node: ast.For) -> None:
+        self.newline()
+        self.write("for ")
+        self.expr(node.target, _P_FOR)
+        self.write(" in ")
+        self.expr(node.iter, _HIGHEST)
+        self.write(":")
+        self.block(node.body)
+        self.else_block(node.orelse)
+
+    def s_While(self, node: ast.While) -> None:
+        self.newline()
+        self.write("while ")
+        self.expr(node.test, _P_WHILE)
+        self.write(":")
+        self.block(node.body)
+        self.else_block(node.orelse)
+
+    def _word(self, word: str) -> None:
+        self.newline()
+        self.write(word)
+
+    def s_Pass(self, node) -> None:
+        self._word("pass")
+
+    def s_Break(self, node) -> None:
+        self._word("break")
+
+    def s_Continue(self, node) -> None:
+        self._word("continue")
+
+    def s_Delete(self, node: ast.Delete) -> None:
+        self._word("del ")
+        self.comma_list(node.targets)
+
+    def s_Raise(self, node: ast.Raise) -> None:
+        self._word("raise")
+        if node.exc is not None:
+            self.write(" ")
+            self.expr(node.exc, _HIGHEST)
+            if node.cause is not None:
+                self.write(" from ")
+                self.expr(node.cause, _HIGHEST)
+
+    def s_Assert(self, node: ast.Assert) -> None:
+        self._word("assert ")
+        self.expr(node.test, _P_ASSERT)
+        if node.msg is not None:
+            self.write(", ")
+            self.expr(node.msg, _P_ASSERT)
+
+    def s_Global(self, node: ast.Global) -> None:
+        self._word("global " + ", ".join(node.names))
+
+    def s_Nonlocal(self, node: ast.Nonlocal) -> None:
+        self._word("nonlocal " + ", ".join(node.names))
+
+    # -- expressions ---------------------------------------------------------------
+    def expr(self, node: ast.AST, pp: int) -> None:
+        """Write `node`, whose parent gave it precedence `pp` (astor's `_pp`)."""
+        method = _EXPRESSIONS.get(node.__class__)
+        if method is None:
+            raise Unsupported(type(node).__name__)
+        method(self, node, pp)
+
+    def comma_list(self, items, trailing: bool = False) -> None:
+        for i, item in enumerate(items):
+            self.write(", " if i else "")
+            self.expr(item, _COMMA)
+        self.write("," if trailing else "")
+
+    def _open(self, discard: bool, delimiters: str = "()") -> None:
+        # astor writes the opening delimiter and blanks it when discarded: either
+        # way pending newlines are written first.
+        self.write("" if discard else delimiters[0])
+
+    def e_Name(self, node: ast.Name, pp: int) -> None:
+        name = node.id
+        if name.startswith("_s2s_"):
+            self.names[name] = None
+            if not name.isidentifier() or keyword.iskeyword(name):
+                self.names_ok = False   # not a name once read back: parse instead
+        self.write(name)
+
+    def e_Constant(self, node: ast.Constant, pp: int) -> None:
+        value = node.value
+        if isinstance(value, (int, float, complex)):
+            discard = _P_CONSTANT >= pp
+            self._open(discard)
+            self.write(_number(value))
+            if not discard:
+                self.write(")")
+        elif isinstance(value, str):
+            self.string(node, value, pp)
+        elif value is Ellipsis:
+            self.write("...")
+        else:
+            self.write(repr(value))
+
+    def string(self, node: ast.Constant, value: str, pp: int) -> None:
+        embedded = (pp > _EXPR) + (pp >= _ASSIGN)
+        self.write("")
+        start, offset = self.colinfo
+        line = self.result[start:]
+        if offset:
+            line[0] = line[0][offset:]
+        text = pretty_string(value, embedded, "".join(line), False)
+        if getattr(node, "kind", None):
+            text = node.kind + text
+        self.write(text)
+        lf = text.rfind("\n") + 1
+        if lf:
+            self.colinfo = (len(self.result) - 1, lf)
+
+    def e_Attribute(self, node: ast.Attribute, pp: int) -> None:
+        self.expr(node.value, _HIGHEST)
+        self.write(".")
+        self.write(node.attr)
+
+    def e_Call(self, node: ast.Call, pp: int) -> None:
+        args, keywords = node.args, node.keywords
+        p = _COMMA if len(args) + len(keywords) > 1 else _CALL_ONE_ARG
+        self.expr(node.func, _HIGHEST)
+        self.write("(")
+        first = True
+        for arg in args:
+            if not first:
+                self.write(", ")
+            first = False
+            self.expr(arg, p)
+        for kw in keywords:
+            if not first:
+                self.write(", ")
+            first = False
+            if kw.arg:
+                self.write(kw.arg)
+                self.write("=")
+            else:
+                self.write("**")
+            self.expr(kw.value, _COMMA)
+        self.write(")")
+
+    def e_Starred(self, node: ast.Starred, pp: int) -> None:
+        self.write("*")
+        self.expr(node.value, _HIGHEST)
+
+    def e_Subscript(self, node: ast.Subscript, pp: int) -> None:
+        self.expr(node.value, _HIGHEST)
+        self.write("[")
+        self.expr(node.slice, _P_SUBSCRIPT)
+        self.write("]")
+
+    def e_Slice(self, node: ast.Slice, pp: int) -> None:
+        if node.lower is not None:
+            self.expr(node.lower, _P_SLICE)
+        self.write(":")
+        if node.upper is not None:
+            self.expr(node.upper, _P_SLICE)
+        step = node.step
+        if step is not None:
+            self.write(":")
+            if not (step.__class__ is ast.Name and step.id == "None"):
+                self.expr(step, _P_SLICE)
+
+    def e_Tuple(self, node: ast.Tuple, pp: int) -> None:
+        elts = node.elts
+        discard = _P_TUPLE >= pp and bool(elts)
+        self._open(discard)
+        self.comma_list(elts, len(elts) == 1)
+        if not discard:
+            self.write(")")
+
+    def e_List(self, node: ast.List, pp: int) -> None:
+        self.write("[")
+        self.comma_list(node.elts)
+        self.write("]")
+
+    def e_Set(self, node: ast.Set, pp: int) -> None:
+        if node.elts:
+            self.write("{")
+            self.comma_list(node.elts)
+            self.write("}")
+        else:
+            self.write("{1}.__class__()")
+
+    def e_Dict(self, node: ast.Dict, pp: int) -> None:
+        self.write("{")
+        for i, (key, value) in enumerate(zip(node.keys, node.values)):
+            self.write(", " if i else "")
+            if key is not None:
+                self.expr(key, _HIGHEST)
+                self.write(": ")
+            else:
+                self.write("**")
+            self.expr(value, _COMMA)
+        self.write("}")
+
+    def e_BinOp(self, node: ast.BinOp, pp: int) -> None:
+        op = node.op
+        p = get_op_precedence(op)
+        discard = p >= pp
+        self._open(discard)
+        if op.__class__ is ast.Pow:
+            self.expr(node.left, _POW_LHS)
+            self.write(" ** ")
+            self.expr(node.right, _POW_RHS)
+        else:
+            self.expr(node.left, p)
+            self.write(get_op_symbol(op, " %s "))
+            self.expr(node.right, p + 1)
+        if not discard:
+            self.write(")")
+
+    def e_BoolOp(self, node: ast.BoolOp, pp: int) -> None:
+        p = get_op_precedence(node.op)
+        discard = p >= pp
+        self._open(discard)
+        symbol = get_op_symbol(node.op, " %s ")
+        for i, value in enumerate(node.values):
+            self.write(symbol if i else "")
+            self.expr(value, p + 1)
+        if not discard:
+            self.write(")")
+
+    def e_Compare(self, node: ast.Compare, pp: int) -> None:
+        p = get_op_precedence(node.ops[0])
+        discard = p >= pp
+        self._open(discard)
+        self.expr(node.left, p + 1)
+        for op, right in zip(node.ops, node.comparators):
+            self.write(get_op_symbol(op, " %s "))
+            self.expr(right, p + 1)
+        if not discard:
+            self.write(")")
+
+    def e_UnaryOp(self, node: ast.UnaryOp, pp: int) -> None:
+        p = get_op_precedence(node.op)
+        discard = p >= pp
+        self._open(discard)
+        symbol = get_op_symbol(node.op)
+        self.write(symbol)
+        self.write(" " if symbol.isalpha() else "")
+        self.expr(node.operand, p)
+        if not discard:
+            self.write(")")
+
+    def e_IfExp(self, node: ast.IfExp, pp: int) -> None:
+        discard = _P_IFEXP >= pp
+        self._open(discard)
+        self.expr(node.body, _P_IFEXP + 1)
+        self.write(" if ")
+        self.expr(node.test, _P_IFEXP + 1)
+        self.write(" else ")
+        self.expr(node.orelse, _P_IFEXP)
+        if not discard:
+            self.write(")")
+
+
+def _number(value) -> str:
+    """astor's form of a number: infinities as 1e1000, NaN as their difference."""
+    def part(p, imaginary: bool) -> str:
+        s = "j" if imaginary else ""
+        try:
+            if math.isinf(p):
+                return ("-1e1000" if p < 0 else "1e1000") + s
+            if math.isnan(p):
+                return f"(1e1000{s}-1e1000{s})"
+        except OverflowError:   # an int too large for a float
+            pass
+        return repr(p) + s
+
+    if not isinstance(value, complex):
+        return part(value, False)
+    real, imag = part(value.real, False), part(value.imag, True)
+    if value.real == 0:
+        return imag
+    if value.imag == 0:
+        return f"({real}+0j)"
+    return f"({real}{'' if imag.startswith('-') else '+'}{imag})"
+
+
+_STATEMENTS = {getattr(ast, name[2:]): method for name, method in vars(SourceWriter).items()
+               if name.startswith("s_")}
+_EXPRESSIONS = {getattr(ast, name[2:]): method for name, method in vars(SourceWriter).items()
+                if name.startswith("e_")}
