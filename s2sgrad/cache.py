@@ -873,8 +873,16 @@ def attribute_chains(node: Any, local_names: Sequence[str]) -> List[str]:
     import ast
     local = set(local_names)
     chains = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Attribute):
+    stack, AST, Attribute = [node], ast.AST, ast.Attribute
+    while stack:   # (ast.walk, without its generator and field iterator)
+        sub = stack.pop()
+        for field in sub._fields:
+            value = getattr(sub, field, None)
+            if value.__class__ is list:
+                stack.extend(v for v in value if isinstance(v, AST))
+            elif isinstance(value, AST) and value._fields:
+                stack.append(value)
+        if sub.__class__ is Attribute:
             parts, cur = [], sub
             while isinstance(cur, ast.Attribute):
                 parts.append(cur.attr)

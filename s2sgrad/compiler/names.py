@@ -157,6 +157,26 @@ def replace_loads(node: ast.AST, old: str, new: ast.expr, copy: bool = True) -> 
                 push(value)
 
 
+def dotted(node: ast.AST) -> Optional[str]:
+    """`a.b.c` for a name or a chain of attributes of one (what `ast.unparse` writes
+    for them, without its printer), else None."""
+    parts = []
+    while node.__class__ is ast.Attribute:
+        parts.append(node.attr)
+        node = node.value
+    if node.__class__ is not ast.Name:
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+# The symbol of each binary operator, as written.
+OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.MatMult: "@",
+                    ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**",
+                    ast.LShift: "<<", ast.RShift: ">>", ast.BitOr: "|", ast.BitXor: "^",
+                    ast.BitAnd: "&"}
+
+
 def walk(node: ast.AST) -> List[ast.AST]:
     """`list(ast.walk(node))`, in the same order, without its generators."""
     out = [node]

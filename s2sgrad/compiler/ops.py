@@ -22,7 +22,7 @@ from ..rules.registry import Rule
 from ..runtime import inplace as runtime_inplace
 from . import reentry
 from .facts import expr_facts
-from .names import walk_values
+from .names import OPERATOR_SYMBOLS, dotted, walk_values
 
 # Functions that write into one of their arguments: never silently skipped.
 _MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
@@ -205,8 +205,7 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
         return Op("nondiff", outs, other_inputs=names(value), label="a logical operator")
     if isinstance(value, ast.BinOp):
         rule = registry.REGISTRY.operators.get(type(value.op))
-        sym = ast.unparse(ast.BinOp(left=ast.Name("a"), op=value.op, right=ast.Name("b")))
-        label = f"the operator {sym.split()[1]}"
+        label = f"the operator {OPERATOR_SYMBOLS[type(value.op)]}"
         if rule is None:
             if isinstance(value.op, (ast.FloorDiv, ast.BitAnd, ast.BitOr, ast.BitXor,
                                      ast.LShift, ast.RShift)):
@@ -332,6 +331,9 @@ def _is_library(fn) -> bool:
 
 
 def _callable_name(obj, call: ast.Call) -> str:
+    text = dotted(call.func)
+    if text is not None:
+        return text
     try:
         return ast.unparse(call.func)
     except Exception:  # pragma: no cover - unparse handles every normal-form func

@@ -67,7 +67,7 @@ def parse_function(fn: Callable) -> ParsedFunction:
     code = fn.__code__
     filename = code.co_filename
     found = source_block(fn)
-    node = None if found is None else _parse_block(*found, code)
+    node = None if found is None else _parse_in_place(*found, code)
     if node is not None:
         block, first = found
     else:   # inspect finds the end of the block by tokenising the file
@@ -92,6 +92,29 @@ def parse_function(fn: Callable) -> ParsedFunction:
     return ParsedFunction(fn=fn, name=name, node=node, filename=filename,
                           source="".join(block), globals=fn.__globals__,
                           closure=closure, _lines=linecache.getlines(filename) or None)
+
+
+def _parse_in_place(block: List[str], first: int, code: types.CodeType):
+    """The def of `code`, parsed where it stands in its file (so that every node
+    has its position there without a walk to shift it), or None."""
+    indented = block[0][:1] in (" ", "\t")
+    if indented:   # a method or a nested def: under `if 1:` on the line above
+        if first < 2:
+            return None
+        text = "\n" * (first - 2) + "if 1:\n" + "".join(block)
+    else:
+        text = "\n" * (first - 1) + "".join(block)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    body = tree.body[0].body if indented else tree.body
+    node = body[0] if len(body) == 1 else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+            node.name != code.co_name:
+        return None
+    start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+    return node if code.co_firstlineno in (start, node.lineno) else None
 
 
 def _parse_block(block: List[str], first: int, code: types.CodeType):

@@ -20,34 +20,44 @@ def _uses(s: ast.stmt, names: _Names) -> Set[str]:
 
 
 def _live_block(stmts: List[ast.stmt], live_out: Set[str], record: Dict[ast.stmt, Set[str]],
-                names: _Names):
-    """Backward liveness over structured code; records the live set after each statement.
+                names: _Names, only: Set[str]):
+    """Backward liveness over structured code, of the names in `only`; records the
+    live set after each statement.
 
-    The sets are never changed once made (each step builds a new one), so the
-    record shares them instead of copying one per statement."""
-    live = set(live_out)
+    A name's liveness does not depend on other names', so asking about the few
+    that matter keeps every set small (the sets of all names made this
+    quadratic in the function's length). The sets are never changed once made
+    (each step builds a new one), so the record shares them instead of copying
+    one per statement."""
+    live = live_out & only
     for s in reversed(stmts):
         record[s] = live
-        live = _live_statement(s, live, record, names)
+        live = _live_statement(s, live, record, names, only)
     return live
 
 
-def _live_statement(s, live_after: Set[str], record, names: _Names) -> Set[str]:
+def _live_statement(s, live_after: Set[str], record, names: _Names,
+                    only: Set[str]) -> Set[str]:
     if isinstance(s, ast.If):
-        return (_live_block(s.body, live_after, record, names) |
-                _live_block(s.orelse, live_after, record, names) | set(names.loads(s.test)))
+        return (_live_block(s.body, live_after, record, names, only) |
+                _live_block(s.orelse, live_after, record, names, only) |
+                (only.intersection(names.loads(s.test))))
     if isinstance(s, (ast.For, ast.While)):
-        header = set(names.loads(s.iter if isinstance(s, ast.For) else s.test))
-        head = set(live_after) | header
+        header = only.intersection(names.loads(s.iter if isinstance(s, ast.For) else s.test))
+        head = live_after | header
         while True:
-            body_in = _live_block(s.body, head, record, names)
+            body_in = _live_block(s.body, head, record, names, only)
             if isinstance(s, ast.For):
-                body_in -= names.stores(s.target)
-            new_head = set(live_after) | body_in | header
+                body_in = body_in - names.stores(s.target)   # (a new set: see above)
+            new_head = live_after | body_in | header
             if new_head == head:
                 return head
             head = new_head
-    return (live_after - names.stores(s)) | _uses(s, names)
+    stores = names.stores(s)
+    used = _uses(s, names) & only
+    if not used and live_after.isdisjoint(stores):
+        return live_after   # (shared: never changed once made)
+    return (live_after - stores) | used
 
 
 def eliminate_dead(fdef: ast.FunctionDef, keep: Set[str],

@@ -37,15 +37,16 @@ def prune_saves(t: Transformed, names: Optional[_Names] = None) -> bool:
     live_after: Dict[ast.stmt, Set[str]] = {}
     if names is None:   # (a caller's: statements only leave the adjoint while it is used)
         names = _Names()  # nothing changes until the drops below
-    _live_block(t.adjoint.body, set(), live_after, names)
+    restores = [(s, t.marks.of(s)) for s in _walk_statements(t.adjoint.body)]
+    restores = [(s, mark) for s, mark in restores if mark.restore_of is not None]
+    if not restores:
+        return False
+    _live_block(t.adjoint.body, set(), live_after, names,
+                {mark.restore_of for _, mark in restores})
     slots: Dict[str, bool] = {}
-    for s in _walk_statements(t.adjoint.body):
-        mark = t.marks.of(s)
-        var = mark.restore_of
-        if var is None:
-            continue
+    for s, mark in restores:
         slot = mark.slot
-        dead = var not in live_after.get(s, set())
+        dead = mark.restore_of not in live_after.get(s, set())
         slots[slot] = slots.get(slot, True) and dead
     # A saved copy read directly (x op= v reads its slot) is needed whatever the restores.
     read_outside: Set[str] = set()

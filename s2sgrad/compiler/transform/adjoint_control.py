@@ -142,8 +142,8 @@ class AdjointControl:
     def probe(self, s) -> Tuple[Set[str], Set[str]]:
         """Run the reversed body without keeping its code: (end state, in-place targets)."""
         saved = (set(self.names.taken), dict(self.state), self.last_line, set(self.inplace),
-                 set(self.resets))
-        self.inplace, self.resets = set(), set()
+                 set(self.resets), self.probing)
+        self.inplace, self.resets, self.probing = set(), set(), True
         try:
             self.reversed_body(s)
             # Accumulators (carried, never consumed in the body) are kept owned too,
@@ -151,8 +151,8 @@ class AdjointControl:
             accumulators = set(self.state) - self.resets
             return set(self.state), set(self.inplace) | accumulators
         finally:
-            self.names.taken, self.state, self.last_line, inplace, resets = saved
-            self.inplace, self.resets = inplace, resets
+            self.names.taken, self.state, self.last_line, inplace, resets, probing = saved
+            self.inplace, self.resets, self.probing = inplace, resets, probing
 
     def adjoint_loop(self, s) -> List[ast.stmt]:
         """Adjoints that one iteration hands to the previous one are live across

@@ -343,8 +343,8 @@ class AdjointStatements:
         if late_keys:
             now = {k: v for k, v in wanted.items() if k not in late_keys}
             if now:
-                out.append(sites.rule_placeholder(rule, op.bound, g, ans, now, s))
-            later = [ast.copy_location(sites.rule_placeholder(
+                out.append(self.rule_placeholder(rule, op.bound, g, ans, now, s))
+            later = [ast.copy_location(self.rule_placeholder(
                 rule, op.bound, g, ans, {k: wanted[k] for k in late_keys}, s), s)]
             for var, part in targets:
                 if var in late and part in {wanted[k] for k in late_keys}:
@@ -354,11 +354,16 @@ class AdjointStatements:
                 if not (var in late and part in {wanted[k] for k in late_keys}):
                     self.accumulate(var, _name(part), out)
             return
-        out.append(sites.rule_placeholder(rule, op.bound, g, ans, wanted, s))
+        out.append(self.rule_placeholder(rule, op.bound, g, ans, wanted, s))
         for v in reset:
             self.reset(self.bar_of(v))
         for var, part in targets:
             self.accumulate(var, _name(part), out)
+
+    def rule_placeholder(self, rule, bound, g, ans, wanted: Dict[str, str], s) -> ast.stmt:
+        if self.probing:
+            return ast.Pass()
+        return sites.rule_placeholder(rule, bound, g, ans, wanted, s)
 
     def site_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
         site = self.sites.require(s)
@@ -375,6 +380,6 @@ class AdjointStatements:
                 parts.append((arg.id, wanted[i]))
         if not wanted:
             return
-        out.append(site.adjoint_placeholder(gs, wanted, s))
+        out.append(ast.Pass() if self.probing else site.adjoint_placeholder(gs, wanted, s))
         for var, part in parts:
             self.accumulate(var, _name(part), out)

@@ -88,6 +88,9 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         self.stacks: Dict[str, str] = {}
         self.inplace: Set[str] = set()           # adjoints updated in place (need "owned")
         self.resets: Set[str] = set()            # adjoints consumed (see probe)
+        # While a probe runs the reversed loop body for its state alone, the code it
+        # would keep is not built: each call's placeholder is a `pass`, restores none.
+        self.probing = False
         self.sequences: Set[str] = self._list_valued(nf)  # adjoints that are lists
         # loop -> its range and trip-count lines
         self.loop_setups: StatementFacts[List[ast.stmt]] = StatementFacts("loop setup")
@@ -266,6 +269,8 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
                 self.line_comment.value.value = f"{text}  # {mark}"
 
     def restores(self, s, out: List[ast.stmt]) -> None:
+        if self.probing:
+            return
         for var, kind, name in reversed(self.saves.get(s, [])):
             if kind == "stack":
                 value = ast.Call(func=ast.Attribute(value=_name(name), attr="pop",
