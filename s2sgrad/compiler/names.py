@@ -12,11 +12,12 @@ import re
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 RESERVED_PREFIX = "_s2s_"
+_NOT_WORD = re.compile(r"\W+")
 
 
 def sanitize(stem: str) -> str:
     """A valid identifier from a stem (stems from expressions are kept short upstream)."""
-    stem = re.sub(r"\W+", "_", stem).strip("_") or "t"
+    stem = _NOT_WORD.sub("_", stem).strip("_") or "t"
     if stem[0].isdigit():
         stem = "v" + stem
     if keyword.iskeyword(stem) or stem in ("None", "True", "False"):
@@ -246,11 +247,22 @@ def clone(node):
     """A deep copy of an AST (fields cloned, other attributes shared): several
     times faster than copy.deepcopy, which the passes would otherwise spend most
     of their time in."""
-    if isinstance(node, ast.AST):
-        new = node.__class__.__new__(node.__class__)
-        for key, value in node.__dict__.items():
-            new.__dict__[key] = clone(value) if isinstance(value, (ast.AST, list)) else value
-        return new
-    if isinstance(node, list):
+    cls = node.__class__
+    if cls is list:
         return [clone(item) for item in node]
+    if cls in _SHARED_LEAVES and not node.__dict__:
+        return node   # a context or operator: the parser shares one of each too
+    if isinstance(node, ast.AST):
+        new = cls.__new__(cls)
+        d, AST = new.__dict__, ast.AST
+        for key, value in node.__dict__.items():
+            d[key] = clone(value) if value.__class__ is list or isinstance(value, AST) \
+                else value
+        return new
     return node
+
+
+# Node classes without fields (contexts, operators), whose instances hold nothing.
+_SHARED_LEAVES = frozenset(
+    cls for base in (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+    for cls in base.__subclasses__())

@@ -31,6 +31,7 @@ from .expressions import ExpressionRules
 from .statements import StatementRules
 from .support import (
     _COMPOUND,
+    _SCOPES,
     _assign,
     _assigned_names,
     _ends_in_jump,
@@ -86,8 +87,14 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         # Keyword-only parameters are never differentiated, but they are locals: a
         # global of the same name must not stand in for them.
         kwonly = {a.arg for a in fdef.args.kwonlyargs}
-        local = set(self.params) | kwonly | _assigned_names(fdef.body)
-        for node in _walk_scope(fdef):
+        scope = _walk_scope(fdef)   # (one walk for the questions below)
+        if any(isinstance(s, _SCOPES) for s in fdef.body):   # (whose own names count too)
+            assigned = _assigned_names(fdef.body)
+        else:
+            assigned = {n.id for n in scope if n.__class__ is ast.Name and
+                        isinstance(n.ctx, (ast.Store, ast.Del))}
+        local = set(self.params) | kwonly | assigned
+        for node in scope:
             if isinstance(node, (ast.For, ast.comprehension)):
                 local |= {n.id for n in name_nodes(node.target)}
         self.resolver = Resolver(parsed.globals, parsed.closure, local)
@@ -102,7 +109,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         self.dict_names: Set[str] = set()    # names bound to dict literals
         self.bindings: Dict[str, Callable] = {}   # names the generated code must see
         # Local names bound once to a lambda: calls of them are calls of the lambda.
-        self.lambdas: Dict[str, ast.Lambda] = _lambdas_bound_once(fdef, set(self.params))
+        self.lambdas: Dict[str, ast.Lambda] = _lambdas_bound_once(scope, set(self.params))
         self.env: Dict[str, str] = {p: p for p in self.params + sorted(kwonly)}
         self.tuples: Dict[str, List[ast.expr]] = {}
         self.owned: Set[str] = set()

@@ -128,10 +128,11 @@ def lift_jumps(stmts: List[ast.stmt], jumps) -> List[ast.stmt]:
     return out
 
 
-def _lambdas_bound_once(fdef: ast.FunctionDef, params: Set[str]) -> Dict[str, ast.Lambda]:
+def _lambdas_bound_once(scope: List[ast.AST], params: Set[str]) -> Dict[str, ast.Lambda]:
+    """Names bound once (in `scope`, a function's `_walk_scope`) to a lambda."""
     counts: Dict[str, int] = {}
     lambdas: Dict[str, ast.Lambda] = {}
-    for node in _walk_scope(fdef):
+    for node in scope:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             counts[node.id] = counts.get(node.id, 0) + 1
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and \

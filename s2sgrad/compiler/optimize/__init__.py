@@ -21,6 +21,7 @@ from .liveness import eliminate_dead
 from .residuals import drop_needless_inits, link_residuals, private_copies, prune_saves
 from .shapes import (
     collapse_unbroadcast_chains,
+    definition_paths,
     elide_scalar_broadcasts,
     product_shapes_from_operands,
     share_shape_witnesses,
@@ -49,8 +50,10 @@ def optimize(t: Transformed) -> Transformed:
     product_shapes_from_operands(t.adjoint, index)
     elide_scalar_broadcasts(t, index)
     names = _Names(index)   # the adjoint's statements' names: valid while statements only leave
+    # (The normal form does not change here; without shape facts nothing reads them.)
+    paths = definition_paths(t.nf.node.body) if t.activity.shapes else {}
     while True:
-        shared = share_shape_witnesses(t, index)
+        shared = share_shape_witnesses(t, index, paths)
         if shared:
             t.adjoint.body = fold_block(t.adjoint.body)
             index = NameIndex()

@@ -22,9 +22,18 @@ def _is_constant(node: ast.AST) -> bool:
 
 def _evaluable(node: ast.AST) -> bool:
     """An operation on constants (children are folded first, so one level suffices)."""
-    if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp)):
-        return all(_is_constant(c) for c in ast.iter_child_nodes(node)
-                   if not isinstance(c, (ast.operator, ast.unaryop, ast.cmpop, ast.boolop)))
+    cls = node.__class__
+    if cls is ast.BinOp:
+        return _is_constant(node.left) and _is_constant(node.right)
+    if cls is ast.UnaryOp:
+        return _is_constant(node.operand)
+    if cls is ast.Compare:
+        return _is_constant(node.left) and all(_is_constant(c) for c in node.comparators)
+    if cls is ast.BoolOp:
+        return all(_is_constant(v) for v in node.values)
+    if cls is ast.IfExp:
+        return _is_constant(node.test) and _is_constant(node.body) and \
+            _is_constant(node.orelse)
     return False
 
 

@@ -39,12 +39,15 @@ def fuse_forward_temporaries(fdef: ast.FunctionDef, user_names: Set[str],
             return
 
 
+_VERSIONED = re.compile(r"(.+)_\d+$")   # x_2: a version of x
+
+
 def _fusable(s, loads, counts, residual_reads, user_names, marks) -> Optional[str]:
     if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
             isinstance(s.targets[0], ast.Name)):
         return None
     name = s.targets[0].id
-    version = re.match(r"(.+)_\d+$", name)
+    version = _VERSIONED.match(name)
     if name in user_names or (version and version.group(1) in user_names) or \
             counts.get(name) != 1 or loads.get(name) != 1 or \
             name in residual_reads or _keeps_a_value(s, marks):

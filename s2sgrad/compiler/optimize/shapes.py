@@ -39,7 +39,8 @@ def _shape_positions(fdef: ast.FunctionDef) -> List[tuple]:
     return out
 
 
-def _definition_paths(body, path=()) -> Dict[str, tuple]:
+def definition_paths(body, path=()) -> Dict[str, tuple]:
+    """Each name's first assignment in `body`, as a path of indices and block names."""
     out: Dict[str, tuple] = {}
     for i, s in enumerate(body):
         here = path + (i,)
@@ -48,12 +49,13 @@ def _definition_paths(body, path=()) -> Dict[str, tuple]:
         for attr in ("body", "orelse"):
             inner = getattr(s, attr, None)
             if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                for n, p in _definition_paths(inner, here + (attr,)).items():
+                for n, p in definition_paths(inner, here + (attr,)).items():
                     out.setdefault(n, p)
     return out
 
 
-def share_shape_witnesses(t: Transformed, index: Optional[NameIndex] = None) -> bool:
+def share_shape_witnesses(t: Transformed, index: Optional[NameIndex] = None,
+                          paths: Optional[Dict[str, tuple]] = None) -> bool:
     """Read a shape from a value the adjoint keeps anyway (or a scalar constant).
 
     `unbroadcast(g, v)` needs only v's shape; when the analysis proves that an
@@ -72,7 +74,8 @@ def share_shape_witnesses(t: Transformed, index: Optional[NameIndex] = None) -> 
     names = (index or NameIndex()).function(t.adjoint)   # (the caller starts a new index
     value_reads = {n.id for n in names                   # when this changed something)
                    if isinstance(n.ctx, ast.Load) and n not in shape_reads} | params
-    paths = _definition_paths(t.nf.node.body)
+    if paths is None:   # (the normal form's: a caller asking again may keep them)
+        paths = definition_paths(t.nf.node.body)
     members: Dict[str, List[str]] = {}
     for name, rep in shapes.items():
         members.setdefault(rep, []).append(name)
