@@ -68,15 +68,11 @@ def f(a, b=1, *args, c, d=2, **kw):
         x += 1
     else:
         y = 2
-    del x, y
-    assert a, 'message'
-    raise ValueError('no') from None
     f(x)
     return x, y
 
 
 def g(a, /, b):
-    global z
     return
 
 
@@ -148,6 +144,8 @@ def test_comments_and_helper_names():
     "def f(x):\n    return f'{x!r:>10}'\n",
     "def f(x) -> int:\n    return x\n",
     "def f(x):\n    with open(x) as g:\n        return g\n",
+    "def f(x):\n    del x\n    assert x, 'message'\n    raise ValueError('no') from None\n",
+    "def f(x):\n    global z\n    return z\n",
 ])
 def test_unknown_constructs_fall_back_to_astor(code):
     fdef = ast.parse(textwrap.dedent(code)).body[0]

@@ -7,9 +7,8 @@ passes marked them, names as the passes chose them.
 from __future__ import annotations
 
 import ast
-import keyword
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from astor.code_gen import SourceGenerator
 from astor.string_repr import pretty_string
@@ -17,7 +16,7 @@ from astor.string_repr import pretty_string
 from .loader import _remember_names
 from .marks import COMMENT_MARK
 from .names import clone, walk_values
-from .writer import SourceWriter, Unsupported
+from .writer import SourceWriter, Unsupported, WrittenNames
 
 # What astor's generator notes on the nodes it writes (their precedence, a
 # unary operand's operator).
@@ -106,14 +105,13 @@ def _all_nodes(roots) -> Optional[List[ast.AST]]:
     return out
 
 
-class _Generator(SourceGenerator):
+class _Generator(SourceGenerator, WrittenNames):
     """astor's generator, writing comment statements as comments and noting the
     `_s2s_` names it writes."""
 
     def __init__(self, *args):
-        super().__init__(*args)
-        self.names: Dict[str, None] = {}
-        self.names_ok = True
+        SourceGenerator.__init__(self, *args)
+        WrittenNames.__init__(self)
 
     def visit_Expr(self, node):
         value = node.value
@@ -125,12 +123,8 @@ class _Generator(SourceGenerator):
         super().visit_Expr(node)
 
     def visit_Name(self, node):
-        name = node.id
-        if name.startswith("_s2s_"):
-            self.names[name] = None
-            if not name.isidentifier() or keyword.iskeyword(name):
-                self.names_ok = False  # not a name once read back: parse instead
-        self.write(name)
+        self.note(node.id)
+        self.write(node.id)
 
 
 def _one_line(pieces) -> str:

@@ -250,7 +250,7 @@ def clone(node):
     cls = node.__class__
     if cls is list:
         return [clone(item) for item in node]
-    if cls in _SHARED_LEAVES and not node.__dict__:
+    if cls in SHARED_LEAVES and not node.__dict__:
         return node   # a context or operator: the parser shares one of each too
     if isinstance(node, ast.AST):
         new = cls.__new__(cls)
@@ -263,6 +263,6 @@ def clone(node):
 
 
 # Node classes without fields (contexts, operators), whose instances hold nothing.
-_SHARED_LEAVES = frozenset(
+SHARED_LEAVES = frozenset(
     cls for base in (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
     for cls in base.__subclasses__())

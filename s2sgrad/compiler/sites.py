@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..errors import TransformError, deliberate, error_at, note_origin, origin_of
 from ..rules.registry import Rule
-from .names import NameRegistry, clone
+from .names import SHARED_LEAVES, NameRegistry, clone
 
 # Placeholder statement -> what the inliner puts in its place (a RuleVjp, or a
 # Function site's forward or vjp). Weak keys: the payload goes with its placeholder.
@@ -80,6 +80,8 @@ def _substituted(node, mapping, drop, helpers):
         return new
     if cls is list:
         return [_substituted(item, mapping, drop, helpers) for item in node]
+    if cls in SHARED_LEAVES and not node.__dict__:
+        return node   # a context or operator (shared, as in clone)
     if not isinstance(node, ast.AST):
         return node
     new = cls.__new__(cls)

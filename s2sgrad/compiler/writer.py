@@ -25,24 +25,9 @@ from astor.string_repr import pretty_string
 
 from .marks import COMMENT_MARK
 
-_HIGHEST = Precedence.highest      # what astor assumes of a child its parent did not mark
-_COMMA = Precedence.Comma
-_CALL_ONE_ARG = Precedence.call_one_arg
-_POW_LHS = Precedence.Pow + 1
-_POW_RHS = Precedence.PowRHS
-_EXPR = Precedence.Expr
-_ASSIGN = Precedence.Assign
-_P_CONSTANT = Precedence.Constant
-_P_TUPLE = Precedence.Tuple
-_P_IFEXP = Precedence.IfExp
-_P_SUBSCRIPT = Precedence.Subscript
-_P_SLICE = Precedence.Slice
-_P_AUGASSIGN = Precedence.AugAssign
-_P_RETURN = Precedence.Return
-_P_IF = Precedence.If
-_P_FOR = Precedence.For
-_P_WHILE = Precedence.While
-_P_ASSERT = Precedence.Assert
+P = Precedence   # astor's precedence of each kind of node and operator
+_HIGHEST = P.highest      # what astor assumes of a child its parent did not mark
+_POW_LHS = P.Pow + 1
 _INDENT = " " * 4
 
 
@@ -50,17 +35,31 @@ class Unsupported(Exception):
     """A node this writer does not write: the caller uses astor."""
 
 
-class SourceWriter:
+class WrittenNames:
+    """The `_s2s_` names a writer of generated text wrote, noted as it writes them
+    (`loader` needs them, and then need not walk the functions or the text)."""
+
+    def __init__(self):
+        self.names: Dict[str, None] = {}
+        self.names_ok = True
+
+    def note(self, name: str) -> None:
+        if name.startswith("_s2s_"):
+            self.names[name] = None
+            if not name.isidentifier() or keyword.iskeyword(name):
+                self.names_ok = False   # not a name once read back: parse instead
+
+
+class SourceWriter(WrittenNames):
     """Writes statements into `result` (pieces to be joined), as astor's
     SourceGenerator with four-space indentation and no line information."""
 
     def __init__(self):
+        super().__init__()
         self.result: List[str] = []
         self.indentation = 0
         self.new_lines = 0
         self.colinfo = (0, 0)   # where the current line starts: (piece, offset)
-        self.names: Dict[str, None] = {}   # the `_s2s_` names written
-        self.names_ok = True
 
     # -- pieces --------------------------------------------------------------------
     def write(self, text: str) -> None:
@@ -129,7 +128,7 @@ class SourceWriter:
                 self.arg(arg)
                 if default is not None:
                     self.write("=")
-                    self.expr(default, _COMMA)
+                    self.expr(default, P.Comma)
 
         offset = 0
         if node.posonlyargs:
@@ -160,15 +159,15 @@ class SourceWriter:
     def s_Assign(self, node: ast.Assign) -> None:
         self.newline()
         for target in node.targets:
-            self.expr(target, _ASSIGN)
+            self.expr(target, P.Assign)
             self.write(" = ")
-        self.expr(node.value, _ASSIGN)
+        self.expr(node.value, P.Assign)
 
     def s_AugAssign(self, node: ast.AugAssign) -> None:
         self.newline()
-        self.expr(node.target, _P_AUGASSIGN)
+        self.expr(node.target, P.AugAssign)
         self.write(get_op_symbol(node.op, " %s= "))
-        self.expr(node.value, _P_AUGASSIGN)
+        self.expr(node.value, P.AugAssign)
 
     def s_Expr(self, node: ast.Expr) -> None:
         value = node.value
@@ -177,30 +176,22 @@ class SourceWriter:
                 value.value.startswith(COMMENT_MARK):
             self.write(f"# {value.value[len(COMMENT_MARK):]}")
             return
-        self.expr(value, _EXPR)
+        self.expr(value, P.Expr)
 
     def s_Return(self, node: ast.Return) -> None:
         self.newline()
         self.write("return")
         if node.value is not None:
             self.write(" ")
-            self.expr(node.value, _P_RETURN)
+            self.expr(node.value, P.Return)
 
     def s_If(self, node: ast.If) -> None:
-        self.newline()
-        self.write("if ")
-        self.expr(node.test, _P_IF)
-        self.write(":")
-        self.block(node.body)
+        self._clause("if ", node.test, P.If, node.body)
         while True:
             orelse = node.orelse
             if len(orelse) == 1 and orelse[0].__class__ is ast.If:
                 node = orelse[0]
-                self.newline()
-                self.write("elif ")
-                self.expr(node.test, _P_IF)
-                self.write(":")
-                self.block(node.body)
+                self._clause("elif ", node.test, P.If, node.body)
             else:
                 self.else_block(orelse)
                 break
@@ -208,7 +199,7 @@ class SourceWriter:
     def s_For(self, node: ast.For) -> None:
         self.newline()
         self.write("for ")
-        self.expr(node.target, _P_FOR)
+        self.expr(node.target, P.For)
         self.write(" in ")
         self.expr(node.iter, _HIGHEST)
         self.write(":")
@@ -216,12 +207,16 @@ class SourceWriter:
         self.else_block(node.orelse)
 
     def s_While(self, node: ast.While) -> None:
-        self.newline()
-        self.write("while ")
-        self.expr(node.test, _P_WHILE)
-        self.write(":")
-        self.block(node.body)
+        self._clause("while ", node.test, P.While, node.body)
         self.else_block(node.orelse)
+
+    def _clause(self, keyword: str, test: ast.expr, p: int, body) -> None:
+        """`keyword test:` on a line of its own, then the block under it."""
+        self.newline()
+        self.write(keyword)
+        self.expr(test, p)
+        self.write(":")
+        self.block(body)
 
     def _word(self, word: str) -> None:
         self.newline()
@@ -236,32 +231,6 @@ class SourceWriter:
     def s_Continue(self, node) -> None:
         self._word("continue")
 
-    def s_Delete(self, node: ast.Delete) -> None:
-        self._word("del ")
-        self.comma_list(node.targets)
-
-    def s_Raise(self, node: ast.Raise) -> None:
-        self._word("raise")
-        if node.exc is not None:
-            self.write(" ")
-            self.expr(node.exc, _HIGHEST)
-            if node.cause is not None:
-                self.write(" from ")
-                self.expr(node.cause, _HIGHEST)
-
-    def s_Assert(self, node: ast.Assert) -> None:
-        self._word("assert ")
-        self.expr(node.test, _P_ASSERT)
-        if node.msg is not None:
-            self.write(", ")
-            self.expr(node.msg, _P_ASSERT)
-
-    def s_Global(self, node: ast.Global) -> None:
-        self._word("global " + ", ".join(node.names))
-
-    def s_Nonlocal(self, node: ast.Nonlocal) -> None:
-        self._word("nonlocal " + ", ".join(node.names))
-
     # -- expressions ---------------------------------------------------------------
     def expr(self, node: ast.AST, pp: int) -> None:
         """Write `node`, whose parent gave it precedence `pp` (astor's `_pp`)."""
@@ -273,7 +242,7 @@ class SourceWriter:
     def comma_list(self, items, trailing: bool = False) -> None:
         for i, item in enumerate(items):
             self.write(", " if i else "")
-            self.expr(item, _COMMA)
+            self.expr(item, P.Comma)
         self.write("," if trailing else "")
 
     def _open(self, discard: bool, delimiters: str = "()") -> None:
@@ -282,17 +251,13 @@ class SourceWriter:
         self.write("" if discard else delimiters[0])
 
     def e_Name(self, node: ast.Name, pp: int) -> None:
-        name = node.id
-        if name.startswith("_s2s_"):
-            self.names[name] = None
-            if not name.isidentifier() or keyword.iskeyword(name):
-                self.names_ok = False   # not a name once read back: parse instead
-        self.write(name)
+        self.note(node.id)
+        self.write(node.id)
 
     def e_Constant(self, node: ast.Constant, pp: int) -> None:
         value = node.value
         if isinstance(value, (int, float, complex)):
-            discard = _P_CONSTANT >= pp
+            discard = P.Constant >= pp
             self._open(discard)
             self.write(_number(value))
             if not discard:
@@ -305,7 +270,7 @@ class SourceWriter:
             self.write(repr(value))
 
     def string(self, node: ast.Constant, value: str, pp: int) -> None:
-        embedded = (pp > _EXPR) + (pp >= _ASSIGN)
+        embedded = (pp > P.Expr) + (pp >= P.Assign)
         self.write("")
         start, offset = self.colinfo
         line = self.result[start:]
@@ -326,7 +291,7 @@ class SourceWriter:
 
     def e_Call(self, node: ast.Call, pp: int) -> None:
         args, keywords = node.args, node.keywords
-        p = _COMMA if len(args) + len(keywords) > 1 else _CALL_ONE_ARG
+        p = P.Comma if len(args) + len(keywords) > 1 else P.call_one_arg
         self.expr(node.func, _HIGHEST)
         self.write("(")
         first = True
@@ -344,7 +309,7 @@ class SourceWriter:
                 self.write("=")
             else:
                 self.write("**")
-            self.expr(kw.value, _COMMA)
+            self.expr(kw.value, P.Comma)
         self.write(")")
 
     def e_Starred(self, node: ast.Starred, pp: int) -> None:
@@ -354,24 +319,24 @@ class SourceWriter:
     def e_Subscript(self, node: ast.Subscript, pp: int) -> None:
         self.expr(node.value, _HIGHEST)
         self.write("[")
-        self.expr(node.slice, _P_SUBSCRIPT)
+        self.expr(node.slice, P.Subscript)
         self.write("]")
 
     def e_Slice(self, node: ast.Slice, pp: int) -> None:
         if node.lower is not None:
-            self.expr(node.lower, _P_SLICE)
+            self.expr(node.lower, P.Slice)
         self.write(":")
         if node.upper is not None:
-            self.expr(node.upper, _P_SLICE)
+            self.expr(node.upper, P.Slice)
         step = node.step
         if step is not None:
             self.write(":")
             if not (step.__class__ is ast.Name and step.id == "None"):
-                self.expr(step, _P_SLICE)
+                self.expr(step, P.Slice)
 
     def e_Tuple(self, node: ast.Tuple, pp: int) -> None:
         elts = node.elts
-        discard = _P_TUPLE >= pp and bool(elts)
+        discard = P.Tuple >= pp and bool(elts)
         self._open(discard)
         self.comma_list(elts, len(elts) == 1)
         if not discard:
@@ -399,7 +364,7 @@ class SourceWriter:
                 self.write(": ")
             else:
                 self.write("**")
-            self.expr(value, _COMMA)
+            self.expr(value, P.Comma)
         self.write("}")
 
     def e_BinOp(self, node: ast.BinOp, pp: int) -> None:
@@ -410,7 +375,7 @@ class SourceWriter:
         if op.__class__ is ast.Pow:
             self.expr(node.left, _POW_LHS)
             self.write(" ** ")
-            self.expr(node.right, _POW_RHS)
+            self.expr(node.right, P.PowRHS)
         else:
             self.expr(node.left, p)
             self.write(get_op_symbol(op, " %s "))
@@ -419,24 +384,23 @@ class SourceWriter:
             self.write(")")
 
     def e_BoolOp(self, node: ast.BoolOp, pp: int) -> None:
-        p = get_op_precedence(node.op)
-        discard = p >= pp
-        self._open(discard)
         symbol = get_op_symbol(node.op, " %s ")
-        for i, value in enumerate(node.values):
-            self.write(symbol if i else "")
-            self.expr(value, p + 1)
-        if not discard:
-            self.write(")")
+        self._joined(get_op_precedence(node.op), pp, node.values,
+                     [symbol] * (len(node.values) - 1))
 
     def e_Compare(self, node: ast.Compare, pp: int) -> None:
-        p = get_op_precedence(node.ops[0])
+        self._joined(get_op_precedence(node.ops[0]), pp, [node.left, *node.comparators],
+                     [get_op_symbol(op, " %s ") for op in node.ops])
+
+    def _joined(self, p: int, pp: int, operands, symbols: List[str]) -> None:
+        """Operands with the symbols between them (and/or, comparisons), each at
+        precedence p + 1, in parentheses unless the parent's pp allows none."""
         discard = p >= pp
         self._open(discard)
-        self.expr(node.left, p + 1)
-        for op, right in zip(node.ops, node.comparators):
-            self.write(get_op_symbol(op, " %s "))
-            self.expr(right, p + 1)
+        for i, value in enumerate(operands):
+            if i:
+                self.write(symbols[i - 1])
+            self.expr(value, p + 1)
         if not discard:
             self.write(")")
 
@@ -452,13 +416,13 @@ class SourceWriter:
             self.write(")")
 
     def e_IfExp(self, node: ast.IfExp, pp: int) -> None:
-        discard = _P_IFEXP >= pp
+        discard = P.IfExp >= pp
         self._open(discard)
-        self.expr(node.body, _P_IFEXP + 1)
+        self.expr(node.body, P.IfExp + 1)
         self.write(" if ")
-        self.expr(node.test, _P_IFEXP + 1)
+        self.expr(node.test, P.IfExp + 1)
         self.write(" else ")
-        self.expr(node.orelse, _P_IFEXP)
+        self.expr(node.orelse, P.IfExp)
         if not discard:
             self.write(")")
 

@@ -13,6 +13,7 @@ from .statements import (
     _PART,
     NameIndex,
     _drop_marked,
+    _inner_blocks,
     _loads,
     _simple_stores,
     _walk_statements,
@@ -132,10 +133,8 @@ def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
     the block, nothing else: the index's Name nodes stay valid."""
     done = 0
     for s in stmts:
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                done += _propagate_local_copies(inner, fdef, occurrences, load_counts, index)
+        for _, inner in _inner_blocks(s):
+            done += _propagate_local_copies(inner, fdef, occurrences, load_counts, index)
     i = 0
     while i < len(stmts):
         s = stmts[i]
@@ -186,10 +185,8 @@ def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts, index: Name
     i = 0
     while i < len(stmts):
         s = stmts[i]
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                done += _substitute_in_block(inner, load_counts, counts, index)
+        for _, inner in _inner_blocks(s):
+            done += _substitute_in_block(inner, load_counts, counts, index)
         if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
                 isinstance(s.targets[0], ast.Name) and _PART.match(s.targets[0].id) and \
                 counts.get(s.targets[0].id) == 1 and load_counts.get(s.targets[0].id) == 1:

@@ -13,6 +13,7 @@ from .statements import (
     _COTANGENT,
     NameIndex,
     _header,
+    _inner_blocks,
     _loads,
     _mutates,
     _name_counts,
@@ -70,11 +71,9 @@ def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks,
                 index: NameIndex) -> bool:
     changed = False
     for s in stmts:
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                changed |= _fuse_block(inner, loads, counts, residual_reads, user_names,
-                                       marks, index)
+        for _, inner in _inner_blocks(s):
+            changed |= _fuse_block(inner, loads, counts, residual_reads, user_names,
+                                   marks, index)
     i = 0
     while i < len(stmts):
         s = stmts[i]
@@ -120,10 +119,8 @@ def fuse_adjoint_temporaries(fdef: ast.FunctionDef, index: Optional[NameIndex] =
 def _fuse_adjoint_block(stmts: List[ast.stmt], loads, counts, returned, plain,
                         index: NameIndex) -> None:
     for s in stmts:
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                _fuse_adjoint_block(inner, loads, counts, returned, plain, index)
+        for _, inner in _inner_blocks(s):
+            _fuse_adjoint_block(inner, loads, counts, returned, plain, index)
     i = 0
     while i < len(stmts):
         s = stmts[i]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set
 
-from .statements import _Names, _pure, _walk_statements
+from .statements import _inner_blocks, _Names, _pure, _walk_statements
 
 
 def _uses(s: ast.stmt, names: _Names) -> Set[str]:
@@ -105,9 +105,7 @@ def _remove_dead(stmts: List[ast.stmt], used, keep, names: _Names) -> bool:
             del stmts[i]
             removed = True
             continue
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                removed |= _remove_dead(inner, used, keep, names)
+        for _, inner in _inner_blocks(s):
+            removed |= _remove_dead(inner, used, keep, names)
         i += 1
     return removed

@@ -17,6 +17,7 @@ from .statements import (
     NameIndex,
     _blocks,
     _header,
+    _inner_blocks,
     _is_pop,
     _name_counts,
     _plain_assignment,
@@ -46,11 +47,9 @@ def definition_paths(body, path=()) -> Dict[str, tuple]:
         here = path + (i,)
         for n in _stores(s) if isinstance(s, (ast.Assign, ast.AugAssign)) else ():
             out.setdefault(n, here)
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                for n, p in definition_paths(inner, here + (attr,)).items():
-                    out.setdefault(n, p)
+        for attr, inner in _inner_blocks(s):
+            for n, p in definition_paths(inner, here + (attr,)).items():
+                out.setdefault(n, p)
     return out
 
 
@@ -188,10 +187,8 @@ def _unbroadcast_of(node: ast.AST, name: Optional[str] = None) -> Optional[ast.C
 def _collapse_block(stmts: List[ast.stmt], loads, counts, index: NameIndex) -> bool:
     changed = False
     for s in stmts:
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                changed |= _collapse_block(inner, loads, counts, index)
+        for _, inner in _inner_blocks(s):
+            changed |= _collapse_block(inner, loads, counts, index)
     i = 0
     while i < len(stmts):
         s = stmts[i]

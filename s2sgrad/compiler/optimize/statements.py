@@ -211,6 +211,15 @@ def _collect_statements(stmts, append) -> None:
                     _collect_statements(inner, append)
 
 
+def _inner_blocks(s: ast.stmt) -> List[tuple]:
+    """(field, statements) of each block s holds: an if's branches, a loop's body and
+    else; none for the statements that hold no block, which are most of them."""
+    if s.__class__ in _NO_BLOCKS:
+        return []
+    return [(attr, inner) for attr in ("body", "orelse")
+            if (inner := getattr(s, attr, None)).__class__ is list]
+
+
 # Statements that never hold a block (most of them): skipped by the walks above.
 _NO_BLOCKS = frozenset((ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return,
                         ast.Pass, ast.Break, ast.Continue, ast.Delete, ast.Raise,
@@ -327,10 +336,8 @@ def _drop_marked(stmts, key, dropped) -> List[ast.stmt]:
     for s in stmts:
         if key(s) in dropped:
             continue
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                setattr(s, attr, _drop_marked(inner, key, dropped))
+        for attr, inner in _inner_blocks(s):
+            setattr(s, attr, _drop_marked(inner, key, dropped))
         out.append(s)
     return out
 
@@ -419,10 +426,8 @@ def _blocks(stmts: List[ast.stmt]) -> Iterable[List[ast.stmt]]:
     """stmts and every statement list nested in it."""
     yield stmts
     for s in stmts:
-        for attr in ("body", "orelse"):
-            inner = getattr(s, attr, None)
-            if isinstance(inner, list) and not isinstance(s, ast.Expr):
-                yield from _blocks(inner)
+        for _, inner in _inner_blocks(s):
+            yield from _blocks(inner)
 
 
 def _is_pop(value: ast.expr) -> bool:

@@ -91,6 +91,9 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         # While a probe runs the reversed loop body for its state alone, the code it
         # would keep is not built: each call's placeholder is a `pass`, restores none.
         self.probing = False
+        # Each top-level loop's first-iteration reads (see entry_reads), asked by its
+        # probes and its real run alike.
+        self.entry_facts: Dict[ast.stmt, object] = {}
         self.sequences: Set[str] = self._list_valued(nf)  # adjoints that are lists
         # loop -> its range and trip-count lines
         self.loop_setups: StatementFacts[List[ast.stmt]] = StatementFacts("loop setup")
