@@ -80,6 +80,9 @@ def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFuncti
 
 def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunction:
     optimize_code, pure, scalars, structure, leaves = options
+    # The disk entry records the dotted names the user's code resolves; read them
+    # now, before the passes rewrite the tree (else the entry parses it again).
+    chains = _entry.root_chains(parsed.node, unwrap(fn)) if store is not None else None
     t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure, leaves)
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
               f"{parsed.node.lineno}), gradient with respect to "
@@ -129,7 +132,7 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
     if store is not None:
         try:
             payload = _entry.make_entry(disk_key, compiled, t, emitted, code, closure_names,
-                                        sites)
+                                        sites, chains)
         except Exception:  # noqa: BLE001 - not storable: stays in memory only
             payload = None
         if payload is not None:

@@ -29,7 +29,7 @@ import dataclasses
 import marshal
 import sys
 import types
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .. import cache as disk_cache
 from ..introspect import function_methods, unwrap
@@ -54,7 +54,7 @@ def disk_store(fn, wrt, options):
 
 
 def make_entry(disk_key, compiled, t, emitted: Emitted, code, closure_names,
-               function_sites) -> Optional[dict]:
+               function_sites, chains: Optional[List[str]] = None) -> Optional[dict]:
     """What the disk keeps: enough to rebuild `compiled` without any pass, or None
     (memory only) when some object cannot be found again in another process.
 
@@ -107,7 +107,7 @@ def make_entry(disk_key, compiled, t, emitted: Emitted, code, closure_names,
         if where is None:
             return None
         checks.append((where, b.name, None if where[0] == "self" else _description(b.value)))
-    facts = _chain_facts(root, objects, deps)
+    facts = _chain_facts(root, objects, deps, chains)
     activity = {}
     for f in dataclasses.fields(compiled.activity):
         value = getattr(compiled.activity, f.name)
@@ -125,7 +125,18 @@ def make_entry(disk_key, compiled, t, emitted: Emitted, code, closure_names,
             "checks": checks}
 
 
-def _chain_facts(root, objects, deps) -> List[tuple]:
+def root_chains(node: ast.FunctionDef, root: Callable) -> Optional[List[str]]:
+    """The dotted names (`np.sin`) in the parsed tree of `root` (the function the
+    entry is for, unwrapped), as the entry records them: asked before the passes
+    rewrite that tree. None when they cannot be read (the entry reads them again)."""
+    try:
+        code = root.__code__
+        return disk_cache.attribute_chains(node, code.co_varnames + code.co_cellvars)
+    except Exception:  # noqa: BLE001 - not storable is decided in make_entry
+        return None
+
+
+def _chain_facts(root, objects, deps, chains: Optional[List[str]] = None) -> List[tuple]:
     """(scope, chain, description) for every dotted name the compile resolved.
 
     Scope -1 is the function itself; (i, method) a Function dependency's body,
@@ -133,9 +144,9 @@ def _chain_facts(root, objects, deps) -> List[tuple]:
     inlined code reads the names the two modules agree on.
     """
     facts = []
-    parsed = parse_function(root)
-    for chain in disk_cache.attribute_chains(parsed.node, root.__code__.co_varnames
-                                             + root.__code__.co_cellvars):
+    if chains is None:
+        chains = root_chains(parse_function(root).node, root)
+    for chain in chains:
         facts.append((-1, chain, disk_cache.describe_chain(root, chain)))
     for i, obj in enumerate(objects):
         if deps[i][0] != "function":
