@@ -130,13 +130,14 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
             reasons[i] = _why_independent(name, ops, reach_all, nf)
     _check_supported(ops, active, varied, useful, nf)
     _check_real(ops, active, nf)
-    shapes = shape_classes(nf.node.body, ops, ints, nf.params)
+    definitions = _definition_counts(nf.node.body)   # (for both questions below)
+    shapes = shape_classes(nf.node.body, ops, ints, nf.params, definitions)
     for n in scalar_names(ops, ints, set(scalar_params), set(nf.params)):
         shapes[n] = SCALAR
     return Activity(wrt=tuple(wrt), varied=varied, useful=useful, active=active, ints=ints,
                     independent=tuple(independent), reasons=reasons, outputs=outputs,
                     shapes=shapes, item_flags=item_flags,
-                    zero_d=zero_d_names(nf.node.body, ops, ints, nf.params),
+                    zero_d=zero_d_names(nf.node.body, ops, ints, nf.params, definitions),
                     leaves=leaf_names(nf, ops, leaf_params),
                     output_items=output_items(nf, varied, item_flags))
 
@@ -382,14 +383,16 @@ _FULL_REDUCTIONS = frozenset(f"{kind}.{name}" for kind in ("np", "ndarray")
                              for name in ("sum", "mean", "prod", "max", "min"))
 
 
-def zero_d_names(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Set[str]:
+def zero_d_names(body, ops, ints: Set[str], params: Sequence[str] = (),
+                 definitions: Optional[Dict[str, int]] = None) -> Set[str]:
     """Names assigned at one place from a full reduction, or from elementwise
     arithmetic on such names, ints and numbers: always 0-d.
 
     Kept apart from the shape classes on purpose: two 0-d values may differ in
     dtype (a complex sum, a float32 mean), so neither may stand in for the other
-    where a witness's dtype matters (zeros_like); only broadcasting uses this."""
-    counts = _definition_counts(body)
+    where a witness's dtype matters (zeros_like); only broadcasting uses this.
+    `definitions`: `_definition_counts(body)`, if the caller has them."""
+    counts = dict(definitions) if definitions is not None else _definition_counts(body)
     for p in params:
         counts[p] = counts.get(p, 0) + 1
     out: Set[str] = set()
@@ -413,15 +416,17 @@ def zero_d_names(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Set[s
     return out
 
 
-def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = ()) -> Dict[str, str]:
+def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = (),
+                  definitions: Optional[Dict[str, int]] = None) -> Dict[str, str]:
     """Which names must have the same shape (elementwise results, copies, scalars).
 
     Only names assigned at one place take part: their shape relation holds every
     time the statement runs. The transform drops `unbroadcast` where an operand
     has the result's shape, and the optimiser reads a shape from a value it keeps
-    anyway instead of keeping another.
+    anyway instead of keeping another. `definitions`: `_definition_counts(body)`,
+    if the caller has them.
     """
-    counts = _definition_counts(body)
+    counts = dict(definitions) if definitions is not None else _definition_counts(body)
     for p in params:  # a parameter is assigned by the call
         counts[p] = counts.get(p, 0) + 1
     for _, op in ops:   # a list that grows or shrinks has no one shape
@@ -599,20 +604,25 @@ def _complex_node(s: ast.stmt, nf: NormalForm) -> Optional[ast.AST]:
     if isinstance(s, (ast.If, ast.While, ast.For)):
         return None
     import numpy as np
+    local = nf.resolver.locals
     for node in walk_values(s):
-        if isinstance(node, ast.Constant) and isinstance(node.value, complex):
-            return node
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                node.value.lower() in _COMPLEX_DTYPES:
-            return node
-        if isinstance(node, (ast.Name, ast.Attribute)) and \
-                (node.id if isinstance(node, ast.Name) else node.attr) in _COMPLEX_DTYPES:
-            return node
-        if isinstance(node, ast.Name) and node.id not in nf.resolver.locals:
-            ok, value = nf.resolver.static(node)
-            if ok and (isinstance(value, (complex, np.complexfloating)) or (
-                    isinstance(value, np.ndarray) and value.dtype.kind == "c")):
+        cls = node.__class__
+        if cls is ast.Constant:
+            value = node.value
+            if isinstance(value, complex) or \
+                    (isinstance(value, str) and value.lower() in _COMPLEX_DTYPES):
                 return node
+        elif cls is ast.Attribute:
+            if node.attr in _COMPLEX_DTYPES:
+                return node
+        elif cls is ast.Name:
+            if node.id in _COMPLEX_DTYPES:
+                return node
+            if node.id not in local:
+                ok, value = nf.resolver.static(node)
+                if ok and (isinstance(value, (complex, np.complexfloating)) or (
+                        isinstance(value, np.ndarray) and value.dtype.kind == "c")):
+                    return node
     return None
 
 
