@@ -4,10 +4,10 @@ last tidy-up (empty blocks, `pass`).
 from __future__ import annotations
 
 import ast
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ..marks import is_comment
-from ..names import clone
+from ..names import child_fields, clone
 from .statements import _pure
 
 
@@ -55,13 +55,20 @@ _FOLD_LEAVES = {ast.Name, ast.Constant, *ast.expr_context.__subclasses__(),
                 *ast.cmpop.__subclasses__(), *ast.boolop.__subclasses__()}
 
 
+_FIELDS: Dict[type, Tuple[str, ...]] = {}   # class -> the fields _fold enters, in order
+
+
 def _fold(node: ast.AST) -> ast.AST:
     """Fold constant subexpressions of `node`, children first.
 
     A hand-written recursion rather than a NodeTransformer: folding visits every
     node of both functions, and the visitor's dispatch was most of its cost."""
-    for field in node._fields:
-        value = getattr(node, field, None)
+    d = node.__dict__
+    fields = _FIELDS.get(node.__class__)
+    if fields is None:   # (the fields that may hold nodes other than contexts, operators)
+        fields = _FIELDS[node.__class__] = tuple(reversed(child_fields(node.__class__)))
+    for field in fields:
+        value = d.get(field)
         if value.__class__ is list:
             for i, item in enumerate(value):
                 if isinstance(item, ast.AST) and item.__class__ not in _FOLD_LEAVES:
