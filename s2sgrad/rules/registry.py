@@ -10,6 +10,7 @@ mathematics itself, not a call to a rule.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
@@ -40,12 +41,18 @@ class Rule:
     # Registered from outside the built-in table (s2sgrad.defvjp): user helpers.
     extra_names: Dict[str, Callable] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def params(self) -> List[str]:
+        """The parameter names (kept: the compiler asks at every call it expands;
+        callers do not modify the list)."""
         return list(self.signature.parameters)
 
-    def differentiable(self) -> List[str]:
+    @functools.cached_property
+    def _differentiable(self) -> List[str]:
         return [p for p in self.params if p in self.grads]
+
+    def differentiable(self) -> List[str]:
+        return list(self._differentiable)
 
 
 @dataclass

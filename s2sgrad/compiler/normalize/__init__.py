@@ -109,7 +109,8 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         self.dict_names: Set[str] = set()    # names bound to dict literals
         self.bindings: Dict[str, Callable] = {}   # names the generated code must see
         # Local names bound once to a lambda: calls of them are calls of the lambda.
-        self.lambdas: Dict[str, ast.Lambda] = _lambdas_bound_once(scope, set(self.params))
+        self.lambdas: Dict[str, ast.Lambda] = _lambdas_bound_once(scope, set(self.params)) \
+            if "lambda" in parsed.source else {}
         self.env: Dict[str, str] = {p: p for p in self.params + sorted(kwonly)}
         self.tuples: Dict[str, List[ast.expr]] = {}
         self.owned: Set[str] = set()
@@ -130,6 +131,8 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
     def _check_reserved(self, fdef):
         if self.p.filename.startswith("<s2sgrad"):
             return  # s2sgrad's own generated code (being differentiated again)
+        if "_s2s_" not in self.p.source:
+            return  # (no name the user wrote can have the prefix: no walk)
         for node in walk_values(fdef):
             name = getattr(node, "id", None) or getattr(node, "arg", None)
             if isinstance(name, str) and name.startswith("_s2s_"):
