@@ -45,9 +45,10 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
         renamed: Set[str] = set()
         removed: Set[ast.stmt] = set()
         mapping: Dict[str, str] = {}
+        Assign, Name = ast.Assign, ast.Name
         for s in _walk_statements(fdef.body):
-            if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
-                    isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name)):
+            if not (s.__class__ is Assign and len(s.targets) == 1 and
+                    s.targets[0].__class__ is Name and s.value.__class__ is Name):
                 continue
             a, b = s.targets[0].id, s.value.id
             if a in user_names or a in params or counts.get(a) != 1 or _PART.match(b) or \
@@ -97,17 +98,22 @@ def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] 
         fdef.body = _drop_self_assignments(fdef.body, dropped, marks)
         occurrences: Dict[str, int] = {}
         load_counts: Dict[str, int] = {}
+        Load = ast.Load
         for n in index.function(fdef):
-            occurrences[n.id] = occurrences.get(n.id, 0) + 1
-            if isinstance(n.ctx, ast.Load):
-                load_counts[n.id] = load_counts.get(n.id, 0) + 1
+            name = n.id
+            occurrences[name] = occurrences.get(name, 0) + 1
+            if n.ctx.__class__ is Load:
+                load_counts[name] = load_counts.get(name, 0) + 1
         # Keeps both counts as they are after the copies it propagates.
         copies = _propagate_local_copies(fdef.body, fdef, occurrences, load_counts, index)
         counts: Dict[str, int] = {}
         for s in _walk_statements(fdef.body):
             for n in _simple_stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
                 counts[n] = counts.get(n, 0) + 1
-        substituted = _substitute_in_block(fdef.body, load_counts, counts, index)
+        # The parts assigned once and read once (neither count changes below).
+        single = {n for n, c in counts.items()
+                  if c == 1 and load_counts.get(n) == 1 and _PART.match(n)}
+        substituted = _substitute_in_block(fdef.body, single, index) if single else 0
         if not (dropped or copies or substituted):
             return
 
@@ -116,7 +122,7 @@ def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[int],
                            marks: ResidualMarks) -> List[ast.stmt]:
     """`x_bar = x_bar` is what an identity contribution leaves behind."""
     def self_assignment(s: ast.stmt) -> bool:
-        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+        if s.__class__ is ast.Assign and len(s.targets) == 1 and \
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
                 s.targets[0].id == s.value.id and marks.of(s).slot is None:
             dropped.append(1)
@@ -180,16 +186,17 @@ def _copy_is_local(stmts, i, a, b, total: int,
     return seen if len(seen) == total - 1 else None
 
 
-def _substitute_in_block(stmts: List[ast.stmt], load_counts, counts, index: NameIndex) -> int:
+def _substitute_in_block(stmts: List[ast.stmt], single: Set[str], index: NameIndex) -> int:
+    """`single`: the cotangent parts assigned once and read once."""
     done = 0
     i = 0
+    Assign, Name = ast.Assign, ast.Name
     while i < len(stmts):
         s = stmts[i]
         for _, inner in _inner_blocks(s):
-            done += _substitute_in_block(inner, load_counts, counts, index)
-        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
-                isinstance(s.targets[0], ast.Name) and _PART.match(s.targets[0].id) and \
-                counts.get(s.targets[0].id) == 1 and load_counts.get(s.targets[0].id) == 1:
+            done += _substitute_in_block(inner, single, index)
+        if s.__class__ is Assign and len(s.targets) == 1 and \
+                s.targets[0].__class__ is Name and s.targets[0].id in single:
             name = s.targets[0].id
             reads = set(_loads(s.value))
             for j in range(i + 1, len(stmts)):
