@@ -846,14 +846,22 @@ def test_concurrent_processes_get_correct_results_and_leave_one_valid_entry(proj
     go = src / "go"
     procs = [run_child(src, cache_path, extra_env={"WAIT_FOR": str(go)}, wait=False)
              for _ in range(4)]
-    deadline = time.time() + 60
+    # Four interpreters importing NumPy and s2sgrad at once on a busy two-core machine
+    # (the children write no bytecode caches) once missed a 60 s deadline: it only
+    # keeps a stuck child from hanging the suite, and a child that died says why.
+    deadline = time.time() + 300
     while len([p for p in os.listdir(src) if p.startswith("go.")]) < len(procs):
+        for p in procs:   # a child that died before it got ready: say why, at once
+            if p.poll() is not None:
+                out, err = p.communicate()
+                raise AssertionError(f"a child exited ({p.returncode}) before it was "
+                                     f"ready:\n{err}")
         assert time.time() < deadline, "children did not start"
         time.sleep(0.01)
     go.write_text("")  # all start compiling at once
     results = []
     for p in procs:
-        out, err = p.communicate(timeout=120)
+        out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         results.append(json.loads(out.strip().splitlines()[-1]))
     for r in results:
