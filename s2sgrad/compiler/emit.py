@@ -45,14 +45,14 @@ def to_source(functions: Sequence[ast.FunctionDef], header: str = "") -> str:
         pieces, names, names_ok = writer.result, writer.names, writer.names_ok
     except Unsupported:
         pass
-    if pieces is None or _CHECK:
+    text = None if pieces is None else _text(pieces, header)
+    if text is None or _CHECK:
         generator = _astor_pieces(functions)
-        if pieces is not None and _CHECK and \
-                _text(pieces, header) != _text(generator.result, header):
+        astor_text = _text(generator.result, header)
+        if text is not None and text != astor_text:
             raise AssertionError("the source writer and astor wrote different text for "
                                  f"{[f.name for f in functions]}")
-        pieces, names, names_ok = generator.result, generator.names, generator.names_ok
-    text = _text(pieces, header)
+        text, names, names_ok = astor_text, generator.names, generator.names_ok
     if names_ok:
         _remember_names(text, list(names))
     return text

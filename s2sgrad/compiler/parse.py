@@ -109,12 +109,7 @@ def _parse_in_place(block: List[str], first: int, code: types.CodeType):
     except SyntaxError:
         return None
     body = tree.body[0].body if indented else tree.body
-    node = body[0] if len(body) == 1 else None
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
-            node.name != code.co_name:
-        return None
-    start = min([d.lineno for d in node.decorator_list] + [node.lineno])
-    return node if code.co_firstlineno in (start, node.lineno) else None
+    return body[0] if len(body) == 1 and _is_def_of(body[0], code) else None
 
 
 def _parse_block(block: List[str], first: int, code: types.CodeType):
@@ -167,16 +162,22 @@ def _find_code_node(tree: ast.AST, code: types.CodeType):
     for node in walk(tree):
         if is_lambda and isinstance(node, ast.Lambda) and node.lineno == want_line:
             candidates.append(node)
-        elif (not is_lambda and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-              and node.name == code.co_name):
-            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
-            if start == want_line or node.lineno == want_line:
-                candidates.append(node)
+        elif not is_lambda and _is_def_of(node, code):
+            candidates.append(node)
     if len(candidates) > 1:
         candidates = [c for c in candidates if _same_args(c, code)] or candidates
     if len(candidates) > 1 and is_lambda:
         candidates = _match_positions(candidates, code) or candidates
     return candidates[0] if candidates else None
+
+
+def _is_def_of(node, code: types.CodeType) -> bool:
+    """node is a def of code's name starting (at a decorator or the def) at its line."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+            node.name != code.co_name:
+        return False
+    start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+    return code.co_firstlineno in (start, node.lineno)
 
 
 def _same_args(node, code: types.CodeType) -> bool:

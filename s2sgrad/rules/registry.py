@@ -47,12 +47,8 @@ class Rule:
         callers do not modify the list)."""
         return list(self.signature.parameters)
 
-    @functools.cached_property
-    def _differentiable(self) -> List[str]:
-        return [p for p in self.params if p in self.grads]
-
     def differentiable(self) -> List[str]:
-        return list(self._differentiable)
+        return [p for p in self.params if p in self.grads]
 
 
 @dataclass

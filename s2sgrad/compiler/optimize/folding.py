@@ -7,7 +7,7 @@ import ast
 from typing import Dict, List, Optional, Tuple
 
 from ..marks import is_comment
-from ..names import child_fields, clone
+from ..names import SHARED_LEAVES, child_fields, clone
 from .statements import _pure
 
 
@@ -50,9 +50,7 @@ _FOLDABLE = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp)
 
 
 # Nodes `_fold` returns as they are (no children, or none it folds).
-_FOLD_LEAVES = {ast.Name, ast.Constant, *ast.expr_context.__subclasses__(),
-                *ast.operator.__subclasses__(), *ast.unaryop.__subclasses__(),
-                *ast.cmpop.__subclasses__(), *ast.boolop.__subclasses__()}
+_FOLD_LEAVES = {ast.Name, ast.Constant, *SHARED_LEAVES}
 
 
 _FIELDS: Dict[type, Tuple[str, ...]] = {}   # class -> the fields _fold enters, in order

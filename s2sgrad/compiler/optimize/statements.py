@@ -205,10 +205,8 @@ def _collect_statements(stmts, append) -> None:
     for s in stmts:
         append(s)
         if s.__class__ not in _NO_BLOCKS:
-            for attr in ("body", "orelse"):
-                inner = getattr(s, attr, None)
-                if isinstance(inner, list):
-                    _collect_statements(inner, append)
+            for _, inner in _inner_blocks(s):
+                _collect_statements(inner, append)
 
 
 def _inner_blocks(s: ast.stmt) -> List[tuple]:

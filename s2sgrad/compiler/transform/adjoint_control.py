@@ -73,9 +73,8 @@ class AdjointControl:
         """The adjoint of one iteration: the body backwards, then the item loads."""
         info = self.loops.require(s)
         outer = self.first_iteration
-        if s not in self.entry_facts:   # (the same for the probes and the real run)
-            self.entry_facts[s] = self.entry_reads(s, info)
-        self.first_iteration = self.entry_facts[s]
+        # (the same for the probes and the real run: asked once)
+        self.first_iteration = self.entry_facts.setdefault(s, lambda: self.entry_reads(s, info))
         try:
             body = self.adjoint_block(s.body, in_loop=True)
         finally:

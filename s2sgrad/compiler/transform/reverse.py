@@ -93,7 +93,7 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         self.probing = False
         # Each top-level loop's first-iteration reads (see entry_reads), asked by its
         # probes and its real run alike.
-        self.entry_facts: Dict[ast.stmt, object] = {}
+        self.entry_facts: StatementFacts[object] = StatementFacts("first-iteration reads")
         self.sequences: Set[str] = self._list_valued(nf)  # adjoints that are lists
         # loop -> its range and trip-count lines
         self.loop_setups: StatementFacts[List[ast.stmt]] = StatementFacts("loop setup")
