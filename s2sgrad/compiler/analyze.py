@@ -599,11 +599,12 @@ _COMPLEX_DTYPES = frozenset({"complex", "complex64", "complex128", "complex256",
                              "cdouble", "clongdouble", "complexfloating"})
 
 
-def _complex_node(s: ast.stmt, nf: NormalForm) -> Optional[ast.AST]:
-    """A complex literal, dtype or constant read by a statement (None if it has none)."""
+def _complex_node(s: ast.stmt, nf: NormalForm,
+                  known: Dict[str, bool]) -> Optional[ast.AST]:
+    """A complex literal, dtype or constant read by a statement (None if it has none).
+    `known`: whether each non-local name asked about so far holds a complex value."""
     if isinstance(s, (ast.If, ast.While, ast.For)):
         return None
-    import numpy as np
     local = nf.resolver.locals
     for node in walk_values(s):
         cls = node.__class__
@@ -619,18 +620,27 @@ def _complex_node(s: ast.stmt, nf: NormalForm) -> Optional[ast.AST]:
             if node.id in _COMPLEX_DTYPES:
                 return node
             if node.id not in local:
-                ok, value = nf.resolver.static(node)
-                if ok and (isinstance(value, (complex, np.complexfloating)) or (
-                        isinstance(value, np.ndarray) and value.dtype.kind == "c")):
+                complex_value = known.get(node.id)
+                if complex_value is None:
+                    complex_value = known[node.id] = _holds_complex(nf, node)
+                if complex_value:
                     return node
     return None
+
+
+def _holds_complex(nf: NormalForm, name: ast.Name) -> bool:
+    import numpy as np
+    ok, value = nf.resolver.static(name)
+    return ok and (isinstance(value, (complex, np.complexfloating)) or (
+        isinstance(value, np.ndarray) and value.dtype.kind == "c"))
 
 
 def _check_real(ops, active: Set[str], nf: NormalForm) -> None:
     """Complex values on the gradient path are an error: the rules are those of real
     analysis (np.abs, np.conj, ... of a complex value would get a wrong gradient)."""
     complex_names: Set[str] = set()
-    literal = {s: _complex_node(s, nf) for s, _ in ops}
+    known: Dict[str, bool] = {}
+    literal = {s: _complex_node(s, nf, known) for s, _ in ops}
     changed = True
     while changed:
         changed = False

@@ -98,12 +98,14 @@ class ResidualMarks(StatementFacts[ResidualMark]):
 
     def mark(self, s: ast.stmt, **fields) -> ast.stmt:
         """Add `fields` to the mark of s (a new record: marks are immutable); s."""
-        self.record(s, replace(self.get(s, NO_MARK), **fields))
+        known = self.get(s)   # (a first mark is built directly: replace() is slow)
+        self.record(s, ResidualMark(**fields) if known is None else replace(known, **fields))
         return s
 
     def of(self, s: ast.AST) -> ResidualMark:
         """The mark of s; NO_MARK (every field empty) for an unmarked statement."""
-        return self.get(s, NO_MARK)
+        entry = self._facts.get(id(s))   # (StatementFacts.get, inlined: asked constantly)
+        return entry[1] if entry is not None and entry[0] is s else NO_MARK
 
 
 @dataclass(frozen=True)
@@ -128,16 +130,22 @@ class NodeFacts(Generic[T]):
     a node a pass builds anew has none until a pass says so."""
 
     def __init__(self, empty: T):
-        self.empty = empty   # the record of a node nothing was noted about
+        self.empty = empty   # the record of a node nothing was noted about: its class's
+        self._make = type(empty)   # defaults (a first fact is built directly)
+        assert empty == self._make(), "NodeFacts' empty record must be its class's defaults"
         self._facts: "weakref.WeakKeyDictionary[ast.AST, T]" = weakref.WeakKeyDictionary()
+        # Its dict, keyed by weak references (equal for the same node): `of` is asked
+        # for every node of every pass, and WeakKeyDictionary.get is a Python call.
+        self._lookup = self._facts.data.get
 
     def note(self, node: ast.AST, **fields) -> ast.AST:
         """Add `fields` to the fact about node; node."""
-        self._facts[node] = replace(self._facts.get(node, self.empty), **fields)
+        known = self._facts.get(node)
+        self._facts[node] = self._make(**fields) if known is None else replace(known, **fields)
         return node
 
     def of(self, node: ast.AST) -> T:
-        return self._facts.get(node, self.empty)
+        return self._lookup(weakref.ref(node), self.empty)
 
     def same(self, source: ast.AST, target: ast.AST) -> ast.AST:
         """target (a node rebuilt from source) gets source's fact; target."""

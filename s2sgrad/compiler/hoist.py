@@ -16,7 +16,7 @@ import numpy as np
 
 from ..rules import registry
 from .facts import expr_facts
-from .names import name_nodes, walk_values
+from .names import copy_location, name_nodes, walk_values
 
 _SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.MatMult)
 _SAFE_UNARY = (ast.USub, ast.UAdd)
@@ -111,7 +111,7 @@ def _hoist_loop(loop, defs, user_names, facts=None) -> List[ast.stmt]:
                 changed.discard(s.targets[0].id)
                 progress = True
     if not loop.body:
-        loop.body = [ast.copy_location(ast.Pass(), loop)]
+        loop.body = [copy_location(ast.Pass(), loop)]
     return moved
 
 

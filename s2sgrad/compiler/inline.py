@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Set
 from ..errors import note_origin, origin_of
 from ..runtime import HELPERS
 from .marks import comment
-from .names import NameRegistry, clone, name_nodes, walk_values
+from .names import NameRegistry, clone, copy_location, name_nodes, walk_values
 from .sites import (
     FunctionSite,
     NotInlinable,
@@ -78,6 +78,10 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
         out += [substitute(s, full, drop, HELPERS) for s in rule.prelude]
     sequences: Dict[str, str] = {}
     placed: Set[str] = set()   # params whose expression is in the output already
+    # A call with a math twin comes from the template (the arguments are atoms).
+    twins = shapes is not None and math_name is not None and (
+        not rule.numpy_calls.isdisjoint(_MATH) or
+        any(v.__class__ not in (ast.Name, ast.Constant) for v in p.bound.values()))
 
     def place(param: str) -> ast.expr:   # (a second use gets a copy: no shared nodes)
         if param in placed:
@@ -98,7 +102,7 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
                             args=[place(param), clone(p.bound[param])], keywords=[])
         else:
             expr = place(param)
-        if shapes is not None and math_name is not None:
+        if twins:
             expr = _scalar_math(expr, np_name, math_name, shapes)
         out.append(_assign(target, expr))
     return out
@@ -250,7 +254,7 @@ def _expand_block(stmts, names, np_name, bindings, shapes, math_name=None) -> Li
             out.append(s)
             continue
         for n in new:
-            ast.copy_location(n, s)
+            copy_location(n, s)
             note_origin(n, origin_of(s))
         out.extend(new)
     return out

@@ -9,12 +9,14 @@ import ast
 import builtins
 import keyword
 import re
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from functools import lru_cache
+from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 
 RESERVED_PREFIX = "_s2s_"
 _NOT_WORD = re.compile(r"\W+")
 
 
+@lru_cache(maxsize=4096)   # the passes ask for the same few stems thousands of times
 def sanitize(stem: str) -> str:
     """A valid identifier from a stem (stems from expressions are kept short upstream)."""
     stem = _NOT_WORD.sub("_", stem).strip("_") or "t"
@@ -148,14 +150,65 @@ def replace_loads(node: ast.AST, old: str, new: ast.expr, copy: bool = True) -> 
                 for i, item in enumerate(value):
                     if item.__class__ is Name:
                         if item.id == old and item.ctx.__class__ is Load:
-                            value[i] = ast.copy_location(clone(new) if copy else new, item)
+                            value[i] = copy_location(clone(new) if copy else new, item)
                     elif isinstance(item, AST):
                         push(item)
             elif value.__class__ is Name:
                 if value.id == old and value.ctx.__class__ is Load:
-                    d[field] = ast.copy_location(clone(new) if copy else new, value)
+                    d[field] = copy_location(clone(new) if copy else new, value)
             else:
                 push(value)
+
+
+# One context of each kind, shared by the nodes built here (as the parser shares them).
+LOAD, STORE = ast.Load(), ast.Store()
+
+
+def name_node(id_: str, store: bool = False) -> ast.Name:
+    """A Name node. (Built positionally: keyword arguments make ast's constructors
+    about 2.5 times slower, and the passes build tens of thousands of names.)"""
+    return ast.Name(id_, STORE if store else LOAD)
+
+
+def assign_node(target: Union[str, ast.expr], value: ast.expr) -> ast.Assign:
+    """`target = value`; a str target is a name."""
+    if target.__class__ is str:
+        target = ast.Name(target, STORE)
+    return ast.Assign([target], value, None)
+
+
+# The nodes whose positions are these four: what copy_location copies fast.
+_POSITIONS = ("lineno", "col_offset", "end_lineno", "end_col_offset")
+
+
+def _located_classes() -> frozenset:
+    found, todo = set(), [ast.AST]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if getattr(cls, "_attributes", ()) == _POSITIONS:
+            found.add(cls)
+    return frozenset(found)
+
+
+_LOCATED = _located_classes()
+
+
+def copy_location(new: ast.AST, old: ast.AST) -> ast.AST:
+    """`ast.copy_location(new, old)`, with the same result, without its hasattr and
+    getattr per attribute (the passes place tens of thousands of nodes)."""
+    if new.__class__ not in _LOCATED or old.__class__ not in _LOCATED:
+        return ast.copy_location(new, old)
+    o, d = old.__dict__, new.__dict__
+    value = o.get("lineno")
+    if value is not None:
+        d["lineno"] = value
+    value = o.get("col_offset")
+    if value is not None:
+        d["col_offset"] = value
+    d["end_lineno"] = o.get("end_lineno")     # (optional: copied even when None)
+    d["end_col_offset"] = o.get("end_col_offset")
+    return new
 
 
 def dotted(node: ast.AST) -> Optional[str]:

@@ -65,6 +65,7 @@ _UNSUPPORTED = ("unknown", "opaque", "method")
 # same statements again and again. Weak keys: an entry goes with its statement,
 # and a statement rebuilt by a pass is described afresh, never by another's Op.
 _DESCRIBED: "weakref.WeakKeyDictionary[ast.stmt, Op]" = weakref.WeakKeyDictionary()
+_DESCRIBED_GET = _DESCRIBED.data.get   # (by weak reference: no WeakKeyDictionary.get call)
 
 
 def describe(stmt: ast.stmt, local_names) -> Op:
@@ -74,7 +75,7 @@ def describe(stmt: ast.stmt, local_names) -> Op:
     activity flows through them and the analysis reports them (an error)
     instead of silently treating them as constants.
     """
-    cached = _DESCRIBED.get(stmt)
+    cached = _DESCRIBED_GET(weakref.ref(stmt))
     if cached is not None:
         return cached
     op = _describe(stmt, local_names)

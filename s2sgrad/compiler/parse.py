@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional
 from ..errors import TransformError
 from ..introspect import source_block, unwrap
 from . import reentry
-from .names import walk
+from .names import copy_location, walk
 
 
 @dataclass
@@ -31,6 +31,11 @@ class ParsedFunction:
     globals: dict
     closure: Dict[str, types.CellType] = field(default_factory=dict)
     _lines: Optional[List[str]] = None
+    # `node` was parsed for this record alone (not taken from a tree of the whole
+    # file, which later parses share): normalise may then rewrite it in place
+    # instead of copying it, and it is marked used (`tree_used`) when it does.
+    own_tree: bool = True
+    tree_used: bool = False
 
     def line_text(self, lineno: int) -> Optional[str]:
         """The user's source line (without newline), for errors and comments."""
@@ -79,8 +84,9 @@ def parse_function(fn: Callable) -> ParsedFunction:
                 hint="s2sgrad transforms source code: define the function in a .py "
                      "file or a notebook cell, not with exec() or in the plain REPL.") from None
         node = _parse_block(block, first, code)
+    own_tree = node is not None
     if node is None:
-        node = _parse_from_file(filename, code)
+        node = _parse_from_file(filename, code)   # (a tree the file's parses share)
     if node is None:
         raise TransformError(f"cannot locate the source of {fn.__qualname__}",
                              filename, first)
@@ -91,7 +97,8 @@ def parse_function(fn: Callable) -> ParsedFunction:
     name = code.co_name if code.co_name != "<lambda>" else f"lambda_{code.co_firstlineno}"
     return ParsedFunction(fn=fn, name=name, node=node, filename=filename,
                           source="".join(block), globals=fn.__globals__,
-                          closure=closure, _lines=linecache.getlines(filename) or None)
+                          closure=closure, _lines=linecache.getlines(filename) or None,
+                          own_tree=own_tree)
 
 
 def _parse_in_place(block: List[str], first: int, code: types.CodeType):
@@ -203,10 +210,10 @@ def _as_function_def(node, code: types.CodeType) -> ast.FunctionDef:
                              hint="Differentiate a plain def function.")
     if isinstance(node, ast.Lambda):
         ret = ast.Return(value=node.body)
-        ast.copy_location(ret, node.body)
+        copy_location(ret, node.body)
         fdef = ast.FunctionDef(name=f"lambda_{node.lineno}", args=node.args, body=[ret],
                                decorator_list=[], returns=None, type_comment=None)
-        ast.copy_location(fdef, node)
+        copy_location(fdef, node)
         fdef.end_lineno, fdef.end_col_offset = node.end_lineno, node.end_col_offset
         node = fdef
     node.decorator_list = []

@@ -20,33 +20,27 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..errors import TransformError, deliberate, error_at, note_origin, origin_of
 from ..rules.registry import Rule
-from .names import SHARED_LEAVES, NameRegistry, clone
+from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
 
 # Placeholder statement -> what the inliner puts in its place (a RuleVjp, or a
 # Function site's forward or vjp). Weak keys: the payload goes with its placeholder.
 _EXPANSIONS: "weakref.WeakKeyDictionary[ast.stmt, object]" = weakref.WeakKeyDictionary()
+_EXPANSIONS_GET = _EXPANSIONS.data.get   # (by weak reference: no WeakKeyDictionary.get call)
 
 
 def expansion_of(s: ast.stmt) -> Optional[object]:
     """The payload of a placeholder the transform left for the inliner; None for
     any other statement."""
-    return _EXPANSIONS.get(s)
+    return _EXPANSIONS_GET(weakref.ref(s))
 
 
-def _name(id_: str, store: bool = False) -> ast.Name:
-    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
-
-
-def _assign(target, value: ast.expr) -> ast.Assign:
-    if isinstance(target, str):
-        target = _name(target, True)
-    return ast.Assign(targets=[target], value=value, type_comment=None)
+_name, _assign = name_node, assign_node   # (the short names the transforms import)
 
 
 def _targets(names: Sequence[str]) -> ast.expr:
     if len(names) == 1:
         return _name(names[0], True)
-    return ast.Tuple(elts=[_name(n, True) for n in names], ctx=ast.Store())
+    return ast.Tuple([_name(n, True) for n in names], STORE)
 
 
 def _helper(name: str) -> ast.Name:
@@ -176,7 +170,7 @@ class FunctionSite:
                                          args=[copy.deepcopy(self.cls_expr)]
                                          + copy.deepcopy(self.arg_atoms), keywords=[]),
                           type_comment=None)
-        ast.copy_location(node, origin)
+        copy_location(node, origin)
         _EXPANSIONS[node] = ("forward", self)
         note_origin(node, origin_of(origin) or origin)
         return node
@@ -474,7 +468,7 @@ def _split_tuple_assigns(stmts: List[ast.stmt]) -> List[ast.stmt]:
                 all(isinstance(v, (ast.Name, ast.Constant)) for v in s.value.elts) and \
                 not ({t.id for t in s.targets[0].elts} &
                      {v.id for v in s.value.elts if isinstance(v, ast.Name)}):
-            out += [ast.copy_location(_assign(t.id, v), s)
+            out += [copy_location(_assign(t.id, v), s)
                     for t, v in zip(s.targets[0].elts, s.value.elts)]
         else:
             out.append(s)
@@ -600,7 +594,7 @@ class CalleeSite:
                         keywords=[ast.keyword(arg=k.arg, value=_kept(k.value, self.mutable))
                                   for k in copy.deepcopy(self.call.keywords)])
         node = ast.Assign(targets=[target], value=call, type_comment=None)
-        ast.copy_location(node, origin)
+        copy_location(node, origin)
         note_origin(node, origin_of(origin) or origin)
         return node
 

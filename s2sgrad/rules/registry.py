@@ -50,6 +50,18 @@ class Rule:
     def differentiable(self) -> List[str]:
         return [p for p in self.params if p in self.grads]
 
+    @functools.cached_property
+    def numpy_calls(self) -> FrozenSet[str]:
+        """The NumPy functions its templates call (`np.cos(x)` -> "cos"): the inliner
+        looks into an expanded template for some of them only when they are here."""
+        found = set()
+        for template in [*self.grads.values(), *self.prelude]:
+            for node in ast.walk(template):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        isinstance(node.func.value, ast.Name) and node.func.value.id == "np":
+                    found.add(node.func.attr)
+        return frozenset(found)
+
 
 @dataclass
 class Registry:

@@ -18,11 +18,11 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set
 
-from ...errors import error_at, guard_fields, note_origin
+from ...errors import InternalError, error_at, guard_fields, note_origin
 from ..aliases import AliasFacts
 from ..facts import stmt_facts
 from ..hoist import hoist_invariants
-from ..names import NameRegistry, clone, name_nodes, names_in, walk_values
+from ..names import NameRegistry, clone, copy_location, name_node, name_nodes, names_in, walk_values
 from ..parse import ParsedFunction
 from ..resolve import Resolver
 from .calls import CallRules
@@ -36,6 +36,7 @@ from .support import (
     _assigned_names,
     _ends_in_jump,
     _has,
+    _has_augmented_assignment,
     _is_docstring,
     _lambdas_bound_once,
     _read_after,
@@ -141,13 +142,13 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
 
     def emit(self, out: List[ast.stmt], stmt: ast.stmt, at: ast.AST) -> ast.stmt:
         # A node the normaliser made has no position: the user's statement gives one.
-        ast.copy_location(stmt, at if getattr(at, "lineno", None) else self.origin)
+        copy_location(stmt, at if getattr(at, "lineno", None) else self.origin)
         note_origin(stmt, self.origin)
         out.append(stmt)
         return stmt
 
     def load(self, name: str) -> ast.Name:
-        return ast.Name(id=self.env.get(name, name), ctx=ast.Load())
+        return name_node(self.env.get(name, name))
 
     def target(self, user_name: str) -> str:
         """The name the next assignment to `user_name` writes."""
@@ -184,22 +185,31 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
 
     # -- driver ----------------------------------------------------------------
     def run(self) -> NormalForm:
+        if self.p.tree_used:
+            raise InternalError(f"the parsed tree of {self.p.name} was normalised already "
+                                f"(in place): parse the function again")
         fdef = self.p.node
         body = [s for s in fdef.body if not _is_docstring(s)]
         body = self._lift_returns(body)
         self.unversioned = self._assigned_in_compound(body)
         self.resolver.locals |= _assigned_names(body)
-        pristine = body   # never changed: each round normalises a copy of it
+        pristine = body   # never changed: a round that may be redone normalises a copy
+        # Only an augmented assignment can make a round be redone (see below): without
+        # one, the one round may rewrite the parser's tree itself, when it is ours.
+        in_place = self.p.own_tree and not _has_augmented_assignment(pristine)
+        self.p.tree_used = in_place
         state = (set(self.names.taken), dict(self.env))
         while True:
             out: List[ast.stmt] = []
-            self.block(clone(pristine), out)
+            self.block(pristine if in_place else clone(pristine), out)
             facts = AliasFacts(out, self.resolver.locals | self.names.taken,
                                self.lists | self.dict_names)
             redo = {u for u in self.rebound_augassign if facts.shared_with_user(u,
                                                                              self.user_names)}
             if not redo - self.force_in_place:
                 break
+            if in_place:
+                raise InternalError("normalise must redo a round it did in place")
             # `x += v` was rewritten as `x = x + v`, but x shares memory with another
             # variable: keep the in-place update (and let the alias check judge it).
             self.force_in_place |= redo
@@ -211,7 +221,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         out = hoist_invariants(out, self.user_names, facts)
         new = ast.FunctionDef(name=fdef.name, args=clone(fdef.args), body=out,
                               decorator_list=[], returns=None, type_comment=None)
-        ast.copy_location(new, fdef)
+        copy_location(new, fdef)
         new.end_lineno, new.end_col_offset = fdef.end_lineno, fdef.end_col_offset
         last = out[-1] if out else None
         result = (last.value.id if isinstance(last, ast.Return)
@@ -281,18 +291,18 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
             return body
         if not returns:
             none = ast.Return(value=ast.Constant(value=None))
-            ast.copy_location(none, body[-1] if body else self.p.node)
+            copy_location(none, body[-1] if body else self.p.node)
             return body + [none]
         self.result_name = self.names.fresh("result")
         self.flag_name = None
         body = self._returns_out_of_loops(body, in_loop=False)
         body = lift_jumps(body, (ast.Return,))
         if not _ends_in_jump(body):
-            body = body + [ast.copy_location(ast.Return(value=ast.Constant(value=None)),
+            body = body + [copy_location(ast.Return(value=ast.Constant(value=None)),
                                              body[-1])]
         body = self._returns_to_assignments(body)
-        final = ast.Return(value=ast.Name(id=self.result_name, ctx=ast.Load()))
-        ast.copy_location(final, returns[-1])
+        final = ast.Return(value=name_node(self.result_name))
+        copy_location(final, returns[-1])
         return body + [final]
 
     def _returns_out_of_loops(self, stmts, in_loop):
@@ -305,17 +315,17 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
                 if self.flag_name is None:
                     self.flag_name = self.names.fresh("returned")
                 s.body = self._returns_out_of_loops(s.body, in_loop=True)
-                init = ast.copy_location(_assign(self.flag_name, ast.Constant(False)), s)
+                init = copy_location(_assign(self.flag_name, ast.Constant(False)), s)
                 after_body = ([ast.Break()] if in_loop else
-                              [ast.Return(value=ast.Name(id=self.result_name, ctx=ast.Load()))])
-                after = ast.If(test=ast.Name(id=self.flag_name, ctx=ast.Load()),
-                               body=[ast.copy_location(b, s) for b in after_body], orelse=[])
-                out += [init, s, ast.copy_location(after, s)]
+                              [ast.Return(value=name_node(self.result_name))])
+                after = ast.If(test=name_node(self.flag_name),
+                               body=[copy_location(b, s) for b in after_body], orelse=[])
+                out += [init, s, copy_location(after, s)]
             elif isinstance(s, ast.Return) and in_loop:
                 value = s.value or ast.Constant(value=None)
-                out += [ast.copy_location(_assign(self.result_name, value), s),
-                        ast.copy_location(_assign(self.flag_name, ast.Constant(True)), s),
-                        ast.copy_location(ast.Break(), s)]
+                out += [copy_location(_assign(self.result_name, value), s),
+                        copy_location(_assign(self.flag_name, ast.Constant(True)), s),
+                        copy_location(ast.Break(), s)]
             elif isinstance(s, ast.If):
                 s.body = self._returns_out_of_loops(s.body, in_loop)
                 s.orelse = self._returns_out_of_loops(s.orelse, in_loop)
@@ -330,9 +340,9 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
             if isinstance(s, ast.Return):
                 value = s.value or ast.Constant(value=None)
                 if not (isinstance(value, ast.Name) and value.id == self.result_name):
-                    out.append(ast.copy_location(_assign(self.result_name, value), s))
+                    out.append(copy_location(_assign(self.result_name, value), s))
             elif isinstance(s, ast.If):
-                s.body = self._returns_to_assignments(s.body) or [ast.copy_location(ast.Pass(), s)]
+                s.body = self._returns_to_assignments(s.body) or [copy_location(ast.Pass(), s)]
                 s.orelse = self._returns_to_assignments(s.orelse)
                 out.append(s)
             else:

@@ -11,7 +11,7 @@ from typing import Callable, List, Optional, Tuple
 from .. import reentry
 from ..facts import expr_facts
 from ..loader import lift_lambda
-from ..names import name_nodes
+from ..names import copy_location, name_node, name_nodes
 from .support import _bind_functional, _dotted, _is_api, _static_true
 
 
@@ -95,14 +95,14 @@ class CallRules:
         name = self.names.fresh(fn.__name__)
         self.bindings[name] = fn
         args += [self.load(n) for n in extra]
-        node = ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=args, keywords=keywords)
+        node = ast.Call(func=name_node(name), args=args, keywords=keywords)
         expr_facts.note(node, callee=fn)
         if detach:   # create_graph=False: values, not a graph the outer derivative sees
             from ... import runtime
-            node = ast.Call(func=ast.Name(id="_s2s_detached", ctx=ast.Load()), args=[node],
+            node = ast.Call(func=name_node("_s2s_detached"), args=[node],
                             keywords=[])
             expr_facts.note(node, callee=runtime.detached)
-        return ast.copy_location(node, expr)
+        return copy_location(node, expr)
 
     def lambda_call(self, expr: ast.Call, lam: ast.Lambda, out) -> ast.expr:
         """`g(x)` for `g = lambda v: ...` assigned once in this function: a call of the
@@ -135,16 +135,16 @@ class CallRules:
                 else:
                     name = self.names.fresh(f"{cls.__name__}_{field_name}")
                     self.bindings[name] = value
-                    value = ast.Name(id=name, ctx=ast.Load())
+                    value = name_node(name)
             elts.append(value)
-        items = self.operand(ast.copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), expr), out)
+        items = self.operand(copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), expr), out)
         from ... import runtime
         kind = self.names.fresh(cls.__name__)
         self.bindings[kind] = cls
-        call = ast.Call(func=ast.Name(id="_s2s_record", ctx=ast.Load()),
-                        args=[ast.Name(id=kind, ctx=ast.Load()), items], keywords=[])
+        call = ast.Call(func=name_node("_s2s_record"),
+                        args=[name_node(kind), items], keywords=[])
         expr_facts.note(call, callee=runtime.record)
-        return ast.copy_location(call, expr)
+        return copy_location(call, expr)
 
     def bound_call(self, expr: ast.Call, bound, out) -> ast.expr:
         """`model.loss(w, x)`, `model(x)` or `partial_f(x)`: a call of the plain
@@ -156,12 +156,12 @@ class CallRules:
         for value in bound.args:
             name = self.names.fresh("bound")
             self.bindings[name] = value
-            prefix.append(ast.Name(id=name, ctx=ast.Load()))
+            prefix.append(name_node(name))
         keywords = {}
         for key, value in bound.kwargs.items():
             name = self.names.fresh(f"bound_{key}")
             self.bindings[name] = value
-            keywords[key] = ast.Name(id=name, ctx=ast.Load())
+            keywords[key] = name_node(name)
         return self._call_of(bound.func, prefix, keywords, expr, [], out)
 
     def _call_of(self, fn, prefix, keywords, expr: ast.Call, free, out) -> ast.expr:
@@ -171,9 +171,9 @@ class CallRules:
         given = {k.arg: self.operand(k.value, out) for k in expr.keywords}
         args += [self.load(n) for n in free]
         merged = [ast.keyword(arg=k, value=v) for k, v in {**keywords, **given}.items()]
-        node = ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=args, keywords=merged)
+        node = ast.Call(func=name_node(name), args=args, keywords=merged)
         expr_facts.note(node, callee=fn)
-        return ast.copy_location(node, expr)
+        return copy_location(node, expr)
 
     def differentiated_function(self, node, where) -> Tuple[Callable, List[str]]:
         """The function object an inner derivative differentiates, and the outer

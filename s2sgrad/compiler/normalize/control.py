@@ -10,7 +10,7 @@ from typing import List, Optional, Set
 import numpy as np
 
 from ..facts import expr_facts
-from ..names import clone, stored_names
+from ..names import clone, copy_location, name_node, stored_names
 from .support import (
     _LIBRARIES,
     _SCOPES,
@@ -43,10 +43,10 @@ class ControlRules:
             # a test the branch reassigns (`if c: c = False`, an early return's flag)
             # would be read with its new value. The branch is taken on a copy.
             tested = self.names.fresh(f"{test.id}_tested")
-            self.emit(out, ast.Assign(targets=[ast.Name(id=tested, ctx=ast.Store())],
+            self.emit(out, ast.Assign(targets=[name_node(tested, True)],
                                       value=test), s)
-            test = ast.Name(id=tested, ctx=ast.Load())
-        node = ast.If(test=test, body=body or [ast.copy_location(ast.Pass(), s)], orelse=orelse)
+            test = name_node(tested)
+        node = ast.If(test=test, body=body or [copy_location(ast.Pass(), s)], orelse=orelse)
         self.emit(out, node, s)
 
     def stmt_While(self, s, out):
@@ -59,10 +59,10 @@ class ControlRules:
                for n in _walk_scope(test) + [test]):
             # `while (v := f(x)) > 0: ...` is `while True: if ...: pass else: break; ...`,
             # so the assignment (or a call) runs as a statement before each test.
-            stop = ast.If(test=test, body=[ast.copy_location(ast.Pass(), s)],
-                          orelse=[ast.copy_location(ast.Break(), s)])
-            body = [ast.copy_location(stop, test)] + body
-            test = ast.copy_location(ast.Constant(value=True), test)
+            stop = ast.If(test=test, body=[copy_location(ast.Pass(), s)],
+                          orelse=[copy_location(ast.Break(), s)])
+            body = [copy_location(stop, test)] + body
+            test = copy_location(ast.Constant(value=True), test)
         body = lift_jumps(body, (ast.Break, ast.Continue))
         body = _drop_trailing_continue(body)
         inner: List[ast.stmt] = []
@@ -74,7 +74,7 @@ class ControlRules:
         self.owned &= entry
         self.origin = saved
         node = ast.While(test=self.rename_loads(test),
-                         body=inner or [ast.copy_location(ast.Pass(), s)], orelse=[])
+                         body=inner or [copy_location(ast.Pass(), s)], orelse=[])
         self.emit(out, node, s)
 
     def dict_loop(self, s: ast.For) -> Optional[ast.For]:
@@ -95,33 +95,33 @@ class ControlRules:
         if method == "keys":
             key = target
         elif method == "values":
-            key = ast.Name(id=self.names.fresh("key"), ctx=ast.Store())
+            key = name_node(self.names.fresh("key"), True)
             prefix = [ast.Assign(targets=[target], value=ast.Subscript(
-                value=clone(base), slice=ast.Name(id=key.id, ctx=ast.Load()), ctx=ast.Load()))]
+                value=clone(base), slice=name_node(key.id), ctx=ast.Load()))]
         elif isinstance(target, ast.Tuple) and len(target.elts) == 2:
             key, value = target.elts
             if not isinstance(key, ast.Name):
-                key = ast.Name(id=self.names.fresh("key"), ctx=ast.Store())
+                key = name_node(self.names.fresh("key"), True)
                 prefix.append(ast.Assign(targets=[target.elts[0]],
-                                         value=ast.Name(id=key.id, ctx=ast.Load())))
+                                         value=name_node(key.id)))
             prefix.append(ast.Assign(targets=[value], value=ast.Subscript(
-                value=clone(base), slice=ast.Name(id=key.id, ctx=ast.Load()), ctx=ast.Load())))
+                value=clone(base), slice=name_node(key.id), ctx=ast.Load())))
         else:
-            key = ast.Name(id=self.names.fresh("key"), ctx=ast.Store())
-            pair = ast.Tuple(elts=[ast.Name(id=key.id, ctx=ast.Load()), ast.Subscript(
-                value=clone(base), slice=ast.Name(id=key.id, ctx=ast.Load()), ctx=ast.Load())],
+            key = name_node(self.names.fresh("key"), True)
+            pair = ast.Tuple(elts=[name_node(key.id), ast.Subscript(
+                value=clone(base), slice=name_node(key.id), ctx=ast.Load())],
                 ctx=ast.Load())
             prefix = [ast.Assign(targets=[target], value=pair)]
         for p in prefix:
-            ast.copy_location(p, s)
+            copy_location(p, s)
             ast.fix_missing_locations(p)
-        keys = ast.copy_location(ast.Call(func=ast.Name(id="_s2s_keys", ctx=ast.Load()),
+        keys = copy_location(ast.Call(func=name_node("_s2s_keys"),
                                           args=[clone(base)], keywords=[]), it)
         loop = ast.For(target=key, iter=keys, body=prefix + list(s.body), orelse=[],
                        type_comment=None)
         self.resolver.locals |= _assigned_names([loop])
         self.unversioned |= _assigned_names([loop])
-        return ast.copy_location(loop, s)
+        return copy_location(loop, s)
 
     def stmt_For(self, s, out):
         if s.orelse:
@@ -137,7 +137,7 @@ class ControlRules:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
                     node.id in rebound and node.id in self.resolver.locals:
                 held = self.names.fresh(f"{node.id}_iterated")
-                self.emit(out, _assign(held, ast.Name(id=node.id, ctx=ast.Load())), s.iter)
+                self.emit(out, _assign(held, name_node(node.id)), s.iter)
                 node.id = held
         body = lift_jumps(list(s.body), (ast.Break, ast.Continue))
         body = _drop_trailing_continue(body)
@@ -151,7 +151,7 @@ class ControlRules:
         self.owned &= entry
         self.origin = saved
         node = ast.For(target=target, iter=iterable,
-                       body=inner or [ast.copy_location(ast.Pass(), s)], orelse=[],
+                       body=inner or [copy_location(ast.Pass(), s)], orelse=[],
                        type_comment=None)
         self.emit(out, node, s)
 
@@ -165,7 +165,7 @@ class ControlRules:
     def loop_target(self, target):
         if isinstance(target, ast.Name):
             self.env[target.id] = target.id
-            return ast.Name(id=target.id, ctx=ast.Store())
+            return name_node(target.id, True)
         if isinstance(target, (ast.Tuple, ast.List)):
             return ast.Tuple(elts=[self.loop_target(e) for e in target.elts], ctx=ast.Store())
         raise self.err(target, "loop targets must be names or tuples of names")
@@ -175,18 +175,18 @@ class ControlRules:
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id == "_s2s_keys":
             from ... import runtime
-            call = ast.Call(func=ast.Name(id=it.func.id, ctx=ast.Load()),
+            call = ast.Call(func=name_node(it.func.id),
                             args=[self.atom(a, out) for a in it.args], keywords=[])
             expr_facts.note(call, callee=runtime.keys)
-            return ast.copy_location(call, it)
+            return copy_location(call, it)
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id == "_s2s_backwards":
-            call = ast.Call(func=ast.Name(id=it.func.id, ctx=ast.Load()),
+            call = ast.Call(func=name_node(it.func.id),
                             args=[self.atom(a, out) for a in it.args], keywords=[])
             ok, obj = self.resolver.static(it.func)
             if ok:
                 expr_facts.note(call, callee=obj)
-            return ast.copy_location(call, it)
+            return copy_location(call, it)
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id in ("range", "zip", "enumerate", "reversed") and not it.keywords:
             ok, obj = self.resolver.static(it.func)
@@ -194,10 +194,10 @@ class ControlRules:
                               "reversed": reversed}[it.func.id]:
                 args = [self.iterable(a, out) if it.func.id in ("zip", "enumerate", "reversed")
                         else self.atom(a, out) for a in it.args]
-                call = ast.Call(func=ast.Name(id=it.func.id, ctx=ast.Load()), args=args,
+                call = ast.Call(func=name_node(it.func.id), args=args,
                                 keywords=[])
                 expr_facts.note(call, callee=obj)
-                return ast.copy_location(call, it)
+                return copy_location(call, it)
         # `for t in [x, x ** 2]`: the literal gets a name, so that the items the loop
         # reads can hand their adjoints back to x and x ** 2.
         atom = self.operand(it, out)
@@ -208,11 +208,11 @@ class ControlRules:
             from ... import runtime
             name = self.names.fresh(f"{atom.id}_items")
             self.resolver.locals.add(name)
-            call = ast.Call(func=ast.Name(id="_s2s_loop_items", ctx=ast.Load()),
+            call = ast.Call(func=name_node("_s2s_loop_items"),
                             args=[atom], keywords=[])
             expr_facts.note(call, callee=runtime.loop_items)
-            self.emit(out, _assign(name, ast.copy_location(call, it)), it)
-            return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), it)
+            self.emit(out, _assign(name, copy_location(call, it)), it)
+            return copy_location(name_node(name), it)
         return atom
 
     def test(self, expr, out, stem) -> ast.expr:
@@ -229,7 +229,7 @@ class ControlRules:
             return self.atom(expr, out)
         name = self.names.fresh(stem)
         self.emit(out, _assign(name, self.condition(expr, out)), expr)
-        return ast.Name(id=name, ctx=ast.Load())
+        return name_node(name)
 
     def condition(self, expr: ast.expr, out) -> ast.expr:
         """A comparison or and/or kept whole (it has no gradient). A single
@@ -241,7 +241,7 @@ class ControlRules:
             right = self.operand(expr.comparators[0], out)
             node = ast.Compare(left=left, ops=list(expr.ops), comparators=[right])
             expr_facts.note(node, opaque=True)
-            return ast.copy_location(node, expr)
+            return copy_location(node, expr)
         self.refuse_user_calls(expr, "a condition that runs only on some paths",
                                "Call it in a statement of its own before the condition.")
         return self.rename_loads(expr)
@@ -284,7 +284,7 @@ class ControlRules:
                                    "Assign the value in a statement before the condition.")
                 value = visit(node.value, always)
                 self.assign_name(node.target.id, value, out, node)
-                return ast.copy_location(ast.Name(id=node.target.id, ctx=ast.Load()), node)
+                return copy_location(name_node(node.target.id), node)
             if isinstance(node, _SCOPES + (ast.ListComp, ast.SetComp, ast.DictComp,
                                            ast.GeneratorExp)):
                 return node

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional
 
 from ...rules import registry
 from ..facts import expr_facts
-from ..names import clone, name_nodes
+from ..names import clone, copy_location, name_node, name_nodes
 from .support import (
     _assign,
     _assigned_names,
@@ -28,14 +28,14 @@ class ExpressionRules:
         """Reduce `expr` to a variable or constant, emitting statements for it."""
         if isinstance(expr, ast.Name):
             if expr.id in self.resolver.locals:
-                return ast.copy_location(self.load(expr.id), expr)
-            return ast.copy_location(ast.Name(id=expr.id, ctx=ast.Load()), expr)
+                return copy_location(self.load(expr.id), expr)
+            return copy_location(name_node(expr.id), expr)
         if isinstance(expr, ast.Constant):
             return expr
         if isinstance(expr, (ast.Tuple, ast.List)) and not any(
                 isinstance(e, ast.Starred) for e in expr.elts):
             node = type(expr)(elts=[self.element(e, out) for e in expr.elts], ctx=ast.Load())
-            return ast.copy_location(node, expr)
+            return copy_location(node, expr)
         if isinstance(expr, ast.Attribute) and not self.resolver.is_local_chain(expr):
             ok, _ = self.resolver.static(expr)
             if ok:
@@ -53,17 +53,17 @@ class ExpressionRules:
         if isinstance(expr, ast.Dict) and all(k is not None for k in expr.keys):
             name = self.names.fresh("items")
             self.assign_name(name, expr, out, expr)
-            return ast.copy_location(self.load(name), expr)
+            return copy_location(self.load(name), expr)
         if isinstance(expr, ast.Call) and self._output_count(expr) > 1:
             # `SinCos.apply(x)[0]`: the outputs get names, the tuple is a known one.
             name = self.names.fresh("outputs")
             self.assign_name(name, expr, out, expr)
-            return ast.copy_location(self.load(name), expr)
+            return copy_location(self.load(name), expr)
         op = self.operation(expr, out)
         name = self.names.fresh(_stem(op, self) or "t")
         self.emit(out, _assign(name, op), expr)
         self._note_owned(name, op)
-        return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), expr)
+        return copy_location(name_node(name), expr)
 
     def operation(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
         """One operation whose operands are atoms."""
@@ -72,11 +72,11 @@ class ExpressionRules:
         if isinstance(expr, ast.BinOp):
             left = self.operand(expr.left, out)
             right = self.operand(expr.right, out)
-            return ast.copy_location(ast.BinOp(left=left, op=expr.op, right=right), expr)
+            return copy_location(ast.BinOp(left=left, op=expr.op, right=right), expr)
         if isinstance(expr, ast.UnaryOp):
             if isinstance(expr.op, ast.Not):
                 return self.rename_loads(expr)
-            return ast.copy_location(ast.UnaryOp(op=expr.op,
+            return copy_location(ast.UnaryOp(op=expr.op,
                                                  operand=self.operand(expr.operand, out)), expr)
         if isinstance(expr, ast.Call):
             return self.call(expr, out)
@@ -88,10 +88,10 @@ class ExpressionRules:
                 return clone(known[expr.slice.value])
             base = self.atom(expr.value, out)
             index = self.index(expr.slice, out)
-            return ast.copy_location(ast.Subscript(value=base, slice=index, ctx=ast.Load()), expr)
+            return copy_location(ast.Subscript(value=base, slice=index, ctx=ast.Load()), expr)
         if isinstance(expr, ast.Attribute):
             base = self.atom(expr.value, out)
-            return ast.copy_location(ast.Attribute(value=base, attr=expr.attr, ctx=ast.Load()),
+            return copy_location(ast.Attribute(value=base, attr=expr.attr, ctx=ast.Load()),
                                      expr)
         if isinstance(expr, (ast.Tuple, ast.List)):
             return self.atom(expr, out)
@@ -152,7 +152,7 @@ class ExpressionRules:
         name = self.names.fresh("entries" if is_dict else "items")
         self.resolver.locals.add(name)
         empty = ast.Dict(keys=[], values=[]) if is_dict else ast.List(elts=[], ctx=ast.Load())
-        self.assign_name(name, ast.copy_location(empty, expr), out, expr)
+        self.assign_name(name, copy_location(empty, expr), out, expr)
         loops = []
         for gen in expr.generators:
             if gen.is_async:
@@ -161,7 +161,7 @@ class ExpressionRules:
             for n in name_nodes(gen.target):
                 mapping[n.id] = self.names.fresh(n.id)
             loops.append((rename(gen.target), iterable, [rename(c) for c in gen.ifs]))
-        target = ast.Name(id=name, ctx=ast.Load())
+        target = name_node(name)
         if is_dict:
             inner: ast.stmt = ast.Assign(targets=[ast.Subscript(value=target,
                                                                 slice=rename(expr.key),
@@ -180,7 +180,7 @@ class ExpressionRules:
         loop = body[0]
         for node in [loop, *_walk_scope(loop)]:
             if isinstance(node, (ast.stmt, ast.expr)):
-                ast.copy_location(node, expr)
+                copy_location(node, expr)
         ast.fix_missing_locations(loop)
         assigned = _assigned_names([loop]) | set(mapping.values())
         self.resolver.locals |= assigned
@@ -188,7 +188,7 @@ class ExpressionRules:
         saved = self.origin
         self.stmt(loop, out)
         self.origin = saved
-        return ast.copy_location(self.load(name), expr)
+        return copy_location(self.load(name), expr)
 
     def builtin_reduction(self, expr: ast.Call, out) -> Optional[ast.expr]:
         """Builtin `sum(xs)`, `sum(xs, start)`, `max(xs)` and `min(xs)` over a list, a
@@ -223,9 +223,9 @@ class ExpressionRules:
                 not arg.keywords:
             # sum(d.values()): the view is walked as a dict loop, into a list.
             value = self.names.fresh("value")
-            arg = ast.copy_location(ast.ListComp(
-                elt=ast.Name(id=value, ctx=ast.Load()),
-                generators=[ast.comprehension(target=ast.Name(id=value, ctx=ast.Store()),
+            arg = copy_location(ast.ListComp(
+                elt=name_node(value),
+                generators=[ast.comprehension(target=name_node(value, True),
                                               iter=arg, ifs=[], is_async=0)]), arg)
             ast.fix_missing_locations(arg)
         items = self.operand(arg, out)
@@ -234,30 +234,30 @@ class ExpressionRules:
         if kind == "sum":
             first: ast.expr = start if start is not None else ast.Constant(value=0)
             sequence: ast.expr = items
-            step: ast.expr = ast.BinOp(left=ast.Name(id=acc, ctx=ast.Load()), op=ast.Add(),
-                                       right=ast.Name(id=item, ctx=ast.Load()))
+            step: ast.expr = ast.BinOp(left=name_node(acc), op=ast.Add(),
+                                       right=name_node(item))
         else:
             first = ast.Subscript(value=clone(items), slice=ast.Constant(value=0),
                                   ctx=ast.Load())
             sequence = ast.Subscript(value=clone(items), slice=ast.Slice(
                 lower=ast.Constant(value=1), upper=None, step=None), ctx=ast.Load())
-            step = ast.Call(func=ast.Name(id=kind, ctx=ast.Load()),
-                            args=[ast.Name(id=acc, ctx=ast.Load()),
-                                  ast.Name(id=item, ctx=ast.Load())], keywords=[])
+            step = ast.Call(func=name_node(kind),
+                            args=[name_node(acc),
+                                  name_node(item)], keywords=[])
         statements = [
-            ast.Assign(targets=[ast.Name(id=acc, ctx=ast.Store())], value=first),
-            ast.For(target=ast.Name(id=item, ctx=ast.Store()), iter=sequence,
-                    body=[ast.Assign(targets=[ast.Name(id=acc, ctx=ast.Store())], value=step)],
+            ast.Assign(targets=[name_node(acc, True)], value=first),
+            ast.For(target=name_node(item, True), iter=sequence,
+                    body=[ast.Assign(targets=[name_node(acc, True)], value=step)],
                     orelse=[], type_comment=None)]
         for st in statements:
             for node in [st, *_walk_scope(st)]:
                 if isinstance(node, (ast.stmt, ast.expr)):
-                    ast.copy_location(node, expr)
+                    copy_location(node, expr)
             ast.fix_missing_locations(st)
             saved = self.origin
             self.stmt(st, out)
             self.origin = saved
-        return ast.copy_location(self.load(acc), expr)
+        return copy_location(self.load(acc), expr)
 
     def ifexp(self, expr: ast.IfExp, out) -> ast.expr:
         """`a if c else b` becomes an if statement assigning one temporary."""
@@ -274,16 +274,16 @@ class ExpressionRules:
         self.owned &= owned_body
         self.emit(out, ast.If(test=test, body=body, orelse=orelse), expr)
         self.unversioned.add(name)
-        return ast.Name(id=name, ctx=ast.Load())
+        return name_node(name)
 
     def index(self, index: ast.expr, out) -> ast.expr:
         """Atoms inside a subscript: slices keep their shape, bounds become atoms."""
         if isinstance(index, ast.Slice):
             parts = {k: (self.atom(getattr(index, k), out) if getattr(index, k) is not None
                          else None) for k in ("lower", "upper", "step")}
-            return ast.copy_location(ast.Slice(**parts), index)
+            return copy_location(ast.Slice(**parts), index)
         if isinstance(index, ast.Tuple):
-            return ast.copy_location(ast.Tuple(elts=[self.index(e, out) for e in index.elts],
+            return copy_location(ast.Tuple(elts=[self.index(e, out) for e in index.elts],
                                                ctx=ast.Load()), index)
         return self.atom(index, out)
 
@@ -323,7 +323,7 @@ class ExpressionRules:
                                                  pack=opaque)
             node = ast.Call(func=clone(func), args=args, keywords=keywords)
             expr_facts.note(node, callee=obj)
-            return ast.copy_location(node, expr)
+            return copy_location(node, expr)
         if isinstance(func, ast.Attribute):
             base = self.atom(func.value, out)
             rule = registry.REGISTRY.methods.get(func.attr)
@@ -334,12 +334,12 @@ class ExpressionRules:
                 # adjoint (the list's last cotangent) is unpacked into a's and b's.
                 args = [self.operand(a, out) for a in expr.args]
             method = ast.Attribute(value=base, attr=func.attr, ctx=ast.Load())
-            node = ast.Call(func=ast.copy_location(method, func), args=args, keywords=keywords)
+            node = ast.Call(func=copy_location(method, func), args=args, keywords=keywords)
             expr_facts.note(node, method=func.attr)
-            return ast.copy_location(node, expr)
+            return copy_location(node, expr)
         # Calling a local variable or the result of an expression.
         callee = self.atom(func, out)
         args = [self.operand(a, out) for a in expr.args]
         keywords = [ast.keyword(arg=k.arg, value=self.operand(k.value, out))
                     for k in expr.keywords]
-        return ast.copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)
+        return copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)

@@ -9,7 +9,7 @@ from typing import Dict, List
 
 from ...function import is_function_class
 from ..facts import expr_facts
-from ..names import clone, name_nodes
+from ..names import clone, copy_location, name_node, name_nodes
 from .support import _assign, _dotted, _is_docstring, _is_fresh, _loads, _stem, is_atom
 
 
@@ -85,7 +85,7 @@ class StatementRules:
         def append(item):
             method = ast.Attribute(value=clone(func.value), attr="append", ctx=ast.Load())
             stmt = ast.Expr(value=ast.Call(func=method, args=[item], keywords=[]))
-            return ast.fix_missing_locations(ast.copy_location(stmt, s))
+            return ast.fix_missing_locations(copy_location(stmt, s))
         if isinstance(arg, (ast.List, ast.Tuple)) and \
                 not any(isinstance(e, ast.Starred) for e in arg.elts):
             # Python evaluates the whole list before extending: items first, then
@@ -93,17 +93,17 @@ class StatementRules:
             held = []
             for e in arg.elts:
                 name = self.user_temp("item")
-                assign = ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=e)
-                self.stmt(ast.fix_missing_locations(ast.copy_location(assign, s)), out)
-                held.append(ast.Name(id=name, ctx=ast.Load()))
+                assign = ast.Assign(targets=[name_node(name, True)], value=e)
+                self.stmt(ast.fix_missing_locations(copy_location(assign, s)), out)
+                held.append(name_node(name))
             for e in held:
                 self.stmt(append(e), out)
             return True
         item = self.user_temp("item")
-        loop = ast.For(target=ast.Name(id=item, ctx=ast.Store()), iter=arg,
-                       body=[append(ast.Name(id=item, ctx=ast.Load()))], orelse=[],
+        loop = ast.For(target=name_node(item, True), iter=arg,
+                       body=[append(name_node(item))], orelse=[],
                        type_comment=None)
-        self.stmt(ast.fix_missing_locations(ast.copy_location(loop, s)), out)
+        self.stmt(ast.fix_missing_locations(copy_location(loop, s)), out)
         return True
 
     def stmt_Assert(self, s, out):
@@ -127,7 +127,7 @@ class StatementRules:
         else:
             name = self.names.fresh("result")
             self.emit(out, _assign(name, self.operation(value, out)), value)
-            ret = ast.Return(value=ast.Name(id=name, ctx=ast.Load()))
+            ret = ast.Return(value=name_node(name))
         self.emit(out, ret, s)
 
     def operand(self, expr: ast.expr, out) -> ast.expr:
@@ -181,7 +181,7 @@ class StatementRules:
                 return self.atom(value, out)
             if param in rule.sequence:
                 elts = [self.operand(e, out) for e in value.elts]
-                return ast.copy_location(type(value)(elts=elts, ctx=ast.Load()), value)
+                return copy_location(type(value)(elts=elts, ctx=ast.Load()), value)
             return self.packed(value, out)
         new_args = [convert(a) for a in positional]
         new_keywords = [ast.keyword(arg=k.arg, value=convert(k.value)) for k in keywords]
@@ -195,13 +195,13 @@ class StatementRules:
         if alias is None:
             alias = "_s2s_numpy"
             self.bindings[alias] = numpy
-        call = ast.Call(func=ast.Attribute(value=ast.Name(id=alias, ctx=ast.Load()),
+        call = ast.Call(func=ast.Attribute(value=name_node(alias),
                                            attr="array", ctx=ast.Load()),
                         args=[self.load(value.id)], keywords=[])
         expr_facts.note(call, callee=numpy.array)
         name = self.names.fresh(f"{value.id}_array")
-        self.emit(out, _assign(name, ast.copy_location(call, value)), value)
-        return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), value)
+        self.emit(out, _assign(name, copy_location(call, value)), value)
+        return copy_location(name_node(name), value)
 
     def packed(self, expr: ast.expr, out) -> ast.expr:
         """An atom; a nested tuple or list becomes a variable of its own, so its
@@ -209,7 +209,7 @@ class StatementRules:
         if isinstance(expr, (ast.Tuple, ast.List)):
             name = self.names.fresh("items")
             self.assign_name(name, expr, out, expr)
-            return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), expr)
+            return copy_location(name_node(name), expr)
         return self.atom(expr, out)
 
     def stmt_Assign(self, s, out):
@@ -251,7 +251,7 @@ class StatementRules:
             elts = [self.element(e, out) for e in value.elts]
             name = self.target(user_name)
             node = type(value)(elts=elts, ctx=ast.Load())
-            self.emit(out, _assign(name, ast.copy_location(node, value)), value)
+            self.emit(out, _assign(name, copy_location(node, value)), value)
             if isinstance(value, ast.Tuple):
                 self.tuple_names.add(name)
                 self.know_tuple(name, elts)
@@ -265,7 +265,7 @@ class StatementRules:
             values = [self.element(v, out) for v in value.values]
             name = self.target(user_name)
             node = ast.Dict(keys=keys, values=values)
-            self.emit(out, _assign(name, ast.copy_location(node, value)), value)
+            self.emit(out, _assign(name, copy_location(node, value)), value)
             self.dict_names.add(name)
             self.owned.discard(name)
             return
@@ -280,10 +280,10 @@ class StatementRules:
             # `pair = MultiOutput.apply(x)`: name each output, keep `pair` a known tuple.
             call = self.call(value, out)
             parts = [self.names.fresh(f"{user_name}_{i}") for i in range(arity)]
-            tgt = ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store()) for n in parts],
+            tgt = ast.Tuple(elts=[name_node(n, True) for n in parts],
                             ctx=ast.Store())
             self.emit(out, ast.Assign(targets=[tgt], value=call), value)
-            elts = [ast.Name(id=n, ctx=ast.Load()) for n in parts]
+            elts = [name_node(n) for n in parts]
             name = self.target(user_name)
             self.emit(out, _assign(name, ast.Tuple(elts=elts, ctx=ast.Load())), value)
             self.know_tuple(name, elts)
@@ -294,7 +294,7 @@ class StatementRules:
         if user_name in self.unversioned and user_name in _loads(op):
             tmp = self.names.fresh(_stem(op, self) or user_name)
             self.emit(out, _assign(tmp, op), value)
-            op = ast.Name(id=tmp, ctx=ast.Load())
+            op = name_node(tmp)
             self._note_owned(tmp, value)
         name = self.target(user_name)
         self.emit(out, _assign(name, op), value)
@@ -354,7 +354,7 @@ class StatementRules:
                 if isinstance(a, ast.Name) and (a.id in written or a.id in self.unversioned):
                     tmp = self.names.fresh(a.id + "_old")
                     self.emit(out, _assign(tmp, a), value)
-                    a = ast.Name(id=tmp, ctx=ast.Load())
+                    a = name_node(tmp)
                 safe.append(a)
             for t, a in zip(elts, safe):
                 self.assign(t, a, out, s)
@@ -373,7 +373,7 @@ class StatementRules:
             for e in elts:
                 names.append(self.target(e.id))
                 self.owned.discard(names[-1])
-            tgt = ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store()) for n in names],
+            tgt = ast.Tuple(elts=[name_node(n, True) for n in names],
                             ctx=ast.Store())
             self.emit(out, ast.Assign(targets=[tgt], value=call), value)
             return
@@ -381,7 +381,7 @@ class StatementRules:
         for i, t in enumerate(elts):
             item = ast.Subscript(value=clone(src), slice=ast.Constant(value=i),
                                  ctx=ast.Load())
-            self.assign(t, ast.copy_location(item, t), out, s)
+            self.assign(t, copy_location(item, t), out, s)
 
     def assign_subscript(self, target, value, out, s) -> None:
         base = target.value
@@ -392,15 +392,15 @@ class StatementRules:
             raise self.err(target, "item assignment into a tuple")
         rhs = self.operand(value, out)   # L[k] = (a, b): the record gets a variable
         index = self.index(target.slice, out)
-        store = ast.Subscript(value=ast.Name(id=self.env.get(base.id, base.id), ctx=ast.Load()),
+        store = ast.Subscript(value=name_node(self.env.get(base.id, base.id)),
                               slice=index, ctx=ast.Store())
-        self.emit(out, ast.Assign(targets=[ast.copy_location(store, target)], value=rhs), target)
+        self.emit(out, ast.Assign(targets=[copy_location(store, target)], value=rhs), target)
 
     def stmt_AugAssign(self, s, out):
         target = s.target
         if isinstance(target, ast.Name):
             current = self.env.get(target.id, target.id)
-            binop = ast.copy_location(ast.BinOp(left=ast.Name(id=target.id, ctx=ast.Load()),
+            binop = copy_location(ast.BinOp(left=name_node(target.id),
                                                 op=s.op, right=s.value), s)
             if current in self.owned and target.id not in self.force_in_place:
                 # Nothing else refers to the array: `x += v` is `x = x + v`.
@@ -409,7 +409,7 @@ class StatementRules:
                 self.assign_name(target.id, binop, out, s)
                 return
             rhs = self.atom(s.value, out)
-            node = ast.AugAssign(target=ast.Name(id=current, ctx=ast.Store()), op=s.op,
+            node = ast.AugAssign(target=name_node(current, True), op=s.op,
                                  value=rhs)
             # Python semantics: arrays are updated in place, numbers rebound.
             self.env[target.id] = current
@@ -427,19 +427,19 @@ class StatementRules:
                                "Copy it into a local array first.")
             # x[i] += v  ->  t = x[i]; t2 = t + v; x[i] = t2 (the index is evaluated once)
             index = self.index(target.slice, out)
-            item = ast.copy_location(ast.Subscript(value=self.load(base.id),
+            item = copy_location(ast.Subscript(value=self.load(base.id),
                                                    slice=clone(index),
                                                    ctx=ast.Load()), target)
             old = self.names.fresh(_stem(item, self) or "item")
             self.emit(out, _assign(old, item), target)
             rhs = self.atom(s.value, out)
-            new = ast.copy_location(ast.BinOp(left=ast.Name(id=old, ctx=ast.Load()), op=s.op,
+            new = copy_location(ast.BinOp(left=name_node(old), op=s.op,
                                               right=rhs), s)
             value = self.names.fresh(_stem(new, self) or "t")
             self.emit(out, _assign(value, new), s)
             store = ast.Subscript(value=self.load(base.id), slice=index, ctx=ast.Store())
-            self.emit(out, ast.Assign(targets=[ast.copy_location(store, target)],
-                                      value=ast.Name(id=value, ctx=ast.Load()),
+            self.emit(out, ast.Assign(targets=[copy_location(store, target)],
+                                      value=name_node(value),
                                       type_comment=None), target)
             return
         raise self.err(target, "augmented assignment to an attribute is not supported",

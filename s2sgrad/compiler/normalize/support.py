@@ -12,7 +12,7 @@ from ...rules import registry
 from ..aliases import AliasFacts
 from ..callables import bound_call
 from ..facts import expr_facts, stmt_facts
-from ..names import child_fields, clone, name_nodes
+from ..names import assign_node, child_fields, clone, copy_location, name_nodes
 
 _OP_WORDS = {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "div",
              ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow",
@@ -78,9 +78,50 @@ _BLOCK_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")   # (in _fi
 def _assigned_names(nodes) -> Set[str]:
     """Names stored or deleted in `nodes`, outside nested scopes (each node of
     `nodes` itself is entered)."""
-    stored = (ast.Store, ast.Del)
-    return {n.id for node in nodes for n in (node, *_walk_scope(node))
-            if n.__class__ is ast.Name and isinstance(n.ctx, stored)}
+    out: Set[str] = set()
+    todo: List[ast.AST] = []
+    Name, Load, AST = ast.Name, ast.Load, ast.AST
+    for node in nodes:
+        todo.append(node)
+        while todo:
+            sub = todo.pop()
+            cls = sub.__class__
+            if cls is Name:
+                if sub.ctx.__class__ is not Load:
+                    out.add(sub.id)
+                continue
+            if sub is not node and isinstance(sub, _SCOPES):
+                continue
+            d = sub.__dict__
+            for attr in child_fields(cls):
+                value = d.get(attr)
+                if value.__class__ is list:
+                    todo += [item for item in value if isinstance(item, AST)]
+                elif isinstance(value, AST):
+                    todo.append(value)
+    return out
+
+
+def _has_augmented_assignment(stmts: List[ast.stmt]) -> bool:
+    """Whether an augmented assignment (`x += v`) is among stmts or in any block
+    they hold, nested functions included."""
+    todo = list(stmts)
+    while todo:
+        s = todo.pop()
+        if s.__class__ is ast.AugAssign:
+            return True
+        if s.__class__ not in _SIMPLE_STATEMENTS:
+            for attr in _BLOCK_FIELDS:
+                inner = getattr(s, attr, None)
+                if inner:
+                    todo += [b for b in inner if isinstance(b, ast.AST)]
+    return False
+
+
+# Statements that hold no statements.
+_SIMPLE_STATEMENTS = frozenset((ast.Assign, ast.AnnAssign, ast.Expr, ast.Return, ast.Pass,
+                                ast.Break, ast.Continue, ast.Delete, ast.Raise, ast.Assert,
+                                ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom))
 
 
 def _has(node: ast.AST, kinds, stop=()) -> bool:
@@ -247,9 +288,7 @@ def _bind_functional(expr: ast.Call, maker: str, norm) -> dict:
     return bound
 
 
-def _assign(name: str, value: ast.expr) -> ast.Assign:
-    return ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value,
-                      type_comment=None)
+_assign = assign_node
 
 
 def _loads(node: ast.AST) -> Set[str]:
@@ -266,7 +305,7 @@ def _drop_trailing_continue(stmts):
         stmts = stmts[:-1]
     for s in stmts:
         if isinstance(s, ast.If):
-            s.body = _drop_trailing_continue(s.body) or [ast.copy_location(ast.Pass(), s)]
+            s.body = _drop_trailing_continue(s.body) or [copy_location(ast.Pass(), s)]
             s.orelse = _drop_trailing_continue(s.orelse)
     return stmts
 

@@ -13,9 +13,11 @@ module runs them in order.
 """
 from __future__ import annotations
 
+import ast
+
 from ..transform import Transformed
 from .copies import propagate_copies, substitute_single_use
-from .folding import fold_block, tidy
+from .folding import fold_block, fold_statement, tidy
 from .fusion import fuse_adjoint_temporaries, fuse_forward_temporaries
 from .liveness import eliminate_dead
 from .residuals import drop_needless_inits, link_residuals, private_copies, prune_saves
@@ -37,6 +39,15 @@ __all__ = [
 ]
 
 
+# False: prune and eliminate again until neither finds anything, even once the
+# round before proved they cannot (tests compare the shortcut with that).
+SETTLE = True
+
+
+# Statements whose header a change may leave constant (fold_block flattens those).
+_BLOCK_HEADERS = frozenset((ast.If, ast.For, ast.While))
+
+
 def optimize(t: Transformed) -> Transformed:
     user_names = set(t.nf.resolver.locals)
     for fdef in (t.forward, t.adjoint):
@@ -52,18 +63,32 @@ def optimize(t: Transformed) -> Transformed:
     names = _Names(index)   # the adjoint's statements' names: valid while statements only leave
     # (The normal form does not change here; without shape facts nothing reads them.)
     paths = definition_paths(t.nf.node.body) if t.activity.shapes else {}
+    settled = False
     while True:
         shared = share_shape_witnesses(t, index, paths)
         if shared:
-            t.adjoint.body = fold_block(t.adjoint.body)
-            index = NameIndex()
+            if all(s is not None and s.__class__ not in _BLOCK_HEADERS for s in shared):
+                for s in shared:   # (the rest of the adjoint is folded already)
+                    fold_statement(s)
+                    index.changed(s)
+            else:
+                t.adjoint.body = fold_block(t.adjoint.body)
+                index = NameIndex()
             names = _Names(index)
+        elif settled and SETTLE:
+            # Nothing changed since pruning and dead-code elimination last ran and
+            # found all they could: asking them again would find nothing.
+            break
         pruned = prune_saves(t, names)
         removed = eliminate_dead(t.adjoint, keep=set(), names=names)
         if not (shared or pruned or removed):
             break
+        # When pruning changed no other restore's liveness (pruned.final) and
+        # eliminate_dead found nothing after it, both are done until something
+        # else changes.
+        settled = pruned.final and not removed
     private_copies(t)
-    drop_needless_inits(t.forward, t.marks)
+    drop_needless_inits(t.forward, t.marks, index)
     link_residuals(t, index)
     eliminate_dead(t.forward, keep=set(t.nf.all_params), names=_Names(index))
     fuse_forward_temporaries(t.forward, user_names, t.marks, index)

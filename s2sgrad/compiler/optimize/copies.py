@@ -7,15 +7,17 @@ import ast
 from typing import Dict, List, Optional, Sequence, Set
 
 from ..facts import ResidualMarks
-from ..names import replace_loads
+from ..names import name_nodes, replace_loads
 from .statements import (
     _BAR,
     _PART,
+    _VERIFY,
     NameIndex,
+    StaleNames,
     _drop_marked,
     _inner_blocks,
-    _loads,
     _simple_stores,
+    _value_loads,
     _walk_statements,
     assignment_sites,
     fwd_params,
@@ -34,8 +36,11 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
     changed = True
     also_stores = set()
     Load = ast.Load
-    for other in also:
-        also_stores |= {n.id for n in index.function(other) if n.ctx.__class__ is not Load}
+    # (The other functions only have names renamed in place below: their Name
+    # nodes, listed once, stay theirs.)
+    also_names = [index.function(other) for other in also]
+    for names in also_names:
+        also_stores |= {n.id for n in names if n.ctx.__class__ is not Load}
     loads_of: Optional[Dict[str, List[ast.Name]]] = None
     # Assignment sites, counted once: a round removes the one site of each name it
     # renames and changes only reads, so the counts are kept by dropping those names.
@@ -73,8 +78,8 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
                 # Each name's reads, found once: from here on names change in place
                 # (n.id) and statements leave, nothing else.
                 loads_of = {}
-                for target in (fdef, *also):
-                    for n in index.function(target):
+                for names in (index.function(fdef), *also_names):
+                    for n in names:
                         if n.ctx.__class__ is ast.Load:
                             loads_of.setdefault(n.id, []).append(n)
             for a, b in mapping.items():  # (no b is also renamed: see `renamed`)
@@ -93,39 +98,88 @@ def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] 
     """
     marks = ResidualMarks() if marks is None else marks
     index = NameIndex() if index is None else index
+    # How often each name occurs, is read, and is assigned by a simple statement:
+    # counted once, then kept up to date by the steps below (each removes a few
+    # occurrences it knows of), so that a round does not count the function again.
+    occurrences: Optional[Dict[str, int]] = None
+    load_counts: Dict[str, int] = {}
+    counts: Optional[Dict[str, int]] = None
     while True:
-        dropped: List[int] = []
+        dropped: List[str] = []
         fdef.body = _drop_self_assignments(fdef.body, dropped, marks)
-        occurrences: Dict[str, int] = {}
-        load_counts: Dict[str, int] = {}
-        Load = ast.Load
-        for n in index.function(fdef):
-            name = n.id
-            occurrences[name] = occurrences.get(name, 0) + 1
-            if n.ctx.__class__ is Load:
-                load_counts[name] = load_counts.get(name, 0) + 1
+        if occurrences is None:
+            occurrences = {}
+            Load = ast.Load
+            for n in index.function(fdef):
+                name = n.id
+                occurrences[name] = occurrences.get(name, 0) + 1
+                if n.ctx.__class__ is Load:
+                    load_counts[name] = load_counts.get(name, 0) + 1
+        elif counts is not None:
+            for name in dropped:   # `x = x`: one store and one read of x
+                occurrences[name] -= 2
+                load_counts[name] -= 1
+                counts[name] -= 1
         # Keeps both counts as they are after the copies it propagates.
-        copies = _propagate_local_copies(fdef.body, fdef, occurrences, load_counts, index)
-        counts: Dict[str, int] = {}
-        for s in _walk_statements(fdef.body):
-            for n in _simple_stores(s) if not isinstance(s, (ast.If, ast.For, ast.While)) else ():
-                counts[n] = counts.get(n, 0) + 1
+        copied: List[str] = []
+        copies = _propagate_local_copies(fdef.body, fdef, occurrences, load_counts, index,
+                                         copied)
+        if counts is None:
+            counts = {}
+            for s in _walk_statements(fdef.body):
+                for n in _simple_stores(s) if s.__class__ not in _COMPOUND else ():
+                    counts[n] = counts.get(n, 0) + 1
+        else:
+            for name in copied:   # `a = b` removed: a's one store
+                counts[name] -= 1
+        if _VERIFY:
+            _verify_counts(fdef, occurrences, load_counts, counts)
         # The parts assigned once and read once (neither count changes below).
         single = {n for n, c in counts.items()
                   if c == 1 and load_counts.get(n) == 1 and _PART.match(n)}
-        substituted = _substitute_in_block(fdef.body, single, index) if single else 0
+        substituted: List[str] = []
+        if single:
+            _substitute_in_block(fdef.body, single, index, substituted)
+        for name in substituted:   # `name = E` went into its one read: a store and a read
+            occurrences[name] -= 2
+            load_counts[name] -= 1
+            counts[name] -= 1
         if not (dropped or copies or substituted):
             return
 
 
-def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[int],
+_COMPOUND = frozenset((ast.If, ast.For, ast.While))
+
+
+def _verify_counts(fdef: ast.FunctionDef, occurrences: Dict[str, int],
+                   load_counts: Dict[str, int], counts: Dict[str, int]) -> None:
+    """The optimiser-check mode: the counts kept up to date equal a fresh count."""
+    fresh_occurrences: Dict[str, int] = {}
+    fresh_loads: Dict[str, int] = {}
+    for n in name_nodes(fdef):
+        fresh_occurrences[n.id] = fresh_occurrences.get(n.id, 0) + 1
+        if n.ctx.__class__ is ast.Load:
+            fresh_loads[n.id] = fresh_loads.get(n.id, 0) + 1
+    fresh_counts: Dict[str, int] = {}
+    for s in _walk_statements(fdef.body):
+        for n in _simple_stores(s) if s.__class__ not in _COMPOUND else ():
+            fresh_counts[n] = fresh_counts.get(n, 0) + 1
+    for what, kept, fresh in (("occurrences", occurrences, fresh_occurrences),
+                              ("reads", load_counts, fresh_loads),
+                              ("assignments", counts, fresh_counts)):
+        if {k: v for k, v in kept.items() if v} != fresh:
+            raise StaleNames(f"substitute_single_use's {what} per name drifted from a "
+                             f"fresh count of {fdef.name}")
+
+
+def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[str],
                            marks: ResidualMarks) -> List[ast.stmt]:
     """`x_bar = x_bar` is what an identity contribution leaves behind."""
     def self_assignment(s: ast.stmt) -> bool:
         if s.__class__ is ast.Assign and len(s.targets) == 1 and \
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
                 s.targets[0].id == s.value.id and marks.of(s).slot is None:
-            dropped.append(1)
+            dropped.append(s.targets[0].id)
             return True
         return False
     return _drop_marked(stmts, self_assignment, (True,))
@@ -133,14 +187,16 @@ def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[int],
 
 def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
                             occurrences: Dict[str, int], load_counts: Dict[str, int],
-                            index: NameIndex) -> int:
+                            index: NameIndex, copied: List[str]) -> int:
     """`occurrences`: how often each name occurs in fdef (`load_counts`: is read),
-    kept up to date. Below, names change in place (n.id) and statements leave
-    the block, nothing else: the index's Name nodes stay valid."""
+    kept up to date; `copied` gets the target of each copy removed. Below, names
+    change in place (n.id) and statements leave the block, nothing else: the
+    index's Name nodes stay valid."""
     done = 0
     for s in stmts:
         for _, inner in _inner_blocks(s):
-            done += _propagate_local_copies(inner, fdef, occurrences, load_counts, index)
+            done += _propagate_local_copies(inner, fdef, occurrences, load_counts, index,
+                                            copied)
     i = 0
     while i < len(stmts):
         s = stmts[i]
@@ -159,6 +215,7 @@ def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
                 occurrences[a] = 0
                 load_counts[b] = load_counts.get(b, 0) + len(reads) - 1
                 load_counts[a] = 0
+                copied.append(a)
                 done += 1
                 continue
         i += 1
@@ -186,19 +243,20 @@ def _copy_is_local(stmts, i, a, b, total: int,
     return seen if len(seen) == total - 1 else None
 
 
-def _substitute_in_block(stmts: List[ast.stmt], single: Set[str], index: NameIndex) -> int:
-    """`single`: the cotangent parts assigned once and read once."""
-    done = 0
+def _substitute_in_block(stmts: List[ast.stmt], single: Set[str], index: NameIndex,
+                         substituted: List[str]) -> None:
+    """`single`: the cotangent parts assigned once and read once; `substituted` gets
+    each one put into its reader."""
     i = 0
     Assign, Name = ast.Assign, ast.Name
     while i < len(stmts):
         s = stmts[i]
         for _, inner in _inner_blocks(s):
-            done += _substitute_in_block(inner, single, index)
+            _substitute_in_block(inner, single, index, substituted)
         if s.__class__ is Assign and len(s.targets) == 1 and \
                 s.targets[0].__class__ is Name and s.targets[0].id in single:
             name = s.targets[0].id
-            reads = set(_loads(s.value))
+            reads = set(_value_loads(s, index))
             for j in range(i + 1, len(stmts)):
                 use = stmts[j]
                 if not isinstance(use, (ast.Assign, ast.AugAssign, ast.Return)):
@@ -206,14 +264,13 @@ def _substitute_in_block(stmts: List[ast.stmt], single: Set[str], index: NameInd
                 if isinstance(use, ast.AugAssign) and isinstance(use.target, ast.Name) and \
                         use.target.id in reads:
                     break
-                if name in _loads(use.value):   # its one read (load_counts): moved there
+                if name in _value_loads(use, index):   # its one read (load_counts): there
                     replace_loads(use, name, s.value, copy=False)
                     index.changed(use)
                     del stmts[i]
                     i -= 1
-                    done += 1
+                    substituted.append(name)
                     break
                 if _simple_stores(use) & (reads | {name}):
                     break
         i += 1
-    return done

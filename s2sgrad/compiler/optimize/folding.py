@@ -7,7 +7,7 @@ import ast
 from typing import Dict, List, Optional, Tuple
 
 from ..marks import is_comment
-from ..names import SHARED_LEAVES, child_fields, clone
+from ..names import SHARED_LEAVES, child_fields, clone, copy_location
 from .statements import _pure
 
 
@@ -46,7 +46,7 @@ def _to_ast(value) -> Optional[ast.expr]:
     return None
 
 
-_FOLDABLE = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp)
+_FOLDABLE = frozenset((ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp))
 
 
 # Nodes `_fold` returns as they are (no children, or none it folds).
@@ -77,24 +77,24 @@ def _fold(node: ast.AST) -> ast.AST:
             new = _fold(value)
             if new is not value:
                 setattr(node, field, new)
-    if isinstance(node, _FOLDABLE) and _evaluable(node):
+    cls = node.__class__
+    if cls in _FOLDABLE and _evaluable(node):
         try:
             value = eval(compile(ast.Expression(body=ast.fix_missing_locations(
                 clone(node))), "<fold>", "eval"), {"__builtins__": {}})
         except Exception:  # noqa: BLE001 - folding is best effort
             return node
         new = _to_ast(value)
-        return node if new is None else ast.copy_location(new, node)
-    cls = node.__class__
+        return node if new is None else copy_location(new, node)
     if cls is ast.Call:
         func = node.func
         if isinstance(func, ast.Name) and func.id == "len" and len(node.args) == 1 \
                 and isinstance(node.args[0], (ast.Tuple, ast.List)) and not node.keywords:
-            return ast.copy_location(ast.Constant(value=len(node.args[0].elts)), node)
+            return copy_location(ast.Constant(value=len(node.args[0].elts)), node)
         if isinstance(func, ast.Name) and func.id == "_s2s_zeros_like" and \
                 len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and \
                 isinstance(node.args[0].value, (int, float)):
-            return ast.copy_location(ast.Constant(value=0.0), node)
+            return copy_location(ast.Constant(value=0.0), node)
     elif cls is ast.Subscript:
         if isinstance(node.value, ast.Tuple) and isinstance(node.slice, ast.Constant) and \
                 isinstance(node.slice.value, int) and isinstance(node.ctx, ast.Load):
@@ -106,6 +106,18 @@ def _fold(node: ast.AST) -> ast.AST:
                 node.right.value == 1 and not isinstance(node.right.value, bool):
             return node.left
     return node
+
+
+def fold_statement(s: ast.stmt) -> None:
+    """Fold, in place, a statement that holds no block. Folding reaches its fixpoint
+    in one pass (children first), so after a step changes a few statements of a
+    folded function, folding those few gives what folding it all again would."""
+    if s.__class__ in _COMPOUND_STATEMENTS:
+        raise ValueError("fold_statement folds simple statements (use fold_block)")
+    _fold(s)
+
+
+_COMPOUND_STATEMENTS = frozenset((ast.If, ast.For, ast.While))
 
 
 def fold_block(stmts: List[ast.stmt]) -> List[ast.stmt]:

@@ -11,15 +11,18 @@ from ..facts import ResidualMarks, stmt_facts
 from ..names import replace_loads, walk_values
 from .statements import (
     _COTANGENT,
+    _VERIFY,
     NameIndex,
+    StaleNames,
     _header,
     _inner_blocks,
-    _loads,
     _mutates,
     _name_counts,
     _plain_assignment,
     _pure,
+    _statement_loads,
     _stores,
+    _value_loads,
     _writes_nothing,
 )
 
@@ -34,10 +37,15 @@ def fuse_forward_temporaries(fdef: ast.FunctionDef, user_names: Set[str],
     instead of when the forward returns (a lower peak memory)."""
     marks = ResidualMarks() if marks is None else marks
     index = NameIndex() if index is None else index
-    while True:
-        loads, counts, residual_reads = _name_counts(fdef, index)
-        if not _fuse_block(fdef.body, loads, counts, residual_reads, user_names, marks, index):
-            return
+    # Counted once: a fusion removes one store and one read of the temporary (its
+    # value moves, with the same reads), and _fuse_block counts that itself. (No
+    # fused temporary is a residual: the names the return reads never change.)
+    loads, counts, residual_reads = _name_counts(fdef, index)
+    while _fuse_block(fdef.body, loads, counts, residual_reads, user_names, marks, index):
+        if _VERIFY and _name_counts(fdef, index)[:2] != (
+                {k: v for k, v in loads.items() if v}, {k: v for k, v in counts.items() if v}):
+            raise StaleNames(f"fuse_forward_temporaries' counts drifted from a fresh count "
+                             f"of {fdef.name}")
 
 
 _VERSIONED = re.compile(r"(.+)_\d+$")   # x_2: a version of x
@@ -79,14 +87,17 @@ def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks,
         s = stmts[i]
         name = _fusable(s, loads, counts, residual_reads, user_names, marks)
         if name is not None:
-            reads = set(_loads(s.value))
+            reads = set(_value_loads(s, index))
             for j in range(i + 1, len(stmts)):
                 use = stmts[j]
                 simple = isinstance(use, (ast.Assign, ast.AugAssign, ast.Return, ast.Expr))
-                if simple and name in _loads(use):
-                    replace_loads(use, name, s.value)
+                if simple and name in _statement_loads(use, index):   # (its one read:
+                    # s.value moves there)
+                    replace_loads(use, name, s.value, copy=False)
                     index.changed(use)
                     del stmts[i]
+                    loads[name] -= 1    # (its one read and its one store are gone)
+                    counts[name] -= 1
                     i -= 1
                     changed = True
                     break
@@ -126,7 +137,7 @@ def _fuse_adjoint_block(stmts: List[ast.stmt], loads, counts, returned, plain,
         s = stmts[i]
         name = _adjoint_temporary(s, loads, counts, returned)
         if name is not None:
-            reads = set(_loads(s.value))
+            reads = set(_value_loads(s, index))
             for use in stmts[i + 1:]:
                 if not isinstance(use, (ast.Assign, ast.AugAssign, ast.Return)):
                     break
@@ -136,9 +147,9 @@ def _fuse_adjoint_block(stmts: List[ast.stmt], loads, counts, returned, plain,
                         known = plain[use] = _plain_assignment(use)
                     if not known:
                         break
-                if name in _loads(use):
-                    if _in_arithmetic(use.value, name):
-                        replace_loads(use, name, s.value)
+                if name in _statement_loads(use, index):
+                    if _in_arithmetic(use.value, name):   # (its one read: s.value moves)
+                        replace_loads(use, name, s.value, copy=False)
                         index.changed(use)
                         plain.pop(use, None)   # its value changed
                         del stmts[i]

@@ -6,10 +6,11 @@ those are read).
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from typing import Dict, Optional, Set
 
 from ..facts import ResidualMarks
-from ..names import walk_values
+from ..names import name_node, walk_values
 from ..transform import Transformed
 from .liveness import _live_block
 from .statements import (
@@ -27,7 +28,20 @@ from .statements import (
 
 
 # -- to-be-recorded: saves the adjoint never needs --------------------------------
-def prune_saves(t: Transformed, names: Optional[_Names] = None) -> bool:
+@dataclass(frozen=True)
+class Pruned:
+    """What prune_saves did. `final`: it dropped only dead restores that read no
+    restored variable and write only their own, so no other restore's liveness
+    changed, and asking again (with nothing else changed) would drop nothing."""
+
+    changed: bool
+    final: bool
+
+    def __bool__(self) -> bool:
+        return self.changed
+
+
+def prune_saves(t: Transformed, names: Optional[_Names] = None) -> Pruned:
     """Drop saved copies whose restored value nothing reads afterwards.
 
     A restore is dead when its variable is not live after it in the adjoint. A
@@ -40,9 +54,9 @@ def prune_saves(t: Transformed, names: Optional[_Names] = None) -> bool:
     restores = [(s, t.marks.of(s)) for s in _walk_statements(t.adjoint.body)]
     restores = [(s, mark) for s, mark in restores if mark.restore_of is not None]
     if not restores:
-        return False
-    _live_block(t.adjoint.body, set(), live_after, names,
-                {mark.restore_of for _, mark in restores})
+        return Pruned(False, True)
+    restored = {mark.restore_of for _, mark in restores}
+    _live_block(t.adjoint.body, set(), live_after, names, restored)
     slots: Dict[str, bool] = {}
     for s, mark in restores:
         slot = mark.slot
@@ -57,7 +71,13 @@ def prune_saves(t: Transformed, names: Optional[_Names] = None) -> bool:
                 read_outside |= names.stores(part)
     dropped = {slot for slot, dead in slots.items() if dead and slot not in read_outside}
     if not dropped:
-        return False
+        return Pruned(False, True)
+    # Dropping a dead restore of x that reads no restored name and writes only x
+    # leaves every other restore's liveness as it was (x was not live after it).
+    final = all(mark.restore_of is not None and not restored.intersection(names.loads(s))
+                and names.stores(s) <= {mark.restore_of}
+                for s in _walk_statements(t.adjoint.body)
+                if (mark := t.marks.of(s)).slot in dropped)
     def slot(s):
         return t.marks.of(s).slot
 
@@ -69,7 +89,7 @@ def prune_saves(t: Transformed, names: Optional[_Names] = None) -> bool:
     still_saved = {t.marks.of(s).save_of for s in forward}
     inits = {init_of(s) for s in forward} - still_saved - {None}
     t.forward.body = _drop_marked(t.forward.body, init_of, inits)
-    return True
+    return Pruned(True, final)
 
 
 def private_copies(t: Transformed) -> None:
@@ -84,9 +104,9 @@ def private_copies(t: Transformed) -> None:
         stack = _popped_stack(s, t.marks)
         if stack is not None and stack not in names:
             names.append(stack)
-    copies = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())],
-                         value=ast.Call(func=ast.Name(id="_s2s_copy_value", ctx=ast.Load()),
-                                        args=[ast.Name(id=n, ctx=ast.Load())], keywords=[]),
+    copies = [ast.Assign(targets=[name_node(n, True)],
+                         value=ast.Call(func=name_node("_s2s_copy_value"),
+                                        args=[name_node(n)], keywords=[]),
                          type_comment=None) for n in names]
     t.adjoint.body[:0] = copies
 
@@ -102,13 +122,15 @@ def _popped_stack(s: ast.stmt, marks: ResidualMarks) -> Optional[str]:
     return None
 
 
-def drop_needless_inits(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] = None) -> None:
+def drop_needless_inits(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] = None,
+                        index: Optional[NameIndex] = None) -> None:
     """`v = None` exists so that saving v before its first assignment works; it is
     not needed where v is always assigned before any statement that saves it."""
     marks = ResidualMarks() if marks is None else marks
     inits = {marks.of(s).init_of: s for s in fdef.body if marks.of(s).init_of is not None}
     if not inits:
         return
+    names = _Names(index)   # (statements only leave fdef below)
     params = fwd_params(fdef)
     assigned = set(params)
     needed: Set[str] = set()
@@ -119,7 +141,10 @@ def drop_needless_inits(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] = 
             var = marks.of(sub).save_of
             if var in inits and var not in assigned:
                 needed.add(var)
-        assigned = _definitely_assigned([s], assigned)
+        if s.__class__ is ast.If:
+            assigned = _definitely_assigned([s], assigned, names)
+        elif s.__class__ is not ast.For and s.__class__ is not ast.While:
+            assigned |= names.stores(s)   # (what _definitely_assigned adds, without a copy)
     fdef.body = [s for s in fdef.body
                  if marks.of(s).init_of is None or marks.of(s).init_of in needed]
 
@@ -150,13 +175,13 @@ def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
                                   ctx=ast.Load())
     index.changed(ret)
     if residuals:
-        unpack = ast.Assign(targets=[ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store())
+        unpack = ast.Assign(targets=[ast.Tuple(elts=[name_node(n, True)
                                                      for n in residuals], ctx=ast.Store())],
-                            value=ast.Name(id=t.residuals, ctx=ast.Load()), type_comment=None)
+                            value=name_node(t.residuals), type_comment=None)
         adj.body.insert(0, unpack)
     assigned = _definitely_assigned(fwd.body[:-1], fwd_params(fwd), names)
     maybe_undefined = [n for n in residuals if n not in assigned]
-    inits = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())],
+    inits = [ast.Assign(targets=[name_node(n, True)],
                         value=ast.Constant(value=None), type_comment=None)
              for n in maybe_undefined]
     fwd.body[:0] = inits
@@ -164,9 +189,9 @@ def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
 
 
 def _kept(name: str, shape_only: bool) -> ast.expr:
-    value = ast.Name(id=name, ctx=ast.Load())
+    value = name_node(name)
     if shape_only:
-        return ast.Call(func=ast.Name(id="_s2s_meta", ctx=ast.Load()), args=[value], keywords=[])
+        return ast.Call(func=name_node("_s2s_meta"), args=[value], keywords=[])
     return value
 
 

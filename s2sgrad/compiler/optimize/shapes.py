@@ -5,18 +5,20 @@ a product's shape read from its operands.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 import numpy as np
 
 from ..marks import is_comment
-from ..names import walk_values
+from ..names import name_node, walk_values
 from ..transform import Transformed
 from .statements import (
     _SHAPE_ARGS,
     NameIndex,
     _blocks,
     _header,
+    _header_parts,
+    _holds_other_block,
     _inner_blocks,
     _is_pop,
     _name_counts,
@@ -28,15 +30,29 @@ from .statements import (
 
 
 # -- shapes from values already kept ----------------------------------------------
-def _shape_positions(fdef: ast.FunctionDef) -> List[tuple]:
-    """(call, argument index, Name) for every read that needs only a shape."""
+def _shape_positions(fdef: ast.FunctionDef, index: NameIndex) -> List[tuple]:
+    """(statement, call, argument index, Name) for every read that needs only a
+    shape. Only the statements that name a shape helper are walked; the statement
+    is None where it is not known (a `with` or `try` holds a block)."""
+    statements = _walk_statements(fdef.body)
+    if _holds_other_block(statements):
+        return [(None, *position) for position in _calls_reading_shapes(fdef)]
     out = []
-    for node in walk_values(fdef):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                node.func.id in _SHAPE_ARGS:
-            i = _SHAPE_ARGS[node.func.id]
-            if len(node.args) > i and isinstance(node.args[i], ast.Name):
-                out.append((node, i, node.args[i].id))
+    for s in statements:
+        if any(n.id in _SHAPE_ARGS for n in index.own(s)):
+            for part in _header_parts(s):
+                out += [(s, *position) for position in _calls_reading_shapes(part)]
+    return out
+
+
+def _calls_reading_shapes(node: ast.AST) -> List[tuple]:
+    out = []
+    for sub in walk_values(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and \
+                sub.func.id in _SHAPE_ARGS:
+            i = _SHAPE_ARGS[sub.func.id]
+            if len(sub.args) > i and isinstance(sub.args[i], ast.Name):
+                out.append((sub, i, sub.args[i].id))
     return out
 
 
@@ -54,38 +70,40 @@ def definition_paths(body, path=()) -> Dict[str, tuple]:
 
 
 def share_shape_witnesses(t: Transformed, index: Optional[NameIndex] = None,
-                          paths: Optional[Dict[str, tuple]] = None) -> bool:
+                          paths: Optional[Dict[str, tuple]] = None) -> Set[Optional[ast.stmt]]:
     """Read a shape from a value the adjoint keeps anyway (or a scalar constant).
 
     `unbroadcast(g, v)` needs only v's shape; when the analysis proves that an
     earlier value u has that shape and the adjoint reads u anyway, read u, so v
-    need not be kept at all.
+    need not be kept at all. Returns the statements it changed (None for one it
+    cannot name), which the caller tells the index about.
     """
     from ..analyze import SCALAR
     shapes = t.activity.shapes
+    changed: Set[Optional[ast.stmt]] = set()
     if not shapes:
-        return False
+        return changed
+    index = NameIndex() if index is None else index
     params = set(t.nf.all_params)
-    positions = _shape_positions(t.adjoint)
+    positions = _shape_positions(t.adjoint, index)
     if not positions:
-        return False
-    shape_reads = {call.args[i] for call, i, _ in positions}  # the nodes themselves
-    names = (index or NameIndex()).function(t.adjoint)   # (the caller starts a new index
-    value_reads = {n.id for n in names                   # when this changed something)
+        return changed
+    shape_reads = {call.args[i] for _, call, i, _ in positions}  # the nodes themselves
+    names = index.function(t.adjoint)
+    value_reads = {n.id for n in names
                    if isinstance(n.ctx, ast.Load) and n not in shape_reads} | params
     if paths is None:   # (the normal form's: a caller asking again may keep them)
         paths = definition_paths(t.nf.node.body)
     members: Dict[str, List[str]] = {}
     for name, rep in shapes.items():
         members.setdefault(rep, []).append(name)
-    changed = False
-    for call, i, n in positions:
+    for s, call, i, n in positions:
         rep = shapes.get(n)
         if rep is None:
             continue
         if rep == SCALAR:
             call.args[i] = ast.Constant(value=0.0)
-            changed = True
+            changed.add(s)
             continue
         if n in value_reads:
             continue
@@ -99,8 +117,8 @@ def share_shape_witnesses(t: Transformed, index: Optional[NameIndex] = None,
                 best = m
                 break
         if best is not None:
-            call.args[i] = ast.Name(id=best, ctx=ast.Load())
-            changed = True
+            call.args[i] = name_node(best)
+            changed.add(s)
     return changed
 
 
@@ -201,7 +219,7 @@ def _collapse_block(stmts: List[ast.stmt], loads, counts, index: NameIndex) -> b
                 uses = _unbroadcasts_reading(stmts[i + 1:], name, g, loads[name], index)
             if uses is not None:
                 for statement, use in uses:
-                    use.args[0] = ast.Name(id=g, ctx=ast.Load())
+                    use.args[0] = name_node(g)
                     index.changed(statement)
                 loads[g] = loads.get(g, 0) + len(uses) - 1
                 del stmts[i]
@@ -264,8 +282,8 @@ def product_shapes_from_operands(fdef: ast.FunctionDef,
                 continue
             operands = _product_operands(block[i + 1:], s.targets[0].id, index)
             if operands is not None:
-                call.func = ast.Name(id="_s2s_unbroadcast_matmul", ctx=ast.Load())
-                call.args = [call.args[0]] + [ast.Name(id=n, ctx=ast.Load()) for n in operands]
+                call.func = name_node("_s2s_unbroadcast_matmul")
+                call.args = [call.args[0]] + [name_node(n) for n in operands]
                 index.changed(s)
                 changed = True
     return changed
@@ -277,7 +295,10 @@ def _product_operands(stmts: List[ast.stmt], cot: str, index: NameIndex) -> Opti
     but assign pure values or pops to other names; else None."""
     before: List[ast.stmt] = []
     for use in stmts:
-        for c in walk_values(use) if isinstance(use, (ast.Assign, ast.AugAssign)) else ():
+        names = index.deep(use)
+        calls_grad = use.__class__ in (ast.Assign, ast.AugAssign) and \
+            any(n.id in _MATMUL_GRADS for n in names)   # (else no call to walk for)
+        for c in walk_values(use) if calls_grad else ():
             if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and \
                     c.func.id in _MATMUL_GRADS and len(c.args) == 3 and not c.keywords and \
                     all(isinstance(a, ast.Name) for a in c.args) and c.args[0].id == cot:
@@ -286,7 +307,7 @@ def _product_operands(stmts: List[ast.stmt], cot: str, index: NameIndex) -> Opti
                                         for s in before for n in index.deep(s)):
                     return None
                 return a, b
-        if any(n.id == cot for n in index.deep(use)):
+        if any(n.id == cot for n in names):
             return None
         if not (is_comment(use) or _plain_assignment(use) or
                 (isinstance(use, ast.Assign) and _is_pop(use.value) and

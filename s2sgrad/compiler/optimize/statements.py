@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import os
 import re
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 from ..names import name_nodes, walk_values
 
@@ -38,16 +38,22 @@ def assignment_sites(stmts: Iterable[ast.stmt], in_loop: bool = False,
                      counts: Optional[Dict[str, int]] = None) -> Dict[str, int]:
     """How often each name may be assigned (a site inside a loop counts twice)."""
     counts = {} if counts is None else counts
+    weight = 2 if in_loop else 1
+    For, While, If, Assign, Name = ast.For, ast.While, ast.If, ast.Assign, ast.Name
     for s in stmts:
-        weight = 2 if in_loop else 1
-        if isinstance(s, (ast.For, ast.While)):
+        cls = s.__class__
+        if cls is For or cls is While:
             for n in _stores(getattr(s, "target", None)):
                 counts[n] = counts.get(n, 0) + 2
             assignment_sites(s.body, True, counts)
             continue
-        if isinstance(s, ast.If):
+        if cls is If:
             assignment_sites(s.body, in_loop, counts)
             assignment_sites(s.orelse, in_loop, counts)
+            continue
+        if cls is Assign and len(s.targets) == 1 and s.targets[0].__class__ is Name:
+            n = s.targets[0].id   # (the common case of _simple_stores)
+            counts[n] = counts.get(n, 0) + weight
             continue
         for n in _simple_stores(s):
             counts[n] = counts.get(n, 0) + weight
@@ -57,12 +63,30 @@ def assignment_sites(stmts: Iterable[ast.stmt], in_loop: bool = False,
 def _stores(node) -> Set[str]:
     if node is None:
         return set()
-    return {n.id for n in name_nodes(node)
-            if isinstance(n.ctx, (ast.Store, ast.Del))}
+    Load = ast.Load
+    return {n.id for n in name_nodes(node) if n.ctx.__class__ is not Load}   # (Store, Del)
 
 
 def _loads(node) -> List[str]:
-    return [n.id for n in name_nodes(node) if isinstance(n.ctx, ast.Load)]
+    Load = ast.Load
+    return [n.id for n in name_nodes(node) if n.ctx.__class__ is Load]
+
+
+def _value_loads(s: ast.stmt, index: "NameIndex") -> List[str]:
+    """`_loads(s.value)` of an Assign, AugAssign or Return, from the index's names
+    of s where its targets are plain names (which read nothing)."""
+    cls = s.__class__
+    if cls is ast.Return or (cls is ast.AugAssign and s.target.__class__ is ast.Name) or \
+            (cls is ast.Assign and all(t.__class__ is ast.Name for t in s.targets)):
+        Load = ast.Load
+        return [n.id for n in index.own(s) if n.ctx.__class__ is Load]
+    return _loads(s.value)
+
+
+def _statement_loads(s: ast.stmt, index: "NameIndex") -> List[str]:
+    """`_loads(s)` of a statement that holds no block, from the index."""
+    Load = ast.Load
+    return [n.id for n in index.own(s) if n.ctx.__class__ is Load]
 
 
 # Checked against fresh walks in the optimiser-check mode (see NameIndex).
@@ -109,17 +133,16 @@ class NameIndex:
     def function(self, fdef: ast.FunctionDef) -> List[ast.Name]:
         """`name_nodes(fdef)`: every Name node of the function, in source order."""
         statements = _walk_statements(fdef.body)
-        if any(s.__class__ not in _COMPOUND_CLASSES and ("body" in s._fields or
-                                                        "orelse" in s._fields)
-               for s in statements):
+        if _holds_other_block(statements):
             return name_nodes(fdef)
         out: List[ast.Name] = []
         for field in fdef._fields:   # its parameters' defaults, decorators, annotations
             part = getattr(fdef, field, None)
             if field == "body":
-                own = self.own
+                known, own = self._own, self.own
                 for s in statements:
-                    out += own(s)
+                    names = None if _VERIFY else known.get(s)
+                    out += own(s) if names is None else names
             elif isinstance(part, (ast.AST, list)):
                 out += name_nodes(ast.Tuple(elts=part if isinstance(part, list) else [part]))
         return out
@@ -131,9 +154,7 @@ class NameIndex:
                 return name_nodes(s)
             return self.own(s)
         statements = _walk_statements([s])
-        if any(b.__class__ not in _COMPOUND_CLASSES and ("body" in b._fields or
-                                                        "orelse" in b._fields)
-               for b in statements):
+        if _holds_other_block(statements):
             return name_nodes(s)
         out: List[ast.Name] = []
         for b in statements:
@@ -142,6 +163,30 @@ class NameIndex:
 
 
 _COMPOUND_CLASSES = frozenset((ast.If, ast.For, ast.While))
+
+
+def _statement_classes() -> List[type]:
+    found, todo = [], [ast.stmt]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return found
+
+
+# Statements other than if/for/while that hold a block (with, try, a nested def):
+# their header is all of them.
+_OTHER_BLOCK_HOLDERS = frozenset(
+    cls for cls in _statement_classes() if cls not in _COMPOUND_CLASSES and
+    ("body" in cls._fields or "orelse" in cls._fields))
+
+
+def _holds_other_block(statements: List[ast.stmt]) -> bool:
+    other = _OTHER_BLOCK_HOLDERS
+    for s in statements:
+        if s.__class__ in other:
+            return True
+    return False
 
 
 def _own_names(s: ast.stmt) -> List[ast.Name]:
@@ -178,10 +223,11 @@ class _Names:
             index = self._index
             nodes = index.own(node) if index is not None and isinstance(node, ast.stmt) \
                 and node.__class__ not in _COMPOUND_CLASSES else name_nodes(node)
+            Load = ast.Load
             for n in nodes:
-                if isinstance(n.ctx, ast.Load):
+                if n.ctx.__class__ is Load:
                     loads.append(n.id)
-                elif isinstance(n.ctx, (ast.Store, ast.Del)):
+                else:   # (Store or Del)
                     stores.add(n.id)
             known = self._known[node] = (loads, stores)
         return known
@@ -209,11 +255,14 @@ def _collect_statements(stmts, append) -> None:
                 _collect_statements(inner, append)
 
 
-def _inner_blocks(s: ast.stmt) -> List[tuple]:
+def _inner_blocks(s: ast.stmt) -> Sequence[tuple]:
     """(field, statements) of each block s holds: an if's branches, a loop's body and
     else; none for the statements that hold no block, which are most of them."""
-    if s.__class__ in _NO_BLOCKS:
-        return []
+    cls = s.__class__
+    if cls in _NO_BLOCKS:
+        return ()
+    if cls in _COMPOUND_CLASSES:
+        return (("body", s.body), ("orelse", s.orelse))
     return [(attr, inner) for attr in ("body", "orelse")
             if (inner := getattr(s, attr, None)).__class__ is list]
 
@@ -227,15 +276,19 @@ _NO_BLOCKS = frozenset((ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.
 def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[str]:
     """Names a simple statement assigns (cheaper than walking it). `names`, if
     given, are the Name nodes of `s`."""
-    if isinstance(s, ast.Assign):
+    cls = s.__class__
+    if cls is ast.Assign:
+        targets = s.targets
+        if len(targets) == 1 and targets[0].__class__ is ast.Name:
+            return {targets[0].id}
         out: Set[str] = set()
-        for t in s.targets:
-            out |= {t.id} if isinstance(t, ast.Name) else _stores(t)
+        for t in targets:
+            out |= {t.id} if t.__class__ is ast.Name else _stores(t)
         return out
-    if isinstance(s, ast.AugAssign):
-        return {s.target.id} if isinstance(s.target, ast.Name) else set()
-    if isinstance(s, ast.Return) or (s.__class__ is ast.Expr and
-                                     s.value.__class__ is ast.Constant):   # (comments)
+    if cls is ast.AugAssign:
+        return {s.target.id} if s.target.__class__ is ast.Name else set()
+    if cls is ast.Return or (cls is ast.Expr and
+                             s.value.__class__ is ast.Constant):   # (comments)
         return set()
     if names is not None:
         return {n.id for n in names if isinstance(n.ctx, (ast.Store, ast.Del))}
@@ -249,8 +302,7 @@ def _name_counts(fdef: ast.FunctionDef, index: Optional[NameIndex] = None) -> tu
     this of the whole function again after every step that changed it); with
     an `index`, the headers' names come from it."""
     statements = _walk_statements(fdef.body)
-    if any(not isinstance(s, _COMPOUND) and (hasattr(s, "body") or hasattr(s, "orelse"))
-           for s in statements):
+    if _holds_other_block(statements):
         return _name_counts_nested(fdef, statements)
     loads: Dict[str, int] = {}
     counts: Dict[str, int] = {}
@@ -267,7 +319,7 @@ def _name_counts(fdef: ast.FunctionDef, index: Optional[NameIndex] = None) -> tu
         for n in own(s):
             if n.ctx.__class__ is Load:
                 loads[n.id] = loads.get(n.id, 0) + 1
-            elif isinstance(n.ctx, (ast.Store, ast.Del)):
+            else:   # (Store or Del)
                 stored.add(n.id)
         for n in stored:
             counts[n] = counts.get(n, 0) + 1
@@ -275,8 +327,6 @@ def _name_counts(fdef: ast.FunctionDef, index: Optional[NameIndex] = None) -> tu
         isinstance(fdef.body[-1], ast.Return) else set()
     return loads, counts, returned
 
-
-_COMPOUND = (ast.If, ast.For, ast.While)
 
 
 def _name_counts_nested(fdef: ast.FunctionDef, statements: List[ast.stmt]) -> tuple:

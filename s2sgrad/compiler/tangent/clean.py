@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, Set
 
-from ..names import name_nodes
+from ..names import copy_location, name_nodes
 from ..normalize import NormalForm
 from ..optimize import eliminate_dead, fold_block, fwd_params, propagate_copies, tidy
 
@@ -17,7 +17,7 @@ class _Peephole(ast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.op, ast.Add) and isinstance(node.right, ast.UnaryOp) and \
                 isinstance(node.right.op, ast.USub):
-            return ast.copy_location(ast.BinOp(left=node.left, op=ast.Sub(),
+            return copy_location(ast.BinOp(left=node.left, op=ast.Sub(),
                                                right=node.right.operand), node)
         return node
 

@@ -6,6 +6,7 @@ import ast
 import copy
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from ..names import copy_location
 from ..sites import _assign, _name
 from .support import (
     _helper,
@@ -81,7 +82,7 @@ class ControlFlowTangents:
         else:
             self.state = _State(before.live, before.owned, before.defined, reachable=False)
         node = ast.If(test=copy.deepcopy(s.test), body=body or [ast.Pass()], orelse=orelse)
-        out.append(ast.copy_location(node, s))
+        out.append(copy_location(node, s))
         return out
 
     def jump(self, s) -> List[ast.stmt]:
@@ -209,7 +210,7 @@ class ControlFlowTangents:
             return None, []
         pre, _, body = self._loop(s, header)
         node = ast.While(test=copy.deepcopy(s.test), body=body, orelse=[])
-        return out + pre + [ast.copy_location(node, s)]
+        return out + pre + [copy_location(node, s)]
 
     def for_(self, s: ast.For) -> List[ast.stmt]:
         out: List[ast.stmt] = []
@@ -262,7 +263,7 @@ class ControlFlowTangents:
         pre, _, body = self._loop(s, header)
         node = ast.For(target=result["target"], iter=result["iter"], body=body, orelse=[],
                        type_comment=None)
-        return out + pre + [ast.copy_location(node, s)]
+        return out + pre + [copy_location(node, s)]
 
     def return_(self, s: ast.Return) -> List[ast.stmt]:
         out: List[ast.stmt] = []
@@ -287,7 +288,7 @@ class ControlFlowTangents:
             tangent = self.tangent_of(value)
             self.output_live = self.liveness(value)
             self.output_varied = isinstance(value, ast.Name) and value.id in self.act.varied
-        out.append(ast.copy_location(ast.Return(value=ast.Tuple(
+        out.append(copy_location(ast.Return(value=ast.Tuple(
             elts=[copy.deepcopy(value), tangent], ctx=ast.Load())), s))
         self.state.reachable = False
         return out

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Sequence, Set, Tuple
 
 from ...rules import registry
 from ..facts import expr_facts
+from ..names import copy_location
 from ..sites import _name
 
 _HINT_RULE = ("Use reverse mode (s2sgrad.grad / functional.vjp) for this function, or "
@@ -82,7 +83,7 @@ def _rebuild(node, mapping):
         else:
             fields[name] = _rebuild(value, mapping)
     out = type(node)(**fields)
-    ast.copy_location(out, node)
+    copy_location(out, node)
     return expr_facts.same(node, out)
 
 

@@ -45,6 +45,7 @@ from .. import sites
 from ..analyze import Activity, call_write_guards, iter_statements
 from ..facts import expr_facts, shallow_copy, stmt_facts
 from ..marks import line_comment
+from ..names import copy_location
 from ..normalize import NormalForm
 from ..ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
 from ..parse import ParsedFunction
@@ -237,7 +238,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         jvp = ast.FunctionDef(name=self.own_name, args=new_args,
                               body=inits + out, decorator_list=[], returns=None,
                               type_comment=None)
-        ast.copy_location(jvp, fdef)
+        copy_location(jvp, fdef)
         return jvp
 
     def _arguments(self, args: ast.arguments, tangent_params: List[str]) -> ast.arguments:

@@ -3,7 +3,6 @@ the recorded test, loops run backwards over their saved trip counts."""
 from __future__ import annotations
 
 import ast
-import copy
 from typing import List, Sequence, Set, Tuple
 
 from ..analyze import (
@@ -11,7 +10,7 @@ from ..analyze import (
 )
 from ..facts import StatementFacts
 from ..marks import is_comment
-from ..names import name_nodes, stored_names
+from ..names import clone, name_nodes, stored_names
 from ..ops import describe
 from .support import _assign, _LoopInfo, _name, helper_call
 
@@ -60,7 +59,7 @@ class AdjointControl:
         self.state = merged
         if not body and not orelse:
             return []
-        node = ast.If(test=copy.deepcopy(s.test), body=body or [ast.Pass()], orelse=orelse)
+        node = ast.If(test=clone(s.test), body=body or [ast.Pass()], orelse=orelse)
         return [node]
 
     def _var_of(self, bar: str) -> str:
@@ -202,7 +201,7 @@ class AdjointControl:
             if info.trips:
                 rng = ast.Subscript(value=rng, slice=ast.Slice(lower=None, upper=_name(info.trips),
                                                                step=None), ctx=ast.Load())
-            target = copy.deepcopy(info.target)
+            target = clone(info.target)
             target.ctx = ast.Store()
             # Pure code is differentiated again: its backwards iteration must be
             # recognisably non-differentiable (a range), not any reversed(...).

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import ast
-import copy
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...errors import InternalError
 from ...rules import registry
 from .. import sites
 from ..facts import expr_facts
+from ..names import clone, copy_location
 from ..ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
 from .support import (
     _DIFFERENTIABLE_KINDS,
@@ -38,7 +38,7 @@ class AdjointStatements:
         if base in self.act.active and b in self.state and \
                 isinstance(value, ast.Name) and value.id in self.act.active:
             self.mark_line(s, out)
-            gathered: ast.expr = ast.Subscript(value=_name(b), slice=copy.deepcopy(index),
+            gathered: ast.expr = ast.Subscript(value=_name(b), slice=clone(index),
                                                ctx=ast.Load())
             if UFUNC_AT_SIGNS[ufunc_at_kind(expr_facts.of(s.value).callee)] < 0:
                 gathered = ast.UnaryOp(op=ast.USub(), operand=gathered)
@@ -100,7 +100,7 @@ class AdjointStatements:
                 if isinstance(e, ast.Name) and e.id in self.act.active:
                     if isinstance(value, ast.Dict):
                         item: ast.expr = helper_call("dict_item_grad", _name(g_name),
-                                                     copy.deepcopy(key), _name(e.id))
+                                                     clone(key), _name(e.id))
                     else:
                         item = ast.Subscript(value=_name(g_name), slice=key, ctx=ast.Load())
                     self.accumulate(e.id, item, out)
@@ -144,17 +144,17 @@ class AdjointStatements:
             if isinstance(value, ast.Name) and value.id in self.act.active:
                 part = self.names.fresh(f"{value.id}_bar_part")
                 if self._basic_index(target.slice):
-                    item = helper_call("copy_item", _name(b), copy.deepcopy(index))
+                    item = helper_call("copy_item", _name(b), clone(index))
                     # A list's item is the value itself; an array's may broadcast it.
                     grad = item if base in self.sequences else \
                         helper_call("unbroadcast", item, _name(value.id))
                 else:  # an index array may repeat: only the last writer counts
-                    grad = helper_call("written_grad", _name(b), copy.deepcopy(index),
+                    grad = helper_call("written_grad", _name(b), clone(index),
                                        _name(value.id))
                 out.append(_assign(part, grad))
             if self.pure:
                 out.append(_assign(b, helper_call("with_zeroed", _name(b),
-                                                  copy.deepcopy(index))))
+                                                  clone(index))))
                 self.state[b] = "owned"
             else:
                 self.inplace.add(b)
@@ -165,7 +165,7 @@ class AdjointStatements:
                     zero_list = (b, index)    # once the old items are back (below)
                 else:
                     out.append(ast.Expr(value=helper_call("zero_item", _name(b),
-                                                          copy.deepcopy(index))))
+                                                          clone(index))))
             if part is not None:
                 # After the zeroing: the value may be the array itself (x[i] = x).
                 self.accumulate(value.id, _name(part), out)
@@ -173,7 +173,7 @@ class AdjointStatements:
         if zero_list is not None:
             b, index = zero_list
             like = [_name(base)] if restored else []
-            out.append(ast.Expr(value=helper_call("zero_item", _name(b), copy.deepcopy(index),
+            out.append(ast.Expr(value=helper_call("zero_item", _name(b), clone(index),
                                                   *like)))
 
     def _basic_index(self, index: ast.expr) -> bool:
@@ -339,17 +339,17 @@ class AdjointStatements:
         late = set(ctx[1].get(s, ())) if ctx is not None and not reset and \
             not registry.is_elementwise(rule) else set()
         late_keys = {k for k, part in wanted.items()
-                     if any(v in late and p == part for v, p in targets)}
+                     if any(v in late and p == part for v, p in targets)} if late else ()
         if late_keys:
             now = {k: v for k, v in wanted.items() if k not in late_keys}
             if now:
                 out.append(self.rule_placeholder(rule, op.bound, g, ans, now, s))
-            later = [ast.copy_location(self.rule_placeholder(
+            later = [copy_location(self.rule_placeholder(
                 rule, op.bound, g, ans, {k: wanted[k] for k in late_keys}, s), s)]
             for var, part in targets:
                 if var in late and part in {wanted[k] for k in late_keys}:
                     self.accumulate(var, _name(part), later)
-            out.append(ast.If(test=copy.deepcopy(ctx[0]), body=later, orelse=[]))
+            out.append(ast.If(test=clone(ctx[0]), body=later, orelse=[]))
             for var, part in targets:
                 if not (var in late and part in {wanted[k] for k in late_keys}):
                     self.accumulate(var, _name(part), out)

@@ -3,7 +3,6 @@ will need restored (a saved copy, or a stack inside loops); call sites."""
 from __future__ import annotations
 
 import ast
-import copy
 from typing import List, Sequence, Set, Tuple
 
 from ...errors import guard_fields, note_origin
@@ -15,7 +14,7 @@ from ..analyze import (
     may_build_sequence,
 )
 from ..facts import expr_facts, shallow_copy, stmt_facts
-from ..names import name_nodes
+from ..names import clone, copy_location, name_nodes
 from ..ops import Op, describe
 from .support import _assign, _index_expr, _is_literal, _LoopInfo, _name, helper_call
 
@@ -29,7 +28,7 @@ class ForwardSweep:
     def forward_arguments(self, args: ast.arguments) -> ast.arguments:
         """The user's parameters; default values are the function's own (evaluated
         when it was defined), bound by name, not re-evaluated from their text."""
-        args = copy.deepcopy(args)
+        args = clone(args)
         fn = self.nf.parsed.fn
         values = list(getattr(fn, "__defaults__", None) or ())
         args.defaults = [self._default(value) for value in values]
@@ -102,7 +101,7 @@ class ForwardSweep:
             if isinstance(s, ast.If):
                 node = ast.If(test=s.test, body=self.forward_block(s.body, in_loop),
                               orelse=self.forward_block(s.orelse, in_loop))
-                out.append(ast.copy_location(node, s))
+                out.append(copy_location(node, s))
             elif isinstance(s, ast.For):
                 out.extend(self.forward_for(s, in_loop))
             elif isinstance(s, ast.While):
@@ -134,7 +133,7 @@ class ForwardSweep:
             self.overwritable.add(base)
         out: List[ast.stmt] = []
         self.save_value(base, in_loop, out, s,
-                        helper_call("copy_item", _name(base), copy.deepcopy(index)))
+                        helper_call("copy_item", _name(base), clone(index)))
         out.append(s)
         return out
 
@@ -159,9 +158,9 @@ class ForwardSweep:
                 (known(value.right) and integer(value.left)))):
             raise self.err(s, words, hint)
         guard = ast.Expr(value=helper_call(
-            "no_sequence_arithmetic", copy.deepcopy(value.left), copy.deepcopy(value.right),
+            "no_sequence_arithmetic", clone(value.left), clone(value.right),
             *[ast.Constant(value=f) for f in guard_fields(self.err(s, words, hint))]))
-        return [ast.copy_location(guard, s)]
+        return [copy_location(guard, s)]
 
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
         op = describe(s, self.locals)
@@ -241,7 +240,7 @@ class ForwardSweep:
     def setup_assign(self, loop, target: str, value: ast.expr, in_loop: bool) -> List[ast.stmt]:
         """A loop's range or trip counter. Inside an outer loop it is saved per
         iteration like any variable, and restored after the adjoint loop."""
-        stmt = ast.copy_location(_assign(target, value), loop)
+        stmt = copy_location(_assign(target, value), loop)
         self.loop_setups.setdefault(loop, list).append(stmt)
         return self.forward_assign(stmt, in_loop)
 
@@ -288,7 +287,7 @@ class ForwardSweep:
             body += self.forward_assign(b, True)
         body += self.forward_block(s.body, True)
         node = ast.For(target=target, iter=loop_iter, body=body, orelse=[], type_comment=None)
-        out.append(ast.copy_location(node, s))
+        out.append(copy_location(node, s))
         return out
 
     def index_loop(self, s: ast.For, out: List[ast.stmt], in_loop: bool):
@@ -320,7 +319,7 @@ class ForwardSweep:
         first = pairs[0][1]
         stem = first.id if isinstance(first, ast.Name) else "item"
         k = self.names.fresh(f"{stem}_index")
-        lengths = [ast.Call(func=self.builtin("len"), args=[copy.deepcopy(seq)], keywords=[])
+        lengths = [ast.Call(func=self.builtin("len"), args=[clone(seq)], keywords=[])
                    for _, seq in pairs]
         n = lengths[0] if len(lengths) == 1 else ast.Call(func=self.builtin("min"), args=lengths,
                                                            keywords=[])
@@ -330,19 +329,19 @@ class ForwardSweep:
         out += self.setup_assign(s, rng, range_call, in_loop)
         prefix: List[ast.stmt] = []
         for t in index_targets:
-            prefix.append(ast.copy_location(_assign(t.id, _name(k)), s))
+            prefix.append(copy_location(_assign(t.id, _name(k)), s))
         def unpack(t, value: ast.expr) -> None:
             # `for W, b in params`: the item gets a name, then each target reads its
             # part (item[0], item[1], nested as deep as the target).
             if isinstance(t, ast.Name):
-                prefix.append(ast.copy_location(_assign(t.id, value), s))
+                prefix.append(copy_location(_assign(t.id, value), s))
                 return
             if not isinstance(t, (ast.Tuple, ast.List)) or \
                     any(isinstance(e, ast.Starred) for e in t.elts):
                 raise self.err(s, "this loop target over a differentiated sequence",
                                "Unpack the item in the loop body.")
             item = self.names.fresh(f"{stem}_item")
-            prefix.append(ast.copy_location(_assign(item, value), s))
+            prefix.append(copy_location(_assign(item, value), s))
             # The item is new here, after the analysis: it carries a gradient exactly
             # when a target it is unpacked into does.
             parts = {n.id for n in name_nodes(t)}
@@ -358,7 +357,7 @@ class ForwardSweep:
             # reversed(xs) reads xs[-1 - k]: the same items, last first.
             index = ast.BinOp(left=ast.Constant(-1), op=ast.Sub(), right=_name(k)) \
                 if i in backwards else _name(k)
-            unpack(t, ast.Subscript(value=copy.deepcopy(seq), slice=index, ctx=ast.Load()))
+            unpack(t, ast.Subscript(value=clone(seq), slice=index, ctx=ast.Load()))
         for p in prefix:
             note_origin(p, s)
             self.overwritable.add(p.targets[0].id)
@@ -371,7 +370,7 @@ class ForwardSweep:
         def visit(t):
             if isinstance(t, ast.Name):
                 item = self.names.fresh(f"{t.id}_item")
-                a = ast.copy_location(_assign(t.id, _name(item)), t)
+                a = copy_location(_assign(t.id, _name(item)), t)
                 prefix.append(a)
                 self.overwritable.add(t.id)
                 return _name(item, True)
@@ -385,5 +384,5 @@ class ForwardSweep:
         out = self.setup_assign(s, trips, ast.Constant(0), in_loop)
         incr = ast.AugAssign(target=_name(trips, True), op=ast.Add(), value=ast.Constant(1))
         body = [incr] + self.forward_block(s.body, True)
-        out.append(ast.copy_location(ast.While(test=s.test, body=body, orelse=[]), s))
+        out.append(copy_location(ast.While(test=s.test, body=body, orelse=[]), s))
         return out

@@ -22,7 +22,6 @@ each statement (adjoint_statements.py) and the adjoint's control flow
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -34,7 +33,7 @@ from ..analyze import (
 )
 from ..facts import ResidualMarks, StatementFacts, expr_facts
 from ..marks import comment, line_comment
-from ..names import NameRegistry, name_nodes
+from ..names import NameRegistry, clone, copy_location, name_nodes
 from ..normalize import NormalForm
 from ..ops import describe
 from .adjoint_control import AdjointControl
@@ -182,7 +181,7 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         assert isinstance(ret, ast.Return)
         fwd_body = self.forward_block(body, in_loop=False)
         residuals = self.names.fresh("residuals")
-        fwd_ret = ast.Return(value=ast.Tuple(elts=[copy.deepcopy(ret.value), _name(residuals)],
+        fwd_ret = ast.Return(value=ast.Tuple(elts=[clone(ret.value), _name(residuals)],
                                              ctx=ast.Load()))
         forward = ast.FunctionDef(
             name=self.names.fresh(f"{self.nf.parsed.name}_forward"),
@@ -204,14 +203,14 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
             grads.append(_name(b))
         value = grads[0] if len(grads) == 1 else ast.Tuple(elts=grads, ctx=ast.Load())
         adj_body.append(ast.Return(value=value))
-        ast.copy_location(forward, fdef)
+        copy_location(forward, fdef)
         args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=residuals), ast.arg(arg=g_param)],
                              vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
                              defaults=[])
         adjoint = ast.FunctionDef(name=self.names.fresh(f"{self.nf.parsed.name}_adjoint"),
                                   args=args, body=adj_body, decorator_list=[], returns=None,
                                   type_comment=None)
-        ast.copy_location(adjoint, fdef)
+        copy_location(adjoint, fdef)
         t = Transformed(self.nf, self.act, forward, adjoint, self.names, residuals,
                         self.callees, list(self.sites.values()), self.marks)
         t.bindings = dict(self.default_bindings)

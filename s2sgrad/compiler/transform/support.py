@@ -3,28 +3,22 @@ rewrite of loops over dict items that forward mode shares too."""
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ..analyze import (
     Activity,
 )
-from ..names import stored_names
+from ..names import assign_node, clone, name_node, stored_names
 
 _DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
 
 
-def _name(id_: str, store: bool = False) -> ast.Name:
-    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
-
-
-def _assign(target: str, value: ast.expr) -> ast.Assign:
-    return ast.Assign(targets=[_name(target, True)], value=value, type_comment=None)
+_name, _assign = name_node, assign_node   # (the short names reverse mode uses)
 
 
 def _call(func: str, *args: ast.expr) -> ast.Call:
-    return ast.Call(func=_name(func), args=list(args), keywords=[])
+    return ast.Call(_name(func), list(args), [])
 
 
 def helper_call(helper: str, *args: ast.expr) -> ast.Call:
@@ -107,4 +101,4 @@ def _index_expr(index: ast.expr) -> ast.expr:
         return ast.Call(func=_name("slice"), args=args, keywords=[])
     if isinstance(index, ast.Tuple):
         return ast.Tuple(elts=[_index_expr(e) for e in index.elts], ctx=ast.Load())
-    return copy.deepcopy(index)
+    return clone(index)
