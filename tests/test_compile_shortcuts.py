@@ -77,11 +77,11 @@ def branches(x, s):
 
 
 def fill_slices(x, w):
-    out = np.zeros((3, 4))
-    out[0] = x * w
-    out[1:, ::2] = np.tanh(x[::2])
-    out[2, 1] = np.sum(x)
-    return np.sum(out * np.cos(out))
+    grid = np.ones((4, 4))
+    grid[1] = np.sin(x) * w
+    grid[2:, 1::2] = np.exp(0.1 * w[1::2])
+    grid[0, 3] = np.sum(x * w)
+    return np.sum(np.sin(grid) * grid)
 
 
 def mutate_argument(x, v):
@@ -91,26 +91,24 @@ def mutate_argument(x, v):
 
 
 def nested_while(x, a):
-    n = 0
-    while np.sum(a * a) < 4.0 and n < 3:
-        k = 0
-        while np.sum(x * x) < 4.0 and k < 3:
-            x = x * 1.5 + 0.4
-            k += 1
-        a = a * 1.1
-        n += 1
-    return np.sum(x * a)
+    outer = 0
+    while outer < 2 and np.max(np.abs(a)) < 5.0:
+        inner = 0
+        while inner < 2 and np.sum(x) < 9.0:
+            x = np.tanh(x) * 1.2 + a
+            inner += 1
+        a = a * 0.9 + 0.05
+        outer += 1
+    return np.sum(x * x * a)
 
 
 def written_in_nested_loops(x, y):
     acc = 0.0
-    for t in [0.7, 3.0]:
-        k = 0
-        while k < 2:
-            k += 1
-            out = np.tanh(y * t)
-            out[0] = np.sum(x)
-            acc = acc + np.sum(out ** 2)
+    for scale in (0.5, 2.0):
+        for step in range(2):
+            cur = np.cos(y * scale) + step
+            cur[1] = np.sum(x * x)
+            acc = acc + np.sum(cur * y)
     return acc
 
 
@@ -224,8 +222,8 @@ def test_pruning_is_final_only_for_plain_dead_restores(monkeypatch):
     assert len(seen) == 1    # and the confirming round is not run
     seen.clear()
     generated(fill_slices, (0, 1))
-    # Dropping item restores (`out[1:, ::2] = saved`: a read of `out`) can make an
-    # earlier restore of `out` dead: pruning runs again until it drops nothing.
+    # Dropping item restores (`grid[2:, 1::2] = saved`: a read of `grid`) can make an
+    # earlier restore of `grid` dead: pruning runs again until it drops nothing.
     assert seen[0].changed and not seen[0].final
     assert len(seen) > 1 and not seen[-1].changed
     assert bool(residuals_mod.Pruned(False, True)) is False
