@@ -364,3 +364,62 @@ def test_math_twins_still_replace_numpy_calls_on_python_floats():
     np.testing.assert_allclose(g[0], np.cos(0.3) * np.cos(0.7) + 0.7 * np.exp(0.21), rtol=1e-12)
     np.testing.assert_allclose(g[1], -np.sin(0.3) * np.sin(0.7) + 0.3 * np.exp(0.21),
                                rtol=1e-12)
+
+
+# -- a loop's probes: one, when the first changes nothing ---------------------------------
+def test_a_probe_from_the_same_state_ends_the_same_way(monkeypatch):
+    """What lets adjoint_loop skip a second probe that would start where the first
+    did: run every probe twice from the same state and compare (over loops whose
+    probes carry adjoints in, out and around)."""
+    control = importlib.import_module("s2sgrad.compiler.transform.adjoint_control")
+    original = control.AdjointControl.probe
+    runs = []
+
+    def twice(self, s):
+        start = dict(self.state)
+        first = original(self, s)
+        assert self.state == start   # (a probe puts the state back)
+        again = original(self, s)
+        assert again == first
+        runs.append(first)
+        return first
+    monkeypatch.setattr(control.AdjointControl, "probe", twice)
+    for fn, wrt, _ in CASES:
+        generated(fn, wrt)
+    assert len(runs) >= 8
+
+
+def test_one_probe_when_the_first_ends_where_it_started(monkeypatch):
+    control = importlib.import_module("s2sgrad.compiler.transform.adjoint_control")
+    original = control.AdjointControl.probe
+    calls = []
+
+    def counting(self, s):
+        calls.append(s.lineno)
+        return original(self, s)
+    monkeypatch.setattr(control.AdjointControl, "probe", counting)
+    generated(cache_workload.rnn_loss, (0, 1, 2, 3))
+    assert len(calls) == 1   # the RNN's loop: no adjoint becomes live across it
+    calls.clear()
+    generated(rnn_like, (0, 1, 2))
+    assert len(calls) >= 2   # W_bar, U_bar, b_bar become live: probed again
+
+
+def test_what_may_not_fold_folds_to_itself():
+    """fold_block skips a statement in which no node folds as it is: over the
+    generated code of the programs above and the optimiser's own source, folding
+    such a statement (a copy) changes nothing; the foldable sample is seen."""
+    from s2sgrad.compiler.names import clone
+    sources = [generated(fn, wrt) for fn, wrt, _ in CASES]
+    sources += [open(folding_mod.__file__).read(), open(copies_mod.__file__).read(), FOLDABLE]
+    skipped = 0
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.stmt, ast.expr)) and not folding_mod._may_fold(node):
+                skipped += 1
+                copy = clone(node)
+                assert ast.dump(folding_mod._fold(copy)) == ast.dump(node)
+    assert skipped > 1000
+    sample = ast.parse(FOLDABLE).body[0].body
+    assert all(folding_mod._may_fold(s) for s in sample[:2])
+    assert folding_mod._may_fold(sample[2].test) and folding_mod._may_fold(sample[3].iter)

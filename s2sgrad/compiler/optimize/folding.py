@@ -7,7 +7,7 @@ import ast
 from typing import Dict, List, Optional, Tuple
 
 from ..marks import is_comment
-from ..names import SHARED_LEAVES, child_fields, clone, copy_location
+from ..names import SHARED_LEAVES, child_fields, clone, copy_location, walk_values
 from .statements import _pure
 
 
@@ -108,6 +108,40 @@ def _fold(node: ast.AST) -> ast.AST:
     return node
 
 
+def _folds(node: ast.AST) -> bool:
+    """Whether a rule of `_fold` applies to node with the children it has now."""
+    cls = node.__class__
+    if cls in _FOLDABLE and _evaluable(node):
+        return True
+    if cls is ast.BinOp:
+        right = node.right
+        return isinstance(node.op, ast.Pow) and isinstance(right, ast.Constant) and \
+            right.value == 1 and not isinstance(right.value, bool)
+    if cls is ast.Call:
+        func, args = node.func, node.args
+        return func.__class__ is ast.Name and len(args) == 1 and (
+            (func.id == "len" and isinstance(args[0], (ast.Tuple, ast.List)) and
+             not node.keywords) or
+            (func.id == "_s2s_zeros_like" and isinstance(args[0], ast.Constant)))
+    if cls is ast.Subscript:
+        return isinstance(node.value, ast.Tuple) and isinstance(node.slice, ast.Constant)
+    return False
+
+
+def _may_fold(node: ast.AST) -> bool:
+    """Whether folding can change anything under node. A node folds only when a
+    rule applies to its children as they are, or when a child changed: so nothing
+    changes where no node folds as it is now (then the walk is all it costs)."""
+    for sub in walk_values(node):
+        if sub.__class__ in _MAY_FOLD and _folds(sub):
+            return True
+    return False
+
+
+_MAY_FOLD = frozenset((ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp, ast.Call,
+                       ast.Subscript))
+
+
 def fold_statement(s: ast.stmt) -> None:
     """Fold, in place, a statement that holds no block. Folding reaches its fixpoint
     in one pass (children first), so after a step changes a few statements of a
@@ -124,11 +158,14 @@ def fold_block(stmts: List[ast.stmt]) -> List[ast.stmt]:
     out: List[ast.stmt] = []
     for s in stmts:
         # Compound statements: fold only their header here; their bodies below.
-        if isinstance(s, (ast.If, ast.While)):
-            s.test = _fold(s.test)
-        elif isinstance(s, ast.For):
-            s.iter = _fold(s.iter)
-        else:
+        cls = s.__class__
+        if cls is ast.If or cls is ast.While:
+            if _may_fold(s.test):
+                s.test = _fold(s.test)
+        elif cls is ast.For:
+            if _may_fold(s.iter):
+                s.iter = _fold(s.iter)
+        elif _may_fold(s):
             s = _fold(s)
         if isinstance(s, ast.If):
             if _is_constant(s.test):

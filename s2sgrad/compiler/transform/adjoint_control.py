@@ -162,7 +162,10 @@ class AdjointControl:
         out: List[ast.stmt] = []
         end_state, inplace = self.probe(s)
         carried = set(self.state) | end_state
-        while True:
+        # A probe's end depends only on the state it starts from (names it picks are
+        # dropped): when the first ends with no adjoint live that was not live at its
+        # start, the next would start from that same state and end the same way.
+        while not end_state <= set(self.state):
             # An adjoint live at the start of an iteration can make more adjoints
             # live at its end (v = xs.pop() needs xs_bar once v_bar is live): iterate.
             entry = self.state
