@@ -181,17 +181,27 @@ def assign_node(target: Union[str, ast.expr], value: ast.expr) -> ast.Assign:
 _POSITIONS = ("lineno", "col_offset", "end_lineno", "end_col_offset")
 
 
-def _located_classes() -> frozenset:
-    found, todo = set(), [ast.AST]
+def node_classes(base: type) -> List[type]:
+    """`base` and every node class below it."""
+    found, todo = [], [base]
     while todo:
         cls = todo.pop()
+        found.append(cls)
         todo += cls.__subclasses__()
-        if getattr(cls, "_attributes", ()) == _POSITIONS:
-            found.add(cls)
-    return frozenset(found)
+    return found
 
 
-_LOCATED = _located_classes()
+_LOCATED = frozenset(cls for cls in node_classes(ast.AST)
+                     if getattr(cls, "_attributes", ()) == _POSITIONS)
+
+
+# The statements whose blocks the passes enter by name (body, orelse) ...
+BRANCHES_AND_LOOPS = frozenset((ast.If, ast.For, ast.While))
+# ... and those that hold no block at all (most statements: walks skip them).
+SIMPLE_STATEMENTS = frozenset((ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return,
+                               ast.Pass, ast.Break, ast.Continue, ast.Delete, ast.Raise,
+                               ast.Assert, ast.Global, ast.Nonlocal, ast.Import,
+                               ast.ImportFrom))
 
 
 def copy_location(new: ast.AST, old: ast.AST) -> ast.AST:

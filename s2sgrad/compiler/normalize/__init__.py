@@ -22,7 +22,16 @@ from ...errors import InternalError, error_at, guard_fields, note_origin
 from ..aliases import AliasFacts
 from ..facts import stmt_facts
 from ..hoist import hoist_invariants
-from ..names import NameRegistry, clone, copy_location, name_node, name_nodes, names_in, walk_values
+from ..names import (
+    BRANCHES_AND_LOOPS,
+    NameRegistry,
+    clone,
+    copy_location,
+    name_node,
+    name_nodes,
+    names_in,
+    walk_values,
+)
 from ..parse import ParsedFunction
 from ..resolve import Resolver
 from .calls import CallRules
@@ -30,7 +39,6 @@ from .control import ControlRules
 from .expressions import ExpressionRules
 from .statements import StatementRules
 from .support import (
-    _COMPOUND,
     _SCOPES,
     _assign,
     _assigned_names,
@@ -277,7 +285,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         out: Set[str] = set()
         module = ast.Module(body=body, type_ignores=[])
         for node in _walk_scope(module):
-            if isinstance(node, _COMPOUND):
+            if node.__class__ in BRANCHES_AND_LOOPS:
                 out |= _assigned_names(node.body + node.orelse)
                 if isinstance(node, ast.For):
                     out |= _assigned_names([node.target])

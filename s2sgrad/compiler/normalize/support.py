@@ -12,7 +12,7 @@ from ...rules import registry
 from ..aliases import AliasFacts
 from ..callables import bound_call
 from ..facts import expr_facts, stmt_facts
-from ..names import assign_node, child_fields, clone, copy_location, name_nodes
+from ..names import SIMPLE_STATEMENTS, assign_node, child_fields, clone, copy_location, name_nodes
 
 _OP_WORDS = {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "div",
              ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow",
@@ -25,8 +25,6 @@ _UNARY_WORDS = {ast.USub: "neg", ast.UAdd: "pos", ast.Not: "not", ast.Invert: "i
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
-
-_COMPOUND = (ast.If, ast.For, ast.While)
 
 
 def is_atom(node: ast.AST) -> bool:
@@ -110,18 +108,13 @@ def _has_augmented_assignment(stmts: List[ast.stmt]) -> bool:
         s = todo.pop()
         if s.__class__ is ast.AugAssign:
             return True
-        if s.__class__ not in _SIMPLE_STATEMENTS:
+        if s.__class__ not in SIMPLE_STATEMENTS:
             for attr in _BLOCK_FIELDS:
                 inner = getattr(s, attr, None)
                 if inner:
                     todo += [b for b in inner if isinstance(b, ast.AST)]
     return False
 
-
-# Statements that hold no statements.
-_SIMPLE_STATEMENTS = frozenset((ast.Assign, ast.AnnAssign, ast.Expr, ast.Return, ast.Pass,
-                                ast.Break, ast.Continue, ast.Delete, ast.Raise, ast.Assert,
-                                ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom))
 
 
 def _has(node: ast.AST, kinds, stop=()) -> bool:

@@ -13,8 +13,7 @@ module runs them in order.
 """
 from __future__ import annotations
 
-import ast
-
+from ..names import BRANCHES_AND_LOOPS
 from ..transform import Transformed
 from .copies import propagate_copies, substitute_single_use
 from .folding import fold_block, fold_statement, tidy
@@ -44,10 +43,6 @@ __all__ = [
 SETTLE = True
 
 
-# Statements whose header a change may leave constant (fold_block flattens those).
-_BLOCK_HEADERS = frozenset((ast.If, ast.For, ast.While))
-
-
 def optimize(t: Transformed) -> Transformed:
     user_names = set(t.nf.resolver.locals)
     for fdef in (t.forward, t.adjoint):
@@ -67,7 +62,7 @@ def optimize(t: Transformed) -> Transformed:
     while True:
         shared = share_shape_witnesses(t, index, paths)
         if shared:
-            if all(s is not None and s.__class__ not in _BLOCK_HEADERS for s in shared):
+            if all(s is not None and s.__class__ not in BRANCHES_AND_LOOPS for s in shared):
                 for s in shared:   # (the rest of the adjoint is folded already)
                     fold_statement(s)
                     index.changed(s)

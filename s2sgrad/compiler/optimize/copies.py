@@ -10,6 +10,7 @@ from ..facts import ResidualMarks
 from ..names import name_nodes, replace_loads
 from .statements import (
     _BAR,
+    _COMPOUND_CLASSES,
     _PART,
     _VERIFY,
     NameIndex,
@@ -127,7 +128,7 @@ def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] 
         if counts is None:
             counts = {}
             for s in _walk_statements(fdef.body):
-                for n in _simple_stores(s) if s.__class__ not in _COMPOUND else ():
+                for n in _simple_stores(s) if s.__class__ not in _COMPOUND_CLASSES else ():
                     counts[n] = counts.get(n, 0) + 1
         else:
             for name in copied:   # `a = b` removed: a's one store
@@ -148,8 +149,6 @@ def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] 
             return
 
 
-_COMPOUND = frozenset((ast.If, ast.For, ast.While))
-
 
 def _verify_counts(fdef: ast.FunctionDef, occurrences: Dict[str, int],
                    load_counts: Dict[str, int], counts: Dict[str, int]) -> None:
@@ -162,7 +161,7 @@ def _verify_counts(fdef: ast.FunctionDef, occurrences: Dict[str, int],
             fresh_loads[n.id] = fresh_loads.get(n.id, 0) + 1
     fresh_counts: Dict[str, int] = {}
     for s in _walk_statements(fdef.body):
-        for n in _simple_stores(s) if s.__class__ not in _COMPOUND else ():
+        for n in _simple_stores(s) if s.__class__ not in _COMPOUND_CLASSES else ():
             fresh_counts[n] = fresh_counts.get(n, 0) + 1
     for what, kept, fresh in (("occurrences", occurrences, fresh_occurrences),
                               ("reads", load_counts, fresh_loads),

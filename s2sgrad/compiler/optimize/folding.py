@@ -7,7 +7,14 @@ import ast
 from typing import Dict, List, Optional, Tuple
 
 from ..marks import is_comment
-from ..names import SHARED_LEAVES, child_fields, clone, copy_location, walk_values
+from ..names import (
+    BRANCHES_AND_LOOPS,
+    SHARED_LEAVES,
+    child_fields,
+    clone,
+    copy_location,
+    walk_values,
+)
 from .statements import _pure
 
 
@@ -146,12 +153,10 @@ def fold_statement(s: ast.stmt) -> None:
     """Fold, in place, a statement that holds no block. Folding reaches its fixpoint
     in one pass (children first), so after a step changes a few statements of a
     folded function, folding those few gives what folding it all again would."""
-    if s.__class__ in _COMPOUND_STATEMENTS:
+    if s.__class__ in BRANCHES_AND_LOOPS:
         raise ValueError("fold_statement folds simple statements (use fold_block)")
     _fold(s)
 
-
-_COMPOUND_STATEMENTS = frozenset((ast.If, ast.For, ast.While))
 
 
 def fold_block(stmts: List[ast.stmt]) -> List[ast.stmt]:

@@ -9,7 +9,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
-from ..names import name_nodes, walk_values
+from ..names import BRANCHES_AND_LOOPS, SIMPLE_STATEMENTS, name_nodes, node_classes, walk_values
 
 _PART = re.compile(r".*_bar_part(_\d+)?$")
 
@@ -162,22 +162,13 @@ class NameIndex:
         return out
 
 
-_COMPOUND_CLASSES = frozenset((ast.If, ast.For, ast.While))
-
-
-def _statement_classes() -> List[type]:
-    found, todo = [], [ast.stmt]
-    while todo:
-        cls = todo.pop()
-        found.append(cls)
-        todo += cls.__subclasses__()
-    return found
+_COMPOUND_CLASSES = BRANCHES_AND_LOOPS
 
 
 # Statements other than if/for/while that hold a block (with, try, a nested def):
 # their header is all of them.
 _OTHER_BLOCK_HOLDERS = frozenset(
-    cls for cls in _statement_classes() if cls not in _COMPOUND_CLASSES and
+    cls for cls in node_classes(ast.stmt) if cls not in _COMPOUND_CLASSES and
     ("body" in cls._fields or "orelse" in cls._fields))
 
 
@@ -267,10 +258,7 @@ def _inner_blocks(s: ast.stmt) -> Sequence[tuple]:
             if (inner := getattr(s, attr, None)).__class__ is list]
 
 
-# Statements that never hold a block (most of them): skipped by the walks above.
-_NO_BLOCKS = frozenset((ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return,
-                        ast.Pass, ast.Break, ast.Continue, ast.Delete, ast.Raise,
-                        ast.Assert, ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom))
+_NO_BLOCKS = SIMPLE_STATEMENTS   # (skipped by the walks above)
 
 
 def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[str]:
