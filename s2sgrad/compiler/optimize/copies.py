@@ -14,13 +14,13 @@ from .statements import (
     _PART,
     _VERIFY,
     NameIndex,
-    StaleNames,
     _drop_marked,
     _inner_blocks,
     _simple_stores,
     _value_loads,
     _walk_statements,
     assignment_sites,
+    check_kept_counts,
     fwd_params,
 )
 
@@ -109,14 +109,8 @@ def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] 
         dropped: List[str] = []
         fdef.body = _drop_self_assignments(fdef.body, dropped, marks)
         if occurrences is None:
-            occurrences = {}
-            Load = ast.Load
-            for n in index.function(fdef):
-                name = n.id
-                occurrences[name] = occurrences.get(name, 0) + 1
-                if n.ctx.__class__ is Load:
-                    load_counts[name] = load_counts.get(name, 0) + 1
-        elif counts is not None:
+            occurrences, load_counts = _name_occurrences(index.function(fdef))
+        else:   # (a round has run: counts too are known)
             for name in dropped:   # `x = x`: one store and one read of x
                 occurrences[name] -= 2
                 load_counts[name] -= 1
@@ -126,10 +120,7 @@ def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] 
         copies = _propagate_local_copies(fdef.body, fdef, occurrences, load_counts, index,
                                          copied)
         if counts is None:
-            counts = {}
-            for s in _walk_statements(fdef.body):
-                for n in _simple_stores(s) if s.__class__ not in _COMPOUND_CLASSES else ():
-                    counts[n] = counts.get(n, 0) + 1
+            counts = _simple_store_counts(fdef)
         else:
             for name in copied:   # `a = b` removed: a's one store
                 counts[name] -= 1
@@ -150,25 +141,36 @@ def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] 
 
 
 
+def _name_occurrences(names) -> tuple:
+    """(occurrences, reads) per name of the Name nodes `names`."""
+    occurrences: Dict[str, int] = {}
+    reads: Dict[str, int] = {}
+    Load = ast.Load
+    for n in names:
+        name = n.id
+        occurrences[name] = occurrences.get(name, 0) + 1
+        if n.ctx.__class__ is Load:
+            reads[name] = reads.get(name, 0) + 1
+    return occurrences, reads
+
+
+def _simple_store_counts(fdef: ast.FunctionDef) -> Dict[str, int]:
+    """How many statements other than if/for/while assign each name in fdef."""
+    counts: Dict[str, int] = {}
+    for s in _walk_statements(fdef.body):
+        for n in _simple_stores(s) if s.__class__ not in _COMPOUND_CLASSES else ():
+            counts[n] = counts.get(n, 0) + 1
+    return counts
+
+
 def _verify_counts(fdef: ast.FunctionDef, occurrences: Dict[str, int],
                    load_counts: Dict[str, int], counts: Dict[str, int]) -> None:
     """The optimiser-check mode: the counts kept up to date equal a fresh count."""
-    fresh_occurrences: Dict[str, int] = {}
-    fresh_loads: Dict[str, int] = {}
-    for n in name_nodes(fdef):
-        fresh_occurrences[n.id] = fresh_occurrences.get(n.id, 0) + 1
-        if n.ctx.__class__ is ast.Load:
-            fresh_loads[n.id] = fresh_loads.get(n.id, 0) + 1
-    fresh_counts: Dict[str, int] = {}
-    for s in _walk_statements(fdef.body):
-        for n in _simple_stores(s) if s.__class__ not in _COMPOUND_CLASSES else ():
-            fresh_counts[n] = fresh_counts.get(n, 0) + 1
-    for what, kept, fresh in (("occurrences", occurrences, fresh_occurrences),
-                              ("reads", load_counts, fresh_loads),
-                              ("assignments", counts, fresh_counts)):
-        if {k: v for k, v in kept.items() if v} != fresh:
-            raise StaleNames(f"substitute_single_use's {what} per name drifted from a "
-                             f"fresh count of {fdef.name}")
+    fresh_occurrences, fresh_loads = _name_occurrences(name_nodes(fdef))
+    check_kept_counts("substitute_single_use", fdef,
+                      (("occurrences", occurrences, fresh_occurrences),
+                       ("reads", load_counts, fresh_loads),
+                       ("assignments", counts, _simple_store_counts(fdef))))
 
 
 def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[str],

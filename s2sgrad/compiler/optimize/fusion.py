@@ -13,7 +13,6 @@ from .statements import (
     _COTANGENT,
     _VERIFY,
     NameIndex,
-    StaleNames,
     _header,
     _inner_blocks,
     _mutates,
@@ -24,6 +23,7 @@ from .statements import (
     _stores,
     _value_loads,
     _writes_nothing,
+    check_kept_counts,
 )
 
 
@@ -42,10 +42,11 @@ def fuse_forward_temporaries(fdef: ast.FunctionDef, user_names: Set[str],
     # fused temporary is a residual: the names the return reads never change.)
     loads, counts, residual_reads = _name_counts(fdef, index)
     while _fuse_block(fdef.body, loads, counts, residual_reads, user_names, marks, index):
-        if _VERIFY and _name_counts(fdef, index)[:2] != (
-                {k: v for k, v in loads.items() if v}, {k: v for k, v in counts.items() if v}):
-            raise StaleNames(f"fuse_forward_temporaries' counts drifted from a fresh count "
-                             f"of {fdef.name}")
+        if _VERIFY:
+            fresh_loads, fresh_counts, _ = _name_counts(fdef, index)
+            check_kept_counts("fuse_forward_temporaries", fdef,
+                              (("reads", loads, fresh_loads),
+                               ("assignments", counts, fresh_counts)))
 
 
 _VERSIONED = re.compile(r"(.+)_\d+$")   # x_2: a version of x

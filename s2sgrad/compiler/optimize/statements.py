@@ -78,8 +78,7 @@ def _value_loads(s: ast.stmt, index: "NameIndex") -> List[str]:
     cls = s.__class__
     if cls is ast.Return or (cls is ast.AugAssign and s.target.__class__ is ast.Name) or \
             (cls is ast.Assign and all(t.__class__ is ast.Name for t in s.targets)):
-        Load = ast.Load
-        return [n.id for n in index.own(s) if n.ctx.__class__ is Load]
+        return _statement_loads(s, index)
     return _loads(s.value)
 
 
@@ -94,7 +93,17 @@ _VERIFY = os.environ.get("S2SGRAD_CHECK_OPTIMIZER", "") not in ("", "0")
 
 
 class StaleNames(AssertionError):
-    """A step changed a statement's names without telling the NameIndex."""
+    """A step changed a statement's names without telling the NameIndex (or the
+    counts of names it keeps drifted from the code)."""
+
+
+def check_kept_counts(step: str, fdef: ast.FunctionDef, pairs) -> None:
+    """The optimiser-check mode's test of counts a step keeps up to date: each
+    (what, kept, fresh) must agree, names counted zero times aside."""
+    for what, kept, fresh in pairs:
+        if {k: v for k, v in kept.items() if v} != {k: v for k, v in fresh.items() if v}:
+            raise StaleNames(f"{step}'s {what} per name drifted from a fresh count of "
+                             f"{fdef.name}")
 
 
 class NameIndex:
