@@ -84,6 +84,12 @@ def _fold(node: ast.AST) -> ast.AST:
             new = _fold(value)
             if new is not value:
                 setattr(node, field, new)
+    return _fold_here(node)
+
+
+def _fold_here(node: ast.AST) -> ast.AST:
+    """What a rule of folding makes of node, with the children it has now: a
+    constant, one of its children, or node itself (nothing is changed in place)."""
     cls = node.__class__
     if cls in _FOLDABLE and _evaluable(node):
         try:
@@ -115,38 +121,18 @@ def _fold(node: ast.AST) -> ast.AST:
     return node
 
 
-def _folds(node: ast.AST) -> bool:
-    """Whether a rule of `_fold` applies to node with the children it has now."""
-    cls = node.__class__
-    if cls in _FOLDABLE and _evaluable(node):
-        return True
-    if cls is ast.BinOp:
-        right = node.right
-        return isinstance(node.op, ast.Pow) and isinstance(right, ast.Constant) and \
-            right.value == 1 and not isinstance(right.value, bool)
-    if cls is ast.Call:
-        func, args = node.func, node.args
-        return func.__class__ is ast.Name and len(args) == 1 and (
-            (func.id == "len" and isinstance(args[0], (ast.Tuple, ast.List)) and
-             not node.keywords) or
-            (func.id == "_s2s_zeros_like" and isinstance(args[0], ast.Constant)))
-    if cls is ast.Subscript:
-        return isinstance(node.value, ast.Tuple) and isinstance(node.slice, ast.Constant)
-    return False
-
-
 def _may_fold(node: ast.AST) -> bool:
     """Whether folding can change anything under node. A node folds only when a
     rule applies to its children as they are, or when a child changed: so nothing
     changes where no node folds as it is now (then the walk is all it costs)."""
     for sub in walk_values(node):
-        if sub.__class__ in _MAY_FOLD and _folds(sub):
+        if sub.__class__ in _MAY_FOLD and _fold_here(sub) is not sub:
             return True
     return False
 
 
-_MAY_FOLD = frozenset((ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp, ast.Call,
-                       ast.Subscript))
+# The classes `_fold_here` has a rule for.
+_MAY_FOLD = _FOLDABLE | {ast.Call, ast.Subscript}
 
 
 def fold_statement(s: ast.stmt) -> None:
@@ -156,7 +142,6 @@ def fold_statement(s: ast.stmt) -> None:
     if s.__class__ in BRANCHES_AND_LOOPS:
         raise ValueError("fold_statement folds simple statements (use fold_block)")
     _fold(s)
-
 
 
 def fold_block(stmts: List[ast.stmt]) -> List[ast.stmt]:
