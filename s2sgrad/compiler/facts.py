@@ -125,6 +125,16 @@ class ExprFact:
 NO_FACT = ExprFact()
 
 
+class NodeTable(weakref.WeakKeyDictionary):
+    """A table keyed weakly by AST nodes (an entry goes with its node), whose `get`
+    looks the node up directly: the passes ask for nearly every node, and
+    WeakKeyDictionary.get guards against keys that are not weakly referable,
+    which nodes always are."""
+
+    def get(self, node, default=None):
+        return self.data.get(weakref.ref(node), default)
+
+
 class NodeFacts(Generic[T]):
     """One frozen fact record per node, held weakly: a fact goes with its node, and
     a node a pass builds anew has none until a pass says so."""
@@ -133,10 +143,7 @@ class NodeFacts(Generic[T]):
         self.empty = empty   # the record of a node nothing was noted about: its class's
         self._make = type(empty)   # defaults (a first fact is built directly)
         assert empty == self._make(), "NodeFacts' empty record must be its class's defaults"
-        self._facts: "weakref.WeakKeyDictionary[ast.AST, T]" = weakref.WeakKeyDictionary()
-        # Its dict, keyed by weak references (equal for the same node): `of` is asked
-        # for every node of every pass, and WeakKeyDictionary.get is a Python call.
-        self._lookup = self._facts.data.get
+        self._facts: "NodeTable[ast.AST, T]" = NodeTable()
 
     def note(self, node: ast.AST, **fields) -> ast.AST:
         """Add `fields` to the fact about node; node."""
@@ -145,7 +152,7 @@ class NodeFacts(Generic[T]):
         return node
 
     def of(self, node: ast.AST) -> T:
-        return self._lookup(weakref.ref(node), self.empty)
+        return self._facts.get(node, self.empty)
 
     def same(self, source: ast.AST, target: ast.AST) -> ast.AST:
         """target (a node rebuilt from source) gets source's fact; target."""

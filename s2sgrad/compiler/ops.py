@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import inspect
 import types
-import weakref
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -21,7 +20,7 @@ from ..rules import registry
 from ..rules.registry import Rule
 from ..runtime import inplace as runtime_inplace
 from . import reentry
-from .facts import expr_facts
+from .facts import NodeTable, expr_facts
 from .names import OPERATOR_SYMBOLS, dotted, walk_values
 
 # Functions that write into one of their arguments: never silently skipped.
@@ -64,8 +63,7 @@ _UNSUPPORTED = ("unknown", "opaque", "method")
 # Each statement's Op, found once: the analysis and both transforms ask about the
 # same statements again and again. Weak keys: an entry goes with its statement,
 # and a statement rebuilt by a pass is described afresh, never by another's Op.
-_DESCRIBED: "weakref.WeakKeyDictionary[ast.stmt, Op]" = weakref.WeakKeyDictionary()
-_DESCRIBED_GET = _DESCRIBED.data.get   # (by weak reference: no WeakKeyDictionary.get call)
+_DESCRIBED: "NodeTable[ast.stmt, Op]" = NodeTable()
 
 
 def describe(stmt: ast.stmt, local_names) -> Op:
@@ -75,7 +73,7 @@ def describe(stmt: ast.stmt, local_names) -> Op:
     activity flows through them and the analysis reports them (an error)
     instead of silently treating them as constants.
     """
-    cached = _DESCRIBED_GET(weakref.ref(stmt))
+    cached = _DESCRIBED.get(stmt)
     if cached is not None:
         return cached
     op = _describe(stmt, local_names)

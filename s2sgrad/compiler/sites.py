@@ -14,24 +14,23 @@ import copy
 import inspect
 import linecache
 import os
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..errors import TransformError, deliberate, error_at, note_origin, origin_of
 from ..rules.registry import Rule
+from .facts import NodeTable
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
 
 # Placeholder statement -> what the inliner puts in its place (a RuleVjp, or a
 # Function site's forward or vjp). Weak keys: the payload goes with its placeholder.
-_EXPANSIONS: "weakref.WeakKeyDictionary[ast.stmt, object]" = weakref.WeakKeyDictionary()
-_EXPANSIONS_GET = _EXPANSIONS.data.get   # (by weak reference: no WeakKeyDictionary.get call)
+_EXPANSIONS: "NodeTable[ast.stmt, object]" = NodeTable()
 
 
 def expansion_of(s: ast.stmt) -> Optional[object]:
     """The payload of a placeholder the transform left for the inliner; None for
     any other statement."""
-    return _EXPANSIONS_GET(weakref.ref(s))
+    return _EXPANSIONS.get(s)
 
 
 _name, _assign = name_node, assign_node   # (the short names the transforms import)

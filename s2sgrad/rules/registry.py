@@ -55,20 +55,11 @@ class Rule:
         """The NumPy functions its templates call (`np.cos(x)` -> "cos"): the inliner
         looks into an expanded template for some of them only when they are here."""
         found = set()
-        todo: List[ast.AST] = [*self.grads.values(), *self.prelude]
-        while todo:   # (ast.walk without its generators: asked once per rule and process)
-            node = todo.pop()
-            if node.__class__ is ast.Call:
-                func = node.func
-                if func.__class__ is ast.Attribute and func.value.__class__ is ast.Name and \
-                        func.value.id == "np":
-                    found.add(func.attr)
-            for name in node._fields:
-                value = getattr(node, name, None)
-                if isinstance(value, ast.AST):
-                    todo.append(value)
-                elif isinstance(value, list):
-                    todo += [item for item in value if isinstance(item, ast.AST)]
+        for template in [*self.grads.values(), *self.prelude]:
+            for node in ast.walk(template):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        isinstance(node.func.value, ast.Name) and node.func.value.id == "np":
+                    found.add(node.func.attr)
         return frozenset(found)
 
 
