@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import numeric_grad
 
 import s2sgrad
 from s2sgrad.compiler import clear_cache, compile_function
@@ -189,21 +190,10 @@ def test_drifted_counts_are_caught_in_check_mode(monkeypatch):
 @pytest.mark.parametrize("fn, wrt, make", CASES, ids=[c[0].__name__ for c in CASES])
 def test_gradients_match_central_differences(fn, wrt, make):
     args = make(np.random.default_rng(3))
-
-    def fresh(values):   # (some cases write into their arguments)
-        return [np.array(v, dtype=float) if isinstance(v, np.ndarray) else v for v in values]
-    grads = s2sgrad.grad(fn, wrt=wrt)(*fresh(args))
-    eps = 1e-6
+    copies = [np.array(a) if isinstance(a, np.ndarray) else a for a in args]
+    grads = s2sgrad.grad(fn, wrt=wrt)(*copies)   # (some cases write into their arguments)
     for k, i in enumerate(wrt):
-        x = np.asarray(args[i], dtype=float)
-        numeric = np.zeros_like(x)
-        for j in np.ndindex(x.shape):
-            plus, minus = fresh(args), fresh(args)
-            xp, xm = x.copy(), x.copy()
-            xp[j] += eps
-            xm[j] -= eps
-            plus[i], minus[i] = (xp if x.ndim else float(xp)), (xm if x.ndim else float(xm))
-            numeric[j] = (fn(*plus) - fn(*minus)) / (2 * eps)
+        numeric = numeric_grad(fn, args, i)
         np.testing.assert_allclose(grads[k], numeric, rtol=1e-5, atol=1e-7)
 
 
