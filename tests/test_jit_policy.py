@@ -258,11 +258,12 @@ def test_without_numba_only_calls_meant_for_numba_warn(monkeypatch):
 
 
 def test_a_call_left_to_numpy_does_not_even_import_numba(tmp_path):
-    # The first call of a NumPy-decided function pays no numba import.
+    # The first call of a NumPy-decided function pays no numba import. (A sum along
+    # an axis: straight-line code that is not all elementwise, left to NumPy when large.)
     script = tmp_path / "big.py"
     script.write_text(
         "import sys\nimport numpy as np\nimport s2sgrad\n\n"
-        "def f(x):\n    return np.sum(np.sin(x) * x)\n\n"
+        "def f(x):\n    return np.sum(np.sin(x) * x, axis=0)\n\n"
         "x = np.linspace(0.0, 1.0, 5000)\n"
         "g = s2sgrad.grad(f, jit=True)(x)\n"
         "assert np.allclose(g, np.sin(x) + x * np.cos(x))\n"
@@ -284,16 +285,27 @@ def _cli(*argv):
                           text=True, timeout=300, cwd=ROOT)
 
 
-def test_show_jit_prints_the_rule_and_for_shapes_the_decision_and_code():
+def test_show_jit_prints_the_rule_and_for_shapes_the_decision_and_code(tmp_path):
     target = ELEMENTWISE
     rule = _cli("show", target, "--jit")
     assert rule.returncode == 0, rule.stderr
-    assert "straight-line code" in rule.stdout and f"{STRAIGHT_LIMIT:,}" in rule.stdout
+    assert "elementwise code" in rule.stdout and "every size" in rule.stdout
+    assert f"{STRAIGHT_LIMIT:,}" in rule.stdout        # for arrays other than float64
     small = _cli("show", target, "--jit", "--shape", "x=20")
     assert small.returncode == 0, small.stderr
     assert "compiled by numba" in small.stdout
     assert "def elementwise_loss_nb_fused(x):" in small.stdout
     large = _cli("show", target, "--jit", "--shape", "x=200000")
+    assert large.returncode == 0, large.stderr
+    assert "compiled by numba" in large.stdout and "fuse into one loop" in large.stdout
+    assert "for i in range(n):" in large.stdout
+    # straight-line code that is not all elementwise (a max) stays with NumPy when large
+    source = tmp_path / "peak.py"
+    source.write_text("import numpy as np\n\n\ndef peak(x):\n"
+                      "    return np.max(np.sin(x)) + np.sum(x * x)\n")
+    rule = _cli("show", f"{source}:peak", "--jit")
+    assert "straight-line code" in rule.stdout and f"{STRAIGHT_LIMIT:,}" in rule.stdout
+    large = _cli("show", f"{source}:peak", "--jit", "--shape", "x=200000")
     assert large.returncode == 0, large.stderr
     assert "left to NumPy" in large.stdout and "200,000 elements" in large.stdout
     assert "def " not in large.stdout

@@ -6,17 +6,22 @@ loop), or straight-line code touches arrays so small that dispatch is all
 there is. Where NumPy's kernels do the work (large elementwise passes with
 SIMD transcendental functions, BLAS matrix products) numba's code is slower.
 The decision uses facts the compiler has: whether the generated pair (or a
-function it calls) loops, whether it multiplies matrices, and the size of the
-largest array of the call. It is made per call, from the arrays' sizes (a
-compiled variant is kept per dtype and rank, and shapes change between calls),
-and costs a pass over the arguments.
+function it calls) loops, whether it multiplies matrices, whether it is all
+elementwise statements and whole-array sums, and the size of the largest array
+of the call. Elementwise code over float64 arrays is compiled at every size:
+`numba_fuse` turns its statements into one loop with vectorised sin, cos, exp
+and tanh (`numba_math`), one pass over memory where NumPy makes one per
+operation, with SIMD where NumPy has none for float64 (sin, cos). The decision
+is made per call, from the arrays' sizes (a compiled variant is kept per dtype
+and rank, and shapes change between calls), and costs a pass over the
+arguments.
 
 The limits come from `benchmarks/jit_sizes.py` (jit time over NumPy time, one
 thread, float64; the README's JIT section has the table): loops of elementwise
 work ran faster under numba up to 1e5 elements (breaking even there on bodies
 heavy in exp and log), loops with matrix products up to 1e4 (slower from
-6.5e4); straight-line elementwise code broke even between 1e2 and 1e3 elements, and a
-straight-line matrix product was slower at every size.
+6.5e4); straight-line code that is not all elementwise broke even between 1e2
+and 1e3 elements, and a straight-line matrix product was slower at every size.
 `S2SGRAD_JIT_PLAN=always` compiles whatever the sizes (`numpy`: never); it is read
 when a function is first called with jit=True.
 """
@@ -29,10 +34,13 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from .numba_fuse import elementwise_statements
+
 LOOP_LIMIT = 100_000       # elements: loops over smaller arrays are compiled
 LOOP_PRODUCT_LIMIT = 10_000   # ... and loops that multiply matrices, over smaller ones
 STRAIGHT_LIMIT = 500       # elements: straight-line code over smaller arrays is compiled
 VJP_MIN_OPERATIONS = 16    # straight-line code under vjp: compiled from this many operations
+FUSED_MIN_STATEMENTS = 2   # elementwise code of this many statements: compiled at every size
 
 _PRODUCTS = {"dot", "matmul", "einsum", "tensordot", "inner", "outer", "vdot", "kron",
              "_s2s_unbroadcast_matmul"}
@@ -45,6 +53,7 @@ class CodeFacts:
     loops: Optional[int] = None      # line of the first loop in the user's source, or 0
     products: bool = False           # a matrix product anywhere
     operations: int = 0              # operators and calls in the forward and the adjoint
+    elementwise: int = 0             # elementwise statements, if nothing else but sums
 
     @property
     def has_loops(self) -> bool:
@@ -67,6 +76,9 @@ def code_facts(functions: Iterable[ast.FunctionDef], callees: Iterable[CodeFacts
     loops = False
     products = False
     operations = 0
+    functions = list(functions)
+    counts = [elementwise_statements(fn) for fn in functions]
+    elementwise = sum(counts) if all(counts) else 0
     for fn in functions:
         for node in ast.walk(fn):
             if isinstance(node, (ast.For, ast.While)):
@@ -85,7 +97,9 @@ def code_facts(functions: Iterable[ast.FunctionDef], callees: Iterable[CodeFacts
         loops = loops or sub.has_loops
         products = products or sub.products
         operations += sub.operations
-    return CodeFacts((user_loop_line or 0) if loops else None, products, operations)
+        elementwise = 0
+    return CodeFacts((user_loop_line or 0) if loops else None, products, operations,
+                     elementwise if elementwise >= FUSED_MIN_STATEMENTS else 0)
 
 
 def user_loop_line(fn: Any) -> Optional[int]:
@@ -121,9 +135,11 @@ def forced() -> str:
     return os.environ.get("S2SGRAD_JIT_PLAN", "")
 
 
-def size_limit(facts: CodeFacts, force: str = "", vjp: bool = False) -> float:
+def size_limit(facts: CodeFacts, force: str = "", vjp: bool = False,
+               float64: bool = True) -> float:
     """Calls whose largest array has fewer elements than this are compiled: the
-    whole decision as one number, so that each call pays one comparison.
+    whole decision as one number, so that each call pays one comparison (and, for
+    elementwise code, a look at the arrays' dtypes: only float64 runs fuse).
 
     vjp: for s2sgrad.vjp, whose compiled pullback runs the forward again."""
     if force == "always":
@@ -134,15 +150,29 @@ def size_limit(facts: CodeFacts, force: str = "", vjp: bool = False) -> float:
         return LOOP_PRODUCT_LIMIT if facts.products else LOOP_LIMIT
     if facts.products or (vjp and facts.operations < VJP_MIN_OPERATIONS):
         return 0
+    if facts.elementwise and float64:
+        return float("inf")
     return STRAIGHT_LIMIT
 
 
+def float64_arrays(values: Iterable[Any]) -> bool:
+    """Are all the arrays among values (tuples looked into) float64?"""
+    for v in values:
+        t = type(v)
+        if t is np.ndarray:
+            if v.dtype != np.float64:
+                return False
+        elif (t is tuple or t is list) and not float64_arrays(v):
+            return False
+    return True
+
+
 def decide(facts: CodeFacts, largest: int, force: Optional[str] = None,
-           vjp: bool = False) -> JitPlan:
+           vjp: bool = False, float64: bool = True) -> JitPlan:
     """Compile, or leave to NumPy, a call whose largest array has `largest` elements
     (the same decision as `size_limit`, with the reason)."""
     force = forced() if force is None else force
-    compile_it = largest < size_limit(facts, force, vjp)
+    compile_it = largest < size_limit(facts, force, vjp, float64)
     if force in ("always", "numpy"):
         return JitPlan(compile_it, f"S2SGRAD_JIT_PLAN={force}", largest)
     size = f"{largest:,} element{'' if largest == 1 else 's'}"
@@ -164,6 +194,12 @@ def decide(facts: CodeFacts, largest: int, force: Optional[str] = None,
         return JitPlan(False, f"left to NumPy: straight-line code of {facts.operations} "
                               f"operations under vjp (its compiled pullback runs the forward "
                               f"again; worth it from {VJP_MIN_OPERATIONS} operations)", largest)
+    if facts.elementwise and float64:
+        return JitPlan(True, f"compiled by numba: elementwise code ({facts.elementwise} "
+                             f"statements and whole-array sums) over float64 arrays: its "
+                             f"statements fuse into one loop, one pass over memory where "
+                             f"NumPy makes one per operation, with vectorised sin, cos, exp "
+                             f"and tanh", largest)
     if compile_it:
         return JitPlan(True, f"compiled by numba: straight-line code over arrays of at most "
                              f"{size} (below {STRAIGHT_LIMIT:,}), where NumPy's cost is its "
@@ -184,5 +220,10 @@ def describe_rule(facts: CodeFacts) -> str:
     if facts.products:
         return ("straight-line code with matrix products: left to NumPy (BLAS) at every "
                 "size")
+    if facts.elementwise:
+        return (f"elementwise code ({facts.elementwise} statements and whole-array sums): "
+                f"compiled by numba at every size when its arrays are float64 (its "
+                f"statements fuse into one loop); otherwise when its largest array has fewer "
+                f"than {STRAIGHT_LIMIT:,} elements")
     return (f"straight-line code: compiled by numba when its largest array has fewer than "
             f"{STRAIGHT_LIMIT:,} elements, left to NumPy from there on")

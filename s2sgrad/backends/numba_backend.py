@@ -478,8 +478,13 @@ class JitFunction:
         """Whether this call goes to numba (jit_policy), and numba is there to take it.
         A call left to NumPy by the plan is no failure: no warning."""
         limit = self.vjp_size_limit if vjp else self.size_limit
-        if not jit_policy.largest_array(call + live) < limit:
+        largest = jit_policy.largest_array(call + live)
+        if not largest < limit:
             return False
+        if self.facts.elementwise and limit == float("inf") and not self.force and \
+                not jit_policy.float64_arrays(call + live) and \
+                not largest < jit_policy.size_limit(self.facts, vjp=vjp, float64=False):
+            return False     # elementwise code fuses on float64 arrays only
         if not self._numba_ready():
             self._warn(self.disabled)
             return False
@@ -509,7 +514,7 @@ class JitFunction:
             call = self.bind(args, kwargs or {})
             live = self.live_values()
             plan = jit_policy.decide(self.facts, jit_policy.largest_array(call + live),
-                                     self.force, vjp)
+                                     self.force, vjp, jit_policy.float64_arrays(call + live))
             if not plan.compile:
                 return plan
             if self._numba_ready():

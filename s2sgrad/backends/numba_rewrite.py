@@ -45,6 +45,8 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from .numba_fuse import fuse_elementwise
+
 HELPER_PREFIX = "_s2s_"
 NB_PREFIX = "_nb_"
 
@@ -1215,7 +1217,8 @@ KINDS = ("fused", "fused_cot", "value", "split")
 def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
             kinds: Sequence[str] = ("fused",), fwd_kinds: Optional[KindInference] = None,
             adj_kinds: Optional[KindInference] = None, blas: bool = False,
-            call_extra: Optional[Dict[str, List[Tuple[str, str]]]] = None) -> Rewritten:
+            call_extra: Optional[Dict[str, List[Tuple[str, str]]]] = None,
+            fuse: bool = True) -> Rewritten:
     """The numba-subset source of the requested functions.
 
     fused: (*params, *live) -> (output, gradients), seeded with 1 (grad).
@@ -1223,7 +1226,14 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
     value: (*params, *live) -> output (the forward alone, for vjp's output).
     split: the forward (*params, *live) -> (output, residuals) and the adjoint
     (residuals, cotangent, *live) -> gradients.
+    fuse: runs of elementwise statements become one loop each (`numba_fuse`).
     """
+    fwd_env = fwd_kinds.env if fwd_kinds is not None else {}
+    adj_env = adj_kinds.env if adj_kinds is not None else {}
+
+    def fused_loops(fn: ast.FunctionDef, env: Dict[str, Kind]) -> ast.FunctionDef:
+        return fuse_elementwise(fn, env) if fuse else fn
+
     live = list(live)
     helpers: Set[str] = set()
     adj_ranges, _ = _adjoint_ranges(pair)
@@ -1256,23 +1266,28 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
             raise ValueError(kind)
         if kind in ("fused", "fused_cot"):
             seed_kind = adj_kinds.env.get(pair.cotangent) if adj_kinds is not None else None
-            functions.append(_fused(pair, live, kind == "fused", forward_body, adjoint_body,
-                                    helpers, seed_kind))
+            fn, rename = _fused(pair, live, kind == "fused", forward_body, adjoint_body,
+                                helpers, seed_kind)
+            env = dict(fwd_env)
+            env.update({rename.get(n, n): k for n, k in adj_env.items()})
+            functions.append(fused_loops(fn, env))
         elif kind == "value":
             body = forward_body()
             ret = body[-1]
             body[-1] = ast.Return(value=ret.value.elts[0])
-            functions.append(_function(pair.name + "_nb_value", list(pair.params) + live,
-                                       body))
+            functions.append(fused_loops(_function(pair.name + "_nb_value",
+                                                   list(pair.params) + live, body), fwd_env))
         else:
-            functions.append(_function(pair.name + "_nb_forward", list(pair.params) + live,
-                                       forward_body(), _split_defaults(pair, live)))
+            functions.append(fused_loops(_function(pair.name + "_nb_forward",
+                                                   list(pair.params) + live, forward_body(),
+                                                   _split_defaults(pair, live)), fwd_env))
             adj = copy.deepcopy(pair.adjoint)
             rw = _Rewriter(adj_ranges, {}, {}, adj_kinds, blas, call_extra)
             body = [rw.visit(s) for s in adj.body]
             helpers.update(rw.helpers)
-            functions.append(_function(pair.name + "_nb_adjoint",
-                                       [a.arg for a in adj.args.args] + live, body))
+            functions.append(fused_loops(_function(pair.name + "_nb_adjoint",
+                                                   [a.arg for a in adj.args.args] + live,
+                                                   body), adj_env))
         names[kind] = functions[-1].name if kind != "split" else functions[-2].name
     module = ast.Module(body=functions, type_ignores=[])
     ast.fix_missing_locations(module)
@@ -1281,8 +1296,10 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
 
 
 def _fused(pair: Pair, live: List[str], seed: bool, forward_body, adjoint_body,
-           helpers: Set[str], seed_kind: Optional[Kind] = None) -> ast.FunctionDef:
-    """The forward then the adjoint in one function: no residual tuple, no stack copies."""
+           helpers: Set[str], seed_kind: Optional[Kind] = None
+           ) -> Tuple[ast.FunctionDef, Dict[str, str]]:
+    """The forward then the adjoint in one function: no residual tuple, no stack copies
+    (and the adjoint's names renamed where the forward has the same: the map returned)."""
     fwd_names = _names_stored(pair.forward) | set(pair.params) | set(live)
     adj_names = _names_stored(pair.adjoint) - {pair.adjoint.args.args[0].arg}
     taken = fwd_names | adj_names | set(pair.free)
@@ -1323,7 +1340,7 @@ def _fused(pair: Pair, live: List[str], seed: bool, forward_body, adjoint_body,
         elts=[ast.Name(id=out_name, ctx=ast.Load()), final.value], ctx=ast.Load())))
     params = list(pair.params) + live + ([] if seed else [cot])
     return _function(pair.name + ("_nb_fused" if seed else "_nb_pullback"), params,
-                     body + adj)
+                     body + adj), rename
 
 
 def _adjoint_stacks(pair: Pair) -> Set[str]:
