@@ -73,6 +73,7 @@ _PURE_NP = _UFUNCS | {"sum", "mean", "max", "min", "prod", "amax", "amin"}
 _PURE_HELPERS = frozenset({"op_add", "op_sub", "op_mul", "op_div", "op_pow", "op_neg"} |
                           {"np_" + f for f in _PURE_NP})
 MIN_STATEMENTS = 2      # a run of one statement is what numba's array expressions do
+SUM_BLOCK = 2048        # elements: a run's summed terms stay in a buffer this long
 
 
 def _call_name(node: ast.AST) -> Optional[str]:
@@ -110,10 +111,13 @@ def _loads(node: ast.AST) -> Set[str]:
 
 
 def _reads_in_order(node: ast.AST) -> List[str]:
-    called = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call)}
-    called |= {id(a.value) for a in ast.walk(node) if isinstance(a, ast.Attribute)}
+    """Names read as values, in the order of ast.walk: not a called function's name
+    (`_nb_op_add`, `range`), nor the module `np` (but `t` of `t.shape` or of
+    `t.reshape(...)` is read)."""
+    called = {id(c.func) for c in ast.walk(node)
+              if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
     return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and
-            isinstance(n.ctx, ast.Load) and id(n) not in called]
+            isinstance(n.ctx, ast.Load) and id(n) not in called and n.id != "np"]
 
 
 def _elementwise(e: ast.AST) -> bool:
@@ -175,7 +179,7 @@ class _Run:
     reads: Set[str] = field(default_factory=set)
     after_defs: Set[str] = field(default_factory=set)
     after_reads: Set[str] = field(default_factory=set)
-    copied: Set[str] = field(default_factory=set)   # names a moved `y = name` aliases
+    terms: Set[str] = field(default_factory=set)    # the terms of a split `np.sum`
 
 
 class _Fuser:
@@ -220,8 +224,9 @@ class _Fuser:
         name = _call_name(value)
         if name is not None and name[len(NB):] in _IN_PLACE:
             first = value.args[0]
+            # (a moved `y = target` would alias it: target is then in after_reads)
             if not (isinstance(first, ast.Name) and first.id == target and
-                    target in run.defs and target not in run.copied):
+                    target in run.defs):
                 return False
         run.rank = rank
         return True
@@ -264,6 +269,7 @@ class _Fuser:
             if self._joins(terms, value.args[0], run):
                 total = ast.Call(func=value.func, args=[ast.Name(id=terms, ctx=ast.Load())],
                                  keywords=[])
+                run.terms.add(terms)
                 return [("fuse", terms, value.args[0]), ("move", target, total)]
             self.taken.discard(terms)
         if _pure(value):
@@ -287,8 +293,6 @@ class _Fuser:
         run.after.append(stmt)
         run.after_defs.add(target)
         run.after_reads |= reads
-        if isinstance(value, ast.Name):
-            run.copied.add(value.id)
 
     def _fresh(self, base: str) -> str:
         name, i = base, 2
@@ -302,30 +306,54 @@ class _Fuser:
     def _flush(self, run: _Run, read_later: Set[str]) -> List[ast.stmt]:
         if len(run.fused) < MIN_STATEMENTS:
             return run.originals
-        needed = read_later | run.after_reads
-        return run.before + self._loop(run, needed) + run.after
+        sums = self._block_sums(run, read_later)
+        after = [st for k, st in enumerate(run.after) if k not in sums]
+        return run.before + self._loop(run, read_later | run.after_reads,
+                                       list(sums.values())) + after
 
-    def _loop(self, run: _Run, needed: Set[str]) -> List[ast.stmt]:
+    def _block_sums(self, run: _Run, read_later: Set[str]
+                    ) -> Dict[int, Tuple[str, str, ast.expr]]:
+        """The moved `r = np.sum(terms)` whose terms nothing else reads: summed block by
+        block inside the loop, so that the terms never make a pass over memory.
+        {position in run.after: (r, terms, the sum's function)}"""
+        out = {}
+        for k, st in enumerate(run.after):
+            target, value = _assignment(st)
+            name = _call_name(value)
+            if name not in ("np.sum", NB + "np_sum") or len(value.args) != 1 or \
+                    not isinstance(value.args[0], ast.Name):
+                continue
+            terms = value.args[0].id
+            others = [o for o in run.after if o is not st]
+            earlier = run.after[:k]
+            if terms not in run.terms or terms in read_later or \
+                    any(terms in _loads(o) for o in others) or \
+                    any(target in _loads(o) or _assignment(o)[0] == target for o in earlier):
+                continue
+            out[k] = (target, terms, value.func)
+        return out
+
+    def _loop(self, run: _Run, needed: Set[str],
+              sums: Sequence[Tuple[str, str, ast.expr]] = ()) -> List[ast.stmt]:
+        """The run as one loop (in blocks when it sums terms), and the original
+        statements for when its shapes differ or its arguments are too wide."""
         inputs: List[str] = []          # arrays read from before the run, in order
-        numbers: Set[str] = set()
         defined: Set[str] = set()
         for target, value in run.fused:
             for n in _reads_in_order(value):
-                if n in defined or n in inputs or n in numbers:
-                    continue
-                if self._class(n, _Run()) == ("array", run.rank):
+                if n not in defined and n not in inputs and \
+                        self._class(n, _Run()) == ("array", run.rank):
                     inputs.append(n)
-                else:
-                    numbers.add(n)
             defined.add(target)
-        outputs = [t for t in dict.fromkeys(t for t, _ in run.fused) if t in needed]
+        summed = {terms: (total, func) for total, terms, func in sums}
+        outputs = [t for t in dict.fromkeys(t for t, _ in run.fused)
+                   if t in needed and t not in summed]
         domain = inputs[0]
-        size = self._fresh("n")
-        index = self._fresh("i")
+        size, index = self._fresh("n"), self._fresh("i")
         flat = {n: self._fresh(n + "_flat") for n in inputs}
         out_flat = {n: self._fresh(n + "_flat") for n in outputs}
         element: Dict[str, str] = {}
-        body: List[ast.stmt] = []
+        body: List[str] = []
         wide = None
         tested: Set[str] = set()      # arguments that read only the run's inputs
         for target, value in run.fused:
@@ -339,45 +367,58 @@ class _Fuser:
                 if not (_loads(argument) & set(element.values())):
                     tested.add(key)
                 wide = wide or self._fresh("wide")
-                body.append(_assign(wide, ast.BinOp(
-                    left=_load(wide), op=ast.BitOr(),
-                    right=ast.Compare(left=ast.Call(func=_load("abs"), args=[argument],
-                                                    keywords=[]),
-                                      ops=[ast.GtE()], comparators=[ast.Constant(limit)]))))
+                body.append(f"{wide} = {wide} | (abs({ast.unparse(argument)}) >= {limit!r})")
             element[target] = element.get(target) or self._fresh(target + "_i")
-            body.append(_assign(element[target], expr))
-        for n in outputs:
-            body.append(ast.Assign(targets=[ast.Subscript(
-                value=_load(out_flat[n]), slice=_load(index), ctx=ast.Store())],
-                value=_load(element[n]), lineno=0))
-        shape = ast.Attribute(value=_load(domain), attr="shape", ctx=ast.Load())
-        fused = [_assign(size, ast.Attribute(value=_load(domain), attr="size", ctx=ast.Load()))]
-        fused += [_assign(flat[n], _np("ravel", [_load(n)])) for n in inputs]
-        fused += [_assign(out_flat[n], _np("empty", [_load(size)])) for n in outputs]
+            body.append(f"{element[target]} = {ast.unparse(expr)}")
+        body += [f"{out_flat[n]}[{index}] = {element[n]}" for n in outputs]
+        shape = f"{domain}.shape"
+        code = [f"{size} = {domain}.size"]
+        code += [f"{flat[n]} = np.ravel({n})" for n in inputs]
+        code += [f"{out_flat[n]} = np.empty({size})" for n in outputs]
         if wide:
-            fused.append(_assign(wide, ast.Constant(False)))
-        fused.append(ast.For(target=ast.Name(id=index, ctx=ast.Store()),
-                             iter=ast.Call(func=_load("range"), args=[_load(size)],
-                                           keywords=[]),
-                             body=body, orelse=[], lineno=0))
-        fused += [_assign(n, ast.Call(func=ast.Attribute(value=_load(out_flat[n]),
-                                                         attr="reshape", ctx=ast.Load()),
-                                      args=[shape], keywords=[])) for n in outputs]
+            code.append(f"{wide} = False")
+        if summed:
+            block, first, last = self._fresh("block"), self._fresh("start"), self._fresh("stop")
+            buffers = {t: self._fresh(t + "_block") for t in summed}
+            partial = {t: self._fresh(summed[t][0] + "_sum") for t in summed}
+            body += [f"{buffers[t]}[{index} - {first}] = {element[t]}" for t in summed]
+            code.append(f"{block} = max(min({size}, {SUM_BLOCK}), 1)")
+            code += [f"{buffers[t]} = np.empty({block})" for t in summed]
+            code += [f"{partial[t]} = 0.0" for t in summed]
+            code.append(f"for {first} in range(0, {size}, {block}):")
+            code.append(f"    {last} = min({first} + {block}, {size})")
+            code.append(f"    for {index} in range({first}, {last}):")
+            code += ["        " + line for line in body]
+            code += [f"    {partial[t]} += {NB}block_sum({buffers[t]}, {last} - {first})"
+                     for t in summed]
+        else:
+            code.append(f"for {index} in range({size}):")
+            code += ["    " + line for line in body]
+        results = [f"{n} = {out_flat[n]}.reshape({shape})" for n in outputs]
+        results += [f"{summed[t][0]} = {partial[t]}" for t in summed]
+        originals = [_assign(t, _Helpers().visit(copy.deepcopy(v))) for t, v in run.fused]
+        originals += [_assign(total, ast.Call(func=func, args=[_load(terms)], keywords=[]))
+                      for terms, (total, func) in summed.items()]
         others = inputs[1:]
-        originals = [_assign(t, v) for t, v in run.fused]
-        if not others:
-            return fused + ([ast.If(test=_load(wide), body=originals, orelse=[], lineno=0)]
-                            if wide else [])
+        if not others and not wide:
+            return ast.parse("\n".join(code + results)).body
+        # the names the run reads keep their values until the loop's results stand:
+        # where they do not (shapes, wide arguments), the statements run as they were
         unfused = self._fresh("unfused")
-        test = [ast.Compare(left=ast.Attribute(value=_load(n), attr="shape", ctx=ast.Load()),
-                            ops=[ast.NotEq()], comparators=[shape]) for n in others]
-        first = test[0] if len(test) == 1 else ast.BoolOp(op=ast.Or(), values=test)
         if wide:
-            fused.append(_assign(unfused, _load(wide)))
-        return [_assign(unfused, first),
-                ast.If(test=ast.UnaryOp(op=ast.Not(), operand=_load(unfused)), body=fused,
-                       orelse=[], lineno=0),
-                ast.If(test=_load(unfused), body=originals, orelse=[], lineno=0)]
+            code.append(f"{unfused} = {wide}")
+            if results:
+                code.append(f"if not {unfused}:")
+                code += ["    " + line for line in results]
+        else:
+            code += results
+        test = " or ".join(f"{n}.shape != {shape}" for n in others) if others else "False"
+        head = [f"{unfused} = {test}", f"if not {unfused}:"] if others else []
+        indent = "    " if others else ""
+        text = head + [indent + line for line in code] + [f"if {unfused}:", "    pass"]
+        tree = ast.parse("\n".join(text)).body
+        tree[-1].body = originals
+        return tree
 
 
 def _load(name: str) -> ast.Name:
@@ -391,6 +432,43 @@ def _assign(name: str, value: ast.expr) -> ast.Assign:
 def _np(func: str, args: Sequence[ast.expr]) -> ast.Call:
     return ast.Call(func=ast.Attribute(value=_load("np"), attr=func, ctx=ast.Load()),
                     args=list(args), keywords=[])
+
+
+class _Helpers(ast.NodeTransformer):
+    """The statements a run falls back to, with every operation a call of the helper
+    that computes it (`_nb_op_add`, `_nb_np_sin`, ...): numba keeps those compiled on
+    disk, so the fallback, which seldom runs, costs almost nothing to compile."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+        self.generic_visit(node)
+        name = _HELPER_OPS.get(type(node.op))
+        return _call(NB + name, [node.left, node.right]) if name else node
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.USub):
+            return _call(NB + "op_neg", [node.operand])
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        self.generic_visit(node)
+        name = _call_name(node)
+        if name is not None and name.startswith("np.") and name[3:] in _HELPER_UFUNCS and \
+                len(node.args) == 1:
+            return _call(NB + "np_" + _ALIASES.get(name[3:], name[3:]), node.args)
+        return node
+
+
+_HELPER_OPS = {ast.Add: "op_add", ast.Sub: "op_sub", ast.Mult: "op_mul", ast.Div: "op_div",
+               ast.Pow: "op_pow"}
+# ufuncs numba_helpers has a cached `np_<name>` for (numba_rewrite._NP_WRAPPED's)
+_HELPER_UFUNCS = frozenset({"sin", "cos", "tan", "exp", "log", "tanh", "sqrt", "abs",
+                            "absolute", "square", "log1p", "expm1"})
+_ALIASES = {"absolute": "abs"}
+
+
+def _call(name: str, args: Sequence[ast.expr]) -> ast.Call:
+    return ast.Call(func=_load(name), args=list(args), keywords=[])
 
 
 class _Element(ast.NodeTransformer):

@@ -1521,9 +1521,11 @@ def namespace(blas: bool) -> dict:
     ns["_nb_List"] = List
     for name, fn in SPECIAL.items():
         ns["_nb_" + name] = fn
-    from .numba_math import FAST
+    from .numba_math import FAST, HELPERS
     for name, fn in FAST.items():
         ns["_nb_fast_" + name] = fn
+    for name, fn in HELPERS.items():
+        ns["_nb_" + name] = fn
     if blas:
         for name, stub in STUBS.items():
             if name.endswith("_blas"):

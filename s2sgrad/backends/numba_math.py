@@ -19,12 +19,14 @@ How each is computed (the constants are derived below, not copied):
 - exp: x = k ln2 + r with |r| <= ln2/2 (ln2 in two parts), exp r by its Taylor
   series to r^13, times 2^k built from its bits in two halves (so that results
   in the subnormal range and overflow to inf come out as NumPy's do).
-- tanh: for |x| < 0.55 its Taylor series (its coefficients from the Bernoulli
-  numbers, to x^39); from there on 1 - 2 / (exp(2|x|) + 1), with the sign of x.
+- tanh: e / (e + 2) with e = expm1(2|x|), and the sign of x; expm1 by the same
+  reduction as exp, as 2^k expm1(r) + (2^k - 1), whose two terms never cancel
+  much for 2|x| >= 0 (and |x| capped at 20, where tanh rounds to 1).
 
 Measured against NumPy over wide ranges (tests/test_numba_math.py): at most
-2 units in the last place for sin and cos on |x| < REDUCTION_LIMIT, exp and
-tanh likewise; NaN, inf, -0.0, overflow and underflow as NumPy gives them.
+2 units in the last place for sin and cos on |x| < REDUCTION_LIMIT and for exp,
+3 for tanh (on |x| < 0.35, where e / (e + 2) adds its roundings to expm1's);
+NaN, inf, -0.0, overflow and underflow as NumPy gives them.
 Importing this module needs numba.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ import math
 import os
 from fractions import Fraction
 
-import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
@@ -70,124 +72,268 @@ def _taylor(first: int, last: int):
                  for j, n in enumerate(range(first, last + 1, 2)))
 
 
-S3, S5, S7, S9, S11, S13, S15, S17 = _taylor(3, 17)
-C2, C4, C6, C8, C10, C12, C14, C16, C18 = _taylor(2, 18)
-E2, E3, E4, E5, E6, E7, E8, E9, E10, E11, E12, E13 = (
-    1.0 / math.factorial(n) for n in range(2, 14))
+SIN = _taylor(3, 17)       # sin r = r + r z (SIN[0] + z SIN[1] + ...), z = r^2
+COS = _taylor(2, 18)       # cos r = 1 + z (COS[0] + z COS[1] + ...)
+EXP = tuple(1.0 / math.factorial(n) for n in range(0, 14))      # exp r, to r^13
+EXPM1 = EXP[1:]            # expm1 r = r (EXPM1[0] + r EXPM1[1] + ...)
 
 
-def _bernoulli(n: int):
-    """B_0 .. B_n as Fractions (B_1 = -1/2)."""
-    b = [Fraction(0)] * (n + 1)
-    for m in range(n + 1):
-        a = [Fraction(0)] * (m + 1)
-        for j in range(m + 1):
-            a[j] = Fraction(1, j + 1)
-            for k in range(j, 0, -1):
-                a[k - 1] = k * (a[k - 1] - a[k])
-        b[m] = a[0]
-    b[1] = -b[1]
-    return b
+TANH_ONE = 20.0          # tanh(x) rounds to +-1 from |x| = 19.06 on
 
 
-def _tanh_series(terms: int):
-    """Coefficients of x, x^3, ...: 2^2n (2^2n - 1) B_2n / (2n)!."""
-    b = _bernoulli(2 * terms)
-    return tuple(float(Fraction(4 ** n * (4 ** n - 1)) * b[2 * n] / math.factorial(2 * n))
-                 for n in range(1, terms + 1))
+# -- LLVM IR, spelled as Python ------------------------------------------------------
+# Each function is an @intrinsic: numba emits its instructions at the call, with no
+# typing of a Python body (an inlined @njit function is typed again at every call,
+# which cost 0.6 s of the elementwise workload's first call), and LLVM inlines and
+# vectorises them. The functions below are written once, over `_Value`s whose
+# operators emit instructions, with `select` for `a if c else b`.
+_DOUBLE = ir.DoubleType()
+_I64 = ir.IntType(64)
 
 
-T = _tanh_series(20)
-TANH_SERIES_LIMIT = 0.55
+class _Value:
+    """An LLVM double or i64 (or i1) of one builder, with Python's operators."""
+
+    __slots__ = ("builder", "value")
+
+    def __init__(self, builder, value):
+        self.builder = builder
+        self.value = value
+
+    @property
+    def is_float(self) -> bool:
+        return isinstance(self.value.type, ir.DoubleType)
+
+    def _of(self, other):
+        if isinstance(other, _Value):
+            return other.value
+        return ir.Constant(_DOUBLE if self.is_float else self.value.type, other)
+
+    def _op(self, float_op: str, int_op: str, other, swap: bool = False) -> "_Value":
+        a, b = self.value, self._of(other)
+        if swap:
+            a, b = b, a
+        emit = getattr(self.builder, float_op if self.is_float else int_op)
+        return _Value(self.builder, emit(a, b))
+
+    def __add__(self, o):
+        return self._op("fadd", "add", o)
+
+    def __radd__(self, o):
+        return self._op("fadd", "add", o, True)
+
+    def __sub__(self, o):
+        return self._op("fsub", "sub", o)
+
+    def __rsub__(self, o):
+        return self._op("fsub", "sub", o, True)
+
+    def __mul__(self, o):
+        return self._op("fmul", "mul", o)
+
+    def __rmul__(self, o):
+        return self._op("fmul", "mul", o, True)
+
+    def __truediv__(self, o):
+        return self._op("fdiv", "sdiv", o)
+
+    def __neg__(self):
+        return _Value(self.builder, self.builder.fneg(self.value))
+
+    def __and__(self, o):
+        return self._op("and_", "and_", o)
+
+    def __lshift__(self, o):
+        return self._op("shl", "shl", o)
+
+    def __rshift__(self, o):
+        return self._op("ashr", "ashr", o)
+
+    def _compare(self, op: str, o) -> "_Value":
+        if self.is_float:   # Python's meaning: NaN compares false, except by !=
+            emit = self.builder.fcmp_unordered if op == "!=" else self.builder.fcmp_ordered
+        else:
+            emit = self.builder.icmp_signed
+        return _Value(self.builder, emit(op, self.value, self._of(o)))
+
+    def __lt__(self, o):
+        return self._compare("<", o)
+
+    def __le__(self, o):
+        return self._compare("<=", o)
+
+    def __gt__(self, o):
+        return self._compare(">", o)
+
+    def __ge__(self, o):
+        return self._compare(">=", o)
+
+    def __eq__(self, o):   # noqa: D105 - an instruction, not Python equality
+        return self._compare("==", o)
+
+    def __ne__(self, o):
+        return self._compare("!=", o)
+
+    __hash__ = None
 
 
-@intrinsic
-def _float_from_bits(typingctx, bits):
+def _intrinsic_call(x: _Value, name: str) -> _Value:
+    module = x.builder.module
+    fn = module.declare_intrinsic(name, (), ir.FunctionType(_DOUBLE, [_DOUBLE]))
+    return _Value(x.builder, x.builder.call(fn, [x.value]))
+
+
+def _select(condition: _Value, a, b) -> _Value:
+    """a if condition else b."""
+    builder = condition.builder
+    to = a if isinstance(a, _Value) else b
+    a = to._of(a) if not isinstance(a, _Value) else a.value
+    b = to._of(b) if not isinstance(b, _Value) else b.value
+    return _Value(builder, builder.select(condition.value, a, b))
+
+
+def _nonzero(x: _Value) -> _Value:
+    return x != 0
+
+
+def _rint(x: _Value) -> _Value:
+    """round(x), halves to even, as Python's round of a float."""
+    return _intrinsic_call(x, "llvm.rint.f64")
+
+
+def _fabs(x: _Value) -> _Value:
+    return _intrinsic_call(x, "llvm.fabs.f64")
+
+
+def _to_int(x: _Value) -> _Value:
+    return _Value(x.builder, x.builder.fptosi(x.value, _I64))
+
+
+def _float_from_bits(bits: _Value) -> _Value:
     """The float64 whose bits are the int64 `bits` (a bitcast, no memory)."""
-    if not isinstance(bits, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-    return types.float64(types.int64), codegen
+    return _Value(bits.builder, bits.builder.bitcast(bits.value, _DOUBLE))
 
 
-def _fast(fn):
-    return njit(cache=_CACHE, inline="always")(fn)
+def _horner(x: _Value, coefficients) -> _Value:
+    """c0 + x (c1 + x (c2 + ...))."""
+    total = None
+    for c in reversed(coefficients):
+        total = c if total is None else total * x + c
+    return total
 
 
-@_fast
-def _reduce(x):
+# -- the functions ---------------------------------------------------------------------
+def _reduce(x: _Value):
     """(k, r): x = k pi/2 + r, |r| <= pi/4, k as a float (0 where it is not finite)."""
-    k = round(x * TWO_OVER_PI)
-    k = k if abs(k) < 1.0e9 else 0.0
+    k = _rint(x * TWO_OVER_PI)
+    k = _select(_fabs(k) < 1.0e9, k, 0.0)
     r = (((x - k * P1) - k * P2) - k * P3) - k * P4
     return k, r
 
 
-@_fast
-def _sin_cos_r(r):
+def _sin_cos(x: _Value, quarter_turns: int) -> _Value:
+    """sin x (quarter_turns 0) or cos x = sin(x + pi/2) (1), for |x| < REDUCTION_LIMIT."""
+    k, r = _reduce(x)
     z = r * r
-    s = r + r * z * (S3 + z * (S5 + z * (S7 + z * (S9 + z * (S11 + z * (
-        S13 + z * (S15 + z * S17)))))))
-    c = 1.0 + z * (C2 + z * (C4 + z * (C6 + z * (C8 + z * (C10 + z * (
-        C12 + z * (C14 + z * (C16 + z * C18))))))))
-    return s, c
+    s = r + r * z * _horner(z, SIN)
+    c = 1.0 + z * _horner(z, COS)
+    q = _to_int(k) + quarter_turns if quarter_turns else _to_int(k)
+    v = _select(_nonzero(q & 1), c, s)
+    v = _select(_nonzero(q & 2), -v, v)
+    if not quarter_turns:
+        v = _select(x != 0.0, v, x)                  # sin(-0.0) is -0.0
+    return _select(_fabs(x) <= 1.0e308, v, x - x)    # NaN for inf and NaN
 
 
-@_fast
-def fast_sin(x):
-    """sin x for |x| < REDUCTION_LIMIT (NaN for inf and NaN)."""
-    k, r = _reduce(x)
-    s, c = _sin_cos_r(r)
-    q = int(k) & 3
-    v = c if q & 1 else s
-    v = -v if q & 2 else v
-    v = v if x != 0.0 else x                 # sin(-0.0) is -0.0
-    return v if abs(x) <= 1.0e308 else x - x
+def _sin(x: _Value) -> _Value:
+    return _sin_cos(x, 0)
 
 
-@_fast
-def fast_cos(x):
-    """cos x for |x| < REDUCTION_LIMIT (NaN for inf and NaN)."""
-    k, r = _reduce(x)
-    s, c = _sin_cos_r(r)
-    q = (int(k) + 1) & 3
-    v = c if q & 1 else s
-    v = -v if q & 2 else v
-    return v if abs(x) <= 1.0e308 else x - x
+def _cos(x: _Value) -> _Value:
+    return _sin_cos(x, 1)
 
 
-@_fast
-def fast_exp(x):
+def _exp(x: _Value) -> _Value:
     """exp x (inf above 709.78, 0 below -745.13, subnormal results rounded twice)."""
-    y = x if x < 710.0 else 710.0
-    y = y if y > -746.0 else -746.0
-    k = round(y * LOG2E)
+    y = _select(x < 710.0, x, 710.0)
+    y = _select(y > -746.0, y, -746.0)
+    k = _rint(y * LOG2E)
     r = (y - k * L1) - k * L2
-    p = 1.0 + r * (1.0 + r * (E2 + r * (E3 + r * (E4 + r * (E5 + r * (E6 + r * (
-        E7 + r * (E8 + r * (E9 + r * (E10 + r * (E11 + r * (E12 + r * E13))))))))))))
-    n = int(k)
+    p = _horner(r, EXP)
+    n = _to_int(k)
     half = n >> 1
     v = p * _float_from_bits((half + 1023) << 52) * _float_from_bits((n - half + 1023) << 52)
-    return v if x == x else x
+    return _select(x == x, v, x)
 
 
-@_fast
-def fast_tanh(x):
-    a = abs(x)
-    z = x * x
-    series = x * (T[0] + z * (T[1] + z * (T[2] + z * (T[3] + z * (T[4] + z * (
-        T[5] + z * (T[6] + z * (T[7] + z * (T[8] + z * (T[9] + z * (
-            T[10] + z * (T[11] + z * (T[12] + z * (T[13] + z * (T[14] + z * (
-                T[15] + z * (T[16] + z * (T[17] + z * (T[18] + z * T[19])))))))))))))))))))
-    e = fast_exp(2.0 * a)
-    t = 1.0 - np.divide(2.0, e + 1.0)       # no ZeroDivisionError test to vectorise past
-    t = t if x >= 0.0 else -t
-    t = t if a == a else x
-    return series if a < TANH_SERIES_LIMIT else t
+def _expm1_nonnegative(y: _Value) -> _Value:
+    """exp(y) - 1 for 0 <= y <= 2 TANH_ONE, without cancellation: 2^k expm1(r) +
+    (2^k - 1), both terms of one sign once k >= 1 (k = 0 is expm1(r) itself)."""
+    k = _rint(y * LOG2E)
+    r = (y - k * L1) - k * L2
+    p = r * _horner(r, EXPM1)
+    scale = _float_from_bits((_to_int(k) + 1023) << 52)
+    return scale * p + (scale - 1.0)
+
+
+def _tanh(x: _Value) -> _Value:
+    """tanh x = e / (e + 2) with e = expm1(2|x|), and the sign of x."""
+    a = _fabs(x)
+    a = _select(a < TANH_ONE, a, TANH_ONE)
+    e = _expm1_nonnegative(2.0 * a)
+    t = e / (e + 2.0)
+    t = _select(x >= 0.0, t, -t)
+    t = _select(x != 0.0, t, x)           # tanh(-0.0) is -0.0
+    return _select(x == x, t, x)
+
+
+def _unary(math):
+    """numba's function of one number computed by `math`'s instructions."""
+    @intrinsic
+    def function(typingctx, x):
+        if not isinstance(x, (types.Float, types.Integer, types.Boolean)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            value = context.cast(builder, args[0], signature.args[0], types.float64)
+            return math(_Value(builder, value)).value
+        return types.float64(x), codegen
+    function.__name__ = function.__qualname__ = "fast" + math.__name__
+    return function
+
+
+fast_sin = _unary(_sin)
+fast_cos = _unary(_cos)
+fast_exp = _unary(_exp)
+fast_tanh = _unary(_tanh)
 
 
 FAST = {"sin": fast_sin, "cos": fast_cos, "exp": fast_exp, "tanh": fast_tanh}
 # ufuncs whose fast version is exact only for arguments below a limit
 LIMITED = {"sin": REDUCTION_LIMIT, "cos": REDUCTION_LIMIT}
+
+
+@njit(cache=_CACHE)
+def block_sum(values, m):
+    """The sum of values[:m], in eight interleaved partial sums (as NumPy's pairwise
+    summation starts): SIMD-friendly, and error bounded by m/8 roundings, not m."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    i = 0
+    while i + 8 <= m:
+        s0 += values[i]
+        s1 += values[i + 1]
+        s2 += values[i + 2]
+        s3 += values[i + 3]
+        s4 += values[i + 4]
+        s5 += values[i + 5]
+        s6 += values[i + 6]
+        s7 += values[i + 7]
+        i += 8
+    total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+    while i < m:
+        total += values[i]
+        i += 1
+    return total
+
+
+HELPERS = {"block_sum": block_sum}     # called by fused loops as _nb_<name>
