@@ -1024,3 +1024,50 @@ def test_an_array_read_only_through_its_shape(jit_always):
     for shape in [(3, 4), (5, 2)]:
         _check_grad(shape_read, (rng.uniform(-1.0, 1.0, shape),), 0)
     assert _has_loop(jit_source(shape_read, np.ones((2, 2))))
+
+
+# -- what is not fused: functions with loops, runs that broadcast in the first run ---
+def looped(x, y):
+    for _ in range(3):
+        x = np.sin(x) * y
+    return np.sum(np.cos(x) * y + x * x)
+
+
+def outer_sum(x, y):
+    return np.sum(np.sin(x) * y + x * np.cos(y))
+
+
+def test_a_function_that_loops_is_not_fused(jit_always):
+    """Its arrays are below the loop limit, where a fused loop saves little and costs
+    its compile: the numba code is the rewrite's, with no flat views."""
+    pytest.importorskip("numba")
+    rng = _rng(31)
+    args = (rng.standard_normal(6), rng.standard_normal(6))
+    assert "np.ravel" not in jit_source(looped, *args, wrt=(0, 1))
+    got = _no_jit_warning(s2sgrad.grad(looped, wrt=(0, 1), jit=True), *args)
+    want = s2sgrad.grad(looped, wrt=(0, 1))(*args)
+    for i, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+        np.testing.assert_allclose(g, numeric_grad(looped, list(args), i), rtol=1e-6,
+                                   atol=1e-8)
+
+
+@pytest.mark.parametrize("shapes, fused", [(((3, 4), (3, 4)), True),
+                                           (((3, 4), (1, 4)), False)])
+def test_runs_that_broadcast_in_the_first_run_are_not_fused(jit_always, shapes, fused):
+    """The first NumPy run's shapes decide whether a loop is worth compiling; the
+    gradient is right either way, and on both shapes after the first. (A variant is
+    built once per type signature: forget those of other tests first.)"""
+    pytest.importorskip("numba")
+    numba_backend.reset()
+    rng = _rng(32)
+    args = tuple(rng.standard_normal(s) for s in shapes)
+    assert ("np.ravel" in jit_source(outer_sum, *args, wrt=(0, 1))) == fused
+    g = s2sgrad.grad(outer_sum, wrt=(0, 1), jit=True)
+    for call in (args, tuple(rng.standard_normal(s) for s in shapes),
+                 tuple(rng.standard_normal(s) for s in ((3, 4), (3, 4)))):
+        got = _no_jit_warning(g, *call)
+        for i, w in enumerate(s2sgrad.grad(outer_sum, wrt=(0, 1))(*call)):
+            np.testing.assert_allclose(got[i], w, rtol=1e-12)
+            np.testing.assert_allclose(got[i], numeric_grad(outer_sum, list(call), i),
+                                       rtol=1e-6, atol=1e-8)

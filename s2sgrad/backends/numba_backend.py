@@ -329,8 +329,12 @@ class JitFunction:
                                                seed if need == "fused" else None)
             blas = _wants_blas(args, live)
             kinds = ["fused"] if need == "fused" else ["value", "fused_cot"]
+            shapes = {name: value.shape for name, value in
+                      zip(list(self.pair.params) + list(self.pair.residual_names),
+                          tuple(args) + tuple(residuals))
+                      if name is not None and isinstance(value, np.ndarray)}
             out_src = rw.rewrite(self.pair, placeholders, [b.name for b in self.live], kinds,
-                                 fwd_kinds, adj_kinds, blas, self.call_extra)
+                                 fwd_kinds, adj_kinds, blas, self.call_extra, shapes=shapes)
             ns = self._namespace(blas, residuals)
             ns, cache = _load_module(out_src.source, ns, self.pair.name,
                                      disk=not self.callees)

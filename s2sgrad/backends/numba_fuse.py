@@ -171,6 +171,7 @@ class _Run:
     """A run being built: the statements fused, and those moved before and after it."""
 
     rank: Optional[int] = None
+    shape: Optional[tuple] = None      # the inputs' shape in the first NumPy run, if known
     fused: List[Tuple[str, ast.expr]] = field(default_factory=list)
     before: List[ast.stmt] = field(default_factory=list)
     after: List[ast.stmt] = field(default_factory=list)
@@ -183,9 +184,11 @@ class _Run:
 
 
 class _Fuser:
-    def __init__(self, kinds: Dict[str, Kind], taken: Set[str]):
+    def __init__(self, kinds: Dict[str, Kind], taken: Set[str],
+                 shapes: Optional[Dict[str, tuple]] = None):
         self.kinds = kinds
         self.taken = taken
+        self.shapes = shapes or {}
 
     # -- what a name holds -------------------------------------------------------------
     def _class(self, name: str, run: _Run) -> Optional[Tuple[str, int]]:
@@ -208,7 +211,7 @@ class _Fuser:
         reads = _loads(value)
         if reads & run.after_defs or target in run.after_reads or target in run.after_defs:
             return False
-        rank = run.rank
+        rank, shape = run.rank, run.shape
         arrays = 0
         for name in reads:
             c = self._class(name, run)
@@ -219,6 +222,11 @@ class _Fuser:
                     return False
                 rank = c[1]
                 arrays += 1
+                seen = self.shapes.get(name) if name not in run.defs else None
+                if seen is not None:
+                    if shape is not None and seen != shape:
+                        return False     # broadcasting in the first run: the loop would
+                    shape = seen         # (most likely) never run, only cost its compile
         if arrays == 0 or rank == 0:
             return False
         name = _call_name(value)
@@ -228,7 +236,7 @@ class _Fuser:
             if not (isinstance(first, ast.Name) and first.id == target and
                     target in run.defs):
                 return False
-        run.rank = rank
+        run.rank, run.shape = rank, shape
         return True
 
     # -- the scan ----------------------------------------------------------------------
@@ -566,13 +574,17 @@ def elementwise_statements(fn: ast.FunctionDef) -> int:
     return count
 
 
-def fuse_elementwise(fn: ast.FunctionDef, kinds: Dict[str, Kind]) -> ast.FunctionDef:
+def fuse_elementwise(fn: ast.FunctionDef, kinds: Dict[str, Kind],
+                     shapes: Optional[Dict[str, tuple]] = None) -> ast.FunctionDef:
     """fn with its runs of elementwise top-level statements fused into loops (in place).
 
     kinds: what each name holds (numba_rewrite's kinds: ("a", rank, dtype) for an
     array, ("s", dtype) for a number); names without one are never fused.
+    shapes: arrays' shapes seen in a NumPy run, where known: a run whose inputs had
+    different shapes there (broadcasting) is not fused. (A heuristic against
+    compiling a loop that would not run: the shapes are tested at run time.)
     """
     taken = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
     taken |= {a.arg for a in fn.args.args} | {"np", "range"}
-    fn.body = _Fuser(kinds, taken).fuse(fn.body)
+    fn.body = _Fuser(kinds, taken, shapes).fuse(fn.body)
     return fn

@@ -1218,7 +1218,7 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
             kinds: Sequence[str] = ("fused",), fwd_kinds: Optional[KindInference] = None,
             adj_kinds: Optional[KindInference] = None, blas: bool = False,
             call_extra: Optional[Dict[str, List[Tuple[str, str]]]] = None,
-            fuse: bool = True) -> Rewritten:
+            fuse: bool = True, shapes: Optional[Dict[str, tuple]] = None) -> Rewritten:
     """The numba-subset source of the requested functions.
 
     fused: (*params, *live) -> (output, gradients), seeded with 1 (grad).
@@ -1226,13 +1226,22 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
     value: (*params, *live) -> output (the forward alone, for vjp's output).
     split: the forward (*params, *live) -> (output, residuals) and the adjoint
     (residuals, cotangent, *live) -> gradients.
-    fuse: runs of elementwise statements become one loop each (`numba_fuse`).
+    fuse: runs of elementwise statements become one loop each (`numba_fuse`), in
+    functions without loops of their own. (jit_policy compiles a function that
+    loops only over arrays below LOOP_LIMIT elements, where a fused loop saves
+    little, and its compile, with the statements it falls back to, costs more.)
     """
     fwd_env = fwd_kinds.env if fwd_kinds is not None else {}
     adj_env = adj_kinds.env if adj_kinds is not None else {}
+    fwd_shapes = dict(shapes or {})
+    adj_shapes = {t: fwd_shapes[n] for t, n in zip(pair.adjoint_targets or (),
+                                                   pair.residual_names) if n in fwd_shapes}
 
-    def fused_loops(fn: ast.FunctionDef, env: Dict[str, Kind]) -> ast.FunctionDef:
-        return fuse_elementwise(fn, env) if fuse else fn
+    def fused_loops(fn: ast.FunctionDef, env: Dict[str, Kind],
+                    seen: Dict[str, tuple]) -> ast.FunctionDef:
+        if not fuse or any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(fn)):
+            return fn
+        return fuse_elementwise(fn, env, seen)
 
     live = list(live)
     helpers: Set[str] = set()
@@ -1270,24 +1279,28 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
                                 helpers, seed_kind)
             env = dict(fwd_env)
             env.update({rename.get(n, n): k for n, k in adj_env.items()})
-            functions.append(fused_loops(fn, env))
+            seen = dict(fwd_shapes)
+            seen.update({rename.get(n, n): v for n, v in adj_shapes.items()})
+            functions.append(fused_loops(fn, env, seen))
         elif kind == "value":
             body = forward_body()
             ret = body[-1]
             body[-1] = ast.Return(value=ret.value.elts[0])
             functions.append(fused_loops(_function(pair.name + "_nb_value",
-                                                   list(pair.params) + live, body), fwd_env))
+                                                   list(pair.params) + live, body), fwd_env,
+                                         fwd_shapes))
         else:
             functions.append(fused_loops(_function(pair.name + "_nb_forward",
                                                    list(pair.params) + live, forward_body(),
-                                                   _split_defaults(pair, live)), fwd_env))
+                                                   _split_defaults(pair, live)), fwd_env,
+                                         fwd_shapes))
             adj = copy.deepcopy(pair.adjoint)
             rw = _Rewriter(adj_ranges, {}, {}, adj_kinds, blas, call_extra)
             body = [rw.visit(s) for s in adj.body]
             helpers.update(rw.helpers)
             functions.append(fused_loops(_function(pair.name + "_nb_adjoint",
                                                    [a.arg for a in adj.args.args] + live,
-                                                   body), adj_env))
+                                                   body), adj_env, adj_shapes))
         names[kind] = functions[-1].name if kind != "split" else functions[-2].name
     module = ast.Module(body=functions, type_ignores=[])
     ast.fix_missing_locations(module)
