@@ -78,6 +78,7 @@ HELPERS = {
     "_nb_np_sum": np.sum,
     "_nb_unknown": lambda a: a * 3.0,       # a call the pass knows nothing about
     "_nb_block_sum": lambda values, m: np.sum(values[:m]),   # a fused loop's partial sum
+    "_nb_vector_width_512": lambda: None,   # a code-generation hint: nothing to run
     **{"_nb_np_" + name: getattr(np, name) for name in _UFUNCS},
 }
 

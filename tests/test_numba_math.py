@@ -161,3 +161,29 @@ def _has_avx() -> bool:
             return " avx" in f.read()
     except OSError:
         return False
+
+
+def test_the_512_bit_hint_gives_512_bit_vectors_where_the_cpu_has_them():
+    hint = numba_math.vector_width_512
+    sin = numba_math.fast_sin
+
+    @numba.njit
+    def run(x, out):
+        hint()
+        for i in range(x.size):
+            out[i] = sin(x[i])
+    x = np.linspace(-3.0, 3.0, 37)
+    out = np.empty_like(x)
+    run(x, out)
+    np.testing.assert_array_max_ulp(out, np.sin(x), maxulp=2)   # a hint, same values
+    asm = "\n".join(run.inspect_asm().values())
+    if _has_avx512():
+        assert re.search(r"v\w+pd\s+[^\n]*%zmm", asm), asm[:2000]
+
+
+def _has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx512f" in f.read()
+    except OSError:
+        return False

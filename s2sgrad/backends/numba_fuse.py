@@ -21,6 +21,11 @@ of the function reads are written once, and the temporaries never exist.
     else:                                  # broadcasting: the statements as they were
         ...
 
+A run whose sum is taken (`r = np.sum(<elementwise>)`) adds its terms up block
+by block inside the loop; the function asks LLVM for 512-bit vectors
+(`numba_math.vector_width_512`), and sin, cos, exp and tanh are numba_math's
+vectorisable versions.
+
 What is proven before fusing, and what is checked at run time:
 
 - Only statements whose every operation is elementwise join a run: `+ - * /
@@ -380,7 +385,7 @@ class _Fuser:
             body.append(f"{element[target]} = {ast.unparse(expr)}")
         body += [f"{out_flat[n]}[{index}] = {element[n]}" for n in outputs]
         shape = f"{domain}.shape"
-        code = [f"{size} = {domain}.size"]
+        code = [f"{NB}vector_width_512()", f"{size} = {domain}.size"]
         code += [f"{flat[n]} = np.ravel({n})" for n in inputs]
         code += [f"{out_flat[n]} = np.empty({size})" for n in outputs]
         if wide:
