@@ -8,9 +8,10 @@ Each family is one benchmark workload (or a one-layer network) at growing array
 sizes; each row times s2sgrad.grad with jit=True forced to compile
 (S2SGRAD_JIT_PLAN=always) and on the NumPy backend, best of a few calls,
 one thread, float64. The limits in s2sgrad/backends/jit_policy.py come from
-these tables: a loop family is compiled below LOOP_LIMIT elements, straight-line
-code below STRAIGHT_LIMIT (and never when it multiplies matrices). The last
-column is what jit=True does by default at that size.
+these tables: a loop family is compiled below LOOP_LIMIT elements, elementwise
+code (fused into one loop) at every size, other straight-line code below
+STRAIGHT_LIMIT (and never when it multiplies matrices). The last column is what
+jit=True does by default at that size.
 """
 import os
 import sys
