@@ -205,11 +205,32 @@ def product_plus(a, b, c):
 # (unbroadcast_matmul): smaller than the sum, the same, 1-d and 2-d operands.
 @pytest.mark.parametrize("shapes", [((4, 3), (3,), (4,)), ((1, 3), (3,), (2, 5)),
                                     ((3,), (3, 2), (4, 2)), ((2, 3), (3, 1), (2, 4)),
-                                    ((3,), (3,), (2,))])
+                                    ((3,), (3,), (2,)), ((3,), (3, 2), (2,)),
+                                    ((2, 3), (3, 4), (2, 4))])
 def test_product_shapes_from_operands(shapes):
     pytest.importorskip("numba")
     rng = _rng()
     _check(product_plus, tuple(rng.standard_normal(s) for s in shapes), (0, 1, 2))
+
+
+def new_arrays_and_reductions(x):
+    acc = np.zeros(x.shape[1])
+    for i in range(x.shape[0]):
+        acc = acc + np.ones(x.shape[1]) * np.sin(x[i])
+    return np.sum(acc * acc) + np.max(acc * 2.0) + np.mean(np.cos(acc))
+
+
+def test_new_arrays_and_reductions_of_expressions_call_cached_helpers():
+    """np.zeros(n), np.ones(n) and a whole-array reduction of an expression become
+    the helpers numba keeps compiled on disk (no generic compile in each caller)."""
+    pytest.importorskip("numba")
+    x = _rng().standard_normal((5, 3))
+    source = jit_source(new_arrays_and_reductions, x)
+    for helper in ("_nb_np_zeros(", "_nb_np_ones(", "_nb_np_sum(", "_nb_np_max(",
+                   "_nb_np_mean("):
+        assert helper in source, source
+    _check(new_arrays_and_reductions, (x,), 0)
+    _check(new_arrays_and_reductions, (_rng().standard_normal((2, 7)),), 0)
 
 
 def test_inlined_custom_function():

@@ -1115,6 +1115,34 @@ def ub_same(value, like):
 
 
 @special
+def ub_mm21(value, a, b):
+    """unbroadcast(value, a @ b) for a 2-d, b 1-d and value 1-d (unbroadcast_matmul's
+    same-rank case, compiled once per machine instead of in every caller)."""
+    shape = (a.shape[0],)
+    if value.shape == shape:
+        return value
+    return _sum_to(value, shape)
+
+
+@special
+def ub_mm12(value, a, b):
+    """unbroadcast(value, a @ b) for a 1-d, b 2-d and value 1-d."""
+    shape = (b.shape[1],)
+    if value.shape == shape:
+        return value
+    return _sum_to(value, shape)
+
+
+@special
+def ub_mm22(value, a, b):
+    """unbroadcast(value, a @ b) for a, b and value 2-d."""
+    shape = (a.shape[0], b.shape[1])
+    if value.shape == shape:
+        return value
+    return _sum_to(value, shape)
+
+
+@special
 def ub_sum_to(value, like):
     return _sum_to(value, like.shape)
 
@@ -1434,6 +1462,16 @@ def np_clip(x, lo, hi):
 @special
 def np_sum(x):
     return np.sum(x)
+
+
+@special
+def np_zeros(shape):
+    return np.zeros(shape)
+
+
+@special
+def np_ones(shape):
+    return np.ones(shape)
 
 
 @special

@@ -115,6 +115,7 @@ _NP_WRAPPED = {"sin": 1, "cos": 1, "tan": 1, "exp": 1, "log": 1, "tanh": 1, "sqr
                "logaddexp": 2, "maximum": 2, "minimum": 2, "where": 3, "clip": 3,
                "sum": 1, "mean": 1, "max": 1, "amax": 1, "min": 1, "amin": 1, "prod": 1}
 _NP_ALIASES = {"absolute": "abs", "amax": "max", "amin": "min"}
+_NEW_ARRAYS = frozenset({"zeros", "ones"})     # np.zeros(shape): cached np_zeros
 _MATMUL = {(2, 2): "mm22", (2, 1): "mm21", (1, 2): "mm12", (1, 1): "mm11"}
 
 
@@ -1032,8 +1033,18 @@ class _Rewriter(ast.NodeTransformer):
     def _np_array_call(self, node: ast.Call) -> Optional[ast.expr]:
         """np.<ufunc or reduction>(arrays...) -> the cached wrapper, positional args only."""
         name = KindInference.np_name(node)
-        if name not in _NP_WRAPPED or node.keywords or \
-                len(node.args) != _NP_WRAPPED[name] or not self._array_op(*node.args):
+        if name in _NEW_ARRAYS and len(node.args) == 1 and not node.keywords:
+            # np.zeros(n): numba compiles its generic np.zeros in every caller
+            return self._call("np_" + name, [self.visit(node.args[0])])
+        if name not in _NP_WRAPPED or node.keywords or len(node.args) != _NP_WRAPPED[name]:
+            return None
+        if name in _REDUCTIONS:
+            # a whole-array reduction (of a name or an expression, inside arithmetic
+            # or not): a number, which no array expression around it could fuse
+            kind = self._kind(node.args[0])
+            if kind is None or kind[0] != "a":
+                return None
+        elif not self._array_op(*node.args):
             return None
         return self._call("np_" + _NP_ALIASES.get(name, name),
                           [self.visit(a) for a in node.args])
@@ -1064,6 +1075,12 @@ class _Rewriter(ast.NodeTransformer):
                 return self._call("ub_sum_all", args()[:1])
             if is_s(v) and is_a(like) and like[1] > 0:
                 return self._call("ub_full", args())
+        elif short == "unbroadcast_matmul" and n == 3:
+            v, a, b = kinds
+            ranks = _ranks((a, b))
+            same = {(2, 1): 1, (1, 2): 1, (2, 2): 2}.get(ranks)
+            if same is not None and is_a(v) and v[1] == same:
+                return self._call("ub_mm%d%d" % ranks, args())
         elif short == "zeros_like" and n == 1:
             k = kinds[0]
             if is_s(k):
