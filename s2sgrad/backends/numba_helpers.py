@@ -1115,28 +1115,10 @@ def ub_same(value, like):
 
 
 @special
-def ub_mm21(value, a, b):
-    """unbroadcast(value, a @ b) for a 2-d, b 1-d and value 1-d (unbroadcast_matmul's
-    same-rank case, compiled once per machine instead of in every caller)."""
-    shape = (a.shape[0],)
-    if value.shape == shape:
-        return value
-    return _sum_to(value, shape)
-
-
-@special
-def ub_mm12(value, a, b):
-    """unbroadcast(value, a @ b) for a 1-d, b 2-d and value 1-d."""
-    shape = (b.shape[1],)
-    if value.shape == shape:
-        return value
-    return _sum_to(value, shape)
-
-
-@special
-def ub_mm22(value, a, b):
-    """unbroadcast(value, a @ b) for a, b and value 2-d."""
-    shape = (a.shape[0], b.shape[1])
+def ub_to(value, shape):
+    """unbroadcast(value, to an array of `shape`) for value of shape's rank: the
+    same-rank case of unbroadcast_matmul, compiled once per machine instead of in
+    every caller (the rewrite reads the product's shape off its operands)."""
     if value.shape == shape:
         return value
     return _sum_to(value, shape)

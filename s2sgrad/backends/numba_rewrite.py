@@ -117,6 +117,8 @@ _NP_WRAPPED = {"sin": 1, "cos": 1, "tan": 1, "exp": 1, "log": 1, "tanh": 1, "sqr
 _NP_ALIASES = {"absolute": "abs", "amax": "max", "amin": "min"}
 _NEW_ARRAYS = frozenset({"zeros", "ones"})     # np.zeros(shape): cached np_zeros
 _MATMUL = {(2, 2): "mm22", (2, 1): "mm21", (1, 2): "mm12", (1, 1): "mm11"}
+# The shape of a @ b by the operands' ranks: (operand, axis) of each dimension.
+_PRODUCT_SHAPE = {(2, 1): ((0, 0),), (1, 2): ((1, 1),), (2, 2): ((0, 0), (1, 1))}
 
 
 def _ranks(kinds) -> Optional[Tuple[int, int]]:
@@ -1078,9 +1080,14 @@ class _Rewriter(ast.NodeTransformer):
         elif short == "unbroadcast_matmul" and n == 3:
             v, a, b = kinds
             ranks = _ranks((a, b))
-            same = {(2, 1): 1, (1, 2): 1, (2, 2): 2}.get(ranks)
-            if same is not None and is_a(v) and v[1] == same:
-                return self._call("ub_mm%d%d" % ranks, args())
+            if ranks in _PRODUCT_SHAPE and is_a(v) and v[1] == len(_PRODUCT_SHAPE[ranks]):
+                v_node, a_node, b_node = args()
+                operands = (a_node, b_node)
+                shape = ast.Tuple(elts=[ast.Subscript(
+                    value=ast.Attribute(value=operands[which], attr="shape", ctx=ast.Load()),
+                    slice=ast.Constant(axis), ctx=ast.Load())
+                    for which, axis in _PRODUCT_SHAPE[ranks]], ctx=ast.Load())
+                return self._call("ub_to", [v_node, shape])
         elif short == "zeros_like" and n == 1:
             k = kinds[0]
             if is_s(k):
