@@ -365,24 +365,7 @@ class _Fuser:
         size, index = self._fresh("n"), self._fresh("i")
         flat = {n: self._fresh(n + "_flat") for n in inputs}
         out_flat = {n: self._fresh(n + "_flat") for n in outputs}
-        element: Dict[str, str] = {}
-        body: List[str] = []
-        wide = None
-        tested: Set[str] = set()      # arguments that read only the run's inputs
-        for target, value in run.fused:
-            visitor = _Element(flat, element, index)
-            expr = visitor.visit(value)
-            for argument, limit in visitor.limited:
-                # arguments the fast reduction is not exact for: redo the run unfused
-                key = ast.dump(argument)
-                if key in tested:
-                    continue
-                if not (_loads(argument) & set(element.values())):
-                    tested.add(key)
-                wide = wide or self._fresh("wide")
-                body.append(f"{wide} = {wide} | (abs({ast.unparse(argument)}) >= {limit!r})")
-            element[target] = element.get(target) or self._fresh(target + "_i")
-            body.append(f"{element[target]} = {ast.unparse(expr)}")
+        body, element, wide = self._elements(run, flat, index)
         body += [f"{out_flat[n]}[{index}] = {element[n]}" for n in outputs]
         shape = f"{domain}.shape"
         code = [f"{NB}vector_width_512()", f"{size} = {domain}.size"]
@@ -390,6 +373,7 @@ class _Fuser:
         code += [f"{out_flat[n]} = np.empty({size})" for n in outputs]
         if wide:
             code.append(f"{wide} = False")
+        partial: Dict[str, str] = {}
         if summed:
             block, first, last = self._fresh("block"), self._fresh("start"), self._fresh("stop")
             buffers = {t: self._fresh(t + "_block") for t in summed}
@@ -412,22 +396,49 @@ class _Fuser:
         originals = [_assign(t, _Helpers().visit(copy.deepcopy(v))) for t, v in run.fused]
         originals += [_assign(total, ast.Call(func=func, args=[_load(terms)], keywords=[]))
                       for terms, (total, func) in summed.items()]
-        others = inputs[1:]
-        if not others and not wide:
+        tests = [f"{n}.shape != {shape}" for n in inputs[1:]]
+        return self._guarded(code, results, originals, tests, wide)
+
+    def _elements(self, run: _Run, flat: Dict[str, str], index: str
+                  ) -> Tuple[List[str], Dict[str, str], Optional[str]]:
+        """The loop body's statements (one per statement of the run, each preceded by
+        the range tests of its sin and cos arguments), the element name of each name
+        the run defines, and the flag the range tests set (None: no tests)."""
+        element: Dict[str, str] = {}
+        body: List[str] = []
+        wide = None
+        tested: Set[str] = set()      # arguments that read only the run's inputs
+        for target, value in run.fused:
+            visitor = _Element(flat, element, index)
+            expr = visitor.visit(value)
+            for argument, limit in visitor.limited:
+                key = ast.dump(argument)
+                if key in tested:
+                    continue
+                if not (_loads(argument) & set(element.values())):
+                    tested.add(key)
+                wide = wide or self._fresh("wide")
+                body.append(f"{wide} = {wide} | (abs({ast.unparse(argument)}) >= {limit!r})")
+            element[target] = element.get(target) or self._fresh(target + "_i")
+            body.append(f"{element[target]} = {ast.unparse(expr)}")
+        return body, element, wide
+
+    def _guarded(self, code: List[str], results: List[str], originals: List[ast.stmt],
+                 tests: List[str], wide: Optional[str]) -> List[ast.stmt]:
+        """The loop's code, its results bound only once they stand, and the original
+        statements where the shapes differ (tests) or an argument was too wide: the
+        names the run reads keep their values until then."""
+        if not tests and not wide:
             return ast.parse("\n".join(code + results)).body
-        # the names the run reads keep their values until the loop's results stand:
-        # where they do not (shapes, wide arguments), the statements run as they were
         unfused = self._fresh("unfused")
         if wide:
-            code.append(f"{unfused} = {wide}")
+            code = code + [f"{unfused} = {wide}"]
             if results:
-                code.append(f"if not {unfused}:")
-                code += ["    " + line for line in results]
+                code += [f"if not {unfused}:"] + ["    " + line for line in results]
         else:
-            code += results
-        test = " or ".join(f"{n}.shape != {shape}" for n in others) if others else "False"
-        head = [f"{unfused} = {test}", f"if not {unfused}:"] if others else []
-        indent = "    " if others else ""
+            code = code + results
+        head = [f"{unfused} = {' or '.join(tests)}", f"if not {unfused}:"] if tests else []
+        indent = "    " if tests else ""
         text = head + [indent + line for line in code] + [f"if {unfused}:", "    pass"]
         tree = ast.parse("\n".join(text)).body
         tree[-1].body = originals
