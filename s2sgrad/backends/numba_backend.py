@@ -482,13 +482,12 @@ class JitFunction:
         """Whether this call goes to numba (jit_policy), and numba is there to take it.
         A call left to NumPy by the plan is no failure: no warning."""
         limit = self.vjp_size_limit if vjp else self.size_limit
-        largest = jit_policy.largest_array(call + live)
-        if not largest < limit:
-            return False
         if self.facts.elementwise and limit == float("inf") and not self.force and \
-                not jit_policy.float64_arrays(call + live) and \
-                not largest < jit_policy.size_limit(self.facts, vjp=vjp, float64=False):
-            return False     # elementwise code fuses on float64 arrays only
+                not jit_policy.float64_arrays(call + live):
+            # elementwise code fuses on float64 arrays only
+            limit = jit_policy.size_limit(self.facts, vjp=vjp, float64=False)
+        if not jit_policy.largest_array(call + live) < limit:
+            return False
         if not self._numba_ready():
             self._warn(self.disabled)
             return False

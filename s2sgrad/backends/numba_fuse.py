@@ -55,6 +55,8 @@ import keyword
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from ..compiler.names import assign_node, name_node
+
 Kind = Tuple
 
 NB = "_nb_"
@@ -393,8 +395,8 @@ class _Fuser:
             code += ["    " + line for line in body]
         results = [f"{n} = {out_flat[n]}.reshape({shape})" for n in outputs]
         results += [f"{summed[t][0]} = {partial[t]}" for t in summed]
-        originals = [_assign(t, _Helpers().visit(copy.deepcopy(v))) for t, v in run.fused]
-        originals += [_assign(total, ast.Call(func=func, args=[_load(terms)], keywords=[]))
+        originals = [assign_node(t, copy.deepcopy(v)) for t, v in run.fused]
+        originals += [assign_node(total, ast.Call(func=func, args=[name_node(terms)], keywords=[]))
                       for terms, (total, func) in summed.items()]
         tests = [f"{n}.shape != {shape}" for n in inputs[1:]]
         return self._guarded(code, results, originals, tests, wide)
@@ -445,54 +447,9 @@ class _Fuser:
         return tree
 
 
-def _load(name: str) -> ast.Name:
-    return ast.Name(id=name, ctx=ast.Load())
-
-
-def _assign(name: str, value: ast.expr) -> ast.Assign:
-    return ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value, lineno=0)
-
-
 def _np(func: str, args: Sequence[ast.expr]) -> ast.Call:
-    return ast.Call(func=ast.Attribute(value=_load("np"), attr=func, ctx=ast.Load()),
+    return ast.Call(func=ast.Attribute(value=name_node("np"), attr=func, ctx=ast.Load()),
                     args=list(args), keywords=[])
-
-
-class _Helpers(ast.NodeTransformer):
-    """The statements a run falls back to, with every operation a call of the helper
-    that computes it (`_nb_op_add`, `_nb_np_sin`, ...): numba keeps those compiled on
-    disk, so the fallback, which seldom runs, costs almost nothing to compile."""
-
-    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
-        self.generic_visit(node)
-        name = _HELPER_OPS.get(type(node.op))
-        return _call(NB + name, [node.left, node.right]) if name else node
-
-    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
-        self.generic_visit(node)
-        if isinstance(node.op, ast.USub):
-            return _call(NB + "op_neg", [node.operand])
-        return node
-
-    def visit_Call(self, node: ast.Call) -> ast.expr:
-        self.generic_visit(node)
-        name = _call_name(node)
-        if name is not None and name.startswith("np.") and name[3:] in _HELPER_UFUNCS and \
-                len(node.args) == 1:
-            return _call(NB + "np_" + _ALIASES.get(name[3:], name[3:]), node.args)
-        return node
-
-
-_HELPER_OPS = {ast.Add: "op_add", ast.Sub: "op_sub", ast.Mult: "op_mul", ast.Div: "op_div",
-               ast.Pow: "op_pow"}
-# ufuncs numba_helpers has a cached `np_<name>` for (numba_rewrite._NP_WRAPPED's)
-_HELPER_UFUNCS = frozenset({"sin", "cos", "tan", "exp", "log", "tanh", "sqrt", "abs",
-                            "absolute", "square", "log1p", "expm1"})
-_ALIASES = {"absolute": "abs"}
-
-
-def _call(name: str, args: Sequence[ast.expr]) -> ast.Call:
-    return ast.Call(func=_load(name), args=list(args), keywords=[])
 
 
 class _Element(ast.NodeTransformer):
@@ -515,9 +472,9 @@ class _Element(ast.NodeTransformer):
 
     def visit_Name(self, node: ast.Name) -> ast.expr:
         if node.id in self.element:
-            return _load(self.element[node.id])
+            return name_node(self.element[node.id])
         if node.id in self.flat:
-            return ast.Subscript(value=_load(self.flat[node.id]), slice=_load(self.index),
+            return ast.Subscript(value=name_node(self.flat[node.id]), slice=name_node(self.index),
                                  ctx=ast.Load())
         return node
 
@@ -542,7 +499,7 @@ class _Element(ast.NodeTransformer):
         if ufunc in FAST:
             if ufunc in LIMITED:
                 self.limited.append((copy.deepcopy(args[0]), LIMITED[ufunc]))
-            return ast.Call(func=_load(NB + "fast_" + ufunc), args=args, keywords=[])
+            return ast.Call(func=name_node(NB + "fast_" + ufunc), args=args, keywords=[])
         return _np(ufunc, args)
 
 
