@@ -21,6 +21,10 @@ _CACHE_DIR = tempfile.mkdtemp(prefix="s2sgrad-test-cache-")
 os.environ["S2SGRAD_CACHE_DIR"] = _CACHE_DIR
 atexit.register(shutil.rmtree, _CACHE_DIR, True)
 
+# jit=True compiles at the first call, so that a test's first call runs the compiled
+# code; tests/test_jit_worker.py turns the default (a worker process) back on.
+os.environ["S2SGRAD_JIT_BACKGROUND"] = "0"
+
 # Tests may import the benchmark workloads (benchmarks.workloads.*), whatever
 # directory pytest was started from.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -106,3 +106,41 @@ def test_hvp_benchmark_products_match_finite_differences_of_the_gradient(index):
         np.testing.assert_allclose(out, fn(*weights), rtol=1e-12)
         for got, want in zip(hv, expected):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_the_jit_summary_reports_the_first_call_and_when_compiled_code_ran(tmp_path):
+    """benchmarks/run.py's jit rows: the first call (NumPy, while a worker compiles)
+    and 'compiled after' (the worker, and the call that loads its machine code)
+    are both figures, the compiled code being checked, not a NumPy fallback."""
+    pytest.importorskip("numba")
+    env = dict(os.environ, S2SGRAD_CACHE_DIR=str(tmp_path), S2SGRAD_JIT_BACKGROUND="1")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "run.py"),
+                          "--quick", "--only", "scalar_recurrence",
+                          "--impl", "s2sgrad,s2sgrad-jit"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("workload") and
+                "compiled after" in ln)
+    row = lines[head + 2].split()
+    assert row[:2] == ["scalar_recurrence", "numba"], lines[head:head + 3]
+    first, compiled = _seconds(row, 4), _seconds(row, 5)
+    # The first call ran NumPy: the worker (a Python with numba, and its compile)
+    # came after it. Compiled at the first call, the two would be one call apart.
+    assert 0 < first and compiled - first > 0.1, row
+
+
+def _seconds(row, index):
+    """The index-th column of a summary row split at spaces (a time, '12 ms', joined
+    and in seconds)."""
+    figures = []
+    k = 0
+    while k < len(row) - 1:
+        scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}.get(row[k + 1])
+        if scale is not None:
+            figures.append(float(row[k]) * scale)
+            k += 2
+        else:
+            figures.append(row[k])
+            k += 1
+    return figures[index]

@@ -233,6 +233,23 @@ def test_new_arrays_and_reductions_of_expressions_call_cached_helpers():
     _check(new_arrays_and_reductions, (_rng().standard_normal((2, 7)),), 0)
 
 
+@pytest.mark.parametrize("shape", [(5, 3), (2, 7)])
+def test_a_call_after_jit_source_is_checked_against_its_own_values(shape):
+    """jit_source builds the variant from one NumPy run; the first compiled call,
+    on other values, is checked against a NumPy run of its own (it once returned
+    the gradient at jit_source's arguments)."""
+    pytest.importorskip("numba")
+    rng = _rng()
+    x1, x2 = rng.standard_normal(shape), rng.standard_normal(shape) + 2.0
+    jit_source(new_arrays_and_reductions, x1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        got = s2sgrad.grad(new_arrays_and_reductions, jit=True)(x2)
+    np.testing.assert_allclose(got, s2sgrad.grad(new_arrays_and_reductions)(x2), rtol=1e-12)
+    np.testing.assert_allclose(got, numeric_grad(new_arrays_and_reductions, [x2], 0),
+                               rtol=1e-6, atol=1e-8)
+
+
 def test_inlined_custom_function():
     pytest.importorskip("numba")
     rng = _rng()

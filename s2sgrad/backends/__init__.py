@@ -6,20 +6,23 @@ extra `jit`: `pip install 's2sgrad[jit]'`). The NumPy code s2sgrad generates
 is rewritten into numba's subset (`numba_rewrite`), with numba versions of
 the helpers it calls (`numba_helpers`); `numba_backend` compiles, calls and
 falls back. When numba is missing or cannot compile a function, the NumPy
-backend runs and one `JitWarning` per function says why.
+backend runs and one `JitWarning` per function says why. numba compiles in
+a worker process (`numba_worker`) while the NumPy backend runs the calls
+(`jit_wait` waits for it; `S2SGRAD_JIT_BACKGROUND=0` compiles at the first
+call).
 
 Nothing here imports numba until a jit=True function is first called.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from ..arguments import check_args, check_cotangent, finalize, leaves_of, normalize_wrt, pack, seed
 from .jit_policy import JitPlan
-from .numba_backend import JitWarning, known_state, reset, state_for
+from .numba_backend import JitWarning, known_state, reset, state_for, wait
 
 __all__ = ["JitPlan", "JitWarning", "jit_plan", "jit_rule", "jit_value_and_grad", "jit_vjp",
-           "jit_source", "numpy_runs_vjp", "reset"]
+           "jit_source", "jit_wait", "numpy_runs_vjp", "reset"]
 
 
 def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool) -> Callable:
@@ -82,3 +85,11 @@ def jit_plan(f: Callable, *args: Any, wrt=0, vjp: bool = False, **kwargs) -> Jit
     for grad and value_and_grad."""
     positions, _ = normalize_wrt(wrt, len(args))
     return state_for(f, positions).plan(args, kwargs, vjp)
+
+
+def jit_wait(f: Optional[Callable] = None, timeout: Optional[float] = None) -> bool:
+    """Wait until numba has compiled what the calls of f so far asked for (every
+    function's when f is None), so that the next call runs the compiled code; give
+    the JitWarning of a compile that failed. False if the timeout (seconds) came
+    first. Without it, calls run the NumPy backend while numba compiles."""
+    return wait(f, timeout)

@@ -11,6 +11,14 @@ argument types (the rewrite's placeholders depend on the types, see
    `exec`, `numba.njit`;
 3. calls it. numba compiles on the first call of a type signature.
 
+numba's compile takes a second or more. By default another process does it
+(`numba_worker`), when the generated module is on disk: until it is done,
+calls of that type signature run the NumPy backend, so a first call costs
+what a NumPy call costs; the call after it loads the machine code from
+numba's cache, and its result is compared with the NumPy backend's as any
+first compiled result is. `S2SGRAD_JIT_BACKGROUND=0` compiles at the first
+call, which waits; `jit_wait` waits for the workers.
+
 Whatever goes wrong falls back to the NumPy pair, never to a guess:
 - numba is not installed, or the rewrite or numba's compiler rejects the code:
   the NumPy pair runs from then on (for that type signature), and one
@@ -24,11 +32,12 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 import threading
 import time
 import types
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -47,6 +56,34 @@ _BY_FUNCTION: Dict[tuple, "JitFunction"] = {}   # (function, wrt) -> state: skip
 _WARNED: set = set()            # functions a JitWarning was issued for
 _LOCK = threading.RLock()
 _NUMBA: List[Any] = []          # [numba module] once imported, [None] if unavailable
+_WORKERS: List[Tuple["JitFunction", "Variant"]] = []   # variants compiling in a worker
+
+
+def compiles_behind() -> bool:
+    """S2SGRAD_JIT_BACKGROUND: numba compiles in a worker process while the NumPy
+    backend runs the calls (the default); 0: at the first call, which waits."""
+    return os.environ.get("S2SGRAD_JIT_BACKGROUND", "1") != "0"
+
+
+def wait(fn: Optional[Callable] = None, timeout: Optional[float] = None) -> bool:
+    """Wait for the workers compiling fn's variants (every wrt), or every function's,
+    and take their outcomes (a JitWarning for code numba rejected). Whether all of
+    them finished (False: the timeout came first)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with _LOCK:
+        jobs = [(state, v) for state, v in _WORKERS
+                if fn is None or _function_key(state.fn) == _function_key(fn)]
+    finished = True
+    for state, v in jobs:
+        worker = v.worker
+        if worker is None:
+            continue
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if worker.wait(left):
+            state.still_compiling(v)
+        else:
+            finished = False
+    return finished
 
 
 def numba_module():
@@ -71,6 +108,10 @@ def _numba_missing_reason() -> str:
 def reset() -> None:
     """Forget every compiled variant (tests; also after s2sgrad.compiler.clear_cache)."""
     with _LOCK:
+        for _, v in _WORKERS:
+            if v.worker is not None:
+                v.worker.stop()
+        _WORKERS.clear()
         _STATES.clear()
         _BY_FUNCTION.clear()
         _NUMBA.clear()
@@ -78,15 +119,20 @@ def reset() -> None:
 
 
 def first_line(exc: BaseException) -> str:
+    return summary(type(exc).__name__, str(exc))
+
+
+def summary(kind: str, message: str) -> str:
+    """"Kind: the line that says what failed" of an error's message."""
     import re
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", message).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     # numba's messages start with "Failed in nopython mode pipeline (step: ...)":
     # the line after it says what failed.
     for ln in lines:
         if not ln.startswith("Failed in ") and not ln.startswith("During:"):
-            return f"{type(exc).__name__}: {ln}"
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+            return f"{kind}: {ln}"
+    return f"{kind}: {lines[0]}" if lines else kind
 
 
 def _is_numba_error(exc: BaseException) -> bool:
@@ -119,14 +165,16 @@ class Variant:
     """The numba functions of one type signature (built as they are first needed)."""
 
     fused: Any = None            # (*args, *live) -> (out, grads), seeded with 1
-    check: Any = None            # (out, residuals, seed) of the NumPy run, until checked
+    check: Any = None            # (call, out, residuals, seed) of a NumPy run, until checked
     vjp_checked: bool = False    # a first vjp and pullback were compared with NumPy's
+    on_disk: bool = False        # its module is a file: a worker process can compile it
+    blas: bool = False
+    worker: Any = None           # the numba_worker.Worker compiling it
+    sent: set = field(default_factory=set)     # "fused", "vjp": given to a worker once
     pullback: Any = None         # (*args, *live, cotangent) -> (out, grads)
     value: Any = None            # (*args, *live) -> out
     source: str = ""
     failed: Optional[str] = None
-    build_seconds: float = 0.0   # s2sgrad's part of the first call: NumPy run, rewrite, exec
-    numba_seconds: float = 0.0   # numba's: its compile, with the first compiled call
 
 
 class JitFunction:
@@ -310,13 +358,12 @@ class JitFunction:
     def _build(self, args, live, key, need, old: Optional[Variant]) -> Variant:
         """Learn kinds from one NumPy run, rewrite, exec, njit (numba compiles at the call)."""
         v = old or Variant()
-        started = time.perf_counter()
         # The NumPy run on copies: the call that follows writes into the arguments
         # (if the function does) once, as without jit.
         out, residuals = self.compiled.forward(*_copies(args))
         if need == "fused":
             seed = seed_of(out)     # a non-scalar output: the API's ValueError, now
-            v.check = (out, residuals, seed)
+            v.check = (args, out, residuals, seed)
         try:
             seeds = {}
             for name, value in zip(self.pair.params + [b.name for b in self.live],
@@ -338,6 +385,7 @@ class JitFunction:
             ns = self._namespace(blas, residuals)
             ns, cache = _load_module(out_src.source, ns, self.pair.name,
                                      disk=not self.callees)
+            v.on_disk, v.blas = cache, blas
             jit = functools.partial(numba_module().njit, cache=cache)
             if need == "fused":
                 v.fused = jit(ns[out_src.names["fused"]])
@@ -351,7 +399,6 @@ class JitFunction:
         except Exception as exc:  # noqa: BLE001 - a bug of the rewrite: NumPy, and say so
             v.failed = f"internal error of the numba rewrite: {first_line(exc)}"
             self._warn(v.failed)
-        v.build_seconds += time.perf_counter() - started
         self.variants[key] = v
         return v
 
@@ -394,9 +441,7 @@ class JitFunction:
 
     def _namespace(self, blas: bool, residuals=None) -> dict:
         from . import numba_helpers
-        ns = {"np": np, "__builtins__": __builtins__}
-        ns.update(numba_helpers.namespace(blas))
-        ns.update(self.constants)
+        ns = numba_helpers.namespace(blas, self.constants)
         examples = {}
         if self.callees and residuals is not None:
             examples = rw.callee_residuals(self.pair, list(self.callees), residuals)
@@ -457,14 +502,16 @@ class JitFunction:
             if not self._compiles(call, live):
                 return self._numpy_value_and_grad(args, kwargs)
             v = self.variant(call, live, "fused")
+            if v is not None and v.check is not None and \
+                    self.still_compiling(v, "fused", call, live):
+                return self._numpy_first(v, call, args, kwargs)
             if v is not None:
                 try:
                     if v.check is None:
                         result = v.fused(*call, *live)
-                    else:   # the first call: numba compiles
-                        started = time.perf_counter()
+                    else:   # the first call: numba compiles, and the result is checked
+                        reference = self._reference(v, call)
                         result = v.fused(*call, *live)
-                        v.numba_seconds += time.perf_counter() - started
                 except Exception as exc:  # noqa: BLE001 - decided below
                     if _is_numba_error(exc):
                         self.fail(call, live, exc)
@@ -473,10 +520,100 @@ class JitFunction:
                 else:
                     if v.check is None:
                         return result
-                    return self._first_result(v, call, live, result)
+                    return self._first_result(v, result, reference)
         else:
             self._warn(self.disabled)
         return self._numpy_value_and_grad(args, kwargs)
+
+    def _reference(self, v: Variant, call: tuple) -> tuple:
+        """The NumPy backend's (output, gradients) for this call, from copies of its
+        arguments: from the run that built the variant when it was this call's."""
+        built_for, out, residuals, seed = v.check
+        if built_for is not call:       # built by jit_source, or by a call since
+            out, residuals = self.compiled.forward(*_copies(call))
+            seed = seed_of(out)
+        return out, self.compiled.adjoint(residuals, seed)
+
+    def _numpy_first(self, v: Variant, call, args, kwargs):
+        """The NumPy backend's result while a worker compiles: that of the run that
+        built the variant when it was this call's (and the function does not write
+        into its arguments, which that run did on copies)."""
+        if not self.mutates and v.check is not None and v.check[0] is call:
+            return self._reference(v, call)
+        return self._numpy_value_and_grad(args, kwargs)
+
+    def still_compiling(self, v: Variant, kind: str = "", call: tuple = (),
+                        live: tuple = ()) -> bool:
+        """Whether a worker process is compiling v, so that this call runs the NumPy
+        backend; given `kind` ("fused" or "vjp"), one is started when it can be.
+
+        A worker's outcome is taken here, in the user's thread: code numba
+        rejected fails the variant with a JitWarning (as at a call); a worker
+        that crashed leaves the compile to this process.
+        """
+        worker = v.worker
+        if worker is not None:
+            if not worker.done():
+                return True
+            v.worker = None
+            with _LOCK:
+                if (self, v) in _WORKERS:
+                    _WORKERS.remove((self, v))
+            status, why = worker.outcome()
+            if status == "rejected":
+                v.failed = summary(*why.split(": ", 1)) if ": " in why else why
+                self._warn(v.failed)
+                return True
+        if not kind or kind in v.sent or not compiles_behind():
+            return False
+        v.sent.add(kind)
+        job = self._job(v, kind, call, live)
+        if job is None:
+            return False
+        from .numba_worker import Worker, cached
+        functions = [v.fused] if kind == "fused" else [v.value, v.pullback]
+        if all(cached(f, sig) for f, (_, sig) in zip(functions, job.signatures)):
+            return False          # compiled by an earlier process: loaded at this call
+        try:
+            v.worker = Worker(job)
+        except Exception:  # noqa: BLE001 - no process to start: compiled at this call
+            return False
+        with _LOCK:
+            _WORKERS.append((self, v))
+        return True
+
+    def _job(self, v: Variant, kind: str, call: tuple, live: tuple):
+        """The worker's job for v's functions of `kind` at these arguments' types, or
+        None when another process could not rebuild its module (not on disk, or it
+        names objects other than the modules numba knows)."""
+        from .numba_worker import MODULES, Job
+        if not v.on_disk or any(not isinstance(c, types.ModuleType) or
+                                c.__name__ not in MODULES for c in self.constants.values()):
+            return None
+        numba = numba_module()
+        functions = [v.fused] if kind == "fused" else [v.value, v.pullback]
+        first = functions[0].py_func
+        module = sys.modules.get(first.__module__)
+        path = getattr(module, "__file__", None)
+        from .numba_helpers import namespace
+        if path is None or not _rebuilt_alike(module.__dict__,
+                                              namespace(v.blas, self.constants)):
+            return None
+        try:
+            signature = tuple(numba.typeof(a) for a in tuple(call) + tuple(live))
+            job = Job(path, first.__module__, v.blas,
+                      {name: c.__name__ for name, c in self.constants.items()},
+                      [(first.__name__, signature)])
+            if kind == "vjp":
+                out, _ = self.compiled.forward(*_copies(call))
+                cotangent = _unit_cotangent(out)
+                if cotangent is None:
+                    return None
+                job.signatures.append((functions[1].py_func.__name__,
+                                       signature + (numba.typeof(cotangent),)))
+        except Exception:  # noqa: BLE001 - a value numba cannot type: compiled at the call
+            return None
+        return job
 
     def _compiles(self, call: tuple, live: tuple, vjp: bool = False) -> bool:
         """Whether this call goes to numba (jit_policy), and numba is there to take it.
@@ -539,16 +676,14 @@ class JitFunction:
         self._warn(v.failed)
         return result
 
-    def _first_result(self, v: Variant, call, live, result):
+    def _first_result(self, v: Variant, result, want):
         """A variant's first result is compared with the NumPy backend's, once.
 
         A disagreement (beyond rounding) means the rewrite or numba computed
         something else: the variant is dropped, NumPy's result returned, and a
         warning says so. Never a wrong value silently.
         """
-        out, residuals, seed = v.check
         v.check = None
-        want = (out, self.compiled.adjoint(residuals, seed))
         problem = _mismatch(result, want)
         if problem is None:
             return result
@@ -582,11 +717,10 @@ class JitFunction:
         v = self.variant(call, live, "vjp")
         if v is None:
             return self._numpy_vjp(args)
+        if not v.vjp_checked and self.still_compiling(v, "vjp", call, live):
+            return self._numpy_vjp(args)
         try:
-            started = time.perf_counter()
             out = v.value(*call, *live)
-            if not v.vjp_checked:   # the first call: numba compiles
-                v.numba_seconds += time.perf_counter() - started
         except Exception as exc:  # noqa: BLE001
             if _is_numba_error(exc):
                 self.fail(call, live, exc)
@@ -611,10 +745,8 @@ class JitFunction:
         def pullback(cot):
             if not numpy_pullback:
                 try:
-                    started = time.perf_counter()
                     grads = v.pullback(*call, *live, cot)[1]
                     if reference:   # the first pullback: numba compiled it
-                        v.numba_seconds += time.perf_counter() - started
                         want = self.compiled.adjoint(reference.pop(), cot)
                         problem = _mismatch(grads, want)
                         if problem is not None:
@@ -640,13 +772,6 @@ class JitFunction:
     def _numpy_vjp(self, args):
         out, residuals = self.compiled.forward(*args)
         return out, (lambda cot: self.compiled.adjoint(residuals, cot))
-
-    def compile_seconds(self) -> Tuple[float, float]:
-        """(s2sgrad's, numba's) seconds spent on the first calls of the variants
-        built so far: the NumPy run, rewrite and exec; numba's compile."""
-        variants = list(self.variants.values())
-        return (sum(v.build_seconds for v in variants),
-                sum(v.numba_seconds for v in variants))
 
     def source(self, args: tuple, kwargs: Optional[dict] = None) -> str:
         """The numba-subset source for these arguments' types (builds it if needed)."""
@@ -685,7 +810,6 @@ def _load_module(source: str, ns: dict, name: str, disk: bool) -> Tuple[dict, bo
     exec'd from memory.
     """
     import hashlib
-    import importlib.util
     directory = _cache_dir() if disk else None
     if directory is not None:
         numba = numba_module()
@@ -701,19 +825,8 @@ def _load_module(source: str, ns: dict, name: str, disk: bool) -> Tuple[dict, bo
                     f.write(source)
                 os.chmod(tmp, 0o600)
                 os.replace(tmp, path)
-            import sys
-            modname = f"s2sgrad_jit_{digest}"
-            module = sys.modules.get(modname)
-            if module is None:
-                spec = importlib.util.spec_from_file_location(modname, path)
-                module = importlib.util.module_from_spec(spec)
-                module.__dict__.update(ns)
-                sys.modules[modname] = module   # numba's cache finds functions by module
-                try:
-                    spec.loader.exec_module(module)
-                except BaseException:
-                    sys.modules.pop(modname, None)
-                    raise
+            from .numba_worker import import_file
+            module = import_file(path, f"s2sgrad_jit_{digest}", ns)
             return module.__dict__, True
         except (OSError, ImportError, SyntaxError):
             pass
@@ -752,6 +865,27 @@ def _copies(args: Sequence[Any]) -> tuple:
     import copy
     return tuple(a.copy() if type(a) is np.ndarray else
                  copy.deepcopy(a) if isinstance(a, (list, dict)) else a for a in args)
+
+
+def _rebuilt_alike(bound: dict, namespace: dict) -> bool:
+    """Whether a module's names are bound to the objects a worker binds them to (the
+    helpers, numpy and math): else its machine code would be another program's."""
+    return all(bound.get(name) is value for name, value in namespace.items()
+               if name != "__builtins__")
+
+
+def _unit_cotangent(out: Any) -> Any:
+    """A cotangent of ones shaped and typed as a user's would be, or None."""
+    if isinstance(out, np.ndarray) and out.dtype.kind in "fc":
+        return np.ones_like(out, order="C")
+    if type(out) in (float, complex):
+        return type(out)(1)
+    if isinstance(out, np.floating):
+        return float(1)
+    if type(out) is tuple:
+        parts = tuple(_unit_cotangent(o) for o in out)
+        return None if any(p is None for p in parts) else parts
+    return None
 
 
 def _mismatch(got: Any, want: Any, rtol: float = 1e-7) -> Optional[str]:
@@ -800,7 +934,6 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _user_stacklevel() -> int:
     """The stacklevel of the first frame outside s2sgrad (for warnings.warn)."""
-    import sys
     frame = sys._getframe(1)      # the caller of this function calls warnings.warn
     level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(

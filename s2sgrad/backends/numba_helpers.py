@@ -15,6 +15,7 @@ Importing this module needs numba.
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import numpy as np
 from numba import njit, types
@@ -1533,11 +1534,14 @@ def empty_list(item):
     return out
 
 
-def namespace(blas: bool) -> dict:
-    """The `_nb_` names generated numba code reads, bound to their stubs."""
+def namespace(blas: bool, constants: Optional[dict] = None) -> dict:
+    """What the names generated numba code reads are bound to (its callees aside):
+    numpy, the `_nb_` helpers (their stubs), and the user's `constants`. A worker
+    process (numba_worker) binds the same."""
     from numba.typed import List
-    ns = {"_nb_" + name: stub for name, stub in STUBS.items()
-          if not name.endswith("_blas")}
+    ns = {"np": np, "__builtins__": __builtins__}
+    ns.update({"_nb_" + name: stub for name, stub in STUBS.items()
+               if not name.endswith("_blas")})
     ns["_nb_List"] = List
     for name, fn in SPECIAL.items():
         ns["_nb_" + name] = fn
@@ -1550,4 +1554,5 @@ def namespace(blas: bool) -> dict:
         for name, stub in STUBS.items():
             if name.endswith("_blas"):
                 ns["_nb_" + name[:-len("_blas")]] = stub
+    ns.update(constants or {})
     return ns

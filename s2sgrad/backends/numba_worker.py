@@ -1,0 +1,167 @@
+"""numba compiles generated code in another process, into its disk cache.
+
+Why a process: numba needs a second or more for a function with loops,
+and the user's calls need not wait for it (the NumPy backend runs them
+meanwhile). A thread cannot do it: CPython gives the GIL back to a thread
+busy with small NumPy calls long before a compiling thread gets it, so a
+compile beside a loop of calls took over a minute (measured). A worker
+process runs on another core; it compiles the module file `_load_module`
+wrote, with `cache=True` as the calling process does, and the calling
+process then loads the machine code from numba's cache instead of compiling.
+
+`Worker` is the calling side; `main` (`python -m s2sgrad.backends.numba_worker`)
+the worker's. The job is pickled on the worker's stdin: the module's file and
+name, what its names are bound to, and (function name, numba signature)
+pairs. The worker prints one JSON line: {"ok": true}, or {"rejected": why}
+when numba's compiler rejects the code.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import types
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# The modules generated code may name (everything else it reads is an argument).
+MODULES = ("numpy", "math", "cmath")
+
+
+@dataclass
+class Job:
+    """What a worker compiles: one generated module file, some of its functions."""
+
+    path: str
+    module_name: str
+    blas: bool
+    modules: Dict[str, str]                      # name in the code -> module imported
+    signatures: List[Tuple[str, Any]] = field(default_factory=list)   # (function, numba sig)
+
+
+def import_file(path: str, module_name: str, names: dict) -> types.ModuleType:
+    """Import a generated module file with `names` bound before its code runs (numba's
+    cache finds its functions through sys.modules)."""
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(names)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
+
+
+def cached(dispatcher: Any, signature: tuple) -> bool:
+    """Whether numba's disk cache holds machine code of `dispatcher` for `signature`
+    (an earlier process compiled it): then loading it here beats starting a worker.
+
+    numba has no public question for this; its Cache's index file is read the
+    way `Cache.load_overload` reads it (numba 0.68). Should that change, the
+    answer is False: a worker starts, finds the code and exits.
+    """
+    try:
+        cache = dispatcher._cache
+        key = cache._index_key(signature, dispatcher.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:  # noqa: BLE001 - see above
+        return False
+
+
+class Worker:
+    """A worker process compiling one Job; `outcome()` once it is `done()`."""
+
+    def __init__(self, job: Job):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
+        payload = pickle.dumps(job)
+        self._errors = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "s2sgrad.backends.numba_worker"], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors)
+        try:
+            self.proc.stdin.write(payload)
+            self.proc.stdin.close()
+        except OSError:            # it exited already: outcome() says how
+            pass
+
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def outcome(self) -> Tuple[str, str]:
+        """("compiled", ""), ("rejected", numba's reason), or ("crashed", what it
+        printed last): a crash says nothing about the code, which then compiles in
+        the calling process."""
+        self.proc.wait()
+        lines = self.proc.stdout.read().decode("utf-8", "replace").strip().splitlines()
+        self.proc.stdout.close()
+        try:
+            answer = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            answer = {}
+        if self.proc.returncode == 0 and answer.get("ok"):
+            result = ("compiled", "")
+        elif self.proc.returncode == 0 and "rejected" in answer:
+            result = ("rejected", str(answer["rejected"]))
+        else:
+            self._errors.seek(0)
+            tail = self._errors.read().decode("utf-8", "replace").strip().splitlines()
+            result = ("crashed", f"exit code {self.proc.returncode}" +
+                      (f": {tail[-1]}" if tail else ""))
+        self._errors.close()
+        return result
+
+    def stop(self) -> None:
+        if not self.done():
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdout, self._errors):
+            if not stream.closed:
+                stream.close()
+
+
+def compile_job(job: Job) -> None:
+    """(In the worker.) Compile the job's functions into numba's disk cache."""
+    import numba
+
+    from .numba_helpers import namespace
+    names = namespace(job.blas, {name: importlib.import_module(module)
+                                 for name, module in job.modules.items()})
+    module = import_file(job.path, job.module_name, names)
+    for function, signature in job.signatures:
+        numba.njit(cache=True)(getattr(module, function)).compile(signature)
+
+
+def main() -> int:
+    from numba.core.errors import NumbaError
+    job = pickle.loads(sys.stdin.buffer.read())
+    try:
+        compile_job(job)
+    except NumbaError as exc:
+        print(json.dumps({"rejected": f"{type(exc).__name__}: {exc}"}))
+        return 0
+    print(json.dumps({"ok": True}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""jit=True with numba compiling in a worker process (S2SGRAD_JIT_BACKGROUND=1).
+
+The rest of the suite compiles at the first call (conftest sets
+S2SGRAD_JIT_BACKGROUND=0), so that every test sees the compiled code. Here
+the default is on: the first call of a variant runs the NumPy backend while a
+worker process compiles the generated module into numba's disk cache; the
+call after the worker is done loads that machine code, and its result is
+compared with the NumPy backend's like any first compiled result. Each test
+checks the values against the NumPy backend and central differences, and what
+ran (a worker, machine code loaded from the cache, NumPy) through the
+backend's state.
+"""
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+from conftest import numeric_grad, numeric_vjp
+
+import s2sgrad
+from s2sgrad.backends import JitWarning, jit_source, jit_wait, numba_backend, numba_worker
+
+numba = pytest.importorskip("numba")
+
+
+def damped(v, a, b, n):
+    for _ in range(n):
+        v = v + 0.1 * (-a * np.sin(v) - b * v * v)
+    return np.sum(v * v)
+
+
+def flipped(x, n):
+    s = 0.0
+    for _ in range(n):
+        s = s + np.sum(np.flip(x, axis=1) * x)   # numba has no np.flip with an axis
+    return s
+
+
+def scaled_in_place(x, w, n):
+    for _ in range(n):
+        x *= w
+    return np.sum(np.sin(x))
+
+
+@pytest.fixture(autouse=True)
+def background(monkeypatch, tmp_path):
+    """Workers on; no compiled variant, warning or machine code from another test (a
+    disk cache of its own, and the generated modules imported from it)."""
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "1")
+    monkeypatch.setenv("S2SGRAD_CACHE_DIR", str(tmp_path))
+    for name in [m for m in sys.modules if m.startswith("s2sgrad_jit_")]:
+        monkeypatch.delitem(sys.modules, name)
+    numba_backend.reset()
+    yield
+    numba_backend.reset()
+
+
+def _inputs(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.uniform(-1, 1, shape), rng.uniform(0.5, 1.5, shape),
+            rng.uniform(0.1, 0.3, shape[-1:]), 12)
+
+
+def _variant(f, positions):
+    state = numba_backend.known_state(f, positions)
+    assert state is not None and len(state.variants) == 1
+    return next(iter(state.variants.values()))
+
+
+def _loaded_from_cache(dispatcher) -> int:
+    return sum(dispatcher.stats.cache_hits.values())
+
+
+@pytest.mark.parametrize("shape", [(6,), (3, 5)])   # b broadcasts along the last axis
+def test_numpy_runs_while_a_worker_compiles_then_the_cached_code(shape):
+    args = _inputs(shape)
+    g = s2sgrad.grad(damped, (0, 1, 2), jit=True)
+    want = s2sgrad.grad(damped, (0, 1, 2))(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        first = g(*args)
+        v = _variant(damped, (0, 1, 2))
+        assert v.worker is not None and v.check is not None     # compiling elsewhere
+        for got, w in zip(first, want):
+            np.testing.assert_array_equal(got, w)                # the NumPy backend's
+        assert jit_wait(damped)
+        assert v.worker is None and v.failed is None
+        args2 = _inputs(shape, seed=1)
+        second = g(*args2)
+    assert v.check is None and _loaded_from_cache(v.fused) == 1   # not compiled here
+    want2 = s2sgrad.grad(damped, (0, 1, 2))(*args2)
+    for i, (got, w) in enumerate(zip(second, want2)):
+        np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(got, numeric_grad(damped, list(args2), i),
+                                   rtol=1e-6, atol=1e-8)
+
+
+def test_jit_wait_returns_false_at_its_timeout():
+    args = _inputs((4,))
+    s2sgrad.grad(damped, jit=True)(*args)
+    assert not jit_wait(damped, timeout=0.0)    # numba alone takes longer to import
+    assert jit_wait(timeout=300)                 # every function's workers
+    assert _variant(damped, (0,)).worker is None
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 3)])
+def test_vjp_runs_numpy_while_a_worker_compiles_forward_and_pullback(shape):
+    args = _inputs(shape)
+    rng = np.random.default_rng(3)
+    out, pullback = s2sgrad.vjp(damped, *args, wrt=(0, 1), jit=True)
+    v = _variant(damped, (0, 1))
+    assert v.worker is not None and not v.vjp_checked
+    cot = float(rng.standard_normal())
+    want = s2sgrad.vjp(damped, *args, wrt=(0, 1))[1](cot)
+    for got, w in zip(pullback(cot), want):
+        np.testing.assert_array_equal(got, w)
+    assert jit_wait(damped)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        out2, pullback2 = s2sgrad.vjp(damped, *args, wrt=(0, 1), jit=True)
+        grads = pullback2(cot)
+    assert v.vjp_checked and v.failed is None
+    assert _loaded_from_cache(v.value) == 1 and _loaded_from_cache(v.pullback) == 1
+    np.testing.assert_allclose(out2, out, rtol=1e-12)
+    for i, g in zip((0, 1), grads):
+        np.testing.assert_allclose(g, numeric_vjp(damped, list(args), cot, i),
+                                   rtol=1e-6, atol=1e-8)
+
+
+def test_grad_and_vjp_of_one_variant_each_get_their_worker():
+    """A vjp call while grad's worker compiles runs NumPy; once that worker is done,
+    the vjp's functions go to a worker of their own, and both end up compiled."""
+    args = _inputs((2, 4), seed=6)
+    g = s2sgrad.grad(damped, jit=True)
+    g(*args)
+    v = _variant(damped, (0,))
+    fused_worker = v.worker
+    cot = 0.7
+    out, pullback = s2sgrad.vjp(damped, *args, wrt=0, jit=True)
+    want = s2sgrad.vjp(damped, *args, wrt=0)[1](cot)
+    np.testing.assert_array_equal(pullback(cot), want)
+    assert jit_wait(damped)
+    out, pullback = s2sgrad.vjp(damped, *args, wrt=0, jit=True)    # NumPy: its worker starts
+    assert v.worker is not None and v.worker is not fused_worker
+    np.testing.assert_array_equal(pullback(cot), want)
+    assert jit_wait(damped)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        out, pullback = s2sgrad.vjp(damped, *args, wrt=0, jit=True)
+        got_vjp = pullback(cot)
+        got_grad = g(*args)
+    assert v.vjp_checked and v.check is None and v.failed is None
+    assert _loaded_from_cache(v.pullback) == 1 and _loaded_from_cache(v.fused) == 1
+    np.testing.assert_allclose(got_vjp, want, rtol=1e-12)
+    np.testing.assert_allclose(got_grad, numeric_grad(damped, list(args), 0), rtol=1e-6,
+                               atol=1e-8)
+
+
+def test_code_numba_rejects_in_the_worker_gives_one_warning_and_numpy():
+    x = np.random.default_rng(4).standard_normal((3, 4))
+    g = s2sgrad.grad(flipped, jit=True)
+    want = s2sgrad.grad(flipped)(x, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        np.testing.assert_array_equal(g(x, 3), want)     # NumPy, no warning yet
+    with pytest.warns(JitWarning, match="TypingError"):
+        jit_wait(flipped)                                 # the worker's outcome
+    v = _variant(flipped, (0,))
+    assert v.failed is not None and "flip" in v.failed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)        # one warning per function
+        np.testing.assert_array_equal(g(x, 3), want)
+    np.testing.assert_allclose(want, numeric_grad(flipped, [x, 3], 0), rtol=1e-6, atol=1e-8)
+
+
+def test_a_worker_that_crashes_leaves_the_compile_to_this_process(monkeypatch):
+    monkeypatch.setattr(numba_worker.sys, "executable", "/bin/false")
+    args = _inputs((5,))
+    g = s2sgrad.grad(damped, jit=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        g(*args)
+        v = _variant(damped, (0,))
+        assert v.worker is not None
+        assert jit_wait(damped)
+        assert v.failed is None
+        got = g(*args)                        # compiled here, and checked
+    assert v.check is None and _loaded_from_cache(v.fused) == 0
+    np.testing.assert_allclose(got, s2sgrad.grad(damped)(*args), rtol=1e-12)
+
+
+def test_without_a_disk_cache_the_first_call_compiles(monkeypatch):
+    monkeypatch.setenv("S2SGRAD_JIT_CACHE", "0")
+    args = _inputs((5,))
+    got = s2sgrad.grad(damped, jit=True)(*args)
+    v = _variant(damped, (0,))
+    assert v.worker is None and v.check is None      # a worker could not load it
+    np.testing.assert_allclose(got, numeric_grad(damped, list(args), 0), rtol=1e-6, atol=1e-8)
+
+
+def test_a_function_writing_into_its_arguments_writes_once_while_compiling():
+    rng = np.random.default_rng(5)
+    x0, w = rng.uniform(0.5, 1.0, 6), 1.1
+    g = s2sgrad.grad(scaled_in_place, (0, 1), jit=True)
+    for call in range(2):                       # NumPy while compiling, then the compiled
+        x = x0.copy()
+        got = g(x, w, 3)
+        np.testing.assert_allclose(x, x0 * w ** 3, rtol=1e-14)     # written once
+        want = s2sgrad.grad(scaled_in_place, (0, 1))(x0.copy(), w, 3)
+        for gi, wi in zip(got, want):
+            np.testing.assert_allclose(gi, wi, rtol=1e-12)
+        np.testing.assert_allclose(got[1], numeric_grad(scaled_in_place, [x0, w, 3], 1),
+                                   rtol=1e-6)
+        if call == 0:
+            assert jit_wait(scaled_in_place)
+    assert _variant(scaled_in_place, (0, 1)).check is None
+
+
+def test_a_module_bound_to_other_objects_is_not_sent_to_a_worker(monkeypatch):
+    """A worker binds the helpers numba_helpers defines: code whose names were bound
+    to anything else compiles here (where its wrong result is caught)."""
+    @numba.njit
+    def wrong_sin(x):
+        return np.sin(x) * 1.5
+
+    original = numba_backend.JitFunction._namespace
+
+    def sabotaged(self, *args):
+        ns = original(self, *args)
+        ns["_nb_np_sin"] = wrong_sin
+        return ns
+    monkeypatch.setattr(numba_backend.JitFunction, "_namespace", sabotaged)
+    args = _inputs((5,))
+    source = jit_source(damped, *args)
+    assert "_nb_np_sin(v)" in source
+    with pytest.warns(JitWarning, match="differs from the NumPy backend"):
+        got = s2sgrad.grad(damped, jit=True)(*args)
+    assert _variant(damped, (0,)).worker is None
+    np.testing.assert_allclose(got, s2sgrad.grad(damped)(*args), rtol=1e-12)
+
+
+def test_reset_stops_the_workers():
+    s2sgrad.grad(damped, jit=True)(*_inputs((4,)))
+    worker = _variant(damped, (0,)).worker
+    assert worker is not None
+    numba_backend.reset()
+    assert worker.done()
+
+
+def test_the_next_process_loads_the_code_without_a_worker(tmp_path):
+    """A worker's machine code stays in the disk cache: a new process finds it, loads
+    it at its first call (no worker), and checks it."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "worker_case.py").write_text(
+        "import numpy as np\n\n\n" + textwrap.dedent(inspect.getsource(damped)))
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(code)!r})
+        import numpy as np, s2sgrad
+        from s2sgrad.backends import jit_wait, numba_backend
+        from worker_case import damped
+        rng = np.random.default_rng(0)
+        args = (rng.uniform(-1, 1, 6), rng.uniform(0.5, 1.5, 6), rng.uniform(0.1, 0.3, 6), 12)
+        got = s2sgrad.grad(damped, jit=True)(*args)
+        v = next(iter(numba_backend.known_state(damped, (0,)).variants.values()))
+        print("worker" if v.worker is not None else "loaded" if v.check is None else "?")
+        jit_wait()
+        want = s2sgrad.grad(damped)(*args)
+        print(float(np.max(np.abs(got - want))))
+        """)
+    env = dict(os.environ, S2SGRAD_CACHE_DIR=str(tmp_path / "cache"),
+               S2SGRAD_JIT_BACKGROUND="1")
+    seen = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        how, err = proc.stdout.split()
+        assert float(err) < 1e-12
+        seen.append(how)
+    assert seen == ["worker", "loaded"]
