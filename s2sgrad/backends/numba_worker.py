@@ -9,11 +9,11 @@ process runs on another core; it compiles the module file `_load_module`
 wrote, with `cache=True` as the calling process does, and the calling
 process then loads the machine code from numba's cache instead of compiling.
 
-`Worker` is the calling side; `main` (`python -m s2sgrad.backends.numba_worker`)
-the worker's. The job is pickled on the worker's stdin: the module's file and
-name, what its names are bound to, and (function name, numba signature)
-pairs. The worker prints one JSON line: {"ok": true}, or {"rejected": why}
-when numba's compiler rejects the code.
+`Worker` is the calling side; `main` the worker's, run as a file. The job
+is pickled on the worker's stdin: the module's file and name, what its
+names are bound to, and (function name, numba signature) pairs. The worker
+prints one JSON line: {"ok": true}, or {"rejected": why} when numba's
+compiler rejects the code.
 """
 from __future__ import annotations
 
@@ -27,8 +27,6 @@ import tempfile
 import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
-
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The modules generated code may name (everything else it reads is an argument).
 MODULES = ("numpy", "math", "cmath")
@@ -83,13 +81,10 @@ class Worker:
     """A worker process compiling one Job; `outcome()` once it is `done()`."""
 
     def __init__(self, job: Job):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
         payload = pickle.dumps(job)
         self._errors = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "s2sgrad.backends.numba_worker"], env=env,
+            [sys.executable, os.path.abspath(__file__)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors)
         try:
             self.proc.stdin.write(payload)
@@ -163,5 +158,20 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _bare_packages() -> None:
+    """s2sgrad and s2sgrad.backends as empty packages over their directories: the
+    worker imports the numba helpers under their own names (numba's cache keys on
+    them) without the package's compiler, rules and SciPy (0.4 s of its start)."""
+    backends = os.path.dirname(os.path.abspath(__file__))
+    for name, path in (("s2sgrad", os.path.dirname(backends)), ("s2sgrad.backends", backends)):
+        if name not in sys.modules:
+            package = types.ModuleType(name)
+            package.__path__ = [path]
+            sys.modules[name] = package
+
+
+if __name__ == "__main__":       # run as a file by Worker: python .../numba_worker.py
+    del sys.path[0]               # (this directory: its modules are not top-level ones)
+    _bare_packages()
+    from s2sgrad.backends.numba_worker import main as worker_main
+    sys.exit(worker_main())
