@@ -243,6 +243,22 @@ def test_a_module_bound_to_other_objects_is_not_sent_to_a_worker(monkeypatch):
     np.testing.assert_allclose(got, s2sgrad.grad(damped)(*args), rtol=1e-12)
 
 
+def test_beyond_the_workers_allowed_the_first_call_compiles(monkeypatch):
+    monkeypatch.setattr(numba_backend, "_MAX_WORKERS", 1)
+    args = _inputs((4,))
+    s2sgrad.grad(damped, jit=True)(*args)
+    assert _variant(damped, (0,)).worker is not None
+    x = np.random.default_rng(7).standard_normal((3, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        got = s2sgrad.grad(scaled_in_place, (0, 1), jit=True)(x.copy(), 0.9, 2)
+    v = _variant(scaled_in_place, (0, 1))
+    assert v.worker is None and v.check is None          # compiled and checked here
+    for i, g in enumerate(got):
+        np.testing.assert_allclose(g, numeric_grad(scaled_in_place, [x, 0.9, 2], i),
+                                   rtol=1e-6, atol=1e-8)
+
+
 def test_reset_stops_the_workers():
     s2sgrad.grad(damped, jit=True)(*_inputs((4,)))
     worker = _variant(damped, (0,)).worker

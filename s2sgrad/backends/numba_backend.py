@@ -57,6 +57,7 @@ _WARNED: set = set()            # functions a JitWarning was issued for
 _LOCK = threading.RLock()
 _NUMBA: List[Any] = []          # [numba module] once imported, [None] if unavailable
 _WORKERS: List[Tuple["JitFunction", "Variant"]] = []   # variants compiling in a worker
+_MAX_WORKERS = max(2, os.cpu_count() or 2)   # each is a Python with numba (150 MB)
 
 
 def compiles_behind() -> bool:
@@ -567,6 +568,9 @@ class JitFunction:
         if not kind or kind in v.sent or not compiles_behind():
             return False
         v.sent.add(kind)
+        with _LOCK:
+            if sum(not w.worker.done() for _, w in _WORKERS if w.worker) >= _MAX_WORKERS:
+                return False      # as many as there are cores: compiled at this call
         job = self._job(v, kind, call, live)
         if job is None:
             return False

@@ -82,10 +82,13 @@ class Worker:
 
     def __init__(self, job: Job):
         payload = pickle.dumps(job)
+        # Files, not pipes, for what it prints: a pipe nobody reads until the end
+        # would stop a worker that prints much (numba's debug settings).
+        self._output = tempfile.TemporaryFile()
         self._errors = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors)
+            stdin=subprocess.PIPE, stdout=self._output, stderr=self._errors)
         try:
             self.proc.stdin.write(payload)
             self.proc.stdin.close()
@@ -107,8 +110,9 @@ class Worker:
         printed last): a crash says nothing about the code, which then compiles in
         the calling process."""
         self.proc.wait()
-        lines = self.proc.stdout.read().decode("utf-8", "replace").strip().splitlines()
-        self.proc.stdout.close()
+        self._output.seek(0)
+        lines = self._output.read().decode("utf-8", "replace").strip().splitlines()
+        self._output.close()
         try:
             answer = json.loads(lines[-1]) if lines else {}
         except ValueError:
@@ -129,7 +133,7 @@ class Worker:
         if not self.done():
             self.proc.kill()
         self.proc.wait()
-        for stream in (self.proc.stdout, self._errors):
+        for stream in (self._output, self._errors):
             if not stream.closed:
                 stream.close()
 
