@@ -201,6 +201,10 @@ def _jit_report(fn: Callable, wrt: Tuple[int, ...], shapes: dict) -> str:
     described = ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items())
     text = f"# jit: {name} at {described}: {plan.reason}\n"
     if plan.compile:
+        from .backends.numba_backend import compiles_behind
+        text += ("# numba compiles it in a worker process (with the disk cache on): calls "
+                 "run the NumPy backend until it is done.\n" if compiles_behind() else
+                 "# numba compiles it at the first call (S2SGRAD_JIT_BACKGROUND=0).\n")
         text += "\n" + jit_source(fn, *args, wrt=wrt)
     return text
 

@@ -280,9 +280,9 @@ ELEMENTWISE = os.path.join(ROOT, "benchmarks", "workloads", "elementwise.py") + 
     ":elementwise_loss"
 
 
-def _cli(*argv):
+def _cli(*argv, **env):
     return subprocess.run([sys.executable, "-m", "s2sgrad", *argv], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+                          text=True, timeout=300, cwd=ROOT, env=dict(os.environ, **env))
 
 
 def test_show_jit_prints_the_rule_and_for_shapes_the_decision_and_code(tmp_path):
@@ -295,6 +295,9 @@ def test_show_jit_prints_the_rule_and_for_shapes_the_decision_and_code(tmp_path)
     assert small.returncode == 0, small.stderr
     assert "compiled by numba" in small.stdout
     assert "def elementwise_loss_nb_fused(x):" in small.stdout
+    assert "at the first call (S2SGRAD_JIT_BACKGROUND=0)" in small.stdout   # (conftest)
+    behind = _cli("show", target, "--jit", "--shape", "x=20", S2SGRAD_JIT_BACKGROUND="1")
+    assert "in a worker process" in behind.stdout, behind.stderr
     large = _cli("show", target, "--jit", "--shape", "x=200000")
     assert large.returncode == 0, large.stderr
     assert "compiled by numba" in large.stdout and "fuse into one loop" in large.stdout
