@@ -175,7 +175,8 @@ def _bare_packages() -> None:
 
 
 if __name__ == "__main__":       # run as a file by Worker: python .../numba_worker.py
-    del sys.path[0]               # (this directory: its modules are not top-level ones)
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]           # this directory: its modules are not top-level ones
     _bare_packages()
     from s2sgrad.backends.numba_worker import main as worker_main
     sys.exit(worker_main())
