@@ -281,28 +281,21 @@ def jit_first_call(fn: Callable[[], Any]) -> tuple:
     other."""
     import tempfile
     import warnings
+    from unittest import mock
 
     from s2sgrad.backends import JitWarning, jit_wait, reset
     s2sgrad.compiler.clear_cache()
     reset()                                    # no compiled variant from an earlier run
-    saved = {k: os.environ.get(k) for k in ("S2SGRAD_CACHE", "S2SGRAD_CACHE_DIR")}
     # numba's worker compiles a module file: a disk cache, empty (cold), as by default
     with tempfile.TemporaryDirectory(prefix="s2sgrad-bench-jit-") as tmp, \
+            mock.patch.dict(os.environ, S2SGRAD_CACHE="1", S2SGRAD_CACHE_DIR=tmp), \
             warnings.catch_warnings():
-        os.environ.update(S2SGRAD_CACHE="1", S2SGRAD_CACHE_DIR=tmp)
-        try:
-            warnings.simplefilter("error", JitWarning)
-            first, result = time_call(fn)
-            started = time.perf_counter()
-            jit_wait()
-            fn()
-            ready = first + time.perf_counter() - started
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        warnings.simplefilter("error", JitWarning)
+        first, result = time_call(fn)
+        started = time.perf_counter()
+        jit_wait()
+        fn()
+        ready = first + time.perf_counter() - started
     return first, ready, result
 
 

@@ -45,6 +45,7 @@ import numpy as np
 from ..arguments import seed as seed_of
 from . import jit_policy
 from . import numba_rewrite as rw
+from .numba_worker import summary
 
 
 class JitWarning(UserWarning):
@@ -123,19 +124,6 @@ def first_line(exc: BaseException) -> str:
     return summary(type(exc).__name__, str(exc))
 
 
-def summary(kind: str, message: str) -> str:
-    """"Kind: the line that says what failed" of an error's message."""
-    import re
-    text = re.sub(r"\x1b\[[0-9;]*m", "", message).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    # numba's messages start with "Failed in nopython mode pipeline (step: ...)":
-    # the line after it says what failed.
-    for ln in lines:
-        if not ln.startswith("Failed in ") and not ln.startswith("During:"):
-            return f"{kind}: {ln}"
-    return f"{kind}: {lines[0]}" if lines else kind
-
-
 def _is_numba_error(exc: BaseException) -> bool:
     numba = numba_module()
     if numba is None:
@@ -176,6 +164,10 @@ class Variant:
     value: Any = None            # (*args, *live) -> out
     source: str = ""
     failed: Optional[str] = None
+
+    def functions(self, kind: str) -> list:
+        """The numba functions a call of `kind` ("fused": grad, "vjp") runs."""
+        return [self.fused] if kind == "fused" else [self.value, self.pullback]
 
 
 class JitFunction:
@@ -536,12 +528,12 @@ class JitFunction:
         return out, self.compiled.adjoint(residuals, seed)
 
     def _numpy_first(self, v: Variant, call, args, kwargs):
-        """The NumPy backend's result while a worker compiles: that of the run that
-        built the variant when it was this call's (and the function does not write
-        into its arguments, which that run did on copies)."""
-        if not self.mutates and v.check is not None and v.check[0] is call:
-            return self._reference(v, call)
-        return self._numpy_value_and_grad(args, kwargs)
+        """The NumPy backend's result while a worker compiles: the reference (which
+        reuses the run that built the variant), unless the function writes into its
+        arguments, which the reference's runs do on copies."""
+        if self.mutates:
+            return self._numpy_value_and_grad(args, kwargs)
+        return self._reference(v, call)
 
     def still_compiling(self, v: Variant, kind: str = "", call: tuple = (),
                         live: tuple = ()) -> bool:
@@ -562,8 +554,8 @@ class JitFunction:
                     _WORKERS.remove((self, v))
             status, why = worker.outcome()
             if status == "rejected":
-                v.failed = summary(*why.split(": ", 1)) if ": " in why else why
-                self._warn(v.failed)
+                v.failed = why
+                self._warn(why)
                 return True
         if not kind or kind in v.sent or not compiles_behind():
             return False
@@ -575,8 +567,7 @@ class JitFunction:
         if job is None:
             return False
         from .numba_worker import Worker, cached
-        functions = [v.fused] if kind == "fused" else [v.value, v.pullback]
-        if all(cached(f, sig) for f, (_, sig) in zip(functions, job.signatures)):
+        if all(cached(f, sig) for f, (_, sig) in zip(v.functions(kind), job.signatures)):
             return False          # compiled by an earlier process: loaded at this call
         try:
             v.worker = Worker(job)
@@ -595,7 +586,7 @@ class JitFunction:
                                 c.__name__ not in MODULES for c in self.constants.values()):
             return None
         numba = numba_module()
-        functions = [v.fused] if kind == "fused" else [v.value, v.pullback]
+        functions = v.functions(kind)
         first = functions[0].py_func
         module = sys.modules.get(first.__module__)
         path = getattr(module, "__file__", None)

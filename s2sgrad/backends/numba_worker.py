@@ -77,6 +77,20 @@ def cached(dispatcher: Any, signature: tuple) -> bool:
         return False
 
 
+def summary(kind: str, message: str) -> str:
+    """"Kind: the line that says what failed" of an error's message (a worker's, and
+    numba_backend's first_line)."""
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*m", "", message).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # numba's messages start with "Failed in nopython mode pipeline (step: ...)":
+    # the line after it says what failed.
+    for ln in lines:
+        if not ln.startswith("Failed in ") and not ln.startswith("During:"):
+            return f"{kind}: {ln}"
+    return f"{kind}: {lines[0]}" if lines else kind
+
+
 class Worker:
     """A worker process compiling one Job; `outcome()` once it is `done()`."""
 
@@ -156,7 +170,7 @@ def main() -> int:
     try:
         compile_job(job)
     except NumbaError as exc:
-        print(json.dumps({"rejected": f"{type(exc).__name__}: {exc}"}))
+        print(json.dumps({"rejected": summary(type(exc).__name__, str(exc))}))
         return 0
     print(json.dumps({"ok": True}))
     return 0
