@@ -66,7 +66,7 @@ import s2sgrad.compiler  # noqa: E402
 
 WORKLOADS = [
     "scalar_recurrence", "rnn", "mlp", "mlp_structured", "elementwise", "branchy_loop",
-    "custom_softplus",
+    "custom_softplus", "loop_beside_product",
     "seed_square", "seed_cube", "seed_add_mul", "seed_exp_reducer", "seed_adder",
 ]
 
@@ -93,6 +93,7 @@ PEER_MODULES = {"s2sgrad-jit": "numba", "autograd": "autograd", "jax-eager": "ja
 QUICK_SKIP = {("scalar_recurrence", "jax-jit"): "slow unrolled compile",
               ("branchy_loop", "jax-jit"): "slow unrolled compile",
               ("custom_softplus", "jax-jit"): "slow unrolled compile",
+              ("loop_beside_product", "jax-jit"): "slow unrolled compile",
               ("scalar_recurrence", "jax-eager"): "seconds per call"}
 
 RTOL = 1e-6
@@ -462,7 +463,8 @@ def jit_summary(cells: List[Cell], names: List[str]) -> List[str]:
         try:
             plan = jit_plan(module.forward, *module.make_inputs(), wrt=module.WRT,
                             vjp=hasattr(module, "cotangent"))   # timed through vjp
-            decided = "numba" if plan.compile else "NumPy"
+            decided = "numba" if plan.compile else \
+                "numba loops, NumPy around" if plan.outlined else "NumPy"
         except Exception as exc:  # noqa: BLE001 - shown in the table
             decided = "error: " + first_line(exc)
         numpy_cell, jax_cell = got.get("s2sgrad"), got.get("jax-jit")

@@ -200,7 +200,7 @@ def _jit_report(fn: Callable, wrt: Tuple[int, ...], shapes: dict) -> str:
     plan = jit_plan(fn, *args, wrt=wrt)
     described = ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items())
     text = f"# jit: {name} at {described}: {plan.reason}\n"
-    if plan.compile:
+    if plan.compile or plan.outlined:
         from .backends.numba_backend import compiles_behind
         text += ("# numba compiles it in a worker process (with the disk cache on): calls "
                  "run the NumPy backend until it is done.\n" if compiles_behind() else

@@ -16,7 +16,7 @@ from conftest import ROOT, numeric_vjp
 
 WORKLOADS = ["scalar_recurrence", "rnn", "mlp", "mlp_structured", "elementwise",
              "branchy_loop",
-             "custom_softplus", "seed_square", "seed_cube", "seed_add_mul",
+             "custom_softplus", "loop_beside_product", "seed_square", "seed_cube", "seed_add_mul",
              "seed_exp_reducer", "seed_adder"]
 
 

@@ -99,6 +99,40 @@ def test_numpy_runs_while_a_worker_compiles_then_the_cached_code(shape):
                                    rtol=1e-6, atol=1e-8)
 
 
+def loop_beside_a_product(A, B, xs):
+    C = A @ B
+    h = np.zeros(C.shape[0])
+    for x in xs:
+        h = np.tanh(h * x + 0.5)
+    return np.sum(C) * 0.01 + np.sum(h * h)
+
+
+@pytest.mark.parametrize("n", [101, 120])
+def test_outlined_loops_compile_in_a_worker_while_numpy_runs_them(n):
+    rng = np.random.default_rng(n)
+    args = (rng.standard_normal((n, n)) / n, rng.standard_normal((n, n)),
+            rng.standard_normal(6) * 0.3)
+    g = s2sgrad.grad(loop_beside_a_product, (0, 1, 2), jit=True)
+    want = s2sgrad.grad(loop_beside_a_product, (0, 1, 2))(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        first = g(*args)
+        state = numba_backend.known_state(loop_beside_a_product, (0, 1, 2))
+        (key, v), = state.variants.items()
+        assert key[-1] == "loops" and v.worker is not None and v.check is not None
+        for got, w in zip(first, want):
+            np.testing.assert_array_equal(got, w)         # the NumPy loops ran
+        assert jit_wait(loop_beside_a_product)
+        second = g(*args)
+    assert v.check is None and _loaded_from_cache(v.loops) == 1   # compiled elsewhere
+    for i, (got, w) in enumerate(zip(second, want)):
+        np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-14)
+        if i == 2:
+            num = numeric_grad(loop_beside_a_product, list(args), i)
+            np.testing.assert_allclose(got, num, rtol=1e-5,
+                                       atol=1e-6 * float(np.max(np.abs(num))))
+
+
 def test_jit_wait_returns_false_at_its_timeout():
     args = _inputs((4,))
     s2sgrad.grad(damped, jit=True)(*args)

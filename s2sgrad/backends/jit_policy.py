@@ -22,8 +22,13 @@ work ran faster under numba up to 1e5 elements (breaking even there on bodies
 heavy in exp and log), loops with matrix products up to 1e4 (slower from
 6.5e4); straight-line code that is not all elementwise broke even between 1e2
 and 1e3 elements, and a straight-line matrix product was slower at every size.
-`S2SGRAD_JIT_PLAN=always` compiles whatever the sizes (`numpy`: never); it is read
-when a function is first called with jit=True.
+`S2SGRAD_JIT_PLAN=always` compiles whatever the sizes (`numpy`: never; `loops`:
+functions that loop run outlined, numba running their loops at every size); it
+is read when a function is first called with jit=True.
+
+Per loop: a call left to NumPy here, of a function that loops, may still have
+numba run its loops (`numba_outline`, `outlined_plan`): the limits above then
+apply to the arrays the loops are given, decided at each call.
 """
 from __future__ import annotations
 
@@ -67,6 +72,7 @@ class JitPlan:
     compile: bool
     reason: str
     largest: int = 0
+    outlined: bool = False   # not compiled whole: numba runs its loops inside NumPy's code
 
 
 def code_facts(functions: Iterable[ast.FunctionDef], callees: Iterable[CodeFacts] = (),
@@ -131,7 +137,9 @@ def largest_array(values: Iterable[Any]) -> int:
 
 
 def forced() -> str:
-    """S2SGRAD_JIT_PLAN: "always" (compile at every size), "numpy" (never), or ""."""
+    """S2SGRAD_JIT_PLAN: "always" (compile at every size), "numpy" (never), "loops"
+    (functions that loop: their loops outlined and compiled at every size, the rest
+    on NumPy; other functions as by default), or ""."""
     return os.environ.get("S2SGRAD_JIT_PLAN", "")
 
 
@@ -144,7 +152,7 @@ def size_limit(facts: CodeFacts, force: str = "", vjp: bool = False,
     vjp: for s2sgrad.vjp, whose compiled pullback runs the forward again."""
     if force == "always":
         return float("inf")
-    if force == "numpy":
+    if force == "numpy" or force == "loops" and facts.has_loops:
         return 0
     if facts.has_loops:
         return LOOP_PRODUCT_LIMIT if facts.products else LOOP_LIMIT
@@ -173,7 +181,7 @@ def decide(facts: CodeFacts, largest: int, force: Optional[str] = None,
     (the same decision as `size_limit`, with the reason)."""
     force = forced() if force is None else force
     compile_it = largest < size_limit(facts, force, vjp, float64)
-    if force in ("always", "numpy"):
+    if force in ("always", "numpy") or force == "loops" and facts.has_loops:
         return JitPlan(compile_it, f"S2SGRAD_JIT_PLAN={force}", largest)
     size = f"{largest:,} element{'' if largest == 1 else 's'}"
     if facts.has_loops:
@@ -209,14 +217,31 @@ def decide(facts: CodeFacts, largest: int, force: Optional[str] = None,
                    largest)
 
 
-def describe_rule(facts: CodeFacts) -> str:
-    """The decision in general, for `s2sgrad show --jit` without shapes."""
+def outlined_plan(whole: JitPlan, loops_limit: float) -> JitPlan:
+    """The plan of a call left to NumPy whole whose loops are outlined (`numba_outline`):
+    numba runs the loops when the arrays they are given are small, NumPy the rest."""
+    limit = "at every size" if loops_limit == float("inf") else \
+        f"when the arrays they are given have fewer than {int(loops_limit):,} elements " \
+        f"(decided at each call)"
+    why = whole.reason.split(": ", 1)[-1]
+    return JitPlan(False, f"loops outlined: numba runs its loops {limit}, NumPy the "
+                          f"straight-line code before and after them (not compiled whole: "
+                          f"{why})", whole.largest, outlined=True)
+
+
+def describe_rule(facts: CodeFacts, loops_limit: Optional[float] = None) -> str:
+    """The decision in general, for `s2sgrad show --jit` without shapes (loops_limit:
+    the function can be outlined, its loops compiled below that many elements)."""
     if facts.has_loops:
         where = f" (line {facts.loops})" if facts.loops else ""
         limit = LOOP_PRODUCT_LIMIT if facts.products else LOOP_LIMIT
         what = " and multiplies matrices" if facts.products else ""
+        then = "left to NumPy from there on" if loops_limit is None else (
+            f"from there on grad runs it outlined: numba runs its loops when the arrays "
+            f"they are given have fewer than {int(loops_limit):,} elements, NumPy the code "
+            f"around them (and all of it when they have more)")
         return (f"it loops{where}{what}: compiled by numba when its largest array has fewer "
-                f"than {limit:,} elements, left to NumPy from there on")
+                f"than {limit:,} elements, {then}")
     if facts.products:
         return ("straight-line code with matrix products: left to NumPy (BLAS) at every "
                 "size")

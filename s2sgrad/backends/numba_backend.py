@@ -19,6 +19,13 @@ numba's cache, and its result is compared with the NumPy backend's as any
 first compiled result is. `S2SGRAD_JIT_BACKGROUND=0` compiles at the first
 call, which waits; `jit_wait` waits for the workers.
 
+A grad call the plan leaves to NumPy for its size, of a function that loops,
+may run outlined (`numba_outline`): its straight-line code on NumPy (a host
+function run by Python), its loops in numba when the arrays they are given
+are small (`_LoopRunner` decides per call). Such a variant is keyed apart
+("loops"), and is checked, compiled by a worker and fallen back from as a
+whole function is.
+
 Whatever goes wrong falls back to the NumPy pair, never to a guess:
 - numba is not installed, or the rewrite or numba's compiler rejects the code:
   the NumPy pair runs from then on (for that type signature), and one
@@ -162,12 +169,40 @@ class Variant:
     sent: set = field(default_factory=set)     # "fused", "vjp": given to a worker once
     pullback: Any = None         # (*args, *live, cotangent) -> (out, grads)
     value: Any = None            # (*args, *live) -> out
+    host: Any = None             # outlined (numba_outline): the NumPy code around the loops
+    loops: Any = None            # ... numba's loops, and the same loops as NumPy code
+    numpy_loops: Any = None
+    loops_limit: float = 0       # ... numba runs the loops given smaller arrays
     source: str = ""
     failed: Optional[str] = None
 
     def functions(self, kind: str) -> list:
-        """The numba functions a call of `kind` ("fused": grad, "vjp") runs."""
-        return [self.fused] if kind == "fused" else [self.value, self.pullback]
+        """The numba functions a call of `kind` ("fused": grad, "vjp", "loops") runs."""
+        return [self.fused] if kind == "fused" else [self.loops] if kind == "loops" else \
+            [self.value, self.pullback]
+
+
+class _LoopRunner:
+    """The call an outlined host makes between its straight-line code: numba's loops
+    when the arrays given are small (and compiled), the NumPy loops otherwise."""
+
+    __slots__ = ("state", "v", "compiled", "first")
+
+    def __init__(self, state: "JitFunction", v: Variant):
+        self.state, self.v = state, v
+        self.compiled = False      # numba's loops ran in this call
+        self.first = False         # ... for the first time: the call's result is checked
+
+    def __call__(self, *args):
+        v = self.v
+        if v.failed is None and jit_policy.largest_array(args) < v.loops_limit:
+            if v.check is None:
+                self.compiled = True
+                return v.loops(*args)
+            if not self.state.still_compiling(v, "loops", args, ()) and v.failed is None:
+                self.compiled = self.first = True
+                return v.loops(*args)
+        return v.numpy_loops(*args)
 
 
 class JitFunction:
@@ -194,6 +229,7 @@ class JitFunction:
         self.vjp_size_limit: float = 0            # ... by vjp (see jit_policy.size_limit)
         self._building = False
         self.mutates = False
+        self.outline: Optional[Tuple[Tuple[int, ...], float]] = None   # see _outline_facts
         self._lock = threading.RLock()
 
     # -- set-up ------------------------------------------------------------------
@@ -335,7 +371,7 @@ class JitFunction:
 
     def variant(self, args: tuple, live: tuple, need: str) -> Optional[Variant]:
         """The variant for these types, with the functions `need` ("fused"/"vjp") built."""
-        key = _kinds(args) + _kinds(live)
+        key = _kinds(args) + _kinds(live) + (("loops",) if need == "loops" else ())
         v = self.variants.get(key)
         if v is None or (v.failed is None and not self._has(v, need)):
             with self._lock:
@@ -346,7 +382,8 @@ class JitFunction:
 
     @staticmethod
     def _has(v: Variant, need: str) -> bool:
-        return v.fused is not None if need == "fused" else v.pullback is not None
+        return v.fused is not None if need == "fused" else v.host is not None \
+            if need == "loops" else v.pullback is not None
 
     def _build(self, args, live, key, need, old: Optional[Variant]) -> Variant:
         """Learn kinds from one NumPy run, rewrite, exec, njit (numba compiles at the call)."""
@@ -354,9 +391,13 @@ class JitFunction:
         # The NumPy run on copies: the call that follows writes into the arguments
         # (if the function does) once, as without jit.
         out, residuals = self.compiled.forward(*_copies(args))
-        if need == "fused":
+        if need in ("fused", "loops"):
             seed = seed_of(out)     # a non-scalar output: the API's ValueError, now
             v.check = (args, out, residuals, seed)
+        if need == "loops":
+            self._build_loops(v, args, live, residuals, seed)
+            self.variants[key] = v
+            return v
         try:
             seeds = {}
             for name, value in zip(self.pair.params + [b.name for b in self.live],
@@ -374,7 +415,8 @@ class JitFunction:
                           tuple(args) + tuple(residuals))
                       if name is not None and isinstance(value, np.ndarray)}
             out_src = rw.rewrite(self.pair, placeholders, [b.name for b in self.live], kinds,
-                                 fwd_kinds, adj_kinds, blas, self.call_extra, shapes=shapes)
+                                 fwd_kinds, adj_kinds, blas, self.call_extra, shapes=shapes,
+                                 float_stacks=_float_stacks(self.pair, residuals))
             ns = self._namespace(blas, residuals)
             ns, cache = _load_module(out_src.source, ns, self.pair.name,
                                      disk=not self.callees)
@@ -395,9 +437,63 @@ class JitFunction:
         self.variants[key] = v
         return v
 
-    def _kinds(self, seeds, residuals, cotangent):
+    def _build_loops(self, v: Variant, args, live, residuals, seed) -> None:
+        """The outlined variant (`numba_outline`): the host and the NumPy loops as
+        Python functions over the NumPy module's globals, numba's loops as a module
+        of their own. What cannot be outlined leaves v failed, without a warning:
+        the call runs on NumPy, as the plan said before there was an outline."""
+        from . import numba_outline as outline
+        from .numba_stacks import preallocate_stacks
+        try:
+            pair = outline.split_pair(self.pair)
+            seeds = {name: rw.kind_of(value) for name, value in
+                     zip(pair.params + [b.name for b in self.live], tuple(args) + tuple(live))}
+            seeds = {k: kind for k, kind in seeds.items() if kind is not None}
+            placeholders = rw.learn_placeholders(pair, residuals, seeds)
+            fwd_kinds, adj_kinds = self._kinds(seeds, residuals, seed, pair)
+            blas = _wants_blas(args, live)
+            numba_fn, numpy_fn, _, rename = rw.fused_twins(
+                pair, placeholders, [b.name for b in self.live], fwd_kinds, adj_kinds, blas,
+                self.call_extra)
+            cut = outline.outline(numpy_fn, numba_fn, pair.name,
+                                  outline.barred_names(pair, rename))
+            host_globals = _python_namespace(self.compiled.forward, self.compiled.adjoint)
+            if any(host_globals.get(n) is not c for n, c in self.constants.items()):
+                raise rw.Unsupported("a name the code reads is not the module's")
+        except rw.Unsupported as exc:
+            v.failed = f"its loops cannot be outlined: {exc}"
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug of the outline: NumPy, and say so
+            v.failed = f"internal error of the loops' outline: {first_line(exc)}"
+            self._warn(v.failed)
+            return
+        import ast
+        python = ast.unparse(ast.Module(body=[cut.host, cut.numpy_loops], type_ignores=[]))
+        code = compile(python, f"<s2sgrad-outlined {pair.name}>", "exec")
+        made = {c.co_name: types.FunctionType(c, host_globals, c.co_name)
+                for c in code.co_consts if isinstance(c, types.CodeType)}
+        loops = preallocate_stacks(cut.loops, _float_stacks(pair, residuals))
+        numba_src = ast.unparse(ast.Module(body=[loops], type_ignores=[])) + "\n"
+        try:
+            ns, cache = _load_module(numba_src, self._namespace(blas, residuals),
+                                     pair.name, disk=True)
+            v.loops = functools.partial(numba_module().njit, cache=cache)(ns[loops.name])
+        except Exception as exc:  # noqa: BLE001
+            v.failed = f"numba could not take its loops: {first_line(exc)}"
+            self._warn(v.failed)
+            return
+        v.host, v.numpy_loops = made[cut.host.name], made[cut.numpy_loops.name]
+        v.on_disk, v.blas = cache, blas
+        facts = self._outline_facts()
+        v.loops_limit = facts[1] if facts is not None else float("inf")
+        v.source = (f"# NumPy runs this; it calls {cut.loops.name} (numba) when the "
+                    f"arrays given have fewer than {int(v.loops_limit):,} elements\n"
+                    if v.loops_limit < float("inf") else "") + \
+            ast.unparse(cut.host) + "\n\n\n" + numba_src
+
+    def _kinds(self, seeds, residuals, cotangent, pair: Optional[rw.Pair] = None):
         """Kind inference of the forward and the adjoint, seeded by one NumPy run."""
-        pair = self.pair
+        pair = pair or self.pair
         known = dict(seeds)
         stacks = {}
         for name, value in zip(pair.residual_names, residuals):
@@ -487,12 +583,14 @@ class JitFunction:
     def value_and_grad(self, args: tuple, kwargs: dict):
         """(output, gradients as the adjoint returns them)."""
         self._ensure_prepared()
-        if not self.size_limit and self.disabled is None:
+        if not self.size_limit and self.disabled is None and self.force != "loops":
             return self._numpy_value_and_grad(args, kwargs)   # the plan leaves every call
         if self.disabled is None:
             call = self.bind(args, kwargs)
             live = self.live_values()
             if not self._compiles(call, live):
+                if self._outlines(call, live):
+                    return self._outlined(call, live, args, kwargs)
                 return self._numpy_value_and_grad(args, kwargs)
             v = self.variant(call, live, "fused")
             if v is not None and v.check is not None and \
@@ -517,6 +615,66 @@ class JitFunction:
         else:
             self._warn(self.disabled)
         return self._numpy_value_and_grad(args, kwargs)
+
+    def _outline_facts(self) -> Optional[Tuple[Tuple[int, ...], float]]:
+        """(positions among the call's arguments and live values of those the outlined
+        loops read, the size limit of the arrays they are given), or None when the
+        function cannot be outlined. The cut is made once on the NumPy statements,
+        which do not depend on the types (a variant makes it again with them)."""
+        if self.outline is None:
+            from . import numba_outline as outline
+            facts: Any = ()
+            if self.facts.has_loops and not self.callees and not self.mutates:
+                try:
+                    pair = outline.split_pair(self.pair)
+                    numpy_fn, rename = rw.fused_numpy(pair, [b.name for b in self.live])
+                    cut = outline.outline(numpy_fn, numpy_fn, pair.name,
+                                          outline.barred_names(pair, rename))
+                    names = list(pair.params) + [b.name for b in self.live]
+                    products = jit_policy.code_facts([cut.numpy_loops]).products
+                    limit = float("inf") if self.force in ("always", "loops") else \
+                        jit_policy.LOOP_PRODUCT_LIMIT if products else jit_policy.LOOP_LIMIT
+                    facts = (tuple(names.index(n) for n in cut.inputs if n in names), limit)
+                except rw.Unsupported:
+                    pass
+            self.outline = facts
+        return self.outline or None
+
+    def _outlines(self, call: tuple, live: tuple) -> bool:
+        """Whether a call the plan leaves to NumPy for its size runs outlined: numba's
+        loops inside NumPy's code (`numba_outline`), for functions that loop, call
+        no compiled function, and write into no argument (the NumPy run that checks
+        the first compiled result, and the NumPy loops, would see other values);
+        and only when the arguments the loops read are small enough for numba."""
+        if not self.facts.has_loops or self.force == "numpy" or \
+                jit_policy.largest_array(call + live) < self.size_limit:
+            return False
+        facts = self._outline_facts()
+        if facts is None or numba_module() is None:
+            return False
+        values = call + live
+        return jit_policy.largest_array([values[i] for i in facts[0]]) < facts[1]
+
+    def _outlined(self, call: tuple, live: tuple, args, kwargs):
+        """grad's call of an outlined variant: the host runs on NumPy and hands its loops
+        to numba or to NumPy (`_LoopRunner`); a first compiled run is checked."""
+        v = self.variant(call, live, "loops")
+        if v is None:
+            return self._numpy_value_and_grad(args, kwargs)
+        runner = _LoopRunner(self, v)
+        try:
+            result = v.host(*call, *live, runner)
+        except Exception as exc:  # noqa: BLE001 - the NumPy backend decides
+            if runner.compiled and _is_numba_error(exc):
+                v.failed = first_line(exc)
+                self._warn(v.failed)
+                return self._numpy_value_and_grad(args, kwargs)
+            # The user's error as the NumPy backend raises it (the host runs the
+            # statements in another order), or NumPy's value and a warning.
+            return self._numpy_after(exc, args, kwargs, v)
+        if not runner.first:
+            return result
+        return self._first_result(v, result, self._reference(v, call))
 
     def _reference(self, v: Variant, call: tuple) -> tuple:
         """The NumPy backend's (output, gradients) for this call, from copies of its
@@ -638,7 +796,10 @@ class JitFunction:
         self._ensure_prepared()
         if self.disabled is not None:
             return f"runs on NumPy: {self.disabled}", False
-        return jit_policy.describe_rule(self.facts), 0 < self.size_limit < float("inf")
+        outline = self._outline_facts() if self.facts.has_loops else None
+        limit = outline[1] if outline is not None and outline[1] < float("inf") else None
+        return jit_policy.describe_rule(self.facts, limit), \
+            0 < self.size_limit < float("inf")
 
     def plan(self, args: tuple, kwargs: Optional[dict] = None,
              vjp: bool = False) -> jit_policy.JitPlan:
@@ -650,6 +811,12 @@ class JitFunction:
             live = self.live_values()
             plan = jit_policy.decide(self.facts, jit_policy.largest_array(call + live),
                                      self.force, vjp, jit_policy.float64_arrays(call + live))
+            if not plan.compile and not vjp and self._outlines(call, live):
+                v = self.variant(call, live, "loops")
+                if v is None:
+                    why = self.variants[_kinds(call) + _kinds(live) + ("loops",)].failed
+                    return jit_policy.JitPlan(False, f"{plan.reason}; {why}", plan.largest)
+                return jit_policy.outlined_plan(plan, v.loops_limit)
             if not plan.compile:
                 return plan
             if self._numba_ready():
@@ -775,9 +942,12 @@ class JitFunction:
             raise RuntimeError(self.disabled)
         call = self.bind(args, kwargs or {})
         live = self.live_values()
-        v = self.variant(call, live, "fused")
+        need = "loops" if not self._compiles(call, live) and self._outlines(call, live) \
+            else "fused"
+        v = self.variant(call, live, need)
         if v is None:
-            raise RuntimeError(self.variants[_kinds(call) + _kinds(live)].failed)
+            raise RuntimeError(self.variants[_kinds(call) + _kinds(live) + (
+                ("loops",) if need == "loops" else ())].failed)
         return v.source
 
 
@@ -854,6 +1024,31 @@ def _describe(value: Any) -> str:
     mod = getattr(value, "__module__", None) or type(value).__module__
     qual = getattr(value, "__qualname__", None) or type(value).__qualname__
     return f"{mod}.{qual}"
+
+
+def _float_stacks(pair: rw.Pair, residuals: Sequence[Any]) -> set:
+    """The forward's stacks that held float64 numbers only (and the None a first push
+    saves) in a NumPy run: `numba_stacks` makes them arrays."""
+    out = set()
+    for name, value in zip(pair.residual_names, residuals):
+        if name in pair.stacks and type(value) is list and value and \
+                all(v is None or type(v) in (float, np.float64) for v in value) and \
+                any(v is not None for v in value):
+            out.add(name)
+    return out
+
+
+def _python_namespace(*functions: Callable) -> dict:
+    """The names generated NumPy functions read: their globals, and their closure
+    variables (the helpers and the user's names), as they are bound now."""
+    ns = dict(functions[0].__globals__)
+    for fn in functions:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            try:
+                ns[name] = cell.cell_contents
+            except ValueError:      # not set: a read fails as it would in the pair
+                pass
+    return ns
 
 
 def _copies(args: Sequence[Any]) -> tuple:

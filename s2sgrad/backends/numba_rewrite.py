@@ -46,6 +46,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from .numba_fuse import fuse_elementwise
+from .numba_stacks import preallocate_stacks
 
 HELPER_PREFIX = "_s2s_"
 NB_PREFIX = "_nb_"
@@ -1242,7 +1243,8 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
             kinds: Sequence[str] = ("fused",), fwd_kinds: Optional[KindInference] = None,
             adj_kinds: Optional[KindInference] = None, blas: bool = False,
             call_extra: Optional[Dict[str, List[Tuple[str, str]]]] = None,
-            fuse: bool = True, shapes: Optional[Dict[str, tuple]] = None) -> Rewritten:
+            fuse: bool = True, shapes: Optional[Dict[str, tuple]] = None,
+            float_stacks: Optional[Set[str]] = None) -> Rewritten:
     """The numba-subset source of the requested functions.
 
     fused: (*params, *live) -> (output, gradients), seeded with 1 (grad).
@@ -1254,6 +1256,9 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
     functions without loops of their own. (jit_policy compiles a function that
     loops only over arrays below LOOP_LIMIT elements, where a fused loop saves
     little, and its compile, with the statements it falls back to, costs more.)
+    float_stacks: stacks known to hold float64 numbers, preallocated as arrays where
+    the loop's trip count is known (`numba_stacks`), in every kind but "split",
+    whose stacks go to the adjoint in the residuals.
     """
     fwd_env = fwd_kinds.env if fwd_kinds is not None else {}
     adj_env = adj_kinds.env if adj_kinds is not None else {}
@@ -1270,29 +1275,14 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
     live = list(live)
     helpers: Set[str] = set()
     adj_ranges, _ = _adjoint_ranges(pair)
-    fwd_ranges = set(pair.ranges)
     functions: List[ast.FunctionDef] = []
     names: Dict[str, str] = {}
 
     def forward_body() -> List[ast.stmt]:
-        fwd = copy.deepcopy(pair.forward)
-        rw = _Rewriter(fwd_ranges, placeholders, {}, fwd_kinds, blas, call_extra)
-        body = [rw.visit(s) for s in fwd.body]
-        helpers.update(rw.helpers)
-        return body
+        return _forward_body(pair, placeholders, fwd_kinds, blas, call_extra, helpers)
 
     def adjoint_body(rename: Dict[str, str], drop_copies: bool) -> List[ast.stmt]:
-        adj = copy.deepcopy(pair.adjoint)
-        body = adj.body
-        if pair.adjoint_targets is not None:
-            body = body[1:]          # the unpacking of `residuals`
-        stacks = _adjoint_stacks(pair)
-        if drop_copies:
-            body = [s for s in body if not _is_stack_copy(s, stacks)]
-        rw = _Rewriter(adj_ranges, {}, rename, adj_kinds, blas, call_extra)
-        body = [rw.visit(s) for s in body]
-        helpers.update(rw.helpers)
-        return body
+        return _adjoint_body(pair, rename, drop_copies, adj_kinds, blas, call_extra, helpers)
 
     for kind in kinds:
         if kind not in KINDS:
@@ -1305,14 +1295,14 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
             env.update({rename.get(n, n): k for n, k in adj_env.items()})
             seen = dict(fwd_shapes)
             seen.update({rename.get(n, n): v for n, v in adj_shapes.items()})
-            functions.append(fused_loops(fn, env, seen))
+            functions.append(preallocate_stacks(fused_loops(fn, env, seen), float_stacks or set()))
         elif kind == "value":
             body = forward_body()
             ret = body[-1]
             body[-1] = ast.Return(value=ret.value.elts[0])
-            functions.append(fused_loops(_function(pair.name + "_nb_value",
-                                                   list(pair.params) + live, body), fwd_env,
-                                         fwd_shapes))
+            functions.append(preallocate_stacks(
+                fused_loops(_function(pair.name + "_nb_value", list(pair.params) + live, body),
+                            fwd_env, fwd_shapes), float_stacks or set()))
         else:
             functions.append(fused_loops(_function(pair.name + "_nb_forward",
                                                    list(pair.params) + live, forward_body(),
@@ -1330,6 +1320,92 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
     ast.fix_missing_locations(module)
     source = ast.unparse(module) + "\n"
     return Rewritten(source=source, names=names, helpers=helpers, live=live)
+
+
+def _forward_body(pair: Pair, placeholders: Dict[str, str], kinds: Optional[KindInference],
+                  blas: bool, call_extra, helpers: Set[str]) -> List[ast.stmt]:
+    """The forward's statements, rewritten (one statement for each)."""
+    rw = _Rewriter(set(pair.ranges), placeholders, {}, kinds, blas, call_extra)
+    body = [rw.visit(s) for s in copy.deepcopy(pair.forward).body]
+    helpers.update(rw.helpers)
+    return body
+
+
+def _adjoint_statements(pair: Pair, drop_copies: bool) -> List[ast.stmt]:
+    """A copy of the adjoint's statements without the unpacking of `residuals` (and,
+    in a fused function, which pops the forward's own stacks, without their copies)."""
+    body = copy.deepcopy(pair.adjoint).body
+    if pair.adjoint_targets is not None:
+        body = body[1:]
+    if drop_copies:
+        stacks = _adjoint_stacks(pair)
+        body = [s for s in body if not _is_stack_copy(s, stacks)]
+    return body
+
+
+def _adjoint_body(pair: Pair, rename: Dict[str, str], drop_copies: bool,
+                  kinds: Optional[KindInference], blas: bool, call_extra,
+                  helpers: Set[str]) -> List[ast.stmt]:
+    """The adjoint's statements, rewritten (one statement for each)."""
+    ranges, _ = _adjoint_ranges(pair)
+    rw = _Rewriter(ranges, {}, rename, kinds, blas, call_extra)
+    body = [rw.visit(s) for s in _adjoint_statements(pair, drop_copies)]
+    helpers.update(rw.helpers)
+    return body
+
+
+class _NumpyForm(ast.NodeTransformer):
+    """The NumPy twin of a rewritten statement: names renamed as the rewrite renames
+    them, and `_s2s_meta(x)` read as x (as the rewrite reads it), nothing else."""
+
+    def __init__(self, rename: Dict[str, str]):
+        self.rename = rename
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.rename:
+            return ast.copy_location(ast.Name(id=self.rename[node.id], ctx=node.ctx), node)
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if _is_call(node, HELPER_PREFIX + "meta") and len(node.args) == 1 and \
+                not node.keywords:
+            return self.visit(node.args[0])
+        return self.generic_visit(node)
+
+
+def fused_numpy(pair: Pair, live: Sequence[str]) -> Tuple[ast.FunctionDef, Dict[str, str]]:
+    """grad's fused function as the NumPy code the rewrite starts from (seeded with
+    1.0), and how the adjoint's names were renamed: `fused_twins`' NumPy twin."""
+    return _fused(
+        pair, list(live), True,
+        lambda: [_NumpyForm({}).visit(s) for s in copy.deepcopy(pair.forward).body],
+        lambda rename, drop_copies: [_NumpyForm(rename).visit(s)
+                                     for s in _adjoint_statements(pair, drop_copies)],
+        set(), ("s", "float64"))
+
+
+def fused_twins(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
+                fwd_kinds: Optional[KindInference], adj_kinds: Optional[KindInference],
+                blas: bool = False, call_extra=None
+                ) -> Tuple[ast.FunctionDef, ast.FunctionDef, Set[str], Dict[str, str]]:
+    """The fused function (grad's, seeded with 1) twice, statement for statement: as
+    numba code and as the NumPy code it was rewritten from; the helpers the numba
+    one calls, and how the adjoint's names were renamed. `numba_outline` cuts both
+    at the same statements."""
+    helpers: Set[str] = set()
+    seed_kind = adj_kinds.env.get(pair.cotangent) if adj_kinds is not None else None
+    if seed_kind != ("s", "float64"):
+        raise Unsupported("the output is not a float64 number")
+    numba_fn, rename = _fused(
+        pair, list(live), True,
+        lambda: _forward_body(pair, placeholders, fwd_kinds, blas, call_extra, helpers),
+        lambda rename, drop_copies: _adjoint_body(pair, rename, drop_copies, adj_kinds, blas,
+                                                  call_extra,
+                                           helpers), helpers, seed_kind)
+    numpy_fn, _ = fused_numpy(pair, live)
+    if len(numba_fn.body) != len(numpy_fn.body):
+        raise Unsupported("the rewrite changed the number of statements")
+    return numba_fn, numpy_fn, helpers, rename
 
 
 def _fused(pair: Pair, live: List[str], seed: bool, forward_body, adjoint_body,

@@ -1,0 +1,157 @@
+"""The fuzzer's programs under jit=True: numba's gradients against the NumPy backend's.
+
+    python tests/fuzz_jit.py --n 60 --seed 1                 # outlined loops (the default)
+    python tests/fuzz_jit.py --n 60 --seed 1 --plan always   # whole functions compiled
+
+Each program of `tests/fuzz.py` (same --seed, same programs) runs with
+`S2SGRAD_JIT_PLAN` set to --plan: `loops` outlines every function that loops
+(numba runs the loops at every size, NumPy the code around them), `always`
+compiles every function whole. For every argument, `grad(f, wrt=i, jit=True)`
+is compared with `grad(f, wrt=i)`; the NumPy backend itself is checked
+against finite differences by `tests/fuzz.py`. A program is
+
+  pass       the same gradients, and numba ran (the loops, or the whole function)
+  numpy      numba did not run: the rewrite or the outline refused (no loop, a
+             construct numba has no form for), with no warning or with one
+  wrong      a gradient differs (beyond rounding), or a JitWarning says the
+             compiled result differed from NumPy's (caught, but a bug)
+  crashed    jit=True raised where the NumPy backend did not
+
+The last line printed is `FUZZ-JIT programs=N pass=P numpy=M wrong=W crashed=C`.
+Programs run in this process: one that corrupts memory (numba does not check
+bounds) ends the run; `check_program(seed, index, directory)` reruns it alone.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import traceback
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def _ran_numba(state) -> bool:
+    return state is not None and any(v.failed is None and v.check is None
+                                      for v in state.variants.values())
+
+
+# Constructs the numba rewrite has no form for (lists, dicts, helpers, Functions): off,
+# so that the programs exercise numba rather than its refusals; loops weigh more.
+OFF = ("concatenate", "stack", "apply", "helper_call", "list_index", "for_list_literal",
+       "for_list_var", "list_build", "nested_list", "list_append", "tuple_unpack",
+       "multi_output_apply", "helper", "helper_default", "kwonly_helper", "kwonly_entry",
+       "tuple_param_helper", "multi_return_helper", "list_param_helper",
+       "list_return_helper", "struct_append", "struct_read", "list_extend", "dict",
+       "dict_write", "dict_loop", "dict_iter", "comprehension", "builtin_reduce",
+       "chained_assign", "struct_return_helper", "dict_return_helper",
+       "pairs_param_helper", "dict_param_helper", "helper_relay", "struct_entry",
+       "nested_entry", "item_write", "namedtuple", "derivative_call", "fancy_write",
+       "aug_param")
+LOOPS = ("for_range", "for_array", "while")
+
+
+def numba_weights() -> dict:
+    import fuzz
+    weights = dict(fuzz.FEATURES)
+    for name in OFF:
+        weights[name] = 0.0
+    for name in LOOPS:
+        weights[name] *= 3
+    return weights
+
+
+def _same(got, want) -> bool:
+    """Equal up to rounding, NaN where NaN is (structures leaf by leaf)."""
+    import numpy as np
+
+    import s2sgrad
+    got_leaves, got_tree = s2sgrad.tree_flatten(got)
+    want_leaves, want_tree = s2sgrad.tree_flatten(want)
+    if got_tree != want_tree:
+        return False
+    for g, w in zip(got_leaves, want_leaves):
+        g, w = np.asarray(g, dtype=np.float64), np.asarray(w, dtype=np.float64)
+        if g.shape != w.shape or not np.allclose(g, w, rtol=1e-7, atol=1e-9, equal_nan=True):
+            return False
+    return True
+
+
+def check_program(seed: int, index: int, workdir: str) -> tuple:
+    """(status, detail) of one program (see the module's docstring)."""
+    import fuzz
+
+    import s2sgrad
+    from s2sgrad.backends import JitWarning, numba_backend
+    src, kinds, _ = fuzz.generate(seed, index, 0, numba_weights())
+    modname = f"fzj_{seed}_{index}".replace("-", "m")
+    path = os.path.join(workdir, modname + ".py")
+    with open(path, "w") as fh:
+        fh.write(src)
+    module = fuzz.load_module(path, modname)
+    args = fuzz.draw_inputs(kinds, seed, index, 0, 0)
+    status, detail = "numpy", ""
+    for i, value in enumerate(args):
+        if fuzz.is_tree(value):
+            continue
+        try:
+            want = s2sgrad.grad(module.f, wrt=i)(*fuzz.copies(args))
+        except Exception:  # noqa: BLE001 - refused or failing on NumPy: not jit's business
+            return "numpy", "the NumPy backend refused"
+        numba_backend.reset()
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", JitWarning)
+                got = s2sgrad.grad(module.f, wrt=i, jit=True)(*fuzz.copies(args))
+                again = s2sgrad.grad(module.f, wrt=i, jit=True)(*fuzz.copies(args))
+        except Exception as exc:  # noqa: BLE001
+            return "crashed", f"{path} wrt={i}: {traceback.format_exception_only(exc)[-1]}"
+        for w in caught:
+            if "differs from the NumPy backend" in str(w.message) or "internal error" in \
+                    str(w.message):
+                return "wrong", f"{path} wrt={i}: {w.message}"
+        for g in (got, again):
+            if not _same(g, want):
+                return "wrong", f"{path} wrt={i}: {g!r} != {want!r}"
+        state = numba_backend.known_state(module.f, (i,))
+        if _ran_numba(state):
+            status = "pass"
+        elif state is not None:
+            detail = state.disabled or next((v.failed for v in state.variants.values()
+                                             if v.failed), "no loop")
+    sys.modules.pop(modname, None)
+    return status, detail
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--plan", choices=("loops", "always"), default="loops")
+    args = parser.parse_args(argv)
+    os.environ["S2SGRAD_JIT_PLAN"] = args.plan
+    os.environ["S2SGRAD_JIT_BACKGROUND"] = "0"
+    os.environ["S2SGRAD_CACHE"] = "0"
+    counts = {"pass": 0, "numpy": 0, "wrong": 0, "crashed": 0}
+    reasons: dict = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for index in range(args.n):
+            status, detail = check_program(args.seed, index, workdir)
+            counts[status] += 1
+            if status == "numpy":
+                reasons[detail[:90]] = reasons.get(detail[:90], 0) + 1
+            if status in ("wrong", "crashed"):
+                print(f"{status}: program {index}: {detail}")
+    for why, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        print(f"  numpy x{count}: {why}")
+    print("FUZZ-JIT programs={} {}".format(
+        args.n, " ".join(f"{k}={v}" for k, v in counts.items())))
+    return 1 if counts["wrong"] or counts["crashed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
