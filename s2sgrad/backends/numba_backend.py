@@ -451,7 +451,11 @@ class JitFunction:
             seeds = {k: kind for k, kind in seeds.items() if kind is not None}
             placeholders = rw.learn_placeholders(pair, residuals, seeds)
             fwd_kinds, adj_kinds = self._kinds(seeds, residuals, seed, pair)
-            blas = _wants_blas(args, live)
+            # BLAS for the loops' products only if the arguments they read are large:
+            # the large products of the call are the host's, on NumPy.
+            read = self._outline_facts()
+            values = tuple(args) + tuple(live)
+            blas = _wants_blas([values[i] for i in read[0]] if read else values, ())
             numba_fn, numpy_fn, _, rename = rw.fused_twins(
                 pair, placeholders, [b.name for b in self.live], fwd_kinds, adj_kinds, blas,
                 self.call_extra)

@@ -51,11 +51,11 @@ from __future__ import annotations
 
 import ast
 import copy
-import keyword
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ..compiler.names import assign_node, name_node
+from .numba_names import fresh_name
 
 Kind = Tuple
 
@@ -310,12 +310,7 @@ class _Fuser:
         run.after_reads |= reads
 
     def _fresh(self, base: str) -> str:
-        name, i = base, 2
-        while name in self.taken or keyword.iskeyword(name):
-            name = f"{base}_{i}"
-            i += 1
-        self.taken.add(name)
-        return name
+        return fresh_name(base, self.taken)
 
     # -- the loop ----------------------------------------------------------------------
     def _flush(self, run: _Run, read_later: Set[str]) -> List[ast.stmt]:

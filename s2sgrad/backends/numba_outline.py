@@ -41,6 +41,7 @@ import keyword
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
+from .numba_names import fresh_name
 from .numba_rewrite import HELPER_PREFIX, Pair, Unsupported
 
 # Helpers that write nothing (their result may be their argument: an alias).
@@ -112,14 +113,6 @@ def _call_name(node: ast.Call) -> str:
     return "_".join([name] + args[:1])
 
 
-def _fresh(base: str, taken: Set[str]) -> str:
-    name, i = base, 2
-    while name in taken:
-        name, i = f"{base}_{i}", i + 1
-    taken.add(name)
-    return name
-
-
 class _CallSplitter(ast.NodeTransformer):
     """Pure calls nested in an expression become statements of their own (in order)."""
 
@@ -131,7 +124,7 @@ class _CallSplitter(ast.NodeTransformer):
         node = self.generic_visit(node)
         if not pure_expression(node):
             return node
-        name = _fresh(_call_name(node), self.taken)
+        name = fresh_name(_call_name(node), self.taken)
         self.before.append(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())],
                                       value=node, lineno=0))
         return ast.Name(id=name, ctx=ast.Load())

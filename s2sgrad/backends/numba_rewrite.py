@@ -39,13 +39,13 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
-import keyword
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from .numba_fuse import fuse_elementwise
+from .numba_names import fresh_name
 from .numba_stacks import preallocate_stacks
 
 HELPER_PREFIX = "_s2s_"
@@ -1192,16 +1192,6 @@ def _adjoint_ranges(pair: Pair) -> Tuple[Set[str], Set[str]]:
     return ranges, stacks
 
 
-def _fresh(base: str, taken: Set[str]) -> str:
-    name = base
-    i = 2
-    while name in taken or keyword.iskeyword(name):
-        name = f"{base}_{i}"
-        i += 1
-    taken.add(name)
-    return name
-
-
 def _function(name: str, params: Sequence[str], body: List[ast.stmt],
               defaults: Sequence[ast.expr] = ()) -> ast.FunctionDef:
     return ast.FunctionDef(
@@ -1422,8 +1412,8 @@ def _fused(pair: Pair, live: List[str], seed: bool, forward_body, adjoint_body,
     rename = {}
     for n in sorted(adj_names):
         if n in fwd_names and n not in same:
-            rename[n] = _fresh(n + "_a", taken)
-    out_name = _fresh("nb_output", taken)
+            rename[n] = fresh_name(n + "_a", taken)
+    out_name = fresh_name("nb_output", taken)
     body = forward_body()
     ret = body.pop()
     out_expr, res = ret.value.elts

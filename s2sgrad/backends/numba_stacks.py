@@ -25,6 +25,8 @@ import ast
 import copy
 from typing import Dict, List, Optional, Set
 
+from .numba_names import fresh_name
+
 __all__ = ["preallocate_stacks"]
 
 
@@ -100,14 +102,6 @@ def _loop_of(fn: ast.FunctionDef, stack: str) -> Optional[int]:
     return loops[0] if seen == expected else None
 
 
-def _fresh(base: str, taken: Set[str]) -> str:
-    name, i = base, 2
-    while name in taken:
-        name, i = f"{base}_{i}", i + 1
-    taken.add(name)
-    return name
-
-
 class _Rewrite(ast.NodeTransformer):
     def __init__(self, stack: str, top: str):
         self.stack, self.top = stack, top
@@ -153,11 +147,11 @@ def preallocate_stacks(fn: ast.FunctionDef, float_stacks: Set[str]) -> ast.Funct
         if any(_is_new_list(stmt, s) for stacks in by_loop.values() for s in stacks):
             continue
         if i in by_loop:
-            steps = _fresh("steps", taken)
+            steps = fresh_name("steps", taken)
             body.append(_assign(steps, ast.Call(func=ast.Name(id="len", ctx=ast.Load()),
                                                 args=[copy.deepcopy(stmt.iter)], keywords=[])))
             for stack in by_loop[i]:
-                top = _fresh(stack + "_top", taken)
+                top = fresh_name(stack + "_top", taken)
                 body.append(_assign(stack, ast.Call(
                     func=ast.Attribute(value=ast.Name(id="np", ctx=ast.Load()), attr="empty",
                                        ctx=ast.Load()),
