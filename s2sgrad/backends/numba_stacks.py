@@ -5,7 +5,7 @@ each step, `v = s.pop()` in the adjoint's loop). In numba a list of floats
 pays its reference counting and growth on every push; when the loop's trip
 count is known before it starts, an array of that length and an index do the
 same work with one store and one load (the scalar recurrence of
-`benchmarks/`: 36 µs to 24 µs per gradient, and a shorter compile). A stack is
+`benchmarks/`: 36 µs to 27 µs per gradient, and a shorter compile). A stack is
 preallocated only when all of this holds, read off the function's text:
 
 - it is made (`s = []`) by a top-level statement, and pushed by exactly one
