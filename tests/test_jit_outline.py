@@ -92,6 +92,25 @@ def test_what_a_loop_updates_in_place_is_not_read_outside_it_early():
     assert "s = np.sum(x)" not in _lines(cut.host)
 
 
+def test_points_to_follows_views_helpers_and_lists_not_new_arrays():
+    fn = _fn("""
+        def f(a, b):
+            v = a[1:]
+            c = np.tanh(b)
+            d = _s2s_unbroadcast(c, a)
+            L = []
+            L.append(b)
+            e = L.pop()
+            return v
+        """)
+    pts = outline.points_to(fn.body, ["a", "b"])
+    assert pts["v"] & pts["a"]                      # a view
+    assert not pts["c"] & pts["b"]                  # np.tanh makes a new array
+    assert pts["d"] & pts["c"] and pts["d"] & pts["a"]   # a helper may return either
+    assert pts["e"] & pts["b"]                      # what was pushed comes back
+    assert not pts["c"] & pts["a"] and not pts["a"] & pts["b"]
+
+
 def test_statements_that_write_never_move():
     cut = _cut("""
         def f(x, v, n):

@@ -280,18 +280,19 @@ def points_to(body: Iterable[ast.stmt], params: Iterable[str]) -> Dict[str, Froz
     edges: List[Tuple[str, Set[str]]] = []
     body = list(body)
     local = set(pts).union(*[effects(s).binds for s in body]) if body else set(pts)
+    made = 0                     # the objects assignments make: "new 0", "new 1", ...
     for stmt in body:
         for node in ast.walk(stmt):
             if isinstance(node, (ast.Assign, ast.For)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 value = node.value if isinstance(node, ast.Assign) else node.iter
                 sources, fresh = _alias_sources(value)
+                made += 1
                 for t in targets:
                     for n in ast.walk(t):
                         if isinstance(n, ast.Name):
                             if fresh:
-                                pts.setdefault(n.id, set()).add(
-                                    f"new {getattr(node, 'lineno', 0)}:{id(node)}")
+                                pts.setdefault(n.id, set()).add(f"new {made}")
                             edges.append((n.id, sources))
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 receiver = _root(node.func.value)
