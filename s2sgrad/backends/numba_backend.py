@@ -230,6 +230,7 @@ class JitFunction:
         self._building = False
         self.mutates = False
         self.outline: Optional[Tuple[Tuple[int, ...], float]] = None   # see _outline_facts
+        self.split_calls: Optional[rw.Pair] = None                      # see _split_pair
         self._lock = threading.RLock()
 
     # -- set-up ------------------------------------------------------------------
@@ -445,7 +446,7 @@ class JitFunction:
         from . import numba_outline as outline
         from .numba_stacks import preallocate_stacks
         try:
-            pair = outline.split_pair(self.pair)
+            pair = self._split_pair()
             seeds = {name: rw.kind_of(value) for name, value in
                      zip(pair.params + [b.name for b in self.live], tuple(args) + tuple(live))}
             seeds = {k: kind for k, kind in seeds.items() if kind is not None}
@@ -620,6 +621,14 @@ class JitFunction:
             self._warn(self.disabled)
         return self._numpy_value_and_grad(args, kwargs)
 
+    def _split_pair(self) -> rw.Pair:
+        """The pair with nested calls split (`numba_outline.split_pair`), made once:
+        the outline's facts and every outlined variant start from it."""
+        if self.split_calls is None:
+            from . import numba_outline as outline
+            self.split_calls = outline.split_pair(self.pair)
+        return self.split_calls
+
     def _outline_facts(self) -> Optional[Tuple[Tuple[int, ...], float]]:
         """(positions among the call's arguments and live values of those the outlined
         loops read, the size limit of the arrays they are given), or None when the
@@ -630,7 +639,7 @@ class JitFunction:
             facts: Any = ()
             if self.facts.has_loops and not self.callees and not self.mutates:
                 try:
-                    pair = outline.split_pair(self.pair)
+                    pair = self._split_pair()
                     numpy_fn, rename = rw.fused_numpy(pair, [b.name for b in self.live])
                     cut = outline.outline(numpy_fn, numpy_fn, pair.name,
                                           outline.barred_names(pair, rename))
