@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 import pytest
 from conftest import numeric_grad
+from test_jit import pendulum, rnn, while_loop  # the numba backend's own loop cases
 
 import s2sgrad
 from benchmarks.workloads.branchy_loop import branchy
@@ -293,15 +294,6 @@ def test_functions_that_write_into_their_arguments_are_not_outlined():
         np.testing.assert_allclose(g, w, rtol=1e-12)
 
 
-def pendulum(x0, v0, a, b, dt, n_steps):
-    x = x0
-    v = v0
-    for _ in range(n_steps):
-        v = v + dt * (-a * np.sin(x) - b * v)
-        x = x + dt * v
-    return x
-
-
 def swing(x0, v0, a, b, dt, n_steps):
     x = x0
     v = v0
@@ -309,21 +301,6 @@ def swing(x0, v0, a, b, dt, n_steps):
         v = v + dt * (-a * np.sin(x) - b * v)
         x = x + dt * v
     return np.sum(x * x)
-
-
-def rnn(W, U, b, xs, target):
-    h = np.zeros(W.shape[0])
-    for x in xs:
-        h = np.tanh(W @ h + U @ x + b)
-    return np.sum((h - target) ** 2)
-
-
-def while_loop(x, a):
-    n = 0
-    while np.sum(x * x) < 10.0 and n < 20:
-        x = x * a + 0.1
-        n += 1
-    return np.sum(np.exp(-x))
 
 
 def _cases():

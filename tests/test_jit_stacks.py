@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytest
 from conftest import numeric_grad
+from test_jit import pendulum  # a scalar recurrence
 
 import s2sgrad
 from s2sgrad.backends import JitWarning, jit_source, numba_backend
@@ -108,15 +109,6 @@ def test_a_stack_pushed_once_per_step_becomes_an_array_and_an_index():
 ])
 def test_stacks_the_pass_cannot_prove_stay_lists(src):
     assert "np.empty" not in "\n".join(_lines(src))
-
-
-def pendulum(x0, v0, a, b, dt, n_steps):
-    x = x0
-    v = v0
-    for _ in range(n_steps):
-        v = v + dt * (-a * np.sin(x) - b * v)
-        x = x + dt * v
-    return x
 
 
 def early_exit(x, a, rates):
