@@ -272,10 +272,7 @@ class JitFunction:
 
     def _bind_free_names(self) -> None:
         compiled = self.compiled
-        cells: Dict[str, Any] = {}
-        for fn in (compiled.forward, compiled.adjoint):
-            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-                cells.setdefault(name, cell)
+        cells = _closure_cells(compiled.forward, compiled.adjoint)
         module_globals = compiled.forward.__globals__
         callee_fns = {}
         for callee in compiled.callees:
@@ -372,7 +369,7 @@ class JitFunction:
 
     def variant(self, args: tuple, live: tuple, need: str) -> Optional[Variant]:
         """The variant for these types, with the functions `need` ("fused"/"vjp") built."""
-        key = _kinds(args) + _kinds(live) + (("loops",) if need == "loops" else ())
+        key = _variant_key(args, live, need)
         v = self.variants.get(key)
         if v is None or (v.failed is None and not self._has(v, need)):
             with self._lock:
@@ -400,12 +397,7 @@ class JitFunction:
             self.variants[key] = v
             return v
         try:
-            seeds = {}
-            for name, value in zip(self.pair.params + [b.name for b in self.live],
-                                   tuple(args) + tuple(live)):
-                kind = rw.kind_of(value)
-                if kind is not None:
-                    seeds[name] = kind
+            seeds = self._seeds(args, live)
             placeholders = rw.learn_placeholders(self.pair, residuals, seeds)
             fwd_kinds, adj_kinds = self._kinds(seeds, residuals,
                                                seed if need == "fused" else None)
@@ -447,16 +439,15 @@ class JitFunction:
         from .numba_stacks import preallocate_stacks
         try:
             pair = self._split_pair()
-            seeds = {name: rw.kind_of(value) for name, value in
-                     zip(pair.params + [b.name for b in self.live], tuple(args) + tuple(live))}
-            seeds = {k: kind for k, kind in seeds.items() if kind is not None}
+            seeds = self._seeds(args, live)
             placeholders = rw.learn_placeholders(pair, residuals, seeds)
             fwd_kinds, adj_kinds = self._kinds(seeds, residuals, seed, pair)
             # BLAS for the loops' products only if the arguments they read are large:
-            # the large products of the call are the host's, on NumPy.
-            read = self._outline_facts()
+            # the large products of the call are the host's, on NumPy. (A loops
+            # variant is built only for a function _outline_facts can cut.)
+            read, limit = self._outline_facts()
             values = tuple(args) + tuple(live)
-            blas = _wants_blas([values[i] for i in read[0]] if read else values, ())
+            blas = _wants_blas([values[i] for i in read], ())
             numba_fn, numpy_fn, _, rename = rw.fused_twins(
                 pair, placeholders, [b.name for b in self.live], fwd_kinds, adj_kinds, blas,
                 self.call_extra)
@@ -488,13 +479,19 @@ class JitFunction:
             self._warn(v.failed)
             return
         v.host, v.numpy_loops = made[cut.host.name], made[cut.numpy_loops.name]
-        v.on_disk, v.blas = cache, blas
-        facts = self._outline_facts()
-        v.loops_limit = facts[1] if facts is not None else float("inf")
+        v.on_disk, v.blas, v.loops_limit = cache, blas, limit
         v.source = (f"# NumPy runs this; it calls {cut.loops.name} (numba) when the "
                     f"arrays given have fewer than {int(v.loops_limit):,} elements\n"
                     if v.loops_limit < float("inf") else "") + \
             ast.unparse(cut.host) + "\n\n\n" + numba_src
+
+    def _seeds(self, args, live) -> Dict[str, Any]:
+        """The kinds of the parameters and live values seen at a call: what kind
+        inference starts from."""
+        names = self.pair.params + [b.name for b in self.live]
+        kinds = {name: rw.kind_of(value) for name, value in
+                 zip(names, tuple(args) + tuple(live))}
+        return {name: kind for name, kind in kinds.items() if kind is not None}
 
     def _kinds(self, seeds, residuals, cotangent, pair: Optional[rw.Pair] = None):
         """Kind inference of the forward and the adjoint, seeded by one NumPy run."""
@@ -579,7 +576,7 @@ class JitFunction:
 
     def fail(self, args: tuple, live: tuple, exc: BaseException) -> None:
         """numba could not compile this type signature: NumPy from now on, one warning."""
-        v = self.variants.get(_kinds(args) + _kinds(live))
+        v = self.variants.get(_variant_key(args, live, "fused"))
         if v is not None:
             v.failed = first_line(exc)
         self._warn(first_line(exc))
@@ -658,9 +655,9 @@ class JitFunction:
         loops inside NumPy's code (`numba_outline`), for functions that loop, call
         no compiled function, and write into no argument (the NumPy run that checks
         the first compiled result, and the NumPy loops, would see other values);
-        and only when the arguments the loops read are small enough for numba."""
-        if not self.facts.has_loops or self.force == "numpy" or \
-                jit_policy.largest_array(call + live) < self.size_limit:
+        and only when the arguments the loops read are small enough for numba. (Its
+        callers ask only for calls the size rule did not compile whole.)"""
+        if not self.facts.has_loops or self.force == "numpy":
             return False
         facts = self._outline_facts()
         if facts is None or numba_module() is None:
@@ -827,13 +824,13 @@ class JitFunction:
             if not plan.compile and not vjp and self._outlines(call, live):
                 v = self.variant(call, live, "loops")
                 if v is None:
-                    why = self.variants[_kinds(call) + _kinds(live) + ("loops",)].failed
+                    why = self.variants[_variant_key(call, live, "loops")].failed
                     return jit_policy.JitPlan(False, f"{plan.reason}; {why}", plan.largest)
                 return jit_policy.outlined_plan(plan, v.loops_limit)
             if not plan.compile:
                 return plan
             if self._numba_ready():
-                failed = self.variants.get(_kinds(call) + _kinds(live))
+                failed = self.variants.get(_variant_key(call, live, "fused"))
                 if failed is None or failed.failed is None:
                     return plan   # (whether numba can compile it shows at the first call)
                 return jit_policy.JitPlan(False, f"runs on NumPy: numba could not compile it "
@@ -959,8 +956,7 @@ class JitFunction:
             else "fused"
         v = self.variant(call, live, need)
         if v is None:
-            raise RuntimeError(self.variants[_kinds(call) + _kinds(live) + (
-                ("loops",) if need == "loops" else ())].failed)
+            raise RuntimeError(self.variants[_variant_key(call, live, need)].failed)
         return v.source
 
 
@@ -1051,16 +1047,25 @@ def _float_stacks(pair: rw.Pair, residuals: Sequence[Any]) -> set:
     return out
 
 
+def _closure_cells(*functions: Callable) -> Dict[str, Any]:
+    """The closure cells of generated functions by variable name (the helpers and
+    the user's closure variables; the first function's where two share a name)."""
+    cells: Dict[str, Any] = {}
+    for fn in functions:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            cells.setdefault(name, cell)
+    return cells
+
+
 def _python_namespace(*functions: Callable) -> dict:
     """The names generated NumPy functions read: their globals, and their closure
     variables (the helpers and the user's names), as they are bound now."""
     ns = dict(functions[0].__globals__)
-    for fn in functions:
-        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-            try:
-                ns[name] = cell.cell_contents
-            except ValueError:      # not set: a read fails as it would in the pair
-                pass
+    for name, cell in _closure_cells(*functions).items():
+        try:
+            ns[name] = cell.cell_contents
+        except ValueError:      # not set: a read fails as it would in the pair
+            pass
     return ns
 
 
@@ -1144,6 +1149,12 @@ def _user_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
+
+
+def _variant_key(args: Sequence[Any], live: Sequence[Any], need: str) -> tuple:
+    """The key of a variant: the kinds of the arguments and live values, and for an
+    outlined one ("loops") that mark, since it is built apart from the whole one."""
+    return _kinds(args) + _kinds(live) + (("loops",) if need == "loops" else ())
 
 
 def _kinds(values: Sequence[Any]) -> tuple:

@@ -381,43 +381,39 @@ def outline(numpy_fn: ast.FunctionDef, numba_fn: ast.FunctionDef, name: str,
         return set().union(*[fx[k].binds for k in stmts]) | \
             widen(set().union(*[fx[k].updates for k in stmts]))
 
+    def named(stmts: List[int]) -> Set[str]:
+        """Every name the statements read or write."""
+        return set().union(*[fx[k].reads | fx[k].writes for k in stmts]) if stmts else set()
+
+    def may_pass(i: int, others: List[int]) -> bool:
+        """Whether statement i may run on the other side of `others`: it is pure, reads
+        nothing they may change, and binds nothing they read or write."""
+        return not _is_loop(body[i]) and pure_statement(body[i]) and \
+            not fx[i].reads & changed(others) and not fx[i].binds & named(others)
+
     before = list(range(first))
-    region = list(range(first, last + 1))
     after = list(range(last + 1, len(body)))
-    # Straight-line statements between the loops: before them, if they can go.
+    # Straight-line statements between the loops: before them, if they can go ...
     kept: List[int] = []
-    for i in region:
-        if not _is_loop(body[i]) and pure_statement(body[i]):
-            touched = set().union(*[fx[k].reads | fx[k].writes for k in kept]) if kept \
-                else set()
-            written = changed(kept)
-            if not (fx[i].reads & written) and not (fx[i].binds & touched):
-                before.append(i)
-                continue
-        kept.append(i)
+    for i in range(first, last + 1):
+        (before if may_pass(i, kept) else kept).append(i)
     # ... or after them.
     region, kept = kept, []
     for i in reversed(region):
-        if not _is_loop(body[i]) and pure_statement(body[i]):
-            touched = set().union(*[fx[k].reads | fx[k].writes for k in kept]) if kept \
-                else set()
-            written = changed(kept)
-            if not (fx[i].binds & touched) and not (fx[i].reads & written):
-                after.insert(0, i)
-                continue
-        kept.insert(0, i)
+        if may_pass(i, kept):
+            after.insert(0, i)
+        else:
+            kept.insert(0, i)
     region = kept
     # Initialisations the loops need in numba's form go into them.
-    region_names = set().union(*[fx[k].reads | fx[k].writes for k in region])
+    region_names = named(region)
     moved: List[int] = []
     for pos in range(len(before) - 1, -1, -1):
         i = before[pos]
         if not _is_init(body[i]) or not (fx[i].binds & region_names):
             continue
         later = [k for k in before[pos + 1:] if k not in moved]
-        later_names = set().union(*[fx[k].reads | fx[k].writes for k in later]) if later \
-            else set()
-        if fx[i].binds & later_names or fx[i].reads & changed(later):
+        if fx[i].binds & named(later) or fx[i].reads & changed(later):
             continue
         moved.insert(0, i)
     before = [k for k in before if k not in moved]

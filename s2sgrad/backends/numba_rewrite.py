@@ -1389,9 +1389,9 @@ def fused_twins(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
     numba_fn, rename = _fused(
         pair, list(live), True,
         lambda: _forward_body(pair, placeholders, fwd_kinds, blas, call_extra, helpers),
-        lambda rename, drop_copies: _adjoint_body(pair, rename, drop_copies, adj_kinds, blas,
-                                                  call_extra,
-                                           helpers), helpers, seed_kind)
+        lambda rename, drop_copies: _adjoint_body(pair, rename, drop_copies, adj_kinds,
+                                                  blas, call_extra, helpers),
+        helpers, seed_kind)
     numpy_fn, _ = fused_numpy(pair, live)
     if len(numba_fn.body) != len(numpy_fn.body):
         raise Unsupported("the rewrite changed the number of statements")
