@@ -196,9 +196,17 @@ def _finalize_array_api(grad: Any, like: Any) -> Any:
 
 def _finalize_structure(grad: Any, like: Any, avoid) -> Any:
     """The generated adjoint gives a list for a list or tuple and a dict for a dict,
-    or a number 0 where nothing reached the structure (or an item of it)."""
+    a number 0 where nothing reached the structure (or an item of it), or one array
+    where a NumPy function read the whole structure as an array (np.append([a, b],
+    ...)): its items along the first axis. Anything else is an s2sgrad bug, never
+    read as a zero."""
     if isinstance(like, dict):
-        got = grad if isinstance(grad, dict) else {}
+        if isinstance(grad, dict):
+            got = grad
+        elif _is_symbolic_zero(grad):
+            got = {}
+        else:
+            raise _structure_mismatch(grad, like)
         return {k: _finalize_leaf(got.get(k, 0.0), v, avoid) for k, v in like.items()}
     if isinstance(grad, (list, tuple)):
         if len(grad) != len(like):
@@ -206,14 +214,37 @@ def _finalize_structure(grad: Any, like: Any, avoid) -> Any:
             raise InternalError(f"the gradient of a {type(like).__name__} of {len(like)} "
                                 f"items has {len(grad)}")
         got = grad
-    else:   # nothing reached the structure: a symbolic zero
+    elif _is_symbolic_zero(grad):   # nothing reached the structure
         got = [0.0] * len(like)
+    elif _as_array_shape(like) is not None and np.shape(grad) == _as_array_shape(like):
+        got = list(np.asarray(grad))
+    else:
+        raise _structure_mismatch(grad, like)
     items = [_finalize_leaf(g, v, avoid) for g, v in zip(got, like)]
     if isinstance(like, list):
         return items
     if type(like) is not tuple and hasattr(like, "_fields"):
         return type(like)(*items)      # a namedtuple keeps its type
     return tuple(items)
+
+
+def _is_symbolic_zero(grad: Any) -> bool:
+    return grad is None or (isinstance(grad, numbers.Number) and grad == 0)
+
+
+def _as_array_shape(like: Any):
+    """The shape of np.asarray(like) where the structure reads as one float array."""
+    try:
+        arr = np.asarray(like)
+    except (ValueError, TypeError):
+        return None
+    return arr.shape if arr.dtype.kind in "fiub" else None
+
+
+def _structure_mismatch(grad: Any, like: Any) -> Exception:
+    from .errors import InternalError
+    return InternalError(f"the gradient of a {type(like).__name__} came back as a "
+                         f"{type(grad).__name__} of shape {np.shape(grad)}")
 
 
 def _finalize_leaf(grad: Any, like: Any, avoid) -> Any:

@@ -45,6 +45,7 @@ writers) and whatever else sits at an entry path.
 from __future__ import annotations
 
 import builtins
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -64,7 +65,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .introspect import function_methods, last_source_line, unwrap
 from .rules import REGISTRY as _REGISTRY
 
-FORMAT = 3
+FORMAT = 4
 SUFFIX = ".s2s"
 TMP_PREFIX = ".tmp-s2s-"
 TMP_SUFFIX = ".part"
@@ -642,11 +643,15 @@ def function_key(fn: Callable, wrt: Sequence[int], options: tuple) -> Optional[s
 
 
 def function_fingerprint(fn: Callable, root: Optional[Callable] = None) -> Optional[str]:
-    """Source, position, bytecode and resolved names of `fn`; None without source.
+    """Source, position, bytecode and resolved names of `fn`, and of every
+    decorator layer around it; None without source.
 
     `root` is the function being compiled when `fn` is inlined into it: the
     inlined body's names are also resolved in `root`'s namespace.
     """
+    wrappers = _wrappers_fingerprint(fn)
+    if wrappers is None:
+        return None
     fn = unwrap(fn)
     code = getattr(fn, "__code__", None)
     if code is None:
@@ -656,10 +661,36 @@ def function_fingerprint(fn: Callable, root: Optional[Callable] = None) -> Optio
         return None
     parts = [os.path.basename(code.co_filename), str(code.co_firstlineno),
              getattr(fn, "__qualname__", code.co_name), text, _code_fingerprint(code),
-             _names_fingerprint(code, fn), _defaults_fingerprint(fn)]
+             _names_fingerprint(code, fn), _defaults_fingerprint(fn), wrappers]
     if root is not None:
         parts.append(_names_fingerprint(code, unwrap(root)))
     return _hash(parts)
+
+
+def _wrappers_fingerprint(fn: Callable) -> Optional[str]:
+    """The decorator layers `unwrap` peels off `fn`, each by its own source,
+    bytecode and closure ("" when there are none); None when one has no source.
+
+    The compiler differentiates the innermost function only after deciding
+    that every layer passes the call through unchanged (`parse`): a layer
+    edited to compute something (`return 2 * fn(*args)`) must not find the
+    entry made for the layer that did not.
+    """
+    parts: List[str] = []
+    seen = set()
+    while hasattr(fn, "__wrapped__") and id(fn) not in seen:
+        seen.add(id(fn))
+        code = getattr(fn, "__code__", None)
+        if isinstance(fn, types.FunctionType) and code is not None:
+            text = source_text(fn)
+            if text is None:
+                return None
+            parts += [code.co_filename, text, _code_fingerprint(code),
+                      _names_fingerprint(code, fn), _defaults_fingerprint(fn)]
+        else:   # functools' caches and other C-level wrappers: by kind
+            parts.append(_describe(fn) + f" of type {type(fn).__qualname__}")
+        fn = fn.__wrapped__
+    return _hash(parts) if parts else ""
 
 
 def dependency_fingerprint(kind: str, obj: Any, root: Callable) -> str:
@@ -776,6 +807,9 @@ def _describe(value: Any, depth: int = 0) -> str:
     if isinstance(value, (tuple, list)) and depth < 2 and len(value) <= 64:
         inner = ", ".join(_describe(v, depth + 1) for v in value)
         return f"{type(value).__name__}[{inner}]"
+    bound = _describe_bound(value, depth)
+    if bound is not None:
+        return bound
     kind = type(value)
     if isinstance(value, type) or callable(value):
         name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
@@ -786,6 +820,33 @@ def _describe(value: Any, depth: int = 0) -> str:
     if isinstance(shape, tuple) and dtype is not None:
         return f"{kind.__module__}.{kind.__qualname__} {dtype} {shape}"
     return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _describe_bound(value: Any, depth: int) -> Optional[str]:
+    """A partial or a bound method described by what it binds, or None for
+    anything else.
+
+    Generated code calls the function a partial or bound method runs with the
+    bound values as constants (`compiler.callables`), so two of them are the
+    same to the cache only if the function and every bound value are: a
+    number by value, an array by dtype and shape, an instance by its class
+    (its attributes are read when the code runs, not when it is generated).
+    One nested too deep to describe is described as itself, which no other
+    process can match: its entry is never reused.
+    """
+    if isinstance(value, functools.partial):
+        if depth >= 4:
+            return f"<partial nested too deep #{os.getpid()}:{id(value)}>"
+        args = ", ".join(_describe(v, depth + 1) for v in value.args)
+        keywords = ", ".join(f"{k}={_describe(v, depth + 1)}"
+                             for k, v in sorted(value.keywords.items()))
+        return f"functools.partial({_describe(value.func, depth + 1)}; {args}; {keywords})"
+    if isinstance(value, types.MethodType):
+        if depth >= 4:
+            return f"<method nested too deep #{os.getpid()}:{id(value)}>"
+        return (f"method {_describe(value.__func__, depth + 1)} of "
+                f"{_describe(value.__self__, depth + 1)}")
+    return None
 
 
 def _hash(parts: Sequence[str]) -> str:
@@ -913,6 +974,13 @@ def locate(obj: Any, fn: Callable, names: Sequence[str] = ()) -> Optional[tuple]
     ("ns", name): a closure, global or builtin name of `fn`;
     ("qual", module, qualname): an attribute path from an imported module;
     ("module", name): an imported module. `names` are tried first.
+
+    Only a name `fn` (or, for `names`, the body the caller asks for) reads is
+    a place: a function, class or module is found among those by identity.
+    A value (a number, an array, an instance) is found by `names` only: the
+    same small int or interned string sits under many unrelated names (a
+    partial's `a=2` is not the global `EPOCHS = 2`), so finding one by
+    identity would bind, in the next process, whatever that name holds then.
     """
     fn = unwrap(fn)
     if isinstance(obj, types.ModuleType) and sys.modules.get(obj.__name__) is obj:
@@ -920,6 +988,8 @@ def locate(obj: Any, fn: Callable, names: Sequence[str] = ()) -> Optional[tuple]
     for name in names:
         if lookup(fn, name) is obj:
             return ("ns", name)
+    if not _named(obj):
+        return None
     code = fn.__code__
     if fn.__closure__:
         for name, cell in zip(code.co_freevars, fn.__closure__):
@@ -937,10 +1007,16 @@ def locate(obj: Any, fn: Callable, names: Sequence[str] = ()) -> Optional[tuple]
     if isinstance(module, str) and isinstance(qualname, str) and "<locals>" not in qualname:
         if _walk(sys.modules.get(module), qualname) is obj:
             return ("qual", module, qualname)
-    for name, value in fn.__globals__.items():
-        if value is obj:
-            return ("ns", name)
     return None
+
+
+def _named(obj: Any) -> bool:
+    """A function, class or module: an object whose identity is what it is
+    (found again by name, its fingerprint compared), unlike a value."""
+    return isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, type,
+                            types.ModuleType)) or \
+        (callable(obj) and isinstance(getattr(obj, "__qualname__", None), str)
+         and not isinstance(obj, (functools.partial, types.MethodType)))
 
 
 def resolve(locator: tuple, fn: Callable) -> Any:

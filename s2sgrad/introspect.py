@@ -5,7 +5,9 @@ live below all of them so that none imports another for them.
 """
 from __future__ import annotations
 
+import ast
 import linecache
+import textwrap
 import types
 from typing import Callable, List, Optional, Tuple
 
@@ -19,6 +21,63 @@ def unwrap(fn: Callable) -> Callable:
     if isinstance(fn, (staticmethod, classmethod)):
         fn = fn.__func__
     return fn
+
+
+def opaque_decorator(fn: Callable) -> Optional[types.FunctionType]:
+    """The first wrapper on fn's `__wrapped__` chain whose code may compute something
+    else than the function it wraps (`10 * f(*args)`), or None when every layer is
+    known to pass the call through unchanged: s2sgrad's own marks, functools' caches,
+    and wrappers whose whole body is `return wrapped(*args, **kwargs)`. Differentiating
+    the innermost function would silently drop what such a wrapper computes."""
+    seen = set()
+    while hasattr(fn, "__wrapped__") and id(fn) not in seen:
+        seen.add(id(fn))
+        inner = fn.__wrapped__
+        if not (getattr(fn, "__s2sgrad__", False) or _is_cache(fn) or
+                _forwards(fn, inner)):
+            return fn
+        fn = inner
+    return None
+
+
+def _is_cache(fn) -> bool:
+    return type(fn).__module__ == "functools" and hasattr(fn, "cache_info")
+
+
+def _forwards(wrapper, inner) -> bool:
+    """wrapper's body is `return <inner>(*args, **kwargs)` (a docstring aside)."""
+    code = getattr(wrapper, "__code__", None)
+    if not isinstance(wrapper, types.FunctionType) or code is None:
+        return False
+    found = source_block(wrapper)
+    if found is None:
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent("".join(found[0])))
+    except SyntaxError:
+        return False
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, ast.FunctionDef) or node.args.args or node.args.posonlyargs or \
+            node.args.kwonlyargs or node.args.vararg is None or node.args.kwarg is None:
+        return False
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    if len(body) != 1 or not isinstance(body[0], ast.Return):
+        return False
+    call = body[0].value
+    star, kw = node.args.vararg.arg, node.args.kwarg.arg
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and
+            len(call.args) == 1 and isinstance(call.args[0], ast.Starred) and
+            isinstance(call.args[0].value, ast.Name) and call.args[0].value.id == star and
+            len(call.keywords) == 1 and call.keywords[0].arg is None and
+            isinstance(call.keywords[0].value, ast.Name) and
+            call.keywords[0].value.id == kw):
+        return False
+    cells = dict(zip(code.co_freevars, wrapper.__closure__ or ()))
+    cell = cells.get(call.func.id)
+    try:
+        return cell is not None and cell.cell_contents is inner
+    except ValueError:   # an empty cell
+        return False
 
 
 def function_methods(cls, with_jvp: bool = False) -> List[str]:

@@ -15,6 +15,9 @@ import ast
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
+import numpy as np
+
+from .. import runtime
 from ..errors import error_at, guard_fields
 from ..rules import registry
 from .facts import expr_facts
@@ -183,10 +186,30 @@ def leaf_names(nf: NormalForm, ops, leaf_params: Sequence[int]) -> Set[str]:
     return leaves
 
 
+# Functions without a gradient whose result has the structure of their argument:
+# zeros_like of a list is a list.
+_SHAPED_LIKE_ARGUMENT = (runtime.zeros_like, runtime.ones_like)
+# Modules whose functions without a gradient return arrays, numbers or flags.
+_NUMERIC_MODULES = ("numpy", "math")
+_NUMERIC_BUILTINS = (len, int, float, bool, round, isinstance, abs, range)
+
+
 def _makes_leaf(op: Optional[Op], leaves: Set[str]) -> bool:
     if op is None:
         return False
-    if op.kind in ("const", "nondiff", "control") or \
+    if op.kind == "nondiff":
+        # Operators and comparisons give numbers or arrays; a call does where it is
+        # known to (NumPy, math, len); zeros_like(xs) is a leaf where xs is. Any other
+        # call may return a list, whose cotangent `+` would concatenate.
+        callee = op.callee
+        if callee is None:
+            return True
+        if any(callee is f for f in _SHAPED_LIKE_ARGUMENT):
+            return all(n in leaves for n in op.other_inputs)
+        module = (getattr(callee, "__module__", "") or "").split(".")[0]
+        return module in _NUMERIC_MODULES or isinstance(callee, np.ufunc) or \
+            any(callee is f for f in _NUMERIC_BUILTINS)
+    if op.kind in ("const", "control") or \
             (op.kind == "iterate" and op.label in ("range", "indices")):
         return True
     if op.kind == "rule" and op.callee is not None and \

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..introspect import unwrap
+from . import reentry
 
 
 @dataclass(frozen=True)
@@ -71,3 +73,71 @@ def bound_call(fn: Any) -> Optional[BoundCall]:
     if not peeled or not isinstance(fn, types.FunctionType):
         return None
     return BoundCall(fn, args, kwargs)
+
+
+@dataclass(frozen=True)
+class PackedRest:
+    """`def f(x, *rest)`: the parser reads `*rest` as one tuple parameter, which the
+    compiled pair takes; callers pass, and differentiate, the arguments one by one
+    (positions from `count` on are items of that tuple)."""
+
+    count: int   # the positional parameters before *rest
+
+    def inner(self, positions: Tuple[int, ...]) -> Tuple[int, ...]:
+        """The packed pair's positions for the caller's."""
+        return tuple(sorted({min(i, self.count) for i in positions}))
+
+    def pack(self, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        return (*args[:self.count], tuple(args[self.count:]))
+
+    def spread(self, inner_wrt: Tuple[int, ...], grads: Any, wrt: Tuple[int, ...]) -> Any:
+        """The packed pair's gradients (one bare, else a tuple) as the caller's."""
+        by_position = dict(zip(inner_wrt, grads if len(inner_wrt) > 1 else (grads,)))
+        out = []
+        for i in wrt:
+            g = by_position[min(i, self.count)]
+            if i >= self.count:   # an item of the tuple's cotangent (0: nothing reached it)
+                g = g[i - self.count] if isinstance(g, (list, tuple)) else 0.0
+            out.append(g)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def wrap_pair(self, compiled, fn: Callable, wrt: Tuple[int, ...]):
+        """The packed pair run with the arguments one by one."""
+        forward, adjoint, inner_wrt = compiled.forward, compiled.adjoint, compiled.wrt
+
+        def packed_forward(*args, **kwargs):
+            return forward(*self.pack(args), **kwargs)
+
+        def packed_adjoint(residuals, cotangent):
+            return self.spread(inner_wrt, adjoint(residuals, cotangent), tuple(wrt))
+        return dataclasses.replace(compiled, fn=fn, wrt=tuple(wrt), forward=packed_forward,
+                                   adjoint=packed_adjoint)
+
+    def wrap_jvp(self, compiled, fn: Callable, wrt: Tuple[int, ...], zero: Callable):
+        """The packed tangent code run with arguments and tangents one by one
+        (`zero(x)`: the tangent of an item not differentiated)."""
+        jvp, inner_wrt = compiled.jvp, compiled.wrt
+        wrt = tuple(wrt)
+
+        def packed_jvp(*values, **kwargs):
+            args, tangents = values[:len(values) - len(wrt)], values[len(values) - len(wrt):]
+            given = dict(zip(wrt, tangents))
+            inner_tangents = []
+            for i in inner_wrt:
+                if i < self.count:
+                    inner_tangents.append(given[i])
+                else:
+                    inner_tangents.append(tuple(given[k] if k in given else zero(a)
+                                                for k, a in enumerate(args)
+                                                if k >= self.count))
+            return jvp(*self.pack(args), *inner_tangents, **kwargs)
+        return dataclasses.replace(compiled, fn=fn, wrt=wrt, jvp=packed_jvp)
+
+
+def packed_rest(fn: Callable) -> Optional[PackedRest]:
+    """A PackedRest for a plain function with `*args`; None for any other (s2sgrad's
+    own derived functions, `grad(f)`, count by the code they stand for)."""
+    code = getattr(reentry.readable(unwrap(fn)), "__code__", None)
+    if code is None or not code.co_flags & inspect.CO_VARARGS:
+        return None
+    return PackedRest(code.co_argcount)

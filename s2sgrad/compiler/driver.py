@@ -20,7 +20,7 @@ from . import bindings as _bindings
 from . import entry as _entry
 from .analyze import any_varies, iter_statements, output_items
 from .bindings import pair_bindings
-from .callables import bound_call
+from .callables import bound_call, packed_rest
 from .compiled import CompiledFunction
 from .loader import Emitted, bind_late, compile_emitted, instantiate
 from .memory import LOCK, PAIRS, cache_key
@@ -31,7 +31,8 @@ from .sites import FunctionSite
 def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                      pure: bool = False, scalars: Tuple[str, ...] = (),
                      structure: Tuple[Tuple[int, Tuple[bool, ...]], ...] = (),
-                     leaves: Optional[Tuple[int, ...]] = None) -> CompiledFunction:
+                     leaves: Optional[Tuple[int, ...]] = None, packed: bool = False
+                     ) -> CompiledFunction:
     """The cached forward/adjoint pair of `fn` with respect to positions `wrt`.
 
     Looks in memory, then on disk, then runs the passes (and stores the result).
@@ -50,6 +51,13 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
                                                 for i, flags in structure),
                                  None if leaves is None else bound.shift(leaves))
         return bound.wrap(inner, fn, wrt, "forward")
+    rest = None if packed else packed_rest(fn)
+    if rest is not None:   # `def f(x, *rest)`: positions from rest.count on are its items
+        inner = compile_function(fn, rest.inner(wrt), optimize_code, pure, scalars, (),
+                                 tuple(i for i in (leaves or ()) if i < rest.count)
+                                 if leaves is not None else tuple(range(rest.count)),
+                                 packed=True)
+        return rest.wrap_pair(inner, fn, wrt)
     if leaves is None:
         leaves = tuple(range(getattr(getattr(unwrap(fn), "__code__", None), "co_argcount", 0)))
     options = (bool(optimize_code), bool(pure), tuple(scalars), tuple(structure),

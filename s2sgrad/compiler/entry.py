@@ -4,13 +4,15 @@ rebuilt in another process without running any pass.
 An entry (a marshal-able dict, see `make_entry`) holds
 
 - `deps`: the Function classes inlined (or called) and the user functions
-  called, each with how to find it again (`cache.locate`) and the
-  fingerprint of its sources;
+  called, each with how to find it again (`cache.locate`, or for the
+  function a partial or bound method runs, through that callable: see
+  below) and the fingerprint of its sources;
 - `facts`: every dotted name the compile resolved (`np.sin`, `cfg.act`) with
   a description of what it resolved to;
-- `bindings`: the generated code's closure variables and how to bind them
+- `bindings`: the generated code's closure variables, how to bind them
   again (`_s2s_` helpers by name, defaults among the defaults, a Function
-  body's foreign globals where that body reads them);
+  body's foreign globals where that body reads them, what a partial or bound
+  method binds through that callable) and a description of the value bound;
 - `checks`: the pair's bindings (`compiler.bindings`) -- every name, dotted
   attribute and Function method the code was generated for -- as (where the
   namespace is, name, description of the value). Loading finds each
@@ -21,6 +23,14 @@ An entry (a marshal-able dict, see `make_entry`) holds
 
 `load` checks deps, facts and checks before anything runs; any mismatch or
 error means the entry is regenerated.
+
+A partial or bound method the code calls (`act = functools.partial(h, a=2)`,
+`act = model.act`) is one of the pair's bindings, described with what it
+binds (`cache._describe`: the function, and each bound value by value, dtype
+and shape, or class). The values its call passes (`a`, `self`) and the
+function it runs are found again through it -- ("bound", index of that
+binding, "arg", i | "kw", name | "func") -- never by searching a namespace
+for an identical object: `2` is also every other global bound to 2.
 """
 from __future__ import annotations
 
@@ -35,6 +45,7 @@ from .. import cache as disk_cache
 from ..introspect import function_methods, unwrap
 from .analyze import Activity
 from .bindings import MISSING, Binding, read
+from .callables import bound_call
 from .compiled import CompiledFunction
 from .loader import Emitted, bind_late, helper_value, instantiate
 from .memory import PAIRS
@@ -66,12 +77,16 @@ def make_entry(disk_key, compiled, t, emitted: Emitted, code, closure_names,
     root = unwrap(compiled.fn)
     deps: List[tuple] = []
     objects: List[Any] = []
+    parts = bound_parts(compiled.bindings)
 
     def dependency(kind: str, obj: Any) -> Optional[int]:
         for i, known in enumerate(objects):
             if known is obj and deps[i][0] == kind:
                 return i
-        where = disk_cache.locate(obj, root)
+        where = next((w for part, w in parts if part is obj and w[2] == "func"), None) \
+            if kind == "callee" else None
+        if where is None:
+            where = disk_cache.locate(obj, root)
         if where is None:
             return None
         deps.append((kind, where, disk_cache.dependency_fingerprint(kind, obj, root)))
@@ -97,10 +112,10 @@ def make_entry(disk_key, compiled, t, emitted: Emitted, code, closure_names,
                 origins.setdefault(alias.id, []).append((index, original))
     bindings = {}
     for name, value in getattr(t, "bindings", {}).items():
-        where = locate_binding(name, value, root, objects, origins.get(name, []))
+        where = locate_binding(name, value, root, objects, origins.get(name, []), parts)
         if where is None:
             return None
-        bindings[name] = where
+        bindings[name] = (where, None if where[0] == "helper" else _description(value))
     checks = []
     for b in compiled.bindings:
         where = _namespace_locator(b.namespace, root, objects, deps)
@@ -252,20 +267,61 @@ def _checks_now(checks, root, objects) -> Optional[List[Binding]]:
     return out
 
 
+# -- what partials and bound methods bind ------------------------------------------------
+def bound_parts(bindings: List[Binding]) -> List[tuple]:
+    """(object, locator) for the function and the values each partial, bound
+    method or callable instance among a pair's `bindings` binds: the locator
+    ("bound", index in `bindings`, "func" | "arg", i | "kw", name) finds it
+    again through that binding in another process."""
+    out: List[tuple] = []
+    for j, b in enumerate(bindings):
+        value = b.value
+        if value is MISSING or isinstance(value, (types.FunctionType, type)) or \
+                not callable(value):
+            continue
+        bound = bound_call(value)
+        if bound is None:
+            continue
+        out.append((bound.func, ("bound", j, "func")))
+        out += [(arg, ("bound", j, "arg", i)) for i, arg in enumerate(bound.args)]
+        out += [(arg, ("bound", j, "kw", k)) for k, arg in sorted(bound.kwargs.items())]
+    return out
+
+
+def _bound_part(where: tuple, checks: List[Binding]) -> Any:
+    """What a ("bound", ...) locator names now, through the binding it names."""
+    _, j, part, *rest = where
+    if not 0 <= j < len(checks):
+        return MISSING
+    bound = bound_call(checks[j].value)
+    if bound is None:
+        return MISSING
+    if part == "func":
+        return bound.func
+    if part == "arg":
+        return bound.args[rest[0]] if rest[0] < len(bound.args) else MISSING
+    return bound.kwargs.get(rest[0], MISSING)
+
+
 # -- closure variables of generated code ---------------------------------------------------
-def locate_binding(name: str, value: Any, root, objects, origins) -> Optional[tuple]:
+def locate_binding(name: str, value: Any, root, objects, origins,
+                   parts: List[tuple] = ()) -> Optional[tuple]:
     """How to bind a closure name of generated code again in another process.
 
-    A default value of the function is found among its defaults (the object
-    bound when the def ran, not a name). `origins` are the (Function
-    dependency, name in its body) the alias stands for: the value is looked up
-    where that body looks it up.
+    What a partial or bound method the code calls binds (`parts`, from
+    `bound_parts`) is found through that callable. A default value of the
+    function is found among its defaults (the object bound when the def ran,
+    not a name). `origins` are the (Function dependency, name in its body) the
+    alias stands for: the value is looked up where that body looks it up.
     """
     try:
         if helper_value(name) is value:
             return ("helper",)
     except KeyError:
         pass
+    for part, where in parts:
+        if part is value:
+            return where
     for i, default in enumerate(getattr(root, "__defaults__", None) or ()):
         if default is value:
             return ("default", i)
@@ -280,7 +336,10 @@ def locate_binding(name: str, value: Any, root, objects, origins) -> Optional[tu
     return disk_cache.locate(value, root, [original for _, original in origins])
 
 
-def resolve_binding(where: tuple, root, objects) -> Any:
+def resolve_binding(where: tuple, root, objects, checks: List[Binding] = ()) -> Any:
+    """The value a `locate_binding` locator names now, or MISSING."""
+    if where[0] == "bound":
+        return _bound_part(where, list(checks))
     if where[0] == "default":
         return root.__defaults__[where[1]]
     if where[0] == "kwdefault":
@@ -307,26 +366,37 @@ def load(store, disk_key, fn, wrt, options, key, compile_function):
 
 def _from_entry(payload: dict, fn, wrt, options, key, compile_function):
     root = unwrap(fn)
-    objects = []
+    objects: List[Any] = []
     for kind, where, fingerprint in payload["deps"]:
-        obj = disk_cache.resolve(where, root)
-        if obj is disk_cache.MISSING or \
-                disk_cache.dependency_fingerprint(kind, obj, root) != fingerprint:
+        # A function a partial or bound method runs is found through it, once the
+        # bindings are (below); they never name one another's dependency.
+        obj = MISSING if where[0] == "bound" else disk_cache.resolve(where, root)
+        if where[0] != "bound" and (obj is disk_cache.MISSING or
+                                    disk_cache.dependency_fingerprint(kind, obj, root)
+                                    != fingerprint):
             return None
         objects.append(obj)
+    checks = _checks_now(payload["checks"], root, objects)
+    if checks is None:
+        return None
+    for i, (kind, where, fingerprint) in enumerate(payload["deps"]):
+        if where[0] == "bound":
+            obj = _bound_part(tuple(where), checks)
+            if obj is MISSING or disk_cache.dependency_fingerprint(kind, obj, root) != \
+                    fingerprint:
+                return None
+            objects[i] = obj
     for scope, chain, description in payload["facts"]:
         fn_scope = root if scope == -1 else unwrap(getattr(objects[scope[0]], scope[1]))
         if disk_cache.describe_chain(fn_scope, chain) != description:
             return None
-    checks = _checks_now(payload["checks"], root, objects)
-    if checks is None:
-        return None
     free: Dict[str, Any] = {}
-    for name, where in payload["bindings"].items():
+    for name, (where, description) in payload["bindings"].items():
         if where[0] == "helper":
             continue
-        value = resolve_binding(where, root, objects)
-        if value is disk_cache.MISSING:
+        value = resolve_binding(tuple(where), root, objects, checks)
+        if value is disk_cache.MISSING or value is MISSING or \
+                _description(value) != description:
             return None
         free[name] = value
     for forward_name, adjoint_name, *_ in payload["callees"]:

@@ -14,11 +14,12 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
+from .. import runtime
 from ..errors import reporting_bugs
 from . import bindings as _bindings
 from .analyze import Activity, analyze
 from .bindings import pair_bindings
-from .callables import bound_call
+from .callables import bound_call, packed_rest
 from .driver import compile_function
 from .emit import joined_source, to_source
 from .loader import Emitted, bind_late, compile_emitted, instantiate
@@ -89,6 +90,8 @@ def _bind_call(fn, args, kwargs):
     for p in sig.parameters.values():
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             positional.append(bound.arguments[p.name])
+        elif p.kind is p.VAR_POSITIONAL:
+            positional.extend(bound.arguments.get(p.name, ()))
         elif p.kind is p.KEYWORD_ONLY:
             keywords[p.name] = bound.arguments[p.name]
     return positional, keywords
@@ -103,7 +106,8 @@ _IN_PROGRESS: Set[tuple] = set()
 
 def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                 structure: Tuple[Tuple[int, Any], ...] = (),
-                demand: Optional[Tuple[bool, ...]] = None) -> CompiledJvp:
+                demand: Optional[Tuple[bool, ...]] = None, packed: bool = False
+                ) -> CompiledJvp:
     """The cached tangent (JVP) code of `fn` with respect to positions `wrt`.
 
     `structure` gives, for tuple-valued parameters, which items' tangents may be
@@ -118,6 +122,10 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                             tuple((i + len(bound.args), flags) for i, flags in structure),
                             demand)
         return bound.wrap(inner, fn, wrt, "jvp")
+    rest = None if packed else packed_rest(fn)
+    if rest is not None:   # `def f(x, *rest)`: see compile_function
+        inner = compile_jvp(fn, rest.inner(wrt), optimize_code, (), None, packed=True)
+        return rest.wrap_jvp(inner, fn, wrt, runtime.tangent.zero_tangent)
     key = cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure), demand))
     with LOCK:
         hit = TANGENTS.valid(key)

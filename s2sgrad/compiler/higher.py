@@ -36,7 +36,8 @@ _DERIVED: Dict[tuple, types.FunctionType] = {}
 def _params(fn: Callable) -> List[inspect.Parameter]:
     params = list(inspect.signature(fn).parameters.values())
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY) for p in params):
-        raise TransformError(f"cannot differentiate the derivative of {fn.__name__}, which "
+        name = getattr(fn, "__name__", None) or repr(fn)
+        raise TransformError(f"cannot differentiate the derivative of {name}, which "
                              f"takes *args, **kwargs or keyword-only parameters",
                              hint="Give it plain positional parameters.")
     return params

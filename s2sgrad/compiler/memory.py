@@ -114,6 +114,12 @@ LOCK = threading.RLock()   # held while either cache is read or filled
 
 
 def cache_key(fn: Callable, wrt: Tuple[int, ...], options: tuple) -> tuple:
+    """The memory cache's key of `fn`'s pair: what the pair was generated from
+    (code, closure cells, globals, defaults, the decorator layers around it)."""
+    # A decorated function's pair is its own: the compiler differentiates the inner
+    # function only after checking each layer passes the call through unchanged, a
+    # check a pair made for the bare function (or another wrapper) never made.
+    layers = _layers(fn) if hasattr(fn, "__wrapped__") else ()
     fn = unwrap(fn)
     code = getattr(fn, "__code__", None)
     closure = tuple(id(c) for c in (getattr(fn, "__closure__", None) or ()))
@@ -121,4 +127,15 @@ def cache_key(fn: Callable, wrt: Tuple[int, ...], options: tuple) -> tuple:
     # but not defaults (a def inside a loop) get pairs of their own.
     defaults = tuple(id(d) for d in (getattr(fn, "__defaults__", None) or ()))
     return (code, closure, id(getattr(fn, "__globals__", None)), defaults, tuple(wrt),
-            options)
+            options) + layers
+
+
+def _layers(fn: Callable) -> tuple:
+    """The ids of the decorator layers `unwrap` peels off `fn` (the pair keeps
+    `fn`, so they stay alive while it is cached)."""
+    out, seen = [], set()
+    while hasattr(fn, "__wrapped__") and id(fn) not in seen:
+        seen.add(id(fn))
+        out.append(id(fn))
+        fn = fn.__wrapped__
+    return tuple(out)

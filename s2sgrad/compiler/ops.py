@@ -193,13 +193,15 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
         return Op("pack", outs, diff_inputs=flat,
                   other_inputs=names(ast.Tuple(elts=list(value.keys), ctx=ast.Load())))
     if expr_facts.of(value).opaque:
-        kind = "nondiff" if isinstance(value, ast.Compare) else "opaque"
+        kind = "nondiff" if _is_flag(value) else "opaque"
         label = {ast.Compare: "a comparison", ast.BoolOp: "an and/or expression",
                  ast.ListComp: "a list comprehension", ast.GeneratorExp: "a generator expression",
                  ast.SetComp: "a set comprehension", ast.DictComp: "a dict comprehension",
                  ast.Dict: "a dict", ast.Set: "a set", ast.Lambda: "a lambda"}.get(
             type(value), f"a {type(value).__name__} expression")
         return Op(kind, outs, other_inputs=names(value), label=label)
+    if isinstance(value, ast.BoolOp) and _is_flag(value):
+        return Op("nondiff", outs, other_inputs=names(value), label="a condition")
     if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.Not, ast.Invert)):
         return Op("nondiff", outs, other_inputs=names(value), label="a logical operator")
     if isinstance(value, ast.BinOp):
@@ -234,6 +236,17 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
     if isinstance(value, ast.Call):
         return _call_op(value, outs, local_names)
     return Op("unknown", outs, other_inputs=names(value), label=type(value).__name__)
+
+
+def _is_flag(node: ast.expr) -> bool:
+    """A comparison, `not`, or and/or of such: True or False, never a value that
+    carries a gradient (`a and b` of others returns a or b itself)."""
+    if isinstance(node, ast.Compare) or \
+            (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+        return True
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, bool)
+    return isinstance(node, ast.BoolOp) and all(_is_flag(v) for v in node.values)
 
 
 def _bind_positional(rule: Rule, args: List[ast.expr]) -> Dict[str, ast.expr]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 from ..errors import TransformError
-from ..introspect import source_block, unwrap
+from ..introspect import opaque_decorator, source_block, unwrap
 from . import reentry
 from .names import copy_location, walk
 
@@ -58,6 +58,18 @@ class ParsedFunction:
 
 def parse_function(fn: Callable) -> ParsedFunction:
     """Parse `fn`'s source into a FunctionDef whose positions are the user's."""
+    wrapper = opaque_decorator(fn)
+    if wrapper is not None:
+        code = wrapper.__code__
+        raise TransformError(
+            f"{getattr(fn, '__qualname__', fn)} is wrapped by a decorator whose code "
+            f"({code.co_name} at {code.co_filename}:{code.co_firstlineno}) may compute "
+            f"something else than the function it wraps: s2sgrad would differentiate "
+            f"the inner function and drop what the wrapper does",
+            code.co_filename, code.co_firstlineno,
+            hint="Differentiate a function that calls the decorated one's undecorated "
+                 "code (f.__wrapped__) and does the wrapper's arithmetic itself, or "
+                 "drop the decorator.")
     fn = unwrap(fn)
     fn = reentry.readable(fn)   # s2sgrad.grad(f) & co.: their code (second derivatives)
     if isinstance(fn, types.MethodType):
@@ -174,7 +186,12 @@ def _find_code_node(tree: ast.AST, code: types.CodeType):
     if len(candidates) > 1:
         candidates = [c for c in candidates if _same_args(c, code)] or candidates
     if len(candidates) > 1 and is_lambda:
-        candidates = _match_positions(candidates, code) or candidates
+        candidates = _match_positions(candidates, code)
+        if len(candidates) != 1:
+            raise TransformError(
+                f"cannot tell which of the lambdas on line {want_line} is the one to "
+                f"differentiate", code.co_filename, want_line,
+                hint="Give the lambda a line of its own, or define it with def.")
     return candidates[0] if candidates else None
 
 
@@ -194,13 +211,23 @@ def _same_args(node, code: types.CodeType) -> bool:
 
 
 def _match_positions(nodes, code: types.CodeType):
-    spans = [(p[2], p[3]) for p in code.co_positions()
+    """The innermost of the lambdas whose text spans every position `code` was
+    compiled from (a lambda inside another spans its own positions, and so does
+    the outer one); all of `nodes` where positions are not recorded (Python < 3.11)."""
+    positions = getattr(code, "co_positions", None)
+    if positions is None:
+        return nodes
+    spans = [(p[2], p[3]) for p in positions()
              if p[2] is not None and p[3] is not None and p[3] > p[2]
              and p[0] == code.co_firstlineno]
     if not spans:
-        return None
+        return nodes
     lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
-    return [n for n in nodes if n.col_offset <= lo and hi <= (n.end_col_offset or hi)]
+    around = [n for n in nodes if n.col_offset <= lo and hi <= (n.end_col_offset or hi)]
+    if len(around) > 1:
+        narrowest = min((n.end_col_offset or hi) - n.col_offset for n in around)
+        around = [n for n in around if (n.end_col_offset or hi) - n.col_offset == narrowest]
+    return around
 
 
 def _as_function_def(node, code: types.CodeType) -> ast.FunctionDef:
@@ -223,4 +250,9 @@ def _as_function_def(node, code: types.CodeType) -> ast.FunctionDef:
     for arg in (node.args.vararg, node.args.kwarg):
         if arg is not None:
             arg.annotation = None
+    if node.args.vararg is not None:
+        # `*rest` is one tuple parameter after the positional ones (callables.PackedRest
+        # passes the arguments so): its items are read like any tuple's.
+        node.args.args = node.args.args + [node.args.vararg]
+        node.args.vararg = None
     return node

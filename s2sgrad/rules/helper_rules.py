@@ -40,7 +40,10 @@ jvp_rules.pointwise(
     _rule(nh.sinc_derivative, "x", x="g * sinc_second_derivative(x)"),
     _rule(nh.scipy_digamma, "x", x="g * scipy_trigamma(x)"),
     _rule(nh.scipy_trigamma, "x", x="g * scipy_tetragamma(x)"),
-    _rule(nh.xlogy_grad_y, "x, y", x="g / y", y="-g * ans / y", broadcast=True))
+    _rule(nh.xlogy_grad_y, "x, y", x="g / y", y="-g * ans / y", broadcast=True),
+    _rule(nh.power_slope, "x, y, k=1", x="g * power_slope(x, y, k + 1)",
+          y="g * power_slope_dy(x, y, k)", broadcast=True))
+# (power_slope_dy has no rule: a third derivative mixing x and y in x ** y is refused)
 nondiff(nh.unsupported)     # raises; its result never carries a gradient
 
 # -- linear in the cotangent, no curvature: the rule of `cot` is the transpose -----------------
@@ -78,6 +81,8 @@ _LINEAR = [
           view=True),
     _rule(nh.concatenate_grad, "cot, arrays, axis=0",
           cot="concatenate_transpose(g, cot, arrays, axis)", view=True),
+    _rule(nh.index_concat_grads, "cot, maker, items",
+          cot="index_concat_linear(maker, items, g)", view=True),
     _rule(nh.stack_grad, "cot, arrays, axis=0", cot="stack_transpose(g, arrays, axis)",
           view=True),
     _rule(nh.vstack_grad, "cot, tup", cot="np.vstack(g)", view=True),

@@ -332,6 +332,8 @@ multilinear("np.matmul", "np.dot", "ndarray.dot", "np.vdot", "np.inner", "np.out
             "np.tensordot", "np.einsum", "np.kron", "np.cross", "np.vecdot", "np.convolve",
             "np.correlate", "np.trapezoid",
             "_s2s_matmul_grad_a", "_s2s_matmul_grad_b", "_s2s_dot_grad_a", "_s2s_dot_grad_b")
+defjvp("_s2s_index_concat", joint="index_concat_linear(maker, items, items_dot)",
+       joint_params=("items",))
 defjvp("np.linalg.multi_dot", joint="multi_dot_jvp(arrays, arrays_dot)",
        joint_params=("arrays",))
 

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from .. import runtime
 from .registry import (
                        alias,
                        constructors,
@@ -29,8 +30,8 @@ defvjp(np.add, "x, y", x="g", y="g", broadcast=True)
 defvjp(np.subtract, "x, y", x="g", y="-g", broadcast=True)
 defvjp(np.multiply, "x, y", x="g * y", y="g * x", broadcast=True)
 defvjp(np.divide, "x, y", x="g / y", y="-g * ans / y", broadcast=True)
-defvjp(np.power, "x, y", x="g * y * x ** (y - 1)", y="g * ans * safe_log(x)",
-       broadcast=True)
+defvjp(np.power, "x, y", x="g * power_slope(x, y)", y="g * ans * safe_log(x)",
+       broadcast=True)   # (power_slope(x, 2) folds to 2 * x: optimize.folding)
 defvjp(np.negative, "x", x="-g")
 defvjp(np.positive, "x", x="g")
 defvjp(np.matmul, "a, b", a="matmul_grad_a(g, a, b)", b="matmul_grad_b(g, a, b)")
@@ -241,6 +242,9 @@ for _f in (np.atleast_1d, np.atleast_2d, np.atleast_3d):
     defvjp(_f, "*arys", arys="atleast_grad(g, arys)", sequence=("arys",), view=True)
 defvjp(np.concatenate, "arrays, axis=0, out=None, dtype=None, casting='same_kind'",
        arrays="concatenate_grad(g, arrays, axis)", sequence=("arrays",))
+defvjp(runtime.numpy_grads.index_concat, "maker, *items",   # np.r_[...], np.c_[...]
+       items="index_concat_grads(g, maker, items)", sequence=("items",),
+       name="_s2s_index_concat")
 defvjp(np.stack, "arrays, axis=0, out=None, dtype=None, casting='same_kind'",
        arrays="stack_grad(g, arrays, axis)", sequence=("arrays",))
 defvjp(np.vstack, "tup, dtype=None, casting='same_kind'", tup="vstack_grad(g, tup)",
@@ -459,7 +463,7 @@ nondiff(np.floor, np.ceil, np.sign, np.round, np.rint, np.trunc, np.argmax, np.a
         np.size, np.greater, np.less, np.equal, np.not_equal, np.greater_equal,
         np.less_equal, np.logical_and, np.logical_or, np.logical_not, np.all, np.any,
         np.allclose, np.isclose, np.array_equal, np.result_type, np.broadcast_shapes,
-        len, isinstance, range, int, bool, print)
+        len, isinstance, range, int, bool, print, slice)
 nondiff(np.around, np.fix, np.signbit, np.floor_divide, np.isreal, np.iscomplex,
         np.isrealobj, np.iscomplexobj, np.isscalar, np.argwhere, np.flatnonzero,
         np.searchsorted, np.digitize, np.count_nonzero, np.argpartition, np.lexsort,

@@ -21,7 +21,7 @@ import numpy as np
 
 from .arrays import as_array, size_of
 from .registry import new_helper as _helper
-from .reverse import balanced_max_mask
+from .reverse import balanced_max_mask, safe_log
 from .shapes import _normalize_axes, expand_reduced, reduced_count, sum_to_shape, unbroadcast
 from .shapes import swap_last_axes as _T
 
@@ -68,6 +68,33 @@ def safe_divide(num, den):
     den = as_array(den)
     zero = den == 0
     out = np.where(zero, 0.0, num / np.where(zero, 1.0, den))
+    return out[()] if np.ndim(out) == 0 else out
+
+
+@_helper
+def power_slope(x, y, k=1):
+    """The k-th derivative of x ** y in x: y (y - 1) ... (y - k + 1) x ** (y - k),
+    and 0 wherever that product is 0 (x ** 0 has no slope, x ** 2 no third
+    derivative), also at x == 0, where the formula reads 0 * inf."""
+    factor = 1.0
+    for i in range(k):
+        factor = factor * (y - i)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(np.equal(factor, 0), 0.0, factor * np.power(x, y - float(k)))
+    return out[()] if np.ndim(out) == 0 else out
+
+
+@_helper
+def power_slope_dy(x, y, k=1):
+    """d/dy of power_slope(x, y, k) (the mixed second derivatives of x ** y)."""
+    factor, slope = 1.0, 0.0
+    for i in range(k):   # the product rule over the falling factorial's factors
+        slope = slope * (y - i) + factor
+        factor = factor * (y - i)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        power = np.power(x, y - float(k))
+        out = slope * power + np.where(np.equal(factor, 0), 0.0,
+                                       factor * power * safe_log(x))
     return out[()] if np.ndim(out) == 0 else out
 
 
@@ -823,6 +850,50 @@ def concatenate_grad(g, arrays, axis=0):
 
 
 @_helper
+def index_concat(maker, *items):
+    """np.r_[items] or np.c_[items] (maker) as a call: a normal-form operation."""
+    return maker[items]
+
+
+@_helper
+def index_concat_linear(maker, items, values):
+    """maker[...] with `values` in the items' places (None: zeros) and zeros for the
+    slices' made-up values: np.r_/np.c_'s tangent, and the transpose of its
+    cotangents (both are the same linear map)."""
+    parts = []
+    for x, v in zip(items, values):
+        if isinstance(x, str):
+            parts.append(x)
+        elif isinstance(x, slice):
+            parts.append(np.zeros(np.shape(np.r_[x])))
+        else:
+            parts.append(np.zeros(np.shape(x)) if v is None else v)
+    return maker[tuple(parts)]
+
+
+@_helper
+def index_concat_grads(g, maker, items):
+    """One cotangent per item of np.r_[items] / np.c_[items]; None for the slices and
+    directive strings, whose values are made up (numbered 0 for the gather)."""
+    moved = [i for i, x in enumerate(items) if not isinstance(x, (str, slice))]
+
+    def build(*numbers):
+        parts = list(items)
+        for i, x in enumerate(items):
+            if isinstance(x, slice):
+                parts[i] = np.zeros(np.shape(np.r_[x]), dtype=np.intp)
+        for i, n in zip(moved, numbers):
+            parts[i] = n
+        return maker[tuple(parts)]
+    grads = _gather_vjp(g, build, *[items[i] for i in moved]) if moved else []
+    grads = grads if len(moved) != 1 else [grads]
+    out = [None] * len(items)
+    for i, gi in zip(moved, grads):
+        out[i] = gi
+    return out
+
+
+@_helper
 def stack_grad(g, arrays, axis=0):
     """One cotangent per item of np.stack(arrays, axis)."""
     g = as_array(g)
@@ -872,8 +943,16 @@ def array_grad(g, object, ans=None):  # noqa: A002 - NumPy's parameter name
         if not object:
             return []
         g = np.reshape(g, (len(object),) + np.shape(object[0]))  # undo ndmin
-        return [np.reshape(g[i], np.shape(x)) for i, x in enumerate(object)]
+        return split_as_items(g, object)
     return np.reshape(g, np.shape(object))
+
+
+def split_as_items(g, items):
+    """An array cut into the nested lists of `items` (np.array([[x, y]]) reads them
+    as one array): a list for each list or tuple, an array of each leaf's shape."""
+    if isinstance(items, (list, tuple)):
+        return [split_as_items(g[i], x) for i, x in enumerate(items)]
+    return np.reshape(g, np.shape(items))
 
 
 @_helper

@@ -51,7 +51,8 @@ def matmul_grad_b(g, a, b):
     if a_nd == 2 and b_nd == 2:
         return a.T @ g
     if a_nd == 1:
-        gb = np.multiply.outer(a, g) if b_nd > 1 else g * a
+        # (a is a row: g[..., m] of each batch times a[j] gives b's [..., j, m])
+        gb = np.asarray(a)[:, None] * np.asarray(g)[..., None, :] if b_nd > 1 else g * a
     elif b_nd == 1:
         gb = np.swapaxes(a, -1, -2) @ g[..., None]
         gb = gb[..., 0]

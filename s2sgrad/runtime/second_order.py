@@ -129,10 +129,23 @@ def array_grad_transpose(g, cot, object, ans=None):  # noqa: A002 - NumPy's para
     if ans is not None and not np.issubdtype(np.asarray(ans).dtype, np.inexact):
         return np.zeros(np.shape(cot))
     if isinstance(object, (list, tuple)):
-        if not object:
-            return np.zeros(np.shape(cot))
-        return np.reshape(np.stack([np.asarray(gi) for gi in g]), np.shape(cot))
+        out = np.zeros((len(object),) + np.shape(object[0]) if object else (0,),
+                       dtype=np.result_type(np.asarray(cot).dtype, np.float64))
+        _join_items(g, object, out)
+        return np.reshape(out, np.shape(cot))
     return np.reshape(g, np.shape(cot))
+
+
+def _join_items(g, items, out) -> None:
+    """The transpose of split_as_items: the nested cotangents g written into out
+    (an item that is a symbolic zero, 0.0 or None, stays zero)."""
+    if g is None or (type(g) in (int, float) and g == 0):
+        return
+    if isinstance(items, (list, tuple)):
+        for i, x in enumerate(items):
+            _join_items(g[i], x, out[i, ...])
+        return
+    out[...] = np.reshape(g, np.shape(out))
 
 
 @_helper

@@ -123,12 +123,54 @@ class ControlRules:
         self.unversioned |= _assigned_names([loop])
         return copy_location(loop, s)
 
+    def enumerate_from(self, s: ast.For, out) -> ast.For:
+        """`for k, v in enumerate(xs, start)`: the loop walks enumerate(xs) and its body
+        first sets k to that index plus start (evaluated once, before the loop, as
+        Python does); the transforms read enumerate's first argument only."""
+        it = s.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and
+                it.func.id == "enumerate" and it.func.id not in self.resolver.locals):
+            return s
+        ok, obj = self.resolver.static(it.func)
+        if not ok or obj is not enumerate or (len(it.args) == 1 and not it.keywords):
+            return s
+        starts = it.args[1:] + [k.value for k in it.keywords if k.arg == "start"]
+        if len(it.args) < 1 or len(starts) != 1 or \
+                any(k.arg != "start" for k in it.keywords):
+            raise self.err(it, "enumerate() with these arguments",
+                           "Call it as enumerate(xs) or enumerate(xs, start).")
+        target = s.target
+        if not (isinstance(target, ast.Tuple) and len(target.elts) == 2 and
+                isinstance(target.elts[0], ast.Name)):
+            raise self.err(target, "enumerate(xs, start) into this loop target",
+                           "Unpack it as `for k, item in enumerate(xs, start):`.")
+        start = self.atom(starts[0], out)
+        if isinstance(start, ast.Name):   # the body may rebind it; Python read it once
+            held = self.names.fresh(f"{start.id}_start")
+            self.emit(out, _assign(held, start), starts[0])
+            start = name_node(held)
+        counter = target.elts[0].id
+        index = self.names.fresh(f"{counter}_from_0")
+        offset = ast.Assign(targets=[name_node(counter, True)],
+                            value=ast.BinOp(left=name_node(index), op=ast.Add(), right=start))
+        loop = ast.For(target=ast.Tuple(elts=[name_node(index, True), target.elts[1]],
+                                        ctx=ast.Store()),
+                       iter=copy_location(ast.Call(func=it.func, args=[it.args[0]],
+                                                   keywords=[]), it),
+                       body=[copy_location(offset, s)] + list(s.body), orelse=[],
+                       type_comment=None)
+        ast.fix_missing_locations(loop)
+        self.resolver.locals |= _assigned_names([loop])
+        self.unversioned |= _assigned_names([loop])
+        return copy_location(loop, s)
+
     def stmt_For(self, s, out):
         if s.orelse:
             raise self.err(s, "for ... else is not supported", "Use a flag variable.")
         over_keys = self.dict_loop(s)
         if over_keys is not None:
             s = over_keys
+        s = self.enumerate_from(s, out)
         iterable = self.iterable(s.iter, out)
         # Python iterates over the object the header named; a body that rebinds the
         # name (`for r in acc: acc = r * w`) must not change what is iterated.

@@ -6,6 +6,9 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional
 
+import numpy as np
+
+from ... import runtime
 from ...rules import registry
 from ..facts import expr_facts
 from ..names import clone, copy_location, name_node, name_nodes
@@ -18,6 +21,9 @@ from .support import (
     _walk_scope,
     is_atom,
 )
+
+# Objects whose `[i]` reads an item: an index computed here carries no gradient.
+_CONTAINERS = (np.ndarray, np.generic, list, tuple, dict, str, bytes, range)
 
 
 class ExpressionRules:
@@ -86,8 +92,12 @@ class ExpressionRules:
                     isinstance(expr.slice, ast.Constant):
                 known = self.tuples[self.env.get(expr.value.id, expr.value.id)]
                 return clone(known[expr.slice.value])
+            concat = self.index_concat(expr, out)
+            if concat is not None:
+                return concat
             base = self.atom(expr.value, out)
             index = self.index(expr.slice, out)
+            self.check_indexed(expr, base, index)
             return copy_location(ast.Subscript(value=base, slice=index, ctx=ast.Load()), expr)
         if isinstance(expr, ast.Attribute):
             base = self.atom(expr.value, out)
@@ -275,6 +285,53 @@ class ExpressionRules:
         self.emit(out, ast.If(test=test, body=body, orelse=orelse), expr)
         self.unversioned.add(name)
         return name_node(name)
+
+    def index_concat(self, expr: ast.Subscript, out) -> Optional[ast.expr]:
+        """`np.r_[a, 0:3, b]` and `np.c_[...]`: a call of runtime.index_concat, whose
+        rule gives each item its part of the cotangent (slices become slice() calls;
+        they and directive strings make up constant values)."""
+        if not _dotted(expr.value) or self.resolver.is_local_chain(expr.value):
+            return None
+        ok, maker = self.resolver.static(expr.value)
+        if not ok or not any(maker is m for m in (np.r_, np.c_)):
+            return None
+        elts = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+        items: List[ast.expr] = []
+        for e in elts:
+            if isinstance(e, ast.Slice):
+                bounds = [self.atom(b, out) if b is not None else ast.Constant(value=None)
+                          for b in (e.lower, e.upper, e.step)]
+                e = copy_location(ast.Call(func=name_node("slice"), args=bounds,
+                                           keywords=[]), e)
+                expr_facts.note(e, callee=slice)
+                name = self.names.fresh("span")
+                self.emit(out, _assign(name, e), expr)
+                items.append(name_node(name))
+            else:
+                items.append(self.element(e, out))
+        base = clone(expr.value)
+        expr_facts.note(base, static=True)
+        node = ast.Call(func=name_node("_s2s_index_concat"), args=[base] + items, keywords=[])
+        expr_facts.note(node, callee=runtime.numpy_grads.index_concat)
+        return copy_location(node, expr)
+
+    def check_indexed(self, expr: ast.Subscript, base: ast.expr, index: ast.expr) -> None:
+        """Indexing an object that is not a local, with values computed here: only a
+        container's items (a global array, list, tuple, dict) are known to carry no
+        gradient from the index; any other object's `[...]` may compute with it."""
+        if isinstance(base, ast.Name) and base.id in self.resolver.locals:
+            return
+        if not any(isinstance(n, ast.Name) and n.id in self.resolver.locals
+                   for n in ast.walk(index)):
+            return
+        ok, obj = self.resolver.static(base) if _dotted(base) else (False, None)
+        if ok and isinstance(obj, _CONTAINERS):
+            return
+        text = ast.unparse(expr.value)
+        raise self.err(expr, f"indexing {text} with values computed in this function: "
+                             f"s2sgrad cannot tell how {text}[...] uses them",
+                       "Use a NumPy function with a gradient rule instead (np.concatenate, "
+                       "np.stack, np.arange, ...).")
 
     def index(self, index: ast.expr, out) -> ast.expr:
         """Atoms inside a subscript: slices keep their shape, bounds become atoms."""

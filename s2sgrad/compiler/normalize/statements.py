@@ -369,6 +369,17 @@ class StatementRules:
             return
         if isinstance(value, ast.Call) and all(isinstance(e, ast.Name) for e in elts):
             call = self.call(value, out)
+            # `h, c = cell(h, c)` in a loop or branch: the targets keep their names,
+            # so the call writes into temporaries first and no statement has an
+            # output that is also its input (the adjoint would consume the cotangent
+            # it has just added into).
+            if any(e.id in self.unversioned and e.id in _loads(call) for e in elts):
+                temps = [self.names.fresh(f"{e.id}_new") for e in elts]
+                tgt = ast.Tuple(elts=[name_node(n, True) for n in temps], ctx=ast.Store())
+                self.emit(out, ast.Assign(targets=[tgt], value=call), value)
+                for e, tmp in zip(elts, temps):
+                    self.assign(e, name_node(tmp), out, s)
+                return
             names = []
             for e in elts:
                 names.append(self.target(e.id))

@@ -118,7 +118,30 @@ def _fold_here(node: ast.AST) -> ast.AST:
         if isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant) and \
                 node.right.value == 1 and not isinstance(node.right.value, bool):
             return node.left
+        if isinstance(node.op, ast.Mult):
+            slope = _constant_power_slope(node.right)
+            if slope is not None:
+                return copy_location(slope(node.left), node)
     return node
+
+
+def _constant_power_slope(node: ast.AST):
+    """`power_slope(x, c)` of a number c != 0 as the arithmetic it is (`g * c * x **
+    (c - 1)`, which folds on to `g * 2 * x`): a builder of that product from its
+    left factor; None for anything else (c == 0 stays a call: the slope is 0)."""
+    if not (node.__class__ is ast.Call and isinstance(node.func, ast.Name) and
+            node.func.id == "_s2s_power_slope" and len(node.args) == 2 and
+            not node.keywords and isinstance(node.args[1], ast.Constant)):
+        return None
+    x, c = node.args[0], node.args[1].value
+    if not isinstance(c, (int, float)) or isinstance(c, bool) or c == 0:
+        return None
+
+    def build(left: ast.expr) -> ast.expr:
+        power = _fold_here(ast.BinOp(left=x, op=ast.Pow(), right=ast.Constant(value=c - 1)))
+        return ast.BinOp(left=ast.BinOp(left=left, op=ast.Mult(), right=ast.Constant(value=c)),
+                         op=ast.Mult(), right=power)
+    return build
 
 
 def _may_fold(node: ast.AST) -> bool:

@@ -119,7 +119,9 @@ class ControlFlowTangents:
             ctx = _Loop(entry=set(entry), owned_entry=set())
             end, ctx = self._probe(s, header, entry, set(), before, ctx)
             more = set(end.live) if end.reachable else set()
-            for c in ctx.continues:
+            # (A tangent live where a break leaves is live after the loop, which the
+            # header may leave too: it must be defined there, so at the head as well.)
+            for c in ctx.continues + ctx.breaks:
                 more |= c.live
             if more <= entry:
                 break

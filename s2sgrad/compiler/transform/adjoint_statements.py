@@ -75,6 +75,12 @@ class AdjointStatements:
             return out
         active_outs = [o for o in op.outputs if o in self.act.active]
         live = [o for o in active_outs if self.bar_of(o) in self.state]
+        overwritten = set(active_outs) & set(op.diff_inputs)
+        if overwritten and op.kind != "copy":
+            # The contributions would be added into the adjoint the reset below
+            # consumes: the normaliser writes such statements through temporaries.
+            raise InternalError(f"statement {ast.unparse(s)!r} reads the active "
+                                f"variable(s) {sorted(overwritten)} it overwrites")
         if live and op.kind in _DIFFERENTIABLE_KINDS and \
                 any(n in self.act.active for n in op.diff_inputs):
             self.mark_line(s, out)

@@ -1,0 +1,484 @@
+"""Programs outside probes found silently wrong or crashing (issue 31, "Exact or loud").
+
+Every gradient here is compared with central differences of the original Python
+function, on two argument shapes where the code allows; higher derivatives with
+central differences of a first derivative that is itself checked against
+differences in this file or elsewhere in the suite.
+"""
+import numpy as np
+import pytest
+from conftest import check_vjp, import_source
+
+import s2sgrad
+from s2sgrad import functional
+
+SOURCE = '''
+import functools
+
+import numpy as np
+import s2sgrad
+
+
+def _pair(h, c):
+    return h * c, c
+
+
+def _cell(h, c, w):
+    return np.tanh(h * w + c), c * 0.9 + h
+
+
+def tuple_call_in_loop(x):
+    h, c = x, x
+    for _ in range(2):
+        h, c = _pair(h, c)
+    return np.sum(h)
+
+
+def tuple_call_in_branch(x):
+    h, c = x, x * 0.5
+    if np.sum(x) > -100.0:
+        h, c = _pair(h, c)
+    return np.sum(h * c)
+
+
+def tuple_call_with_keywords(x):
+    h, c = x, x + 1.0
+    for _ in range(3):
+        h, c = _cell(c=c, w=0.7, h=h)
+    return np.sum(h + c)
+
+
+def tuple_call_one_target_an_argument(x):
+    h, c = x, x
+    for _ in range(2):
+        h, d = _pair(h, c)
+    return np.sum(h * d)
+
+
+class PairFunction(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, h, c):
+        ctx.save_for_backward(h, c)
+        return h * c, c
+
+    @staticmethod
+    def vjp(ctx, gh, gc):
+        h, c = ctx.saved_tensors
+        return gh * c, gh * h + gc
+
+
+def tuple_apply_in_loop(x):
+    h, c = x, x
+    for _ in range(2):
+        h, c = PairFunction.apply(h, c)
+    return np.sum(h)
+
+
+def r_joined(x):
+    return np.sum(np.cos(np.r_[x, x ** 2]))
+
+
+def r_with_slices(x):
+    return np.sum(np.sin(np.r_[x, 0:3, x[0], 2.0]) ** 2)
+
+
+def r_with_directive(x):
+    return np.sum(np.r_['0,2', x, x * 3.0] ** 3)
+
+
+def c_joined(x):
+    return np.sum(np.sin(np.c_[x, 2.0 * x]) * np.cos(np.c_[x, 2.0 * x]) ** 2)
+
+
+def enumerate_positional_start(x):
+    s = 0.0
+    for k, v in enumerate(x, 1):
+        s = s + k * np.sum(v)
+    return s
+
+
+def enumerate_keyword_start(x):
+    st = 2
+    s = 0.0
+    for k, v in enumerate(x, start=st):
+        s = s + k * np.sum(v ** 2)
+        st = 10
+    return s
+
+
+def enumerate_start_in_generator(x):
+    return sum(k * np.sum(np.sin(v)) for k, v in enumerate(x, 3))
+
+
+def matmul_row_by_batch(a, b):
+    return np.sum(np.sin(np.matmul(a, b)))
+
+
+def power_zero(x):
+    return np.sum(np.power(x, 0.0) + x ** 0)
+
+
+def power_of_arrays(x, y):
+    return np.sum(np.power(x, y))
+
+
+def power_of_a_varied_exponent(x):
+    return np.sum(np.power(x, np.cos(x)))
+
+
+def nested_array_literal(x):
+    return np.sum(np.array([[x]]) ** 3)
+
+
+def _cube_sum(x):
+    return np.sum(x ** 3)
+
+
+def unpacked_gradient_inside(x):
+    g0, = s2sgrad.grad(_cube_sum, wrt=(0,))(x)
+    return np.sum(g0 * np.sin(x))
+
+
+def return_inside_loop(x):
+    for i in range(3):
+        if np.sum(x) > 10.0 * (i + 1):
+            return np.sum(x ** 2)
+        x = x * 2.0
+    return np.sum(x ** 3)
+
+
+def and_in_condition(x):
+    if np.sum(x) > -100.0 and np.max(x) < 100.0:
+        return np.sum(np.sin(x) * x)
+    return np.sum(x)
+
+
+def _fun(L):
+    return np.sum(np.sin(L[0])) + np.sum(np.cos(L[1]))
+
+
+def _d_fun(L):
+    g = s2sgrad.grad(_fun)(L)
+    return np.sum(np.sin(g[0])) + np.sum(np.sin(g[1]))
+
+
+def third_through_structure(L):
+    g = s2sgrad.grad(_d_fun)(L)
+    return np.sum(g[0]) + np.sum(g[1])
+
+
+def _fun_dict(D):
+    return np.sum(np.sin(D["a"])) + np.sum(np.cos(D["b"]))
+
+
+def _d_fun_dict(D):
+    g = s2sgrad.grad(_fun_dict)(D)
+    return np.sum(np.sin(g["a"])) + np.sum(np.sin(g["b"]))
+
+
+def third_through_dict(D):
+    g = s2sgrad.grad(_d_fun_dict)(D)
+    return np.sum(g["a"]) + np.sum(g["b"])
+
+
+def append_to_a_list(a, b):
+    return np.sum(np.append(a, b) ** 2)
+
+
+def indexing_an_unknown_object(x):
+    return np.sum(np.s_[x] ** 2)
+
+
+def star_args(*args):
+    return np.sum(args[0] * np.sin(args[1]))
+
+
+def star_rest(x, *rest):
+    s = np.sum(x ** 2)
+    for r in rest:
+        s = s + np.sum(np.cos(r) * x)
+    return s
+
+
+def times10(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return 10.0 * fn(*args, **kwargs)
+    return wrapper
+
+
+def passes_through(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        """Only forwards the call."""
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@times10
+def scaled_by_a_decorator(x):
+    return np.sum(x ** 2)
+
+
+def calls_a_decorated_function(x):
+    return scaled_by_a_decorator(x) + 1.0
+
+
+@passes_through
+def forwarded_by_a_decorator(x):
+    return np.sum(x ** 2)
+
+
+@functools.lru_cache(maxsize=None)
+def cached_square(x):
+    return x * x
+
+
+lambdas = (lambda x: 2.0 * x, lambda x: x ** 3)
+scaled, squared = lambda x: x * 6.0, lambda x: x * x * 3.0
+make_scaled = lambda k: (lambda x: k * x * x)  # noqa: E731
+'''
+
+
+@pytest.fixture(scope="module")
+def m(tmp_path_factory):
+    return import_source(tmp_path_factory.mktemp("exact"), "s2s_exact_or_loud", SOURCE)
+
+
+def _args(shapes, rng, low=None):
+    out = []
+    for s in shapes:
+        value = rng.standard_normal(s) * 0.5 if s else float(rng.standard_normal()) * 0.5
+        out.append(value)
+    return out
+
+
+CASES = [
+    ("tuple_call_in_loop", [[(3,)], [(2, 3)]]),
+    ("tuple_call_in_branch", [[(3,)], [(2, 3)]]),
+    ("tuple_call_with_keywords", [[(3,)], [(2, 3)]]),
+    ("tuple_call_one_target_an_argument", [[(3,)], [(2, 3)]]),
+    ("tuple_apply_in_loop", [[(3,)], [(2, 3)]]),
+    ("r_joined", [[(3,)], [(2, 3)]]),
+    ("r_with_slices", [[(3,)], [(5,)]]),
+    ("r_with_directive", [[(3,)], [(4,)]]),
+    ("c_joined", [[(3,)], [(2, 3)]]),
+    ("enumerate_positional_start", [[(3,)], [(3, 2)]]),
+    ("enumerate_keyword_start", [[(3,)], [(3, 2)]]),
+    ("enumerate_start_in_generator", [[(3,)], [(3, 2)]]),
+    ("matmul_row_by_batch", [[(3,), (2, 3, 4)], [(4,), (4, 2)]]),
+    ("power_of_arrays", [[(3,), (3,)], [(2, 3), (3,)]]),
+    ("unpacked_gradient_inside", [[(3,)], [(2, 2)]]),
+    ("and_in_condition", [[(3,)], [(2, 2)]]),
+]
+
+
+@pytest.mark.parametrize("name, shapes", [(n, s) for n, cases in CASES for s in cases],
+                         ids=[f"{n}-{i}" for n, cases in CASES for i in range(len(cases))])
+def test_gradient_matches_finite_differences(m, name, shapes, rng):
+    f = getattr(m, name)
+    args = _args(shapes, rng)
+    if name == "power_of_arrays":
+        args[0] = np.abs(args[0]) + 0.5
+    check_vjp(f, args)
+
+
+def test_the_reported_tuple_call_value(make_module):
+    """The issue's program: x ** 3 through `h, c = pair(h, c)` twice."""
+    mod = make_module('''
+def pair(h, c): return h * c, c
+def looped(x):
+    h, c = x, x
+    for _ in range(2):
+        h, c = pair(h, c)
+    return h
+''')
+    assert s2sgrad.grad(mod.looped)(0.7) == pytest.approx(1.47)
+    out, pullback = s2sgrad.vjp(mod.looped, np.array([0.7, -0.3]))
+    np.testing.assert_allclose(pullback(np.ones(2))[0], 3 * np.array([0.7, -0.3]) ** 2)
+    _, vjp = functional.vjp(mod.looped, np.array(0.7), np.array(1.0))
+    assert float(vjp) == pytest.approx(1.47)
+    assert s2sgrad.grad(mod.looped, jit=True)(0.7) == pytest.approx(1.47)
+
+
+@pytest.mark.parametrize("name", ["tuple_call_in_loop", "tuple_call_with_keywords",
+                                  "tuple_apply_in_loop", "r_joined", "c_joined",
+                                  "return_inside_loop", "and_in_condition",
+                                  "nested_array_literal", "power_of_a_varied_exponent"])
+def test_hessian_matches_differences_of_the_gradient(m, name, rng):
+    """Second derivatives (reverse over reverse, and forward over reverse for hvp):
+    against central differences of the gradient, which the test above checks."""
+    f = getattr(m, name)
+    if name == "power_of_a_varied_exponent":
+        x = np.abs(rng.standard_normal(3)) + 0.5
+    elif name == "nested_array_literal":
+        x = np.array(0.7)
+    else:
+        x = rng.standard_normal(3) * 0.5
+    x = np.asarray(x, dtype=float)
+    g = s2sgrad.grad(f)
+    eps = 1e-5
+    cols = []
+    for i in range(x.size):
+        e = np.zeros(x.size)
+        e[i] = eps
+        e = e.reshape(x.shape)
+        cols.append(((np.asarray(g(x + e)) - np.asarray(g(x - e))) / (2 * eps)).ravel())
+    expected = np.array(cols).T
+    hessian = np.asarray(functional.hessian(f, x)).reshape(x.size, x.size)
+    np.testing.assert_allclose(hessian, expected, rtol=1e-5, atol=1e-6)
+    v = rng.standard_normal(x.shape)
+    _, hv = functional.hvp(f, x, v)
+    np.testing.assert_allclose(np.ravel(hv), expected @ np.ravel(v), rtol=1e-5, atol=1e-6)
+    second = s2sgrad.grad(lambda z: np.sum(s2sgrad.grad(f)(z) * v))(x)
+    np.testing.assert_allclose(np.ravel(second), expected.T @ np.ravel(v), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_jvp_of_a_gradient_with_a_return_inside_a_loop(m, rng):
+    x, v = rng.standard_normal(3), rng.standard_normal(3)
+    g = s2sgrad.grad(m.return_inside_loop)
+    _, tangent = functional.jvp(g, x, v)
+    eps = 1e-6
+    np.testing.assert_allclose(tangent, (g(x + eps * v) - g(x - eps * v)) / (2 * eps),
+                               rtol=1e-6, atol=1e-6)
+
+
+def _numeric_structure_grad(f, items, wrap, eps=1e-6):
+    out = []
+    for k in range(len(items)):
+        gk = np.zeros_like(items[k])
+        for i in np.ndindex(items[k].shape):
+            plus = [a.copy() for a in items]
+            minus = [a.copy() for a in items]
+            plus[k][i] += eps
+            minus[k][i] -= eps
+            gk[i] = (f(wrap(plus)) - f(wrap(minus))) / (2 * eps)
+        out.append(gk)
+    return out
+
+
+@pytest.mark.parametrize("wrap", [list, tuple], ids=["list", "tuple"])
+@pytest.mark.parametrize("shape", [(2,), (2, 3)])
+def test_third_derivative_through_a_structure(m, wrap, shape, rng):
+    """grad of a function of grad of a function of grad: the third derivative
+    (the issue's numbers: [-0.6229, -0.6468] for the first item)."""
+    items = [rng.standard_normal(shape), rng.standard_normal(shape)]
+    got = s2sgrad.grad(m.third_through_structure)(wrap(items))
+    assert type(got) is wrap
+    expected = _numeric_structure_grad(
+        lambda L: float(np.sum(s2sgrad.grad(m._d_fun)(L)[0]) +
+                        np.sum(s2sgrad.grad(m._d_fun)(L)[1])), items, wrap)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+    first = s2sgrad.grad(m._d_fun)(wrap(items))   # the second derivative, checked
+    for g, e in zip(first, _numeric_structure_grad(m._d_fun, items, wrap)):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7)
+    if shape == (2,) and wrap is list:
+        value = s2sgrad.grad(m.third_through_structure)(
+            [np.array([0.3, -1.2]), np.array([0.7, 2.0])])
+        np.testing.assert_allclose(value[0], [-0.6229, -0.6468], atol=1e-4)
+
+
+def test_third_derivative_through_a_dict(m, rng):
+    a, b = rng.standard_normal(3), rng.standard_normal(3)
+    got = s2sgrad.grad(m.third_through_dict)({"a": a, "b": b})
+    assert list(got) == ["a", "b"]
+    expected = _numeric_structure_grad(
+        lambda D: float(m.third_through_dict(D)), [a, b],
+        lambda items: {"a": items[0], "b": items[1]})
+    np.testing.assert_allclose(got["a"], expected[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["b"], expected[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("container", [list, tuple])
+@pytest.mark.parametrize("n", [2, 3])
+def test_append_to_a_list_argument(m, container, n, rng):
+    values = [float(v) for v in rng.standard_normal(n)]
+    b = rng.standard_normal(2)
+    got = s2sgrad.grad(m.append_to_a_list, wrt=(0, 1))(container(values), b)
+    assert type(got[0]) is container
+    expected = _numeric_structure_grad(
+        lambda a: m.append_to_a_list(container(float(v) for v in a), b),
+        [np.array(values)], lambda items: items[0])[0]
+    np.testing.assert_allclose(got[0], expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got[1], 2 * b)
+
+
+def test_enumerate_start_value_and_gradient(m):
+    """The issue's numbers: value 1.4 and gradient [1, 2, 3] for x = [0.1, 0.2, 0.3]."""
+    x = np.array([0.1, 0.2, 0.3])
+    value, grad = s2sgrad.value_and_grad(m.enumerate_positional_start)(x)
+    assert value == pytest.approx(1.4)
+    np.testing.assert_allclose(grad, [1.0, 2.0, 3.0])
+    value, grad = s2sgrad.value_and_grad(m.enumerate_positional_start)([0.1, 0.2, 0.3])
+    assert value == pytest.approx(1.4)
+    np.testing.assert_allclose(grad, [1.0, 2.0, 3.0])
+    _, tangent = functional.jvp(m.enumerate_start_in_generator, x, np.ones(3))
+    eps = 1e-6
+    f = m.enumerate_start_in_generator
+    assert float(tangent) == pytest.approx((f(x + eps) - f(x - eps)) / (2 * eps), rel=1e-6)
+
+
+@pytest.mark.parametrize("x", [0.0, np.float64(0.0), np.zeros(3), np.array([0.0, 1.5])])
+def test_power_zero_has_zero_slope_everywhere(m, x):
+    """d/dx x ** 0 is 0 at 0 too (not 0 * inf)."""
+    g = s2sgrad.grad(m.power_zero)(x)
+    np.testing.assert_array_equal(np.asarray(g), np.zeros(np.shape(x)))
+
+
+def test_power_slope_folds_for_constant_exponents(make_module):
+    """x ** 3 keeps its plain adjoint `g * 3 * x ** 2` after optimisation."""
+    mod = make_module('''
+import numpy as np
+def cube(x):
+    return np.sum(x ** 3)
+''')
+    source = s2sgrad.source(mod.cube)
+    assert "power_slope" not in source and "* 3 * x ** 2" in source
+
+
+def test_lambdas_on_one_line_are_told_apart(m):
+    assert s2sgrad.grad(m.lambdas[0])(2.0) == 2.0
+    assert s2sgrad.grad(m.lambdas[1])(2.0) == 12.0
+    assert s2sgrad.grad(m.scaled)(7.0) == 6.0
+    assert s2sgrad.grad(m.squared)(7.0) == 42.0
+    assert s2sgrad.grad(m.make_scaled(3.0))(7.0) == 42.0
+
+
+def test_indexing_an_unknown_object_with_a_value_is_refused(m):
+    with pytest.raises(s2sgrad.TransformError, match=r"np\.s_.*cannot tell"):
+        s2sgrad.grad(m.indexing_an_unknown_object)(np.ones(3))
+
+
+@pytest.mark.parametrize("shapes", [[(3,), (3,)], [(2, 3), (3,)]])
+def test_star_args_are_positions(m, shapes, rng):
+    """`def f(*args)` and `def f(x, *rest)`: every positional argument is a position
+    of wrt, as in autograd and JAX."""
+    args = _args(shapes, rng)
+    check_vjp(m.star_args, args)
+    check_vjp(m.star_rest, args + [rng.standard_normal(shapes[1])])
+    check_vjp(m.star_rest, args[:1])   # no *rest items at all
+    grads = s2sgrad.grad(m.star_rest, wrt=(0, 2))(*args, args[1])
+    expected = [s2sgrad.grad(m.star_rest, wrt=i)(*args, args[1]) for i in (0, 2)]
+    for g, e in zip(grads, expected):
+        np.testing.assert_allclose(g, e)
+    direction = [rng.standard_normal(np.shape(a)) for a in args]
+    _, tangent = functional.jvp(m.star_rest, tuple(args), tuple(direction))
+    eps = 1e-6
+    plus = m.star_rest(*[a + eps * d for a, d in zip(args, direction)])
+    minus = m.star_rest(*[a - eps * d for a, d in zip(args, direction)])
+    assert float(tangent) == pytest.approx((plus - minus) / (2 * eps), rel=1e-6)
+
+
+def test_a_decorator_that_computes_is_refused(m):
+    """`@times10` would be dropped by differentiating the function it wraps."""
+    for f in (m.scaled_by_a_decorator, m.calls_a_decorated_function):
+        with pytest.raises(s2sgrad.TransformError, match="wrapped by a decorator"):
+            s2sgrad.grad(f)(np.ones(3))
+
+
+def test_decorators_that_only_forward_are_seen_through(m):
+    x = np.array([0.5, -1.0])
+    np.testing.assert_allclose(s2sgrad.grad(m.forwarded_by_a_decorator)(x), 2 * x)
+    assert s2sgrad.grad(m.cached_square)(3.0) == pytest.approx(6.0)
