@@ -22,10 +22,11 @@ from .arguments import (
     parameter_names,
     seed,
 )
-from .compiler import CompiledFunction, all_hold, compile_function, flat_bindings
+from .compiler import CompiledFunction, all_hold, compile_function, discard, flat_bindings
 from .optimizer_check import checked_pair
 from .runtime.array_api import namespace_among
 from .runtime.arrays import any_foreign
+from .witness import witnessed_pair
 
 
 def differentiable(fn: Callable) -> Callable:
@@ -56,9 +57,44 @@ def _derived_from(f: Callable, kind: str, positions: Tuple[int, ...], as_tuple: 
     return decorate
 
 
+class Derived:
+    """What `grad(f)` and `value_and_grad(f)` return: calls its function, and pickles
+    by reference to f and the options (`pickle.dumps(grad(f))` for a module-level f
+    sends it to a multiprocessing pool or a Dask worker, which makes its own pair).
+
+    It reads as the derived function it calls (`__wrapped__`, marked as s2sgrad's
+    own and passing the call through), so the compiler differentiates it again."""
+
+    __s2sgrad__ = True
+
+    def __init__(self, run: Callable, remake: tuple):
+        self.__wrapped__ = run
+        self.__name__ = self.__qualname__ = run.__name__
+        self.__doc__ = run.__doc__
+        self.__module__ = getattr(remake[1], "__module__", None)
+        self.__s2sgrad_derived__ = run.__s2sgrad_derived__
+        self._remake = remake
+
+    def __call__(self, *args, **kwargs):
+        return self.__wrapped__(*args, **kwargs)
+
+    def __reduce__(self):
+        return _remade, self._remake
+
+    def __repr__(self) -> str:
+        return f"<s2sgrad {self.__name__}>"
+
+
+def _remade(kind: str, f: Callable, wrt: Any, jit: bool, witness: Any) -> Derived:
+    """Derived.__reduce__'s maker: the same derivative of f, in this process."""
+    make = {"grad": grad, "value_and_grad": value_and_grad}[kind]
+    return make(f, wrt, jit=jit, witness=witness)
+
+
 def pair_for(f: Callable, positions: Tuple[int, ...],
               numbers_at: Tuple[int, ...] = (), leaves: Tuple[int, ...] = (),
-              foreign: bool = False, xp: Any = None) -> CompiledFunction:
+              foreign: bool = False, xp: Any = None, witness: Any = None
+              ) -> CompiledFunction:
     """The pair for f; where some arguments are Python numbers, one specialised to
     that (values computed from them alone are scalars: no broadcasting to undo);
     `leaves`: the positions of the arguments that are arrays or numbers. For
@@ -80,20 +116,25 @@ def pair_for(f: Callable, positions: Tuple[int, ...],
     if foreign:   # its forward and adjoint run under foreign_dispatch
         from .backends.array_api import dispatching_pair
         return dispatching_pair(pair)
-    return pair
+    # (Lazy and other libraries' arrays are not witnessed: the checks would compute them.)
+    return witnessed_pair(pair, f, witness, discard)
 
 
 def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
-                   jit: bool = False) -> Callable:
+                   jit: bool = False, witness: Any = None) -> Callable:
     """Return a function computing (f(*args), gradient of f w.r.t. args[wrt]).
 
     jit=True runs the generated code compiled by numba (s2sgrad.backends).
+    witness: the self-checks of the generated code (s2sgrad.witness): True or
+    "first" (on the first call per argument kind), "always", False or "off";
+    None: the S2SGRAD_WITNESS environment variable, default "first".
     """
     positions, single = normalize_wrt(wrt, f=f)
+    remake = ("value_and_grad", f, wrt, jit, witness)
     if jit:
         from .backends import jit_value_and_grad
-        return _derived_from(f, "value_and_grad", positions, not single)(
-            jit_value_and_grad(f, positions, single))
+        return Derived(_derived_from(f, "value_and_grad", positions, not single)(
+            jit_value_and_grad(f, positions, single)), remake)
 
     # The compiled pair per kind of call (which arguments are Python numbers) with
     # the bindings it was generated for, flattened: later calls skip the cache
@@ -110,7 +151,8 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
             kind += (foreign, xp)
         entry = compiled_pairs.get(kind)
         if entry is None or not all_hold(entry[1]):
-            compiled = pair_for(f, positions, kind[0], leaf_positions(args), foreign, xp)
+            compiled = pair_for(f, positions, kind[0], leaf_positions(args), foreign, xp,
+                                witness)
             entry = compiled_pairs[kind] = (compiled, flat_bindings(compiled))
         compiled = entry[0]
         out, residuals = compiled.forward(*args, **kwargs)
@@ -119,7 +161,7 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
             g = finalize(grads, args[positions[0]])
             return out, (g if single else (g,))
         return out, tuple([finalize(g, args[i]) for g, i in zip(grads, positions)])
-    return value_and_grad_f
+    return Derived(value_and_grad_f, remake)
 
 
 def _positions_and_tuple(wrt, f=None) -> Tuple[Tuple[int, ...], bool]:
@@ -127,17 +169,20 @@ def _positions_and_tuple(wrt, f=None) -> Tuple[Tuple[int, ...], bool]:
     return positions, not single
 
 
-def grad(f: Callable, wrt: Union[int, Sequence[int]] = 0, jit: bool = False) -> Callable:
-    """Return a function with f's signature computing the gradient of scalar f."""
-    vg = value_and_grad(f, wrt, jit=jit)
+def grad(f: Callable, wrt: Union[int, Sequence[int]] = 0, jit: bool = False,
+         witness: Any = None) -> Callable:
+    """Return a function with f's signature computing the gradient of scalar f
+    (jit and witness: see value_and_grad)."""
+    vg = value_and_grad(f, wrt, jit=jit, witness=witness)
 
     @_derived_from(f, "grad", *_positions_and_tuple(wrt, f))
     def grad_f(*args, **kwargs):
         return vg(*args, **kwargs)[1]
-    return grad_f
+    return Derived(grad_f, ("grad", f, wrt, jit, witness))
 
 
-def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[Any, Callable]:
+def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
+        witness: Any = None) -> Tuple[Any, Callable]:
     """Run f(*args) and return (output, pullback); pullback(v) gives v^T J.
 
     The pullback reuses the values kept by the forward pass and may be called
@@ -152,7 +197,8 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False) -> Tuple[An
     xp = None if leaves is None else namespace_among(args)
     foreign = xp is None and leaves is not None and any_foreign(args)
     compiled = _known_pair(f, positions, numbers_at,
-                           tuple(range(len(args))) if leaves is None else leaves, foreign, xp)
+                           tuple(range(len(args))) if leaves is None else leaves, foreign, xp,
+                           witness)
     out, residuals = compiled.forward(*args)
 
     def pullback(v):
@@ -183,18 +229,18 @@ _PAIRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _known_pair(f: Callable, positions: Tuple[int, ...], numbers_at: Tuple[int, ...],
-                leaves: Tuple[int, ...], foreign: bool = False, xp: Any = None
-                ) -> CompiledFunction:
+                leaves: Tuple[int, ...], foreign: bool = False, xp: Any = None,
+                witness: Any = None) -> CompiledFunction:
     try:
         pairs = _PAIRS.get(f)
     except TypeError:   # not weakly referable (a builtin, a callable object)
-        return pair_for(f, positions, numbers_at, leaves, foreign, xp)
+        return pair_for(f, positions, numbers_at, leaves, foreign, xp, witness)
     code, defaults = getattr(f, "__code__", None), getattr(f, "__defaults__", None)
-    kind = (positions, numbers_at, leaves, foreign, xp)
+    kind = (positions, numbers_at, leaves, foreign, xp, witness)
     entry = pairs.get(kind) if pairs is not None else None
     if entry is not None and entry[1] is code and entry[2] is defaults and all_hold(entry[3]):
         return entry[0]
-    compiled = pair_for(f, positions, numbers_at, leaves, foreign, xp)
+    compiled = pair_for(f, positions, numbers_at, leaves, foreign, xp, witness)
     if pairs is None:
         pairs = _PAIRS[f] = {}
     pairs[kind] = (compiled, code, defaults, flat_bindings(compiled))

@@ -8,9 +8,11 @@ compiled forward/adjoint pair is stored in one file under `$S2SGRAD_CACHE_DIR`
   of its source files (the same test Python applies to its own .pyc files), the
   gradient rules registered at run time, and the versions of Python, NumPy and
   astor;
-- the function: its source lines, file name and line, qualified name, bytecode,
-  default values, and what each global or closure name it reads is bound to (a
-  module, a class, a function, the value of a constant);
+- the function: its source lines (the text, never the file's size and time),
+  file name and line, qualified name, bytecode, default values, those of each
+  decorator layer around it, and what each global or closure name it reads is
+  bound to (a module, a class, a function, the value of a constant, a partial
+  or bound method with what it binds);
 - the options: `wrt` and whether the code is optimised.
 
 The entry then lists what the generated code depends on beyond the function
@@ -23,11 +25,14 @@ object, what is needed to bind its closure again and every binding the code
 was generated for (see `compiler.entry`), so loading it runs no pass and the
 loaded pair is checked on every call like a fresh one (`compiler.bindings`).
 
-Trust (see DiskCache): an entry is code that runs, so the directory must be
-the user's and writable by nobody else, else it is not used (one warning,
-memory only); entries are opened with O_NOFOLLOW | O_NONBLOCK and used only if
-fstat shows a regular file of the user's that nobody else may write. The
-SHA-256 detects corruption, not tampering.
+Trust (see DiskCache and s2sgrad.trust): an entry is code that runs, so the
+directory and the whole path to it (every parent, every link on the way) must
+be the user's (parents: or root's) and writable by nobody else, else it is not
+used (one warning, memory only); every file it loads (entries, the numba
+backend's modules and records) is opened with O_NOFOLLOW | O_NONBLOCK, used
+only if fstat shows a regular file of the user's that nobody else may write,
+and carries s2sgrad's marker and SHA-256 (which detects another program's file
+and corruption, not tampering). `clear` removes only what s2sgrad wrote.
 
 Robustness: entries are written to a temporary file and renamed over the old
 one (atomic; concurrent writers leave one valid entry); the directory and any
@@ -39,8 +44,10 @@ one warning. `S2SGRAD_CACHE=0` disables the disk cache.
 Bounds: at most $S2SGRAD_CACHE_MAX_MB (default 256) of entries; a hit touches
 an entry, and a write that goes beyond the cap removes the least recently
 used down to 90% of it (`evict`, safe with other processes doing the same).
-`info` and `clear` also see temporary files (stale ones are left by killed
-writers) and whatever else sits at an entry path.
+Temporary files of writes in progress count toward the cap; those of writers
+that are gone (killed) are removed at the next write (`_clean_writing`: they
+live in a subdirectory of their own, cheap to list). `info` and `clear` also
+see them and whatever else sits at an entry path.
 """
 from __future__ import annotations
 
@@ -53,7 +60,6 @@ import linecache
 import marshal
 import operator
 import os
-import shutil
 import stat
 import sys
 import tempfile
@@ -62,6 +68,7 @@ import types
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from . import trust
 from .introspect import function_methods, last_source_line, unwrap
 from .rules import REGISTRY as _REGISTRY
 
@@ -71,11 +78,12 @@ TMP_PREFIX = ".tmp-s2s-"
 TMP_SUFFIX = ".part"
 _HEADER = b"s2sgrad-cache\x00" + FORMAT.to_bytes(2, "little") + importlib.util.MAGIC_NUMBER
 _DIGEST = 32
-# Never follow a link, never wait (a FIFO planted at an entry path would block an
-# ordinary open for good): what is opened is then checked with fstat.
-_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-               | getattr(os, "O_CLOEXEC", 0))
+_READ_FLAGS = trust.READ_FLAGS
 _MISSING = object()
+# Writes in progress: temporary files named .tmp-s2s-<pid>-<random>.part, in this
+# subdirectory (listing it at every write is cheap: it holds only those), so that
+# the next write finds the files of writers that died (their pid is gone).
+TMP_SUBDIR = ".s2s-writing"
 
 DEFAULT_MAX_MB = 256
 # A temporary file older than this is left over from a process that died while
@@ -134,22 +142,9 @@ def current() -> Optional["DiskCache"]:
     return store
 
 
-def _euid() -> Optional[int]:
-    return os.geteuid() if hasattr(os, "geteuid") else None
-
-
-def directory_problem(st: os.stat_result) -> str:
-    """Why a directory with this stat may not hold trusted code, or ""."""
-    if not stat.S_ISDIR(st.st_mode):
-        return "is not a directory"
-    euid = _euid()
-    if euid is not None and st.st_uid != euid:
-        return f"belongs to another user (uid {st.st_uid}; you are uid {euid})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        who = "group and others" if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH \
-            else "its group" if st.st_mode & stat.S_IWGRP else "others"
-        return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
-    return ""
+_euid = trust.euid
+directory_problem = trust.directory_problem
+path_problem = trust.path_problem
 
 
 def _fix_for(path: str, problem: str) -> str:
@@ -221,7 +216,7 @@ class DiskCache:
                 return False
             make_private_dirs(self.path)
             st = os.stat(self.path)
-        problem = directory_problem(st)
+        problem = directory_problem(st) or path_problem(self.path)
         self._problem = problem
         if problem:
             self.writable = False
@@ -232,9 +227,23 @@ class DiskCache:
         return not problem
 
     def subdirectory(self, name: str) -> Optional[str]:
-        """A private subdirectory (made 0700 if missing), or None when the cache
-        directory cannot be used or the subdirectory is not ours alone (a link,
-        another user's, writable by others)."""
+        """A private subdirectory s2sgrad made (0700, holding its marker file), or
+        None when the cache directory cannot be used, the subdirectory is not
+        ours alone (a link, another user's, writable by others), or s2sgrad did
+        not make it (files in it and no marker: one CacheWarning). `cache clear`
+        removes only a marked subdirectory, and in it only what s2sgrad wrote."""
+        sub = self._private_subdirectory(name)
+        if sub is None:
+            return None
+        if not _marked(sub):
+            self._warn(f"s2sgrad: not using {sub}: s2sgrad did not make it (it holds files "
+                       f"and no {MARKER_NAME}), so its files are not s2sgrad's. Move it away "
+                       f"to let jit=True keep its numba modules there.")
+            return None
+        return sub
+
+    def _private_subdirectory(self, name: str) -> Optional[str]:
+        """The subdirectory `name` (made 0700 if missing) if it is ours alone."""
         try:
             if not self.usable(create=True):
                 return None
@@ -298,7 +307,7 @@ class DiskCache:
                     return False
                 stored = self._write_file(key, data)
                 if stored:
-                    self._account(len(data))
+                    self._account(len(data), self._clean_writing())
                 return stored
             except FileNotFoundError as exc:
                 # The directory vanished (or `cache clear` took our temporary file):
@@ -314,7 +323,9 @@ class DiskCache:
 
     def _write_file(self, key: str, data: bytes) -> bool:
         target = self.entry_path(key)
-        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=TMP_SUFFIX, dir=self.path)
+        folder = self._private_subdirectory(TMP_SUBDIR) or self.path
+        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", suffix=TMP_SUFFIX,
+                                   dir=folder)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -349,18 +360,34 @@ class DiskCache:
             warnings.warn(message, CacheWarning, stacklevel=4)
 
     # -- the size cap -----------------------------------------------------------------
-    def _account(self, size: int) -> None:
-        """After a write: count it, and evict beyond the cap."""
+    def _clean_writing(self) -> int:
+        """After a write: remove the temporary files of writers that are gone
+        (killed while writing); returns the bytes of those still being written,
+        which count toward the cap. Cheap: the subdirectory holds only them."""
+        folder = os.path.join(self.path, TMP_SUBDIR)
+        found = Scan()
+        _scan_temporary(folder, time.time(), found)
+        for tmp in found.stale:
+            try:
+                _unlink(tmp)
+            except OSError:
+                pass
+        return found.temp_bytes
+
+    def _account(self, size: int, temporary: int = 0) -> None:
+        """After a write: count it, and evict beyond the cap (entries and the
+        temporary files of writes in progress together)."""
         cap = max_bytes()
         if cap is None:
             return
         now = time.monotonic()
         if self._bytes is None or now - self._counted_at > RESCAN_SECONDS:
-            self._bytes = scan(self.path).bytes
+            found = scan(self.path)
+            self._bytes, temporary = found.bytes, found.temp_bytes
             self._counted_at = now
         else:
             self._bytes += size
-        if self._bytes > cap:
+        if self._bytes + temporary > cap:
             self._bytes = evict(self.path, int(cap * LOW_WATER))
             self._counted_at = time.monotonic()
 
@@ -407,21 +434,7 @@ def trusted(st: os.stat_result) -> bool:
     return not _file_problem(st)
 
 
-def _file_problem(st: os.stat_result) -> str:
-    """Why a file at an entry path is not a trusted entry, or ""."""
-    mode = st.st_mode
-    if not stat.S_ISREG(mode):
-        kinds = [(stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
-                 (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
-        return next((what for test, what in kinds if test(mode)), "not a regular file")
-    euid = _euid()
-    if euid is not None:
-        if st.st_uid != euid:
-            return f"owned by uid {st.st_uid}"
-        if mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return f"writable by others (mode {stat.S_IMODE(mode):04o})"
-    return ""
+_file_problem = trust.file_problem
 
 
 def encode(payload: dict) -> bytes:
@@ -455,12 +468,59 @@ class Scan:
         self.entries: List[Tuple[str, int, float]] = []   # (path, bytes, mtime)
         self.bytes = 0
         self.writing: List[str] = []      # temporary files of writes in progress
-        self.stale: List[str] = []        # temporary files older than STALE_SECONDS
+        self.temp_bytes = 0               # ... and their bytes (they count toward the cap)
+        self.stale: List[str] = []        # temporary files of writers that are gone
         self.ignored: List[Tuple[str, str]] = []   # (path, why) at entry/temporary paths
 
 
 def _ours(name: str) -> bool:
     return name.endswith(SUFFIX) or name.startswith(TMP_PREFIX)
+
+
+def _writer_gone(name: str) -> bool:
+    """Whether the process that writes the temporary file `name` (its pid is in
+    the name) has exited. A name without a pid (older s2sgrad) says nothing."""
+    pid_text = name[len(TMP_PREFIX):].split("-", 1)[0]
+    if os.name != "posix" or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:   # it exists (another user's: not permitted)
+        return False
+    return False
+
+
+def _sort_temporary(path: str, name: str, st: os.stat_result, now: float, out: Scan) -> None:
+    if now - st.st_mtime > STALE_SECONDS or _writer_gone(name):
+        out.stale.append(path)
+    else:
+        out.writing.append(path)
+        out.temp_bytes += st.st_size
+
+
+def _scan_temporary(folder: str, now: float, out: Scan) -> None:
+    """The temporary files in the writing subdirectory (only if it is ours alone:
+    never through a link)."""
+    try:
+        if directory_problem(os.lstat(folder)):
+            return
+        it = os.scandir(folder)
+    except OSError:
+        return
+    with it:
+        for e in it:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            problem = _file_problem(st) or ("" if e.name.startswith(TMP_PREFIX)
+                                            else "not a temporary file of s2sgrad's")
+            if problem:
+                out.ignored.append((e.path, problem))
+            else:
+                _sort_temporary(e.path, e.name, st, now, out)
 
 
 def scan(path: str, now: Optional[float] = None) -> Scan:
@@ -487,29 +547,32 @@ def scan(path: str, now: Optional[float] = None) -> Scan:
             if problem:
                 out.ignored.append((e.path, problem))
             elif e.name.startswith(TMP_PREFIX):
-                (out.stale if now - st.st_mtime > STALE_SECONDS else out.writing).append(e.path)
+                _sort_temporary(e.path, e.name, st, now, out)
             else:
                 out.entries.append((e.path, st.st_size, st.st_mtime))
                 out.bytes += st.st_size
+    _scan_temporary(os.path.join(path, TMP_SUBDIR), now, out)
     out.ignored.sort()
     return out
 
 
 def evict(path: str, target: int) -> int:
-    """Remove the least recently used entries until they take at most `target`
-    bytes, and stale temporary files; returns the bytes left. Safe with other
-    processes doing the same: an entry that is already gone is skipped, and
-    one another process is reading stays readable through its open file."""
+    """Remove the temporary files of writers that are gone, then the least
+    recently used entries until entries and the temporary files of writes in
+    progress take at most `target` bytes; returns the entries' bytes left. Safe
+    with other processes doing the same: an entry that is already gone is
+    skipped, and one another process is reading stays readable through its
+    open file."""
     found = scan(path)
     for tmp in found.stale:
         _unlink(tmp)
-    total = found.bytes
+    total = found.bytes + found.temp_bytes
     for entry, size, _ in sorted(found.entries, key=lambda e: e[2]):
         if total <= target:
             break
         _unlink(entry)
         total -= size
-    return total
+    return max(total - found.temp_bytes, 0)
 
 
 def _unlink(path: str) -> bool:
@@ -529,23 +592,35 @@ def info(path: Optional[str] = None) -> dict:
         st = os.stat(path)
     except OSError:
         st = None
-    problem = directory_problem(st) if st is not None else ""
+    problem = (directory_problem(st) or path_problem(path)) if st is not None else ""
     found = scan(path) if st is not None and stat.S_ISDIR(st.st_mode) else Scan()
     return {"directory": path, "entries": len(found.entries), "bytes": found.bytes,
             "enabled": enabled(), "exists": st is not None and stat.S_ISDIR(st.st_mode),
             "problem": problem, "fix": _fix_for(path, problem) if problem else "",
             "max_bytes": max_bytes(), "writing": len(found.writing), "stale": found.stale,
-            "ignored": found.ignored}
+            "temp_bytes": found.temp_bytes, "ignored": found.ignored}
 
 
 def clear(path: Optional[str] = None) -> dict:
     """Remove every entry, temporary file and other file at an entry path (links,
     FIFOs, other users' files: unlinked, never followed; an empty directory of
     ours is removed, any other directory is left and reported). Returns how
-    many of each, and what was left with why."""
+    many of each, and what was left with why. A directory s2sgrad refuses to
+    use (others can write it or the path to it) is not touched at all."""
     path = path or directory()
+    removed: Dict[str, Any] = {"entries": 0, "temporary": 0, "other": 0, "left": [],
+                               "refused": ""}
+    try:
+        st = os.stat(path)
+    except OSError:
+        return removed
+    problem = directory_problem(st) or path_problem(path)
+    if problem:
+        removed["refused"] = problem
+        removed["left"].append((path, f"not cleared: it {problem}, so s2sgrad neither uses "
+                                      f"it nor removes anything in it"))
+        return removed
     found = scan(path)
-    removed = {"entries": 0, "temporary": 0, "other": 0, "left": []}
     for entry, _, _ in found.entries:
         removed["entries"] += _unlink(entry)
     for tmp in found.writing + found.stale:
@@ -566,34 +641,149 @@ def clear(path: Optional[str] = None) -> dict:
             removed["other"] += _unlink(other)
         except OSError as exc:
             removed["left"].append((other, f"{why} (not removed: {exc.strerror})"))
+    _remove_empty_directory(os.path.join(path, TMP_SUBDIR))
     return removed
 
 
-# The numba backend's generated modules (m_<hash>.py) and the machine code numba
-# keeps beside them (in __pycache__) live in this subdirectory.
+# -- the numba backend's files ----------------------------------------------------------
+# The numba backend's generated modules (m_<hash>.py), the rejections it records
+# (m_<hash>.rejected) and the machine code numba keeps beside them (in
+# __pycache__) live in this subdirectory, which s2sgrad marks as its own.
 NUMBA_SUBDIR = "numba"
+MARKER_NAME = ".s2sgrad-made-this"
+_MARKER = b"s2sgrad made this directory; `s2sgrad cache clear` removes what s2sgrad wrote in it\n"
+MODULE_SUFFIX = ".py"
+REJECTION_SUFFIX = ".rejected"
+
+
+def _marked(folder: str) -> bool:
+    """Whether s2sgrad made `folder` (its marker is there), marking it when it is
+    empty (just made, here or by another process at once: the marker appears
+    whole, by a hard link, or not at all)."""
+    marker = os.path.join(folder, MARKER_NAME)
+    data, why = trust.read_checked(marker)
+    if data is not None or why != "missing":
+        return data == _MARKER
+    try:
+        if any(not n.startswith(TMP_PREFIX) for n in os.listdir(folder)):
+            return False
+        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", suffix=TMP_SUFFIX,
+                                   dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_MARKER)
+            try:
+                os.link(tmp, marker)
+            except FileExistsError:
+                pass
+        finally:
+            _unlink(tmp)
+    except OSError:
+        return False
+    return trust.read_checked(marker)[0] == _MARKER
+
+
+def numba_folder(path: Optional[str] = None) -> Tuple[Optional[str], str]:
+    """(the numba subdirectory, "") if s2sgrad made it and it is ours alone, else
+    (None, why not; "" when there is none)."""
+    folder = os.path.join(path or directory(), NUMBA_SUBDIR)
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return None, ""
+    if stat.S_ISLNK(st.st_mode):
+        return None, "a symbolic link (never followed)"
+    problem = directory_problem(st)
+    if problem:
+        return None, f"it {problem}"
+    if trust.read_checked(os.path.join(folder, MARKER_NAME))[0] != _MARKER:
+        return None, "s2sgrad did not make it (no marker)"
+    return folder, ""
+
+
+def write_sealed(folder: str, name: str, marker: str, body: str) -> str:
+    """Write `body` under its marker and checksum (trust.sealed_text) to
+    folder/name, atomically and 0600; returns the path."""
+    path = os.path.join(folder, name)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", suffix=TMP_SUFFIX,
+                               dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(trust.sealed_text(marker, body))
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return path
+
+
+def read_sealed(path: str, marker: str) -> Optional[str]:
+    """The body of a file `write_sealed` wrote, if it passes every check (a
+    regular file of ours nobody else may write, not a link, its marker and
+    checksum), else None."""
+    data, _ = trust.read_checked(path)
+    return None if data is None else trust.unsealed_text(data, marker)
 
 
 def numba_modules(path: Optional[str] = None) -> List[str]:
     """Paths of the numba backend's cached modules under the cache directory."""
-    folder = os.path.join(path or directory(), NUMBA_SUBDIR)
-    if os.path.islink(folder) or not os.path.isdir(folder):
+    folder, _ = numba_folder(path)
+    if folder is None:
         return []
     with os.scandir(folder) as it:
-        return [e.path for e in it if e.is_file(follow_symlinks=False)
-                and e.name.startswith("m_") and e.name.endswith(".py")]
+        return sorted(e.path for e in it if e.is_file(follow_symlinks=False)
+                      and e.name.startswith("m_") and e.name.endswith(MODULE_SUFFIX))
 
 
-def clear_numba(path: Optional[str] = None) -> int:
-    """Remove the numba backend's cached modules and their machine code; returns
-    how many modules. Only the subdirectory s2sgrad made is touched, never
-    through a symbolic link."""
-    folder = os.path.join(path or directory(), NUMBA_SUBDIR)
-    if os.path.islink(folder) or not os.path.isdir(folder):
-        return 0
-    count = len(numba_modules(path))
-    shutil.rmtree(folder)
-    return count
+def clear_numba(path: Optional[str] = None) -> dict:
+    """Remove what the numba backend wrote: in the numba subdirectory s2sgrad made
+    (never through a link, never one others can write), its modules and recorded
+    rejections that carry s2sgrad's marker and checksum, numba's machine code of
+    those modules, temporary files and the marker; the subdirectory itself once
+    empty. Returns {"modules": n, "files": n, "left": [(path, why)]}."""
+    out: Dict[str, Any] = {"modules": 0, "files": 0, "left": []}
+    folder, why = numba_folder(path)
+    if folder is None:
+        if why:
+            out["left"].append((os.path.join(path or directory(), NUMBA_SUBDIR),
+                                f"{why}: not removed"))
+        return out
+    pycache = os.path.join(folder, "__pycache__")
+    for e in sorted(os.scandir(folder), key=lambda e: e.name):
+        name = e.name
+        if name == MARKER_NAME or name == "__pycache__":
+            continue
+        if name.startswith("m_") and name.endswith(MODULE_SUFFIX):
+            mine = read_sealed(e.path, trust.NUMBA_MODULE_MARKER) is not None
+            kind = "modules"
+        elif name.startswith("m_") and name.endswith(REJECTION_SUFFIX):
+            mine = read_sealed(e.path, trust.NUMBA_REJECTION_MARKER) is not None
+            kind = "files"
+        else:
+            mine = name.startswith(TMP_PREFIX) and not _file_problem(e.stat(follow_symlinks=False))
+            kind = "files"
+        if mine:
+            out[kind] += _unlink(e.path)
+        else:
+            out["left"].append((e.path, "not written by s2sgrad"))
+    try:
+        st = os.lstat(pycache)
+    except OSError:
+        st = None
+    if st is not None and (stat.S_ISLNK(st.st_mode) or directory_problem(st)):
+        out["left"].append((pycache, "not numba's directory of s2sgrad's modules"))
+    elif st is not None:
+        for e in sorted(os.scandir(pycache), key=lambda e: e.name):
+            if e.name.startswith("m_") and e.name.endswith((".nbi", ".nbc")) and \
+                    not _file_problem(e.stat(follow_symlinks=False)):
+                out["files"] += _unlink(e.path)
+            else:
+                out["left"].append((e.path, "not numba's machine code of s2sgrad's modules"))
+        _remove_empty_directory(pycache)
+    if not out["left"]:
+        _unlink(os.path.join(folder, MARKER_NAME))
+        _remove_empty_directory(folder)
+    return out
 
 
 # -- keys ----------------------------------------------------------------------------
@@ -685,7 +875,7 @@ def _wrappers_fingerprint(fn: Callable) -> Optional[str]:
             text = source_text(fn)
             if text is None:
                 return None
-            parts += [code.co_filename, text, _code_fingerprint(code),
+            parts += [os.path.basename(code.co_filename), text, _code_fingerprint(code),
                       _names_fingerprint(code, fn), _defaults_fingerprint(fn)]
         else:   # functools' caches and other C-level wrappers: by kind
             parts.append(_describe(fn) + f" of type {type(fn).__qualname__}")

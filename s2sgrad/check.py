@@ -8,6 +8,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .api import vjp
+from .witness import report as witness_report
 
 
 @dataclass
@@ -22,6 +23,7 @@ class ArgumentError:
 class CheckReport:
     tol: float
     rows: List[ArgumentError] = field(default_factory=list)
+    witness: List[str] = field(default_factory=list)   # what the self-checks did
 
     @property
     def ok(self) -> bool:
@@ -35,7 +37,8 @@ class CheckReport:
             lines.append(f"{r.name:<12} {str(r.shape):<12} {r.max_abs:>14.3e} "
                          f"{r.max_rel:>14.3e}{flag}")
         verdict = "OK" if self.ok else "FAILED"
-        lines.append(f"{verdict}: tolerance {self.tol:g} on the relative error")
+        witnesses = f" ({'; '.join(self.witness)})" if self.witness else ""
+        lines.append(f"{verdict}: tolerance {self.tol:g} on the relative error{witnesses}")
         return "\n".join(lines)
 
 
@@ -114,12 +117,12 @@ def check_gradient(fn: Callable, shapes: Dict[str, Tuple[int, ...]], seed: int =
         if not positions:
             raise ValueError(f"{fn.__name__} has no floating-point argument to check; give "
                              f"--shape for its array arguments")
-    out, pullback = vjp(fn, *args, wrt=positions)
+    out, pullback = vjp(fn, *args, wrt=positions, witness="always")
     v = tuple(rng.standard_normal(np.shape(o)) for o in out) if isinstance(out, tuple) \
         else rng.standard_normal(np.shape(out))
     grads = pullback(v)
     numeric = central_difference_vjp(fn, args, v, positions)
-    report = CheckReport(tol=tol)
+    report = CheckReport(tol=tol, witness=witness_report(fn, positions))
     for i, g, n in zip(positions, grads, numeric):
         err = np.abs(np.asarray(g, dtype=np.float64) - n)
         scale = max(float(np.max(np.abs(n), initial=0.0)),

@@ -174,6 +174,10 @@ def cmd_show(args) -> int:
         from .arguments import parameter_names
         every = tuple(range(len(parameter_names(fn))))
         text = compile_function(fn, wrt, not args.no_optimize, leaves=every).source
+        gap = _forward_mode_gap(fn, wrt)
+        if gap is not None:
+            text = (f"# s2sgrad: the derivative witness does not run for this function: "
+                    f"forward mode refuses {gap}\n# (the value witness does)\n" + text)
     print(_highlight(text, args.color), end="" if text.endswith("\n") else "\n")
     return 0
 
@@ -259,6 +263,22 @@ def _parse_shapes(items: Sequence[str]) -> dict:
     return shapes
 
 
+def _forward_mode_gap(fn: Callable, wrt: Tuple[int, ...]) -> Optional[str]:
+    """Whether the derivative witness can run for fn (forward mode compiles it),
+    asked without leaving the tangent code in the disk cache: `show` stores
+    exactly the pair it shows."""
+    from .witness import forward_mode_gap
+    saved = os.environ.get("S2SGRAD_CACHE")
+    os.environ["S2SGRAD_CACHE"] = "0"
+    try:
+        return forward_mode_gap(fn, wrt)
+    finally:
+        if saved is None:
+            del os.environ["S2SGRAD_CACHE"]
+        else:
+            os.environ["S2SGRAD_CACHE"] = saved
+
+
 def cmd_check(args) -> int:
     from .check import check_gradient
     fn = load_target(args.target)
@@ -328,18 +348,20 @@ def cmd_cache_clear(args) -> int:
     path = cache.directory()
     try:
         removed = cache.clear(path)
-        modules = cache.clear_numba(path)
+        numba = cache.clear_numba(path) if not removed["refused"] else \
+            {"modules": 0, "files": 0, "left": []}
     except OSError as exc:
         raise CliError(f"cannot clear {path}: {exc.strerror or exc}") from None
     n = removed["entries"]
     parts = [f"{n} entr{'y' if n == 1 else 'ies'}"]
     for count, what in ((removed["temporary"], "temporary file"),
-                        (removed["other"], "other file"), (modules, "numba module")):
+                        (removed["other"], "other file"), (numba["modules"], "numba module"),
+                        (numba["files"], "other numba file")):
         if count:
             parts.append(f"{count} {what}{'' if count == 1 else 's'}")
     listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     print(f"removed {listed} from {path}")
-    for other, why in removed["left"]:
+    for other, why in removed["left"] + numba["left"]:
         print(f"left {other}: {why}")
     return 0
 
@@ -456,12 +478,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_FORMATTER)
     info.set_defaults(func=cmd_cache_info)
     clear = cache_sub.add_parser(
-        "clear", help="delete every entry (and the numba modules of jit=True)",
+        "clear", help="delete what s2sgrad wrote: entries, temporary files, jit=True's numba "
+                      "modules (and say what it left)",
         description="Delete every cache entry, temporary files of interrupted writes, "
                     "whatever else sits at an entry path (links and FIFOs are unlinked, "
-                    "never followed; a directory only if it is empty and yours) and the "
-                    "numba/ subdirectory where jit=True keeps its modules (other files in "
-                    "the directory are left alone).",
+                    "never followed; a directory only if it is empty and yours) and, in the "
+                    "numba/ subdirectory s2sgrad made (its marker file is in it), the modules "
+                    "jit=True wrote and numba's machine code of them. Anything else is left, "
+                    "and listed; nothing is removed in a directory s2sgrad refuses to use "
+                    "(others can write it or the path to it).",
         epilog="example:\n  s2sgrad cache clear", formatter_class=_FORMATTER)
     clear.set_defaults(func=cmd_cache_clear)
     cache.set_defaults(func=None, parser=cache)

@@ -11,6 +11,8 @@ import textwrap
 import types
 from typing import Callable, List, Optional, Tuple
 
+from .errors import TransformError
+
 
 def unwrap(fn: Callable) -> Callable:
     """Peel decorators that keep `__wrapped__` (ours and functools.wraps)."""
@@ -33,11 +35,37 @@ def opaque_decorator(fn: Callable) -> Optional[types.FunctionType]:
     while hasattr(fn, "__wrapped__") and id(fn) not in seen:
         seen.add(id(fn))
         inner = fn.__wrapped__
-        if not (getattr(fn, "__s2sgrad__", False) or _is_cache(fn) or
+        if not (getattr(fn, "__s2sgrad__", False) or _is_cache(fn) or _is_library(fn) or
                 _forwards(fn, inner)):
             return fn
         fn = inner
     return None
+
+
+def refuse_opaque_decorators(fn: Callable) -> None:
+    """Raise TransformError where fn is wrapped by a decorator that may compute
+    (opaque_decorator): unwrapping it would differentiate other code than runs."""
+    wrapper = opaque_decorator(fn)
+    if wrapper is None:
+        return
+    code = getattr(wrapper, "__code__", None)
+    where = f"{code.co_name} at {code.co_filename}:{code.co_firstlineno}" if code else \
+        type(wrapper).__qualname__
+    raise TransformError(
+        f"{getattr(fn, '__qualname__', fn)} is wrapped by a decorator whose code "
+        f"({where}) may compute something else than the function it wraps: s2sgrad "
+        f"would differentiate the inner function and drop what the wrapper does",
+        code.co_filename if code else None, code.co_firstlineno if code else None,
+        hint="Differentiate a function that calls the decorated one's undecorated "
+             "code (f.__wrapped__) and does the wrapper's arithmetic itself, or "
+             "drop the decorator.")
+
+
+def _is_library(fn) -> bool:
+    """NumPy's and SciPy's own wrappers (array-function dispatchers): the rules
+    describe what they compute."""
+    module = getattr(fn, "__module__", None) or type(fn).__module__ or ""
+    return module.split(".")[0] in ("numpy", "scipy")
 
 
 def _is_cache(fn) -> bool:

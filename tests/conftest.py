@@ -21,6 +21,11 @@ _CACHE_DIR = tempfile.mkdtemp(prefix="s2sgrad-test-cache-")
 os.environ["S2SGRAD_CACHE_DIR"] = _CACHE_DIR
 atexit.register(shutil.rmtree, _CACHE_DIR, True)
 
+# The self-checks (s2sgrad.witness) run on every call of the suite's gradients, not
+# only on the first per kind of arguments; tests that count compiles or cache
+# entries turn them off (the derivative witness compiles the tangent code too).
+os.environ.setdefault("S2SGRAD_WITNESS", "always")
+
 # jit=True compiles at the first call, so that a test's first call runs the compiled
 # code; tests/test_jit_worker.py turns the default (a worker process) back on.
 os.environ["S2SGRAD_JIT_BACKGROUND"] = "0"
@@ -135,6 +140,17 @@ def rng():
 _COUNTS_COMPILES = ("tests/test_cache.py", "tests/test_cache_reload.py",
                     "tests/test_cache_trust.py",
                     "test_hvp_is_forward_over_reverse_and_vhp_reverse_over_reverse")
+
+
+@pytest.fixture(autouse=True)
+def _witness_off_where_compiles_are_counted(request, monkeypatch):
+    if any(part in request.node.nodeid for part in _COUNTS_COMPILES + _COUNTS_ENTRIES):
+        monkeypatch.setenv("S2SGRAD_WITNESS", "off")
+
+
+# Tests of the command line that count what `s2sgrad check` or `show` leave on disk.
+_COUNTS_ENTRIES = ("tests/test_cli.py::test_cache_info",
+                   "tests/test_cli.py::test_show_is_served_from_the_disk_cache")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -5,6 +5,8 @@
     python tests/fuzz.py --seed 1 --index 17 --verbose      # one program, with its source
     python tests/fuzz.py --check prog.py                    # a kept program, on its kept inputs
     python tests/fuzz.py --reduce prog.py                   # shrink a kept failing program
+    python tests/fuzz.py --n 30 --only fam_closure          # one program family alone
+    python tests/fuzz.py --n 30 --only fam_closure --mutate closure   # ... made wrong
 
 Each program is a real module file (s2sgrad reads source through `inspect`) with
 one entry function `f(...)` of 1-3 float64 arguments (shapes (3,), (4,), (2, 3),
@@ -26,6 +28,18 @@ and classifies the program as pass / wrong / refused (TransformError, or a
 NotImplementedError with a message) / crashed (any other exception from
 s2sgrad) / timeout, or nonsmooth when every draw of inputs sat next to a branch
 or kink (finite differences at two step sizes disagree there).
+
+Besides this construct generator ("classic"), program families
+(tests/fuzz_families.py, the fam_* weights of FEATURES) write whole programs of one
+shape each: structured parameters (nested lists, tuples, dicts, namedtuples with int,
+None and bool leaves, whose gradient is None), comprehensions and generator
+expressions, calls whose tuple targets are their own arguments, closures and lambdas,
+Functions with several outputs, decorators and functools.partial, and derivatives of
+derivatives. Which generator writes program `index` is drawn from a random stream of
+its own; `--only NAME,...` runs some families alone, `--disable NAME` turns one off. A
+program may name in FUZZ_ALSO functions of f's signature to be checked like f (a higher
+order family checks the first gradient that its f differentiates again).
+`--mutate` also takes a mechanism of a family (fuzz_families.PATCHES) made 1% wrong.
 
 The same --seed gives the same programs whatever --jobs is: program `index` is
 generated from random.Random(f"{seed}:{index}:{attempt}"). The last line printed
@@ -70,6 +84,11 @@ if _ROOT not in sys.path:
 
 import s2sgrad  # noqa: E402
 from s2sgrad.compiler import compile_function  # noqa: E402
+
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+import fuzz_families  # noqa: E402
+from fuzz_families import FAMILIES, FAMILY_FEATURES, PATCHES, FamilyMixin  # noqa: E402
 
 # --------------------------------------------------------------------------------------
 # The construct table: name -> weight. 0 switches a construct off.
@@ -158,11 +177,16 @@ FEATURES = {
     "namedtuple": 0.4,       # records Layer(W, b) (a namedtuple), read as r.W, r.b
     "derivative_call": 0.3,  # s2sgrad.grad(lambda ...)(e), functional.vjp/jvp/hvp(...,
                              # create_graph=True) inside the program, tuple inputs too
+    # program families (tests/fuzz_families.py): which generator writes a program.
+    # "classic" is the construct generator above; each fam_* writes programs of one
+    # shape (structured parameters, comprehensions, tuple targets, closures, Functions
+    # with several outputs, decorators and partials, higher order)
+    **FAMILY_FEATURES,
 }
 
 SHAPES = [(3,), (4,), (2, 3), ()]
 ARG_KINDS = [("v3", 3.0), ("m23", 1.5), ("v4", 1.5), ("float", 1.5), ("0d", 1.0)]
-KIND_SHAPE = {"v3": (3,), "v4": (4,), "m23": (2, 3), "float": (), "0d": ()}
+KIND_SHAPE = {"v3": (3,), "v4": (4,), "m23": (2, 3), "float": (), "0d": (), "v2": (2,)}
 GLOBAL_ARRAYS = {(2,): "G2", (3,): "G3", (4,): "G4", (2, 3): "G23"}
 GLOBALS_SRC = """\
 Layer = collections.namedtuple("Layer", ["W", "b"])
@@ -345,10 +369,14 @@ class Helper:
         self.default, self.kwonly, self.list_len = default, kwonly, list_len
 
 
-class ProgramGenerator:
+class ProgramGenerator(FamilyMixin):
     """Random programs over a small typed environment (every shape is known)."""
 
     MAX_DEPTH = 3
+    # what the families (FamilyMixin, tests/fuzz_families.py) build programs with
+    Var, ListVar, StructList, DictVar = Var, ListVar, StructList, DictVar
+    View = staticmethod(View)
+    CLASSES, GLOBALS_SRC, GLOBAL_ARRAYS = CLASSES, GLOBALS_SRC, GLOBAL_ARRAYS
 
     def __init__(self, rng: random.Random, weights: dict):
         self.rng = rng
@@ -2078,13 +2106,28 @@ class ProgramGenerator:
         return src.rstrip() + "\n", kinds
 
 
+def choose_family(seed, index, attempt, weights):
+    """Which generator writes this program: "classic" or a fam_* (a random stream of
+    its own, so that a classic program is the same whatever the families' weights)."""
+    names = ["classic"] + FAMILIES
+    ws = [max(0.0, float(weights.get(k, 0.0))) for k in names]
+    if sum(ws) <= 0:
+        raise SystemExit("every program family is off (see --list-features)")
+    rng = random.Random(f"{seed}:{index}:{attempt}:family")
+    return rng.choices(names, ws)[0]
+
+
 def generate(seed, index, attempt, weights):
     rng = random.Random(f"{seed}:{index}:{attempt}")
+    family = choose_family(seed, index, attempt, weights)
+    header = f"# s2sgrad fuzz program: seed={seed} index={index} attempt={attempt}\n"
     for _ in range(20):
         gen = ProgramGenerator(rng, weights)
         try:
-            src, kinds = gen.program(f"# s2sgrad fuzz program: seed={seed} index={index} "
-                                     f"attempt={attempt}\n")
+            if family == "classic":
+                src, kinds = gen.program(header)
+            else:
+                src, kinds = gen.family_program(family, header)
         except (GeneratorGiveUp, RecursionError):
             continue
         return src, kinds, sorted(gen.used)
@@ -2095,6 +2138,9 @@ def draw_inputs(kinds, seed, index, attempt, draw):
     rng = np.random.default_rng([abs(hash_int(seed)), index, attempt, draw])
     out = []
     for k in kinds:
+        if isinstance(k, tuple) and k[0] == "tree":  # a family's structure (any nesting)
+            out.append(fuzz_families.draw_tree(k[1], rng, Layer))
+            continue
         if isinstance(k, tuple):  # a structure: its () leaves are Python floats
             def leaf(shape):
                 v = rng.uniform(-1.0, 1.0, shape)
@@ -2133,6 +2179,8 @@ def _arg_source(a):
         return "(" + ", ".join(_arg_source(v) for v in a) + ("," if len(a) == 1 else "") + ")"
     if isinstance(a, list):
         return "[" + ", ".join(_arg_source(v) for v in a) + "]"
+    if a is None or isinstance(a, (bool, int)):
+        return repr(a)
     return args_source([a])[1:-1]
 
 
@@ -2216,9 +2264,24 @@ def finite_difference(fn, args, i, h):
                 new = list(leaves)
                 new[j] = v
                 return copy_tree(s2sgrad.tree_unflatten(treedef, new))
-            out.append(_fd_leaf(fn, args, i, h, leaf, at))
+            # int and bool leaves are constants: their gradient is None
+            out.append(None if not _float_leaf(leaf) else _fd_leaf(fn, args, i, h, leaf, at))
         return s2sgrad.tree_unflatten(treedef, out)
     return _fd_leaf(fn, args, i, h, x, lambda v: v)
+
+
+def _float_leaf(leaf):
+    return isinstance(leaf, float) or (isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f")
+
+
+def grad_like(a):
+    """The structure a gradient of `a` has: int and bool leaves become None."""
+    if not is_tree(a):
+        return a
+    leaves, treedef = s2sgrad.tree_flatten(a)
+    return s2sgrad.tree_unflatten(treedef, [v if _float_leaf(v) or
+                                            not isinstance(v, (bool, int, np.integer))
+                                            else None for v in leaves])
 
 
 def _fd_leaf(fn, args, i, h, x, at):
@@ -2368,9 +2431,9 @@ def evaluate(fn, args, param_names, only=None):
             if not close(out, value, 1e-9, 1e-12):
                 rec["problems"].append(f"{label} forward value {fmt(out)} != original "
                                        f"{fmt(value)}")
-            if shape_of(g) != shape_of(args[i]):
+            if shape_of(g) != shape_of(grad_like(args[i])):
                 rec["problems"].append(f"{label} gradient has shape {shape_of(g)}, argument "
-                                       f"has {shape_of(args[i])}")
+                                       f"has {shape_of(grad_like(args[i]))}")
             for j, (aj, bj) in enumerate(zip(a, base)):
                 if (isinstance(bj, np.ndarray) or is_tree(bj)) and \
                         not close(aj, bj, 1e-9, 1e-12):
@@ -2524,7 +2587,11 @@ MUTATIONS = {
 
 def apply_mutation(name):
     """Register the wrong rule in place of the right one, everywhere the right one is used
-    (the Python operator `*` shares np.multiply's rule object)."""
+    (the Python operator `*` shares np.multiply's rule object); or, for a name of
+    fuzz_families.PATCHES, make the mechanism a family relies on 1% wrong."""
+    if name in PATCHES:
+        PATCHES[name]()
+        return
     from s2sgrad.rules import registry
     func, params, grads = MUTATIONS[name]
     old = registry.lookup_function(func)
@@ -2547,11 +2614,36 @@ def load_module(path, modname):
     return module
 
 
-def plain_ok(fn, args):
+def also_checked(module):
+    """Functions a program asks to be checked like f, on the same arguments (FUZZ_ALSO:
+    the first derivative whose differences check f's second one)."""
+    names = getattr(module, "FUZZ_ALSO", ()) if module is not None else ()
+    return [(n, getattr(module, n)) for n in names if callable(getattr(module, n, None))]
+
+
+def evaluate_all(fn, args, param_names, module=None, only=None):
+    """evaluate() of f, then of the functions FUZZ_ALSO names (records named g: x)."""
+    records = evaluate(fn, args, param_names, only)
+    for name, other in also_checked(module):
+        for r in evaluate(other, args, param_names, only):
+            r["name"] = f"{name}: {r['name']}"
+            records.append(r)
+    return records
+
+
+def plain_ok(fn, args, module=None):
     """The generated program itself must run and give a modest finite scalar, and leave
     the module's arrays alone (a helper writing into a global it was passed would make
-    every call see different data: not a program to take derivatives of)."""
-    module_arrays = {k: v.copy() for k, v in fn.__globals__.items()
+    every call see different data: not a program to take derivatives of). With the
+    module, the functions FUZZ_ALSO names must, too."""
+    if module is not None:
+        return all(_plain_ok(g, args, module.__dict__)
+                   for g in [fn] + [g for _, g in also_checked(module)])
+    return _plain_ok(fn, args, getattr(fn, "__globals__", {}))
+
+
+def _plain_ok(fn, args, module_globals):
+    module_arrays = {k: v.copy() for k, v in module_globals.items()
                      if isinstance(v, np.ndarray)}
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
@@ -2560,9 +2652,9 @@ def plain_ok(fn, args):
         return False
     finally:
         changed = [k for k, v in module_arrays.items()
-                   if not np.array_equal(fn.__globals__.get(k), v)]
+                   if not np.array_equal(module_globals.get(k), v)]
         for k in changed:
-            fn.__globals__[k][...] = module_arrays[k]
+            module_globals[k][...] = module_arrays[k]
     if changed:
         return False
     if not isinstance(out, (float, np.floating, np.ndarray)) or \
@@ -2589,7 +2681,8 @@ def run_program(seed, index, workdir, weights, progress=None, draws=3, max_attem
             continue
         fn = module.f
         good_draws = [d for d in range(draws * 2)
-                      if plain_ok(fn, draw_inputs(kinds, seed, index, attempt, d))][:draws]
+                      if plain_ok(fn, draw_inputs(kinds, seed, index, attempt, d),
+                                  module)][:draws]
         if not good_draws:
             regenerated += 1
             sys.modules.pop(modname, None)
@@ -2602,7 +2695,7 @@ def run_program(seed, index, workdir, weights, progress=None, draws=3, max_attem
             args = draw_inputs(kinds, seed, index, attempt, d)
             if progress:
                 progress({"path": path, "args": args_source(args)})
-            records = evaluate(fn, args, names)
+            records = evaluate_all(fn, args, names, module)
             status = worst([r["status"] for r in records])
             result = {"status": status, "records": records, "args": args_source(args),
                       "draws": n_draw + 1}
@@ -2999,14 +3092,14 @@ def check_source(src, args, timeout=10.0, dead=None, only=None):
             raise
         except Exception:  # noqa: BLE001
             return "invalid", []
-        if not plain_ok(fn, args):
+        if not plain_ok(fn, args, module):
             return "invalid", []
         import inspect
         names = [p.name for p in inspect.signature(fn).parameters.values()
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if len(names) != len(args):
             return "invalid", []
-        records = evaluate(fn, copies(args), names, only)
+        records = evaluate_all(fn, copies(args), names, module, only)
         if dead is not None:
             dead.append(_dead_statements(src, fn, args, path))
         return worst([r["status"] for r in records]), records
@@ -3531,9 +3624,15 @@ def parse_args(argv=None):
     p.add_argument("--disable", type=str, default="",
                    help="constructs to switch off, comma-separated (see --list-features)")
     p.add_argument("--list-features", action="store_true")
-    p.add_argument("--mutate", nargs="?", const="tanh", choices=sorted(MUTATIONS),
-                   help="make one gradient rule 1%% wrong (default tanh): the fuzzer must "
-                        "report wrong > 0")
+    p.add_argument("--mutate", nargs="?", const="tanh",
+                   choices=sorted(MUTATIONS) + sorted(PATCHES),
+                   help="make one gradient rule 1%% wrong (default tanh), or one mechanism "
+                        "of a program family (item_cotangent, comprehension, tuple_call, "
+                        "closure, function_outputs, partial, second_order; see "
+                        "tests/fuzz_families.py): the fuzzer must report wrong > 0")
+    p.add_argument("--only", type=str, default="",
+                   help="program families to run alone, comma-separated (classic, "
+                        f"{', '.join(FAMILIES)}): the others' weights become 0")
     p.add_argument("--dask", action="store_true",
                    help="also compute every gradient on Dask arrays: it must equal NumPy's")
     p.add_argument("--check", metavar="FILE", help="run one kept program on its inputs")
@@ -3580,6 +3679,17 @@ def main(argv=None):
         reduce_many(files, opts.budget, max(1, opts.jobs))
         return 0
     weights = dict(FEATURES)
+    only = [s.strip() for s in opts.only.split(",") if s.strip()]
+    for name in only:
+        if name not in FAMILY_FEATURES:
+            raise SystemExit(f"unknown program family {name!r}: one of "
+                             f"{', '.join(FAMILY_FEATURES)}")
+    if only:
+        for name in FAMILY_FEATURES:
+            if name not in only:
+                weights[name] = 0.0
+            elif weights[name] <= 0:
+                weights[name] = 1.0
     for name in filter(None, (s.strip() for s in opts.disable.split(","))):
         if name not in weights:
             raise SystemExit(f"unknown construct {name!r}; see --list-features")

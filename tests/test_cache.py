@@ -102,7 +102,9 @@ def entries(path):
 
 
 def stray_files(path):
-    return [p for p in os.listdir(path) if not p.endswith(cache.SUFFIX)]
+    """Files that are not entries (the empty directory where writes are made is none)."""
+    return [p for p in os.listdir(path) if not p.endswith(cache.SUFFIX) and not
+            (p == cache.TMP_SUBDIR and not os.listdir(os.path.join(path, p)))]
 
 
 def only_entry(path):

@@ -219,7 +219,8 @@ def test_cache_info_and_clear(tmp_path):
     assert run("show", "examples/square.py:loss", env=env).returncode == 0
     info = run("cache", "info", env=env)
     assert "entries:   2" in info.stdout
-    size = sum(os.path.getsize(tmp_path / "c" / n) for n in os.listdir(tmp_path / "c"))
+    size = sum(os.path.getsize(tmp_path / "c" / n) for n in os.listdir(tmp_path / "c")
+               if n.endswith(".s2s"))
     assert f"({size} bytes)" in info.stdout or f"{size} bytes" in info.stdout
     clear = run("cache", "clear", env=env)
     assert clear.returncode == 0 and "removed 2 entries" in clear.stdout
@@ -260,20 +261,26 @@ def test_cache_info_reports_and_clear_removes_what_is_not_an_entry(tmp_path):
 
 def test_cache_clear_also_removes_the_jit_modules(tmp_path):
     """jit=True keeps numba modules (and numba's machine code beside them) in
-    <cache>/numba; `cache info` counts them and `cache clear` removes them."""
-    numba_dir = tmp_path / "c" / "numba"
-    (numba_dir / "__pycache__").mkdir(parents=True)
+    <cache>/numba, a directory s2sgrad marks as its own; `cache info` counts them
+    and `cache clear` removes them (and only them: see test_trust_round_two)."""
+    from s2sgrad import cache, trust
+    store = cache.DiskCache(str(tmp_path / "c"))
+    numba_dir = store.subdirectory(cache.NUMBA_SUBDIR)
+    assert numba_dir == str(tmp_path / "c" / "numba")
     for name in ("m_aaa.py", "m_bbb.py"):
-        (numba_dir / name).write_text("x = 1\n")
-    (numba_dir / "__pycache__" / "m_aaa.f-1.py311.nbi").write_bytes(b"index")
+        cache.write_sealed(numba_dir, name, trust.NUMBA_MODULE_MARKER, "x = 1\n")
+    os.mkdir(os.path.join(numba_dir, "__pycache__"), 0o700)
+    with open(os.path.join(numba_dir, "__pycache__", "m_aaa.f-1.py311.nbi"), "wb") as f:
+        f.write(b"index")
     env = {"S2SGRAD_CACHE_DIR": str(tmp_path / "c")}
     info = run("cache", "info", env=env)
     assert info.returncode == 0, info.stderr
     assert "numba:     2 compiled modules" in info.stdout
     clear = run("cache", "clear", env=env)
     assert clear.returncode == 0, clear.stderr
-    assert "removed 0 entries and 2 numba modules" in clear.stdout
-    assert not numba_dir.exists() and (tmp_path / "c").exists()
+    assert "removed 0 entries, 2 numba modules and 1 other numba file" in clear.stdout
+    assert "left" not in clear.stdout
+    assert not os.path.exists(numba_dir) and (tmp_path / "c").exists()
     assert "numba:" not in run("cache", "info", env=env).stdout
 
 
@@ -281,10 +288,11 @@ def test_cache_clear_does_not_follow_a_linked_numba_directory(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "m_keep.py").write_text("x = 1\n")
-    (tmp_path / "c").mkdir()
+    (tmp_path / "c").mkdir(mode=0o700)
     (tmp_path / "c" / "numba").symlink_to(elsewhere, target_is_directory=True)
     clear = run("cache", "clear", env={"S2SGRAD_CACHE_DIR": str(tmp_path / "c")})
-    assert clear.returncode == 0 and "numba" not in clear.stdout
+    assert clear.returncode == 0 and "removed 0 entries from" in clear.stdout
+    assert "numba: a symbolic link (never followed): not removed" in clear.stdout
     assert (elsewhere / "m_keep.py").exists()
 
 
@@ -302,7 +310,7 @@ def test_show_is_served_from_the_disk_cache(tmp_path):
     second = run("show", "examples/add_mul.py:loss", "--wrt", "0,1", env=env)
     assert first.returncode == second.returncode == 0
     assert first.stdout == second.stdout
-    assert len(os.listdir(tmp_path / "c")) == 1
+    assert len([n for n in os.listdir(tmp_path / "c") if n.endswith(".s2s")]) == 1
 
 
 def test_errors_are_one_message_and_exit_2(tmp_path):

@@ -234,6 +234,102 @@ def cached_square(x):
     return x * x
 
 
+G3 = np.array([0.3, -0.2, 0.5])
+G4 = np.array([0.1, 0.6, -0.3, 0.2])
+
+
+def restored_then_rebound(x, y):
+    acc = np.tanh(x @ G3 + G4) * 1.0
+    if np.sum(acc) > -10.0:
+        acc = acc + 0.3 * np.tanh(y @ G3 + G4)
+    acc[0] -= np.sum(acc)
+    acc = np.sqrt(1.0 + acc * np.tanh(y @ y) ** 2) / (1.0 + acc ** 2)
+    return np.sum(np.tanh(acc))
+
+
+def restored_in_a_loop(x, y):
+    s = 0.0
+    for t in [0.7, 3.0]:
+        out = np.tanh(x * t)
+        out[0] = np.sum(y)
+        s = s + np.sum(out ** 2)
+    return s
+
+
+def sum_of_a_list_in_a_dict(P, x):
+    return np.sum(P["head"]) * np.sum(x) + np.sum(np.append(P["head"], x) ** 2)
+
+
+def indexed_item_of_a_dict(P):
+    s = 0.0
+    for i in range(2):
+        s = s + np.sum(np.sin(P["enc"][i]) ** 2)
+    return s
+
+
+SLICER = np.s_
+
+
+def indexing_a_global_alias(x):
+    return np.sum(SLICER[x] ** 2)
+
+
+def sum_of_an_enumerated_comprehension(z):
+    return np.sum([np.sin(t) * k for k, t in enumerate(z)])
+
+
+def centred(y):
+    return np.sum(y - np.mean(y))
+
+
+class OneTupleVjp(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return np.cos(a)
+
+    @staticmethod
+    def vjp(ctx, g):
+        a, = ctx.saved_tensors
+        return g * -np.sin(a),          # a one-tuple, as torch allows
+
+
+def with_one_tuple_vjp(x):
+    return np.sum(OneTupleVjp.apply(x) * x)
+
+
+def _doubles_in_place(u):
+    u *= 2.0
+    return np.sum(u)
+
+
+@passes_through
+def _clean(u):
+    return np.sum(np.sin(u))
+
+
+@passes_through
+def _writer(u):
+    u *= 2.0
+    return np.sum(u)
+
+
+def calls_a_decorated_writer(x):
+    v = x * 1.0
+    return _clean(v) + _writer(v) + np.sum(v ** 2)
+
+
+def _scaled_helper(u, k=1.0):
+    return np.sum(np.tanh(u) * k)
+
+
+partial_of_a_decorated = functools.partial(scaled_by_a_decorator)
+
+
+def calls_a_partial_of_a_decorated_function(x):
+    return partial_of_a_decorated(x) + 1.0
+
+
 lambdas = (lambda x: 2.0 * x, lambda x: x ** 3)
 scaled, squared = lambda x: x * 6.0, lambda x: x * x * 3.0
 make_scaled = lambda k: (lambda x: k * x * x)  # noqa: E731
@@ -482,3 +578,94 @@ def test_decorators_that_only_forward_are_seen_through(m):
     x = np.array([0.5, -1.0])
     np.testing.assert_allclose(s2sgrad.grad(m.forwarded_by_a_decorator)(x), 2 * x)
     assert s2sgrad.grad(m.cached_square)(3.0) == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("name, shapes", [("restored_then_rebound", [(4, 3), (3,)]),
+                                          ("restored_then_rebound", [(2, 4, 3), (3,)]),
+                                          ("restored_in_a_loop", [(3,), (2,)]),
+                                          ("restored_in_a_loop", [(2, 3), (4,)])])
+def test_a_pullback_called_again_gives_the_same_gradient(m, name, shapes, rng):
+    """The adjoint restores overwritten items into its own copies of the forward's
+    arrays, also of one it gets back from a saved name or a stack: the forward's
+    stay as they were, so a second pullback is the first (the found programs gave
+    other numbers on the second call)."""
+    f = getattr(m, name)
+    args = _args(shapes, rng)
+    _, pullback = s2sgrad.vjp(f, *args, witness=False)
+    first = pullback(1.0)
+    for g, e in zip(pullback(1.0), first):
+        np.testing.assert_array_equal(g, e)
+    check_vjp(f, args)
+
+
+def test_a_list_inside_a_dict_read_by_numpy(m, rng):
+    """np.sum(P["head"]) and np.append(P["head"], x) on a list in a dict argument:
+    the array cotangent of the list is cut into its items (it crashed)."""
+    head = [rng.standard_normal(3), rng.standard_normal(3)]
+    x = rng.standard_normal(2)
+    got = s2sgrad.grad(m.sum_of_a_list_in_a_dict)({"head": head}, x)
+    expected = _numeric_structure_grad(
+        lambda items: m.sum_of_a_list_in_a_dict({"head": items}, x), head, list)
+    for g, e in zip(got["head"], expected):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7)
+    second = s2sgrad.grad(lambda P: np.sum(s2sgrad.grad(m.sum_of_a_list_in_a_dict)(P, x)
+                                           ["head"][0] ** 2))({"head": head})
+    def first(items):
+        return float(np.sum(s2sgrad.grad(m.sum_of_a_list_in_a_dict)({"head": items}, x)
+                            ["head"][0] ** 2))
+    for g, e in zip(second["head"], _numeric_structure_grad(first, head, list)):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_an_item_of_a_dict_indexed_by_a_loop_index_is_differentiated(m, rng):
+    enc = [rng.standard_normal(3), rng.standard_normal(3)]
+    got = s2sgrad.grad(m.indexed_item_of_a_dict)({"enc": enc})
+    expected = _numeric_structure_grad(lambda items: m.indexed_item_of_a_dict(
+        {"enc": items}), enc, list)
+    for g, e in zip(got["enc"], expected):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7)
+
+
+def test_indexing_a_global_object_alias_is_refused(m):
+    with pytest.raises(s2sgrad.TransformError, match="SLICER"):
+        s2sgrad.grad(m.indexing_a_global_alias)(np.ones(3))
+
+
+@pytest.mark.parametrize("shape", [(4,), (3, 2)])
+def test_a_comprehension_read_as_one_array(m, shape, rng):
+    check_vjp(m.sum_of_an_enumerated_comprehension, [rng.standard_normal(shape)])
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 4)])
+def test_a_gradient_that_cancels_to_zero_passes_the_witness(m, shape, rng):
+    y = rng.standard_normal(shape)
+    g = s2sgrad.grad(m.centred, witness="always")(y)
+    np.testing.assert_allclose(g, np.zeros(shape), atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_forward_mode_of_a_vjp_returning_a_one_tuple(m, shape, rng):
+    x = rng.standard_normal(shape)
+    v = rng.standard_normal(shape)
+    _, tangent = functional.jvp(m.with_one_tuple_vjp, x, v)
+    eps = 1e-6
+    f = m.with_one_tuple_vjp
+    assert float(tangent) == pytest.approx((f(x + eps * v) - f(x - eps * v)) / (2 * eps),
+                                           rel=1e-6)
+    check_vjp(f, [np.atleast_1d(x)])
+
+
+def test_a_decorated_helper_writing_into_its_argument_is_refused(m):
+    """Its write facts are its own, not those of another function the same
+    decorator wraps (they were cached by the shared wrapper's code)."""
+    x = np.array([0.3, -0.2, 0.5])
+    assert m._clean(x) == pytest.approx(np.sum(np.sin(x)))   # (the clean one is analysed)
+    with pytest.raises(s2sgrad.TransformError, match="_writer writes into its parameter"):
+        s2sgrad.grad(m.calls_a_decorated_writer)(x)
+
+
+def test_a_partial_of_a_computing_decorator_is_refused(m):
+    with pytest.raises(s2sgrad.TransformError, match="wrapped by a decorator"):
+        s2sgrad.grad(m.partial_of_a_decorated)(np.ones(3))
+    with pytest.raises(s2sgrad.TransformError, match="wrapped by a decorator"):
+        s2sgrad.grad(m.calls_a_partial_of_a_decorated_function)(np.ones(3))

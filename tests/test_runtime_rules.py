@@ -11,11 +11,27 @@ from s2sgrad.runtime import (unbroadcast as ub, expand_reduced as er, transpose_
                              dot_grad_a as dga, dot_grad_b as dgb, copy_adjoint as ca,
                              none_to_zero as nz, unbroadcast_matmul as ubm,
                              broadcast_like as bl)
+from s2sgrad.runtime.reverse import items_like as il, items_joined as ij
+from s2sgrad.runtime.tangent import like_returned as lr, unlike_returned as ul
 from s2sgrad.runtime.inplace import (copy_value as cv, snapshot as sn, add as ad,
                                      copy_item as ci, scatter_add as sa, with_zeroed as wz,
                                      with_item as wi, push, last, drop_last,
                                      written_grad as wg, last_grad as lg)
 
+
+def f_items_like(c, x):
+    parts = il(c * c, [x, 2.0 * x])
+    return parts[0] * np.sin(parts[1]) * x
+
+def f_items_joined(a, b, c):
+    return ij([a * a, b * a], c) * c
+
+def f_like_returned(t, x):
+    r = lr(t * t, (x,))
+    return r[0] * x
+
+def f_unlike_returned(c, x):
+    return ul((c * c,), (x,)) * x
 
 def f_unbroadcast(x, like):
     return ub(x * x, like) * 2.0
@@ -136,6 +152,14 @@ CASES = [
     ("f_last_grad", [(3,), (3,)], [0, 1], ["_s2s_last_grad"]),
     ("f_last_grad", [(2, 2), (2, 2)], [0, 1], []),
     ("f_lists", [(2, 2), (2, 2)], [0, 1], []),
+    ("f_items_like", [(2, 3), (3,)], [0, 1], ["_s2s_items_like"]),
+    ("f_items_like", [(2, 2), (2,)], [0, 1], []),
+    ("f_items_joined", [(3,), (3,), (2, 3)], [0, 1, 2], ["_s2s_items_joined"]),
+    ("f_items_joined", [(), (), (2,)], [0, 1, 2], []),
+    ("f_like_returned", [(3,), (3,)], [0, 1], ["_s2s_like_returned"]),
+    ("f_like_returned", [(2, 2), (2, 2)], [0, 1], []),
+    ("f_unlike_returned", [(3,), (3,)], [0, 1], ["_s2s_unlike_returned"]),
+    ("f_unlike_returned", [(), ()], [0, 1], []),
 ]
 
 

@@ -44,12 +44,16 @@ import threading
 import time
 import types
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import cache as disk_cache
+from .. import trust
 from ..arguments import seed as seed_of
+from ..trust import comment_safe
 from . import jit_policy
 from . import numba_rewrite as rw
 from .numba_worker import summary
@@ -66,6 +70,25 @@ _LOCK = threading.RLock()
 _NUMBA: List[Any] = []          # [numba module] once imported, [None] if unavailable
 _WORKERS: List[Tuple["JitFunction", "Variant"]] = []   # variants compiling in a worker
 _MAX_WORKERS = max(2, os.cpu_count() or 2)   # each is a Python with numba (150 MB)
+_INSTANCES: "weakref.WeakSet[JitFunction]" = weakref.WeakSet()   # for a forked child
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has only the thread that called fork: locks another thread
+    held are made anew (else the child's next jit call hangs), and the parent's
+    worker processes are not the child's to wait for (a variant they compiled
+    loads from numba's disk cache, or compiles again)."""
+    for lock in [_LOCK] + [state._lock for state in list(_INSTANCES)]:
+        if not lock._is_owned():
+            lock._at_fork_reinit()
+    for _, v in _WORKERS:
+        v.worker = None
+        v.sent.clear()
+    _WORKERS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def compiles_behind() -> bool:
@@ -175,6 +198,7 @@ class Variant:
     loops_limit: float = 0       # ... numba runs the loops given smaller arrays
     source: str = ""
     failed: Optional[str] = None
+    module: Optional[str] = None   # its module's file in the disk cache (rejections go beside)
 
     def functions(self, kind: str) -> list:
         """The numba functions a call of `kind` ("fused": grad, "vjp", "loops") runs."""
@@ -232,6 +256,7 @@ class JitFunction:
         self.outline: Optional[Tuple[Tuple[int, ...], float]] = None   # see _outline_facts
         self.split_calls: Optional[rw.Pair] = None                      # see _split_pair
         self._lock = threading.RLock()
+        _INSTANCES.add(self)
 
     # -- set-up ------------------------------------------------------------------
     def _prepare(self) -> None:
@@ -413,7 +438,7 @@ class JitFunction:
             ns = self._namespace(blas, residuals)
             ns, cache = _load_module(out_src.source, ns, self.pair.name,
                                      disk=not self.callees)
-            v.on_disk, v.blas = cache, blas
+            v.on_disk, v.blas, v.module = cache, blas, ns.get("__file__") if cache else None
             jit = functools.partial(numba_module().njit, cache=cache)
             if need == "fused":
                 v.fused = jit(ns[out_src.names["fused"]])
@@ -421,7 +446,7 @@ class JitFunction:
                 v.value = jit(ns[out_src.names["value"]])
                 v.pullback = jit(ns[out_src.names["fused_cot"]])
             v.source = (v.source + "\n\n" + out_src.source).strip() + "\n"
-        except rw.Unsupported as exc:
+        except (rw.Unsupported, RecordedRejection) as exc:
             v.failed = str(exc)
             self._warn(v.failed)
         except Exception as exc:  # noqa: BLE001 - a bug of the rewrite: NumPy, and say so
@@ -473,7 +498,12 @@ class JitFunction:
         try:
             ns, cache = _load_module(numba_src, self._namespace(blas, residuals),
                                      pair.name, disk=True)
+            v.module = ns.get("__file__") if cache else None
             v.loops = functools.partial(numba_module().njit, cache=cache)(ns[loops.name])
+        except RecordedRejection as exc:
+            v.failed = str(exc)
+            self._warn(v.failed)
+            return
         except Exception as exc:  # noqa: BLE001
             v.failed = f"numba could not take its loops: {first_line(exc)}"
             self._warn(v.failed)
@@ -574,11 +604,14 @@ class JitFunction:
             finally:
                 self._building = False
 
-    def fail(self, args: tuple, live: tuple, exc: BaseException) -> None:
-        """numba could not compile this type signature: NumPy from now on, one warning."""
-        v = self.variants.get(_variant_key(args, live, "fused"))
+    def fail(self, args: tuple, live: tuple, exc: BaseException,
+             v: Optional[Variant] = None) -> None:
+        """numba could not compile this type signature: NumPy from now on, one warning
+        (and in later processes too: the rejection is recorded beside the module)."""
+        v = v or self.variants.get(_variant_key(args, live, "fused"))
         if v is not None:
             v.failed = first_line(exc)
+            _record_rejection(v)
         self._warn(first_line(exc))
 
     # -- the entry points the API calls ---------------------------------------
@@ -677,6 +710,7 @@ class JitFunction:
         except Exception as exc:  # noqa: BLE001 - the NumPy backend decides
             if runner.compiled and _is_numba_error(exc):
                 v.failed = first_line(exc)
+                _record_rejection(v)
                 self._warn(v.failed)
                 return self._numpy_value_and_grad(args, kwargs)
             # The user's error as the NumPy backend raises it (the host runs the
@@ -723,6 +757,7 @@ class JitFunction:
             status, why = worker.outcome()
             if status == "rejected":
                 v.failed = why
+                _record_rejection(v)
                 self._warn(why)
                 return True
         if not kind or kind in v.sent or not compiles_behind():
@@ -766,7 +801,8 @@ class JitFunction:
             signature = tuple(numba.typeof(a) for a in tuple(call) + tuple(live))
             job = Job(path, first.__module__, v.blas,
                       {name: c.__name__ for name, c in self.constants.items()},
-                      [(first.__name__, signature)])
+                      [(first.__name__, signature)],
+                      module.__dict__.get("__s2sgrad_sha256__", ""))
             if kind == "vjp":
                 out, _ = self.compiled.forward(*_copies(call))
                 cotangent = _unit_cotangent(out)
@@ -895,7 +931,7 @@ class JitFunction:
             out = v.value(*call, *live)
         except Exception as exc:  # noqa: BLE001
             if _is_numba_error(exc):
-                self.fail(call, live, exc)
+                self.fail(call, live, exc, v)
             else:
                 self.compiled.forward(*args)      # the user's error, if any
                 self._warn(f"the compiled forward raised {first_line(exc)} where NumPy "
@@ -930,7 +966,7 @@ class JitFunction:
                     return grads
                 except Exception as exc:  # noqa: BLE001
                     if _is_numba_error(exc):
-                        self.fail(call, live, exc)
+                        self.fail(call, live, exc, v)
                     else:
                         _, residuals = self.compiled.forward(*call)
                         result = self.compiled.adjoint(residuals, cot)   # NumPy's error?
@@ -967,21 +1003,30 @@ def _cache_dir() -> Optional[str]:
     or S2SGRAD_JIT_CACHE=0; a cache directory or subdirectory that is not ours
     alone (another user's, writable by others, a link) is not used.
     """
-    from .. import cache as disk_cache
     if os.environ.get("S2SGRAD_JIT_CACHE", "1") == "0":
         return None
     store = disk_cache.current()
     return store.subdirectory(disk_cache.NUMBA_SUBDIR) if store is not None else None
 
 
+class RecordedRejection(Exception):
+    """numba rejected this code in an earlier process (recorded beside its module,
+    with numba's version): NumPy runs it at once, with the same warning."""
+
+
 def _load_module(source: str, ns: dict, name: str, disk: bool) -> Tuple[dict, bool]:
     """Execute the generated source; (its namespace, whether numba may cache it on disk).
 
     With a cache directory, the source is written to a file named by its hash
-    (with numba's and s2sgrad's versions and what its names are bound to) and
-    imported from there, so numba's `cache=True` keeps the machine code beside
-    it: a later process loads it instead of compiling. Otherwise the code is
-    exec'd from memory.
+    (with numba's and s2sgrad's versions and what its names are bound to), so
+    numba's `cache=True` keeps the machine code beside it: a later process
+    loads it instead of compiling. The file is checked like a cache entry
+    (a regular file of ours nobody else may write, s2sgrad's marker and
+    checksum) and must hold exactly this source, else it is written again;
+    what runs is always the text generated here, never the file's. numba's
+    machine code is used only from a `__pycache__` that passes the same checks.
+    Otherwise the code is exec'd from memory. RecordedRejection: numba rejected
+    it before.
     """
     import hashlib
     directory = _cache_dir() if disk else None
@@ -990,23 +1035,70 @@ def _load_module(source: str, ns: dict, name: str, disk: bool) -> Tuple[dict, bo
         bound = sorted((k, _describe(v)) for k, v in ns.items() if k != "__builtins__")
         digest = hashlib.sha256(repr((source, bound, numba.__version__, np.__version__,
                                       _backend_fingerprint())).encode()).hexdigest()[:40]
-        path = os.path.join(directory, f"m_{digest}.py")
+        stem = f"m_{digest}"
+        path = os.path.join(directory, stem + disk_cache.MODULE_SUFFIX)
+        rejected = _recorded_rejection(path)
+        if rejected is not None:
+            raise RecordedRejection(rejected)
+        body = f"# s2sgrad: numba code for {comment_safe(name)}; regenerated when missing\n" \
+            + source
         try:
-            if not os.path.exists(path):
-                tmp = f"{path}.{os.getpid()}.tmp"
-                with open(tmp, "w") as f:
-                    f.write(f"# s2sgrad: numba code for {name}; regenerated when missing\n")
-                    f.write(source)
-                os.chmod(tmp, 0o600)
-                os.replace(tmp, path)
+            if disk_cache.read_sealed(path, trust.NUMBA_MODULE_MARKER) != body:
+                disk_cache.write_sealed(directory, stem + disk_cache.MODULE_SUFFIX,
+                                        trust.NUMBA_MODULE_MARKER, body)
+            _private_pycache(directory)
             from .numba_worker import import_file
-            module = import_file(path, f"s2sgrad_jit_{digest}", ns)
-            return module.__dict__, True
-        except (OSError, ImportError, SyntaxError):
+            module = import_file(path, f"s2sgrad_jit_{digest}", ns,
+                                 trust.sealed_text(trust.NUMBA_MODULE_MARKER, body))
+            return module.__dict__, not trust.machine_code_problem(directory, stem)
+        except (OSError, SyntaxError):
             pass
     code = compile(source, f"<s2sgrad-numba {name}>", "exec")
     exec(code, ns)
     return ns, False
+
+
+def _private_pycache(directory: str) -> None:
+    """numba's machine code directory, made 0700 before numba makes it with the
+    umask's mode (it is then checked: see trust.machine_code_problem)."""
+    pycache = os.path.join(directory, "__pycache__")
+    try:
+        os.mkdir(pycache, 0o700)
+    except FileExistsError:
+        return
+    os.chmod(pycache, 0o700)
+
+
+def _rejection_path(module: str) -> str:
+    return module[:-len(disk_cache.MODULE_SUFFIX)] + disk_cache.REJECTION_SUFFIX
+
+
+def _recorded_rejection(module: str) -> Optional[str]:
+    """Why numba rejected the module at `module` in an earlier process, if that
+    was recorded with the numba version this process has."""
+    text = disk_cache.read_sealed(_rejection_path(module), trust.NUMBA_REJECTION_MARKER)
+    if text is None:
+        return None
+    version, _, why = text.partition("\n")
+    numba = numba_module()
+    if numba is None or version != f"numba {numba.__version__}" or not why.strip():
+        return None
+    return why.strip()
+
+
+def _record_rejection(v: "Variant") -> None:
+    """Record beside v's module that numba rejected it (and why, with numba's
+    version): later processes skip the compile that fails (seconds each)."""
+    numba = numba_module()
+    if v.module is None or v.failed is None or numba is None:
+        return
+    try:
+        disk_cache.write_sealed(os.path.dirname(v.module),
+                                os.path.basename(_rejection_path(v.module)),
+                                trust.NUMBA_REJECTION_MARKER,
+                                f"numba {numba.__version__}\n{v.failed}\n")
+    except OSError:
+        pass
 
 
 _FINGERPRINT: List[str] = []

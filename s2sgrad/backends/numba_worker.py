@@ -17,7 +17,8 @@ compiler rejects the code.
 """
 from __future__ import annotations
 
-import importlib.util
+import hashlib
+import importlib
 import json
 import os
 import pickle
@@ -41,24 +42,54 @@ class Job:
     blas: bool
     modules: Dict[str, str]                      # name in the code -> module imported
     signatures: List[Tuple[str, Any]] = field(default_factory=list)   # (function, numba sig)
+    sha256: str = ""                             # of the file the calling process wrote
 
 
-def import_file(path: str, module_name: str, names: dict) -> types.ModuleType:
-    """Import a generated module file with `names` bound before its code runs (numba's
-    cache finds its functions through sys.modules)."""
+def import_file(path: str, module_name: str, names: dict, text: str) -> types.ModuleType:
+    """Run `text`, the content the generated module file at `path` was checked to
+    have, as that module, with `names` bound before its code runs (numba's cache
+    finds its functions through sys.modules, and their file by the code's file
+    name). The file itself is never imported: Python would read it, or a .pyc
+    beside it, again after the check."""
     module = sys.modules.get(module_name)
     if module is not None:
         return module
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
+    code = compile(text, path, "exec")
+    module = types.ModuleType(module_name)
     module.__dict__.update(names)
+    module.__file__ = path
+    module.__dict__["__s2sgrad_sha256__"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(code, module.__dict__)
     except BaseException:
         sys.modules.pop(module_name, None)
         raise
     return module
+
+
+def checked_module_text(job: Job) -> str:
+    """The job's module file as the calling process wrote it, after the checks
+    every file of the cache passes (a regular file of ours nobody else may
+    write, not a link, s2sgrad's marker and checksum, the digest the calling
+    process sent) and with numba's machine code beside it checked too; else
+    RuntimeError (the worker then exits, and the calling process compiles the
+    code it generated itself)."""
+    # (here, not at the top: this file also runs as the worker's script, where the
+    # package is set up only after its top-level code)
+    from .. import trust
+    data, why = trust.read_checked(job.path)
+    if data is not None and hashlib.sha256(data).hexdigest() != job.sha256:
+        why = "its content is not what s2sgrad wrote"
+    if data is not None and not why and \
+            trust.unsealed_text(data, trust.NUMBA_MODULE_MARKER) is None:
+        why = "it has no valid s2sgrad marker and checksum"
+    if not why:
+        stem = os.path.splitext(os.path.basename(job.path))[0]
+        why = trust.machine_code_problem(os.path.dirname(job.path), stem)
+    if why:
+        raise RuntimeError(f"refusing the module {job.path}: {why}")
+    return data.decode("utf-8")
 
 
 def cached(dispatcher: Any, signature: tuple) -> bool:
@@ -159,7 +190,7 @@ def compile_job(job: Job) -> None:
     from .numba_helpers import namespace
     names = namespace(job.blas, {name: importlib.import_module(module)
                                  for name, module in job.modules.items()})
-    module = import_file(job.path, job.module_name, names)
+    module = import_file(job.path, job.module_name, names, checked_module_text(job))
     for function, signature in job.signatures:
         numba.njit(cache=True)(getattr(module, function)).compile(signature)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from . import higher, reentry
 from .bindings import all_hold, flat_bindings
 from .compiled import CompiledFunction
-from .driver import cache_key, cached, clear_cache, compile_function
+from .driver import cache_key, cached, clear_cache, compile_function, discard
 from .forward import CompiledJvp, compile_jvp, in_progress
 from .memory import memory_cache_size
 
@@ -22,4 +22,5 @@ reentry.install(derived=higher.derived, compile_pair=compile_function,
                 compile_tangent=compile_jvp, tangent_in_progress=in_progress)
 
 __all__ = ["CompiledFunction", "CompiledJvp", "all_hold", "cache_key", "cached", "clear_cache",
-           "compile_function", "compile_jvp", "flat_bindings", "higher", "memory_cache_size"]
+           "compile_function", "compile_jvp", "discard", "flat_bindings", "higher",
+           "memory_cache_size"]

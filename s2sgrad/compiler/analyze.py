@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import runtime
 from ..errors import error_at, guard_fields
+from ..introspect import unwrap
 from ..rules import registry
 from .facts import expr_facts
 from .names import name_nodes, stored_names, walk_values
@@ -701,7 +702,9 @@ def parameter_writes(fn) -> Optional[Dict[int, tuple]]:
     from .aliases import AliasFacts
     from .normalize import normalize
     from .parse import parse_function
-    key = getattr(fn, "__code__", fn)
+    # (The code of the function parsed, decorators peeled: a decorator's wrapper code
+    # is shared by every function it wraps.)
+    key = getattr(unwrap(fn), "__code__", fn)
     if key in _PARAMETER_WRITES:
         return _PARAMETER_WRITES[key]
     try:

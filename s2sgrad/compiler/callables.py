@@ -16,7 +16,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ..introspect import unwrap
+from ..introspect import refuse_opaque_decorators, unwrap
 from . import reentry
 
 
@@ -38,9 +38,29 @@ class BoundCall:
 
     def wrap(self, compiled, fn: Callable, wrt: Tuple[int, ...], attr: str):
         """A copy of func's compiled pair (or jvp) that the caller runs as `fn`'s."""
+        if attr == "jvp":
+            return dataclasses.replace(compiled, fn=fn, wrt=tuple(wrt),
+                                       params=compiled.params[len(self.args):],
+                                       jvp=self.bind_tangents(compiled.jvp, compiled.params,
+                                                              len(wrt)))
         return dataclasses.replace(compiled, fn=fn, wrt=tuple(wrt),
                                    params=compiled.params[len(self.args):],
-                                   **{attr: self.bind(getattr(compiled, attr))})
+                                   forward=self.bind(compiled.forward), witnessed=set())
+
+    def bind_tangents(self, run: Callable, params, count: int) -> Callable:
+        """A jvp `run(*args, *tangents)` with the bound values filled in: keywords of
+        func's positional parameters (`partial(f, x=1)`) go in their place, before
+        the tangents, where a keyword would clash with a tangent."""
+        def jvp(*values, **kwargs):
+            split = len(values) - count
+            args = list(self.args) + list(values[:split])
+            merged = {**self.kwargs, **kwargs}
+            for name in params[len(args):]:
+                if name not in merged:
+                    break
+                args.append(merged.pop(name))
+            return run(*args, *values[split:], **merged)
+        return jvp
 
 
 def bound_call(fn: Any) -> Optional[BoundCall]:
@@ -50,6 +70,7 @@ def bound_call(fn: Any) -> Optional[BoundCall]:
     kwargs: Dict[str, Any] = {}
     peeled = False
     for _ in range(32):   # partial(partial(obj.method, a), b): a few layers at most
+        refuse_opaque_decorators(fn)
         fn = unwrap(fn)
         if isinstance(fn, functools.partial):
             args = tuple(fn.args) + args
@@ -111,7 +132,7 @@ class PackedRest:
         def packed_adjoint(residuals, cotangent):
             return self.spread(inner_wrt, adjoint(residuals, cotangent), tuple(wrt))
         return dataclasses.replace(compiled, fn=fn, wrt=tuple(wrt), forward=packed_forward,
-                                   adjoint=packed_adjoint)
+                                   adjoint=packed_adjoint, witnessed=set())
 
     def wrap_jvp(self, compiled, fn: Callable, wrt: Tuple[int, ...], zero: Callable):
         """The packed tangent code run with arguments and tangents one by one

@@ -11,12 +11,12 @@ import os
 from typing import List, Optional, Sequence
 
 from astor.code_gen import SourceGenerator
-from astor.string_repr import pretty_string
 
+from ..trust import comment_safe
 from .loader import _remember_names
 from .marks import COMMENT_MARK
 from .names import clone, walk_values
-from .writer import SourceWriter, Unsupported, WrittenNames
+from .writer import SourceWriter, Unsupported, WrittenNames, comment_line, pretty_string
 
 # What astor's generator notes on the nodes it writes (their precedence, a
 # unary operand's operator).
@@ -59,13 +59,25 @@ def to_source(functions: Sequence[ast.FunctionDef], header: str = "") -> str:
 
 
 def _text(pieces: List[str], header: str) -> str:
+    """The pieces joined, as they are: never split into lines again (str.splitlines
+    would also split at U+2028, a form feed and the like, and where such a
+    character stood in a comment, the rest of the comment would become code).
+    The writers put a line boundary in no comment and no one-line string."""
     result = list(pieces)
     result.append("\n")
     if set(result[0]) == set("\n"):
         result[0] = ""
-    # Line by line, as the text is read back (splitlines also splits at \f etc.).
-    text = "\n".join(_one_line(result).splitlines()).rstrip() + "\n"
-    return (header + text) if header else text
+    text = _one_line(result).rstrip() + "\n"
+    return (_header_lines(header) + text) if header else text
+
+
+def _header_lines(header: str) -> str:
+    """The header comment, every line of it a comment that nothing in it (a file or
+    function name) can end."""
+    lines = header[:-1].split("\n") if header.endswith("\n") else header.split("\n")
+    return "".join("# " + comment_safe(line[2:] if line.startswith("# ") else
+                                       line[1:] if line.startswith("#") else line) + "\n"
+                   for line in lines)
 
 
 def _astor_pieces(functions: Sequence[ast.FunctionDef]) -> "_Generator":
@@ -118,7 +130,7 @@ class _Generator(SourceGenerator, WrittenNames):
         if isinstance(value, ast.Constant) and isinstance(value.value, str) and \
                 value.value.startswith(COMMENT_MARK):
             self.newline(node)
-            self.write(f"# {value.value[len(COMMENT_MARK):]}")
+            self.write(comment_line(value.value))
             return
         super().visit_Expr(node)
 

@@ -26,7 +26,7 @@ from .loader import Emitted, bind_late, compile_emitted, instantiate
 from .memory import LOCK, TANGENTS, cache_key
 from .normalize import normalize
 from .optimize import tidy
-from .pipeline import parse_for
+from .pipeline import deep_enough, parse_for
 from .tangent import _FunctionSite, _optimize, _Tangent, any_live, prune_zeros
 from .transform import fold_loop_items
 
@@ -161,7 +161,7 @@ def _inlined_classes(t) -> List[type]:
 
 def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> CompiledJvp:
     parsed = parse_for(fn, wrt)
-    with reporting_bugs(parsed.name, parsed):
+    with reporting_bugs(parsed.name, parsed), deep_enough(parsed):
         return _generate(fn, wrt, optimize_code, key, structure, demand, parsed)
 
 

@@ -14,6 +14,7 @@ import ast
 import itertools
 import linecache
 import math
+import os
 import threading
 import types
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ _NAMES: Dict[str, List[str]] = {}
 
 
 _NAMES_LOCK = threading.Lock()
+if hasattr(os, "register_at_fork"):   # a child forked while another thread held it
+    os.register_at_fork(after_in_child=_NAMES_LOCK._at_fork_reinit)
 
 
 _NAMES_KEPT = 64
@@ -214,8 +217,12 @@ def instantiate(factory_code: types.CodeType, closure_names: Sequence[str],
             fn = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
                                     fn.__defaults__, cells)
         out[name] = fn
-    linecache.cache[emitted.filename] = (len(emitted.source), None,
-                                         emitted.source.splitlines(True), emitted.filename)
+    # Lines as Python numbers them (at "\n" only; str.splitlines would also split at
+    # U+2028 and the like, and tracebacks would show the wrong lines).
+    lines = [line + "\n" for line in emitted.source.split("\n")]
+    if lines and lines[-1] == "\n":
+        lines.pop()
+    linecache.cache[emitted.filename] = (len(emitted.source), None, lines, emitted.filename)
     return out
 
 

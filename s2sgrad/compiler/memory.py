@@ -17,6 +17,9 @@ passes allocate and drop AST nodes by the hundred thousand, none of them in
 cycles (reference counting frees them), and every collection they trigger
 walks the user's objects too (a tenth of a compile's time, measured). It runs
 again, as it was, when the outermost compile ends.
+
+Fork: a child forked while another thread compiles gets a fresh lock and no
+compile in progress (`_after_fork_in_child`).
 """
 from __future__ import annotations
 
@@ -111,6 +114,30 @@ _COLLECTOR = _PausedCollector()
 PAIRS = PairCache()        # reverse-mode pairs (compiler.driver)
 TANGENTS = PairCache()     # forward-mode code (compiler.forward)
 LOCK = threading.RLock()   # held while either cache is read or filled
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has only the thread that called fork. A compile another
+    thread had in progress never finishes there: its LOCK would be held for
+    good (the child's next compile hangs), the garbage collector left paused,
+    and a half-made pair (already in the cache, so that recursion finds it)
+    served. So: a new lock, no compile in progress, the collector as it was
+    before, and the caches dropped (their pairs load again from disk)."""
+    if LOCK._is_owned():   # the forking thread itself is compiling: all is consistent
+        return
+    LOCK._at_fork_reinit()
+    if PAIRS.depth or TANGENTS.depth or _COLLECTOR.depth:
+        PAIRS.clear()
+        TANGENTS.clear()
+        PAIRS.depth = TANGENTS.depth = 0
+        if _COLLECTOR.depth:
+            _COLLECTOR.depth = 0
+            if _COLLECTOR.was_enabled:
+                gc.enable()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def cache_key(fn: Callable, wrt: Tuple[int, ...], options: tuple) -> tuple:

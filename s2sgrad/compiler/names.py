@@ -291,6 +291,34 @@ def walk_values(node: ast.AST) -> List[ast.AST]:
     return out
 
 
+def nesting(node: ast.AST) -> Tuple[int, ast.AST]:
+    """(how many levels deep the tree under `node` is nested, a deepest node), walked
+    level by level without recursion: the passes recurse a few frames per level,
+    and the caller makes room for that (`pipeline.deep_enough`)."""
+    level, depth, deepest = [node], 0, node
+    AST, table = ast.AST, _NAME_FIELDS
+    while level:
+        depth += 1
+        deepest = level[0]
+        below: List[ast.AST] = []
+        append = below.append
+        for n in level:
+            fields = table.get(n.__class__)
+            if fields is None:
+                fields = _name_fields(n.__class__)
+            d = n.__dict__
+            for field in fields:
+                value = d.get(field)
+                if value.__class__ is list:
+                    for item in value:
+                        if isinstance(item, AST):
+                            append(item)
+                elif isinstance(value, AST):
+                    append(value)
+        level = below
+    return depth, deepest
+
+
 def names_in(node: ast.AST) -> Set[str]:
     """Every identifier (Name nodes and argument names) appearing in `node`."""
     out: Set[str] = set()

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 from ..errors import TransformError
-from ..introspect import opaque_decorator, source_block, unwrap
+from ..introspect import refuse_opaque_decorators, source_block, unwrap
 from . import reentry
 from .names import copy_location, walk
+from .source_check import verify_source
 
 
 @dataclass
@@ -58,18 +59,7 @@ class ParsedFunction:
 
 def parse_function(fn: Callable) -> ParsedFunction:
     """Parse `fn`'s source into a FunctionDef whose positions are the user's."""
-    wrapper = opaque_decorator(fn)
-    if wrapper is not None:
-        code = wrapper.__code__
-        raise TransformError(
-            f"{getattr(fn, '__qualname__', fn)} is wrapped by a decorator whose code "
-            f"({code.co_name} at {code.co_filename}:{code.co_firstlineno}) may compute "
-            f"something else than the function it wraps: s2sgrad would differentiate "
-            f"the inner function and drop what the wrapper does",
-            code.co_filename, code.co_firstlineno,
-            hint="Differentiate a function that calls the decorated one's undecorated "
-                 "code (f.__wrapped__) and does the wrapper's arithmetic itself, or "
-                 "drop the decorator.")
+    refuse_opaque_decorators(fn)
     fn = unwrap(fn)
     fn = reentry.readable(fn)   # s2sgrad.grad(f) & co.: their code (second derivatives)
     if isinstance(fn, types.MethodType):
@@ -102,6 +92,7 @@ def parse_function(fn: Callable) -> ParsedFunction:
     if node is None:
         raise TransformError(f"cannot locate the source of {fn.__qualname__}",
                              filename, first)
+    verify_source(fn, node)   # the source parsed is the code that runs, or an error
     node = _as_function_def(node, code)
     closure = {}
     if fn.__closure__:

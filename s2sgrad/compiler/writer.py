@@ -21,8 +21,9 @@ import math
 from typing import Dict, List, Sequence
 
 from astor.op_util import Precedence, get_op_precedence, get_op_symbol
-from astor.string_repr import pretty_string
+from astor.string_repr import _properly_indented, string_triplequote_repr
 
+from ..trust import comment_safe
 from .marks import COMMENT_MARK
 
 P = Precedence   # astor's precedence of each kind of node and operator
@@ -174,7 +175,7 @@ class SourceWriter(WrittenNames):
         self.newline()
         if value.__class__ is ast.Constant and isinstance(value.value, str) and \
                 value.value.startswith(COMMENT_MARK):
-            self.write(f"# {value.value[len(COMMENT_MARK):]}")
+            self.write(comment_line(value.value))
             return
         self.expr(value, P.Expr)
 
@@ -425,6 +426,46 @@ class SourceWriter(WrittenNames):
         self.expr(node.orelse, P.IfExp)
         if not discard:
             self.write(")")
+
+
+def comment_line(marked: str) -> str:
+    """The `# text` line of a comment statement: the text (often a copy of the
+    user's source line) with every line boundary and control character escaped,
+    so that nothing in it can end the comment."""
+    return f"# {comment_safe(marked[len(COMMENT_MARK):])}"
+
+
+def pretty_string(s, embedded: int, current_line: str, uni_lit: bool = False,
+                  min_trip_str: int = 20, max_line: int = 100) -> str:
+    """A string literal as astor writes it (`astor.string_repr.pretty_string`: a
+    triple-quoted form for text of several lines, else repr), with two changes
+    so that no text of the user's can leave its string: text holding a character
+    that is not printable, other than a newline (a line boundary of
+    str.splitlines such as U+2028 or a form feed, a control or format character),
+    is written by repr, escaped on one line; and the triple-quoted form is
+    checked by reading it back with ast.literal_eval (astor evals it)."""
+    default = repr(s)
+    if not isinstance(s, str) or not s.replace("\n", "").isprintable():
+        return default
+    if current_line.strip():
+        len_current = len(current_line)
+        second_line_start = s.find("\n") + 1
+        if embedded > 1 and not second_line_start:
+            return default
+        if len(default) < min_trip_str:
+            return default
+        line_indent = len_current - len(current_line.lstrip())
+        if embedded and not second_line_start:
+            return default
+        if len_current + len(default) < max_line and not _properly_indented(s, line_indent):
+            return default
+    fancy = string_triplequote_repr(s)
+    try:
+        if ast.literal_eval(fancy) == s and "\r" not in fancy:
+            return fancy
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    return default
 
 
 def _number(value) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from .. import runtime
 from ..runtime import inplace as runtime_inplace
+from ..runtime import reverse as runtime_reverse
+from ..runtime import tangent as runtime_tangent
 from .registry import constructors, defvjp, nondiff
 
 # -- the reductions and broadcasting helpers the NumPy rules use ----------------
@@ -40,6 +42,15 @@ defvjp(runtime.copy_adjoint, "adjoint", adjoint="g", name="_s2s_copy_adjoint")
 defvjp(runtime_inplace.copy_value, "value", value="g", name="_s2s_copy_value")
 defvjp(runtime_inplace.snapshot, "value", value="g", name="_s2s_snapshot")
 defvjp(runtime.none_to_zero, "grad, like", grad="g", name="_s2s_none_to_zero")
+defvjp(runtime_tangent.like_returned, "tangent, returned",
+       tangent="unlike_returned(g, returned)", name="_s2s_like_returned")
+defvjp(runtime_tangent.unlike_returned, "cotangent, returned",
+       cotangent="like_returned(g, returned)", name="_s2s_unlike_returned")
+# A list's array cotangent cut into items, and back (each the other's transpose).
+defvjp(runtime_reverse.items_like, "cotangent, value", cotangent="items_joined(g, cotangent)",
+       name="_s2s_items_like")
+defvjp(runtime_reverse.items_joined, "items, cotangent", items="items_like(g, items)",
+       name="_s2s_items_joined")
 defvjp(runtime_inplace.add, "total, contribution", total="g", contribution="g",
        name="_s2s_add")
 defvjp(runtime_inplace.copy_item, "container, index",

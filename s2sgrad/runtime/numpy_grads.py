@@ -21,7 +21,7 @@ import numpy as np
 
 from .arrays import as_array, size_of
 from .registry import new_helper as _helper
-from .reverse import balanced_max_mask, safe_log
+from .reverse import balanced_max_mask, safe_log, split_as_items
 from .shapes import _normalize_axes, expand_reduced, reduced_count, sum_to_shape, unbroadcast
 from .shapes import swap_last_axes as _T
 
@@ -946,13 +946,6 @@ def array_grad(g, object, ans=None):  # noqa: A002 - NumPy's parameter name
         return split_as_items(g, object)
     return np.reshape(g, np.shape(object))
 
-
-def split_as_items(g, items):
-    """An array cut into the nested lists of `items` (np.array([[x, y]]) reads them
-    as one array): a list for each list or tuple, an array of each leaf's shape."""
-    if isinstance(items, (list, tuple)):
-        return [split_as_items(g[i], x) for i, x in enumerate(items)]
-    return np.reshape(g, np.shape(items))
 
 
 @_helper

@@ -154,6 +154,50 @@ def _is_basic_index(index) -> bool:
                and not isinstance(i, bool) for i in items)
 
 
+def split_as_items(g, items):
+    """An array cut into the nested lists of `items` (np.array([[x, y]]) or
+    np.sum(xs) read them as one array): a list for each list or tuple, an array of
+    each leaf's shape."""
+    if isinstance(items, (list, tuple)):
+        return [split_as_items(g[i], x) for i, x in enumerate(items)]
+    return np.reshape(g, np.shape(items))
+
+
+def join_items(g, items, out) -> None:
+    """The transpose of split_as_items: the nested cotangents g written into the
+    array out (an item that is a symbolic zero, 0.0 or None, stays zero)."""
+    if _symbolic_zero(g):
+        return
+    if isinstance(items, (list, tuple)):
+        for i, x in enumerate(items):
+            join_items(g[i], x, out[i, ...])
+        return
+    out[...] = np.reshape(g, np.shape(out))
+
+
+@helper
+def items_like(cotangent, value):
+    """A rule's cotangent of `value` in value's structure: a list or tuple that a
+    NumPy function read as one array (np.sum(xs), np.append(xs, v)) gets its array
+    cotangent cut into items, as the rest of the adjoint handles it; anything else
+    is left as it is."""
+    if isinstance(value, (list, tuple)) and isinstance(cotangent, np.ndarray) and \
+            cotangent.shape == np.shape(value):
+        return split_as_items(cotangent, value)
+    return cotangent
+
+
+@helper
+def items_joined(items, cotangent):
+    """The transpose of items_like in its cotangent: the items as one array again
+    (of the array cotangent's shape)."""
+    if not isinstance(items, (list, tuple)) or not isinstance(cotangent, np.ndarray):
+        return items   # (items_like left the cotangent as it was)
+    out = np.zeros(cotangent.shape, dtype=np.result_type(cotangent.dtype, np.float64))
+    join_items(items, items, out)
+    return out
+
+
 def add_items(total, contribution):
     """total + contribution, item by item where the adjoints are lists or tuples
     (the adjoint of a list of arrays is a list; `+` would concatenate)."""
@@ -172,7 +216,13 @@ def add_items(total, contribution):
             return total
         if not seq_total and _symbolic_zero(total):
             return list(contribution)
-        if not (seq_total and seq_contribution) or len(total) != len(contribution):
+        if seq_total and isinstance(contribution, np.ndarray) and \
+                contribution.shape[:1] == (len(total),):
+            contribution = split_as_items(contribution, total)   # (a NumPy rule's)
+        elif seq_contribution and isinstance(total, np.ndarray) and \
+                total.shape[:1] == (len(contribution),):
+            total = split_as_items(total, contribution)
+        elif not (seq_total and seq_contribution) or len(total) != len(contribution):
             from ..errors import InternalError
             raise InternalError(f"cotangents of different structures meet: "
                                 f"{type(total).__name__} and {type(contribution).__name__}")

@@ -35,6 +35,7 @@ import numpy as np
 from . import numpy_grads as nh
 from . import tangent as rt
 from .registry import new_helper as _helper
+from .reverse import join_items
 from .shapes import _normalize_axes, expand_reduced, sum_to_shape, unbroadcast
 from .shapes import swap_last_axes as _T
 
@@ -131,21 +132,9 @@ def array_grad_transpose(g, cot, object, ans=None):  # noqa: A002 - NumPy's para
     if isinstance(object, (list, tuple)):
         out = np.zeros((len(object),) + np.shape(object[0]) if object else (0,),
                        dtype=np.result_type(np.asarray(cot).dtype, np.float64))
-        _join_items(g, object, out)
+        join_items(g, object, out)
         return np.reshape(out, np.shape(cot))
     return np.reshape(g, np.shape(cot))
-
-
-def _join_items(g, items, out) -> None:
-    """The transpose of split_as_items: the nested cotangents g written into out
-    (an item that is a symbolic zero, 0.0 or None, stays zero)."""
-    if g is None or (type(g) in (int, float) and g == 0):
-        return
-    if isinstance(items, (list, tuple)):
-        for i, x in enumerate(items):
-            _join_items(g[i], x, out[i, ...])
-        return
-    out[...] = np.reshape(g, np.shape(out))
 
 
 @_helper

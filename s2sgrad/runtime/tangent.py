@@ -55,6 +55,23 @@ def zero_tangent(x: Any) -> Any:
 
 
 @_helper
+def like_returned(tangent, returned):
+    """The cotangent of a one-input vjp's result in the form it has: the tangent
+    itself, or a one-tuple of it where the vjp returned `(grad,)`."""
+    if isinstance(returned, (tuple, list)) and len(returned) == 1:
+        return (tangent,)
+    return tangent
+
+
+@_helper
+def unlike_returned(cotangent, returned):
+    """The transpose of like_returned: the item of a one-tuple, or the value."""
+    if isinstance(returned, (tuple, list)) and len(returned) == 1:
+        return cotangent[0]
+    return cotangent
+
+
+@_helper
 def none_to_zero_tangent(t, like):
     """A user's jvp may return None for "zero": make it the zero tangent of `like`."""
     return zero_tangent(like) if t is None else t

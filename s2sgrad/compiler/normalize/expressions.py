@@ -319,10 +319,11 @@ class ExpressionRules:
         """Indexing an object that is not a local, with values computed here: only a
         container's items (a global array, list, tuple, dict) are known to carry no
         gradient from the index; any other object's `[...]` may compute with it."""
-        if isinstance(base, ast.Name) and base.id in self.resolver.locals:
-            return
-        if not any(isinstance(n, ast.Name) and n.id in self.resolver.locals
-                   for n in ast.walk(index)):
+        def local(node) -> bool:   # a local or one of the normal form's temporaries
+            return isinstance(node, ast.Name) and (
+                node.id in self.resolver.locals or
+                (node.id in self.names.taken and not self.resolver.static(node)[0]))
+        if local(base) or not any(local(n) for n in ast.walk(index)):
             return
         ok, obj = self.resolver.static(base) if _dotted(base) else (False, None)
         if ok and isinstance(obj, _CONTAINERS):

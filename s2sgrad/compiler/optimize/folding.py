@@ -55,6 +55,50 @@ def _to_ast(value) -> Optional[ast.expr]:
 
 _FOLDABLE = frozenset((ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp))
 
+# Folding is bounded: an integer of more bits, or a string or tuple of more items,
+# than this is left for Python to compute when the code runs (`2 ** 20000 % 7`
+# folded would take time, memory, and a literal Python cannot print).
+FOLD_LIMIT = 4096
+
+
+def _bounded(node: ast.AST) -> bool:
+    """Whether evaluating this operation on constants makes a result of bounded
+    size, judged from the operands before anything is computed: the operations
+    that grow their result (`**`, `<<`, `*` of numbers or of a sequence by a
+    count) are folded only below FOLD_LIMIT."""
+    if node.__class__ is not ast.BinOp:
+        return True
+    op, a, b = node.op.__class__, _operand(node.left), _operand(node.right)
+    if op is ast.Pow and type(a) is int and type(b) is int and b > 0:
+        return max(a.bit_length(), 1) * b <= FOLD_LIMIT
+    if op is ast.LShift and type(a) is int and type(b) is int:
+        return a.bit_length() + b <= FOLD_LIMIT
+    if op is ast.Mult:
+        if type(a) is int and type(b) is int:
+            return a.bit_length() + b.bit_length() <= FOLD_LIMIT
+        for seq, count in ((a, b), (b, a)):
+            if isinstance(seq, (str, bytes, tuple)) and type(count) is int:
+                return len(seq) * max(count, 0) <= FOLD_LIMIT
+    return True
+
+
+def _operand(node: ast.AST):
+    """A constant operand's value; a tuple or list display as a tuple of its items."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    return tuple(node.elts) if isinstance(node, (ast.Tuple, ast.List)) else None
+
+
+def _small(value) -> bool:
+    """A folded value small enough to be written into the generated code."""
+    if type(value) is int:
+        return value.bit_length() <= FOLD_LIMIT
+    if isinstance(value, (str, bytes)):
+        return len(value) <= FOLD_LIMIT
+    if isinstance(value, tuple):
+        return len(value) <= FOLD_LIMIT and all(_small(v) for v in value)
+    return True
+
 
 # Nodes `_fold` returns as they are (no children, or none it folds).
 _FOLD_LEAVES = {ast.Name, ast.Constant, *SHARED_LEAVES}
@@ -91,13 +135,13 @@ def _fold_here(node: ast.AST) -> ast.AST:
     """What a rule of folding makes of node, with the children it has now: a
     constant, one of its children, or node itself (nothing is changed in place)."""
     cls = node.__class__
-    if cls in _FOLDABLE and _evaluable(node):
+    if cls in _FOLDABLE and _evaluable(node) and _bounded(node):
         try:
             value = eval(compile(ast.Expression(body=ast.fix_missing_locations(
                 clone(node))), "<fold>", "eval"), {"__builtins__": {}})
         except Exception:  # noqa: BLE001 - folding is best effort
             return node
-        new = _to_ast(value)
+        new = _to_ast(value) if _small(value) else None
         return node if new is None else copy_location(new, node)
     if cls is ast.Call:
         func = node.func

@@ -108,6 +108,15 @@ def private_copies(t: Transformed) -> None:
                          value=ast.Call(func=name_node("_s2s_copy_value"),
                                         args=[name_node(n)], keywords=[]),
                          type_comment=None) for n in names]
+    # A variable the adjoint restores items into, given back an earlier value (one
+    # popped from a stack, or a saved name: `acc = acc_prev`): that is the forward's
+    # array, which later pullbacks read again, so the adjoint takes a copy of it too.
+    restored = {t.marks.of(s).restore_item for s in _walk_statements(t.adjoint.body)}
+    for s in _walk_statements(t.adjoint.body):
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and s.targets[0].id in restored and \
+                (isinstance(s.value, ast.Name) or _popped_stack(s, t.marks) is not None):
+            s.value = ast.Call(func=name_node("_s2s_copy_value"), args=[s.value], keywords=[])
     t.adjoint.body[:0] = copies
 
 

@@ -220,10 +220,14 @@ class CallTangents:
         zeros = [_helper("zero_tangent", _name(o)) for o in outs]
         slot_args = [_name(v) for v in saved] + [_name(slots[k]) for k in sorted(slots)]
         call_fwd = ast.Call(func=_name(fwd), args=zeros + slot_args, keywords=[])
-        out.append(_assign(ast.Tuple(elts=[_name("_", True), _name(res, True)],
-                                     ctx=ast.Store()), call_fwd))
         n_in = len(site.arg_atoms)
-        cot = tangents[0] if n_in == 1 else ast.Tuple(elts=list(tangents), ctx=ast.Load())
+        grads = self.names.fresh(f"{cls.__name__}_grads")
+        out.append(_assign(ast.Tuple(elts=[_name(grads if n_in == 1 else "_", True),
+                                           _name(res, True)], ctx=ast.Store()), call_fwd))
+        # One input: the vjp returns its gradient bare or as a one-tuple (torch
+        # allows both); the cotangent of what it returned has that form.
+        cot = _helper("like_returned", tangents[0], _name(grads)) if n_in == 1 else \
+            ast.Tuple(elts=list(tangents), ctx=ast.Load())
         result = ast.Call(func=_name(adj), args=[_name(res), cot], keywords=[])
         out += self._assign_results(cls, "vjp", result, outs, targets, never_none=True)
         return out

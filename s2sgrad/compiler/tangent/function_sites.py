@@ -165,7 +165,10 @@ def vjp_as_function(cls, slots: Dict[str, str], saved: List[str], needs, n_out: 
     so that reverse mode can differentiate it with respect to its cotangents: the vjp
     is linear in them, and the VJP of that linear map is the JVP (double-vjp)."""
     vjp_fn = cls.vjp_method()
-    key = (cls, tuple(sorted(slots)), len(saved), tuple(needs), n_out)
+    # (the method itself and its code are part of the key: a vjp replaced on the
+    # class, or edited and reloaded, is another function)
+    key = (cls, vjp_fn, getattr(vjp_fn, "__code__", None), tuple(sorted(slots)), len(saved),
+           tuple(needs), n_out)
     hit = _VJP_FUNCTIONS.get(key)
     if hit is not None:
         return hit

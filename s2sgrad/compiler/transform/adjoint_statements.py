@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ...errors import InternalError
 from ...rules import registry
@@ -95,7 +95,10 @@ class AdjointStatements:
         if kind == "copy":
             src = op.diff_inputs[0]
             if src in self.act.active:
-                self.accumulate(src, _name(self.bar_of(op.outputs[0])), out)
+                g: ast.expr = _name(self.bar_of(op.outputs[0]))
+                if src in self.nf.lists and op.outputs[0] not in self.nf.lists:
+                    g = helper_call("items_like", g, _name(src))   # (see rule_contribution)
+                self.accumulate(src, g, out)
             return
         g_name = self.bar_of(op.outputs[0]) if op.outputs else None
         if kind == "pack":
@@ -308,6 +311,10 @@ class AdjointStatements:
         rule = op.rule
         wanted: Dict[str, str] = {}
         targets: List[Tuple[str, str]] = []
+        # Parts for a list built here that the rule read as an array (np.sum(xs)):
+        # cut into its items at run time, since the adjoint pops its cotangent's
+        # items. (Elsewhere add_items and the API cut an array where a list meets it.)
+        read_as_array: Set[str] = set()
         for param in rule.differentiable():
             atom = op.bound.get(param)
             if atom is None:
@@ -326,6 +333,8 @@ class AdjointStatements:
             if var is not None and var in self.act.active:
                 wanted[param] = self.names.fresh(f"{var}_bar_part")
                 targets.append((var, wanted[param]))
+                if param not in rule.sequence and var in self.nf.lists:
+                    read_as_array.add(wanted[param])
         if not wanted:
             for v in reset:
                 self.reset(self.bar_of(v))
@@ -354,17 +363,25 @@ class AdjointStatements:
                 rule, op.bound, g, ans, {k: wanted[k] for k in late_keys}, s), s)]
             for var, part in targets:
                 if var in late and part in {wanted[k] for k in late_keys}:
-                    self.accumulate(var, _name(part), later)
+                    self.accumulate(var, self.structured(part, var, read_as_array), later)
             out.append(ast.If(test=clone(ctx[0]), body=later, orelse=[]))
             for var, part in targets:
                 if not (var in late and part in {wanted[k] for k in late_keys}):
-                    self.accumulate(var, _name(part), out)
+                    self.accumulate(var, self.structured(part, var, read_as_array), out)
             return
         out.append(self.rule_placeholder(rule, op.bound, g, ans, wanted, s))
         for v in reset:
             self.reset(self.bar_of(v))
         for var, part in targets:
-            self.accumulate(var, _name(part), out)
+            self.accumulate(var, self.structured(part, var, read_as_array), out)
+
+    @staticmethod
+    def structured(part: str, var: str, read_as_array: Set[str]) -> ast.expr:
+        """The part's value as var's cotangent: items_like(part, var) where var may be
+        a structure a rule read as one array."""
+        if part in read_as_array:
+            return helper_call("items_like", _name(part), _name(var))
+        return _name(part)
 
     def rule_placeholder(self, rule, bound, g, ans, wanted: Dict[str, str], s) -> ast.stmt:
         if self.probing:
