@@ -44,7 +44,8 @@ def checked_pair(compiled: Any, plain: Callable[[], Any]) -> Any:
         grads = compiled.adjoint(mine, _copy(cotangent))
         _agree(grads, other.adjoint(theirs, _copy(cotangent)), f"{name}: the gradient")
         return grads
-    return dataclasses.replace(compiled, forward=forward, adjoint=adjoint)
+    return dataclasses.replace(compiled, forward=forward, adjoint=adjoint,
+                               cached_as=compiled.cached_as + other.cached_as)
 
 
 def checked_jvp(compiled: Any, plain: Callable[[], Any]) -> Any:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Set, Tuple
+from typing import Callable, List, Set, Tuple
 
 from . import bindings as _bindings
 from .analyze import Activity
@@ -34,9 +34,10 @@ class CompiledFunction:
     # The argument kinds (structure, shapes, dtypes) whose calls passed the API's
     # self-checks (s2sgrad.witness). A wrapper for another callable starts its own.
     witnessed: Set[tuple] = field(default_factory=set)
-    # Where the pair is cached: (memory key, disk store, disk key), so that a pair
-    # that fails a self-check can be dropped from both (compiler.driver.discard).
-    cached_as: Optional[tuple] = None
+    # Where the pair is cached: (memory key, disk store, disk key) for it and any
+    # pair run beside it (the optimiser check's plain one), so that a pair that fails
+    # a self-check is dropped from both caches (compiler.driver.discard).
+    cached_as: Tuple[tuple, ...] = ()
 
     def current(self) -> bool:
         """Whether everything the code was generated for (here and in the functions

@@ -74,7 +74,7 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
             if store is not None:
                 compiled = _entry.load(store, disk_key, fn, wrt, options, key, compile_function)
                 if compiled is not None:
-                    compiled.cached_as = (key, store, disk_key)
+                    compiled.cached_as = ((key, store, disk_key),)
                     return compiled
             return _compile(fn, wrt, options, key, store, disk_key)
         finally:
@@ -84,16 +84,14 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
 def discard(compiled: CompiledFunction) -> None:
     """Drop a pair from the memory and disk caches (one that failed a self-check:
     it must never be served again)."""
-    if compiled.cached_as is None:
-        return
-    key, store, disk_key = compiled.cached_as
-    with LOCK:
-        PAIRS.pop(key, None)
-    if store is not None and disk_key:
-        try:
-            os.unlink(store.entry_path(disk_key))
-        except OSError:
-            pass
+    for key, store, disk_key in compiled.cached_as:
+        with LOCK:
+            PAIRS.pop(key, None)
+        if store is not None and disk_key:
+            try:
+                os.unlink(store.entry_path(disk_key))
+            except OSError:
+                pass
 
 
 def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
@@ -136,7 +134,7 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
                                 not_inlined=not_inlined,
                                 bindings=pair_bindings(fn, t.nf.resolver.facts,
                                                        [s.cls for s in sites if s.inlined]))
-    compiled.cached_as = (key, store, disk_key)
+    compiled.cached_as = ((key, store, disk_key),)
     PAIRS[key] = compiled
     try:
         made: Dict[ast.Call, CompiledFunction] = {}   # call -> the callee's pair

@@ -82,7 +82,7 @@ def optimize(t: Transformed) -> Transformed:
         # eliminate_dead found nothing after it, both are done until something
         # else changes.
         settled = pruned.final and not removed
-    private_copies(t)
+    private_copies(t, index)
     drop_needless_inits(t.forward, t.marks, index)
     link_residuals(t, index)
     eliminate_dead(t.forward, keep=set(t.nf.all_params), names=_Names(index))

@@ -92,7 +92,7 @@ def prune_saves(t: Transformed, names: Optional[_Names] = None) -> Pruned:
     return Pruned(True, final)
 
 
-def private_copies(t: Transformed) -> None:
+def private_copies(t: Transformed, index: Optional[NameIndex] = None) -> None:
     """The adjoint puts overwritten items back into its own copy of an array (or
     list) and pops its own copy of each stack, never the forward's, so the
     pullback can run many times."""
@@ -117,6 +117,8 @@ def private_copies(t: Transformed) -> None:
                 isinstance(s.targets[0], ast.Name) and s.targets[0].id in restored and \
                 (isinstance(s.value, ast.Name) or _popped_stack(s, t.marks) is not None):
             s.value = ast.Call(func=name_node("_s2s_copy_value"), args=[s.value], keywords=[])
+            if index is not None:
+                index.changed(s)
     t.adjoint.body[:0] = copies
 
 
