@@ -575,6 +575,11 @@ class FamilyMixin:
             shape, out = maker
             t = self.let_tree(f"mk({self.expr(shape, 1)})", out)
             self.read_tree(t, out)
+        if self.rng.random() < 0.25:   # a chained item assignment
+            buf = self.fresh("buf")
+            self.emit(f"{buf} = np.zeros(3)")
+            self.emit(f"{buf}[0] = {buf}[2] = {self.expr((), 1)}")
+            self.force.append(f"{self.const()} * np.sum(np.tanh({buf} * G3))")
         self.block(self.stmt_budget)
         self.fam_end()
         return self.assemble(header, module, self.lines), kinds
@@ -586,14 +591,19 @@ class FamilyMixin:
 
     def build_tree(self, spec, shape):
         kind = spec[0]
+        built = self.rng.random() < 0.3   # a constructor: list([...]), tuple((...)), dict(k=v)
         if kind == "leaf":
             return self.expr(leaf_shape(spec), 1)
         if kind == "dict":
+            if built and all(str(k).isidentifier() for k, _ in spec[1]):
+                return "dict(" + ", ".join(f"{k}={self.build_tree(s, shape)}"
+                                           for k, s in spec[1]) + ")"
             return "{" + ", ".join(f'"{k}": {self.build_tree(s, shape)}'
                                    for k, s in spec[1]) + "}"
         inner = ", ".join(self.build_tree(s, shape) for s in spec[1])
-        return f"[{inner}]" if kind == "list" else f"({inner},)" if len(spec[1]) == 1 \
+        literal = f"[{inner}]" if kind == "list" else f"({inner},)" if len(spec[1]) == 1 \
             else f"({inner})"
+        return f"{kind}({literal})" if built and kind in ("list", "tuple") else literal
 
     def collect_subtrees(self, spec, path, out):
         if spec[0] in ("list", "tuple", "dict", "named") and self.n_leaves(spec) >= 1 \
@@ -994,6 +1004,21 @@ class FamilyMixin:
             if self.rng.random() < 0.3:   # late binding: the lambda sees the new value
                 self.emit(f"{closed} = {closed} * 0.5 + 0.1")
             local.append(lam)
+        for _ in range(self.rng.choice([0, 0, 1, 2])):   # nested defs closing over locals
+            cell = self.fresh("cell")
+            v = self.rng.choice([d for d in declared])
+            s = f"np.sum({v.name})" if v.shape else v.name
+            closed = self.let((), f"0.3 * np.tanh({s})", "s")
+            self.emit(f"def {cell}(u):")
+            self.indent += 1
+            self.emit(f"z = np.tanh(u * {closed}) + 0.5 * u")
+            if self.rng.random() < 0.5:
+                self.emit("z = z * np.cos(u)")
+            self.emit(f"return z + {closed}")
+            self.indent -= 1
+            if self.rng.random() < 0.3:   # the def sees the outer value when called
+                self.emit(f"{closed} = {closed} * 0.5 + 0.1")
+            local.append(cell)
         if len(local) < 2 and self.rng.random() < 0.3:   # two local lambdas on one line
             a, b = self.fresh("g"), self.fresh("g")
             self.emit(f"{a} = lambda u: np.sin(u) * 0.5; {b} = lambda u: np.tanh(u) * u")

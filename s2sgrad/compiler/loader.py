@@ -236,6 +236,25 @@ def bind_late(functions: Dict[str, types.FunctionType], name: str, value: Any) -
 _COUNTER = itertools.count()
 
 
+def lift_def(node: ast.FunctionDef, free: Sequence[str], globals_: dict,
+             filename: str) -> types.FunctionType:
+    """A module-level function for a `def` nested in a differentiated function: the
+    outer variables it reads are extra trailing parameters (as for a lambda)."""
+    lifted = ast.FunctionDef(
+        name=node.name,
+        args=ast.arguments(posonlyargs=list(node.args.posonlyargs),
+                           args=list(node.args.args) + [ast.arg(arg=n) for n in free],
+                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+                           defaults=list(node.args.defaults)),
+        body=node.body, decorator_list=[], returns=None, type_comment=None)
+    source = ast.unparse(ast.fix_missing_locations(ast.Module(body=[lifted],
+                                                              type_ignores=[]))) + "\n"
+    pseudo = f"<s2sgrad nested def {node.name} at {filename}:{node.lineno} #{next(_COUNTER)}>"
+    functions = load(Emitted(source=source, function_names=[node.name], filename=pseudo,
+                             globals=globals_))
+    return functions[node.name]
+
+
 def lift_lambda(node: ast.Lambda, free: Sequence[str], globals_: dict,
                 filename: str) -> types.FunctionType:
     """A module-level function for `lambda args: body` whose free variables are

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from ...errors import InternalError, error_at, guard_fields, note_origin
 from ..aliases import AliasFacts
@@ -38,6 +38,7 @@ from .calls import CallRules
 from .control import ControlRules
 from .expressions import ExpressionRules
 from .statements import StatementRules
+from .sugar import desugar
 from .support import (
     _SCOPES,
     _assign,
@@ -52,6 +53,7 @@ from .support import (
     _snapshot_definitions,
     _walk_scope,
     _written_in_place,
+    defs_bound_once,
     lift_jumps,
 )
 
@@ -120,6 +122,11 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         # Local names bound once to a lambda: calls of them are calls of the lambda.
         self.lambdas: Dict[str, ast.Lambda] = _lambdas_bound_once(scope, set(self.params)) \
             if "lambda" in parsed.source else {}
+        self.lifted_defs: Dict[str, Tuple[Callable, List[str]]] = {}
+        # ... and to a nested def: calls of it are calls of the def, lifted.
+        self.local_defs: Dict[str, ast.FunctionDef] = \
+            defs_bound_once(fdef.body, scope, set(self.params)) \
+            if any(isinstance(n, ast.FunctionDef) for n in scope) else {}
         self.env: Dict[str, str] = {p: p for p in self.params + sorted(kwonly)}
         self.tuples: Dict[str, List[ast.expr]] = {}
         self.owned: Set[str] = set()
@@ -198,7 +205,8 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
                                 f"(in place): parse the function again")
         fdef = self.p.node
         body = [s for s in fdef.body if not _is_docstring(s)]
-        body = self._lift_returns(body)
+        plain = desugar(body, self.resolver)   # (a copy, where there is sugar to remove)
+        body = self._lift_returns(plain if plain is not None else body)
         self.unversioned = self._assigned_in_compound(body)
         self.resolver.locals |= _assigned_names(body)
         pristine = body   # never changed: a round that may be redone normalises a copy

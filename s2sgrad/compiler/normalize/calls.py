@@ -10,9 +10,9 @@ from typing import Callable, List, Optional, Tuple
 
 from .. import reentry
 from ..facts import expr_facts
-from ..loader import lift_lambda
+from ..loader import lift_def, lift_lambda
 from ..names import copy_location, name_node, name_nodes
-from .support import _bind_functional, _dotted, _is_api, _static_true
+from .support import _assigned_names, _bind_functional, _dotted, _is_api, _static_true
 
 
 class CallRules:
@@ -117,6 +117,20 @@ class CallRules:
         fn, free = self.differentiated_function(lam, expr)
         return self._call_of(fn, [], {}, expr, free, out)
 
+    def def_call(self, expr: ast.Call, node: ast.FunctionDef, out) -> ast.expr:
+        """`cell(h, c)` for a `def cell` nested in this function: a call of it lifted
+        to a function of its own, the outer variables it reads passed at the call
+        (their values then, as Python's closures read them)."""
+        a = node.args
+        if a.vararg or a.kwarg or a.kwonlyargs or node.decorator_list or \
+                not all(isinstance(d, ast.Constant) for d in a.defaults):
+            raise self.err(node, "cannot differentiate a call of a nested function with "
+                                 "decorators, *args, keyword-only parameters or defaults "
+                                 "that are not constants",
+                           "Give it plain parameters, or define it at module level.")
+        fn, free = self.differentiated_function(node, expr)
+        return self._call_of(fn, [], {}, expr, free, out)
+
     def record(self, expr: ast.Call, cls, out) -> ast.expr:
         """`Layer(W, b=x)` of a namedtuple class: the tuple of its fields in order (a
         literal, so each field keeps its gradient), made a Layer at run time."""
@@ -178,12 +192,16 @@ class CallRules:
     def differentiated_function(self, node, where) -> Tuple[Callable, List[str]]:
         """The function object an inner derivative differentiates, and the outer
         variables it closes over (lifted into extra trailing parameters)."""
+        if isinstance(node, ast.Name) and node.id in self.local_defs:
+            node = self.local_defs[node.id]
         if isinstance(node, ast.Lambda):
             params = {a.arg for a in node.args.posonlyargs + node.args.args}
             free = sorted({n.id for n in name_nodes(node.body)
                            if n.id not in params and n.id in self.resolver.locals})
             fn = lift_lambda(node, free, self.p.globals, self.p.filename)
             return fn, free
+        if isinstance(node, ast.FunctionDef):
+            return self._lifted_def(node)
         if node is not None and _dotted(node) and not self.resolver.is_local_chain(node):
             ok, fn = self.resolver.static(node)
             if ok and callable(fn):
@@ -191,6 +209,29 @@ class CallRules:
         raise self.err(where, "the function differentiated here must be a function "
                               "defined with def (or a lambda) known when compiling",
                        "Refer to the function by its name, or write a lambda inline.")
+
+    def _lifted_def(self, node: ast.FunctionDef) -> Tuple[Callable, List[str]]:
+        """A nested def as a function of its own (made once per compile), and the
+        outer locals it reads: names it loads but never binds itself (which Python
+        makes its own locals)."""
+        made = self.lifted_defs.get(node.name)
+        if made is not None:
+            return made
+        if any(isinstance(n, (ast.Nonlocal, ast.Global)) for n in ast.walk(node)):
+            raise self.err(node, "a nested function with nonlocal or global",
+                           "Return the new value instead of rebinding the outer one.")
+        own = {a.arg for a in node.args.posonlyargs + node.args.args} | \
+            _assigned_names(node.body)
+        loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and
+                 isinstance(n.ctx, ast.Load)}
+        if node.name in loads:
+            raise self.err(node, f"the nested function {node.name} calls itself",
+                           "Define a recursive function at module level.")
+        free = sorted(n for n in loads - own if n in self.resolver.locals or
+                      n in self.p.closure)
+        made = self.lifted_defs[node.name] = (
+            lift_def(node, free, self.p.globals, self.p.filename), free)
+        return made
 
     def static_wrt(self, maker_call: ast.Call, default):
         node = maker_call.args[1] if len(maker_call.args) > 1 else next(

@@ -364,6 +364,8 @@ class ExpressionRules:
             return node
         if isinstance(func, ast.Name) and func.id in self.lambdas:
             return self.lambda_call(expr, self.lambdas[func.id], out)
+        if isinstance(func, ast.Name) and func.id in self.local_defs:
+            return self.def_call(expr, self.local_defs[func.id], out)
         if _dotted(func) and not self.resolver.is_local_chain(func):
             ok, obj = self.resolver.static(func)
             if not ok:

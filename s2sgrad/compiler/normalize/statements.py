@@ -35,8 +35,9 @@ class StatementRules:
             "With": "Move the with-block outside the differentiated function.",
             "Global": "Pass the value in as an argument and return the new value.",
             "Nonlocal": "Pass the value in as an argument and return the new value.",
-            "FunctionDef": "Define helper functions at module level; s2sgrad "
-                           "differentiates calls to them.",
+            "FunctionDef": "Define the nested function once, with a name nothing else "
+                           "binds (or at module level); s2sgrad differentiates calls "
+                           "to it.",
             "ClassDef": "Define classes at module level.",
             "AsyncFor": "Use a plain for loop.", "AsyncWith": "Use a plain with.",
             "Import": "Import at module level.", "ImportFrom": "Import at module level.",
@@ -48,6 +49,13 @@ class StatementRules:
 
     def stmt_Pass(self, s, out):
         pass
+
+    def stmt_FunctionDef(self, s, out):
+        """A nested def runs nothing where it stands: its calls are calls of it,
+        lifted (CallRules.def_call). One that is not bound once is refused."""
+        known = self.local_defs.get(s.name)
+        if known is None or (known.lineno, known.col_offset) != (s.lineno, s.col_offset):
+            raise self.unsupported_stmt(s)   # (the tree may be a copy: by position)
 
     def stmt_Expr(self, s, out):
         if _is_docstring(s):
@@ -215,16 +223,17 @@ class StatementRules:
     def stmt_Assign(self, s, out):
         value = s.value
         first, *others = s.targets
+        if others and not isinstance(first, ast.Name):
+            # `y[0] = y[1] = v`: v is evaluated once, then assigned left to right.
+            held = self.names.fresh("assigned")
+            self.resolver.locals.add(held)
+            self.assign_name(held, value, out, s)
+            value, others = self.load(held), s.targets
+            first, *others = others
         self.assign(first, value, out, s)
         for t in others:
-            src = self._read_back(first, out)
+            src = self.load(first.id) if isinstance(first, ast.Name) else clone(value)
             self.assign(t, src, out, s)
-
-    def _read_back(self, target, out):
-        if isinstance(target, ast.Name):
-            return self.load(target.id)
-        raise self.err(target, "chained assignment to a non-name target",
-                       "Split it into separate assignments.")
 
     def stmt_AnnAssign(self, s, out):
         if s.value is not None:

@@ -1,0 +1,129 @@
+"""Constructs of code written the way autograd's users write it (issue 34): nested
+defs, chained item assignments, container constructors, dict.get. Each gradient
+against central differences of the original function, on two shapes."""
+import numpy as np
+import pytest
+from conftest import check_vjp, import_source
+
+import s2sgrad
+
+SOURCE = '''
+import numpy as np
+import s2sgrad
+
+
+def rnn(W, xs):
+    bias = 0.1
+
+    def cell(h, x):
+        z = np.tanh(W @ h + x + bias)
+        return z
+    h = np.zeros(W.shape[0])
+    for x in xs:
+        h = cell(h, x)
+    return np.sum(h ** 2)
+
+
+def lstm_like(W, xs):
+    def step(h, c, x):
+        c2 = c * 0.9 + np.tanh(W @ h + x)
+        return np.tanh(c2), c2
+    h, c = np.zeros(W.shape[0]), np.zeros(W.shape[0])
+    for x in xs:
+        h, c = step(h, c, x)
+    return np.sum(h * c)
+
+
+def late_binding(x):
+    scale = 0.5
+
+    def scaled(v):
+        return np.sin(v) * scale
+    first = scaled(x)
+    scale = 2.0                        # a closure reads the value when called
+    return np.sum(first + scaled(x))
+
+
+def gradient_of_a_nested_def(x):
+    def energy(v):
+        return np.sum(np.cos(v) * v)
+    return np.sum(s2sgrad.grad(energy)(x) * x)
+
+
+def nested_recursion(x):
+    def fact(v, n):
+        return v if n == 0 else v * fact(v, n - 1)
+    return np.sum(fact(x, 2))
+
+
+def chained_items(x):
+    y = np.zeros(x.shape[0] + 1)
+    y[0] = y[1] = x[2] * 2.0
+    y[2:] = x[1:]
+    return np.sum(y ** 2 * np.arange(1.0, x.shape[0] + 2.0))
+
+
+def chained_names(x):
+    a = b = np.sin(x)
+    return np.sum(a * b)
+
+
+def constructors(x):
+    w, v = np.sin(x), np.cos(x)
+    pair = tuple((w, v))
+    items = list([x, x ** 2])
+    rows = tuple(np.split(x, x.shape[0]))
+    copied = list(items)
+    d = dict(a=x, b=2.0 * x)
+    e = dict(d)
+    return np.sum(pair[0] * pair[1] + items[1] * copied[0] + d["a"] * e["b"]) + \
+        np.sum(rows[0] * rows[-1])
+
+
+def dict_get(x):
+    d = {"a": x, "c": np.tanh(x)}
+    return np.sum(d.get("a") * d.get("b", 3.0) + d.get("c", 0.0) ** 2)
+
+
+def nested_rebound(x):
+    def g(v):
+        return v * 2.0
+    g = np.sin
+    return np.sum(g(x))
+'''
+
+
+@pytest.fixture(scope="module")
+def m(tmp_path_factory):
+    return import_source(tmp_path_factory.mktemp("real"), "s2s_real_code", SOURCE)
+
+
+@pytest.mark.parametrize("name", ["rnn", "lstm_like"])
+@pytest.mark.parametrize("n, steps", [(3, 4), (2, 6)])
+def test_a_cell_defined_inside(m, name, n, steps, rng):
+    check_vjp(getattr(m, name), [rng.standard_normal((n, n)) * 0.5,
+                                 rng.standard_normal((steps, n))])
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 4)])
+def test_a_nested_def_reads_outer_values_when_called(m, shape, rng):
+    check_vjp(m.late_binding, [rng.standard_normal(shape)])
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_the_gradient_of_a_nested_def_inside(m, shape, rng):
+    check_vjp(m.gradient_of_a_nested_def, [rng.standard_normal(shape)])
+
+
+def test_what_a_nested_def_cannot_be_is_refused_at_its_line(m):
+    with pytest.raises(s2sgrad.TransformError, match="calls itself"):
+        s2sgrad.grad(m.nested_recursion)(np.ones(2))
+    with pytest.raises(s2sgrad.TransformError, match="FunctionDef"):
+        s2sgrad.grad(m.nested_rebound)(np.ones(2))
+
+
+@pytest.mark.parametrize("name", ["chained_items", "chained_names", "constructors",
+                                  "dict_get"])
+@pytest.mark.parametrize("n", [3, 6])
+def test_containers_and_chained_assignments(m, name, n, rng):
+    check_vjp(getattr(m, name), [rng.standard_normal(n)])
