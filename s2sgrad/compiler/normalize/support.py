@@ -175,6 +175,24 @@ def _lambdas_bound_once(scope: List[ast.AST], params: Set[str]) -> Dict[str, ast
     return {n: lam for n, lam in lambdas.items() if counts.get(n) == 1 and n not in params}
 
 
+def defs_bound_once(body: List[ast.stmt], scope: List[ast.AST], params: Set[str]
+                    ) -> Dict[str, ast.FunctionDef]:
+    """`def` statements nested in a differentiated function whose name nothing else
+    binds (in `scope`, the function's `_walk_scope`): calls of them are calls of the
+    def, lifted to a function of its own."""
+    counts: Dict[str, int] = {}
+    defs: Dict[str, ast.FunctionDef] = {}
+    for node in scope:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            counts[node.id] = counts.get(node.id, 0) + 1
+    for node in _walk_scope(ast.Module(body=list(body), type_ignores=[]),
+                            statements_only=True):
+        if isinstance(node, ast.FunctionDef):
+            counts[node.name] = counts.get(node.name, 0) + 1
+            defs[node.name] = node
+    return {n: d for n, d in defs.items() if counts.get(n) == 1 and n not in params}
+
+
 def _user_bound_call(obj):
     """What a bound method of an instance, a callable instance or a partial of a
     user function runs (compiler.callables), or None (plain functions, library
