@@ -72,7 +72,7 @@ def constructors(x):
     w, v = np.sin(x), np.cos(x)
     pair = tuple((w, v))
     items = list([x, x ** 2])
-    rows = tuple(np.split(x, x.shape[0]))
+    rows = list(np.split(x, x.shape[0]))
     copied = list(items)
     d = dict(a=x, b=2.0 * x)
     e = dict(d)

@@ -2,7 +2,7 @@
 normaliser already differentiates (before it runs):
 
     tuple((w, v)), list([a, b])   ->  (w, v), [a, b]
-    tuple(xs), list(xs)           ->  [item for item in xs]   (rows of an array too)
+    list(xs)                      ->  [item for item in xs]   (rows of an array too)
     dict(a=x, b=y)                ->  {"a": x, "b": y}
     dict(d)                       ->  {key: d[key] for key in d}
     d.get(k), d.get(k, default)   ->  (d[k] if k in d else default)
@@ -59,6 +59,8 @@ class _Sugar(ast.NodeTransformer):
                 arg = args[0]
                 if isinstance(arg, (ast.Tuple, ast.List)):
                     return literal(elts=[clone(e) for e in arg.elts], ctx=ast.Load())
+                if maker is tuple:
+                    return None   # (a tuple of unknown length: left as it is)
                 item = ast.Name(id="item", ctx=ast.Load())
                 return ast.ListComp(elt=item, generators=[ast.comprehension(
                     target=ast.Name(id="item", ctx=ast.Store()), iter=clone(arg), ifs=[],
