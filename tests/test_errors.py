@@ -42,12 +42,6 @@ def math_call(x):
     return math.erf(x)
 
 
-def nested_def(x):
-    def helper(v):
-        return v * 2
-    return helper(x)
-
-
 def mutating_method(x):
     y = np.sin(x)
     y.sort()
@@ -78,7 +72,6 @@ def _line_of(fn, text):
     ("with_try", "try:", "'Try' statements are not supported"),
     ("comprehension", "{xi * 2", "no gradient rule"),
     ("math_call", "math.erf", "no gradient rule for math.erf"),
-    ("nested_def", "def helper", "'FunctionDef' statements are not supported"),
     ("mutating_method", "y.sort", "modifies a differentiated value in place"),
 ])
 def test_error_points_at_the_users_code(m, fname, snippet, words):
@@ -183,7 +176,7 @@ def more(tmp_path_factory):
     ("with_block", "with open", "'With' statements", "outside"),
     ("deletes", "del y", "'Delete' statements", "Drop the del"),
     ("builds_array", "{np.sin(v)", "set comprehension", "for loop that appends"),
-    ("outer", "def inner", "'FunctionDef' statements", "module level"),
+    ("outer", "def inner", "nested function with nonlocal or global", "Return the new value"),
 ])
 def test_unsupported_construct_points_at_code_with_suggestion(more, fname, snippet, words,
                                                               hint):
