@@ -37,7 +37,9 @@ def differentiable(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         return fn(*args, **kwargs)
-    wrapper.__s2sgrad__ = True
+    # The mark is the wrapper itself: functools.wraps copies __dict__, and a
+    # decorator applied over this one must not look like s2sgrad's own.
+    wrapper.__s2sgrad__ = wrapper
     return wrapper
 
 
@@ -65,9 +67,8 @@ class Derived:
     It reads as the derived function it calls (`__wrapped__`, marked as s2sgrad's
     own and passing the call through), so the compiler differentiates it again."""
 
-    __s2sgrad__ = True
-
     def __init__(self, run: Callable, remake: tuple):
+        self.__s2sgrad__ = self   # (see differentiable)
         self.__wrapped__ = run
         self.__name__ = self.__qualname__ = run.__name__
         self.__doc__ = run.__doc__
@@ -155,6 +156,8 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
                                 witness)
             entry = compiled_pairs[kind] = (compiled, flat_bindings(compiled))
         compiled = entry[0]
+        if foreign:   # NumPy arrays beside Dask ones join them: the gradient stays lazy
+            args = _lift_beside_dask(args)
         out, residuals = compiled.forward(*args, **kwargs)
         grads = compiled.adjoint(residuals, seed(out))
         if len(positions) == 1:  # the adjoint returns one gradient bare
@@ -199,6 +202,8 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     compiled = _known_pair(f, positions, numbers_at,
                            tuple(range(len(args))) if leaves is None else leaves, foreign, xp,
                            witness)
+    if foreign:   # NumPy arrays beside Dask ones join them: the gradient stays lazy
+        args = _lift_beside_dask(args)
     out, residuals = compiled.forward(*args)
 
     def pullback(v):
@@ -210,6 +215,11 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
 
 
 _BACKENDS: list = []
+
+
+def _lift_beside_dask(args: tuple) -> tuple:
+    from .backends.array_api import lift_beside_dask
+    return lift_beside_dask(args)
 
 
 def _backends():

@@ -337,6 +337,11 @@ def seed(out: Any) -> Any:
         return 1.0
     if is_foreign_array(out) and out.ndim == 0 and np.issubdtype(out.dtype, np.floating):
         return np.ones((), dtype=out.dtype)   # (broadcasts against the library's arrays)
+    if isinstance(out, np.ndarray) and out.size == 1 and np.issubdtype(out.dtype, np.number):
+        # one element, not 0-d (shape (1,), (1, 1)): differentiated as that element, like
+        # torch's backward() and autograd; the cotangent has the output's shape
+        return np.ones(out.shape, dtype=np.result_type(out, np.float64)
+                       if not np.issubdtype(out.dtype, np.inexact) else out.dtype)
     shape = np.shape(out) if isinstance(out, (np.ndarray, np.generic)) or \
         is_foreign_array(out) or xp is not None \
         else type(out).__name__

@@ -3,7 +3,7 @@
     s2sgrad show path/to/file.py:func [--wrt 0,1] [--no-optimize] [--color/--no-color]
                                       [--mode reverse|forward] [--order N]
                                       [--jit [--shape NAME=D1,D2 ...]]
-    s2sgrad check path/to/file.py:func --shape x=3,4 [--seed N] [--tol T]
+    s2sgrad check path/to/file.py:func --shape x=3,4 [--range x=LO,HI] [--seed N] [--tol T]
     s2sgrad cache info | s2sgrad cache clear
 
 Errors are one clear message on stderr and exit code 2, never a traceback (a
@@ -154,7 +154,6 @@ def _default_wrt(fn: Callable, owner: Any) -> Tuple[int, ...]:
 
 
 def cmd_show(args) -> int:
-    from .compiler import compile_function
     fn, owner = _load_target(args.target)
     wrt = parse_wrt(args.wrt) if args.wrt is not None else _default_wrt(fn, owner)
     if args.shape and not args.jit:
@@ -170,16 +169,84 @@ def cmd_show(args) -> int:
         from .compiler import compile_jvp
         text = compile_jvp(fn, wrt, not args.no_optimize).source
     else:
+        text = _show_reverse(fn, owner, wrt, not args.no_optimize)
+    print(_highlight(text, args.color), end="" if text.endswith("\n") else "\n")
+    return 0
+
+
+def _apply_wrapper(fn: Callable, owner: Any, wrt: Tuple[int, ...], directory: str,
+                   refused: TransformError) -> Tuple[Callable, Tuple[int, ...], str]:
+    """A Function's `forward` that s2sgrad cannot differentiate on its own (it sets
+    `ctx` attributes, which exist only where the Function is inlined): a function
+    that calls `Cls.apply(...)`, written to `directory`, where forward and vjp are
+    inlined; its positions and a header saying so. Any other refusal is raised."""
+    import inspect
+    if owner is None or not is_function_class(owner) or \
+            getattr(owner, "forward", None) is not fn or 0 in wrt or \
+            owner.__module__ not in sys.modules:
+        raise refused
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+    except (TypeError, ValueError):
+        raise refused from None
+    if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        raise refused
+    names = ", ".join(p.name for p in params)
+    cls = owner.__name__
+    wrapper = f"{cls}_apply"
+    path = os.path.join(directory, f"{wrapper}.py")
+    with open(path, "w") as out:
+        out.write(f"import sys\n\n{cls} = getattr(sys.modules[{owner.__module__!r}], "
+                  f"{cls!r})\n\n\ndef {wrapper}({names}):\n    return {cls}.apply({names})\n")
+    name = f"_s2s_show_{cls}"
+    spec = importlib.util.spec_from_file_location(name, path, loader=SourceFileLoader(name, path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    why = (refused.msg or "it is refused").splitlines()[0]
+    where = f"{os.path.basename(refused.filename or '')}:{refused.lineno}"
+    why = where + ": " + why.split(": ", 1)[1] if why.startswith(refused.filename or "\0") \
+        else why
+    header = (f"# s2sgrad: {cls}.forward is not differentiated on its own ({why});\n"
+              f"# shown as s2sgrad inlines it, in a function that calls {cls}.apply({names})\n")
+    return getattr(module, wrapper), tuple(i - 1 for i in wrt), header
+
+
+def _show_reverse(fn: Callable, owner: Any, wrt: Tuple[int, ...], optimize: bool) -> str:
+    """The generated pair of fn as `show` prints it (for a Function's forward that
+    sets ctx attributes: as inlined, see _apply_wrapper)."""
+    import shutil
+    import tempfile
+
+    from .arguments import parameter_names
+    from .compiler import compile_function
+    header, directory, saved = "", None, os.environ.get("S2SGRAD_CACHE")
+    try:
         # Shown for array arguments (a list's or dict's cotangents add item by item).
-        from .arguments import parameter_names
-        every = tuple(range(len(parameter_names(fn))))
-        text = compile_function(fn, wrt, not args.no_optimize, leaves=every).source
+        try:
+            text = compile_function(fn, wrt, optimize,
+                                    leaves=tuple(range(len(parameter_names(fn))))).source
+        except TransformError as refused:
+            directory = tempfile.mkdtemp(prefix="s2sgrad-show-")
+            fn, wrt, header = _apply_wrapper(fn, owner, wrt, directory, refused)
+            os.environ["S2SGRAD_CACHE"] = "0"   # a temporary file: nothing kept on disk
+            try:
+                text = compile_function(fn, wrt, optimize,
+                                        leaves=tuple(range(len(parameter_names(fn))))).source
+            except TransformError:
+                raise refused from None
         gap = _forward_mode_gap(fn, wrt)
         if gap is not None:
             text = (f"# s2sgrad: the derivative witness does not run for this function: "
                     f"forward mode refuses {gap}\n# (the value witness does)\n" + text)
-    print(_highlight(text, args.color), end="" if text.endswith("\n") else "\n")
-    return 0
+        return header + text
+    finally:
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+            if saved is None:
+                os.environ.pop("S2SGRAD_CACHE", None)
+            else:
+                os.environ["S2SGRAD_CACHE"] = saved
 
 
 def _jit_report(fn: Callable, wrt: Tuple[int, ...], shapes: dict) -> str:
@@ -263,6 +330,27 @@ def _parse_shapes(items: Sequence[str]) -> dict:
     return shapes
 
 
+def _parse_ranges(items: Sequence[str]) -> dict:
+    """--range NAME=LO,HI (one argument) or LO,HI (every argument without its own)."""
+    ranges: dict = {}
+    for item in items or ():
+        name, sep, bounds = item.rpartition("=")
+        name = name.strip() if sep else None
+        if sep and not name:
+            raise CliError(f"--range takes NAME=LO,HI or LO,HI (for example x=0.1,2), "
+                           f"not {item!r}")
+        parts = bounds.split(",")
+        try:
+            lo, hi = (float(b) for b in parts)
+        except ValueError:
+            raise CliError(f"--range takes NAME=LO,HI or LO,HI with two numbers (for "
+                           f"example x=0.1,2), not {item!r}") from None
+        if not (lo < hi) or not all(abs(b) < float("inf") for b in (lo, hi)):
+            raise CliError(f"--range {item!r}: LO must be below HI, both finite")
+        ranges[name] = (lo, hi)
+    return ranges
+
+
 def _forward_mode_gap(fn: Callable, wrt: Tuple[int, ...]) -> Optional[str]:
     """Whether the derivative witness can run for fn (forward mode compiles it),
     asked without leaving the tangent code in the disk cache: `show` stores
@@ -286,7 +374,8 @@ def cmd_check(args) -> int:
     if args.tol is not None and not args.tol > 0:
         raise CliError(f"--tol must be positive, not {args.tol!r}")
     report = check_gradient(fn, shapes, seed=args.seed, tol=args.tol,
-                            wrt=parse_wrt(args.wrt) if args.wrt else None)
+                            wrt=parse_wrt(args.wrt) if args.wrt else None,
+                            ranges=_parse_ranges(args.range))
     print(report.table())
     return 0 if report.ok else 1
 
@@ -444,15 +533,26 @@ def build_parser() -> argparse.ArgumentParser:
                     "gradient (a vector-Jacobian product with a random cotangent) with "
                     "central finite differences. Prints the largest absolute and relative "
                     "error per argument; the relative error is relative to the largest "
-                    "gradient entry. Exit code 1 when it exceeds the tolerance. Arguments "
-                    "without --shape are scalar floats.",
+                    "gradient entry. Exit code 1 when it exceeds the tolerance. An argument "
+                    "without --shape takes the shape its annotation gives (x: (3, 4), or "
+                    "Annotated[np.ndarray, (3, 4)]), else it is a scalar float; one "
+                    "annotated as an array without a shape needs --shape. Inputs are "
+                    "standard normal, or uniform in --range. A function whose two calls "
+                    "on the same inputs differ (random numbers) cannot be checked, and "
+                    "says so.",
         epilog="examples:\n"
                "  s2sgrad check examples/cube.py:loss --shape x=5\n"
-               "  s2sgrad check examples/add_mul.py:loss --shape a=3 --shape b=3 --seed 1",
+               "  s2sgrad check examples/add_mul.py:loss --shape a=3 --shape b=3 --seed 1\n"
+               "  s2sgrad check examples/checks.py:entropy --shape p=4 --range p=0.1,1",
         formatter_class=_FORMATTER)
     check.add_argument("target", metavar="TARGET", help="FILE.py:FUNC or package.module:FUNC")
     check.add_argument("--shape", action="append", metavar="NAME=D1,D2",
                        help="shape of an argument (repeat per argument; omit for a scalar)")
+    check.add_argument("--range", action="append", metavar="[NAME=]LO,HI",
+                       help="draw an argument uniformly from [LO, HI] instead of the "
+                            "standard normal (repeat per argument; without NAME: every "
+                            "argument without a range of its own), e.g. x=0.1,2 for sqrt "
+                            "or log")
     check.add_argument("--wrt", default=None,
                        help="argument positions (default: every floating-point argument)")
     check.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -510,6 +610,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
+    except BrokenPipeError:   # `s2sgrad show ... | head`: the reader is gone, say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141   # as a process killed by SIGPIPE
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
         _error(_one_line(exc) if not isinstance(exc, (TypeError, ValueError, IndexError))
                else " ".join(str(exc).split()))

@@ -35,7 +35,7 @@ def opaque_decorator(fn: Callable) -> Optional[types.FunctionType]:
     while hasattr(fn, "__wrapped__") and id(fn) not in seen:
         seen.add(id(fn))
         inner = fn.__wrapped__
-        if not (getattr(fn, "__s2sgrad__", False) or _is_cache(fn) or _is_library(fn) or
+        if not (getattr(fn, "__s2sgrad__", None) is fn or _is_cache(fn) or _is_library(fn) or
                 _forwards(fn, inner)):
             return fn
         fn = inner

@@ -9,6 +9,8 @@ they disagree autograd is the one that is wrong, or uses another convention).
 NO_VJP = "autograd has no VJP for it"
 NO_ARGS = "autograd does not accept these arguments"
 NO_CASE = "autograd does not implement this case"
+_TRIANGLE = ("autograd symmetrises the gradient of cov; scipy reads its lower triangle "
+             "(so does s2sgrad)")
 
 AUTOGRAD_DIFFERENT = {
     'builtins.float-0': NO_VJP,  # float(x) * x
@@ -296,4 +298,116 @@ AUTOGRAD_DIFFERENT = {
     'scipy.special.softmax-1': NO_VJP,
     'scipy.special.log_softmax-0': NO_VJP,
     'scipy.special.log_softmax-1': NO_VJP,
+    # issue 34: NumPy functions and SciPy (special functions autograd lacks, loc/scale,
+    # the cumulative functions it leaves out, scipy.linalg's triangles)
+    'np.partition-1': NO_CASE,  # np.partition(x, 1, axis=0)
+    'np.partition-2': NO_CASE,  # np.partition(x, (1, 3), axis=None)
+    'np.gradient-1': NO_CASE,  # np.gradient(x, 0.5, axis=1)
+    'np.gradient-2': NO_CASE,  # np.gradient(x, edge_order=2)[1]
+    'np.gradient-3': NO_CASE,  # np.gradient(x, 2.0, c)
+    'np.gradient-4': NO_CASE,  # np.gradient(x, c, edge_order=2)
+    'np.astype-1': 'autograd passes the cotangent through astype(int)',  # np.astype(x, int) + x * y
+    'np.linalg.eigvals-0': NO_VJP,  # np.linalg.eigvals(x)
+    'np.linalg.eigvals-1': NO_VJP,  # np.linalg.eigvals(c + 0.1 * x)
+    'scipy.special.log_expit-0': NO_VJP,  # scipy.special.log_expit(x)
+    'scipy.special.log_expit-1': NO_VJP,  # scipy.special.log_expit(x) * y
+    'scipy.special.erfcx-0': NO_VJP,  # scipy.special.erfcx(x)
+    'scipy.special.erfcx-1': NO_VJP,  # scipy.special.erfcx(x) * y
+    'scipy.special.ndtr-0': NO_VJP,  # scipy.special.ndtr(x)
+    'scipy.special.ndtr-1': NO_VJP,  # scipy.special.ndtr(x) * y
+    'scipy.special.log_ndtr-0': NO_VJP,  # scipy.special.log_ndtr(x)
+    'scipy.special.log_ndtr-1': NO_VJP,  # scipy.special.log_ndtr(x) * y
+    'scipy.special.ndtri-0': NO_VJP,  # scipy.special.ndtri(x)
+    'scipy.special.ndtri-1': NO_VJP,  # scipy.special.ndtri(x) * y
+    'scipy.special.i0e-0': NO_VJP,  # scipy.special.i0e(x)
+    'scipy.special.i0e-1': NO_VJP,  # scipy.special.i0e(x) * y
+    'scipy.special.i1e-0': NO_VJP,  # scipy.special.i1e(x)
+    'scipy.special.i1e-1': NO_VJP,  # scipy.special.i1e(x) * y
+    'scipy.special.k0-0': NO_VJP,  # scipy.special.k0(x)
+    'scipy.special.k0-1': NO_VJP,  # scipy.special.k0(x) * y
+    'scipy.special.k1-0': NO_VJP,  # scipy.special.k1(x)
+    'scipy.special.k1-1': NO_VJP,  # scipy.special.k1(x) * y
+    'scipy.special.k0e-0': NO_VJP,  # scipy.special.k0e(x)
+    'scipy.special.k0e-1': NO_VJP,  # scipy.special.k0e(x) * y
+    'scipy.special.k1e-0': NO_VJP,  # scipy.special.k1e(x)
+    'scipy.special.k1e-1': NO_VJP,  # scipy.special.k1e(x) * y
+    'scipy.special.jv-0': NO_VJP,  # scipy.special.jv(1.5, x)
+    'scipy.special.jv-1': NO_VJP,  # scipy.special.jv(v, x)
+    'scipy.special.yv-0': NO_VJP,  # scipy.special.yv(1.5, x)
+    'scipy.special.yv-1': NO_VJP,  # scipy.special.yv(v, x)
+    'scipy.special.kv-0': NO_VJP,  # scipy.special.kv(1.5, x)
+    'scipy.special.kv-1': NO_VJP,  # scipy.special.kv(v, x)
+    'scipy.special.kve-0': NO_VJP,  # scipy.special.kve(1.5, x)
+    'scipy.special.kve-1': NO_VJP,  # scipy.special.kve(v, x)
+    'scipy.special.betaincc-0': NO_VJP,  # scipy.special.betaincc(2.0, 3.0, x)
+    'scipy.special.betaincc-1': NO_VJP,  # scipy.special.betaincc(0.7, c, x)
+    'scipy.special.xlog1py-0': NO_VJP,  # scipy.special.xlog1py(x, y)
+    'scipy.special.xlog1py-1': NO_VJP,  # scipy.special.xlog1py(c, y)
+    'scipy.stats.t.cdf-1': NO_VJP,  # scipy.stats.t.cdf(x, d, m, s)
+    'scipy.stats.t.logcdf-1': NO_VJP,  # scipy.stats.t.logcdf(x, d, m, s)
+    'scipy.stats.t.sf-0': NO_VJP,  # scipy.stats.t.sf(x, d)
+    'scipy.stats.t.sf-1': NO_VJP,  # scipy.stats.t.sf(x, d, m, s)
+    'scipy.stats.t.logsf-0': NO_VJP,  # scipy.stats.t.logsf(x, d)
+    'scipy.stats.t.logsf-1': NO_VJP,  # scipy.stats.t.logsf(x, d, m, s)
+    'scipy.stats.gamma.pdf-1': NO_ARGS,  # scipy.stats.gamma.pdf(x, a, scale=s)
+    'scipy.stats.gamma.logpdf-1': NO_ARGS,  # scipy.stats.gamma.logpdf(x, a, scale=s)
+    'scipy.stats.gamma.cdf-1': NO_ARGS,  # scipy.stats.gamma.cdf(x, a, scale=s)
+    'scipy.stats.gamma.logcdf-0': NO_VJP,  # scipy.stats.gamma.logcdf(x, a)
+    'scipy.stats.gamma.logcdf-1': NO_VJP,  # scipy.stats.gamma.logcdf(x, a, scale=s)
+    'scipy.stats.gamma.sf-0': NO_VJP,  # scipy.stats.gamma.sf(x, a)
+    'scipy.stats.gamma.sf-1': NO_VJP,  # scipy.stats.gamma.sf(x, a, scale=s)
+    'scipy.stats.gamma.logsf-0': NO_VJP,  # scipy.stats.gamma.logsf(x, a)
+    'scipy.stats.gamma.logsf-1': NO_VJP,  # scipy.stats.gamma.logsf(x, a, scale=s)
+    'scipy.stats.beta.pdf-1': NO_ARGS,  # scipy.stats.beta.pdf(x, a, b, scale=s)
+    'scipy.stats.beta.logpdf-1': NO_ARGS,  # scipy.stats.beta.logpdf(x, a, b, scale=s)
+    'scipy.stats.beta.cdf-1': NO_ARGS,  # scipy.stats.beta.cdf(x, a, b, scale=s)
+    'scipy.stats.beta.logcdf-0': NO_VJP,  # scipy.stats.beta.logcdf(x, a, b)
+    'scipy.stats.beta.logcdf-1': NO_VJP,  # scipy.stats.beta.logcdf(x, a, b, scale=s)
+    'scipy.stats.beta.sf-0': NO_VJP,  # scipy.stats.beta.sf(x, a, b)
+    'scipy.stats.beta.sf-1': NO_VJP,  # scipy.stats.beta.sf(x, a, b, scale=s)
+    'scipy.stats.beta.logsf-0': NO_VJP,  # scipy.stats.beta.logsf(x, a, b)
+    'scipy.stats.beta.logsf-1': NO_VJP,  # scipy.stats.beta.logsf(x, a, b, scale=s)
+    'scipy.stats.chi2.pdf-0': NO_VJP,  # scipy.stats.chi2.pdf(x, d)
+    'scipy.stats.chi2.pdf-1': NO_ARGS,  # scipy.stats.chi2.pdf(x, d, scale=s)
+    'scipy.stats.chi2.logpdf-0': NO_VJP,  # scipy.stats.chi2.logpdf(x, d)
+    'scipy.stats.chi2.logpdf-1': NO_ARGS,  # scipy.stats.chi2.logpdf(x, d, scale=s)
+    'scipy.stats.chi2.cdf-1': NO_ARGS,  # scipy.stats.chi2.cdf(x, d, scale=s)
+    'scipy.stats.chi2.logcdf-0': NO_VJP,  # scipy.stats.chi2.logcdf(x, d)
+    'scipy.stats.chi2.logcdf-1': NO_VJP,  # scipy.stats.chi2.logcdf(x, d, scale=s)
+    'scipy.stats.chi2.sf-0': NO_VJP,  # scipy.stats.chi2.sf(x, d)
+    'scipy.stats.chi2.sf-1': NO_VJP,  # scipy.stats.chi2.sf(x, d, scale=s)
+    'scipy.stats.chi2.logsf-0': NO_VJP,  # scipy.stats.chi2.logsf(x, d)
+    'scipy.stats.chi2.logsf-1': NO_VJP,  # scipy.stats.chi2.logsf(x, d, scale=s)
+    'scipy.stats.poisson.logcdf-0': NO_VJP,  # scipy.stats.poisson.logcdf(k, mu)
+    'scipy.stats.poisson.logcdf-1': NO_VJP,  # scipy.stats.poisson.logcdf(k, mu)
+    'scipy.stats.poisson.sf-0': NO_VJP,  # scipy.stats.poisson.sf(k, mu)
+    'scipy.stats.poisson.sf-1': NO_VJP,  # scipy.stats.poisson.sf(k, mu)
+    'scipy.stats.poisson.logsf-0': NO_VJP,  # scipy.stats.poisson.logsf(k, mu)
+    'scipy.stats.poisson.logsf-1': NO_VJP,  # scipy.stats.poisson.logsf(k, mu)
+    'scipy.stats.dirichlet.pdf-0': NO_VJP,  # scipy.stats.dirichlet.pdf(scipy.special.softmax(y), a)
+    'scipy.stats.dirichlet.pdf-1': NO_VJP,  # scipy.stats.dirichlet.pdf(scipy.special.softmax(y, axi
+    'scipy.stats.multivariate_normal.pdf-0': _TRIANGLE,  # scipy.stats.multivariate_normal.pdf(x, m,
+    'scipy.stats.multivariate_normal.pdf-1': _TRIANGLE,  # scipy.stats.multivariate_normal.pdf(x, m,
+    'scipy.stats.multivariate_normal.pdf-2': NO_ARGS,  # scipy.stats.multivariate_normal.pdf(x, cov=
+    'scipy.stats.dirichlet.logpdf-0': NO_VJP,  # scipy.stats.dirichlet.logpdf(scipy.special.softmax(
+    'scipy.stats.dirichlet.logpdf-1': NO_VJP,  # scipy.stats.dirichlet.logpdf(scipy.special.softmax(
+    'scipy.stats.multivariate_normal.logpdf-0': _TRIANGLE,  # scipy.stats.multivariate_normal.logpdf
+    'scipy.stats.multivariate_normal.logpdf-1': _TRIANGLE,  # scipy.stats.multivariate_normal.logpdf
+    'scipy.stats.multivariate_normal.logpdf-2': NO_ARGS,  # scipy.stats.multivariate_normal.logpdf(x
+    'scipy.stats.multivariate_normal.entropy-0': NO_ARGS,  # scipy.stats.multivariate_normal.entropy
+    'scipy.stats.multivariate_normal.entropy-1': _TRIANGLE,  # scipy.stats.multivariate_normal.entro
+    'scipy.linalg.solve_triangular-2': 'autograd ignores unit_diagonal=True',  # scipy.linalg.solve_
+    'scipy.linalg.solve_triangular-3': 'autograd ignores unit_diagonal=True',  # scipy.linalg.solve_
+    'scipy.linalg.cholesky-0': NO_VJP,  # scipy.linalg.cholesky(x)
+    'scipy.linalg.cholesky-1': NO_VJP,  # scipy.linalg.cholesky(x, lower=True)
+    'scipy.linalg.cho_factor-0': NO_VJP,  # scipy.linalg.cho_factor(x)[0]
+    'scipy.linalg.cho_factor-1': NO_VJP,  # scipy.linalg.cho_factor(x, lower=True)[0]
+    'scipy.linalg.cho_solve-0': NO_ARGS,  # scipy.linalg.cho_solve((x, True), y)
+    'scipy.linalg.cho_solve-1': NO_ARGS,  # scipy.linalg.cho_solve((x, False), y)
+    'scipy.linalg.cho_solve-2': NO_VJP,  # scipy.linalg.cho_solve(scipy.linalg.cho_factor(x), y)
+    'scipy.linalg.expm-0': NO_VJP,  # scipy.linalg.expm(x)
+    'scipy.linalg.expm-1': NO_VJP,  # scipy.linalg.expm(0.5 * x)
+    'scipy.signal.correlate-0': NO_VJP,  # scipy.signal.correlate(x, y)
+    'scipy.signal.correlate-1': NO_VJP,  # scipy.signal.correlate(x, y, mode='same')
+    'scipy.signal.correlate-2': NO_VJP,  # scipy.signal.correlate(x, y, mode='valid')
 }

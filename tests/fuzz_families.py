@@ -575,6 +575,20 @@ class FamilyMixin:
             shape, out = maker
             t = self.let_tree(f"mk({self.expr(shape, 1)})", out)
             self.read_tree(t, out)
+        vs = [v for v in self.visible().values() if isinstance(v, self.Var) and not v.view]
+        if vs and self.rng.random() < 0.3:
+            # a tuple of variables, then one of them rebound, then the tuple unpacked and
+            # indexed: its items are the values at the tuple's making
+            a, b = self.rng.choice(vs), self.rng.choice(vs)
+            t, u, w = self.fresh("T"), self.fresh("u"), self.fresh("w")
+            self.emit(f"{t} = ({a.name}, {b.name})")
+            self.emit(f"{a.name} = {self.expr(a.shape, 1)}")
+            a.owned = False
+            order = [u, w] if self.rng.random() < 0.5 else [w, u]
+            self.emit(f"{order[0]}, {order[1]} = {t}" if order[0] == u else
+                      f"{w}, {u} = {t}[1], {t}[0]")
+            self.force.append(f"{self.const()} * np.sum(np.tanh({u})) + "
+                              f"{self.const()} * np.sum(np.sin({w} * {t}[1]))")
         if self.rng.random() < 0.25:   # a chained item assignment
             buf = self.fresh("buf")
             self.emit(f"{buf} = np.zeros(3)")

@@ -598,6 +598,190 @@ else:
                                       ("scipy.special.log_softmax(x, axis=0)", {"x": (3, 2)})],
     })
 
+# --- NumPy functions of issue 34 ----------------------------------------------------------------
+_UPPER = np.array([[1.0, 0.7, -0.4], [0.0, 3.0, 0.5], [0.0, 0.0, 6.0]])
+CASES.update({
+    "np.partition": [("np.partition(x, 2)", {"x": (5,)}),
+                     ("np.partition(x, 1, axis=0)", {"x": (4, 3)}),
+                     ("np.partition(x, (1, 3), axis=None)", {"x": (2, 3)})],
+    "np.gradient": [("np.gradient(x)", {"x": (5,)}),
+                    ("np.gradient(x, 0.5, axis=1)", {"x": (3, 4)}),
+                    ("np.gradient(x, edge_order=2)[1]", {"x": (3, 4)}),
+                    ("np.gradient(x, 2.0, c)", {"x": (3, 4), "c": ("const", np.array(
+                        [0.0, 0.5, 1.5, 2.0]))}),
+                    ("np.gradient(x, c, edge_order=2)", {"x": (4,), "c": ("const", np.array(
+                        [0.0, 0.5, 1.5, 2.0]))})],
+    "np.fft.fftshift": [("np.fft.fftshift(x)", {"x": (5,)}),
+                        ("np.fft.fftshift(x, axes=1) * y", {"x": (2, 3), "y": (3,)})],
+    "np.fft.ifftshift": [("np.fft.ifftshift(x)", {"x": (2, 3)}),
+                         ("np.fft.ifftshift(x, axes=(0,))", {"x": (5, 2)})],
+    "np.real_if_close": [("np.real_if_close(x)", {"x": (3,)}),
+                         ("np.real_if_close(x * y)", {"x": (2, 1), "y": (3,)})],
+    "np.astype": [("np.astype(x, np.float64)", {"x": (3,)}),
+                  ("np.astype(x, int) + x * y", {"x": (2, 3), "y": (3,)})],
+    "np.linalg.eig": [("np.linalg.eig(x)[0]", {"x": ("spd", (3, 3))}),
+                      ("np.linalg.eig(x)", {"x": ("spd", (3, 3))}),
+                      ("np.linalg.eig(c + 0.1 * x)", {"x": (3, 3), "c": ("const", _UPPER)}),
+                      ("np.linalg.eig(x)[1]", {"x": ("spd", (2, 3, 3))})],
+    "np.linalg.eigvals": [("np.linalg.eigvals(x)", {"x": ("spd", (3, 3))}),
+                          ("np.linalg.eigvals(c + 0.1 * x)", {"x": (2, 3, 3),
+                                                              "c": ("const", _UPPER)})],
+})
+
+# --- more of scipy.special, scipy.stats, scipy.linalg, scipy.signal (when SciPy is installed) ----
+try:
+    import scipy  # noqa: F401
+except ImportError:
+    pass
+else:
+    _SPECIAL_UNARY = {  # name: domain of x (None: any real)
+        "log_expit": None, "erfcx": None, "erfinv": "unit", "erfcinv": "unit", "ndtr": None,
+        "log_ndtr": None, "ndtri": "unit", "gamma": "positive", "rgamma": "positive",
+        "j0": None, "j1": None, "y0": "positive", "y1": "positive", "i0": None, "i1": None,
+        "i0e": "away_from_zero", "i1e": "away_from_zero", "k0": "positive", "k1": "positive",
+        "k0e": "positive", "k1e": "positive",
+    }
+    for _name, _kind in _SPECIAL_UNARY.items():
+        def _spec(shape, kind=_kind):
+            return shape if kind is None else (kind, shape)
+        CASES[f"scipy.special.{_name}"] = [
+            (f"scipy.special.{_name}(x)", {"x": _spec((3,))}),
+            (f"scipy.special.{_name}(x) * y", {"x": _spec((2, 1)), "y": (3,)})]
+    _ORDERS = ("const", np.array([0.0, 1.0, 2.5]))
+    for _name, _kind in (("jv", "positive"), ("yv", "positive"), ("iv", "away_from_zero"),
+                         ("ive", "away_from_zero"), ("kv", "positive"), ("kve", "positive")):
+        CASES[f"scipy.special.{_name}"] = [
+            (f"scipy.special.{_name}(1.5, x)", {"x": (_kind, (3,))}),
+            (f"scipy.special.{_name}(v, x)", {"v": _ORDERS, "x": (_kind, (2, 3))})]
+    _POSITIVE = ("positive", (3,))
+    _UNIT = ("unit", (3,))
+    CASES.update({
+        "scipy.special.yn": [("scipy.special.yn(2, x)", {"x": _POSITIVE}),
+                             ("scipy.special.yn(n, x)", {"n": ("const", np.array([0, 1, 3])),
+                                                         "x": ("positive", (2, 3))})],
+        "scipy.special.polygamma": [
+            ("scipy.special.polygamma(1, x)", {"x": _POSITIVE}),
+            ("scipy.special.polygamma(n, x)", {"n": ("const", np.array([0, 1, 2])),
+                                               "x": ("positive", (2, 3))})],
+        "scipy.special.multigammaln": [
+            ("scipy.special.multigammaln(x + 2.0, 3)", {"x": _POSITIVE}),
+            ("scipy.special.multigammaln(x + 1.0, 2)", {"x": ("positive", ())})],
+        "scipy.special.gammainc": [
+            ("scipy.special.gammainc(c, x)", {"c": ("const", np.array([0.5, 1.0, 2.5])),
+                                              "x": _POSITIVE}),
+            ("scipy.special.gammainc(2.5, x)", {"x": ("positive", (2, 2))})],
+        "scipy.special.gammaincc": [
+            ("scipy.special.gammaincc(c, x)", {"c": ("const", np.array([0.5, 1.0, 2.5])),
+                                               "x": _POSITIVE}),
+            ("scipy.special.gammaincc(1.5, x)", {"x": ("positive", (2, 2))})],
+        "scipy.special.beta": [("scipy.special.beta(x, y)", {"x": _POSITIVE, "y": _POSITIVE}),
+                               ("scipy.special.beta(x, y)", {"x": ("positive", (2, 1)),
+                                                             "y": _POSITIVE})],
+        "scipy.special.betaln": [("scipy.special.betaln(x, y)", {"x": _POSITIVE, "y": _POSITIVE}),
+                                 ("scipy.special.betaln(x, y)", {"x": ("positive", ()),
+                                                                 "y": ("positive", (2, 3))})],
+        "scipy.special.betainc": [
+            ("scipy.special.betainc(2.0, 3.0, x)", {"x": _UNIT}),
+            ("scipy.special.betainc(c, 1.5, x)", {"c": ("const", np.array([0.5, 1.0, 2.5])),
+                                                  "x": ("unit", (2, 3))})],
+        "scipy.special.betaincc": [
+            ("scipy.special.betaincc(2.0, 3.0, x)", {"x": _UNIT}),
+            ("scipy.special.betaincc(0.7, c, x)", {"c": ("const", np.array([0.5, 1.0, 2.5])),
+                                                   "x": ("unit", (2, 3))})],
+        "scipy.special.xlog1py": [
+            ("scipy.special.xlog1py(x, y)", {"x": (2, 3), "y": _POSITIVE}),
+            ("scipy.special.xlog1py(c, y)", {"c": ("const", np.array([0.0, 1.5])),
+                                             "y": ("positive", (2,))})],
+    })
+
+    # scipy.stats: every method of every distribution, with and without loc/scale
+    _STATS = {  # name: (shape parameters' specs, x's domain)
+        "norm": ({}, None), "t": ({"d": ("positive", ())}, None),
+        "gamma": ({"a": ("positive", ())}, "positive"),
+        "beta": ({"a": ("positive", ()), "b": ("positive", (3,))}, "unit"),
+        "chi2": ({"d": ("positive", ())}, "positive"),
+    }
+    for _dist, (_shapes, _domain) in _STATS.items():
+        for _method in ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf"):
+            _cum = _method not in ("pdf", "logpdf")
+            _x = (3,) if _domain is None else (_domain, (3,))
+            _x23 = (2, 3) if _domain is None else (_domain, (2, 3))
+            _specs = {"x": _x}
+            _args = []
+            for _p, _spec in _shapes.items():
+                # the cumulative functions have no gradient in a shape parameter
+                _specs[_p] = ("const", 1.7) if _cum else _spec
+                _args.append(_p)
+            _more = dict(_specs, x=_x23)
+            if _domain is None:
+                _more.update(m=(3,), s=("positive", ()))
+                _loc = "m, s"
+            else:  # keep x - loc inside the support: scale only
+                _more.update(s=("positive", (3,)))
+                _loc = "scale=s"
+            _call = f"scipy.stats.{_dist}.{_method}"
+            CASES[_call] = [(f"{_call}({', '.join(['x'] + _args)})", _specs),
+                            (f"{_call}({', '.join(['x'] + _args)}, {_loc})", _more)]
+    _COUNTS = ("const", np.array([0.0, 1.0, 3.0]))
+    for _method in ("pmf", "logpmf", "cdf", "logcdf", "sf", "logsf"):
+        _call = f"scipy.stats.poisson.{_method}"
+        CASES[_call] = [(f"{_call}(k, mu)", {"k": _COUNTS, "mu": _POSITIVE}),
+                        (f"{_call}(k, mu)", {"k": ("const", np.array([[0.0], [2.0]])),
+                                             "mu": ("positive", (2, 3))})]
+    for _method in ("pdf", "logpdf"):
+        _call = f"scipy.stats.dirichlet.{_method}"
+        CASES[_call] = [  # x on the simplex: a softmax of free values
+            (f"{_call}(scipy.special.softmax(y), a)", {"y": (3,), "a": _POSITIVE}),
+            (f"{_call}(scipy.special.softmax(y, axis=0), a)", {"y": (3, 2), "a": _POSITIVE}),
+            (f"{_call}(c, a)", {"c": ("const", np.array([0.2, 0.5, 0.3])), "a": _POSITIVE})]
+        _call = f"scipy.stats.multivariate_normal.{_method}"
+        CASES[_call] = [(f"{_call}(x, m, c)", {"x": (3,), "m": (3,), "c": ("spd", (3, 3))}),
+                        (f"{_call}(x, m, c)", {"x": (4, 2), "m": (2,), "c": ("spd", (2, 2))}),
+                        (f"{_call}(x, cov=c)", {"x": (3,), "c": ("spd", (3, 3))})]
+    CASES["scipy.stats.multivariate_normal.entropy"] = [
+        ("scipy.stats.multivariate_normal.entropy(cov=c)", {"c": ("spd", (3, 3))}),
+        ("scipy.stats.multivariate_normal.entropy(m, c)", {"m": (2,), "c": ("spd", (2, 2))})]
+
+    CASES.update({
+        "scipy.linalg.solve_triangular": [
+            ("scipy.linalg.solve_triangular(x, y)", {"x": ("wellcond", (3, 3)), "y": (3,)}),
+            ("scipy.linalg.solve_triangular(x, y, lower=True, trans=1)",
+             {"x": ("wellcond", (3, 3)), "y": (3, 2)}),
+            ("scipy.linalg.solve_triangular(x, y, trans='T', unit_diagonal=True)",
+             {"x": ("wellcond", (3, 3)), "y": (3, 2)}),
+            ("scipy.linalg.solve_triangular(x, y, lower=True, unit_diagonal=True)",
+             {"x": ("wellcond", (3, 3)), "y": (3,)})],
+        "scipy.linalg.cholesky": [("scipy.linalg.cholesky(x)", {"x": ("spd", (3, 3))}),
+                                  ("scipy.linalg.cholesky(x, lower=True)",
+                                   {"x": ("spd", (2, 2))})],
+        "scipy.linalg.cho_factor": [("scipy.linalg.cho_factor(x)[0]", {"x": ("spd", (3, 3))}),
+                                    ("scipy.linalg.cho_factor(x, lower=True)[0]",
+                                     {"x": ("spd", (3, 3))})],
+        "scipy.linalg.cho_solve": [
+            ("scipy.linalg.cho_solve((x, True), y)", {"x": ("wellcond", (3, 3)), "y": (3,)}),
+            ("scipy.linalg.cho_solve((x, False), y)", {"x": ("wellcond", (3, 3)), "y": (3, 2)}),
+            ("scipy.linalg.cho_solve(scipy.linalg.cho_factor(x), y)",
+             {"x": ("spd", (3, 3)), "y": (3, 2)})],
+        "scipy.linalg.solve_sylvester": [
+            ("scipy.linalg.solve_sylvester(x, y, z)",
+             {"x": ("wellcond", (3, 3)), "y": ("wellcond", (2, 2)), "z": (3, 2)}),
+            ("scipy.linalg.solve_sylvester(a, b, z)",
+             {"a": ("const", 3.0 * np.eye(2) + 0.5), "b": ("wellcond", (2, 2)), "z": (2, 2)})],
+        "scipy.linalg.sqrtm": [("scipy.linalg.sqrtm(x)", {"x": ("spd", (3, 3))}),
+                               ("scipy.linalg.sqrtm(x + 3.0 * np.eye(2))", {"x": (2, 2)})],
+        "scipy.linalg.expm": [("scipy.linalg.expm(x)", {"x": (3, 3)}),
+                              ("scipy.linalg.expm(0.5 * x)", {"x": (2, 2, 2)})],
+        "scipy.signal.convolve": [
+            ("scipy.signal.convolve(x, y)", {"x": (5,), "y": (3,)}),
+            ("scipy.signal.convolve(x, y, mode='same')", {"x": (4, 3), "y": (2, 2)}),
+            ("scipy.signal.convolve(x, y, mode='valid')", {"x": (3, 4), "y": (2, 3)}),
+            ("scipy.signal.convolve(x, y, mode='valid')", {"x": (2,), "y": (4,)})],
+        "scipy.signal.correlate": [
+            ("scipy.signal.correlate(x, y)", {"x": (5,), "y": (3,)}),
+            ("scipy.signal.correlate(x, y, mode='same')", {"x": (3,), "y": (5,)}),
+            ("scipy.signal.correlate(x, y, mode='valid')", {"x": (4, 3), "y": (2, 2)})],
+    })
+
 
 def _available(expr):
     """Does the installed NumPy have everything the expression calls? (NumPy 1.x

@@ -691,7 +691,10 @@ compiler.driver.run_passes = counting
 if os.environ.get("WAIT_FOR"):
     import time
     open(os.environ["WAIT_FOR"] + "." + str(os.getpid()), "w").close()
+    _give_up = time.time() + 600   # a parent that died never says go: do not poll forever
     while not os.path.exists(os.environ["WAIT_FOR"]):
+        if time.time() > _give_up:
+            sys.exit("no go after 600 s")
         time.sleep(0.001)
 import {module} as m
 x = np.linspace(-1.0, 1.0, 4)
@@ -704,9 +707,14 @@ print(json.dumps({{"value": float(value), "gx": grads[0].tolist(), "gw": grads[1
 
 def run_child(directory, cache_path, module="main_mod", extra_env=None, wait=True,
               timeout=120, stderr=False):
-    script = os.path.join(directory, "child.py")
-    with open(script, "w") as f:
-        f.write(CHILD.format(module=module))
+    script = os.path.join(directory, f"child_{module}.py")
+    text = CHILD.format(module=module)
+    if not os.path.exists(script) or open(script).read() != text:
+        # Written whole or not at all: a child started a moment ago may be reading it
+        # (rewriting it in place once let one read an empty file and exit 0 at once).
+        with open(script + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(script + ".tmp", script)
     env = dict(os.environ, S2SGRAD_CACHE_DIR=str(cache_path), PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("S2SGRAD_CACHE", None)

@@ -224,6 +224,12 @@ def calls_a_decorated_function(x):
     return scaled_by_a_decorator(x) + 1.0
 
 
+@times10
+@s2sgrad.differentiable
+def scaled_over_our_own_mark(x):
+    return np.sum(x ** 2)
+
+
 @passes_through
 def forwarded_by_a_decorator(x):
     return np.sum(x ** 2)
@@ -333,6 +339,25 @@ def calls_a_partial_of_a_decorated_function(x):
 lambdas = (lambda x: 2.0 * x, lambda x: x ** 3)
 scaled, squared = lambda x: x * 6.0, lambda x: x * x * 3.0
 make_scaled = lambda k: (lambda x: k * x * x)  # noqa: E731
+
+def tuple_item_read_after_its_name_is_rebound(x, s):
+    P = (s, np.sin(x))
+    s = x * 3.0
+    a, b = P
+    return np.sum(a * x + s * b)
+
+
+def tuple_unpacked_into_its_own_items(x, y):
+    P = (y, x)
+    x, y = P
+    return np.sum(x * np.cos(y))
+
+
+def functional_of_a_tuple_built_before_a_rebinding(x, w):
+    P = (w, x)
+    w = w * 2.0
+    jac = s2sgrad.functional.jacobian(lambda a, b: np.sum(a * b), P, create_graph=True)
+    return np.sum(jac[0] * w) + np.sum(jac[1])
 '''
 
 
@@ -366,6 +391,9 @@ CASES = [
     ("power_of_arrays", [[(3,), (3,)], [(2, 3), (3,)]]),
     ("unpacked_gradient_inside", [[(3,)], [(2, 2)]]),
     ("and_in_condition", [[(3,)], [(2, 2)]]),
+    ("tuple_item_read_after_its_name_is_rebound", [[(3,), (3,)], [(2, 3), (3,)]]),
+    ("tuple_unpacked_into_its_own_items", [[(3,), (3,)], [(2, 3), (3,)]]),
+    ("functional_of_a_tuple_built_before_a_rebinding", [[(3,), (3,)], [(2, 3), (2, 3)]]),
 ]
 
 
@@ -569,7 +597,8 @@ def test_star_args_are_positions(m, shapes, rng):
 
 def test_a_decorator_that_computes_is_refused(m):
     """`@times10` would be dropped by differentiating the function it wraps."""
-    for f in (m.scaled_by_a_decorator, m.calls_a_decorated_function):
+    for f in (m.scaled_by_a_decorator, m.calls_a_decorated_function,
+              m.scaled_over_our_own_mark):   # (functools.wraps copies our mark outward)
         with pytest.raises(s2sgrad.TransformError, match="wrapped by a decorator"):
             s2sgrad.grad(f)(np.ones(3))
 

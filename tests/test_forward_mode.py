@@ -26,21 +26,6 @@ def _random_like(x, rng):
     return rng.standard_normal(np.shape(x))
 
 
-@pytest.fixture
-def restore_registry():
-    """Rules a test registers are removed after it (the table stays as shipped)."""
-    from s2sgrad import runtime
-    from s2sgrad.rules import registry
-    saved = (dict(registry.REGISTRY.functions), dict(runtime.HELPERS),
-             dict(registry._USER_HELPERS), dict(jvp_rules._SPECS))
-    yield
-    for live, old in zip((registry.REGISTRY.functions, runtime.HELPERS,
-                          registry._USER_HELPERS, jvp_rules._SPECS), saved):
-        live.clear()
-        live.update(old)
-    jvp_rules._BUILT.clear()
-
-
 def check_jvp(f, args, wrt=None, seed=0, rtol=1e-5, atol=1e-6):
     """The generated tangent code against central differences along the tangent."""
     rng = np.random.default_rng(seed)

@@ -31,10 +31,16 @@ def _draw(spec, rng):
 
 def _source(params, expr, numpy="numpy"):
     """The module text of one case (SciPy imported when the case uses it)."""
+    import re
     head = f"import {numpy} as np\n"
-    if "scipy." in expr:
-        head += ("import scipy.special\n" if numpy == "numpy" else
-                 "import autograd.scipy as scipy\nimport autograd.scipy.special\n")
+    modules = sorted(set(re.findall(r"\bscipy\.(special|stats|linalg|signal)\b", expr)))
+    if numpy == "numpy":
+        head += "".join(f"import scipy.{m}\n" for m in modules)
+    elif modules:
+        head += "import autograd.scipy as scipy\n"
+        head += "".join(f"import autograd.scipy.{m}\n" for m in modules)
+        for dist in sorted(set(re.findall(r"\bscipy\.stats\.(\w+)\.", expr))):
+            head += f"import autograd.scipy.stats.{dist}\n"
     return f"{head}\ndef f({', '.join(params)}):\n    return {expr}\n"
 
 

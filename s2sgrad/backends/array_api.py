@@ -73,3 +73,45 @@ def dispatching_pair(compiled: Any) -> Any:
         with foreign_dispatch():
             return adjoint(residuals, cotangent)
     return dataclasses.replace(compiled, forward=guarded_forward, adjoint=guarded_adjoint)
+
+
+def _is_dask(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] == "dask" and hasattr(value, "chunks")
+
+
+def _has_dask(values) -> bool:
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            if _has_dask(v):
+                return True
+        elif isinstance(v, dict):
+            if _has_dask(v.values()):
+                return True
+        elif _is_dask(v):
+            return True
+    return False
+
+
+def _lifted(value: Any, from_array: Any) -> Any:
+    if type(value) is numpy.ndarray and value.dtype.kind in "fc":
+        return from_array(value, chunks=value.shape or ())
+    if isinstance(value, dict):
+        return type(value)((k, _lifted(v, from_array)) for k, v in value.items())
+    if isinstance(value, tuple) and hasattr(value, "_fields"):   # a namedtuple
+        return type(value)(*(_lifted(v, from_array) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_lifted(v, from_array) for v in value)
+    return value
+
+
+def lift_beside_dask(args: tuple) -> tuple:
+    """A call with Dask arrays: every floating-point NumPy array among its arguments
+    (in lists, tuples and dicts too) becomes a single-chunk Dask array, so that the
+    whole gradient stays lazy (`grad(loss)(w, X, y)` with `w` NumPy and `X` Dask:
+    `w`'s gradient is a Dask array, computed with the rest). Without Dask arrays the
+    arguments are returned as they are."""
+    if not _has_dask(args):
+        return args
+    from dask.array import from_array
+    return tuple(_lifted(a, from_array) for a in args)
+

@@ -591,10 +591,13 @@ def _why_independent(name: str, ops, reach_all: Set[str], nf: NormalForm) -> str
 _UNSUPPORTED_HINTS = {
     "unknown": "Register a rule with s2sgrad.defvjp, or wrap the computation in an "
                "s2sgrad.Function with a vjp rule.",
-    "opaque": "Write a set comprehension as a for loop that appends to a list (or as one "
-              "vectorised NumPy expression), and and/or on values as if/else; or wrap the "
-              "computation in an s2sgrad.Function with a vjp rule.",
-    "method": "Call the NumPy function instead (np.f(x)), register it with "
+    "opaque": "Rewrite it: a call with *args or **kwargs with its arguments spelled out "
+              "(g(s[0], s[1]) for g(*s)); a set or set comprehension as a list (a for loop "
+              "that appends to it) or one vectorised NumPy expression; and/or on values as "
+              "if/else. Or wrap the computation in an s2sgrad.Function with a vjp rule.",
+    "method": "For a method of your own class, call it through the class: "
+              "Model.method(self, ...) (s2sgrad reads its source); for another object's "
+              "method, call the NumPy function instead (np.f(x)), register a rule with "
               "s2sgrad.defvjp, or wrap it in an s2sgrad.Function.",
     "mutate": "Compute a new value instead of modifying one in place.",
 }

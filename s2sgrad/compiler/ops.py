@@ -197,7 +197,8 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
         label = {ast.Compare: "a comparison", ast.BoolOp: "an and/or expression",
                  ast.ListComp: "a list comprehension", ast.GeneratorExp: "a generator expression",
                  ast.SetComp: "a set comprehension", ast.DictComp: "a dict comprehension",
-                 ast.Dict: "a dict", ast.Set: "a set", ast.Lambda: "a lambda"}.get(
+                 ast.Dict: "a dict", ast.Set: "a set", ast.Lambda: "a lambda",
+                 ast.Call: "a call with *args or **kwargs"}.get(
             type(value), f"a {type(value).__name__} expression")
         return Op(kind, outs, other_inputs=names(value), label=label)
     if isinstance(value, ast.BoolOp) and _is_flag(value):

@@ -1,17 +1,20 @@
 """Gradient rules: the declarative table (numpy_rules) and its registry."""
+# SciPy's rules (scipy_*rules.py) load lazily, when a SciPy module they cover is imported
+# and a lookup needs them (registry._PENDING): `import s2sgrad` does not import SciPy.
 from . import (
+    helper_rules,  # noqa: F401, E402 - rules for the table's helpers (second order)
     numpy_rules,  # noqa: F401 - registers the table
     runtime_rules,  # noqa: F401 - rules for s2sgrad's own helpers (second order)
 )
-from .registry import REGISTRY, all_rules, count, defvjp
-
-try:  # scipy.special rules, only when SciPy is installed (never required)
-    from . import scipy_rules  # noqa: F401
-except ImportError:
-    pass
-from . import helper_rules  # noqa: F401, E402 - rules for the table's helpers (second order)
-from .registry import mark_shipped  # noqa: E402
+from .registry import (
+    REGISTRY,
+    all_rules,
+    count,
+    defvjp,
+    load_scipy_rules,
+    mark_shipped,  # noqa: E402
+)
 
 mark_shipped()
 
-__all__ = ["REGISTRY", "all_rules", "count", "defvjp"]
+__all__ = ["REGISTRY", "all_rules", "count", "defvjp", "load_scipy_rules"]

@@ -322,3 +322,93 @@ _curved(nh.svdvals_grad, "cot, x", "svdvals_grad_jvp(cot, x, cot_dot, x_dot)", (
 _curved(nh.qr_grad, "cot, a, res, mode='reduced'", "qr_grad_jvp(cot, a, res, mode, cot_dot, a_dot)",
         ("cot", "a"),
         cot="qr_jvp(g, a, res, mode)", a="qr_hvp(cot, a, res, g, mode)", sequence=("cot",))
+
+# -- the helpers of the SciPy rules and of issue 34's NumPy rules ------------------------------
+# Pointwise: SciPy's special functions, whose derivatives are the same helpers again.
+_ORDER = "unsupported('the gradient of a Bessel function with respect to its order')"
+jvp_rules.pointwise(
+    _rule(nh.scipy_gammaln, "x", x="g * scipy_digamma(x)"),
+    _rule(nh.scipy_polygamma, "n, x", x="g * scipy_polygamma(n + 1, x)",
+          n="unsupported('the gradient of polygamma with respect to n')", broadcast=True),
+    _rule(nh.bessel_j, "v, x", x="g * (bessel_j(v - 1, x) - bessel_j(v + 1, x)) / 2.0",
+          v=_ORDER, broadcast=True),
+    _rule(nh.bessel_y, "v, x", x="g * (bessel_y(v - 1, x) - bessel_y(v + 1, x)) / 2.0",
+          v=_ORDER, broadcast=True),
+    _rule(nh.bessel_i, "v, x", x="g * (bessel_i(v - 1, x) + bessel_i(v + 1, x)) / 2.0",
+          v=_ORDER, broadcast=True),
+    _rule(nh.bessel_k, "v, x", x="-g * (bessel_k(v - 1, x) + bessel_k(v + 1, x)) / 2.0",
+          v=_ORDER, broadcast=True),
+    _rule(nh.bessel_ie, "v, x",
+          x="g * ((bessel_ie(v - 1, x) + bessel_ie(v + 1, x)) / 2.0 - np.sign(x) * ans)",
+          v=_ORDER, broadcast=True),
+    _rule(nh.bessel_ke, "v, x",
+          x="g * (ans - (bessel_ke(v - 1, x) + bessel_ke(v + 1, x)) / 2.0)",
+          v=_ORDER, broadcast=True))
+# Checks, shapes and options: no gradient.
+nondiff(nh.dirichlet_shape, nh.is_transposed, nh.flipped_trans, nh.full_conv_shape)
+
+# Linear in their array argument: the rule of `cot` is the transpose.
+jvp_rules.linear(
+    _rule(nh.mvn_mean, "x, mean, cov, allow_singular=False", mean="unbroadcast(g, mean)"),
+    _rule(nh.symmetric_from_lower, "a",
+          a="np.tril(g) + np.swapaxes(np.triu(g, 1), -1, -2)"),
+    _rule(nh.triangle_part, "cot, lower=True, unit_diagonal=False",
+          cot="triangle_part(g, lower, unit_diagonal)"),
+    _rule(nh.transpose_if, "cot, flag", cot="transpose_if(g, flag)"),
+    _rule(nh.as_columns, "cot, n", cot="np.reshape(g, np.shape(cot))"),
+    _rule(nh.require_real, "value, what", value="g"),
+    _rule(nh.block_upper, "a, e", prelude="n = np.shape(a)[-1]",
+          a="unbroadcast(g[..., :n, :n] + g[..., n:, n:], a)",
+          e="unbroadcast(g[..., :n, n:], e)"),
+    _rule(nh.embed_centered, "cot, shape", cot="crop_centered(g, np.shape(cot))"),
+    _rule(nh.crop_centered, "cot, shape", cot="embed_centered(g, np.shape(cot))"),
+    _rule(nh.partition_grad, "cot, a, res, axis=-1", cot="partition_jvp(g, a, res, axis)"),
+    _rule(nh.gradient_grad, "cot, f, varargs=(), axis=None, edge_order=1",
+          cot="gradient_linear(g, f, varargs, axis, edge_order)"),
+    _rule(nh.gradient_linear, "f_dot, f, varargs=(), axis=None, edge_order=1",
+          f_dot="gradient_grad(g, f, varargs, axis, edge_order)"))
+
+# SciPy's linear algebra and signal processing, for templates: the same rules as the
+# table's entries (scipy_linalg_rules.py, scipy_signal_rules.py), so derivatives of
+# every order are these helpers again.
+_SOLVE_TRIANGULAR_A = ("-triangle_part(transpose_if(as_columns(gb, np.shape(a)[-1]) @ "
+                       "np.swapaxes(as_columns(ans, np.shape(a)[-1]), -1, -2), "
+                       "is_transposed(trans)), lower, unit_diagonal)")
+_rule(nh.scipy_solve_triangular, "a, b, trans=0, lower=False, unit_diagonal=False",
+      prelude="gb = scipy_solve_triangular(a, g, flipped_trans(trans), lower, unit_diagonal)",
+      a=_SOLVE_TRIANGULAR_A, b="gb")
+jvp_rules.defjvp("_s2s_scipy_solve_triangular",
+                 joint="solve_triangular_jvp(a, b, a_dot, b_dot, ans, trans, lower, "
+                       "unit_diagonal)", joint_params=("a", "b"))
+_CHO_SOLVE_C = ("transpose_if(triangle_part(sym @ triangle_part(transpose_if(c, not lower), "
+                "True), True), not lower)")
+_rule(nh.scipy_cho_solve, "c, lower, b",
+      prelude="gb = scipy_cho_solve(c, lower, g); n = np.shape(c)[-1]; "
+              "outer = as_columns(gb, n) @ np.swapaxes(as_columns(ans, n), -1, -2); "
+              "sym = -(outer + np.swapaxes(outer, -1, -2))",
+      c=_CHO_SOLVE_C, b="gb")
+jvp_rules.defjvp("_s2s_scipy_cho_solve", joint="cho_solve_jvp(c, lower, b, c_dot, b_dot, ans)",
+                 joint_params=("c", "b"))
+_rule(nh.scipy_solve_sylvester, "a, b, q",
+      prelude="gq = scipy_solve_sylvester(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2), g)",
+      a="-gq @ np.swapaxes(ans, -1, -2)", b="-np.swapaxes(ans, -1, -2) @ gq", q="gq")
+jvp_rules.defjvp("_s2s_scipy_solve_sylvester",
+                 joint="solve_sylvester_jvp(a, b, a_dot, b_dot, q_dot, ans)",
+                 joint_params=("a", "b", "q"))
+_rule(nh.expm_frechet, "a, e",
+      prelude="n = np.shape(a)[-1]; gm = expm_frechet(np.swapaxes(block_upper(a, e), -1, -2), "
+              "block_upper(np.zeros_like(g), g))",
+      a="unbroadcast(gm[..., :n, :n] + gm[..., n:, n:], a)", e="unbroadcast(gm[..., :n, n:], e)")
+jvp_rules.defjvp("_s2s_expm_frechet", joint="expm_frechet_jvp(a, e, a_dot, e_dot)",
+                 joint_params=("a", "e"))
+_rule(nh.signal_convolve, "in1, in2, mode='full'",
+      prelude="gf = embed_centered(g, full_conv_shape(in1, in2))",
+      in1="signal_correlate(gf, in2, 'valid')", in2="signal_correlate(gf, in1, 'valid')")
+_rule(nh.signal_correlate, "in1, in2, mode='full'",
+      prelude="gf = embed_centered(g, full_conv_shape(in1, in2))",
+      in1="signal_convolve(gf, in2, 'valid')", in2="signal_correlate(in1, gf, 'valid')")
+jvp_rules.multilinear("_s2s_signal_convolve", "_s2s_signal_correlate")
+
+# np.linalg.eig's gap weights: dF[i, j] = -F[i, j]^2 (dw[j] - dw[i]).
+_rule(nh.eig_gaps, "w", w="np.sum(g * ans * ans, axis=-1) - np.sum(g * ans * ans, axis=-2)")
+jvp_rules.defjvp("_s2s_eig_gaps", w="-ans * ans * (w_dot[..., None, :] - w_dot[..., :, None])")

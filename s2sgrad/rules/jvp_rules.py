@@ -316,8 +316,8 @@ _ = (inspect, REGISTRY)
 # =============================================================================================
 
 # -- elementwise functions that are not ufuncs ------------------------------------------------
-pointwise("np.sinc", "np.real", "np.imag", "ndarray.real", "ndarray.imag", "ndarray.conj",
-          "ndarray.conjugate", "_s2s_safe_log")
+pointwise("np.sinc", "np.real", "np.imag", "np.real_if_close", "ndarray.real", "ndarray.imag",
+          "ndarray.conj", "ndarray.conjugate", "_s2s_safe_log")
 defjvp("np.nan_to_num", broadcast=True,
        x="np.where(np.isfinite(x), x_dot, 0.0)",
        nan="np.where(np.isnan(x), nan_dot, 0.0)",
@@ -353,7 +353,8 @@ linear("np.reshape", "np.transpose", "ndarray.reshape", "ndarray.transpose", "nd
        "np.flip", "np.fliplr", "np.flipud", "np.roll", "np.rot90", "np.diag", "np.diagflat",
        "np.diagonal", "np.triu", "np.tril", "np.take", "np.take_along_axis", "np.compress",
        "np.extract", "np.delete", "np.insert", "np.append", "np.select", "np.copy",
-       "np.meshgrid", "np.matrix_transpose", "np.bincount",
+       "np.meshgrid", "np.matrix_transpose", "np.bincount", "np.fft.fftshift",
+       "np.fft.ifftshift",
        "ndarray.ravel", "ndarray.flatten", "ndarray.squeeze", "ndarray.swapaxes",
        "ndarray.repeat", "ndarray.diagonal", "ndarray.take", "ndarray.copy", "ndarray.item",
        "ndarray.compress",
@@ -411,6 +412,9 @@ defjvp("np.nancumprod", a="cumprod_jvp(np.where(np.isnan(a), 0.0, a_dot), "
                           "np.where(np.isnan(a), 1.0, a), axis)")
 defjvp("np.cumulative_prod", x="cumulative_prod_jvp(x_dot, x, axis, include_initial)")
 defjvp("np.sort", a="sort_jvp(a_dot, a, axis)")
+defjvp("np.partition", a="partition_jvp(a_dot, a, ans, axis)")
+defjvp("np.gradient", linear=("f",))
+defjvp("np.astype", x="cast_tangent(x_dot, ans)")
 
 # -- statistics ---------------------------------------------------------------------------------
 defjvp("np.cov", joint="cov_jvp(m, y, m_dot, y_dot, rowvar, bias, ddof, fweights, aweights, "
@@ -445,6 +449,8 @@ defjvp("np.linalg.svdvals", x="svdvals_jvp(x_dot, x)")
 defjvp("np.linalg.pinv", a="pinv_jvp(a_dot, a, ans, hermitian)")
 defjvp("np.linalg.qr", joint="qr_jvp(a_dot, a, ans, mode)", joint_params=("a",))
 defjvp("np.linalg.matrix_power", a="matrix_power_jvp(a_dot, a, n)")
+defjvp("np.linalg.eig", joint="eig_jvp(a_dot, ans)", joint_params=("a",))
+defjvp("np.linalg.eigvals", a="eigvals_jvp(a_dot, a)")
 
 # -- scipy.special (the rules exist only when SciPy imports) -----------------------------------
 defjvp("scipy.special.softmax", x="ans * (x_dot - np.sum(x_dot * ans, axis=axis, keepdims=True))")
@@ -453,3 +459,40 @@ defjvp("scipy.special.log_softmax",
 defjvp("scipy.special.logsumexp", joint="logsumexp_jvp(a, b, a_dot, b_dot, ans, axis, keepdims, "
                                         "return_sign)", joint_params=("a", "b"))
 
+
+# -- scipy.stats: the elementwise distributions' JVPs are derived (pointwise); these are not ----
+_DIRICHLET = "A = np.reshape(alpha, dirichlet_shape(x, alpha))"
+_DIRICHLET_ALPHA = ("np.sum((np.log(x) - scipy_digamma(A) + scipy_digamma(np.sum(alpha))) * "
+                    "np.reshape(alpha_dot, np.shape(A)), axis=0)")
+defjvp("scipy.stats.dirichlet.logpdf", prelude=_DIRICHLET,
+       x="np.sum((A - 1.0) / x * x_dot, axis=0)", alpha=_DIRICHLET_ALPHA)
+defjvp("scipy.stats.dirichlet.pdf", prelude=_DIRICHLET,
+       x="ans * np.sum((A - 1.0) / x * x_dot, axis=0)", alpha=f"ans * {_DIRICHLET_ALPHA}")
+_MVN = ("mu = mvn_mean(x, mean, cov, allow_singular); S = symmetric_from_lower(cov); "
+        "s = np.linalg.solve(S, np.expand_dims(x - mu, -1))[..., 0]")
+_MVN_COV = ("(0.5 * np.einsum('...i,ij,...j->...', s, symmetric_from_lower(cov_dot), s) - "
+            "0.5 * np.trace(np.linalg.solve(S, symmetric_from_lower(cov_dot))))")
+defjvp("scipy.stats.multivariate_normal.logpdf", prelude=_MVN,
+       x="-np.sum(s * x_dot, axis=-1)", mean="np.sum(s * mean_dot, axis=-1)", cov=_MVN_COV)
+defjvp("scipy.stats.multivariate_normal.pdf", prelude=_MVN,
+       x="-ans * np.sum(s * x_dot, axis=-1)", mean="ans * np.sum(s * mean_dot, axis=-1)",
+       cov=f"ans * {_MVN_COV}")
+defjvp("scipy.stats.multivariate_normal.entropy",
+       cov="0.5 * np.trace(np.linalg.solve(symmetric_from_lower(cov), "
+           "symmetric_from_lower(cov_dot)))")
+defjvp("scipy.special.multigammaln",
+       a="a_dot * np.sum(scipy_digamma(np.expand_dims(a, -1) - np.arange(d) / 2.0), -1)")
+
+# -- scipy.linalg and scipy.signal ---------------------------------------------------------------
+defjvp("scipy.linalg.solve_triangular",
+       joint="solve_triangular_jvp(a, b, a_dot, b_dot, ans, trans, lower, unit_diagonal)",
+       joint_params=("a", "b"))
+defjvp("scipy.linalg.cholesky", a="cholesky_jvp(a_dot, ans, not lower)")
+defjvp("scipy.linalg.cho_factor", joint="cho_factor_jvp(a_dot, ans)", joint_params=("a",))
+defjvp("scipy.linalg.cho_solve", joint="cho_solve_pair_jvp(c_and_lower, b, c_and_lower_dot, "
+                                       "b_dot, ans)", joint_params=("c_and_lower", "b"))
+defjvp("scipy.linalg.solve_sylvester", joint="solve_sylvester_jvp(a, b, a_dot, b_dot, q_dot, ans)",
+       joint_params=("a", "b", "q"))
+defjvp("scipy.linalg.sqrtm", A="scipy_solve_sylvester(ans, ans, A_dot)")
+defjvp("scipy.linalg.expm", A="expm_frechet(A, A_dot)")
+multilinear("scipy.signal.convolve", "scipy.signal.correlate")

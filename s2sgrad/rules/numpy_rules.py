@@ -302,7 +302,18 @@ defvjp(np.select, "condlist, choicelist, default=0",
        prelude="parts = select_grads(g, condlist, choicelist, default)",
        choicelist="parts[0]", default="parts[1]", sequence=("choicelist",))
 defvjp(np.sort, "a, axis=-1, kind=None, order=None, stable=None", a="sort_grad(g, a, axis)")
+defvjp(np.partition, "a, kth, axis=-1, kind='introselect', order=None",
+       a="partition_grad(g, a, ans, axis)")         # values matched to where they came from
+defvjp(np.gradient, "f, *varargs, axis=None, edge_order=1",
+       f="gradient_grad(g, f, varargs, axis, edge_order)",
+       varargs="unsupported('the gradient of np.gradient with respect to its spacing')",
+       sequence=("varargs",))
+defvjp(np.real_if_close, "a, tol=100", a="real_only(g, a)", view=True)
+defvjp(np.fft.fftshift, "x, axes=None", x="np.fft.ifftshift(g, axes)")   # rolls: real too
+defvjp(np.fft.ifftshift, "x, axes=None", x="np.fft.fftshift(g, axes)")
 defvjp(np.copy, "a, order='K', subok=False", a="g")
+if hasattr(np, "astype"):   # NumPy >= 2
+    defvjp(np.astype, "x, dtype, copy=True, device=None", x="astype_grad(g, x, dtype)")
 defvjp(np.array, "object, dtype=None, copy=True, order='K', subok=False, ndmin=0, ndmax=0, "
                  "like=None",
        object="array_grad(g, object, ans)", sequence=("object",))
@@ -359,6 +370,18 @@ defvjp(np.linalg.pinv, "a, rcond=None, hermitian=False, rtol=None",
        a="pinv_grad(g, a, ans, hermitian)")
 defvjp(np.linalg.qr, "a, mode='reduced'", a="qr_grad(g, a, ans, mode)", outputs=2)
 defvjp(np.linalg.matrix_power, "a, n", a="matrix_power_grad(g, a, n)")
+# eig of a real matrix with real, distinct eigenvalues (complex or repeated ones raise):
+# A = V diag(w) V^-1 with unit columns, gA = V^-T (diag(gw) + F*(V^T gV) - F*(V^T V diag(d))) V^T
+_EIG = ("np.swapaxes(np.linalg.inv(V), -1, -2) @ (np.expand_dims(gw, -1) * np.eye(np.shape(V)[-1])"
+        " + F * M - F * ((Vt @ V) * np.expand_dims(np.diagonal(M, axis1=-2, axis2=-1), -2)))"
+        " @ Vt")
+defvjp(np.linalg.eig, "a", prelude="V = ans[1]; gw = g[0]; F = eig_gaps(ans[0]); "
+                                   "Vt = np.swapaxes(V, -1, -2); M = Vt @ g[1]",
+       a=_EIG, outputs=2)
+defvjp(np.linalg.eigvals, "a", prelude="wv = np.linalg.eig(a); V = wv[1]; gw = g; "
+                                       "F = eig_gaps(wv[0]); Vt = np.swapaxes(V, -1, -2); "
+                                       "M = 0.0 * F",
+       a=_EIG)
 defvjp(np.linalg.multi_dot, "arrays, out=None", arrays="multi_dot_grads(g, arrays)",
        sequence=("arrays",))
 if hasattr(np.linalg, "trace"):   # NumPy >= 2: over the last two axes

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import inspect
+import sys
+import types
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
@@ -78,6 +82,70 @@ class Registry:
 
 
 REGISTRY = Registry()
+
+# SciPy's rules are built in but registered lazily (importing scipy.special alone takes
+# a quarter of a second): the rules of a SciPy module are read the first time a lookup
+# misses while that module is imported (a SciPy function can only reach the compiler
+# once its module is), or when the whole table is listed (all_rules, count). They live
+# in a registry of their own, so that the cache's fingerprint of the built-in table
+# does not change when they load; a user's defvjp of the same function wins.
+_LAZY = Registry()
+# SciPy module -> the rules module that registers its rules.
+_PENDING: Dict[str, str] = {"scipy.special": "scipy_rules",
+                            "scipy.stats": "scipy_stats_rules",
+                            "scipy.linalg": "scipy_linalg_rules",
+                            "scipy.signal": "scipy_signal_rules"}
+_TARGET: List[Registry] = [REGISTRY]   # where defvjp/alias/nondiff write (a stack)
+
+
+def _key(func: Callable):
+    """Registry key of a callable. A bound method (`scipy.stats.norm.pdf`) is a new
+    object at every attribute read, so it is keyed by its instance and function."""
+    if isinstance(func, types.MethodType):
+        return ("method", id(func.__self__), id(func.__func__))
+    return id(func)
+
+
+def _same_callable(stored: Callable, func: Callable) -> bool:
+    if stored is func:
+        return True
+    return isinstance(func, types.MethodType) and isinstance(stored, types.MethodType) and \
+        stored.__self__ is func.__self__ and stored.__func__ is func.__func__
+
+
+@contextmanager
+def _writing_to(target: Registry):
+    _TARGET.append(target)
+    try:
+        yield
+    finally:
+        _TARGET.pop()
+
+
+def _load_lazy(all_available: bool = False) -> bool:
+    """Register the rules of the SciPy modules already imported (all_available: of
+    every SciPy module that imports). Whether any rule was added."""
+    loaded = False
+    for module, rules in list(_PENDING.items()):
+        if not all_available and module not in sys.modules:
+            continue
+        _PENDING.pop(module)
+        before = set(_LAZY.functions)
+        with _writing_to(_LAZY):
+            try:
+                importlib.import_module(f"{__package__}.{rules}")
+            except ImportError:
+                continue   # SciPy (or this module of it) is not installed
+        new = [rule for key, (_, rule) in _LAZY.functions.items() if key not in before]
+        _SHIPPED.extend(new)
+        _SHIPPED_IDS.update(id(rule) for rule in new)
+        loaded = True
+    return loaded
+
+
+def load_scipy_rules() -> None:
+    """Register every SciPy rule now (imports the SciPy modules that have rules)."""
+    _load_lazy(all_available=True)
 
 
 class RuleSignature(inspect.Signature):
@@ -179,6 +247,8 @@ def make_rule(name: str, params, grads: Dict[str, str], *, prelude: str = "",
 def _display_name(func: Callable) -> str:
     mod = getattr(func, "__module__", None) or ""
     name = getattr(func, "__name__", repr(func))
+    if isinstance(func, np.ufunc) and getattr(np, name, None) is not func and not mod:
+        return f"scipy.special.{name}"     # SciPy's ufuncs have no __module__
     if isinstance(func, np.ufunc) or mod.startswith("numpy"):
         if mod.startswith("numpy.linalg"):
             return f"np.linalg.{name}"
@@ -234,9 +304,10 @@ def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False
     rule = make_rule(rule_name, params, grads, prelude=prelude, broadcast=broadcast,
                      sequence=sequence, outputs=outputs, view=view, func=func,
                      extra_names=extra)
-    REGISTRY.functions[id(func)] = (func, rule)
-    REGISTRY.nondiff_functions.pop(id(func), None)
-    REGISTRY.constructors.pop(id(func), None)
+    target = _TARGET[-1]
+    target.functions[_key(func)] = (func, rule)
+    target.nondiff_functions.pop(_key(func), None)
+    target.constructors.pop(_key(func), None)
     return rule
 
 
@@ -305,7 +376,7 @@ def alias(func: Callable, like: Callable) -> Rule:
     rule = lookup_function(like)
     if rule is None:
         raise ValueError(f"alias {func}: {like} has no rule")
-    REGISTRY.aliases[id(func)] = (func, rule)
+    _TARGET[-1].aliases[_key(func)] = (func, rule)
     return rule
 
 
@@ -363,14 +434,14 @@ def defop(op: type, symbol: str, like: Callable) -> Rule:
 def nondiff(*funcs: Callable) -> None:
     """Functions whose result carries no gradient (floor, sign, comparisons, argmax)."""
     for f in funcs:
-        REGISTRY.nondiff_functions[id(f)] = f
+        _TARGET[-1].nondiff_functions[_key(f)] = f
 
 
 def constructors(*funcs: Callable) -> None:
     """Array constructors: no gradient, and they return fresh arrays."""
     for f in funcs:
-        REGISTRY.nondiff_functions[id(f)] = f
-        REGISTRY.constructors[id(f)] = f
+        _TARGET[-1].nondiff_functions[_key(f)] = f
+        _TARGET[-1].constructors[_key(f)] = f
 
 
 def nondiff_methods(*names: str) -> None:
@@ -382,16 +453,27 @@ def nondiff_attributes(*names: str) -> None:
 
 
 def lookup_function(func: Callable) -> Optional[Rule]:
-    entry = REGISTRY.functions.get(id(func)) or REGISTRY.aliases.get(id(func))
-    return entry[1] if entry is not None and entry[0] is func else None
+    key = _key(func)
+    entry = REGISTRY.functions.get(key) or REGISTRY.aliases.get(key)
+    if entry is None:
+        entry = _LAZY.functions.get(key) or _LAZY.aliases.get(key)
+        if entry is None and _PENDING and _load_lazy():
+            entry = _LAZY.functions.get(key) or _LAZY.aliases.get(key)
+    return entry[1] if entry is not None and _same_callable(entry[0], func) else None
 
 
 def is_nondiff(func: Callable) -> bool:
-    return REGISTRY.nondiff_functions.get(id(func)) is func
+    key = _key(func)
+    stored = REGISTRY.nondiff_functions.get(key)
+    if stored is None and key not in REGISTRY.functions:
+        stored = _LAZY.nondiff_functions.get(key)
+        if stored is None and _PENDING and _load_lazy():
+            stored = _LAZY.nondiff_functions.get(key)
+    return stored is not None and _same_callable(stored, func)
 
 
 def is_constructor(func: Callable) -> bool:
-    return REGISTRY.constructors.get(id(func)) is func
+    return REGISTRY.constructors.get(_key(func)) is func
 
 
 def count() -> int:
@@ -400,7 +482,8 @@ def count() -> int:
     s2sgrad's own runtime helpers (rules named _s2s_*, for second derivatives)
     are not counted: they are not NumPy functions.
     """
-    functions = [r for _, r in REGISTRY.functions.values() if not r.name.startswith("_s2s_")]
+    load_scipy_rules()
+    functions = [r for _, r in _function_entries() if not r.name.startswith("_s2s_")]
     return len(functions) + len(REGISTRY.methods) + len(REGISTRY.attributes)
 
 
@@ -412,7 +495,8 @@ _SHIPPED_IDS: Set[int] = set()
 
 def mark_shipped() -> None:
     """Record the rules registered so far as the shipped table (rules/__init__)."""
-    _SHIPPED[:] = all_rules()
+    _SHIPPED[:] = [r for _, r in _function_entries()] + list(REGISTRY.methods.values()) + \
+        list(REGISTRY.attributes.values())
     _SHIPPED_IDS.clear()
     _SHIPPED_IDS.update(id(rule) for rule in _SHIPPED)
 
@@ -434,7 +518,15 @@ def is_elementwise(rule: Rule) -> bool:
     return rule.broadcast and id(rule) in _SHIPPED_IDS
 
 
+def _function_entries() -> List[Tuple[Callable, Rule]]:
+    """The function rules: the table's, then SciPy's loaded ones a user has not replaced."""
+    return list(REGISTRY.functions.values()) + \
+        [entry for key, entry in _LAZY.functions.items() if key not in REGISTRY.functions]
+
+
 def all_rules() -> List[Rule]:
-    rules = [r for _, r in REGISTRY.functions.values()]
+    """Every rule (SciPy's too, when SciPy is installed: this loads them)."""
+    load_scipy_rules()
+    rules = [r for _, r in _function_entries()]
     return rules + list(REGISTRY.methods.values()) + list(REGISTRY.attributes.values())
 

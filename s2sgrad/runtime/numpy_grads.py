@@ -1739,3 +1739,327 @@ def logsumexp_grads(g, a, ans, axis=None, b=None, keepdims=False, return_sign=Fa
     g_b = None if b is None else ge * weight
     return g_a, g_b
 
+
+
+@_helper
+def scipy_gammaln(x):
+    """log |Gamma(x)|, for templates (its derivative is scipy_digamma)."""
+    from scipy import special
+    return special.gammaln(x)
+
+
+@_helper
+def scipy_polygamma(n, x):
+    """The n-th derivative of digamma (n = 0: digamma itself); d/dx is order n + 1."""
+    from scipy import special
+    return special.polygamma(n, x)
+
+
+# Bessel functions of real order v, for templates: each one's derivative in x is a
+# combination of the same function at orders v - 1 and v + 1 (DLMF 10.6.1, 10.29.1),
+# so their rules (helper_rules.py) give derivatives of every order.
+@_helper
+def bessel_j(v, x):
+    """J_v(x) (scipy.special.jv)."""
+    from scipy import special
+    return special.jv(v, x)
+
+
+@_helper
+def bessel_y(v, x):
+    """Y_v(x) (scipy.special.yv)."""
+    from scipy import special
+    return special.yv(v, x)
+
+
+@_helper
+def bessel_i(v, x):
+    """I_v(x) (scipy.special.iv)."""
+    from scipy import special
+    return special.iv(v, x)
+
+
+@_helper
+def bessel_k(v, x):
+    """K_v(x) (scipy.special.kv)."""
+    from scipy import special
+    return special.kv(v, x)
+
+
+@_helper
+def bessel_ie(v, x):
+    """I_v(x) exp(-|x|) (scipy.special.ive)."""
+    from scipy import special
+    return special.ive(v, x)
+
+
+@_helper
+def bessel_ke(v, x):
+    """K_v(x) exp(x) (scipy.special.kve)."""
+    from scipy import special
+    return special.kve(v, x)
+
+
+# -- scipy.stats (rules in scipy_stats_rules.py) -----------------------------------------
+@_helper
+def dirichlet_shape(x, alpha):
+    """The shape that lines alpha up with the K rows of x in scipy.stats.dirichlet
+    (x of K - 1 rows, the last one implied, is refused)."""
+    if np.shape(x)[0] != np.shape(alpha)[-1]:
+        raise NotImplementedError("s2sgrad cannot differentiate scipy.stats.dirichlet with "
+                                  "x of K - 1 components (the last one implied); pass all K")
+    return np.shape(alpha) + (1,) * (np.ndim(x) - 1)
+
+
+@_helper
+def mvn_mean(x, mean, cov, allow_singular=False):
+    """The mean of scipy.stats.multivariate_normal as an array (zeros for None), after
+    refusing the argument forms whose gradient is not implemented."""
+    cov_a = as_array(cov)
+    if cov_a.ndim != 2 or cov_a.shape[0] != cov_a.shape[1]:
+        raise NotImplementedError("s2sgrad differentiates scipy.stats.multivariate_normal with "
+                                  "a full (d, d) covariance matrix only; pass np.diag(v) or "
+                                  "s * np.eye(d) for a diagonal or scalar one")
+    d = cov_a.shape[0]
+    if d == 1 or np.shape(x)[-1:] != (d,):
+        raise NotImplementedError("s2sgrad differentiates scipy.stats.multivariate_normal with "
+                                  "x of shape (d,) or (n, d), d > 1")
+    if allow_singular:
+        raise NotImplementedError("s2sgrad cannot differentiate scipy.stats.multivariate_normal "
+                                  "with allow_singular=True (not differentiable at a singular "
+                                  "covariance)")
+    if mean is None:
+        return np.zeros(d)
+    mean = as_array(mean)
+    if mean.shape != (d,):
+        raise NotImplementedError("s2sgrad differentiates scipy.stats.multivariate_normal with "
+                                  "a mean of shape (d,) only")
+    return mean
+
+
+@_helper
+def symmetric_from_lower(a):
+    """The symmetric matrix that reads the lower triangle of `a` (what LAPACK's
+    symmetric routines see: scipy.stats.multivariate_normal's covariance)."""
+    lower = np.tril(as_array(a))
+    return lower + _T(np.tril(as_array(a), -1))
+
+
+# -- scipy.linalg (rules in scipy_linalg_rules.py) -------------------------------------------
+@_helper
+def triangle_part(m, lower=True, unit_diagonal=False):
+    """The lower (or upper) triangle of m; without its diagonal when unit_diagonal."""
+    m = as_array(m)
+    if unit_diagonal:
+        return np.tril(m, -1) if lower else np.triu(m, 1)
+    return np.tril(m) if lower else np.triu(m)
+
+
+@_helper
+def transpose_if(m, flag):
+    """m with its last two axes swapped when `flag` (a trans= option), else m."""
+    return _T(as_array(m)) if flag else m
+
+
+@_helper
+def is_transposed(trans):
+    """Whether a LAPACK trans= option (0/'N', 1/'T', 2/'C') transposes (real matrices)."""
+    if trans in (0, "N", "n"):
+        return False
+    if trans in (1, 2, "T", "t", "C", "c"):
+        return True
+    raise ValueError(f"unknown trans={trans!r}")
+
+
+@_helper
+def flipped_trans(trans):
+    """The trans= option of the transposed solve (the cotangent's)."""
+    return 0 if is_transposed(trans) else 1
+
+
+@_helper
+def as_columns(b, n):
+    """b as a matrix of n rows (a vector becomes one column)."""
+    return np.reshape(as_array(b), (n, -1))
+
+
+@_helper
+def scipy_solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False):
+    """scipy.linalg.solve_triangular, for templates."""
+    from scipy import linalg
+    return linalg.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal)
+
+
+@_helper
+def scipy_cho_solve(c, lower, b):
+    """scipy.linalg.cho_solve((c, lower), b), for templates."""
+    from scipy import linalg
+    return linalg.cho_solve((c, lower), b)
+
+
+@_helper
+def scipy_solve_sylvester(a, b, q):
+    """The X of a X + X b = q (scipy.linalg.solve_sylvester), for templates."""
+    from scipy import linalg
+    return linalg.solve_sylvester(a, b, q)
+
+
+@_helper
+def require_real(value, what):
+    """`value`, after checking that it is real (a real matrix can have a complex
+    square root; s2sgrad differentiates real-valued code)."""
+    if np.iscomplexobj(value):
+        raise NotImplementedError(f"s2sgrad differentiates real-valued code; {what} returned "
+                                  f"complex values here")
+    return value
+
+
+@_helper
+def block_upper(a, e):
+    """The block matrix [[a, e], [0, a]] (last two axes): expm of it holds the Frechet
+    derivative of expm at a in the direction e in its upper right block."""
+    a, e = as_array(a), as_array(e)
+    a, e = np.broadcast_arrays(a, e)
+    zero = np.zeros_like(a)
+    return np.concatenate([np.concatenate([a, e], axis=-1),
+                           np.concatenate([zero, a], axis=-1)], axis=-2)
+
+
+@_helper
+def expm_frechet(a, e):
+    """The derivative of scipy.linalg.expm at `a` in the direction `e`: the upper
+    right block of expm([[a, e], [0, a]]) (Higham, Functions of Matrices, 3.2)."""
+    from scipy import linalg
+    n = np.shape(a)[-1]
+    return linalg.expm(block_upper(a, e))[..., :n, n:]
+
+
+# -- scipy.signal (rules in scipy_signal_rules.py) -----------------------------------------------
+@_helper
+def full_conv_shape(in1, in2):
+    """The shape of scipy.signal.convolve(in1, in2, 'full')."""
+    return tuple(n1 + n2 - 1 for n1, n2 in zip(np.shape(in1), np.shape(in2)))
+
+
+def _centered_slices(big, small):
+    return tuple(slice((s - t) // 2, (s - t) // 2 + t) for s, t in zip(big, small))
+
+
+@_helper
+def embed_centered(cot, shape):
+    """cot placed at the center of zeros of `shape`, where scipy.signal's 'same' and
+    'valid' modes cut their result out of the full one."""
+    cot = as_array(cot)
+    out = np.zeros(shape, dtype=np.result_type(cot, np.float32))
+    out[_centered_slices(shape, cot.shape)] = cot
+    return out
+
+
+@_helper
+def crop_centered(cot, shape):
+    """The centered block of `shape` of cot (the transpose of embed_centered)."""
+    return as_array(cot)[_centered_slices(np.shape(cot), shape)]
+
+
+@_helper
+def signal_convolve(in1, in2, mode="full"):
+    """scipy.signal.convolve, for templates."""
+    from scipy import signal
+    return signal.convolve(in1, in2, mode=mode)
+
+
+@_helper
+def signal_correlate(in1, in2, mode="full"):
+    """scipy.signal.correlate (real arrays), for templates."""
+    from scipy import signal
+    return signal.correlate(in1, in2, mode=mode)
+
+
+# -- NumPy functions of issue 34 ----------------------------------------------------------------
+@_helper
+def partition_grad(g, a, ans, axis=-1):
+    """Cotangent of `a` in np.partition: each value's cotangent goes back to where it
+    came from. The result is a permutation of `a`: matching the stably sorted values
+    of both finds it, whatever order partition left inside each part (equal values
+    are told apart by a stable sort, as for np.sort)."""
+    a, g = as_array(a), as_array(g)
+    flat = axis is None
+    src, res = (a.ravel(), as_array(ans)) if flat else (a, as_array(ans))
+    ax = -1 if flat else axis
+    order_a = np.argsort(src, axis=ax, kind="stable")
+    order_r = np.argsort(res, axis=ax, kind="stable")
+    out = np.zeros(src.shape, dtype=np.result_type(g, np.float32))
+    np.put_along_axis(out, order_a, np.take_along_axis(np.broadcast_to(g, res.shape),
+                                                        order_r, axis=ax), axis=ax)
+    return out.reshape(a.shape)
+
+
+def _gradient_axes(f, axis):
+    nd = np.ndim(f)
+    if axis is None:
+        return list(range(nd))
+    axes = [axis] if isinstance(axis, numbers.Integral) else list(axis)
+    return [ax % nd for ax in axes]
+
+
+def _gradient_spacing(varargs, axes, nd):
+    if len(varargs) == 0:
+        return [()] * len(axes)
+    if len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+        return [(varargs[0],)] * len(axes)
+    return [(v,) for v in varargs]
+
+
+@_helper
+def gradient_grad(g, f, varargs=(), axis=None, edge_order=1):
+    """Cotangent of `f` in np.gradient, which is linear in f: along each axis the
+    transpose of the stencil matrix (np.gradient of the identity) applied to g."""
+    f = as_array(f)
+    axes = _gradient_axes(f, axis)
+    gs = list(g) if isinstance(g, (list, tuple)) else [g]
+    spacing = _gradient_spacing(tuple(varargs), axes, f.ndim)
+    out = np.zeros(f.shape, dtype=np.result_type(f, np.float32))
+    for ax, gi, sp in zip(axes, gs, spacing):
+        if gi is None:
+            continue
+        n = f.shape[ax]
+        stencil = np.gradient(np.eye(n), *sp, axis=0, edge_order=edge_order)
+        # out_i = sum_j stencil[i, j] f_j along ax: the cotangent of f_j is sum_i stencil[i, j] g_i
+        gm = np.moveaxis(np.broadcast_to(as_array(gi), f.shape), ax, -1)
+        out = out + np.moveaxis(gm @ stencil, -1, ax)
+    return out
+
+
+@_helper
+def gradient_linear(f_dot, f, varargs=(), axis=None, edge_order=1):
+    """np.gradient of a tangent (or, transposed, of gradient_grad's cotangent): the
+    same stencils, with the spacing of the primal call."""
+    return np.gradient(f_dot, *varargs, axis=axis, edge_order=edge_order)
+
+
+def _eig_real(w, what):
+    if np.iscomplexobj(w):
+        raise NotImplementedError(f"s2sgrad differentiates {what} only where every eigenvalue "
+                                  f"is real (complex ones here: complex numbers are not "
+                                  f"supported); np.linalg.eigh differentiates symmetric "
+                                  f"matrices")
+
+
+@_helper
+def eig_gaps(w):
+    """F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it (last axis of w): the
+    first-order perturbation weights of np.linalg.eig. Repeated eigenvalues have no
+    derivative in general (Jordan blocks): LinAlgError."""
+    w = as_array(w)
+    _eig_real(w, "np.linalg.eig")
+    diff = w[..., None, :] - w[..., :, None]
+    n = w.shape[-1]
+    off = ~np.eye(n, dtype=bool)
+    scale = np.max(np.abs(w), axis=-1, initial=0.0)[..., None, None]
+    tol = np.maximum(scale, 1.0) * n * np.finfo(np.float64).eps * 100
+    if np.any((np.abs(diff) <= tol) & off):
+        raise np.linalg.LinAlgError("np.linalg.eig: repeated eigenvalues have no derivative "
+                                    "(the eigenvalues of a perturbed Jordan block are not "
+                                    "differentiable)")
+    return np.where(off, 1.0 / np.where(off, diff, 1.0), 0.0)
+

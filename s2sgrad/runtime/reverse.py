@@ -293,6 +293,8 @@ def seed(out):
     """The cotangent 1 of a scalar output (what grad differentiates against)."""
     if isinstance(out, (float, int)) and not isinstance(out, (bool, np.generic)):
         return 1.0
+    if np.ndim(out) != 0 and np.size(out) == 1 and isinstance(out, np.ndarray):
+        return np.ones(out.shape, dtype=np.result_type(out, np.float64))   # shape (1,), (1, 1)
     if np.ndim(out) != 0:
         raise ValueError(f"grad requires a function that returns a scalar, but it returned "
                          f"shape {np.shape(out)}; use s2sgrad.vjp for non-scalar outputs")

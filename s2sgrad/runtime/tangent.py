@@ -671,3 +671,104 @@ def matrix_power_jvp(a_dot, a, n):
         powers.append(powers[-1] @ base)
     return sum(powers[i] @ db @ powers[k - 1 - i] for i in range(k))
 
+
+
+# -- functions of issue 34 ----------------------------------------------------------------------
+@_helper
+def expm_frechet_jvp(a, e, a_dot, e_dot):
+    """The tangent of expm_frechet(a, e) (linear in e): the upper right block of the
+    Frechet derivative of expm at [[a, e], [0, a]] in the direction [[a_dot, e_dot], [0, a_dot]]."""
+    n = np.shape(a)[-1]
+    a_dot = np.zeros(np.shape(a)) if a_dot is None else a_dot
+    e_dot = np.zeros(np.shape(e)) if e_dot is None else e_dot
+    return _nh.expm_frechet(_nh.block_upper(a, e), _nh.block_upper(a_dot, e_dot))[..., :n, n:]
+
+
+@_helper
+def partition_jvp(a_dot, a, ans, axis=-1):
+    """np.partition: the tangent follows its element (matched by value, as partition_grad)."""
+    a = np.asarray(a)
+    t = np.broadcast_to(np.asarray(a_dot), a.shape)
+    res = np.asarray(ans)
+    if axis is None:
+        a, t, axis = a.ravel(), t.ravel(), -1
+    order_a = np.argsort(a, axis=axis, kind="stable")
+    order_r = np.argsort(res, axis=axis, kind="stable")
+    out = np.zeros(res.shape, dtype=np.result_type(t, np.float32))
+    np.put_along_axis(out, order_r, np.take_along_axis(t, order_a, axis=axis), axis=axis)
+    return out
+
+
+@_helper
+def eig_jvp(a_dot, ans):
+    """np.linalg.eig of a real matrix with real, distinct eigenvalues: w' = diag(C),
+    V' = V (F * C + diag(c)) with C = V^-1 A' V, F the gap weights and c keeping every
+    column of unit length (NumPy normalises them)."""
+    w, v = ans
+    f = _nh.eig_gaps(w)
+    c = np.linalg.solve(v, np.asarray(a_dot) @ v)
+    w_dot = np.diagonal(c, axis1=-2, axis2=-1)
+    e = f * c
+    vtv = v.swapaxes(-1, -2) @ v
+    norm = -np.diagonal(vtv @ e, axis1=-2, axis2=-1)
+    return w_dot, v @ (e + norm[..., None, :] * np.eye(v.shape[-1]))
+
+
+@_helper
+def eigvals_jvp(a_dot, a):
+    """np.linalg.eigvals (real, distinct eigenvalues): diag(V^-1 A' V)."""
+    w, v = np.linalg.eig(a)
+    _nh.eig_gaps(w)
+    return np.diagonal(np.linalg.solve(v, np.asarray(a_dot) @ v), axis1=-2, axis2=-1)
+
+
+@_helper
+def solve_triangular_jvp(a, b, a_dot, b_dot, ans, trans=0, lower=False, unit_diagonal=False):
+    """scipy.linalg.solve_triangular: x' = op(T)^-1 (b' - op(T') x), T the triangle read."""
+    rhs = np.zeros(np.shape(ans)) if b_dot is None else np.broadcast_to(b_dot, np.shape(ans))
+    if a_dot is not None:
+        n = np.shape(a)[-1]
+        t_dot = _nh.transpose_if(_nh.triangle_part(a_dot, lower, unit_diagonal),
+                                 _nh.is_transposed(trans))
+        rhs = rhs - np.reshape(t_dot @ _nh.as_columns(ans, n), np.shape(ans))
+    return _nh.scipy_solve_triangular(a, rhs, trans, lower, unit_diagonal)
+
+
+@_helper
+def cho_solve_jvp(c, lower, b, c_dot, b_dot, ans):
+    """scipy.linalg.cho_solve: x' = A^-1 (b' - A' x), A = L L^T from c's triangle."""
+    rhs = np.zeros(np.shape(ans)) if b_dot is None else np.broadcast_to(b_dot, np.shape(ans))
+    if c_dot is not None:
+        n = np.shape(c)[-1]
+        low = _nh.triangle_part(_nh.transpose_if(c, not lower), True)
+        low_dot = _nh.triangle_part(_nh.transpose_if(c_dot, not lower), True)
+        a_dot = low_dot @ _T(low) + low @ _T(low_dot)
+        rhs = rhs - np.reshape(a_dot @ _nh.as_columns(ans, n), np.shape(ans))
+    return _nh.scipy_cho_solve(c, lower, rhs)
+
+
+@_helper
+def solve_sylvester_jvp(a, b, a_dot, b_dot, q_dot, ans):
+    """scipy.linalg.solve_sylvester: X' solves a X' + X' b = q' - a' X - X b'."""
+    rhs = np.zeros(np.shape(ans)) if q_dot is None else np.asarray(q_dot, dtype=float)
+    if a_dot is not None:
+        rhs = rhs - np.asarray(a_dot) @ ans
+    if b_dot is not None:
+        rhs = rhs - ans @ np.asarray(b_dot)
+    return _nh.scipy_solve_sylvester(a, b, rhs)
+
+
+@_helper
+def cho_solve_pair_jvp(c_and_lower, b, c_and_lower_dot, b_dot, ans):
+    """scipy.linalg.cho_solve((c, lower), b): the tangent of c is the pair's first."""
+    c_dot = None if c_and_lower_dot is None else c_and_lower_dot[0]
+    return cho_solve_jvp(c_and_lower[0], c_and_lower[1], b, c_dot, b_dot, ans)
+
+
+@_helper
+def cho_factor_jvp(a_dot, ans):
+    """scipy.linalg.cho_factor: the factor's tangent in its triangle, a's in the other."""
+    c, lower = ans
+    factor = _nh.triangle_part(c, lower)
+    t = cholesky_jvp(a_dot, factor, not lower)
+    return t + np.asarray(a_dot) - _nh.triangle_part(a_dot, lower), None

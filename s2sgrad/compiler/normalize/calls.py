@@ -11,7 +11,7 @@ from typing import Callable, List, Optional, Tuple
 from .. import reentry
 from ..facts import expr_facts
 from ..loader import lift_def, lift_lambda
-from ..names import copy_location, name_node, name_nodes
+from ..names import clone, copy_location, name_node, name_nodes
 from .support import _assigned_names, _bind_functional, _dotted, _is_api, _static_true
 
 
@@ -54,7 +54,8 @@ class CallRules:
             known = (self.tuples.get(self.env.get(inputs.id, inputs.id))
                      if isinstance(inputs, ast.Name) else None)
             items = list(inputs.elts) if isinstance(inputs, ast.Tuple) else \
-                (list(known) if known is not None else [inputs])
+                (self.held([clone(a) for a in known], [], out, inputs) if known is not None
+                 else [inputs])
             is_tuple = isinstance(inputs, ast.Tuple) or known is not None
             v = bound.get("v")
             if maker.__name__ == "jacobian":

@@ -357,15 +357,7 @@ class StatementRules:
         if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elts):
             # Evaluate every right-hand side before any assignment (a, b = b, a).
             atoms = [self.atom(e, out) for e in value.elts]
-            written = {e.id for e in elts if isinstance(e, ast.Name)}
-            safe = []
-            for a in atoms:
-                if isinstance(a, ast.Name) and (a.id in written or a.id in self.unversioned):
-                    tmp = self.names.fresh(a.id + "_old")
-                    self.emit(out, _assign(tmp, a), value)
-                    a = name_node(tmp)
-                safe.append(a)
-            for t, a in zip(elts, safe):
+            for t, a in zip(elts, self.held(atoms, elts, out, value)):
                 self.assign(t, a, out, s)
             return
         if isinstance(value, ast.Name) and self.env.get(value.id) in self.tuples:
@@ -373,7 +365,7 @@ class StatementRules:
             if len(known) != len(elts):
                 raise self.err(target, f"cannot unpack {len(known)} values into {len(elts)}")
             atoms = [clone(a) for a in known]
-            for t, a in zip(elts, atoms):
+            for t, a in zip(elts, self.held(atoms, elts, out, value)):
                 self.assign(t, a, out, s)
             return
         if isinstance(value, ast.Call) and all(isinstance(e, ast.Name) for e in elts):
@@ -402,6 +394,23 @@ class StatementRules:
             item = ast.Subscript(value=clone(src), slice=ast.Constant(value=i),
                                  ctx=ast.Load())
             self.assign(t, copy_location(item, t), out, s)
+
+    def held(self, atoms: List[ast.expr], targets: List[ast.expr], out,
+             at: ast.expr) -> List[ast.expr]:
+        """Atoms (already renamed) that `assign` may read as user expressions: one that
+        a target overwrites first (`a, b = b, a`), that is rebound in a loop, or whose
+        name the user's variable of that name no longer means (the item `s` of a tuple
+        built before `s` was reassigned) is copied into a temporary of its own."""
+        written = {t.id for t in targets if isinstance(t, ast.Name)}
+        held = []
+        for a in atoms:
+            if isinstance(a, ast.Name) and (a.id in written or a.id in self.unversioned
+                                            or self.env.get(a.id, a.id) != a.id):
+                tmp = self.names.fresh(a.id + "_old")
+                self.emit(out, _assign(tmp, a), at)
+                a = name_node(tmp)
+            held.append(a)
+        return held
 
     def assign_subscript(self, target, value, out, s) -> None:
         base = target.value
