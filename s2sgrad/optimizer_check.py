@@ -33,7 +33,7 @@ def checked_pair(compiled: Any, plain: Callable[[], Any]) -> Any:
     name = compiled.name
 
     def forward(*args, **kwargs):
-        copies = _copy((args, kwargs))
+        copies = fresh_copy((args, kwargs))
         out, residuals = compiled.forward(*args, **kwargs)
         out_plain, residuals_plain = other.forward(*copies[0], **copies[1])
         _agree(out, out_plain, f"{name}: the output")
@@ -41,8 +41,8 @@ def checked_pair(compiled: Any, plain: Callable[[], Any]) -> Any:
 
     def adjoint(residuals, cotangent):
         mine, theirs = residuals
-        grads = compiled.adjoint(mine, _copy(cotangent))
-        _agree(grads, other.adjoint(theirs, _copy(cotangent)), f"{name}: the gradient")
+        grads = compiled.adjoint(mine, fresh_copy(cotangent))
+        _agree(grads, other.adjoint(theirs, fresh_copy(cotangent)), f"{name}: the gradient")
         return grads
     return dataclasses.replace(compiled, forward=forward, adjoint=adjoint,
                                cached_as=compiled.cached_as + other.cached_as)
@@ -56,24 +56,24 @@ def checked_jvp(compiled: Any, plain: Callable[[], Any]) -> Any:
     name = compiled.name
 
     def jvp(*args, **kwargs):
-        copies = _copy((args, kwargs))
+        copies = fresh_copy((args, kwargs))
         result = compiled.jvp(*args, **kwargs)
         _agree(result, other.jvp(*copies[0], **copies[1]), f"{name}: the output and tangent")
         return result
     return dataclasses.replace(compiled, jvp=jvp)
 
 
-def _copy(value: Any) -> Any:
+def fresh_copy(value: Any) -> Any:
     """Arrays copied, containers rebuilt, anything else shared."""
     if isinstance(value, np.ndarray):
         return value.copy()
     if isinstance(value, tuple):
-        items = [_copy(v) for v in value]
+        items = [fresh_copy(v) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        return [fresh_copy(v) for v in value]
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: fresh_copy(v) for k, v in value.items()}
     return value
 
 

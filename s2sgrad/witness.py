@@ -34,7 +34,7 @@ import numpy as np
 from .arguments import finalize
 from .compiler import compile_jvp
 from .errors import TransformError
-from .optimizer_check import _copy
+from .optimizer_check import fresh_copy
 from .runtime.tangent import zero_tangent
 
 MODES = ("first", "always", "off")
@@ -157,7 +157,7 @@ def witnessed_pair(compiled: Any, fn: Callable, chosen: Optional[object] = None,
         kind = signature(args, kwargs) if how == "first" else None
         if kind is not None and kind in checked:
             return forward(*args, **kwargs)
-        copies = (_copy(args), _copy(kwargs)), (_copy(args), _copy(kwargs))
+        copies = (fresh_copy(args), fresh_copy(kwargs)), (fresh_copy(args), fresh_copy(kwargs))
         out, residuals = forward(*args, **kwargs)
         try:
             pending = _value_and_tangent(compiled, fn, name, copies, out, notes)
@@ -198,7 +198,7 @@ def _value_and_tangent(compiled: Any, fn: Callable, name: str, copies, out: Any,
         notes["value"] = notes["derivative"] = f"the function raised {type(exc).__name__}"
         return None
     if not _agree(out, expected, _VALUE_RTOL):
-        again = fn(*_copy(args), **_copy(kwargs))
+        again = fn(*fresh_copy(args), **fresh_copy(kwargs))
         if not _agree(expected, again, _VALUE_RTOL):
             notes["value"] = notes["derivative"] = \
                 "the function returns other values on each call (random numbers?)"

@@ -154,7 +154,7 @@ def _long_way(monkeypatch):
         shared = original_share(*args, **kwargs)
         return shared | {None} if shared else shared
     monkeypatch.setattr(optimize_mod, "share_shape_witnesses", share_unknown_statements)
-    monkeypatch.setattr(normalize_pkg, "_has_augmented_assignment", lambda stmts: True)
+    monkeypatch.setattr(normalize_pkg, "has_augmented_assignment", lambda stmts: True)
 
 
 @pytest.mark.parametrize("fn, wrt, make", CASES, ids=[c[0].__name__ for c in CASES])
@@ -169,13 +169,13 @@ def test_shortcuts_generate_the_code_of_the_long_way(fn, wrt, make, monkeypatch)
 @pytest.mark.parametrize("fn, wrt, make", CASES, ids=[c[0].__name__ for c in CASES])
 def test_kept_counts_equal_fresh_counts(fn, wrt, make, monkeypatch):
     """The check mode recounts after every round (and raises on a difference)."""
-    monkeypatch.setattr(copies_mod, "_VERIFY", True)
-    monkeypatch.setattr(fusion_mod, "_VERIFY", True)
+    monkeypatch.setattr(copies_mod, "VERIFY", True)
+    monkeypatch.setattr(fusion_mod, "VERIFY", True)
     generated(fn, wrt)
 
 
 def test_drifted_counts_are_caught_in_check_mode(monkeypatch):
-    monkeypatch.setattr(copies_mod, "_VERIFY", True)
+    monkeypatch.setattr(copies_mod, "VERIFY", True)
     original = copies_mod._propagate_local_copies
 
     def forgets_a_copy(stmts, fdef, occurrences, load_counts, index, copied):
@@ -281,7 +281,7 @@ def test_normalise_copies_a_tree_shared_with_other_parses():
 
 def test_augmented_assignments_are_found_in_every_block():
     def has(source):
-        return normalize_support._has_augmented_assignment(ast.parse(source).body)
+        return normalize_support.has_augmented_assignment(ast.parse(source).body)
     assert not has("x = 1\nif x:\n    y = x + 1\n")
     assert has("for i in range(3):\n    if i:\n        pass\n    else:\n        s += i\n")
     assert has("while x:\n    try:\n        pass\n    except E:\n        x -= 1\n")

@@ -244,7 +244,7 @@ def _reference_walk_scope(node):
     while todo:
         sub = todo.pop()
         yield sub
-        if not isinstance(sub, normalize_mod._SCOPES):
+        if not isinstance(sub, normalize_mod.SCOPES):
             todo.extend(ast.iter_child_nodes(sub))
 
 
@@ -259,14 +259,14 @@ def test_walk_scope_and_assigned_names():
     tree = _corpus()
     for node in [tree, *list(ast.walk(tree))[:400]]:
         # (contexts and operators, which no question here is about, are not entered)
-        assert [id(n) for n in normalize_mod._walk_scope(node)] == \
+        assert [id(n) for n in normalize_mod.walk_scope(node)] == \
             [id(n) for n in _reference_walk_scope(node) if not isinstance(n, _MARKERS)]
         statements = (ast.stmt, ast.excepthandler, ast.match_case)
-        assert [id(n) for n in normalize_mod._scope_statements(node)] == \
+        assert [id(n) for n in normalize_mod.scope_statements(node)] == \
             [id(n) for n in _reference_walk_scope(node) if isinstance(n, statements)]
         expected = {sub.id for sub in [node, *_reference_walk_scope(node)]
                     if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del))}
-        assert normalize_mod._assigned_names([node]) == expected
+        assert normalize_mod.assigned_names([node]) == expected
 
 
 def test_walk_statements_order():
@@ -281,16 +281,16 @@ def test_walk_statements_order():
                 if isinstance(inner, list):
                     visit(inner)
     visit(tree.body)
-    assert statements_mod._walk_statements(tree.body) == expected
+    assert statements_mod.walk_statements(tree.body) == expected
 
 
 def test_names_memo_matches_loads_and_stores():
     tree = _corpus()
-    memo = statements_mod._Names()
+    memo = statements_mod.Names()
     for node in list(ast.walk(tree))[:600]:
         if isinstance(node, ast.stmt):
             assert memo.loads(node) == statements_mod._loads(node)
-            assert memo.stores(node) == statements_mod._stores(node)
+            assert memo.stores(node) == statements_mod.stored_in(node)
             assert memo.loads(node) is memo.loads(node)
 
 
@@ -345,7 +345,7 @@ def test_name_index_answers_what_fresh_walks_answer():
                  if isinstance(n, ast.FunctionDef)]:
         assert [id(n) for n in index.function(fdef)] == \
             [id(n) for n in names_mod.name_nodes(fdef)]
-        for s in statements_mod._walk_statements(fdef.body):
+        for s in statements_mod.walk_statements(fdef.body):
             assert [id(n) for n in index.deep(s)] == [id(n) for n in names_mod.name_nodes(s)]
         # asked again: the same (cached) answers
         assert [id(n) for n in index.function(fdef)] == \
@@ -353,7 +353,7 @@ def test_name_index_answers_what_fresh_walks_answer():
 
 
 def test_name_index_after_changed_and_stale_answers_in_check_mode(monkeypatch):
-    monkeypatch.setattr(statements_mod, "_VERIFY", False)   # as without the check run
+    monkeypatch.setattr(statements_mod, "VERIFY", False)   # as without the check run
     fdef = ast.parse("def f(a, b):\n    c = a + b\n    return c\n").body[0]
     index = statements_mod.NameIndex()
     assign = fdef.body[0]
@@ -363,7 +363,7 @@ def test_name_index_after_changed_and_stale_answers_in_check_mode(monkeypatch):
     assert [n.id for n in index.own(assign)] == ["c", "a", "z"]
     assign.value.left = ast.Name(id="w", ctx=ast.Load())    # ... and forgets to say so
     assert [n.id for n in index.own(assign)] == ["c", "a", "z"]   # (not checked)
-    monkeypatch.setattr(statements_mod, "_VERIFY", True)
+    monkeypatch.setattr(statements_mod, "VERIFY", True)
     try:
         index.own(assign)
     except statements_mod.StaleNames as error:

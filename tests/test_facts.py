@@ -58,13 +58,13 @@ def f(x):
     return np.sum(y * y)
 ''')
     transform = sys.modules["s2sgrad.compiler.transform"]
-    original = transform._Reverse.site_for
+    original = transform.Reverse.site_for
 
     def forgetful(self, s, op):
         site = original(self, s, op)
         self.sites._facts.clear()     # as if the statement had been rebuilt
         return site
-    monkeypatch.setattr(transform._Reverse, "site_for", forgetful)
+    monkeypatch.setattr(transform.Reverse, "site_for", forgetful)
     with pytest.raises(s2sgrad.InternalError) as info:
         s2sgrad.grad(mod.f)(np.ones(3))
     message = str(info.value)

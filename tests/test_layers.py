@@ -103,3 +103,27 @@ def test_layer_contracts_hold():
                          env=dict(os.environ, PYTHONPATH=ROOT))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "8 kept, 0 broken" in run.stdout
+
+
+def private_imports(sources):
+    """(module, name) for each `from M import _name` in the given {module: text}: a name
+    another module needs is part of its home's interface and says so (no underscore)."""
+    found = []
+    for module, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                found += [(module, a.name) for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    sources = {name: open(path).read() for name, path in _modules().items()}
+    assert len(sources) > 40
+    assert private_imports(sources) == []
+
+
+def test_the_private_import_check_can_fail():
+    found = private_imports({"a": "from .b import _helper, public\nfrom __future__ import x\n",
+                             "c": "from d import __version__\n"})
+    assert found == [("a", "_helper")]

@@ -463,9 +463,9 @@ def barred_names(pair: Pair, rename: Dict[str, str]) -> Set[str]:
     """Names whose value has another form in numba code: stacks, ranges and `x =
     None` placeholders, of the forward and of the adjoint (renamed as the fused
     function renames them)."""
-    from .numba_rewrite import _adjoint_ranges
+    from .numba_rewrite import adjoint_ranges
     names = set(pair.stacks) | set(pair.ranges) | set(pair.none_inits) | pair.range_stacks
-    ranges, stacks = _adjoint_ranges(pair)
+    ranges, stacks = adjoint_ranges(pair)
     adjoint = ranges | stacks
     if pair.adjoint_targets is not None:
         adjoint |= {t for t, n in zip(pair.adjoint_targets, pair.residual_names)

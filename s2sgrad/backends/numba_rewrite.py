@@ -1159,7 +1159,7 @@ class _Rewriter(ast.NodeTransformer):
     visit_Lambda = visit_FunctionDef
 
 
-def _adjoint_ranges(pair: Pair) -> Tuple[Set[str], Set[str]]:
+def adjoint_ranges(pair: Pair) -> Tuple[Set[str], Set[str]]:
     """Names and stacks of the adjoint that hold ranges (from the residual layout)."""
     ranges: Set[str] = set()
     stacks: Set[str] = set()
@@ -1264,7 +1264,7 @@ def rewrite(pair: Pair, placeholders: Dict[str, str], live: Sequence[str],
 
     live = list(live)
     helpers: Set[str] = set()
-    adj_ranges, _ = _adjoint_ranges(pair)
+    adj_ranges, _ = adjoint_ranges(pair)
     functions: List[ast.FunctionDef] = []
     names: Dict[str, str] = {}
 
@@ -1337,7 +1337,7 @@ def _adjoint_body(pair: Pair, rename: Dict[str, str], drop_copies: bool,
                   kinds: Optional[KindInference], blas: bool, call_extra,
                   helpers: Set[str]) -> List[ast.stmt]:
     """The adjoint's statements, rewritten (one statement for each)."""
-    ranges, _ = _adjoint_ranges(pair)
+    ranges, _ = adjoint_ranges(pair)
     rw = _Rewriter(ranges, {}, rename, kinds, blas, call_extra)
     body = [rw.visit(s) for s in _adjoint_statements(pair, drop_copies)]
     helpers.update(rw.helpers)

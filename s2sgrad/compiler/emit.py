@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence
 from astor.code_gen import SourceGenerator
 
 from ..trust import comment_safe
-from .loader import _remember_names
+from .loader import remember_names
 from .marks import COMMENT_MARK
 from .names import clone, walk_values
 from .writer import SourceWriter, Unsupported, WrittenNames, comment_line, pretty_string
@@ -54,7 +54,7 @@ def to_source(functions: Sequence[ast.FunctionDef], header: str = "") -> str:
                                  f"{[f.name for f in functions]}")
         text, names, names_ok = astor_text, generator.names, generator.names_ok
     if names_ok:
-        _remember_names(text, list(names))
+        remember_names(text, list(names))
     return text
 
 

@@ -27,7 +27,7 @@ from .memory import LOCK, TANGENTS, cache_key
 from .normalize import normalize
 from .optimize import tidy
 from .pipeline import deep_enough, parse_for
-from .tangent import _FunctionSite, _optimize, _Tangent, any_live, prune_zeros
+from .tangent import FunctionSite, Tangent, any_live, optimize_tangent, prune_zeros
 from .transform import fold_loop_items
 
 
@@ -156,7 +156,7 @@ def clear_cache() -> None:
 def _inlined_classes(t) -> List[type]:
     """The Function classes whose bodies the tangent code inlines (their
     methods and the names those read are bindings of the pair)."""
-    return [s.cls for s in t.sites.values() if isinstance(s, _FunctionSite) and s.inlined]
+    return [s.cls for s in t.sites.values() if isinstance(s, FunctionSite) and s.inlined]
 
 
 def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> CompiledJvp:
@@ -169,10 +169,10 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> Compile
     nf = normalize(parsed)
     activity = analyze(nf, wrt)
     nf.node.body = fold_loop_items(nf.node.body, activity)
-    t = _Tangent(nf, activity, optimize_code, dict(structure), demand)
+    t = Tangent(nf, activity, optimize_code, dict(structure), demand)
     fdef = t.run()
     if optimize_code:
-        _optimize(fdef, nf, t)
+        optimize_tangent(fdef, nf, t)
     else:
         prune_zeros(fdef, t.materialized)
         fdef.body = tidy(fdef.body)

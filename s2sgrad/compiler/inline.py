@@ -21,18 +21,24 @@ from typing import Any, Dict, List, Optional, Set
 from ..errors import note_origin, origin_of
 from ..runtime import HELPERS
 from .marks import comment
-from .names import NameRegistry, clone, copy_location, name_nodes, walk_values
+from .names import (
+    NameRegistry,
+    assign_node,
+    clone,
+    copy_location,
+    name_node,
+    name_nodes,
+    walk_values,
+)
 from .sites import (
     FunctionSite,
     NotInlinable,
     RuleVjp,
-    _assign,
-    _constant,
-    _helper,
-    _name,
-    _result_elements,
+    constant,
     expansion_of,
+    helper,
     numpy_alias,
+    result_elements,
     substitute,
 )
 
@@ -55,15 +61,15 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
             kind = rule.signature.parameters[param].kind
             if kind is inspect.Parameter.VAR_POSITIONAL:
                 default = ()
-            mapping[param] = _constant(None if default is inspect.Parameter.empty else default)
-    mapping["np"] = _name(np_name)
+            mapping[param] = constant(None if default is inspect.Parameter.empty else default)
+    mapping["np"] = name_node(np_name)
     drop = set(rule.params) - given
     out: List[ast.stmt] = []
     local: Dict[str, ast.expr] = {}
     for stmt in rule.prelude:
         for sub in name_nodes(stmt):
             if sub.ctx.__class__ is ast.Store and sub.id not in local:
-                local[sub.id] = _name(names.fresh(sub.id))
+                local[sub.id] = name_node(names.fresh(sub.id))
     full = dict(mapping, **local)
     local_names = {v.id for v in local.values()}
     needed_prelude = False
@@ -93,18 +99,18 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
         if "[" in key:
             if param not in sequences:
                 sequences[param] = names.fresh(f"{param}_bar_parts")
-                out.append(_assign(sequences[param], place(param)))
+                out.append(assign_node(sequences[param], place(param)))
             index = int(key.split("[")[1].rstrip("]"))
-            expr = ast.Subscript(value=_name(sequences[param]), slice=ast.Constant(value=index),
+            expr = ast.Subscript(value=name_node(sequences[param]), slice=ast.Constant(value=index),
                                  ctx=ast.Load())
         elif rule.broadcast and not _has_result_shape(p, param, shapes):
-            expr = ast.Call(func=_helper("unbroadcast"),
+            expr = ast.Call(func=helper("unbroadcast"),
                             args=[place(param), clone(p.bound[param])], keywords=[])
         else:
             expr = place(param)
         if twins:
             expr = _scalar_math(expr, np_name, math_name, shapes)
-        out.append(_assign(target, expr))
+        out.append(assign_node(target, expr))
     return out
 
 
@@ -162,7 +168,7 @@ class _MathSwap(ast.NodeTransformer):
     def visit_Call(self, node):
         self.generic_visit(node)
         if _math_twin(node, self.np_name, self.shapes, self.scalar):
-            node.func = ast.Attribute(value=_name(self.math_name), attr=_MATH[node.func.attr],
+            node.func = ast.Attribute(value=name_node(self.math_name), attr=_MATH[node.func.attr],
                                       ctx=ast.Load())
         return node
 
@@ -181,33 +187,33 @@ def expand_function(kind: str, site: FunctionSite, payload, names: NameRegistry,
     if not site.inlined:
         call = ast.Call(func=ast.Attribute(value=copy.deepcopy(site.cls_expr),
                                            attr=site.vjp_name, ctx=ast.Load()),
-                        args=[_name(site.slot_names[0])] + list(gs), keywords=[])
+                        args=[name_node(site.slot_names[0])] + list(gs), keywords=[])
         grads = names.fresh(f"{site.cls.__name__}_grads")
         out.append(comment(f"{site.cls.__name__}.apply: {site.vjp_name} called, not inlined"))
-        out.append(_assign(grads, ast.Call(func=_helper("check_count"), args=[
+        out.append(assign_node(grads, ast.Call(func=helper("check_count"), args=[
             call, ast.Constant(value=n_in),
             ast.Constant(value=f"{site.cls.__name__}.{site.vjp_name}")], keywords=[])))
-        elts = [ast.Subscript(value=_name(grads), slice=ast.Constant(value=i), ctx=ast.Load())
+        elts = [ast.Subscript(value=name_node(grads), slice=ast.Constant(value=i), ctx=ast.Load())
                 for i in range(n_in)]
     else:
         mapping = {p: g for p, g in zip(site.vjp_grad_names, gs)}
         body = [substitute(s, mapping) for s in site.vjp_body]
         out += _rename_assigned_grads(body, mapping, names)
         result = substitute(site.vjp_result, mapping)
-        elts = _result_elements(result, n_in, site)
+        elts = result_elements(result, n_in, site)
         if elts is None:
             grads = names.fresh(f"{site.cls.__name__}_grads")
-            out.append(_assign(grads, ast.Call(func=_helper("check_count"), args=[
+            out.append(assign_node(grads, ast.Call(func=helper("check_count"), args=[
                 result, ast.Constant(value=n_in),
                 ast.Constant(value=f"{site.cls.__name__}.{site.vjp_name}")], keywords=[])))
-            elts = [ast.Subscript(value=_name(grads), slice=ast.Constant(value=i),
+            elts = [ast.Subscript(value=name_node(grads), slice=ast.Constant(value=i),
                                   ctx=ast.Load()) for i in range(n_in)]
     for i, target in sorted(wanted.items()):
         value = elts[i]
         if i in site.maybe_none:
-            value = ast.Call(func=_helper("none_to_zero"),
+            value = ast.Call(func=helper("none_to_zero"),
                              args=[value, copy.deepcopy(site.arg_atoms[i])], keywords=[])
-        out.append(_assign(target, copy.deepcopy(value)))
+        out.append(assign_node(target, copy.deepcopy(value)))
     return out
 
 

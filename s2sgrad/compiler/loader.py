@@ -55,7 +55,7 @@ if hasattr(os, "register_at_fork"):   # a child forked while another thread held
 _NAMES_KEPT = 64
 
 
-def _remember_names(text: str, names: List[str]) -> None:
+def remember_names(text: str, names: List[str]) -> None:
     with _NAMES_LOCK:
         _NAMES.pop(text, None)
         _NAMES[text] = names

@@ -33,17 +33,16 @@ def expansion_of(s: ast.stmt) -> Optional[object]:
     return _EXPANSIONS.get(s)
 
 
-_name, _assign = name_node, assign_node   # (the short names the transforms import)
 
 
-def _targets(names: Sequence[str]) -> ast.expr:
+def store_targets(names: Sequence[str]) -> ast.expr:
     if len(names) == 1:
-        return _name(names[0], True)
-    return ast.Tuple([_name(n, True) for n in names], STORE)
+        return name_node(names[0], True)
+    return ast.Tuple([name_node(n, True) for n in names], STORE)
 
 
-def _helper(name: str) -> ast.Name:
-    return _name("_s2s_" + name)
+def helper(name: str) -> ast.Name:
+    return name_node("_s2s_" + name)
 
 
 def substitute(node, mapping: Dict[str, ast.expr], drop_keywords=frozenset(),
@@ -88,9 +87,9 @@ def _substituted(node, mapping, drop, helpers):
     return new
 
 
-def _constant(value: Any) -> ast.expr:
+def constant(value: Any) -> ast.expr:
     if isinstance(value, tuple):
-        return ast.Tuple(elts=[_constant(v) for v in value], ctx=ast.Load())
+        return ast.Tuple(elts=[constant(v) for v in value], ctx=ast.Load())
     return ast.Constant(value=value)
 
 
@@ -108,10 +107,10 @@ class RuleVjp:
 
 def rule_placeholder(rule: Rule, bound, g, ans, wanted: Dict[str, str], origin) -> ast.stmt:
     targets = list(wanted.values())
-    call = ast.Call(func=_name("_s2s_vjp"), args=[ast.Constant(value=rule.name), g, ans],
+    call = ast.Call(func=name_node("_s2s_vjp"), args=[ast.Constant(value=rule.name), g, ans],
                     keywords=[ast.keyword(arg=k.replace("[", "_").replace("]", ""),
-                                          value=_name(v)) for k, v in wanted.items()])
-    node = _assign(_targets(targets), call)
+                                          value=name_node(v)) for k, v in wanted.items()])
+    node = assign_node(store_targets(targets), call)
     _EXPANSIONS[node] = RuleVjp(rule, dict(bound), g, ans, dict(wanted))
     note_origin(node, origin_of(origin) or origin)
     return node
@@ -164,8 +163,8 @@ class FunctionSite:
         return f"{self.cls.__name__}.{self.vjp_name} inlined ({self.vjp_location()})"
 
     def forward_statement(self, origin) -> ast.stmt:
-        node = ast.Assign(targets=[_targets(self.out_names)],
-                          value=ast.Call(func=_name("_s2s_forward"),
+        node = ast.Assign(targets=[store_targets(self.out_names)],
+                          value=ast.Call(func=name_node("_s2s_forward"),
                                          args=[copy.deepcopy(self.cls_expr)]
                                          + copy.deepcopy(self.arg_atoms), keywords=[]),
                           type_comment=None)
@@ -176,8 +175,8 @@ class FunctionSite:
 
     def adjoint_placeholder(self, gs: List[ast.expr], wanted: Dict[int, str], origin):
         targets = [wanted[i] for i in sorted(wanted)]
-        node = _assign(_targets(targets),
-                       ast.Call(func=_name("_s2s_vjp"),
+        node = assign_node(store_targets(targets),
+                       ast.Call(func=name_node("_s2s_vjp"),
                                 args=[copy.deepcopy(self.cls_expr)] + gs, keywords=[]))
         _EXPANSIONS[node] = ("vjp", self, list(gs), dict(wanted))
         note_origin(node, origin_of(origin) or origin)
@@ -222,12 +221,12 @@ def _fallback(site: FunctionSite, names: NameRegistry, reason: str) -> FunctionS
     ctx = names.fresh(f"{site.cls.__name__}_ctx")
     site.slot_names = [ctx]
     site.forward_body = [
-        _assign(ctx, ast.Call(func=_helper("Context"),
-                              args=[_constant(tuple(site.needs))], keywords=[])),
-        _assign(_targets(site.out_names), ast.Call(
+        assign_node(ctx, ast.Call(func=helper("Context"),
+                              args=[constant(tuple(site.needs))], keywords=[])),
+        assign_node(store_targets(site.out_names), ast.Call(
             func=ast.Attribute(value=copy.deepcopy(site.cls_expr), attr="forward",
                                ctx=ast.Load()),
-            args=[_name(ctx)] + [_kept(a, site.mutable) for a in copy.deepcopy(site.arg_atoms)],
+            args=[name_node(ctx)] + [_kept(a, site.mutable) for a in copy.deepcopy(site.arg_atoms)],
             keywords=[])),
     ]
     site.maybe_none = set(range(len(site.arg_atoms)))
@@ -275,11 +274,11 @@ class _CtxRewriter(ast.NodeTransformer):
     def visit_Attribute(self, node: ast.Attribute):
         if isinstance(node.value, ast.Name) and node.value.id == self.ctx:
             if node.attr == "needs_input_grad":
-                return _constant(tuple(self.needs))
+                return constant(tuple(self.needs))
             if node.attr == "saved_tensors":
-                return ast.Tuple(elts=[_name(s) for s in self.saved], ctx=ast.Load())
+                return ast.Tuple(elts=[name_node(s) for s in self.saved], ctx=ast.Load())
             if node.attr in self.slots:
-                return _name(self.slots[node.attr])
+                return name_node(self.slots[node.attr])
             raise NotInlinable(f"{self.where} reads ctx.{node.attr}, which forward never sets")
         self.generic_visit(node)
         return node
@@ -309,12 +308,12 @@ def bind_forward(site, cls, names: NameRegistry, nf) -> tuple:
     for param, atom in zip(inputs, site.arg_atoms):
         if param in local:
             fresh = names.fresh(param)
-            prologue.append(_assign(fresh, copy.deepcopy(atom)))
-            mapping[param] = _name(fresh)
+            prologue.append(assign_node(fresh, copy.deepcopy(atom)))
+            mapping[param] = name_node(fresh)
         else:
             mapping[param] = atom
     for n in sorted(local - set(inputs)):
-        mapping[n] = _name(names.fresh(n))
+        mapping[n] = name_node(names.fresh(n))
     mapping.update(site.foreign)
     return ctx, body, result, mapping, prologue
 
@@ -333,9 +332,9 @@ def _inline_function(site: FunctionSite, cls, vjp_fn, names: NameRegistry, nf) -
         substitute(result, mapping))
     if len(site.out_names) > 1 and isinstance(result, ast.Tuple) and \
             len(result.elts) == len(site.out_names):
-        out += [_assign(o, e) for o, e in zip(site.out_names, result.elts)]
+        out += [assign_node(o, e) for o, e in zip(site.out_names, result.elts)]
     else:
-        out.append(_assign(_targets(site.out_names), result))
+        out.append(assign_node(store_targets(site.out_names), result))
     site.forward_body = out
     site.slot_names = list(dict.fromkeys(saved + list(slots.values())))
     _inline_vjp(site, vjp, slots, saved, names)
@@ -345,7 +344,7 @@ def _kept(value: ast.expr, mutable) -> ast.expr:
     """A value forward keeps for vjp: the caller's variable itself, or a copy when
     the caller later writes into that variable's array in place."""
     if isinstance(value, ast.Name) and value.id in mutable:
-        return ast.Call(func=_name("_s2s_snapshot"), args=[value], keywords=[])
+        return ast.Call(func=name_node("_s2s_snapshot"), args=[value], keywords=[])
     return value
 
 
@@ -363,7 +362,7 @@ def _forward_statement(s, ctx, mapping, slots, saved, site, names,
                 value = rewrite.visit(substitute(arg, mapping))
                 stem = arg.id if isinstance(arg, ast.Name) else "saved"
                 slot = names.fresh(f"{stem}_saved")
-                out.append(_assign(slot, _kept(value, mutable)))
+                out.append(assign_node(slot, _kept(value, mutable)))
                 saved.append(slot)
             return out
         if method in ("mark_non_differentiable", "save_for_forward"):
@@ -378,7 +377,7 @@ def _forward_statement(s, ctx, mapping, slots, saved, site, names,
         slot = slots.get(attr) or names.fresh(attr)
         value = rewrite.visit(substitute(s.value, mapping))
         slots[attr] = slot
-        return [_assign(slot, _kept(value, mutable))]
+        return [assign_node(slot, _kept(value, mutable))]
     if isinstance(s, (ast.If, ast.For, ast.While)):
         for sub in ast.walk(s):
             if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and \
@@ -397,7 +396,7 @@ def _inline_vjp(site: FunctionSite, vjp, slots, saved, names: NameRegistry) -> N
     local = _local_names(vjp.node) - {ctx}
     mapping: Dict[str, ast.expr] = {}
     for n in sorted(local | set(grads)):
-        mapping[n] = _name(names.fresh(n))
+        mapping[n] = name_node(names.fresh(n))
     mapping.update(site.foreign)
     rewrite = _CtxRewriter(ctx, slots, saved, site.needs, site.vjp_name)
     stmts = [rewrite.visit(substitute(s, mapping)) for s in body]
@@ -407,7 +406,7 @@ def _inline_vjp(site: FunctionSite, vjp, slots, saved, names: NameRegistry) -> N
     site.vjp_body = stmts
     site.vjp_result = result
     n_in = len(site.arg_atoms)
-    elts = _result_elements(result, n_in, site)
+    elts = result_elements(result, n_in, site)
     if elts is None:
         site.maybe_none = set(range(n_in))
         return
@@ -419,7 +418,7 @@ def _inline_vjp(site: FunctionSite, vjp, slots, saved, names: NameRegistry) -> N
             site.maybe_none.add(i)
 
 
-def _result_elements(result, n_in: int, site: FunctionSite) -> Optional[List[ast.expr]]:
+def result_elements(result, n_in: int, site: FunctionSite) -> Optional[List[ast.expr]]:
     if isinstance(result, ast.Tuple):
         if len(result.elts) != n_in:
             _count_error(site, len(result.elts))
@@ -467,7 +466,7 @@ def _split_tuple_assigns(stmts: List[ast.stmt]) -> List[ast.stmt]:
                 all(isinstance(v, (ast.Name, ast.Constant)) for v in s.value.elts) and \
                 not ({t.id for t in s.targets[0].elts} &
                      {v.id for v in s.value.elts if isinstance(v, ast.Name)}):
-            out += [copy_location(_assign(t.id, v), s)
+            out += [copy_location(assign_node(t.id, v), s)
                     for t, v in zip(s.targets[0].elts, s.value.elts)]
         else:
             out.append(s)
@@ -556,7 +555,7 @@ def _foreign_globals(parsed, nf, names: NameRegistry, site: FunctionSite) -> Dic
             names.reserve(n)
             continue
         alias = names.fresh(f"m_{n}", reserved=True)
-        site.foreign[n] = _name(alias)
+        site.foreign[n] = name_node(alias)
         bindings[alias] = theirs
     return bindings
 
@@ -586,9 +585,9 @@ class CalleeSite:
         return [self.residual_name]
 
     def forward_statement(self, origin) -> ast.stmt:
-        outs = _targets(self.out_names)
-        target = ast.Tuple(elts=[outs, _name(self.residual_name, True)], ctx=ast.Store())
-        call = ast.Call(func=_name(self.forward_name),
+        outs = store_targets(self.out_names)
+        target = ast.Tuple(elts=[outs, name_node(self.residual_name, True)], ctx=ast.Store())
+        call = ast.Call(func=name_node(self.forward_name),
                         args=[_kept(a, self.mutable) for a in copy.deepcopy(self.call.args)],
                         keywords=[ast.keyword(arg=k.arg, value=_kept(k.value, self.mutable))
                                   for k in copy.deepcopy(self.call.keywords)])
@@ -600,9 +599,9 @@ class CalleeSite:
     def adjoint_placeholder(self, gs, wanted: Dict[int, str], origin) -> ast.stmt:
         g = gs[0] if len(gs) == 1 else ast.Tuple(elts=list(gs), ctx=ast.Load())
         targets = [wanted[i] for i in self.wrt]
-        call = ast.Call(func=_name(self.adjoint_name), args=[_name(self.residual_name), g],
+        call = ast.Call(func=name_node(self.adjoint_name), args=[name_node(self.residual_name), g],
                         keywords=[])
-        node = _assign(_targets(targets), call)
+        node = assign_node(store_targets(targets), call)
         note_origin(node, origin_of(origin) or origin)
         return node
 

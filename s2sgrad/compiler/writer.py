@@ -21,7 +21,7 @@ import math
 from typing import Dict, List, Sequence
 
 from astor.op_util import Precedence, get_op_precedence, get_op_symbol
-from astor.string_repr import _properly_indented, string_triplequote_repr
+from astor.string_repr import string_triplequote_repr
 
 from ..trust import comment_safe
 from .marks import COMMENT_MARK
@@ -457,7 +457,7 @@ def pretty_string(s, embedded: int, current_line: str, uni_lit: bool = False,
         line_indent = len_current - len(current_line.lstrip())
         if embedded and not second_line_start:
             return default
-        if len_current + len(default) < max_line and not _properly_indented(s, line_indent):
+        if len_current + len(default) < max_line and not _indented_at_least(s, line_indent):
             return default
     fancy = string_triplequote_repr(s)
     try:
@@ -466,6 +466,14 @@ def pretty_string(s, embedded: int, current_line: str, uni_lit: bool = False,
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         pass
     return default
+
+
+def _indented_at_least(s: str, indent: int) -> bool:
+    """Does every non-blank line after the first start with at least `indent` spaces
+    (so that a triple-quoted form keeps the code's indentation)? False for text of one
+    line."""
+    widths = [len(line) - len(line.lstrip()) for line in s.split("\n")[1:] if line.strip()]
+    return bool(widths) and min(widths) >= indent
 
 
 def _number(value) -> str:

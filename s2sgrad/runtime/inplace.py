@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .registry import helper
-from .reverse import _is_basic_index, add_items
+from .reverse import add_items, is_basic_index
 from .shapes import unbroadcast, zeros_like
 
 
@@ -48,7 +48,7 @@ def written_grad(adjoint, index, value):
         item = adjoint.get(index)
         return zeros_like(value) if item is None else unbroadcast(copy_item(adjoint, index),
                                                                    value)
-    if isinstance(adjoint, list) or _is_basic_index(index) or (
+    if isinstance(adjoint, list) or is_basic_index(index) or (
             isinstance(index, np.ndarray) and index.dtype == bool):
         return unbroadcast(copy_item(adjoint, index), value)
     g = adjoint[index]   # advanced indexing: already a copy

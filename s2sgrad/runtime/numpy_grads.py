@@ -22,7 +22,7 @@ import numpy as np
 from .arrays import as_array, size_of
 from .registry import new_helper as _helper
 from .reverse import balanced_max_mask, safe_log, split_as_items
-from .shapes import _normalize_axes, expand_reduced, reduced_count, sum_to_shape, unbroadcast
+from .shapes import expand_reduced, normalize_axes, reduced_count, sum_to_shape, unbroadcast
 from .shapes import swap_last_axes as _T
 
 _NUMPY2 = int(np.__version__.split(".")[0]) >= 2
@@ -221,7 +221,7 @@ def _exclusive_products(x, axis=None):
     nd = x.ndim
     if nd == 0:
         return np.ones_like(x)
-    axes = _normalize_axes(axis, nd)
+    axes = normalize_axes(axis, nd)
     keep = [i for i in range(nd) if i not in axes]
     perm = keep + list(axes)
     xt = np.transpose(x, perm)
@@ -304,7 +304,7 @@ def _weights_like(w, a, axis):
     if w.shape == a.shape:
         return w
     shape = [1] * a.ndim
-    for ax, n in zip(_normalize_axes(axis, a.ndim), w.shape):
+    for ax, n in zip(normalize_axes(axis, a.ndim), w.shape):
         shape[ax] = n
     return w.reshape(shape)
 
@@ -394,7 +394,7 @@ def quantile_grad(g, a, q, axis=None, method="linear", keepdims=False, ignore_na
                     "before the gradient can read it)")
     a = as_array(a)
     nd = a.ndim
-    axes = _normalize_axes(axis, nd) if nd else ()
+    axes = normalize_axes(axis, nd) if nd else ()
     keep = [i for i in range(nd) if i not in axes]
     perm = keep + list(axes)
     xt = np.transpose(a, perm)
@@ -592,7 +592,7 @@ def norm_grad(g, x, ans, ord=None, axis=None, keepdims=False):
 def vector_norm_grad(g, x, ans, axis=None, keepdims=False, ord=2):
     """Cotangent of `x` in np.linalg.vector_norm (axis=None: all elements, one vector)."""
     x = as_array(x)
-    axes = _normalize_axes(axis, x.ndim) if x.ndim else ()
+    axes = normalize_axes(axis, x.ndim) if x.ndim else ()
     ge = expand_reduced(g, x, axis=axes, keepdims=keepdims)
     ae = expand_reduced(ans, x, axis=axes, keepdims=keepdims)
     return _vector_norm_grad(ge, x, ae, ord, axes)

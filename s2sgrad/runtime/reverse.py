@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from .registry import helper
-from .shapes import _ZERO_IDS, unbroadcast, zeros_like
+from .shapes import ZERO_IDS, unbroadcast, zeros_like
 
 
 @helper
@@ -148,7 +148,7 @@ def copy_adjoint(adjoint):
     return adjoint.copy() if isinstance(adjoint, np.ndarray) else adjoint
 
 
-def _is_basic_index(index) -> bool:
+def is_basic_index(index) -> bool:
     items = index if isinstance(index, tuple) else (index,)
     return all(isinstance(i, (numbers.Integral, slice, type(None), type(Ellipsis)))
                and not isinstance(i, bool) for i in items)
@@ -201,13 +201,13 @@ def items_joined(items, cotangent):
 def add_items(total, contribution):
     """total + contribution, item by item where the adjoints are lists or tuples
     (the adjoint of a list of arrays is a list; `+` would concatenate)."""
-    if type(total) is np.ndarray and id(total.base) in _ZERO_IDS:
+    if type(total) is np.ndarray and id(total.base) in ZERO_IDS:
         if np.shape(contribution) == total.shape and isinstance(contribution, np.ndarray):
             return contribution    # (a cotangent the adjoint no longer updates)
         if _symbolic_zero(contribution):
             return total
         return total + contribution
-    if type(contribution) is np.ndarray and id(contribution.base) in _ZERO_IDS:
+    if type(contribution) is np.ndarray and id(contribution.base) in ZERO_IDS:
         return total
     seq_total = isinstance(total, (list, tuple))
     seq_contribution = isinstance(contribution, (list, tuple))
@@ -261,7 +261,7 @@ def add_at(adjoint, index, g):
     if isinstance(adjoint, dict):
         adjoint[index] = add_items(adjoint[index], g) if index in adjoint else g
         return
-    if _is_basic_index(index):
+    if is_basic_index(index):
         adjoint[index] += g
     elif isinstance(index, np.ndarray) and index.dtype == bool:
         adjoint[index] += g

@@ -36,7 +36,7 @@ from . import numpy_grads as nh
 from . import tangent as rt
 from .registry import new_helper as _helper
 from .reverse import join_items
-from .shapes import _normalize_axes, expand_reduced, sum_to_shape, unbroadcast
+from .shapes import expand_reduced, normalize_axes, sum_to_shape, unbroadcast
 from .shapes import swap_last_axes as _T
 
 
@@ -526,7 +526,7 @@ def _slices(x, axis):
     to put an array of that layout back."""
     x = np.asarray(x)
     nd = x.ndim
-    axes = _normalize_axes(axis, nd)
+    axes = normalize_axes(axis, nd)
     keep = [i for i in range(nd) if i not in axes]
     perm = keep + list(axes)
     xt = np.transpose(x, perm)
@@ -905,7 +905,7 @@ def norm_hvp(g, x, ans, v, ord=None, axis=None, keepdims=False):
 @_helper
 def vector_norm_hvp(g, x, ans, v, axis=None, keepdims=False, ord=2):
     x = np.asarray(x, dtype=float)
-    axes = _normalize_axes(axis, x.ndim) if x.ndim else ()
+    axes = normalize_axes(axis, x.ndim) if x.ndim else ()
     ge = expand_reduced(g, x, axis=axes, keepdims=keepdims)
     ae = expand_reduced(ans, x, axis=axes, keepdims=keepdims)
     return _vector_norm_hvp(ge, x, ae, ord, axes, v)

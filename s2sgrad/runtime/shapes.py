@@ -174,7 +174,7 @@ def zeros_like(x, items=None):
 # no memory is written until something reaches them (add_items then takes the
 # contribution as it is), and nothing can update them in place by mistake.
 _ZERO_BASES: dict = {}
-_ZERO_IDS: set = set()
+ZERO_IDS: set = set()
 
 
 def _zero_item(item):
@@ -186,7 +186,7 @@ def _zero_item(item):
         base = np.zeros((), dtype)
         base.flags.writeable = False
         _ZERO_BASES[dtype] = base
-        _ZERO_IDS.add(id(base))
+        ZERO_IDS.add(id(base))
     return np.broadcast_to(base, item.shape)
 
 
@@ -201,7 +201,7 @@ def ones_like(x):
                    if not np.issubdtype(as_array(x).dtype, np.inexact) else as_array(x).dtype)
 
 
-def _normalize_axes(axis, ndim):
+def normalize_axes(axis, ndim):
     if axis is None:
         return tuple(range(ndim))
     if isinstance(axis, numbers.Integral):
@@ -219,7 +219,7 @@ def expand_reduced(g, x, axis=None, keepdims=False):
             a = axis % len(shape)    # one axis: a reshape, without expand_dims' checks
             g = g.reshape(g.shape[:a] + (1,) + g.shape[a:])
         else:
-            g = np.expand_dims(g, _normalize_axes(axis, len(shape)))
+            g = np.expand_dims(g, normalize_axes(axis, len(shape)))
     if not _small(shape):
         if is_foreign_array(x):   # in x's library and chunks (a NumPy view of x's
             return _filled_like(g, x)                   # shape would become one chunk)
@@ -274,7 +274,7 @@ def reduced_count(x, axis=None):
     shape = shape_of(x)
     if axis is None:
         return int(np.prod(shape, dtype=np.int64)) if shape else 1
-    return int(np.prod([shape[a] for a in _normalize_axes(axis, len(shape))], dtype=np.int64))
+    return int(np.prod([shape[a] for a in normalize_axes(axis, len(shape))], dtype=np.int64))
 
 
 @helper

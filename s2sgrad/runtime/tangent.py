@@ -23,7 +23,7 @@ import numpy as np
 from . import numpy_grads as _nh
 from .registry import new_helper as _helper
 from .reverse import one_per
-from .shapes import ArrayMeta, _normalize_axes
+from .shapes import ArrayMeta, normalize_axes
 from .shapes import swap_last_axes as _T
 
 
@@ -182,7 +182,7 @@ def quantile_jvp(a_dot, a, q, ans, axis=None, method="linear", keepdims=False,
     qs = np.atleast_1d(np.asarray(q, dtype=float)).ravel()
     shape = np.shape(ans)
     lead = shape[np.ndim(q):] if np.ndim(q) else shape
-    axes = _normalize_axes(axis, a.ndim) if a.ndim else ()
+    axes = normalize_axes(axis, a.ndim) if a.ndim else ()
     out = []
     for i in range(len(qs)):
         g = np.zeros((len(qs),) + lead)

@@ -25,6 +25,7 @@ from ..hoist import hoist_invariants
 from ..names import (
     BRANCHES_AND_LOOPS,
     NameRegistry,
+    assign_node,
     clone,
     copy_location,
     name_node,
@@ -40,21 +41,20 @@ from .expressions import ExpressionRules
 from .statements import StatementRules
 from .sugar import desugar
 from .support import (
-    _SCOPES,
-    _assign,
-    _assigned_names,
-    _ends_in_jump,
-    _has,
-    _has_augmented_assignment,
-    _is_docstring,
-    _lambdas_bound_once,
-    _read_after,
-    _scope_statements,
-    _snapshot_definitions,
-    _walk_scope,
-    _written_in_place,
+    SCOPES,
+    assigned_names,
     defs_bound_once,
+    ends_in_jump,
+    has,
+    has_augmented_assignment,
+    is_docstring,
+    lambdas_bound_once,
     lift_jumps,
+    names_written_in_place,
+    read_after,
+    scope_statements,
+    snapshot_definitions,
+    walk_scope,
 )
 
 
@@ -98,9 +98,9 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         # Keyword-only parameters are never differentiated, but they are locals: a
         # global of the same name must not stand in for them.
         kwonly = {a.arg for a in fdef.args.kwonlyargs}
-        scope = _walk_scope(fdef)   # (one walk for the questions below)
-        if any(isinstance(s, _SCOPES) for s in fdef.body):   # (whose own names count too)
-            assigned = _assigned_names(fdef.body)
+        scope = walk_scope(fdef)   # (one walk for the questions below)
+        if any(isinstance(s, SCOPES) for s in fdef.body):   # (whose own names count too)
+            assigned = assigned_names(fdef.body)
         else:
             assigned = {n.id for n in scope if n.__class__ is ast.Name and
                         isinstance(n.ctx, (ast.Store, ast.Del))}
@@ -120,7 +120,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         self.dict_names: Set[str] = set()    # names bound to dict literals
         self.bindings: Dict[str, Callable] = {}   # names the generated code must see
         # Local names bound once to a lambda: calls of them are calls of the lambda.
-        self.lambdas: Dict[str, ast.Lambda] = _lambdas_bound_once(scope, set(self.params)) \
+        self.lambdas: Dict[str, ast.Lambda] = lambdas_bound_once(scope, set(self.params)) \
             if "lambda" in parsed.source else {}
         self.lifted_defs: Dict[str, Tuple[Callable, List[str]]] = {}
         # ... and to a nested def: calls of it are calls of the def, lifted.
@@ -183,7 +183,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         An assignment expression inside it would bind a variable the analyses never
         see (its gradient would be lost): refused here; conditions hoist theirs
         first (see `test`)."""
-        for sub in _walk_scope(expr) + [expr]:
+        for sub in walk_scope(expr) + [expr]:
             if isinstance(sub, ast.NamedExpr):
                 raise self.err(sub, "an assignment expression (:=) here is not supported",
                                "Assign the value in a statement of its own first.")
@@ -204,15 +204,15 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
             raise InternalError(f"the parsed tree of {self.p.name} was normalised already "
                                 f"(in place): parse the function again")
         fdef = self.p.node
-        body = [s for s in fdef.body if not _is_docstring(s)]
+        body = [s for s in fdef.body if not is_docstring(s)]
         plain = desugar(body, self.resolver)   # (a copy, where there is sugar to remove)
         body = self._lift_returns(plain if plain is not None else body)
         self.unversioned = self._assigned_in_compound(body)
-        self.resolver.locals |= _assigned_names(body)
+        self.resolver.locals |= assigned_names(body)
         pristine = body   # never changed: a round that may be redone normalises a copy
         # Only an augmented assignment can make a round be redone (see below): without
         # one, the one round may rewrite the parser's tree itself, when it is ours.
-        in_place = self.p.own_tree and not _has_augmented_assignment(pristine)
+        in_place = self.p.own_tree and not has_augmented_assignment(pristine)
         self.p.tree_used = in_place
         state = (set(self.names.taken), dict(self.env))
         while True:
@@ -245,7 +245,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         return NormalForm(self.p, new, self.names, self.resolver, self.params, result,
                           lists=set(self.lists), tuples=set(self.tuple_names),
                           dicts=set(self.dict_names),
-                          written_in_place=_written_in_place(facts),
+                          written_in_place=names_written_in_place(facts),
                           bindings=dict(self.bindings))
 
     def _protect_in_place_writes(self, facts: AliasFacts, body: List[ast.stmt]) -> None:
@@ -255,10 +255,10 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
             for other in sorted(facts.affected(name, stmt)):
                 # (A parameter is read after the call too: by the caller.)
                 if other in self.user_names and other not in self.all_params and \
-                        not _read_after(facts, body, other, stmt):
+                        not read_after(facts, body, other, stmt):
                     # Nothing reads `other` once the write has run: giving it its own
                     # copy where it is bound changes nothing the program can see.
-                    _snapshot_definitions(body, other)
+                    snapshot_definitions(body, other)
                     continue
                 if other in self.user_names:
                     where = facts.defined_at.get(other)
@@ -280,7 +280,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
                     stmt_facts.note(where, snapshot=True)
                 # `tmp = v / v; v = tmp; v += 0.3`: v must get its own copy, or the
                 # update changes tmp (which the adjoint reads) through it.
-                for node in _walk_scope(ast.Module(body=body, type_ignores=[])):
+                for node in walk_scope(ast.Module(body=body, type_ignores=[])):
                     if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                             isinstance(node.targets[0], ast.Name) and \
                             node.targets[0].id == name and \
@@ -292,16 +292,16 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         """Names assigned inside a branch or loop keep one name (no SSA versions)."""
         out: Set[str] = set()
         module = ast.Module(body=body, type_ignores=[])
-        for node in _walk_scope(module):
+        for node in walk_scope(module):
             if node.__class__ in BRANCHES_AND_LOOPS:
-                out |= _assigned_names(node.body + node.orelse)
+                out |= assigned_names(node.body + node.orelse)
                 if isinstance(node, ast.For):
-                    out |= _assigned_names([node.target])
+                    out |= assigned_names([node.target])
         return out
 
     def _lift_returns(self, body: List[ast.stmt]) -> List[ast.stmt]:
         """Give the function a single final `return`, moving early returns' tails."""
-        returns = [n for s in body for n in [s, *_scope_statements(s)]
+        returns = [n for s in body for n in [s, *scope_statements(s)]
                    if isinstance(n, ast.Return)]
         if len(returns) == 1 and body and body[-1] is returns[0]:
             return body
@@ -313,7 +313,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         self.flag_name = None
         body = self._returns_out_of_loops(body, in_loop=False)
         body = lift_jumps(body, (ast.Return,))
-        if not _ends_in_jump(body):
+        if not ends_in_jump(body):
             body = body + [copy_location(ast.Return(value=ast.Constant(value=None)),
                                              body[-1])]
         body = self._returns_to_assignments(body)
@@ -325,13 +325,13 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         """`return e` inside a loop becomes: result = e; flag = True; break."""
         out = []
         for s in stmts:
-            if isinstance(s, (ast.For, ast.While)) and _has(s, ast.Return):
+            if isinstance(s, (ast.For, ast.While)) and has(s, ast.Return):
                 if s.orelse:
                     raise self.err(s, "a loop with an else clause that contains return")
                 if self.flag_name is None:
                     self.flag_name = self.names.fresh("returned")
                 s.body = self._returns_out_of_loops(s.body, in_loop=True)
-                init = copy_location(_assign(self.flag_name, ast.Constant(False)), s)
+                init = copy_location(assign_node(self.flag_name, ast.Constant(False)), s)
                 after_body = ([ast.Break()] if in_loop else
                               [ast.Return(value=name_node(self.result_name))])
                 after = ast.If(test=name_node(self.flag_name),
@@ -339,8 +339,8 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
                 out += [init, s, copy_location(after, s)]
             elif isinstance(s, ast.Return) and in_loop:
                 value = s.value or ast.Constant(value=None)
-                out += [copy_location(_assign(self.result_name, value), s),
-                        copy_location(_assign(self.flag_name, ast.Constant(True)), s),
+                out += [copy_location(assign_node(self.result_name, value), s),
+                        copy_location(assign_node(self.flag_name, ast.Constant(True)), s),
                         copy_location(ast.Break(), s)]
             elif isinstance(s, ast.If):
                 s.body = self._returns_out_of_loops(s.body, in_loop)
@@ -356,7 +356,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
             if isinstance(s, ast.Return):
                 value = s.value or ast.Constant(value=None)
                 if not (isinstance(value, ast.Name) and value.id == self.result_name):
-                    out.append(copy_location(_assign(self.result_name, value), s))
+                    out.append(copy_location(assign_node(self.result_name, value), s))
             elif isinstance(s, ast.If):
                 s.body = self._returns_to_assignments(s.body) or [copy_location(ast.Pass(), s)]
                 s.orelse = self._returns_to_assignments(s.orelse)

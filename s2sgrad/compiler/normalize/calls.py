@@ -12,7 +12,7 @@ from .. import reentry
 from ..facts import expr_facts
 from ..loader import lift_def, lift_lambda
 from ..names import clone, copy_location, name_node, name_nodes
-from .support import _assigned_names, _bind_functional, _dotted, _is_api, _static_true
+from .support import assigned_names, bind_functional, dotted, is_api, static_true
 
 
 class CallRules:
@@ -26,10 +26,10 @@ class CallRules:
         differentiate again. A lambda's free variables become extra arguments."""
         func = expr.func
         detach = False
-        if isinstance(func, ast.Call) and _dotted(func.func) and \
+        if isinstance(func, ast.Call) and dotted(func.func) and \
                 not self.resolver.is_local_chain(func.func):
             ok, maker = self.resolver.static(func.func)
-            if not ok or not (_is_api(maker, "grad") or _is_api(maker, "value_and_grad")):
+            if not ok or not (is_api(maker, "grad") or is_api(maker, "value_and_grad")):
                 return None
             base, extra = self.differentiated_function(func.args[0] if func.args else None,
                                                        expr)
@@ -41,14 +41,14 @@ class CallRules:
             args = [self.operand(a, out) for a in expr.args]
             keywords = [ast.keyword(arg=k.arg, value=self.operand(k.value, out))
                         for k in expr.keywords]
-        elif _dotted(func) and not self.resolver.is_local_chain(func):
+        elif dotted(func) and not self.resolver.is_local_chain(func):
             ok, maker = self.resolver.static(func)
             functional = (getattr(maker, "__module__", "") or "").endswith("functional")
             if not ok or not functional or not any(
-                    _is_api(maker, k) for k in ("vjp", "jvp", "hvp", "vhp", "jacobian",
+                    is_api(maker, k) for k in ("vjp", "jvp", "hvp", "vhp", "jacobian",
                                                 "hessian")):
                 return None
-            bound = _bind_functional(expr, maker.__name__, self)
+            bound = bind_functional(expr, maker.__name__, self)
             base, extra = self.differentiated_function(bound["func"], expr)
             inputs = bound["inputs"]
             known = (self.tuples.get(self.env.get(inputs.id, inputs.id))
@@ -88,7 +88,7 @@ class CallRules:
                                      inputs_tuple=is_tuple)
                 args = [self.operand(a, out) for a in items] + [self.operand(v, out)]
             keywords = []
-            detach = not _static_true(bound.get("create_graph"), self)
+            detach = not static_true(bound.get("create_graph"), self)
         else:
             return None
         # The generated code calls the derivative's code directly, under a name bound
@@ -203,7 +203,7 @@ class CallRules:
             return fn, free
         if isinstance(node, ast.FunctionDef):
             return self._lifted_def(node)
-        if node is not None and _dotted(node) and not self.resolver.is_local_chain(node):
+        if node is not None and dotted(node) and not self.resolver.is_local_chain(node):
             ok, fn = self.resolver.static(node)
             if ok and callable(fn):
                 return fn, []
@@ -222,7 +222,7 @@ class CallRules:
             raise self.err(node, "a nested function with nonlocal or global",
                            "Return the new value instead of rebinding the outer one.")
         own = {a.arg for a in node.args.posonlyargs + node.args.args} | \
-            _assigned_names(node.body)
+            assigned_names(node.body)
         loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and
                  isinstance(n.ctx, ast.Load)}
         if node.name in loads:

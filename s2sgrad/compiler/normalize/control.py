@@ -10,16 +10,15 @@ from typing import List, Optional, Set
 import numpy as np
 
 from ..facts import expr_facts
-from ..names import clone, copy_location, name_node, stored_names
+from ..names import assign_node, clone, copy_location, name_node, stored_names
 from .support import (
-    _LIBRARIES,
-    _SCOPES,
-    _assign,
-    _assigned_names,
-    _dotted,
-    _drop_trailing_continue,
-    _walk_scope,
+    LIBRARIES,
+    SCOPES,
+    assigned_names,
+    dotted,
+    drop_trailing_continue,
     lift_jumps,
+    walk_scope,
 )
 
 
@@ -56,7 +55,7 @@ class ControlRules:
         test = s.test
         if any(isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and
                                                  not self._library_call(n))
-               for n in _walk_scope(test) + [test]):
+               for n in walk_scope(test) + [test]):
             # `while (v := f(x)) > 0: ...` is `while True: if ...: pass else: break; ...`,
             # so the assignment (or a call) runs as a statement before each test.
             stop = ast.If(test=test, body=[copy_location(ast.Pass(), s)],
@@ -64,7 +63,7 @@ class ControlRules:
             body = [copy_location(stop, test)] + body
             test = copy_location(ast.Constant(value=True), test)
         body = lift_jumps(body, (ast.Break, ast.Continue))
-        body = _drop_trailing_continue(body)
+        body = drop_trailing_continue(body)
         inner: List[ast.stmt] = []
         saved = self.origin
         entry = self.enter_loop(body)
@@ -119,8 +118,8 @@ class ControlRules:
                                           args=[clone(base)], keywords=[]), it)
         loop = ast.For(target=key, iter=keys, body=prefix + list(s.body), orelse=[],
                        type_comment=None)
-        self.resolver.locals |= _assigned_names([loop])
-        self.unversioned |= _assigned_names([loop])
+        self.resolver.locals |= assigned_names([loop])
+        self.unversioned |= assigned_names([loop])
         return copy_location(loop, s)
 
     def enumerate_from(self, s: ast.For, out) -> ast.For:
@@ -147,7 +146,7 @@ class ControlRules:
         start = self.atom(starts[0], out)
         if isinstance(start, ast.Name):   # the body may rebind it; Python read it once
             held = self.names.fresh(f"{start.id}_start")
-            self.emit(out, _assign(held, start), starts[0])
+            self.emit(out, assign_node(held, start), starts[0])
             start = name_node(held)
         counter = target.elts[0].id
         index = self.names.fresh(f"{counter}_from_0")
@@ -160,8 +159,8 @@ class ControlRules:
                        body=[copy_location(offset, s)] + list(s.body), orelse=[],
                        type_comment=None)
         ast.fix_missing_locations(loop)
-        self.resolver.locals |= _assigned_names([loop])
-        self.unversioned |= _assigned_names([loop])
+        self.resolver.locals |= assigned_names([loop])
+        self.unversioned |= assigned_names([loop])
         return copy_location(loop, s)
 
     def stmt_For(self, s, out):
@@ -174,15 +173,15 @@ class ControlRules:
         iterable = self.iterable(s.iter, out)
         # Python iterates over the object the header named; a body that rebinds the
         # name (`for r in acc: acc = r * w`) must not change what is iterated.
-        rebound = _assigned_names(s.body) | _assigned_names([s.target])
-        for node in _walk_scope(iterable) + [iterable]:
+        rebound = assigned_names(s.body) | assigned_names([s.target])
+        for node in walk_scope(iterable) + [iterable]:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
                     node.id in rebound and node.id in self.resolver.locals:
                 held = self.names.fresh(f"{node.id}_iterated")
-                self.emit(out, _assign(held, name_node(node.id)), s.iter)
+                self.emit(out, assign_node(held, name_node(node.id)), s.iter)
                 node.id = held
         body = lift_jumps(list(s.body), (ast.Break, ast.Continue))
-        body = _drop_trailing_continue(body)
+        body = drop_trailing_continue(body)
         target = self.loop_target(s.target)
         inner: List[ast.stmt] = []
         saved = self.origin
@@ -201,7 +200,7 @@ class ControlRules:
         """At a loop's head, a name the body assigns may hold what the previous
         iteration left, which another variable may share: not owned. Returns what
         is owned there (also after the loop, which may run zero times)."""
-        self.owned -= _assigned_names(body)
+        self.owned -= assigned_names(body)
         return set(self.owned)
 
     def loop_target(self, target):
@@ -253,7 +252,7 @@ class ControlRules:
             call = ast.Call(func=name_node("_s2s_loop_items"),
                             args=[atom], keywords=[])
             expr_facts.note(call, callee=runtime.loop_items)
-            self.emit(out, _assign(name, copy_location(call, it)), it)
+            self.emit(out, assign_node(name, copy_location(call, it)), it)
             return copy_location(name_node(name), it)
         return atom
 
@@ -270,7 +269,7 @@ class ControlRules:
             # or write into its arguments): the flag is its result.
             return self.atom(expr, out)
         name = self.names.fresh(stem)
-        self.emit(out, _assign(name, self.condition(expr, out)), expr)
+        self.emit(out, assign_node(name, self.condition(expr, out)), expr)
         return name_node(name)
 
     def condition(self, expr: ast.expr, out) -> ast.expr:
@@ -291,21 +290,21 @@ class ControlRules:
     def refuse_user_calls(self, expr: ast.expr, where: str, hint: str) -> None:
         """A call that may be to a user function (which may write into its arguments)
         inside `expr`, which is kept whole, is refused: the analyses would not see it."""
-        for sub in _walk_scope(expr):
+        for sub in walk_scope(expr):
             if isinstance(sub, ast.Call) and not self._library_call(sub):
                 raise self.err(sub, f"a call to {ast.unparse(sub.func)} inside {where}", hint)
 
     def _library_call(self, call: ast.Call) -> bool:
         """A call of NumPy, SciPy, math or a builtin, which leaves its arguments
         alone (unless given out=): anything else may be a user function."""
-        if not _dotted(call.func) or self.resolver.is_local_chain(call.func) or \
+        if not dotted(call.func) or self.resolver.is_local_chain(call.func) or \
                 any(k.arg == "out" for k in call.keywords):
             return False
         ok, fn = self.resolver.static(call.func)
         module = (getattr(fn, "__module__", "") or "") if ok else ""
         if ok and isinstance(fn, np.ufunc):
             return True
-        return ok and module.split(".")[0] in _LIBRARIES and callable(fn)
+        return ok and module.split(".")[0] in LIBRARIES and callable(fn)
 
     def hoist_walrus(self, expr: ast.expr, out) -> ast.expr:
         """`(s := v)` -> a statement `s = v` emitted now and the name `s` in its place;
@@ -315,7 +314,7 @@ class ControlRules:
         and/or, the branches of a conditional expression, or a nested scope."""
         if not any(isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and
                                                      not self._library_call(n))
-                   for n in _walk_scope(expr) + [expr]):
+                   for n in walk_scope(expr) + [expr]):
             return expr
 
         def visit(node, always: bool):
@@ -327,7 +326,7 @@ class ControlRules:
                 value = visit(node.value, always)
                 self.assign_name(node.target.id, value, out, node)
                 return copy_location(name_node(node.target.id), node)
-            if isinstance(node, _SCOPES + (ast.ListComp, ast.SetComp, ast.DictComp,
+            if isinstance(node, SCOPES + (ast.ListComp, ast.SetComp, ast.DictComp,
                                            ast.GeneratorExp)):
                 return node
             if isinstance(node, ast.Call) and always and not self._library_call(node):

@@ -11,15 +11,14 @@ import numpy as np
 from ... import runtime
 from ...rules import registry
 from ..facts import expr_facts
-from ..names import clone, copy_location, name_node, name_nodes
+from ..names import assign_node, clone, copy_location, name_node, name_nodes
 from .support import (
-    _assign,
-    _assigned_names,
-    _dotted,
-    _stem,
-    _user_bound_call,
-    _walk_scope,
+    assigned_names,
+    dotted,
     is_atom,
+    readable_stem,
+    user_bound_call,
+    walk_scope,
 )
 
 # Objects whose `[i]` reads an item: an index computed here carries no gradient.
@@ -66,8 +65,8 @@ class ExpressionRules:
             self.assign_name(name, expr, out, expr)
             return copy_location(self.load(name), expr)
         op = self.operation(expr, out)
-        name = self.names.fresh(_stem(op, self) or "t")
-        self.emit(out, _assign(name, op), expr)
+        name = self.names.fresh(readable_stem(op, self) or "t")
+        self.emit(out, assign_node(name, op), expr)
         self._note_owned(name, op)
         return copy_location(name_node(name), expr)
 
@@ -154,7 +153,7 @@ class ExpressionRules:
 
         def rename(node):
             node = clone(node)
-            for sub in [node, *_walk_scope(node)]:
+            for sub in [node, *walk_scope(node)]:
                 if isinstance(sub, ast.Name) and sub.id in mapping:
                     sub.id = mapping[sub.id]
             return node
@@ -188,11 +187,11 @@ class ExpressionRules:
             body = [ast.For(target=loop_target, iter=iterable, body=body, orelse=[],
                             type_comment=None)]
         loop = body[0]
-        for node in [loop, *_walk_scope(loop)]:
+        for node in [loop, *walk_scope(loop)]:
             if isinstance(node, (ast.stmt, ast.expr)):
                 copy_location(node, expr)
         ast.fix_missing_locations(loop)
-        assigned = _assigned_names([loop]) | set(mapping.values())
+        assigned = assigned_names([loop]) | set(mapping.values())
         self.resolver.locals |= assigned
         self.unversioned |= assigned
         saved = self.origin
@@ -260,7 +259,7 @@ class ExpressionRules:
                     body=[ast.Assign(targets=[name_node(acc, True)], value=step)],
                     orelse=[], type_comment=None)]
         for st in statements:
-            for node in [st, *_walk_scope(st)]:
+            for node in [st, *walk_scope(st)]:
                 if isinstance(node, (ast.stmt, ast.expr)):
                     copy_location(node, expr)
             ast.fix_missing_locations(st)
@@ -276,10 +275,10 @@ class ExpressionRules:
         body, orelse = [], []
         env, owned = dict(self.env), set(self.owned)
         body_atom = self.atom(expr.body, body)
-        self.emit(body, _assign(name, body_atom), expr.body)
+        self.emit(body, assign_node(name, body_atom), expr.body)
         self.env, owned_body, self.owned = dict(env), self.owned, owned
         else_atom = self.atom(expr.orelse, orelse)
-        self.emit(orelse, _assign(name, else_atom), expr.orelse)
+        self.emit(orelse, assign_node(name, else_atom), expr.orelse)
         self.env = env
         self.owned &= owned_body
         self.emit(out, ast.If(test=test, body=body, orelse=orelse), expr)
@@ -290,7 +289,7 @@ class ExpressionRules:
         """`np.r_[a, 0:3, b]` and `np.c_[...]`: a call of runtime.index_concat, whose
         rule gives each item its part of the cotangent (slices become slice() calls;
         they and directive strings make up constant values)."""
-        if not _dotted(expr.value) or self.resolver.is_local_chain(expr.value):
+        if not dotted(expr.value) or self.resolver.is_local_chain(expr.value):
             return None
         ok, maker = self.resolver.static(expr.value)
         if not ok or not any(maker is m for m in (np.r_, np.c_)):
@@ -305,7 +304,7 @@ class ExpressionRules:
                                            keywords=[]), e)
                 expr_facts.note(e, callee=slice)
                 name = self.names.fresh("span")
-                self.emit(out, _assign(name, e), expr)
+                self.emit(out, assign_node(name, e), expr)
                 items.append(name_node(name))
             else:
                 items.append(self.element(e, out))
@@ -325,7 +324,7 @@ class ExpressionRules:
                 (node.id in self.names.taken and not self.resolver.static(node)[0]))
         if local(base) or not any(local(n) for n in ast.walk(index)):
             return
-        ok, obj = self.resolver.static(base) if _dotted(base) else (False, None)
+        ok, obj = self.resolver.static(base) if dotted(base) else (False, None)
         if ok and isinstance(obj, _CONTAINERS):
             return
         text = ast.unparse(expr.value)
@@ -355,7 +354,7 @@ class ExpressionRules:
             return folded
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(
                 k.arg is None for k in expr.keywords):
-            ok, obj = self.resolver.static(func) if _dotted(func) and \
+            ok, obj = self.resolver.static(func) if dotted(func) and \
                 not self.resolver.is_local_chain(func) else (False, None)
             node = self.rename_loads(expr)
             expr_facts.note(node, opaque=True)
@@ -366,12 +365,12 @@ class ExpressionRules:
             return self.lambda_call(expr, self.lambdas[func.id], out)
         if isinstance(func, ast.Name) and func.id in self.local_defs:
             return self.def_call(expr, self.local_defs[func.id], out)
-        if _dotted(func) and not self.resolver.is_local_chain(func):
+        if dotted(func) and not self.resolver.is_local_chain(func):
             ok, obj = self.resolver.static(func)
             if not ok:
                 raise self.err(func, f"name {ast.unparse(func)!r} is not defined",
                                "Define it before calling the differentiated function.")
-            bound = _user_bound_call(obj)
+            bound = user_bound_call(obj)
             if bound is not None:
                 return self.bound_call(expr, bound, out)
             if isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields"):

@@ -9,8 +9,8 @@ from typing import Dict, List
 
 from ...function import is_function_class
 from ..facts import expr_facts
-from ..names import clone, copy_location, name_node, name_nodes
-from .support import _assign, _dotted, _is_docstring, _is_fresh, _loads, _stem, is_atom
+from ..names import assign_node, clone, copy_location, name_node, name_nodes
+from .support import dotted, is_atom, is_docstring, is_fresh, loads, readable_stem
 
 
 class StatementRules:
@@ -58,7 +58,7 @@ class StatementRules:
             raise self.unsupported_stmt(s)   # (the tree may be a copy: by position)
 
     def stmt_Expr(self, s, out):
-        if _is_docstring(s):
+        if is_docstring(s):
             return
         value = s.value
         if isinstance(value, (ast.Yield, ast.YieldFrom, ast.Await)):
@@ -134,7 +134,7 @@ class StatementRules:
             ret = ast.Return(value=self.atom(value, out))
         else:
             name = self.names.fresh("result")
-            self.emit(out, _assign(name, self.operation(value, out)), value)
+            self.emit(out, assign_node(name, self.operation(value, out)), value)
             ret = ast.Return(value=name_node(name))
         self.emit(out, ret, s)
 
@@ -208,7 +208,7 @@ class StatementRules:
                         args=[self.load(value.id)], keywords=[])
         expr_facts.note(call, callee=numpy.array)
         name = self.names.fresh(f"{value.id}_array")
-        self.emit(out, _assign(name, copy_location(call, value)), value)
+        self.emit(out, assign_node(name, copy_location(call, value)), value)
         return copy_location(name_node(name), value)
 
     def packed(self, expr: ast.expr, out) -> ast.expr:
@@ -260,7 +260,7 @@ class StatementRules:
             elts = [self.element(e, out) for e in value.elts]
             name = self.target(user_name)
             node = type(value)(elts=elts, ctx=ast.Load())
-            self.emit(out, _assign(name, copy_location(node, value)), value)
+            self.emit(out, assign_node(name, copy_location(node, value)), value)
             if isinstance(value, ast.Tuple):
                 self.tuple_names.add(name)
                 self.know_tuple(name, elts)
@@ -274,14 +274,14 @@ class StatementRules:
             values = [self.element(v, out) for v in value.values]
             name = self.target(user_name)
             node = ast.Dict(keys=keys, values=values)
-            self.emit(out, _assign(name, copy_location(node, value)), value)
+            self.emit(out, assign_node(name, copy_location(node, value)), value)
             self.dict_names.add(name)
             self.owned.discard(name)
             return
         if isinstance(value, ast.Name) and self.env.get(value.id) in self.tuples:
             src = self.env[value.id]
             name = self.target(user_name)
-            self.emit(out, _assign(name, self.load(value.id)), value)
+            self.emit(out, assign_node(name, self.load(value.id)), value)
             self.know_tuple(name, self.tuples[src])
             return
         arity = self._output_count(value)
@@ -294,19 +294,19 @@ class StatementRules:
             self.emit(out, ast.Assign(targets=[tgt], value=call), value)
             elts = [name_node(n) for n in parts]
             name = self.target(user_name)
-            self.emit(out, _assign(name, ast.Tuple(elts=elts, ctx=ast.Load())), value)
+            self.emit(out, assign_node(name, ast.Tuple(elts=elts, ctx=ast.Load())), value)
             self.know_tuple(name, elts)
             return
         op = self.operation(value, out)
         # The statement may read the old value of a name it overwrites
         # (x = f(x) inside a loop): compute into a temporary first.
-        if user_name in self.unversioned and user_name in _loads(op):
-            tmp = self.names.fresh(_stem(op, self) or user_name)
-            self.emit(out, _assign(tmp, op), value)
+        if user_name in self.unversioned and user_name in loads(op):
+            tmp = self.names.fresh(readable_stem(op, self) or user_name)
+            self.emit(out, assign_node(tmp, op), value)
             op = name_node(tmp)
             self._note_owned(tmp, value)
         name = self.target(user_name)
-        self.emit(out, _assign(name, op), value)
+        self.emit(out, assign_node(name, op), value)
         self._note_owned(name, op)
 
     def know_tuple(self, name: str, elts: List[ast.expr]) -> None:
@@ -323,7 +323,7 @@ class StatementRules:
     def _output_count(self, value) -> int:
         """How many outputs a Function.apply call has (its vjp takes one per output)."""
         if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and
-                value.func.attr == "apply" and _dotted(value.func) and
+                value.func.attr == "apply" and dotted(value.func) and
                 not self.resolver.is_local_chain(value.func)):
             return 1
         ok, cls = self.resolver.static(value.func.value)
@@ -339,14 +339,14 @@ class StatementRules:
 
     def _note_owned(self, name, op) -> None:
         """Track names holding arrays nothing else refers to (safe for `x += y`)."""
-        if _is_fresh(op, self):
+        if is_fresh(op, self):
             self.owned.add(name)
         else:
             self.owned.discard(name)
         for sub in name_nodes(op):
             if sub.id != name and sub.id in self.owned:
                 if not (isinstance(op, (ast.BinOp, ast.UnaryOp, ast.Compare))
-                        or (isinstance(op, ast.Call) and _is_fresh(op, self))):
+                        or (isinstance(op, ast.Call) and is_fresh(op, self))):
                     self.owned.discard(sub.id)
 
     def assign_tuple(self, target, value, out, s) -> None:
@@ -374,7 +374,7 @@ class StatementRules:
             # so the call writes into temporaries first and no statement has an
             # output that is also its input (the adjoint would consume the cotangent
             # it has just added into).
-            if any(e.id in self.unversioned and e.id in _loads(call) for e in elts):
+            if any(e.id in self.unversioned and e.id in loads(call) for e in elts):
                 temps = [self.names.fresh(f"{e.id}_new") for e in elts]
                 tgt = ast.Tuple(elts=[name_node(n, True) for n in temps], ctx=ast.Store())
                 self.emit(out, ast.Assign(targets=[tgt], value=call), value)
@@ -407,7 +407,7 @@ class StatementRules:
             if isinstance(a, ast.Name) and (a.id in written or a.id in self.unversioned
                                             or self.env.get(a.id, a.id) != a.id):
                 tmp = self.names.fresh(a.id + "_old")
-                self.emit(out, _assign(tmp, a), at)
+                self.emit(out, assign_node(tmp, a), at)
                 a = name_node(tmp)
             held.append(a)
         return held
@@ -459,13 +459,13 @@ class StatementRules:
             item = copy_location(ast.Subscript(value=self.load(base.id),
                                                    slice=clone(index),
                                                    ctx=ast.Load()), target)
-            old = self.names.fresh(_stem(item, self) or "item")
-            self.emit(out, _assign(old, item), target)
+            old = self.names.fresh(readable_stem(item, self) or "item")
+            self.emit(out, assign_node(old, item), target)
             rhs = self.atom(s.value, out)
             new = copy_location(ast.BinOp(left=name_node(old), op=s.op,
                                               right=rhs), s)
-            value = self.names.fresh(_stem(new, self) or "t")
-            self.emit(out, _assign(value, new), s)
+            value = self.names.fresh(readable_stem(new, self) or "t")
+            self.emit(out, assign_node(value, new), s)
             store = ast.Subscript(value=self.load(base.id), slice=index, ctx=ast.Store())
             self.emit(out, ast.Assign(targets=[copy_location(store, target)],
                                       value=name_node(value),

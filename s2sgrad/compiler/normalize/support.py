@@ -12,7 +12,7 @@ from ...rules import registry
 from ..aliases import AliasFacts
 from ..callables import bound_call
 from ..facts import expr_facts, stmt_facts
-from ..names import SIMPLE_STATEMENTS, assign_node, child_fields, clone, copy_location, name_nodes
+from ..names import SIMPLE_STATEMENTS, child_fields, clone, copy_location, name_nodes
 
 _OP_WORDS = {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "div",
              ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow",
@@ -23,7 +23,7 @@ _OP_WORDS = {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "div
 _UNARY_WORDS = {ast.USub: "neg", ast.UAdd: "pos", ast.Not: "not", ast.Invert: "inv"}
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 
@@ -35,7 +35,7 @@ def is_atom(node: ast.AST) -> bool:
     return bool(expr_facts.of(node).static)
 
 
-def _walk_scope(node: ast.AST, statements_only: bool = False) -> List[ast.AST]:
+def walk_scope(node: ast.AST, statements_only: bool = False) -> List[ast.AST]:
     """The nodes under `node`, not entering nested functions, lambdas or classes
     (depth first, last child first). A list: building it costs less than a
     generator over `ast.iter_child_nodes` would. Contexts and operators, which
@@ -49,7 +49,7 @@ def _walk_scope(node: ast.AST, statements_only: bool = False) -> List[ast.AST]:
         sub = pop()
         if sub is not node:
             append(sub)
-            if isinstance(sub, _SCOPES):
+            if isinstance(sub, SCOPES):
                 continue
         d = sub.__dict__   # its children's fields, in ast.iter_child_nodes order:
         for attr in _BLOCK_FIELDS if statements_only else reversed(child_fields(sub.__class__)):
@@ -65,15 +65,15 @@ def _walk_scope(node: ast.AST, statements_only: bool = False) -> List[ast.AST]:
     return out
 
 
-def _scope_statements(node: ast.AST) -> List[ast.AST]:
+def scope_statements(node: ast.AST) -> List[ast.AST]:
     """The statements of `_walk_scope(node)`, in its order (see there)."""
-    return _walk_scope(node, statements_only=True)
+    return walk_scope(node, statements_only=True)
 
 
 _BLOCK_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")   # (in _fields order)
 
 
-def _assigned_names(nodes) -> Set[str]:
+def assigned_names(nodes) -> Set[str]:
     """Names stored or deleted in `nodes`, outside nested scopes (each node of
     `nodes` itself is entered)."""
     out: Set[str] = set()
@@ -88,7 +88,7 @@ def _assigned_names(nodes) -> Set[str]:
                 if sub.ctx.__class__ is not Load:
                     out.add(sub.id)
                 continue
-            if sub is not node and isinstance(sub, _SCOPES):
+            if sub is not node and isinstance(sub, SCOPES):
                 continue
             d = sub.__dict__
             for attr in child_fields(cls):
@@ -100,7 +100,7 @@ def _assigned_names(nodes) -> Set[str]:
     return out
 
 
-def _has_augmented_assignment(stmts: List[ast.stmt]) -> bool:
+def has_augmented_assignment(stmts: List[ast.stmt]) -> bool:
     """Whether an augmented assignment (`x += v`) is among stmts or in any block
     they hold, nested functions included."""
     todo = list(stmts)
@@ -117,26 +117,26 @@ def _has_augmented_assignment(stmts: List[ast.stmt]) -> bool:
 
 
 
-def _has(node: ast.AST, kinds, stop=()) -> bool:
+def has(node: ast.AST, kinds, stop=()) -> bool:
     todo = [node]
     while todo:
         sub = todo.pop()
         if isinstance(sub, kinds):
             return True
-        if sub is not node and isinstance(sub, _SCOPES + tuple(stop)):
+        if sub is not node and isinstance(sub, SCOPES + tuple(stop)):
             continue
         todo.extend(ast.iter_child_nodes(sub))
     return False
 
 
-def _ends_in_jump(stmts: List[ast.stmt]) -> bool:
+def ends_in_jump(stmts: List[ast.stmt]) -> bool:
     if not stmts:
         return False
     last = stmts[-1]
     if isinstance(last, (ast.Return, ast.Break, ast.Continue, ast.Raise)):
         return True
     if isinstance(last, ast.If):
-        return _ends_in_jump(last.body) and _ends_in_jump(last.orelse)
+        return ends_in_jump(last.body) and ends_in_jump(last.orelse)
     return False
 
 
@@ -151,7 +151,7 @@ def lift_jumps(stmts: List[ast.stmt], jumps) -> List[ast.stmt]:
         if isinstance(s, jumps):
             out.append(s)
             return out
-        if isinstance(s, ast.If) and _has(s, jumps, stop=(ast.For, ast.While)
+        if isinstance(s, ast.If) and has(s, jumps, stop=(ast.For, ast.While)
                                           if ast.Return not in jumps else ()):
             rest = stmts[i + 1:]
             s.body = lift_jumps(s.body + clone(rest), jumps)
@@ -162,7 +162,7 @@ def lift_jumps(stmts: List[ast.stmt], jumps) -> List[ast.stmt]:
     return out
 
 
-def _lambdas_bound_once(scope: List[ast.AST], params: Set[str]) -> Dict[str, ast.Lambda]:
+def lambdas_bound_once(scope: List[ast.AST], params: Set[str]) -> Dict[str, ast.Lambda]:
     """Names bound once (in `scope`, a function's `_walk_scope`) to a lambda."""
     counts: Dict[str, int] = {}
     lambdas: Dict[str, ast.Lambda] = {}
@@ -185,7 +185,7 @@ def defs_bound_once(body: List[ast.stmt], scope: List[ast.AST], params: Set[str]
     for node in scope:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             counts[node.id] = counts.get(node.id, 0) + 1
-    for node in _walk_scope(ast.Module(body=list(body), type_ignores=[]),
+    for node in walk_scope(ast.Module(body=list(body), type_ignores=[]),
                             statements_only=True):
         if isinstance(node, ast.FunctionDef):
             counts[node.name] = counts.get(node.name, 0) + 1
@@ -193,7 +193,7 @@ def defs_bound_once(body: List[ast.stmt], scope: List[ast.AST], params: Set[str]
     return {n: d for n, d in defs.items() if counts.get(n) == 1 and n not in params}
 
 
-def _user_bound_call(obj):
+def user_bound_call(obj):
     """What a bound method of an instance, a callable instance or a partial of a
     user function runs (compiler.callables), or None (plain functions, library
     callables, classmethods, Function.apply, derivatives)."""
@@ -217,11 +217,11 @@ def _header_loads(s: ast.stmt) -> Set[str]:
     return {n.id for n in name_nodes(part) if isinstance(n.ctx, ast.Load)}
 
 
-def _read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.stmt) -> bool:
+def read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.stmt) -> bool:
     """May `name` be read once `write` has run (later in the code, by the write itself,
     or anywhere in a loop that encloses the write)?"""
     position, loops = facts.where.require(write)
-    for s in _walk_scope(ast.Module(body=body, type_ignores=[])):
+    for s in walk_scope(ast.Module(body=body, type_ignores=[])):
         if not isinstance(s, ast.stmt) or s not in facts.where or \
                 name not in _header_loads(s):
             continue
@@ -231,10 +231,10 @@ def _read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.s
     return False
 
 
-def _snapshot_definitions(body: List[ast.stmt], name: str) -> None:
+def snapshot_definitions(body: List[ast.stmt], name: str) -> None:
     """Make every binding of `name` a copy (`StmtFact.snapshot`; loop targets: the
     item the transform binds them to)."""
-    for s in _walk_scope(ast.Module(body=body, type_ignores=[])):
+    for s in walk_scope(ast.Module(body=body, type_ignores=[])):
         if isinstance(s, ast.Assign) and any(n.id == name for t in s.targets
                                              for n in name_nodes(t)
                                              if isinstance(n.ctx, ast.Store)):
@@ -243,7 +243,7 @@ def _snapshot_definitions(body: List[ast.stmt], name: str) -> None:
             stmt_facts.note(s, snapshot_targets=stmt_facts.of(s).snapshot_targets | {name})
 
 
-def _written_in_place(facts: AliasFacts) -> Set[str]:
+def names_written_in_place(facts: AliasFacts) -> Set[str]:
     out: Set[str] = set()
     for name, stmt in facts.writes:
         out.add(name)
@@ -251,15 +251,15 @@ def _written_in_place(facts: AliasFacts) -> Set[str]:
     return out
 
 
-_LIBRARIES = ("numpy", "scipy", "s2sgrad", "math", "builtins")
+LIBRARIES = ("numpy", "scipy", "s2sgrad", "math", "builtins")
 
 
-def _is_api(obj, name: str) -> bool:
+def is_api(obj, name: str) -> bool:
     module = getattr(obj, "__module__", "") or ""
     return module.startswith("s2sgrad") and getattr(obj, "__name__", None) == name
 
 
-def _dotted(node: ast.expr) -> bool:
+def dotted(node: ast.expr) -> bool:
     """A plain dotted name such as np.linalg.norm (no calls or subscripts inside)."""
     while isinstance(node, ast.Attribute):
         node = node.value
@@ -271,13 +271,13 @@ def _is_sequence_call(obj) -> bool:
     return bool(rule and rule.sequence)
 
 
-def _static_true(node: Optional[ast.expr], norm) -> bool:
+def static_true(node: Optional[ast.expr], norm) -> bool:
     """Whether a create_graph argument is True, known when compiling (absent: False)."""
     if node is None:
         return False
     if isinstance(node, ast.Constant) and isinstance(node.value, bool):
         return node.value
-    ok, value = norm.resolver.static(node) if _dotted(node) else (False, None)
+    ok, value = norm.resolver.static(node) if dotted(node) else (False, None)
     if ok and isinstance(value, bool):
         return value
     raise norm.err(node, "create_graph must be True or False when the code is compiled",
@@ -285,7 +285,7 @@ def _static_true(node: Optional[ast.expr], norm) -> bool:
                    "False (it is a constant to the outer derivative).")
 
 
-def _bind_functional(expr: ast.Call, maker: str, norm) -> dict:
+def bind_functional(expr: ast.Call, maker: str, norm) -> dict:
     """The arguments of a functional.<maker> call, by torch's parameter names."""
     if maker in ("jacobian", "hessian"):
         names = ["func", "inputs", "create_graph", "strict"]
@@ -299,29 +299,28 @@ def _bind_functional(expr: ast.Call, maker: str, norm) -> dict:
     return bound
 
 
-_assign = assign_node
 
 
-def _loads(node: ast.AST) -> Set[str]:
+def loads(node: ast.AST) -> Set[str]:
     return {n.id for n in name_nodes(node) if isinstance(n.ctx, ast.Load)}
 
 
-def _is_docstring(s: ast.stmt) -> bool:
+def is_docstring(s: ast.stmt) -> bool:
     return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and \
         isinstance(s.value.value, str)
 
 
-def _drop_trailing_continue(stmts):
+def drop_trailing_continue(stmts):
     if stmts and isinstance(stmts[-1], ast.Continue):
         stmts = stmts[:-1]
     for s in stmts:
         if isinstance(s, ast.If):
-            s.body = _drop_trailing_continue(s.body) or [copy_location(ast.Pass(), s)]
-            s.orelse = _drop_trailing_continue(s.orelse)
+            s.body = drop_trailing_continue(s.body) or [copy_location(ast.Pass(), s)]
+            s.orelse = drop_trailing_continue(s.orelse)
     return stmts
 
 
-def _is_fresh(op: ast.expr, norm) -> bool:
+def is_fresh(op: ast.expr, norm) -> bool:
     """Does `op` always produce a new object (so in-place updates alias nothing)?"""
     if isinstance(op, (ast.BinOp, ast.UnaryOp)):
         return True
@@ -340,7 +339,7 @@ def _is_fresh(op: ast.expr, norm) -> bool:
     return False
 
 
-def _stem(op: ast.expr, norm) -> str:
+def readable_stem(op: ast.expr, norm) -> str:
     """A readable name for the value `op` computes."""
     def part(a):
         if isinstance(a, ast.Name):

@@ -27,7 +27,7 @@ from .shapes import (
     product_shapes_from_operands,
     share_shape_witnesses,
 )
-from .statements import NameIndex, _Names, fwd_params, param_list
+from .statements import NameIndex, Names, fwd_params, param_list
 
 __all__ = [
     "optimize", "collapse_unbroadcast_chains", "drop_needless_inits", "eliminate_dead",
@@ -55,7 +55,7 @@ def optimize(t: Transformed) -> Transformed:
     collapse_unbroadcast_chains(t.adjoint, index)
     product_shapes_from_operands(t.adjoint, index)
     elide_scalar_broadcasts(t, index)
-    names = _Names(index)   # the adjoint's statements' names: valid while statements only leave
+    names = Names(index)   # the adjoint's statements' names: valid while statements only leave
     # (The normal form does not change here; without shape facts nothing reads them.)
     paths = definition_paths(t.nf.node.body) if t.activity.shapes else {}
     settled = False
@@ -69,7 +69,7 @@ def optimize(t: Transformed) -> Transformed:
             else:
                 t.adjoint.body = fold_block(t.adjoint.body)
                 index = NameIndex()
-            names = _Names(index)
+            names = Names(index)
         elif settled and SETTLE:
             # Nothing changed since pruning and dead-code elimination last ran and
             # found all they could: asking them again would find nothing.
@@ -85,7 +85,7 @@ def optimize(t: Transformed) -> Transformed:
     private_copies(t, index)
     drop_needless_inits(t.forward, t.marks, index)
     link_residuals(t, index)
-    eliminate_dead(t.forward, keep=set(t.nf.all_params), names=_Names(index))
+    eliminate_dead(t.forward, keep=set(t.nf.all_params), names=Names(index))
     fuse_forward_temporaries(t.forward, user_names, t.marks, index)
     fuse_adjoint_temporaries(t.adjoint, index)
     for fdef in (t.forward, t.adjoint):

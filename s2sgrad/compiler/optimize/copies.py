@@ -9,19 +9,19 @@ from typing import Dict, List, Optional, Sequence, Set
 from ..facts import ResidualMarks
 from ..names import name_nodes, replace_loads
 from .statements import (
-    _BAR,
-    _COMPOUND_CLASSES,
-    _PART,
-    _VERIFY,
+    BAR,
+    COMPOUND_CLASSES,
+    PART,
+    VERIFY,
     NameIndex,
-    _drop_marked,
-    _inner_blocks,
-    _simple_stores,
-    _value_loads,
-    _walk_statements,
     assignment_sites,
     check_kept_counts,
+    drop_marked,
     fwd_params,
+    inner_blocks,
+    simple_stores,
+    value_loads,
+    walk_statements,
 )
 
 
@@ -52,13 +52,13 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
         removed: Set[ast.stmt] = set()
         mapping: Dict[str, str] = {}
         Assign, Name = ast.Assign, ast.Name
-        for s in _walk_statements(fdef.body):
+        for s in walk_statements(fdef.body):
             if not (s.__class__ is Assign and len(s.targets) == 1 and
                     s.targets[0].__class__ is Name and s.value.__class__ is Name):
                 continue
             a, b = s.targets[0].id, s.value.id
-            if a in user_names or a in params or counts.get(a) != 1 or _PART.match(b) or \
-                    _BAR.match(a):
+            if a in user_names or a in params or counts.get(a) != 1 or PART.match(b) or \
+                    BAR.match(a):
                 continue
             if counts.get(b, 0) > 1 or (b in params and counts.get(b, 0) > 0):
                 continue
@@ -72,7 +72,7 @@ def propagate_copies(fdef: ast.FunctionDef, user_names: Set[str],
             renamed |= {a, b}
             changed = True
         if mapping:
-            fdef.body = _drop_marked(fdef.body, lambda s: s, removed)
+            fdef.body = drop_marked(fdef.body, lambda s: s, removed)
             for a in mapping:
                 del counts[a]
             if loads_of is None:
@@ -124,11 +124,11 @@ def substitute_single_use(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] 
         else:
             for name in copied:   # `a = b` removed: a's one store
                 counts[name] -= 1
-        if _VERIFY:
+        if VERIFY:
             _verify_counts(fdef, occurrences, load_counts, counts)
         # The parts assigned once and read once (neither count changes below).
         single = {n for n, c in counts.items()
-                  if c == 1 and load_counts.get(n) == 1 and _PART.match(n)}
+                  if c == 1 and load_counts.get(n) == 1 and PART.match(n)}
         substituted: List[str] = []
         if single:
             _substitute_in_block(fdef.body, single, index, substituted)
@@ -157,8 +157,8 @@ def _name_occurrences(names) -> tuple:
 def _simple_store_counts(fdef: ast.FunctionDef) -> Dict[str, int]:
     """How many statements other than if/for/while assign each name in fdef."""
     counts: Dict[str, int] = {}
-    for s in _walk_statements(fdef.body):
-        for n in _simple_stores(s) if s.__class__ not in _COMPOUND_CLASSES else ():
+    for s in walk_statements(fdef.body):
+        for n in simple_stores(s) if s.__class__ not in COMPOUND_CLASSES else ():
             counts[n] = counts.get(n, 0) + 1
     return counts
 
@@ -183,7 +183,7 @@ def _drop_self_assignments(stmts: List[ast.stmt], dropped: List[str],
             dropped.append(s.targets[0].id)
             return True
         return False
-    return _drop_marked(stmts, self_assignment, (True,))
+    return drop_marked(stmts, self_assignment, (True,))
 
 
 def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
@@ -195,7 +195,7 @@ def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
     index's Name nodes stay valid."""
     done = 0
     for s in stmts:
-        for _, inner in _inner_blocks(s):
+        for _, inner in inner_blocks(s):
             done += _propagate_local_copies(inner, fdef, occurrences, load_counts, index,
                                             copied)
     i = 0
@@ -203,7 +203,7 @@ def _propagate_local_copies(stmts: List[ast.stmt], fdef: ast.FunctionDef,
         s = stmts[i]
         if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
-                _BAR.match(s.targets[0].id) and _BAR.match(s.value.id):
+                BAR.match(s.targets[0].id) and BAR.match(s.value.id):
             a, b = s.targets[0].id, s.value.id
             reads = _copy_is_local(stmts, i, a, b, occurrences.get(a, 0), index)
             if reads is not None:
@@ -239,7 +239,7 @@ def _copy_is_local(stmts, i, a, b, total: int,
         seen += reads
         if len(seen) == total - 1:
             return seen
-        if _simple_stores(s, names) & {a, b}:
+        if simple_stores(s, names) & {a, b}:
             return None
     return seen if len(seen) == total - 1 else None
 
@@ -252,12 +252,12 @@ def _substitute_in_block(stmts: List[ast.stmt], single: Set[str], index: NameInd
     Assign, Name = ast.Assign, ast.Name
     while i < len(stmts):
         s = stmts[i]
-        for _, inner in _inner_blocks(s):
+        for _, inner in inner_blocks(s):
             _substitute_in_block(inner, single, index, substituted)
         if s.__class__ is Assign and len(s.targets) == 1 and \
                 s.targets[0].__class__ is Name and s.targets[0].id in single:
             name = s.targets[0].id
-            reads = set(_value_loads(s, index))
+            reads = set(value_loads(s, index))
             for j in range(i + 1, len(stmts)):
                 use = stmts[j]
                 if not isinstance(use, (ast.Assign, ast.AugAssign, ast.Return)):
@@ -265,13 +265,13 @@ def _substitute_in_block(stmts: List[ast.stmt], single: Set[str], index: NameInd
                 if isinstance(use, ast.AugAssign) and isinstance(use.target, ast.Name) and \
                         use.target.id in reads:
                     break
-                if name in _value_loads(use, index):   # its one read (load_counts): there
+                if name in value_loads(use, index):   # its one read (load_counts): there
                     replace_loads(use, name, s.value, copy=False)
                     index.changed(use)
                     del stmts[i]
                     i -= 1
                     substituted.append(name)
                     break
-                if _simple_stores(use) & (reads | {name}):
+                if simple_stores(use) & (reads | {name}):
                     break
         i += 1

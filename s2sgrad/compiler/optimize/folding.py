@@ -15,7 +15,7 @@ from ..names import (
     copy_location,
     walk_values,
 )
-from .statements import _pure
+from .statements import pure
 
 
 # -- constant folding -----------------------------------------------------------
@@ -256,7 +256,7 @@ def tidy(stmts: List[ast.stmt]) -> List[ast.stmt]:
         elif isinstance(s, ast.For):
             s.body = tidy(s.body)
             if not _has_code(s.body):
-                if _pure(s.iter):
+                if pure(s.iter):
                     continue
                 s.body = [ast.Pass()]
         elif isinstance(s, ast.While):

@@ -10,20 +10,20 @@ from typing import List, Optional, Set
 from ..facts import ResidualMarks, stmt_facts
 from ..names import replace_loads, walk_values
 from .statements import (
-    _COTANGENT,
-    _VERIFY,
+    COTANGENT,
+    VERIFY,
     NameIndex,
-    _header,
-    _inner_blocks,
-    _mutates,
-    _name_counts,
-    _plain_assignment,
-    _pure,
-    _statement_loads,
-    _stores,
-    _value_loads,
-    _writes_nothing,
     check_kept_counts,
+    header,
+    inner_blocks,
+    mutates,
+    name_counts,
+    plain_assignment,
+    pure,
+    statement_loads,
+    stored_in,
+    value_loads,
+    writes_nothing,
 )
 
 
@@ -40,10 +40,10 @@ def fuse_forward_temporaries(fdef: ast.FunctionDef, user_names: Set[str],
     # Counted once: a fusion removes one store and one read of the temporary (its
     # value moves, with the same reads), and _fuse_block counts that itself. (No
     # fused temporary is a residual: the names the return reads never change.)
-    loads, counts, residual_reads = _name_counts(fdef, index)
+    loads, counts, residual_reads = name_counts(fdef, index)
     while _fuse_block(fdef.body, loads, counts, residual_reads, user_names, marks, index):
-        if _VERIFY:
-            fresh_loads, fresh_counts, _ = _name_counts(fdef, index)
+        if VERIFY:
+            fresh_loads, fresh_counts, _ = name_counts(fdef, index)
             check_kept_counts("fuse_forward_temporaries", fdef,
                               (("reads", loads, fresh_loads),
                                ("assignments", counts, fresh_counts)))
@@ -63,7 +63,7 @@ def _fusable(s, loads, counts, residual_reads, user_names, marks) -> Optional[st
             name in residual_reads or _keeps_a_value(s, marks):
         return None
     value = s.value
-    if isinstance(value, (ast.Name, ast.Constant)) or not _pure(value):
+    if isinstance(value, (ast.Name, ast.Constant)) or not pure(value):
         return None
     return name
 
@@ -80,7 +80,7 @@ def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks,
                 index: NameIndex) -> bool:
     changed = False
     for s in stmts:
-        for _, inner in _inner_blocks(s):
+        for _, inner in inner_blocks(s):
             changed |= _fuse_block(inner, loads, counts, residual_reads, user_names,
                                    marks, index)
     i = 0
@@ -88,11 +88,11 @@ def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks,
         s = stmts[i]
         name = _fusable(s, loads, counts, residual_reads, user_names, marks)
         if name is not None:
-            reads = set(_value_loads(s, index))
+            reads = set(value_loads(s, index))
             for j in range(i + 1, len(stmts)):
                 use = stmts[j]
                 simple = isinstance(use, (ast.Assign, ast.AugAssign, ast.Return, ast.Expr))
-                if simple and name in _statement_loads(use, index):   # (its one read:
+                if simple and name in statement_loads(use, index):   # (its one read:
                     # s.value moves there)
                     replace_loads(use, name, s.value, copy=False)
                     index.changed(use)
@@ -102,8 +102,8 @@ def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks,
                     i -= 1
                     changed = True
                     break
-                if not simple or _stores(_header(use)) & (reads | {name}) or \
-                        _mutates(use, reads):
+                if not simple or stored_in(header(use)) & (reads | {name}) or \
+                        mutates(use, reads):
                     break
         i += 1
     return changed
@@ -124,31 +124,31 @@ def fuse_adjoint_temporaries(fdef: ast.FunctionDef, index: Optional[NameIndex] =
     the comment that opens the next source line's block. One pass suffices: a
     fused statement is looked at again, so chains fold from the top."""
     index = NameIndex() if index is None else index
-    loads, counts, returned = _name_counts(fdef, index)
+    loads, counts, returned = name_counts(fdef, index)
     _fuse_adjoint_block(fdef.body, loads, counts, returned, {}, index)
 
 
 def _fuse_adjoint_block(stmts: List[ast.stmt], loads, counts, returned, plain,
                         index: NameIndex) -> None:
     for s in stmts:
-        for _, inner in _inner_blocks(s):
+        for _, inner in inner_blocks(s):
             _fuse_adjoint_block(inner, loads, counts, returned, plain, index)
     i = 0
     while i < len(stmts):
         s = stmts[i]
         name = _adjoint_temporary(s, loads, counts, returned)
         if name is not None:
-            reads = set(_value_loads(s, index))
+            reads = set(value_loads(s, index))
             for use in stmts[i + 1:]:
                 if not isinstance(use, (ast.Assign, ast.AugAssign, ast.Return)):
                     break
                 if not isinstance(use, ast.Return):
                     known = plain.get(use)
                     if known is None:
-                        known = plain[use] = _plain_assignment(use)
+                        known = plain[use] = plain_assignment(use)
                     if not known:
                         break
-                if name in _statement_loads(use, index):
+                if name in statement_loads(use, index):
                     if _in_arithmetic(use.value, name):   # (its one read: s.value moves)
                         replace_loads(use, name, s.value, copy=False)
                         index.changed(use)
@@ -156,7 +156,7 @@ def _fuse_adjoint_block(stmts: List[ast.stmt], loads, counts, returned, plain,
                         del stmts[i]
                         i -= 1
                     break
-                if isinstance(use, ast.AugAssign) or _stores(use) & (reads | {name}):
+                if isinstance(use, ast.AugAssign) or stored_in(use) & (reads | {name}):
                     break
         i += 1
 
@@ -167,9 +167,9 @@ def _adjoint_temporary(s: ast.stmt, loads, counts, returned) -> Optional[str]:
         return None
     name = s.targets[0].id
     if counts.get(name) != 1 or loads.get(name) != 1 or name in returned or \
-            not _COTANGENT.match(name):
+            not COTANGENT.match(name):
         return None
-    if not isinstance(s.value, (ast.BinOp, ast.UnaryOp)) or not _writes_nothing(s.value):
+    if not isinstance(s.value, (ast.BinOp, ast.UnaryOp)) or not writes_nothing(s.value):
         return None
     return name
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set
 
-from .statements import _inner_blocks, _Names, _pure, _walk_statements
+from .statements import Names, inner_blocks, pure, walk_statements
 
 
-def _uses(s: ast.stmt, names: _Names) -> Set[str]:
+def _uses(s: ast.stmt, names: Names) -> Set[str]:
     used = set(names.loads(s))
     if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
         used.add(s.target.id)
@@ -19,8 +19,8 @@ def _uses(s: ast.stmt, names: _Names) -> Set[str]:
     return used
 
 
-def _live_block(stmts: List[ast.stmt], live_out: Set[str], record: Dict[ast.stmt, Set[str]],
-                names: _Names, only: Set[str]):
+def live_block(stmts: List[ast.stmt], live_out: Set[str], record: Dict[ast.stmt, Set[str]],
+                names: Names, only: Set[str]):
     """Backward liveness over structured code, of the names in `only`; records the
     live set after each statement.
 
@@ -36,17 +36,17 @@ def _live_block(stmts: List[ast.stmt], live_out: Set[str], record: Dict[ast.stmt
     return live
 
 
-def _live_statement(s, live_after: Set[str], record, names: _Names,
+def _live_statement(s, live_after: Set[str], record, names: Names,
                     only: Set[str]) -> Set[str]:
     if isinstance(s, ast.If):
-        return (_live_block(s.body, live_after, record, names, only) |
-                _live_block(s.orelse, live_after, record, names, only) |
+        return (live_block(s.body, live_after, record, names, only) |
+                live_block(s.orelse, live_after, record, names, only) |
                 (only.intersection(names.loads(s.test))))
     if isinstance(s, (ast.For, ast.While)):
         header = only.intersection(names.loads(s.iter if isinstance(s, ast.For) else s.test))
         head = live_after | header
         while True:
-            body_in = _live_block(s.body, head, record, names, only)
+            body_in = live_block(s.body, head, record, names, only)
             if isinstance(s, ast.For):
                 body_in = body_in - names.stores(s.target)   # (a new set: see above)
             new_head = live_after | body_in | header
@@ -61,14 +61,14 @@ def _live_statement(s, live_after: Set[str], record, names: _Names,
 
 
 def eliminate_dead(fdef: ast.FunctionDef, keep: Set[str],
-                   names: Optional[_Names] = None) -> bool:
+                   names: Optional[Names] = None) -> bool:
     """Remove pure assignments nobody reads; True if anything was removed. `names`,
     if given, may already know fdef's statements (which only leave it here)."""
     removed_any = False
-    names = _Names() if names is None else names
+    names = Names() if names is None else names
     while True:
         used: Dict[str, int] = {}
-        for s in _walk_statements(fdef.body):
+        for s in walk_statements(fdef.body):
             node = s
             if isinstance(s, (ast.If, ast.While)):
                 node = s.test
@@ -77,7 +77,7 @@ def eliminate_dead(fdef: ast.FunctionDef, keep: Set[str],
             for n in names.loads(node):
                 used[n] = used.get(n, 0) + 1
             if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name) and \
-                    not _pure(s.value):
+                    not pure(s.value):
                 # `v_bar += xs_bar.pop()` stays for its effect, so it reads v_bar.
                 used[s.target.id] = used.get(s.target.id, 0) + 1
         removed = _remove_dead(fdef.body, used, keep, names)
@@ -86,7 +86,7 @@ def eliminate_dead(fdef: ast.FunctionDef, keep: Set[str],
         removed_any = True
 
 
-def _remove_dead(stmts: List[ast.stmt], used, keep, names: _Names) -> bool:
+def _remove_dead(stmts: List[ast.stmt], used, keep, names: Names) -> bool:
     removed = False
     i = 0
     while i < len(stmts):
@@ -96,16 +96,16 @@ def _remove_dead(stmts: List[ast.stmt], used, keep, names: _Names) -> bool:
                                              for t in s.targets):
             targets = names.stores(s)
             if targets and not any(used.get(n, 0) > 0 or n in keep for n in targets) and \
-                    _pure(s.value):
+                    pure(s.value):
                 dead = True
         elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
-            if used.get(s.target.id, 0) <= 0 and s.target.id not in keep and _pure(s.value):
+            if used.get(s.target.id, 0) <= 0 and s.target.id not in keep and pure(s.value):
                 dead = True
         if dead:
             del stmts[i]
             removed = True
             continue
-        for _, inner in _inner_blocks(s):
+        for _, inner in inner_blocks(s):
             removed |= _remove_dead(inner, used, keep, names)
         i += 1
     return removed

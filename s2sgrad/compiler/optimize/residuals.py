@@ -12,18 +12,18 @@ from typing import Dict, Optional, Set
 from ..facts import ResidualMarks
 from ..names import name_node, walk_values
 from ..transform import Transformed
-from .liveness import _live_block
+from .liveness import live_block
 from .statements import (
-    _SHAPE_ARGS,
-    _SHAPE_FUNCS,
+    SHAPE_ARGS,
+    SHAPE_FUNCS,
     NameIndex,
-    _definitely_assigned,
-    _drop_marked,
-    _header_parts,
-    _Names,
-    _walk_statements,
+    Names,
+    definitely_assigned,
+    drop_marked,
     fwd_params,
+    header_parts,
     param_list,
+    walk_statements,
 )
 
 
@@ -41,7 +41,7 @@ class Pruned:
         return self.changed
 
 
-def prune_saves(t: Transformed, names: Optional[_Names] = None) -> Pruned:
+def prune_saves(t: Transformed, names: Optional[Names] = None) -> Pruned:
     """Drop saved copies whose restored value nothing reads afterwards.
 
     A restore is dead when its variable is not live after it in the adjoint. A
@@ -50,13 +50,13 @@ def prune_saves(t: Transformed, names: Optional[_Names] = None) -> Pruned:
     """
     live_after: Dict[ast.stmt, Set[str]] = {}
     if names is None:   # (a caller's: statements only leave the adjoint while it is used)
-        names = _Names()  # nothing changes until the drops below
-    restores = [(s, t.marks.of(s)) for s in _walk_statements(t.adjoint.body)]
+        names = Names()  # nothing changes until the drops below
+    restores = [(s, t.marks.of(s)) for s in walk_statements(t.adjoint.body)]
     restores = [(s, mark) for s, mark in restores if mark.restore_of is not None]
     if not restores:
         return Pruned(False, True)
     restored = {mark.restore_of for _, mark in restores}
-    _live_block(t.adjoint.body, set(), live_after, names, restored)
+    live_block(t.adjoint.body, set(), live_after, names, restored)
     slots: Dict[str, bool] = {}
     for s, mark in restores:
         slot = mark.slot
@@ -64,9 +64,9 @@ def prune_saves(t: Transformed, names: Optional[_Names] = None) -> Pruned:
         slots[slot] = slots.get(slot, True) and dead
     # A saved copy read directly (x op= v reads its slot) is needed whatever the restores.
     read_outside: Set[str] = set()
-    for s in _walk_statements(t.adjoint.body):
+    for s in walk_statements(t.adjoint.body):
         if t.marks.of(s).slot is None:
-            for part in _header_parts(s):
+            for part in header_parts(s):
                 read_outside.update(names.loads(part))
                 read_outside |= names.stores(part)
     dropped = {slot for slot, dead in slots.items() if dead and slot not in read_outside}
@@ -76,19 +76,19 @@ def prune_saves(t: Transformed, names: Optional[_Names] = None) -> Pruned:
     # leaves every other restore's liveness as it was (x was not live after it).
     final = all(mark.restore_of is not None and not restored.intersection(names.loads(s))
                 and names.stores(s) <= {mark.restore_of}
-                for s in _walk_statements(t.adjoint.body)
+                for s in walk_statements(t.adjoint.body)
                 if (mark := t.marks.of(s)).slot in dropped)
     def slot(s):
         return t.marks.of(s).slot
 
     def init_of(s):
         return t.marks.of(s).init_of
-    t.adjoint.body = _drop_marked(t.adjoint.body, slot, dropped)
-    t.forward.body = _drop_marked(t.forward.body, slot, dropped)
-    forward = _walk_statements(t.forward.body)
+    t.adjoint.body = drop_marked(t.adjoint.body, slot, dropped)
+    t.forward.body = drop_marked(t.forward.body, slot, dropped)
+    forward = walk_statements(t.forward.body)
     still_saved = {t.marks.of(s).save_of for s in forward}
     inits = {init_of(s) for s in forward} - still_saved - {None}
-    t.forward.body = _drop_marked(t.forward.body, init_of, inits)
+    t.forward.body = drop_marked(t.forward.body, init_of, inits)
     return Pruned(True, final)
 
 
@@ -97,7 +97,7 @@ def private_copies(t: Transformed, index: Optional[NameIndex] = None) -> None:
     list) and pops its own copy of each stack, never the forward's, so the
     pullback can run many times."""
     names = []
-    for s in _walk_statements(t.adjoint.body):
+    for s in walk_statements(t.adjoint.body):
         var = t.marks.of(s).restore_item
         if var is not None and var not in names:
             names.append(var)
@@ -111,8 +111,8 @@ def private_copies(t: Transformed, index: Optional[NameIndex] = None) -> None:
     # A variable the adjoint restores items into, given back an earlier value (one
     # popped from a stack, or a saved name: `acc = acc_prev`): that is the forward's
     # array, which later pullbacks read again, so the adjoint takes a copy of it too.
-    restored = {t.marks.of(s).restore_item for s in _walk_statements(t.adjoint.body)}
-    for s in _walk_statements(t.adjoint.body):
+    restored = {t.marks.of(s).restore_item for s in walk_statements(t.adjoint.body)}
+    for s in walk_statements(t.adjoint.body):
         if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
                 isinstance(s.targets[0], ast.Name) and s.targets[0].id in restored and \
                 (isinstance(s.value, ast.Name) or _popped_stack(s, t.marks) is not None):
@@ -141,19 +141,19 @@ def drop_needless_inits(fdef: ast.FunctionDef, marks: Optional[ResidualMarks] = 
     inits = {marks.of(s).init_of: s for s in fdef.body if marks.of(s).init_of is not None}
     if not inits:
         return
-    names = _Names(index)   # (statements only leave fdef below)
+    names = Names(index)   # (statements only leave fdef below)
     params = fwd_params(fdef)
     assigned = set(params)
     needed: Set[str] = set()
     for s in fdef.body:
         if marks.of(s).init_of is not None:
             continue
-        for sub in _walk_statements([s]):
+        for sub in walk_statements([s]):
             var = marks.of(sub).save_of
             if var in inits and var not in assigned:
                 needed.add(var)
         if s.__class__ is ast.If:
-            assigned = _definitely_assigned([s], assigned, names)
+            assigned = definitely_assigned([s], assigned, names)
         elif s.__class__ is not ast.For and s.__class__ is not ast.While:
             assigned |= names.stores(s)   # (what _definitely_assigned adds, without a copy)
     fdef.body = [s for s in fdef.body
@@ -167,17 +167,17 @@ def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
     index = NameIndex() if index is None else index
     adj_args = {a.arg for a in adj.args.args}
     defined: Dict[str, None] = {a: None for a in param_list(fwd)}
-    names = _Names(index)  # of the forward's statements before its return, which stay
-    for s in _walk_statements(fwd.body):
+    names = Names(index)  # of the forward's statements before its return, which stay
+    for s in walk_statements(fwd.body):
         stored: Set[str] = set()
-        for part in _header_parts(s):
+        for part in header_parts(s):
             stored |= names.stores(part)
         for n in sorted(stored):
             defined.setdefault(n, None)
     reads = {n.id for n in index.function(adj) if n.ctx.__class__ is ast.Load} - adj_args
     residuals = [n for n in defined if n in reads]
     # A value the adjoint reads only for its shape is kept as shape and dtype.
-    restored = {t.marks.of(s).restore_of for s in _walk_statements(adj.body)}
+    restored = {t.marks.of(s).restore_of for s in walk_statements(adj.body)}
     only_shape = _shape_only_names(adj)
     shape_only = {n for n in residuals if n not in restored and n not in fwd_params(fwd)
                   and n in only_shape}
@@ -190,7 +190,7 @@ def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
                                                      for n in residuals], ctx=ast.Store())],
                             value=name_node(t.residuals), type_comment=None)
         adj.body.insert(0, unpack)
-    assigned = _definitely_assigned(fwd.body[:-1], fwd_params(fwd), names)
+    assigned = definitely_assigned(fwd.body[:-1], fwd_params(fwd), names)
     maybe_undefined = [n for n in residuals if n not in assigned]
     inits = [ast.Assign(targets=[name_node(n, True)],
                         value=ast.Constant(value=None), type_comment=None)
@@ -218,9 +218,9 @@ def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
         elif isinstance(node, ast.Call):
             func = node.func
             index = None
-            if isinstance(func, ast.Name) and func.id in _SHAPE_ARGS:
-                index = _SHAPE_ARGS[func.id]
-            elif isinstance(func, ast.Attribute) and func.attr in _SHAPE_FUNCS and \
+            if isinstance(func, ast.Name) and func.id in SHAPE_ARGS:
+                index = SHAPE_ARGS[func.id]
+            elif isinstance(func, ast.Attribute) and func.attr in SHAPE_FUNCS and \
                     isinstance(func.value, ast.Name) and func.value.id in ("np", "numpy",
                                                                           "_s2s_np"):
                 index = 0

@@ -13,19 +13,19 @@ from ..marks import is_comment
 from ..names import name_node, walk_values
 from ..transform import Transformed
 from .statements import (
-    _SHAPE_ARGS,
+    SHAPE_ARGS,
     NameIndex,
-    _blocks,
-    _header,
-    _header_parts,
-    _holds_other_block,
-    _inner_blocks,
-    _is_pop,
-    _name_counts,
-    _plain_assignment,
-    _stores,
-    _walk_statements,
-    _writes_nothing,
+    blocks,
+    header,
+    header_parts,
+    holds_other_block,
+    inner_blocks,
+    is_pop,
+    name_counts,
+    plain_assignment,
+    stored_in,
+    walk_statements,
+    writes_nothing,
 )
 
 
@@ -34,13 +34,13 @@ def _shape_positions(fdef: ast.FunctionDef, index: NameIndex) -> List[tuple]:
     """(statement, call, argument index, Name) for every read that needs only a
     shape. Only the statements that name a shape helper are walked; the statement
     is None where it is not known (a `with` or `try` holds a block)."""
-    statements = _walk_statements(fdef.body)
-    if _holds_other_block(statements):
+    statements = walk_statements(fdef.body)
+    if holds_other_block(statements):
         return [(None, *position) for position in _calls_reading_shapes(fdef)]
     out = []
     for s in statements:
-        if any(n.id in _SHAPE_ARGS for n in index.own(s)):
-            for part in _header_parts(s):
+        if any(n.id in SHAPE_ARGS for n in index.own(s)):
+            for part in header_parts(s):
                 out += [(s, *position) for position in _calls_reading_shapes(part)]
     return out
 
@@ -49,8 +49,8 @@ def _calls_reading_shapes(node: ast.AST) -> List[tuple]:
     out = []
     for sub in walk_values(node):
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and \
-                sub.func.id in _SHAPE_ARGS:
-            i = _SHAPE_ARGS[sub.func.id]
+                sub.func.id in SHAPE_ARGS:
+            i = SHAPE_ARGS[sub.func.id]
             if len(sub.args) > i and isinstance(sub.args[i], ast.Name):
                 out.append((sub, i, sub.args[i].id))
     return out
@@ -61,9 +61,9 @@ def definition_paths(body, path=()) -> Dict[str, tuple]:
     out: Dict[str, tuple] = {}
     for i, s in enumerate(body):
         here = path + (i,)
-        for n in _stores(s) if isinstance(s, (ast.Assign, ast.AugAssign)) else ():
+        for n in stored_in(s) if isinstance(s, (ast.Assign, ast.AugAssign)) else ():
             out.setdefault(n, here)
-        for attr, inner in _inner_blocks(s):
+        for attr, inner in inner_blocks(s):
             for n, p in definition_paths(inner, here + (attr,)).items():
                 out.setdefault(n, p)
     return out
@@ -132,10 +132,10 @@ def elide_scalar_broadcasts(t: Transformed, index: Optional[NameIndex] = None) -
     index = NameIndex() if index is None else index
     uses_of: Dict[str, List[ast.stmt]] = {}
     Load = ast.Load
-    for u in _walk_statements(fdef.body):
+    for u in walk_statements(fdef.body):
         for n in {n.id for n in index.own(u) if n.ctx.__class__ is Load}:
             uses_of.setdefault(n, []).append(u)
-    for s in _walk_statements(fdef.body):
+    for s in walk_statements(fdef.body):
         if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
                 isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Call) and
                 isinstance(s.value.func, ast.Name) and
@@ -188,7 +188,7 @@ def collapse_unbroadcast_chains(fdef: ast.FunctionDef,
     Then s is no longer a shape witness, and a loop stops keeping it for every
     step (`W @ h + U @ x + b` in an RNN: two stacks fewer)."""
     index = NameIndex() if index is None else index
-    loads, counts, _ = _name_counts(fdef, index)
+    loads, counts, _ = name_counts(fdef, index)
     return _collapse_block(fdef.body, loads, counts, index)
 
 
@@ -205,7 +205,7 @@ def _unbroadcast_of(node: ast.AST, name: Optional[str] = None) -> Optional[ast.C
 def _collapse_block(stmts: List[ast.stmt], loads, counts, index: NameIndex) -> bool:
     changed = False
     for s in stmts:
-        for _, inner in _inner_blocks(s):
+        for _, inner in inner_blocks(s):
             changed |= _collapse_block(inner, loads, counts, index)
     i = 0
     while i < len(stmts):
@@ -244,14 +244,14 @@ def _unbroadcasts_reading(stmts: List[ast.stmt], name: str, g: str, wanted: int,
             found.extend((use, c) for c in calls)
             if len(found) == wanted:
                 return found
-        if g in _stores(_header(use)):
+        if g in stored_in(header(use)):
             return None
         if isinstance(use, ast.Assign) and \
                 all(isinstance(t, ast.Name) for t in use.targets) and \
-                (_writes_nothing(use.value) or _is_pop(use.value)):
+                (writes_nothing(use.value) or is_pop(use.value)):
             continue   # a rebinding of another name: g's array is untouched
         if isinstance(use, ast.AugAssign) and isinstance(use.target, ast.Name) and \
-                use.target.id != g and _writes_nothing(use.value):
+                use.target.id != g and writes_nothing(use.value):
             continue   # in place into another cotangent, which only its name holds
         return None    # anything else (a call statement, a loop, a comment): stop
     return None
@@ -274,7 +274,7 @@ def product_shapes_from_operands(fdef: ast.FunctionDef,
     saving it at every step (`W @ h` in an RNN)."""
     changed = False
     index = NameIndex() if index is None else index
-    for block in _blocks(fdef.body):
+    for block in blocks(fdef.body):
         for i, s in enumerate(block):
             call = _unbroadcast_of(s.value) if isinstance(s, ast.Assign) and \
                 len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) else None
@@ -309,8 +309,8 @@ def _product_operands(stmts: List[ast.stmt], cot: str, index: NameIndex) -> Opti
                 return a, b
         if any(n.id == cot for n in names):
             return None
-        if not (is_comment(use) or _plain_assignment(use) or
-                (isinstance(use, ast.Assign) and _is_pop(use.value) and
+        if not (is_comment(use) or plain_assignment(use) or
+                (isinstance(use, ast.Assign) and is_pop(use.value) and
                  all(isinstance(t, ast.Name) for t in use.targets))):
             return None
         before.append(use)

@@ -11,15 +11,15 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 from ..names import BRANCHES_AND_LOOPS, SIMPLE_STATEMENTS, name_nodes, node_classes, walk_values
 
-_PART = re.compile(r".*_bar_part(_\d+)?$")
+PART = re.compile(r".*_bar_part(_\d+)?$")
 
 
 # The compiler's names for cotangents; anything else in an adjoint (a Function's
 # vjp locals such as `grad_input`) is the user's and stays.
-_COTANGENT = re.compile(r".*_bar(_part)?(_\d+)?$")
+COTANGENT = re.compile(r".*_bar(_part)?(_\d+)?$")
 
 
-_BAR = re.compile(r".*_bar(_\d+)?$")
+BAR = re.compile(r".*_bar(_\d+)?$")
 
 
 _PURE_BUILTINS = {"len", "range", "min", "max", "slice", "tuple", "abs", "float", "int",
@@ -43,7 +43,7 @@ def assignment_sites(stmts: Iterable[ast.stmt], in_loop: bool = False,
     for s in stmts:
         cls = s.__class__
         if cls is For or cls is While:
-            for n in _stores(getattr(s, "target", None)):
+            for n in stored_in(getattr(s, "target", None)):
                 counts[n] = counts.get(n, 0) + 2
             assignment_sites(s.body, True, counts)
             continue
@@ -55,12 +55,12 @@ def assignment_sites(stmts: Iterable[ast.stmt], in_loop: bool = False,
             n = s.targets[0].id   # (the common case of _simple_stores)
             counts[n] = counts.get(n, 0) + weight
             continue
-        for n in _simple_stores(s):
+        for n in simple_stores(s):
             counts[n] = counts.get(n, 0) + weight
     return counts
 
 
-def _stores(node) -> Set[str]:
+def stored_in(node) -> Set[str]:
     if node is None:
         return set()
     Load = ast.Load
@@ -72,24 +72,24 @@ def _loads(node) -> List[str]:
     return [n.id for n in name_nodes(node) if n.ctx.__class__ is Load]
 
 
-def _value_loads(s: ast.stmt, index: "NameIndex") -> List[str]:
+def value_loads(s: ast.stmt, index: "NameIndex") -> List[str]:
     """`_loads(s.value)` of an Assign, AugAssign or Return, from the index's names
     of s where its targets are plain names (which read nothing)."""
     cls = s.__class__
     if cls is ast.Return or (cls is ast.AugAssign and s.target.__class__ is ast.Name) or \
             (cls is ast.Assign and all(t.__class__ is ast.Name for t in s.targets)):
-        return _statement_loads(s, index)
+        return statement_loads(s, index)
     return _loads(s.value)
 
 
-def _statement_loads(s: ast.stmt, index: "NameIndex") -> List[str]:
+def statement_loads(s: ast.stmt, index: "NameIndex") -> List[str]:
     """`_loads(s)` of a statement that holds no block, from the index."""
     Load = ast.Load
     return [n.id for n in index.own(s) if n.ctx.__class__ is Load]
 
 
 # Checked against fresh walks in the optimiser-check mode (see NameIndex).
-_VERIFY = os.environ.get("S2SGRAD_CHECK_OPTIMIZER", "") not in ("", "0")
+VERIFY = os.environ.get("S2SGRAD_CHECK_OPTIMIZER", "") not in ("", "0")
 
 
 class StaleNames(AssertionError):
@@ -131,7 +131,7 @@ class NameIndex:
         known = self._own.get(s)
         if known is None:
             known = self._own[s] = _own_names(s)
-        elif _VERIFY:
+        elif VERIFY:
             _verify(known, _own_names(s), s)
         return known
 
@@ -141,8 +141,8 @@ class NameIndex:
 
     def function(self, fdef: ast.FunctionDef) -> List[ast.Name]:
         """`name_nodes(fdef)`: every Name node of the function, in source order."""
-        statements = _walk_statements(fdef.body)
-        if _holds_other_block(statements):
+        statements = walk_statements(fdef.body)
+        if holds_other_block(statements):
             return name_nodes(fdef)
         out: List[ast.Name] = []
         for field in fdef._fields:   # its parameters' defaults, decorators, annotations
@@ -150,7 +150,7 @@ class NameIndex:
             if field == "body":
                 known, own = self._own, self.own
                 for s in statements:
-                    names = None if _VERIFY else known.get(s)
+                    names = None if VERIFY else known.get(s)
                     out += own(s) if names is None else names
             elif isinstance(part, (ast.AST, list)):
                 out += name_nodes(ast.Tuple(elts=part if isinstance(part, list) else [part]))
@@ -158,12 +158,12 @@ class NameIndex:
 
     def deep(self, s: ast.stmt) -> List[ast.Name]:
         """`name_nodes(s)`: the Name nodes of s and of its blocks, in source order."""
-        if s.__class__ not in _COMPOUND_CLASSES:
+        if s.__class__ not in COMPOUND_CLASSES:
             if "body" in s._fields or "orelse" in s._fields:
                 return name_nodes(s)
             return self.own(s)
-        statements = _walk_statements([s])
-        if _holds_other_block(statements):
+        statements = walk_statements([s])
+        if holds_other_block(statements):
             return name_nodes(s)
         out: List[ast.Name] = []
         for b in statements:
@@ -171,17 +171,17 @@ class NameIndex:
         return out
 
 
-_COMPOUND_CLASSES = BRANCHES_AND_LOOPS
+COMPOUND_CLASSES = BRANCHES_AND_LOOPS
 
 
 # Statements other than if/for/while that hold a block (with, try, a nested def):
 # their header is all of them.
 _OTHER_BLOCK_HOLDERS = frozenset(
-    cls for cls in node_classes(ast.stmt) if cls not in _COMPOUND_CLASSES and
+    cls for cls in node_classes(ast.stmt) if cls not in COMPOUND_CLASSES and
     ("body" in cls._fields or "orelse" in cls._fields))
 
 
-def _holds_other_block(statements: List[ast.stmt]) -> bool:
+def holds_other_block(statements: List[ast.stmt]) -> bool:
     other = _OTHER_BLOCK_HOLDERS
     for s in statements:
         if s.__class__ in other:
@@ -205,7 +205,7 @@ def _verify(known: List[ast.Name], fresh: List[ast.Name], s: ast.stmt) -> None:
                          f"without NameIndex.changed")
 
 
-class _Names:
+class Names:
     """`_loads` and `_stores` of nodes, each node walked once: for use while the
     nodes asked about do not change (statements may leave the function). The
     lists and sets returned are shared: do not modify them. Statements' names
@@ -222,7 +222,7 @@ class _Names:
             stores: Set[str] = set()
             index = self._index
             nodes = index.own(node) if index is not None and isinstance(node, ast.stmt) \
-                and node.__class__ not in _COMPOUND_CLASSES else name_nodes(node)
+                and node.__class__ not in COMPOUND_CLASSES else name_nodes(node)
             Load = ast.Load
             for n in nodes:
                 if n.ctx.__class__ is Load:
@@ -239,7 +239,7 @@ class _Names:
         return self._get(node)[1]
 
 
-def _walk_statements(stmts) -> List[ast.stmt]:
+def walk_statements(stmts) -> List[ast.stmt]:
     """Every statement in `stmts` and in their blocks, in order (a list: no caller
     changes the blocks while it goes through them)."""
     out: List[ast.stmt] = []
@@ -251,17 +251,17 @@ def _collect_statements(stmts, append) -> None:
     for s in stmts:
         append(s)
         if s.__class__ not in _NO_BLOCKS:
-            for _, inner in _inner_blocks(s):
+            for _, inner in inner_blocks(s):
                 _collect_statements(inner, append)
 
 
-def _inner_blocks(s: ast.stmt) -> Sequence[tuple]:
+def inner_blocks(s: ast.stmt) -> Sequence[tuple]:
     """(field, statements) of each block s holds: an if's branches, a loop's body and
     else; none for the statements that hold no block, which are most of them."""
     cls = s.__class__
     if cls in _NO_BLOCKS:
         return ()
-    if cls in _COMPOUND_CLASSES:
+    if cls in COMPOUND_CLASSES:
         return (("body", s.body), ("orelse", s.orelse))
     return [(attr, inner) for attr in ("body", "orelse")
             if (inner := getattr(s, attr, None)).__class__ is list]
@@ -270,7 +270,7 @@ def _inner_blocks(s: ast.stmt) -> Sequence[tuple]:
 _NO_BLOCKS = SIMPLE_STATEMENTS   # (skipped by the walks above)
 
 
-def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[str]:
+def simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[str]:
     """Names a simple statement assigns (cheaper than walking it). `names`, if
     given, are the Name nodes of `s`."""
     cls = s.__class__
@@ -280,7 +280,7 @@ def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[s
             return {targets[0].id}
         out: Set[str] = set()
         for t in targets:
-            out |= {t.id} if t.__class__ is ast.Name else _stores(t)
+            out |= {t.id} if t.__class__ is ast.Name else stored_in(t)
         return out
     if cls is ast.AugAssign:
         return {s.target.id} if s.target.__class__ is ast.Name else set()
@@ -289,17 +289,17 @@ def _simple_stores(s: ast.stmt, names: Optional[List[ast.Name]] = None) -> Set[s
         return set()
     if names is not None:
         return {n.id for n in names if isinstance(n.ctx, (ast.Store, ast.Del))}
-    return _stores(s)
+    return stored_in(s)
 
 
-def _name_counts(fdef: ast.FunctionDef, index: Optional[NameIndex] = None) -> tuple:
+def name_counts(fdef: ast.FunctionDef, index: Optional[NameIndex] = None) -> tuple:
     """(reads per name, assignments per name, names the final return reads) of fdef.
 
     One walk of each statement's header gives both counts (the optimiser asks
     this of the whole function again after every step that changed it); with
     an `index`, the headers' names come from it."""
-    statements = _walk_statements(fdef.body)
-    if _holds_other_block(statements):
+    statements = walk_statements(fdef.body)
+    if holds_other_block(statements):
         return _name_counts_nested(fdef, statements)
     loads: Dict[str, int] = {}
     counts: Dict[str, int] = {}
@@ -334,14 +334,14 @@ def _name_counts_nested(fdef: ast.FunctionDef, statements: List[ast.stmt]) -> tu
         loads[n] = loads.get(n, 0) + 1
     counts: Dict[str, int] = {}
     for s in statements:
-        for n in _stores(_header(s)):
+        for n in stored_in(header(s)):
             counts[n] = counts.get(n, 0) + 1
     returned = set(_loads(fdef.body[-1])) if fdef.body and \
         isinstance(fdef.body[-1], ast.Return) else set()
     return loads, counts, returned
 
 
-def _mutates(s, names: Set[str]) -> bool:
+def mutates(s, names: Set[str]) -> bool:
     """Does s write into (not rebind) one of names: x[i] = v, x += v, xs.append(v)?"""
     for node in walk_values(s):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
@@ -357,7 +357,7 @@ def _mutates(s, names: Set[str]) -> bool:
     return False
 
 
-def _header(s: ast.stmt) -> ast.AST:
+def header(s: ast.stmt) -> ast.AST:
     """The part of a statement that is not a nested block."""
     if isinstance(s, (ast.If, ast.While)):
         return s.test
@@ -366,7 +366,7 @@ def _header(s: ast.stmt) -> ast.AST:
     return s
 
 
-def _header_parts(s: ast.stmt) -> tuple:
+def header_parts(s: ast.stmt) -> tuple:
     """The nodes that make `_header(s)` (which, for a loop, is a new node)."""
     if isinstance(s, (ast.If, ast.While)):
         return (s.test,)
@@ -375,20 +375,20 @@ def _header_parts(s: ast.stmt) -> tuple:
     return (s,)
 
 
-def _drop_marked(stmts, key, dropped) -> List[ast.stmt]:
+def drop_marked(stmts, key, dropped) -> List[ast.stmt]:
     """stmts without the statements whose `key(s)` is in dropped, at any depth."""
     out = []
     for s in stmts:
         if key(s) in dropped:
             continue
-        for attr, inner in _inner_blocks(s):
-            setattr(s, attr, _drop_marked(inner, key, dropped))
+        for attr, inner in inner_blocks(s):
+            setattr(s, attr, drop_marked(inner, key, dropped))
         out.append(s)
     return out
 
 
 # -- dead code ------------------------------------------------------------------
-def _pure(node: ast.AST) -> bool:
+def pure(node: ast.AST) -> bool:
     for sub in walk_values(node):
         if isinstance(sub, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
             return False
@@ -426,28 +426,28 @@ def fwd_params(fdef: ast.FunctionDef) -> Set[str]:
 
 
 # Where reading a value needs only its shape and dtype.
-_SHAPE_ARGS = {"_s2s_unbroadcast": 1, "_s2s_zeros_like": 0, "_s2s_expand_reduced": 1,
+SHAPE_ARGS = {"_s2s_unbroadcast": 1, "_s2s_zeros_like": 0, "_s2s_expand_reduced": 1,
                "_s2s_reduced_count": 0}
 
 
-_SHAPE_FUNCS = {"shape", "ndim", "size"}
+SHAPE_FUNCS = {"shape", "ndim", "size"}
 
 
-def _definitely_assigned(stmts, assigned: Set[str],
-                         names: Optional[_Names] = None) -> Set[str]:
+def definitely_assigned(stmts, assigned: Set[str],
+                         names: Optional[Names] = None) -> Set[str]:
     out = set(assigned)
     for s in stmts:
         if isinstance(s, ast.If):
-            out |= _definitely_assigned(s.body, out, names) & \
-                _definitely_assigned(s.orelse, out, names)
+            out |= definitely_assigned(s.body, out, names) & \
+                definitely_assigned(s.orelse, out, names)
         elif isinstance(s, (ast.For, ast.While)):
             continue
         else:
-            out |= _stores(s) if names is None else names.stores(s)
+            out |= stored_in(s) if names is None else names.stores(s)
     return out
 
 
-def _plain_assignment(s: ast.stmt) -> bool:
+def plain_assignment(s: ast.stmt) -> bool:
     """`a = E`, `a, b = E` or `a += E` with E pure and writing into nothing."""
     if isinstance(s, ast.Assign):
         simple = all(isinstance(t, ast.Name) or
@@ -457,25 +457,25 @@ def _plain_assignment(s: ast.stmt) -> bool:
         simple = isinstance(s.target, ast.Name)
     else:
         return False
-    return simple and _writes_nothing(s.value)
+    return simple and writes_nothing(s.value)
 
 
-def _writes_nothing(value: ast.expr) -> bool:
+def writes_nothing(value: ast.expr) -> bool:
     """Pure (see _pure), and no `out=` or `ufunc.at`, which _pure does not look for."""
-    return _pure(value) and not any(
+    return pure(value) and not any(
         (isinstance(n, ast.keyword) and n.arg == "out") or
         (isinstance(n, ast.Attribute) and n.attr == "at") for n in walk_values(value))
 
 
-def _blocks(stmts: List[ast.stmt]) -> Iterable[List[ast.stmt]]:
+def blocks(stmts: List[ast.stmt]) -> Iterable[List[ast.stmt]]:
     """stmts and every statement list nested in it."""
     yield stmts
     for s in stmts:
-        for _, inner in _inner_blocks(s):
-            yield from _blocks(inner)
+        for _, inner in inner_blocks(s):
+            yield from blocks(inner)
 
 
-def _is_pop(value: ast.expr) -> bool:
+def is_pop(value: ast.expr) -> bool:
     """`stack.pop()`: takes a saved value off a stack, touching no cotangent."""
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and \
         value.func.attr == "pop" and isinstance(value.func.value, ast.Name) and \

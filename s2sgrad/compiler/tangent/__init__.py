@@ -1,8 +1,8 @@
 """Forward mode — the tangent (JVP) transform, the sibling of reverse mode's
 `transform`, over the same parse, normalise and analyse (see transform.py)."""
-from .clean import _optimize, prune_zeros
-from .function_sites import _FunctionSite
+from .clean import optimize_tangent, prune_zeros
+from .function_sites import FunctionSite
 from .support import any_live
-from .transform import _Tangent
+from .transform import Tangent
 
-__all__ = ["_FunctionSite", "_Tangent", "_optimize", "any_live", "prune_zeros"]
+__all__ = ["FunctionSite", "Tangent", "optimize_tangent", "any_live", "prune_zeros"]

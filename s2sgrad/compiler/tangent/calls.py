@@ -11,10 +11,10 @@ from typing import Any, List
 from ...errors import TransformError
 from .. import reentry, sites
 from ..marks import comment
+from ..names import assign_node, name_node
 from ..ops import Op
-from ..sites import _assign, _name
-from .function_sites import _forward_site, _FunctionSite, vjp_as_function
-from .support import _helper, _maybe_none, any_live
+from .function_sites import FunctionSite, forward_site, vjp_as_function
+from .support import any_live, helper, maybe_none
 
 
 class CallTangents:
@@ -88,13 +88,13 @@ class CallTangents:
         target = s.targets[0]
         primal_target = copy.deepcopy(target)
         if isinstance(target, ast.Name):
-            tangent_target: ast.expr = _name(self.dot(target.id), True)
+            tangent_target: ast.expr = name_node(self.dot(target.id), True)
         else:
-            tangent_target = ast.Tuple(elts=[_name(self.dot(e.id), True) for e in target.elts],
+            tangent_target = ast.Tuple(elts=[name_node(self.dot(e.id), True) for e in target.elts],
                                        ctx=ast.Store())
         node = ast.Assign(targets=[ast.Tuple(elts=[primal_target, tangent_target],
                                              ctx=ast.Store())],
-                          value=ast.Call(func=_name(name), args=args + tangents,
+                          value=ast.Call(func=name_node(name), args=args + tangents,
                                          keywords=keywords), type_comment=None)
         for i, o in enumerate(outs):
             if len(outs) == 1:
@@ -116,7 +116,7 @@ class CallTangents:
         site = self.sites.get(s)
         if site is None:
             needs = tuple(isinstance(a, ast.Name) and a.id in self.act.varied for a in call.args)
-            site = _forward_site(cls, call, op.outputs, needs, self.names, self.nf)
+            site = forward_site(cls, call, op.outputs, needs, self.names, self.nf)
             self.sites[s] = site
             if not site.inlined:
                 self.not_inlined.append(f"{cls.__name__}: {site.reason}")
@@ -144,8 +144,8 @@ class CallTangents:
             out += self._assign_results(cls, "jvp", result, outs, targets)
         elif not site.inlined and cls.jvp_method() is not None:
             out.append(comment(f"{cls.__name__}.apply: jvp called, not inlined"))
-            value = ast.Call(func=_name("_s2s_call_jvp"),
-                             args=[copy.deepcopy(site.cls_expr), _name(site.ctx_name)]
+            value = ast.Call(func=name_node("_s2s_call_jvp"),
+                             args=[copy.deepcopy(site.cls_expr), name_node(site.ctx_name)]
                              + tangents, keywords=[])
             out += self._assign_results(cls, "jvp", value, outs, targets)
         else:
@@ -167,20 +167,20 @@ class CallTangents:
             elts = list(result.elts)
         else:
             tmp = self.names.fresh(f"{cls.__name__}_tangents")
-            out.append(_assign(tmp, _helper("check_tangents", result,
+            out.append(assign_node(tmp, helper("check_tangents", result,
                                             ast.Constant(value=len(outs)),
                                             ast.Constant(value=f"{cls.__name__}.{what}"))))
-            elts = [ast.Subscript(value=_name(tmp), slice=ast.Constant(value=i), ctx=ast.Load())
+            elts = [ast.Subscript(value=name_node(tmp), slice=ast.Constant(value=i), ctx=ast.Load())
                     for i in range(len(outs))]
         for o, t, e in zip(outs, targets, elts):
             if isinstance(e, ast.Constant) and e.value is None:
-                e = _helper("zero_tangent", _name(o))
-            elif not never_none and _maybe_none(e):
-                e = _helper("none_to_zero_tangent", e, _name(o))
-            out.append(_assign(t, e))
+                e = helper("zero_tangent", name_node(o))
+            elif not never_none and maybe_none(e):
+                e = helper("none_to_zero_tangent", e, name_node(o))
+            out.append(assign_node(t, e))
         return out
 
-    def _derived_jvp(self, s, site: _FunctionSite, tangents, outs, targets) -> List[ast.stmt]:
+    def _derived_jvp(self, s, site: FunctionSite, tangents, outs, targets) -> List[ast.stmt]:
         """No jvp: the tangent is the reverse mode of the vjp (linear in its cotangent)
         applied to the input tangents."""
         cls = site.cls
@@ -217,17 +217,17 @@ class CallTangents:
         out: List[ast.stmt] = [comment(f"{cls.__name__}.apply: no jvp; its tangent is the "
                                        f"reverse mode of {cls.__name__}.vjp (linear in its "
                                        f"cotangent) applied to the input tangents")]
-        zeros = [_helper("zero_tangent", _name(o)) for o in outs]
-        slot_args = [_name(v) for v in saved] + [_name(slots[k]) for k in sorted(slots)]
-        call_fwd = ast.Call(func=_name(fwd), args=zeros + slot_args, keywords=[])
+        zeros = [helper("zero_tangent", name_node(o)) for o in outs]
+        slot_args = [name_node(v) for v in saved] + [name_node(slots[k]) for k in sorted(slots)]
+        call_fwd = ast.Call(func=name_node(fwd), args=zeros + slot_args, keywords=[])
         n_in = len(site.arg_atoms)
         grads = self.names.fresh(f"{cls.__name__}_grads")
-        out.append(_assign(ast.Tuple(elts=[_name(grads if n_in == 1 else "_", True),
-                                           _name(res, True)], ctx=ast.Store()), call_fwd))
+        out.append(assign_node(ast.Tuple(elts=[name_node(grads if n_in == 1 else "_", True),
+                                           name_node(res, True)], ctx=ast.Store()), call_fwd))
         # One input: the vjp returns its gradient bare or as a one-tuple (torch
         # allows both); the cotangent of what it returned has that form.
-        cot = _helper("like_returned", tangents[0], _name(grads)) if n_in == 1 else \
+        cot = helper("like_returned", tangents[0], name_node(grads)) if n_in == 1 else \
             ast.Tuple(elts=list(tangents), ctx=ast.Load())
-        result = ast.Call(func=_name(adj), args=[_name(res), cot], keywords=[])
+        result = ast.Call(func=name_node(adj), args=[name_node(res), cot], keywords=[])
         out += self._assign_results(cls, "vjp", result, outs, targets, never_none=True)
         return out

@@ -22,7 +22,7 @@ class _Peephole(ast.NodeTransformer):
         return node
 
 
-def _optimize(fdef: ast.FunctionDef, nf: NormalForm, t) -> None:
+def optimize_tangent(fdef: ast.FunctionDef, nf: NormalForm, t) -> None:
     prune_zeros(fdef, t.materialized)
     fdef.body = [_Peephole().visit(s) for s in fdef.body]
     fdef.body = fold_block(fdef.body)

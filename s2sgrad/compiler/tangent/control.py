@@ -6,21 +6,20 @@ import ast
 import copy
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from ..names import copy_location
-from ..sites import _assign, _name
+from ..names import assign_node, copy_location, name_node
 from .support import (
-    _helper,
-    _iteration_leaves,
-    _Loop,
-    _loop_item_sources,
-    _merge_struct,
-    _none,
-    _rebuild,
-    _State,
-    _store_ctx,
-    _tangent_target,
-    _writes_items_of,
+    Loop,
+    State,
     any_live,
+    helper,
+    iteration_leaves,
+    loop_item_sources,
+    merge_struct,
+    none,
+    rebuild,
+    store_ctx,
+    tangent_target,
+    writes_items_of,
 )
 
 
@@ -72,15 +71,15 @@ class ControlFlowTangents:
             for var in sorted(live - se.live):
                 self.materialize(var, orelse, se.defined)
                 se.owned.add(var)
-            struct = _merge_struct(sb, se)
-            self.state = _State(live, sb.owned & se.owned, sb.defined & se.defined,
+            struct = merge_struct(sb, se)
+            self.state = State(live, sb.owned & se.owned, sb.defined & se.defined,
                                 struct=struct)
         elif sb.reachable:
             self.state = sb
         elif se.reachable:
             self.state = se
         else:
-            self.state = _State(before.live, before.owned, before.defined, reachable=False)
+            self.state = State(before.live, before.owned, before.defined, reachable=False)
         node = ast.If(test=copy.deepcopy(s.test), body=body or [ast.Pass()], orelse=orelse)
         out.append(copy_location(node, s))
         return out
@@ -100,7 +99,8 @@ class ControlFlowTangents:
                 self.set_live(var, owned=True)
             if isinstance(s, ast.Continue):
                 for var in sorted(loop.owned_entry - self.state.owned):
-                    out.append(_assign(self.dot(var), _helper("copy_value", _name(self.dot(var)))))
+                    out.append(assign_node(self.dot(var),
+                                           helper("copy_value", name_node(self.dot(var)))))
         out.append(s)
         self.state.reachable = False
         return out
@@ -116,7 +116,7 @@ class ControlFlowTangents:
         written = {v for v in self.in_place if v in assigned}
         entry = set(before.live)
         for _ in range(50):
-            ctx = _Loop(entry=set(entry), owned_entry=set())
+            ctx = Loop(entry=set(entry), owned_entry=set())
             end, ctx = self._probe(s, header, entry, set(), before, ctx)
             more = set(end.live) if end.reachable else set()
             # (A tangent live where a break leaves is live after the loop, which the
@@ -135,7 +135,7 @@ class ControlFlowTangents:
         # read an unbound name; the body copies them where it writes them.)
         owned |= {v for v in written if v in entry and v in before.defined}
         for _ in range(50):
-            ctx = _Loop(entry=set(entry), owned_entry=set(owned), exit_live=set(exit_live))
+            ctx = Loop(entry=set(entry), owned_entry=set(owned), exit_live=set(exit_live))
             end, ctx = self._probe(s, header, entry, owned, before, ctx)
             keep = set(owned)
             if end.reachable:
@@ -151,12 +151,13 @@ class ControlFlowTangents:
                 self.materialize(var, out, before.defined)
         for var in sorted(owned - before.owned):
             if var in before.live:
-                out.append(_assign(self.dot(var), _helper("copy_value", _name(self.dot(var)))))
+                out.append(assign_node(self.dot(var),
+                                       helper("copy_value", name_node(self.dot(var)))))
         owned = {v for v in owned if v in before.live or v in before.defined or
                  v not in entry}
-        self.state = _State(set(entry), set(owned), set(before.defined),
+        self.state = State(set(entry), set(owned), set(before.defined),
                             struct=dict(before.struct))
-        loop = _Loop(entry=set(entry), owned_entry=set(owned), exit_live=set(exit_live))
+        loop = Loop(entry=set(entry), owned_entry=set(owned), exit_live=set(exit_live))
         outer, self.loop = self.loop, loop
         self.last_line = None
         head, body_prefix = header(self.state, emit=True)
@@ -167,13 +168,13 @@ class ControlFlowTangents:
                 self.set_live(var, owned=True)
             for var in sorted(owned - self.state.owned):
                 if var in self.state.live:
-                    body.append(_assign(self.dot(var),
-                                        _helper("copy_value", _name(self.dot(var)))))
+                    body.append(assign_node(self.dot(var),
+                                        helper("copy_value", name_node(self.dot(var)))))
         self.loop = outer
         exit_owned = set(owned)
         for b in loop.breaks:
             exit_owned &= b.owned
-        self.state = _State(exit_live, exit_owned, set(before.defined),
+        self.state = State(exit_live, exit_owned, set(before.defined),
                             struct=dict(before.struct))
         self.last_line = None
         return out, head, body or [ast.Pass()]
@@ -181,7 +182,7 @@ class ControlFlowTangents:
     def _probe(self, s, header, entry, owned, before, ctx):
         snap = self._snapshot()
         try:
-            self.state = _State(set(entry), set(owned), set(before.defined),
+            self.state = State(set(entry), set(owned), set(before.defined),
                                 struct=dict(before.struct))
             self.loop = ctx
             header(self.state, emit=False)
@@ -218,7 +219,7 @@ class ControlFlowTangents:
         out: List[ast.stmt] = []
         self.mark_line(s, out)
         leaves: List[Tuple[ast.expr, Optional[ast.expr], Optional[ast.expr]]] = []
-        _iteration_leaves(s.target, s.iter, leaves)
+        iteration_leaves(s.target, s.iter, leaves)
         result = {}
 
         def header(state, emit):
@@ -232,20 +233,20 @@ class ControlFlowTangents:
                 wanted = any(n in self.act.active for n in names)
                 if seq is not None and wanted and isinstance(seq, ast.Name) and \
                         seq.id in state.live:
-                    walked = {seq.id} | {src for n, src in _loop_item_sources(
+                    walked = {seq.id} | {src for n, src in loop_item_sources(
                         self.nf.node.body) if n == seq.id}
-                    if any(_writes_items_of(n, s.body) for n in walked):
+                    if any(writes_items_of(n, s.body) for n in walked):
                         # The loop reads the items live, as they are written; the
                         # zipped tangent would be the one from before the loop.
                         raise self.err(s.iter, f"forward mode cannot follow a loop over "
                                                f"{seq.id!r} that writes into {seq.id!r}",
                                        "Use reverse mode (grad, vjp), or loop over a copy.")
-                    seq_dot = _rebuild(node, {seq: _name(self.dot(seq.id))})
-                    mapping_iter[node] = ast.Call(func=_name("zip"),
+                    seq_dot = rebuild(node, {seq: name_node(self.dot(seq.id))})
+                    mapping_iter[node] = ast.Call(func=name_node("zip"),
                                                       args=[copy.deepcopy(node), seq_dot],
                                                       keywords=[])
                     mapping_target[target] = ast.Tuple(
-                        elts=[copy.deepcopy(target), _tangent_target(target, self)],
+                        elts=[copy.deepcopy(target), tangent_target(target, self)],
                         ctx=ast.Store())
                     for n in names:
                         state.live.add(n)
@@ -258,9 +259,9 @@ class ControlFlowTangents:
                         state.owned.discard(n)
                         state.struct.pop(n, None)
             if emit:
-                result["iter"] = _rebuild(s.iter, mapping_iter)
-                result["target"] = _rebuild(s.target, mapping_target)
-                _store_ctx(result["target"])
+                result["iter"] = rebuild(s.iter, mapping_iter)
+                result["target"] = rebuild(s.target, mapping_target)
+                store_ctx(result["target"])
             return None, []
         pre, _, body = self._loop(s, header)
         node = ast.For(target=result["target"], iter=result["iter"], body=body, orelse=[],
@@ -274,7 +275,7 @@ class ControlFlowTangents:
         if isinstance(value, ast.Tuple):
             wanted = self.demand if self.demand is not None and \
                 len(self.demand) == len(value.elts) else (True,) * len(value.elts)
-            tangents = [self.tangent_of(e) if w else _none()
+            tangents = [self.tangent_of(e) if w else none()
                         for e, w in zip(value.elts, wanted)]
             self.output_live = tuple(self.liveness(e) if w else False
                                      for e, w in zip(value.elts, wanted))

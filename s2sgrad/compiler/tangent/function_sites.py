@@ -10,14 +10,14 @@ from typing import Any, Dict, List, Optional, Tuple
 from ...errors import deliberate
 from .. import sites
 from ..loader import Emitted, load
-from ..names import NameRegistry, names_in
-from ..sites import _assign, _name, _targets
-from .support import _none
+from ..names import NameRegistry, assign_node, name_node, names_in
+from ..sites import store_targets
+from .support import none
 
 
 # -- Function.apply in forward mode ------------------------------------------------------------
 @dataclass
-class _FunctionSite:
+class FunctionSite:
     cls: type
     arg_atoms: List[ast.expr]
     out_names: List[str]
@@ -37,8 +37,8 @@ class _FunctionSite:
     bindings: Dict[str, Any] = field(default_factory=dict)
 
 
-def _forward_site(cls, call: ast.Call, out_names, needs, names: NameRegistry, nf) -> _FunctionSite:
-    site = _FunctionSite(cls=cls, arg_atoms=list(call.args), out_names=list(out_names),
+def forward_site(cls, call: ast.Call, out_names, needs, names: NameRegistry, nf) -> FunctionSite:
+    site = FunctionSite(cls=cls, arg_atoms=list(call.args), out_names=list(out_names),
                          needs=needs, cls_expr=copy.deepcopy(call.func.value))
     if call.keywords:
         return _fallback(site, names, "apply() was called with keyword arguments")
@@ -49,23 +49,23 @@ def _forward_site(cls, call: ast.Call, out_names, needs, names: NameRegistry, nf
     return site
 
 
-def _fallback(site: _FunctionSite, names: NameRegistry, reason: str) -> _FunctionSite:
+def _fallback(site: FunctionSite, names: NameRegistry, reason: str) -> FunctionSite:
     site.inlined = False
     site.reason = reason
     ctx = names.fresh(f"{site.cls.__name__}_ctx")
     site.ctx_name = ctx
     site.forward_body = [
-        _assign(ctx, ast.Call(func=_name("_s2s_Context"),
-                              args=[sites._constant(tuple(site.needs))], keywords=[])),
-        _assign(_targets(site.out_names), ast.Call(
+        assign_node(ctx, ast.Call(func=name_node("_s2s_Context"),
+                              args=[sites.constant(tuple(site.needs))], keywords=[])),
+        assign_node(store_targets(site.out_names), ast.Call(
             func=ast.Attribute(value=copy.deepcopy(site.cls_expr), attr="forward",
                                ctx=ast.Load()),
-            args=[_name(ctx)] + copy.deepcopy(site.arg_atoms), keywords=[])),
+            args=[name_node(ctx)] + copy.deepcopy(site.arg_atoms), keywords=[])),
     ]
     return site
 
 
-def _inline_forward(site: _FunctionSite, cls, names: NameRegistry, nf) -> None:
+def _inline_forward(site: FunctionSite, cls, names: NameRegistry, nf) -> None:
     """forward's body with ctx turned into variables; then the jvp (or the vjp as a
     function, for a derived JVP)."""
     ctx, body, result, mapping, out = sites.bind_forward(site, cls, names, nf)
@@ -78,9 +78,9 @@ def _inline_forward(site: _FunctionSite, cls, names: NameRegistry, nf) -> None:
     result = rewrite.visit(sites.substitute(result, mapping))
     if len(site.out_names) > 1 and isinstance(result, ast.Tuple) and \
             len(result.elts) == len(site.out_names):
-        out += [_assign(o, e) for o, e in zip(site.out_names, result.elts)]
+        out += [assign_node(o, e) for o, e in zip(site.out_names, result.elts)]
     else:
-        out.append(_assign(_targets(site.out_names), result))
+        out.append(assign_node(store_targets(site.out_names), result))
     site.forward_body = out
     jvp_fn = cls.jvp_method()
     if jvp_fn is not None:
@@ -104,7 +104,7 @@ def _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names) ->
                 value = rewrite.visit(sites.substitute(arg, mapping))
                 stem = arg.id if isinstance(arg, ast.Name) else "saved"
                 slot = names.fresh(f"{stem}_saved")
-                out.append(_assign(slot, value))
+                out.append(assign_node(slot, value))
                 target.append(slot)
             return out
         if method == "mark_non_differentiable":
@@ -119,7 +119,7 @@ def _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names) ->
         slot = slots.get(attr) or names.fresh(attr)
         value = rewrite.visit(sites.substitute(s.value, mapping))
         slots[attr] = slot
-        return [_assign(slot, value)]
+        return [assign_node(slot, value)]
     if isinstance(s, (ast.If, ast.For, ast.While)):
         for sub in ast.walk(s):
             if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and \
@@ -144,7 +144,7 @@ def _inline_jvp(site, cls, jvp_fn, slots, saved, names, nf) -> None:
     local = sites._local_names(parsed.node) - {ctx}
     mapping: Dict[str, ast.expr] = {}
     for n in sorted(local | set(grads)):
-        mapping[n] = _name(names.fresh(n))
+        mapping[n] = name_node(names.fresh(n))
     mapping.update(site.foreign)
     rewrite = sites._CtxRewriter(ctx, slots, saved, site.needs, "jvp")
     stmts = [rewrite.visit(sites.substitute(s, mapping)) for s in body]
@@ -195,7 +195,7 @@ def vjp_as_function(cls, slots: Dict[str, str], saved: List[str], needs, n_out: 
                                                  [attr_params[k] for k in sorted(slots)]],
                            vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
                            defaults=[]),
-        body=body or [ast.Return(value=_none())], decorator_list=[], returns=None,
+        body=body or [ast.Return(value=none())], decorator_list=[], returns=None,
         type_comment=None)
     source = (f"# s2sgrad: {cls.__name__}.{what} as a function of its cotangents "
               f"(its reverse mode gives {cls.__name__}'s JVP)\n"

@@ -10,9 +10,9 @@ from typing import Dict, List, Optional, Set, Tuple
 from ...rules import jvp_rules
 from ...runtime import HELPERS
 from .. import sites
+from ..names import name_node
 from ..ops import Op
-from ..sites import _name
-from .support import _HINT_RULE, _helper, _none, _rebuild
+from .support import HINT_RULE, helper, none, rebuild
 
 
 class RuleTangents:
@@ -31,7 +31,7 @@ class RuleTangents:
         if jr is None:
             why = jvp_rules.UNSUPPORTED.get(rule.name)
             raise self.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label}"
-                                 + (f": {why}" if why else ""), _HINT_RULE)
+                                 + (f": {why}" if why else ""), HINT_RULE)
         slots: List[Tuple[str, Optional[int], ast.expr]] = []
         for param in rule.differentiable():
             atom = op.bound.get(param)
@@ -65,12 +65,12 @@ class RuleTangents:
                 if atom is None:
                     continue
                 self._tangent_mapping(rule, p, atom, mapping)
-            terms.append(_rebuild(value, mapping))
+            terms.append(rebuild(value, mapping))
         if jr.multilinear:
             for p, _i, atom in slots:
                 if p in handled:
                     continue
-                terms.append(_rebuild(value, {atom: _name(self.dot(atom.id))}))
+                terms.append(rebuild(value, {atom: name_node(self.dot(atom.id))}))
         for p in live_params:
             if p in handled or p not in jr.parts:
                 continue
@@ -83,20 +83,20 @@ class RuleTangents:
                    p not in jr.linear and p not in jr.joint_params and not jr.multilinear]
         if missing:
             raise self.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label} with "
-                                 f"respect to its argument {missing[0]!r}", _HINT_RULE)
+                                 f"respect to its argument {missing[0]!r}", HINT_RULE)
         if not terms:
             return stmts, None
         expr = terms[0]
         for t in terms[1:]:
             if rule.outputs:
-                expr = _helper("add", expr, t)
+                expr = helper("add", expr, t)
             else:
                 expr = ast.BinOp(left=expr, op=ast.Add(), right=t)
         if jr.broadcast and len(op.outputs) == 1 and \
                 not self._full_shape(op, jr, live_params, handled, ans):
-            expr = _helper("broadcast_tangent", expr, copy.deepcopy(ans))
+            expr = helper("broadcast_tangent", expr, copy.deepcopy(ans))
         if jr.cast == "always" or (jr.cast == "dtype" and "dtype" in op.bound):
-            expr = _helper("cast_tangent", expr, copy.deepcopy(ans))
+            expr = helper("cast_tangent", expr, copy.deepcopy(ans))
         return stmts, expr
 
     def _full_shape(self, op: Op, jr, live_params, handled, ans) -> bool:
@@ -161,19 +161,19 @@ class RuleTangents:
                 default = parameter.default
                 if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
                     default = ()
-                mapping[param] = sites._constant(None if default is inspect.Parameter.empty
+                mapping[param] = sites.constant(None if default is inspect.Parameter.empty
                                                   else default)
             mapping[f"{param}_dot"] = self._param_tangent(rule, param, op.bound.get(param))
         for h in HELPERS:
-            mapping.setdefault(h, _name("_s2s_" + h))
-        mapping["np"] = _name(self.np_name)
+            mapping.setdefault(h, name_node("_s2s_" + h))
+        mapping["np"] = name_node(self.np_name)
         drop = set(rule.params) - given
         local: Dict[str, ast.expr] = {}
         for stmt in prelude:
             for sub in ast.walk(stmt):
                 if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and \
                         sub.id not in local:
-                    local[sub.id] = _name(self.names.fresh(sub.id))
+                    local[sub.id] = name_node(self.names.fresh(sub.id))
         full = dict(mapping, **local)
         used = {n.id for n in ast.walk(template) if isinstance(n, ast.Name)}
         if used & set(local):
@@ -183,12 +183,12 @@ class RuleTangents:
     def _param_tangent(self, rule, param, atom) -> ast.expr:
         """A parameter's tangent in a template: None when it is not differentiated."""
         if atom is None or param not in rule.grads:
-            return _none()
+            return none()
         if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
             if not any(self.live_atom(e) for e in atom.elts):
-                return _none()
-            return ast.List(elts=[_name(self.dot(e.id)) if self.live_atom(e) else _none()
+                return none()
+            return ast.List(elts=[name_node(self.dot(e.id)) if self.live_atom(e) else none()
                                   for e in atom.elts], ctx=ast.Load())
         if self.live_atom(atom):
-            return _name(self.dot(atom.id))
-        return _none()
+            return name_node(self.dot(atom.id))
+        return none()

@@ -8,10 +8,9 @@ from typing import Any, Dict, List, Sequence, Set, Tuple
 
 from ...rules import registry
 from ..facts import expr_facts
-from ..names import copy_location
-from ..sites import _name
+from ..names import copy_location, name_node
 
-_HINT_RULE = ("Use reverse mode (s2sgrad.grad / functional.vjp) for this function, or "
+HINT_RULE = ("Use reverse mode (s2sgrad.grad / functional.vjp) for this function, or "
               "register a JVP with s2sgrad.rules.jvp_rules.defjvp.")
 
 
@@ -30,24 +29,24 @@ def _merge(a: Any, b: Any) -> Any:
 
 
 # -- small AST helpers ----------------------------------------------------------------------
-def _helper(name: str, *args: ast.expr) -> ast.Call:
-    return ast.Call(func=_name("_s2s_" + name), args=list(args), keywords=[])
+def helper(name: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=name_node("_s2s_" + name), args=list(args), keywords=[])
 
 
-def _none() -> ast.Constant:
+def none() -> ast.Constant:
     return ast.Constant(value=None)
 
 
-def _index_expr(index: ast.expr) -> ast.expr:
+def index_expr(index: ast.expr) -> ast.expr:
     """The index of `x[...]` as an ordinary expression (slices become slice())."""
     if isinstance(index, ast.Slice):
         parts = [index.lower, index.upper, index.step]
         args = [p if p is not None else ast.Constant(value=None) for p in parts]
         if isinstance(args[2], ast.Constant) and args[2].value is None:
             args.pop()
-        return ast.Call(func=_name("slice"), args=args, keywords=[])
+        return ast.Call(func=name_node("slice"), args=args, keywords=[])
     if isinstance(index, ast.Tuple):
-        return ast.Tuple(elts=[_index_expr(e) for e in index.elts], ctx=ast.Load())
+        return ast.Tuple(elts=[index_expr(e) for e in index.elts], ctx=ast.Load())
     return copy.deepcopy(index)
 
 
@@ -67,10 +66,10 @@ class _Replace(ast.NodeTransformer):
 def _replace(expr: ast.expr, mapping: Dict[int, ast.expr]) -> ast.expr:
     """A copy of `expr` with the nodes in `mapping` (keyed by id) replaced."""
     # deepcopy would change the ids: replace on the original, in a shallow rebuild.
-    return _rebuild(expr, mapping)
+    return rebuild(expr, mapping)
 
 
-def _rebuild(node, mapping):
+def rebuild(node, mapping):
     new = mapping.get(node)
     if new is not None:
         return expr_facts.carry(new, copy.deepcopy(new))
@@ -79,9 +78,9 @@ def _rebuild(node, mapping):
     fields = {}
     for name, value in ast.iter_fields(node):
         if isinstance(value, list):
-            fields[name] = [_rebuild(v, mapping) for v in value]
+            fields[name] = [rebuild(v, mapping) for v in value]
         else:
-            fields[name] = _rebuild(value, mapping)
+            fields[name] = rebuild(value, mapping)
     out = type(node)(**fields)
     copy_location(out, node)
     return expr_facts.same(node, out)
@@ -92,7 +91,7 @@ _FRESH_HELPERS = {"_s2s_zero_tangent", "_s2s_with_item", "_s2s_push", "_s2s_drop
                   "_s2s_zeros_like"}
 
 
-def _is_fresh(expr: ast.expr) -> bool:
+def is_fresh(expr: ast.expr) -> bool:
     """Does evaluating `expr` always give a new object (never one it read)?"""
     if isinstance(expr, (ast.BinOp, ast.UnaryOp)):
         return True
@@ -113,7 +112,7 @@ def _is_fresh(expr: ast.expr) -> bool:
 
 # -- the transform -------------------------------------------------------------------------
 @dataclass
-class _State:
+class State:
     live: Set[str]
     owned: Set[str]
     defined: Set[str]
@@ -121,12 +120,12 @@ class _State:
     # Tuple-valued variables whose items' liveness is known: var -> (bool | tuple, ...)
     struct: Dict[str, tuple] = field(default_factory=dict)
 
-    def copy(self) -> "_State":
-        return _State(set(self.live), set(self.owned), set(self.defined), self.reachable,
+    def copy(self) -> "State":
+        return State(set(self.live), set(self.owned), set(self.defined), self.reachable,
                       dict(self.struct))
 
 
-def _merge_struct(a: _State, b: _State) -> Dict[str, tuple]:
+def merge_struct(a: State, b: State) -> Dict[str, tuple]:
     out = {}
     for var in set(a.struct) & set(b.struct):
         merged = _merge(a.struct[var], b.struct[var])
@@ -141,38 +140,38 @@ def _merge_struct(a: _State, b: _State) -> Dict[str, tuple]:
 
 
 @dataclass
-class _Loop:
+class Loop:
     entry: Set[str]                   # live at the loop head
     owned_entry: Set[str]
     exit_live: Set[str] = field(default_factory=set)
-    breaks: List[_State] = field(default_factory=list)
-    continues: List[_State] = field(default_factory=list)
+    breaks: List[State] = field(default_factory=list)
+    continues: List[State] = field(default_factory=list)
 
 
-def _maybe_none(e: ast.expr) -> bool:
+def maybe_none(e: ast.expr) -> bool:
     """Could a jvp's result item be None at run time (so it needs a zero)?"""
     return not isinstance(e, (ast.BinOp, ast.UnaryOp))
 
 
-def _tuple_or_name(names: Sequence[str]) -> ast.expr:
+def tuple_or_name(names: Sequence[str]) -> ast.expr:
     if len(names) == 1:
-        return _name(names[0])
-    return ast.Tuple(elts=[_name(n) for n in names], ctx=ast.Load())
+        return name_node(names[0])
+    return ast.Tuple(elts=[name_node(n) for n in names], ctx=ast.Load())
 
 
-def _store_ctx(node: ast.AST) -> None:
+def store_ctx(node: ast.AST) -> None:
     for sub in ast.walk(node):
         if isinstance(sub, (ast.Name, ast.Tuple, ast.List)):
             sub.ctx = ast.Store()
 
 
-def _tangent_target(target: ast.expr, t) -> ast.expr:
+def tangent_target(target: ast.expr, t) -> ast.expr:
     if isinstance(target, ast.Name):
-        return _name(t.dot(target.id), True)
-    return ast.Tuple(elts=[_tangent_target(e, t) for e in target.elts], ctx=ast.Store())
+        return name_node(t.dot(target.id), True)
+    return ast.Tuple(elts=[tangent_target(e, t) for e in target.elts], ctx=ast.Store())
 
 
-def _loop_item_sources(body: List[ast.stmt]) -> List[Tuple[str, str]]:
+def loop_item_sources(body: List[ast.stmt]) -> List[Tuple[str, str]]:
     """(n, xs) for every `n = _s2s_loop_items(xs)`: n is xs, walked by a loop."""
     out = []
     for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
@@ -184,7 +183,7 @@ def _loop_item_sources(body: List[ast.stmt]) -> List[Tuple[str, str]]:
     return out
 
 
-def _writes_items_of(name: str, body: List[ast.stmt]) -> bool:
+def writes_items_of(name: str, body: List[ast.stmt]) -> bool:
     """Whether statements write into `name`'s items or grow or shrink it in place."""
     for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
         target = None
@@ -200,17 +199,17 @@ def _writes_items_of(name: str, body: List[ast.stmt]) -> bool:
     return False
 
 
-def _iteration_leaves(target, it, out, wrapper=None) -> None:
+def iteration_leaves(target, it, out, wrapper=None) -> None:
     """(target, sequence, node) for each loop target: the sequence it walks (None for
     range/enumerate indices) and the iterable node that yields it (the sequence itself,
     or reversed(sequence)), which the tangent code zips with the tangent's."""
     callee = expr_facts.of(it).callee
     if callee is enumerate and isinstance(target, ast.Tuple) and len(target.elts) == 2:
         out.append((target.elts[0], None, None))
-        _iteration_leaves(target.elts[1], it.args[0], out)
+        iteration_leaves(target.elts[1], it.args[0], out)
     elif callee is zip and isinstance(target, ast.Tuple) and len(target.elts) == len(it.args):
         for t, a in zip(target.elts, it.args):
-            _iteration_leaves(t, a, out)
+            iteration_leaves(t, a, out)
     elif callee is reversed and len(it.args) == 1 and isinstance(it.args[0], ast.Name):
         out.append((target, it.args[0], it))
     elif isinstance(it, ast.Call) or not isinstance(it, ast.Name):

@@ -45,29 +45,29 @@ from .. import sites
 from ..analyze import Activity, call_write_guards, iter_statements
 from ..facts import expr_facts, shallow_copy, stmt_facts
 from ..marks import line_comment
-from ..names import copy_location
+from ..names import assign_node, copy_location, name_node
 from ..normalize import NormalForm
 from ..ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
 from ..parse import ParsedFunction
-from ..sites import _assign, _name, _targets
+from ..sites import store_targets
 from ..transform import field_index
 from .calls import CallTangents
 from .control import ControlFlowTangents
 from .rules import RuleTangents
 from .support import (
-    _HINT_RULE,
-    _helper,
-    _index_expr,
-    _is_fresh,
-    _Loop,
-    _none,
-    _State,
-    _tuple_or_name,
+    HINT_RULE,
+    Loop,
+    State,
     any_live,
+    helper,
+    index_expr,
+    is_fresh,
+    none,
+    tuple_or_name,
 )
 
 
-class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
+class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
     def __init__(self, nf: NormalForm, activity: Activity, optimize_code: bool = True,
                  structure: Optional[Dict[int, Any]] = None,
                  demand: Optional[Tuple[bool, ...]] = None):
@@ -78,7 +78,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         self.names = nf.names
         self.locals = nf.resolver.locals | nf.names.taken
         self.tan: Dict[str, str] = {}
-        self.state = _State(set(), set(), set(nf.all_params))
+        self.state = State(set(), set(), set(nf.all_params))
         self.bindings: Dict[str, Any] = dict(getattr(nf, "bindings", {}))
         self.late: Dict[str, Tuple[Any, Tuple[int, ...], str]] = {}
         self.inits: List[str] = []
@@ -86,7 +86,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         # clean-up drops those whose variable nobody reads afterwards.
         self.materialized: Set[ast.stmt] = set()
         self.last_line: Optional[int] = None
-        self.loop: Optional[_Loop] = None
+        self.loop: Optional[Loop] = None
         self.np_name = sites.numpy_alias(nf)
         self.sites: Dict[Any, Any] = {}
         self.compiled: Dict[str, Any] = {}        # callees compiled already, by bound name
@@ -118,13 +118,13 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             if isinstance(atom.value, (int, float)) and not isinstance(atom.value, bool):
                 return ast.Constant(value=0.0)
             if atom.value is None or isinstance(atom.value, (str, bool)):
-                return _none()
-        return _helper("zero_tangent", copy.deepcopy(atom))
+                return none()
+        return helper("zero_tangent", copy.deepcopy(atom))
 
     def tangent_of(self, atom: ast.expr) -> ast.expr:
         """The tangent of an atom: its variable when live, else an explicit zero."""
         if self.live_atom(atom):
-            return _name(self.dot(atom.id))
+            return name_node(self.dot(atom.id))
         if isinstance(atom, (ast.Tuple, ast.List)):
             return type(atom)(elts=[self.tangent_of(e) for e in atom.elts], ctx=ast.Load())
         return self.zero_of(atom)
@@ -169,7 +169,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         defined = self.state.defined if defined is None else defined
         if var not in defined and var not in self.inits:
             self.inits.append(var)
-        node = _assign(self.dot(var), _helper("zero_tangent", _name(var)))
+        node = assign_node(self.dot(var), helper("zero_tangent", name_node(var)))
         self.materialized.add(node)
         out.append(node)
 
@@ -232,7 +232,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         inits = []
         for v in self.inits:
             if v not in params:
-                node = _assign(v, _none())
+                node = assign_node(v, none())
                 self.materialized.add(node)
                 inits.append(node)
         jvp = ast.FunctionDef(name=self.own_name, args=new_args,
@@ -259,13 +259,13 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                              kw_defaults=kw_defaults, kwarg=None, defaults=[])
 
     def _constant(self, value) -> ast.expr:
-        from ..transform import _is_literal
-        if _is_literal(value):
+        from ..transform import is_literal
+        if is_literal(value):
             return ast.Constant(value=value) if not isinstance(value, tuple) else \
                 ast.parse(repr(value), mode="eval").body
         name = self.names.fresh("_s2s_default")
         self.bindings[name] = value
-        return _name(name)
+        return name_node(name)
 
     # -- statements ----------------------------------------------------------------------------
     def expression(self, s: ast.Expr) -> List[ast.stmt]:
@@ -279,7 +279,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
     def write_guards(self, op: Op) -> List[ast.stmt]:
         """See transform._Reverse.write_guards: a callee writing into an argument
         array would change a value behind the tangents' back."""
-        return [ast.Expr(value=_helper("unshared", _name(arg),
+        return [ast.Expr(value=helper("unshared", name_node(arg),
                                        *[ast.Constant(value=f) for f in fields]))
                 for arg, fields in call_write_guards(op, self.act.ints, self.locals,
                                                      self.parsed)]
@@ -296,12 +296,12 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             item = ast.UnaryOp(op=ast.USub(), operand=item)
         self.read([value], fresh=False)
         if self.is_live(base) and base not in self.state.owned:
-            out.append(_assign(self.dot(base), _helper(
-                "scatter_add", _name(self.dot(base)), copy.deepcopy(index), item)))
+            out.append(assign_node(self.dot(base), helper(
+                "scatter_add", name_node(self.dot(base)), copy.deepcopy(index), item)))
             self.state.owned.add(base)
             return out
         self._own(base, out)
-        out.append(ast.Expr(value=_helper("add_at", _name(self.dot(base)),
+        out.append(ast.Expr(value=helper("add_at", name_node(self.dot(base)),
                                           copy.deepcopy(index), item)))
         return out
 
@@ -330,7 +330,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
     def _primal(self, s) -> ast.stmt:
         if stmt_facts.of(s).snapshot:
             new = shallow_copy(s)
-            new.value = _helper("snapshot", s.value)
+            new.value = helper("snapshot", s.value)
             return new
         return s
 
@@ -359,22 +359,22 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             # `h, c = f(h, c)`: the primal goes to temporaries, the tangent reads the
             # old values, then both are assigned.
             temps = [self.names.fresh(f"{o}_new") for o in op.outputs]
-            primal = _assign(_targets(temps), primal.value)
-            post.append(_assign(_targets(op.outputs), _tuple_or_name(temps)))
+            primal = assign_node(store_targets(temps), primal.value)
+            post.append(assign_node(store_targets(op.outputs), tuple_or_name(temps)))
             ans_names = temps
         struct: Any = True
         if kind == "copy" and isinstance(value, ast.Call) and \
                 getattr(value.func, "id", None) == "_s2s_loop_items":
-            expr = _helper("loop_items_tangent", _name(self.dot(inputs_live[0])),
-                           _name(inputs_live[0]))
+            expr = helper("loop_items_tangent", name_node(self.dot(inputs_live[0])),
+                           name_node(inputs_live[0]))
             fresh, stmts = False, []
         elif kind == "copy" and isinstance(value, ast.Call):   # _s2s_record(cls, items)
-            expr, fresh = _name(self.dot(inputs_live[0])), False
-            struct = self.liveness(_name(inputs_live[0]))
+            expr, fresh = name_node(self.dot(inputs_live[0])), False
+            struct = self.liveness(name_node(inputs_live[0]))
             stmts = []
         elif kind == "copy":
-            expr, fresh = _name(self.dot(inputs_live[0])), False
-            struct = self.liveness(_name(inputs_live[0]))
+            expr, fresh = name_node(self.dot(inputs_live[0])), False
+            struct = self.liveness(name_node(inputs_live[0]))
             stmts: List[ast.stmt] = []
         elif kind == "pack" and isinstance(value, ast.Dict):
             expr = ast.Dict(keys=copy.deepcopy(value.keys),
@@ -390,7 +390,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                 for o in op.outputs:
                     self.kill(o)
                 return [primal] + post
-            expr = ast.Subscript(value=_name(self.dot(value.value.id)),
+            expr = ast.Subscript(value=name_node(self.dot(value.value.id)),
                                  slice=field_index(value), ctx=ast.Load())
             fresh, stmts = False, []
         elif kind == "getitem":
@@ -408,29 +408,29 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                     for o in op.outputs:
                         self.kill(o)
                     return [primal] + post
-            expr = ast.Subscript(value=_name(self.dot(base.id)),
+            expr = ast.Subscript(value=name_node(self.dot(base.id)),
                                  slice=copy.deepcopy(value.slice), ctx=ast.Load())
             protect = snapshot or (base.id in self.in_place and base.id not in self.lists)
             if protect:
-                expr = _helper("snapshot", expr)
+                expr = helper("snapshot", expr)
             fresh, stmts = protect, []
         else:
-            ans = _tuple_or_name(ans_names) if len(ans_names) > 1 else _name(ans_names[0])
+            ans = tuple_or_name(ans_names) if len(ans_names) > 1 else name_node(ans_names[0])
             stmts, expr = self.rule_tangent(s, op, value, ans)
             if expr is None:
                 for o in op.outputs:
                     self.kill(o)
                 return [primal] + post
-            fresh = _is_fresh(expr)
+            fresh = is_fresh(expr)
             if snapshot and not fresh:
-                expr, fresh = _helper("snapshot", expr), True
-        self.read([_name(n) for n in inputs_live], fresh)
+                expr, fresh = helper("snapshot", expr), True
+        self.read([name_node(n) for n in inputs_live], fresh)
         if isinstance(target, ast.Name):
-            tangent_target = _name(self.dot(target.id), True)
+            tangent_target = name_node(self.dot(target.id), True)
         else:
-            tangent_target = ast.Tuple(elts=[_name(self.dot(e.id), True) for e in target.elts],
+            tangent_target = ast.Tuple(elts=[name_node(self.dot(e.id), True) for e in target.elts],
                                        ctx=ast.Store())
-        out = pre + [primal] + stmts + [_assign(tangent_target, expr)] + post
+        out = pre + [primal] + stmts + [assign_node(tangent_target, expr)] + post
         for o in op.outputs:
             if o in self.act.active:
                 self.set_live(o, owned=fresh and len(op.outputs) == 1,
@@ -446,7 +446,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             self.materialize(var, out)
             self.set_live(var, owned=True)
         elif var not in self.state.owned:
-            out.append(_assign(self.dot(var), _helper("copy_value", _name(self.dot(var)))))
+            out.append(assign_node(self.dot(var), helper("copy_value", name_node(self.dot(var)))))
             self.state.owned.add(var)
 
     def setitem(self, s, op: Op) -> List[ast.stmt]:
@@ -471,12 +471,12 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                 item = ast.Constant(value=0.0)
         self.read([value], fresh=False)
         if self.is_live(base) and base not in self.state.owned:
-            out.append(_assign(self.dot(base), _helper(
-                "with_item", _name(self.dot(base)), _index_expr(target.slice), item)))
+            out.append(assign_node(self.dot(base), helper(
+                "with_item", name_node(self.dot(base)), index_expr(target.slice), item)))
             self.state.owned.add(base)
             return out
         self._own(base, out)
-        store = ast.Subscript(value=_name(self.dot(base)), slice=copy.deepcopy(target.slice),
+        store = ast.Subscript(value=name_node(self.dot(base)), slice=copy.deepcopy(target.slice),
                               ctx=ast.Store())
         out.append(ast.Assign(targets=[store], value=item, type_comment=None))
         return out
@@ -486,7 +486,7 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         out: List[ast.stmt] = []
         guard = stmt_facts.of(s).guard
         if guard is not None:
-            out.append(ast.Expr(value=_helper("unshared", _name(var),
+            out.append(ast.Expr(value=helper("unshared", name_node(var),
                                               *[ast.Constant(value=g) for g in guard])))
         if var not in self.act.active or not (self.is_live(var) or self.live_atom(s.value)):
             out.append(s)
@@ -495,28 +495,29 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             return out
         rule = op.rule
         if rule is None:
-            raise self.err(s, f"s2sgrad has no forward-mode rule for {op.label}", _HINT_RULE)
+            raise self.err(s, f"s2sgrad has no forward-mode rule for {op.label}", HINT_RULE)
         # The tangent reads the old value: it is computed before the update.
-        old = _name(var)
+        old = name_node(var)
         rule_op = Op("rule", [var], diff_inputs=op.diff_inputs, rule=rule,
                      bound=dict(zip(rule.params, [old, s.value])), label=op.label)
         value = ast.BinOp(left=old, op=s.op, right=s.value)
         ans_name = self.names.fresh(f"{var}_new")
-        stmts, expr = self.rule_tangent(s, rule_op, value, _name(ans_name))
+        stmts, expr = self.rule_tangent(s, rule_op, value, name_node(ans_name))
         uses_ans = expr is not None and any(isinstance(n, ast.Name) and n.id == ans_name
                                             for n in ast.walk(ast.Module(
                                                 body=stmts + [ast.Expr(value=expr)],
                                                 type_ignores=[])))
         if uses_ans:
-            out.append(_assign(ans_name, copy.deepcopy(value)))
+            out.append(assign_node(ans_name, copy.deepcopy(value)))
         new_dot = self.names.fresh(f"{var}_dot_new")
         if expr is None:
             out.append(s)
             self.kill(var)
             return out
-        out += stmts + [_assign(new_dot, expr), s, _assign(self.dot(var), _name(new_dot))]
+        out += stmts + [assign_node(new_dot, expr), s,
+                assign_node(self.dot(var), name_node(new_dot))]
         self.read([s.value, old], fresh=True)
-        self.set_live(var, owned=_is_fresh(expr))
+        self.set_live(var, owned=is_fresh(expr))
         return out
 
     def append(self, s: ast.Expr, op: Op) -> List[ast.stmt]:
@@ -527,12 +528,13 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             tangent = self.tangent_of(item)
             self.read([item], fresh=False)
             if self.is_live(xs) and xs not in self.state.owned:
-                out.append(_assign(self.dot(xs), _helper("push", _name(self.dot(xs)), tangent)))
+                out.append(assign_node(self.dot(xs),
+                                       helper("push", name_node(self.dot(xs)), tangent)))
                 self.state.owned.add(xs)
             else:
                 self._own(xs, out)
                 out.append(ast.Expr(value=ast.Call(
-                    func=ast.Attribute(value=_name(self.dot(xs)), attr="append",
+                    func=ast.Attribute(value=name_node(self.dot(xs)), attr="append",
                                        ctx=ast.Load()), args=[tangent], keywords=[])))
         # The tangent list is made (zeros of xs's items) before xs grows by the item.
         out.append(s)
@@ -543,12 +545,12 @@ class _Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         out: List[ast.stmt] = []
         if xs in self.act.active and self.is_live(xs):
             if xs in self.state.owned:
-                out.append(_assign(self.dot(v), ast.Call(
-                    func=ast.Attribute(value=_name(self.dot(xs)), attr="pop", ctx=ast.Load()),
+                out.append(assign_node(self.dot(v), ast.Call(
+                    func=ast.Attribute(value=name_node(self.dot(xs)), attr="pop", ctx=ast.Load()),
                     args=[], keywords=[])))
             else:
-                out.append(_assign(self.dot(v), _helper("last", _name(self.dot(xs)))))
-                out.append(_assign(self.dot(xs), _helper("drop_last", _name(self.dot(xs)))))
+                out.append(assign_node(self.dot(v), helper("last", name_node(self.dot(xs)))))
+                out.append(assign_node(self.dot(xs), helper("drop_last", name_node(self.dot(xs)))))
                 self.state.owned.add(xs)
             self.set_live(v, owned=False)
             if v not in self.act.active:

@@ -1,6 +1,6 @@
 """Pass 4 — transform: the reverse-mode transform (see reverse.py)."""
-from .reverse import Transformed, _Reverse, transform
-from .support import _is_literal, field_index, fold_loop_items, helper_call
+from .reverse import Reverse, Transformed, transform
+from .support import field_index, fold_loop_items, helper_call, is_literal
 
-__all__ = ["Transformed", "_Reverse", "_is_literal", "field_index", "fold_loop_items",
+__all__ = ["Transformed", "Reverse", "is_literal", "field_index", "fold_loop_items",
            "helper_call", "transform"]

@@ -10,9 +10,9 @@ from ..analyze import (
 )
 from ..facts import StatementFacts
 from ..marks import is_comment
-from ..names import clone, name_nodes, stored_names
+from ..names import assign_node, clone, name_node, name_nodes, stored_names
 from ..ops import describe
-from .support import _assign, _LoopInfo, _name, helper_call
+from .support import LoopInfo, helper_call
 
 
 class AdjointControl:
@@ -66,7 +66,7 @@ class AdjointControl:
         return self.var_of_bar[bar]
 
     def _materialize_into(self, var: str, block: List[ast.stmt]) -> None:
-        block.append(_assign(self.bar_of(var), self.zeros_for(var)))
+        block.append(assign_node(self.bar_of(var), self.zeros_for(var)))
 
     def reversed_body(self, s) -> List[ast.stmt]:
         """The adjoint of one iteration: the body backwards, then the item loads."""
@@ -82,7 +82,7 @@ class AdjointControl:
             body += self.adjoint_assign(b)
         return body
 
-    def entry_reads(self, s: ast.For, info: _LoopInfo):
+    def entry_reads(self, s: ast.For, info: LoopInfo):
         """(test, reads) for a top-level loop over a range: `reads` maps each body
         statement to the loop-carried names it reads before the body writes them
         and whose value on entering the loop carries no gradient (`h = X` before
@@ -113,9 +113,9 @@ class AdjointControl:
             seen |= set(stored_names(b))
         if not reads:
             return None
-        first = ast.Subscript(value=_name(info.range_name), slice=ast.Constant(0),
+        first = ast.Subscript(value=name_node(info.range_name), slice=ast.Constant(0),
                               ctx=ast.Load())
-        test = ast.Compare(left=_name(info.target.id), ops=[ast.NotEq()], comparators=[first])
+        test = ast.Compare(left=name_node(info.target.id), ops=[ast.NotEq()], comparators=[first])
         return test, reads
 
     def _quiet_at_entry(self, name: str, before) -> bool:
@@ -180,7 +180,7 @@ class AdjointControl:
             self.materialize(self._var_of(b), out)
         for b in sorted(carried & inplace):
             if self.state.get(b) == "shared":
-                out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                out.append(assign_node(b, helper_call("copy_adjoint", name_node(b))))
         self.state = {b: ("owned" if b in inplace else "shared") for b in carried}
         header: List[ast.stmt] = []
         self.last_line = None
@@ -191,7 +191,7 @@ class AdjointControl:
             if b not in self.state:
                 self.materialize(self._var_of(b), body)
             elif b in inplace and self.state[b] == "shared":
-                body.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                body.append(assign_node(b, helper_call("copy_adjoint", name_node(b))))
         self.state = {b: ("owned" if b in inplace else "shared") for b in carried}
         self.inplace |= inplace
         self.last_line = None
@@ -200,10 +200,11 @@ class AdjointControl:
                 self.restores(setup, out)
             return out
         if info.kind == "range":
-            rng: ast.expr = _name(info.range_name)
+            rng: ast.expr = name_node(info.range_name)
             if info.trips:
-                rng = ast.Subscript(value=rng, slice=ast.Slice(lower=None, upper=_name(info.trips),
-                                                               step=None), ctx=ast.Load())
+                rng = ast.Subscript(value=rng,
+                                    slice=ast.Slice(lower=None, upper=name_node(info.trips),
+                                                    step=None), ctx=ast.Load())
             target = clone(info.target)
             target.ctx = ast.Store()
             # Pure code is differentiated again: its backwards iteration must be
@@ -211,8 +212,8 @@ class AdjointControl:
             it = helper_call("backwards", rng) if self.pure else \
                 ast.Call(func=self.builtin("reversed"), args=[rng], keywords=[])
         else:
-            target = _name("_", True)
-            it = ast.Call(func=self.builtin("range"), args=[_name(info.trips)], keywords=[])
+            target = name_node("_", True)
+            it = ast.Call(func=self.builtin("range"), args=[name_node(info.trips)], keywords=[])
         out += header
         out.append(ast.For(target=target, iter=it, body=body, orelse=[], type_comment=None))
         for setup in reversed(self.loop_setups.get(s, [])):

@@ -9,16 +9,14 @@ from ...errors import InternalError
 from ...rules import registry
 from .. import sites
 from ..facts import expr_facts
-from ..names import clone, copy_location
+from ..names import assign_node, clone, copy_location, name_node
 from ..ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
 from .support import (
-    _DIFFERENTIABLE_KINDS,
-    _assign,
-    _index_expr,
-    _name,
-    _var_for,
+    DIFFERENTIABLE_KINDS,
     field_index,
     helper_call,
+    index_expr,
+    var_for,
 )
 
 
@@ -38,13 +36,13 @@ class AdjointStatements:
         if base in self.act.active and b in self.state and \
                 isinstance(value, ast.Name) and value.id in self.act.active:
             self.mark_line(s, out)
-            gathered: ast.expr = ast.Subscript(value=_name(b), slice=clone(index),
+            gathered: ast.expr = ast.Subscript(value=name_node(b), slice=clone(index),
                                                ctx=ast.Load())
             if UFUNC_AT_SIGNS[ufunc_at_kind(expr_facts.of(s.value).callee)] < 0:
                 gathered = ast.UnaryOp(op=ast.USub(), operand=gathered)
             part = self.names.fresh(f"{value.id}_bar_part")
-            out.append(_assign(part, helper_call("unbroadcast", gathered, _name(value.id))))
-            self.accumulate(value.id, _name(part), out)
+            out.append(assign_node(part, helper_call("unbroadcast", gathered, name_node(value.id))))
+            self.accumulate(value.id, name_node(part), out)
         self._restore_items(s, base, index, out)
 
     def _restore_items(self, s, base: str, index, out: List[ast.stmt]) -> bool:
@@ -53,9 +51,9 @@ class AdjointStatements:
         saved = self._saved_value(s, out)
         if saved is not None:
             if self.pure:
-                node = _assign(base, helper_call("with_item", _name(base), index, saved))
+                node = assign_node(base, helper_call("with_item", name_node(base), index, saved))
             else:
-                node = ast.Expr(value=helper_call("restore_item", _name(base), index, saved))
+                node = ast.Expr(value=helper_call("restore_item", name_node(base), index, saved))
                 self.marks.mark(node, restore_item=base)
             out.append(self.marks.mark(node, restore_of=base,
                                        slot=self.saves.require(s)[-1][2]))
@@ -81,7 +79,7 @@ class AdjointStatements:
             # consumes: the normaliser writes such statements through temporaries.
             raise InternalError(f"statement {ast.unparse(s)!r} reads the active "
                                 f"variable(s) {sorted(overwritten)} it overwrites")
-        if live and op.kind in _DIFFERENTIABLE_KINDS and \
+        if live and op.kind in DIFFERENTIABLE_KINDS and \
                 any(n in self.act.active for n in op.diff_inputs):
             self.mark_line(s, out)
             self.contributions(s, op, out)
@@ -95,9 +93,9 @@ class AdjointStatements:
         if kind == "copy":
             src = op.diff_inputs[0]
             if src in self.act.active:
-                g: ast.expr = _name(self.bar_of(op.outputs[0]))
+                g: ast.expr = name_node(self.bar_of(op.outputs[0]))
                 if src in self.nf.lists and op.outputs[0] not in self.nf.lists:
-                    g = helper_call("items_like", g, _name(src))   # (see rule_contribution)
+                    g = helper_call("items_like", g, name_node(src))   # (see rule_contribution)
                 self.accumulate(src, g, out)
             return
         g_name = self.bar_of(op.outputs[0]) if op.outputs else None
@@ -108,10 +106,10 @@ class AdjointStatements:
             for key, e in items:
                 if isinstance(e, ast.Name) and e.id in self.act.active:
                     if isinstance(value, ast.Dict):
-                        item: ast.expr = helper_call("dict_item_grad", _name(g_name),
-                                                     clone(key), _name(e.id))
+                        item: ast.expr = helper_call("dict_item_grad", name_node(g_name),
+                                                     clone(key), name_node(e.id))
                     else:
-                        item = ast.Subscript(value=_name(g_name), slice=key, ctx=ast.Load())
+                        item = ast.Subscript(value=name_node(g_name), slice=key, ctx=ast.Load())
                     self.accumulate(e.id, item, out)
             return
         if kind in ("getitem", "field"):
@@ -132,18 +130,18 @@ class AdjointStatements:
             return None
         var, kind, name = saves[-1]
         if kind == "slot":
-            return _name(name)
+            return name_node(name)
         old = self.names.fresh(f"{var}_old")
-        pop = _assign(old, ast.Call(func=ast.Attribute(value=_name(name), attr="pop",
+        pop = assign_node(old, ast.Call(func=ast.Attribute(value=name_node(name), attr="pop",
                                                         ctx=ast.Load()), args=[], keywords=[]))
         out.append(self.marks.mark(pop, restore_of=old, slot=name))
-        return _name(old)
+        return name_node(old)
 
     def setitem_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
         """x[i] = v: v receives x_bar[i]; the overwritten items get no gradient."""
         target = s.targets[0]
         base = target.value.id
-        index = _index_expr(target.slice)
+        index = index_expr(target.slice)
         b = self.bar_of(base)
         zero_list = None
         if base in self.act.active and b in self.state:
@@ -153,36 +151,36 @@ class AdjointStatements:
             if isinstance(value, ast.Name) and value.id in self.act.active:
                 part = self.names.fresh(f"{value.id}_bar_part")
                 if self._basic_index(target.slice):
-                    item = helper_call("copy_item", _name(b), clone(index))
+                    item = helper_call("copy_item", name_node(b), clone(index))
                     # A list's item is the value itself; an array's may broadcast it.
                     grad = item if base in self.sequences else \
-                        helper_call("unbroadcast", item, _name(value.id))
+                        helper_call("unbroadcast", item, name_node(value.id))
                 else:  # an index array may repeat: only the last writer counts
-                    grad = helper_call("written_grad", _name(b), clone(index),
-                                       _name(value.id))
-                out.append(_assign(part, grad))
+                    grad = helper_call("written_grad", name_node(b), clone(index),
+                                       name_node(value.id))
+                out.append(assign_node(part, grad))
             if self.pure:
-                out.append(_assign(b, helper_call("with_zeroed", _name(b),
+                out.append(assign_node(b, helper_call("with_zeroed", name_node(b),
                                                   clone(index))))
                 self.state[b] = "owned"
             else:
                 self.inplace.add(b)
                 if self.state[b] == "shared":
-                    out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                    out.append(assign_node(b, helper_call("copy_adjoint", name_node(b))))
                     self.state[b] = "owned"
                 if base in self.sequences:
                     zero_list = (b, index)    # once the old items are back (below)
                 else:
-                    out.append(ast.Expr(value=helper_call("zero_item", _name(b),
+                    out.append(ast.Expr(value=helper_call("zero_item", name_node(b),
                                                           clone(index))))
             if part is not None:
                 # After the zeroing: the value may be the array itself (x[i] = x).
-                self.accumulate(value.id, _name(part), out)
+                self.accumulate(value.id, name_node(part), out)
         restored = self._restore_items(s, base, index, out)
         if zero_list is not None:
             b, index = zero_list
-            like = [_name(base)] if restored else []
-            out.append(ast.Expr(value=helper_call("zero_item", _name(b), clone(index),
+            like = [name_node(base)] if restored else []
+            out.append(ast.Expr(value=helper_call("zero_item", name_node(b), clone(index),
                                                   *like)))
 
     def _basic_index(self, index: ast.expr) -> bool:
@@ -211,7 +209,7 @@ class AdjointStatements:
         else:
             self.reset(b)
         if saved is not None:
-            out.append(self.marks.mark(_assign(var, saved), restore_of=var,
+            out.append(self.marks.mark(assign_node(var, saved), restore_of=var,
                                        slot=self.saves.require(s)[-1][2]))
 
     def append_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
@@ -229,22 +227,22 @@ class AdjointStatements:
             part = self.names.fresh(f"{value.id}_bar_part") if wanted else None
             if self.pure:
                 if wanted:
-                    out.append(_assign(part, helper_call("last", _name(b))))
-                out.append(_assign(b, helper_call("drop_last", _name(b))))
+                    out.append(assign_node(part, helper_call("last", name_node(b))))
+                out.append(assign_node(b, helper_call("drop_last", name_node(b))))
             else:
                 self.inplace.add(b)
                 if self.state[b] == "shared":
-                    out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+                    out.append(assign_node(b, helper_call("copy_adjoint", name_node(b))))
                     self.state[b] = "owned"
-                pop = ast.Call(func=ast.Attribute(value=_name(b), attr="pop", ctx=ast.Load()),
+                pop = ast.Call(func=ast.Attribute(value=name_node(b), attr="pop", ctx=ast.Load()),
                                args=[], keywords=[])
-                out.append(_assign(part, pop) if wanted else ast.Expr(value=pop))
+                out.append(assign_node(part, pop) if wanted else ast.Expr(value=pop))
             if wanted:
-                self.accumulate(value.id, _name(part), out)
+                self.accumulate(value.id, name_node(part), out)
         if self.pure:
-            node = _assign(xs, helper_call("drop_last", _name(xs)))
+            node = assign_node(xs, helper_call("drop_last", name_node(xs)))
         else:
-            node = ast.Expr(value=ast.Call(func=ast.Attribute(value=_name(xs), attr="pop",
+            node = ast.Expr(value=ast.Call(func=ast.Attribute(value=name_node(xs), attr="pop",
                                                               ctx=ast.Load()),
                                            args=[], keywords=[]))
             self.marks.mark(node, restore_item=xs)
@@ -259,13 +257,13 @@ class AdjointStatements:
             if xb not in self.state:
                 self.materialize(xs, out)
             elif self.state[xb] == "shared" and not self.pure:
-                out.append(_assign(xb, helper_call("copy_adjoint", _name(xb))))
+                out.append(assign_node(xb, helper_call("copy_adjoint", name_node(xb))))
                 self.state[xb] = "owned"
-            item = _name(vb) if vb in self.state else helper_call("zeros_like", _name(v))
+            item = name_node(vb) if vb in self.state else helper_call("zeros_like", name_node(v))
             self.inplace.add(xb)
             self._push(xb, item, out)
         self.reset(vb)
-        node = self._push(xs, _name(v), out)
+        node = self._push(xs, name_node(v), out)
         self.marks.mark(node, restore_of=xs, slot=f"{xs}.pop")
         if not self.pure:
             self.marks.mark(node, restore_item=xs)
@@ -273,9 +271,9 @@ class AdjointStatements:
 
     def _push(self, xs: str, item: ast.expr, out: List[ast.stmt]) -> ast.stmt:
         if self.pure:
-            node = _assign(xs, helper_call("push", _name(xs), item))
+            node = assign_node(xs, helper_call("push", name_node(xs), item))
         else:
-            node = ast.Expr(value=ast.Call(func=ast.Attribute(value=_name(xs), attr="append",
+            node = ast.Expr(value=ast.Call(func=ast.Attribute(value=name_node(xs), attr="append",
                                                               ctx=ast.Load()),
                                            args=[item], keywords=[]))
         out.append(node)
@@ -287,21 +285,21 @@ class AdjointStatements:
         if not (isinstance(base, ast.Name) and base.id in self.act.active):
             return
         b = self.bar_of(base.id)
-        g = _name(self.bar_of(op.outputs[0]))
-        index = field_index(s.value) if op.kind == "field" else _index_expr(s.value.slice)
+        g = name_node(self.bar_of(op.outputs[0]))
+        index = field_index(s.value) if op.kind == "field" else index_expr(s.value.slice)
         if self.pure:
             if b not in self.state:
                 self.materialize(base.id, out)
-            out.append(_assign(b, helper_call("scatter_add", _name(b), index, g)))
+            out.append(assign_node(b, helper_call("scatter_add", name_node(b), index, g)))
             self.state[b] = "owned"
             return
         self.inplace.add(b)
         if b not in self.state:
             self.materialize(base.id, out)
         elif self.state[b] == "shared":
-            out.append(_assign(b, helper_call("copy_adjoint", _name(b))))
+            out.append(assign_node(b, helper_call("copy_adjoint", name_node(b))))
             self.state[b] = "owned"
-        out.append(ast.Expr(value=helper_call("add_at", _name(b), index, g)))
+        out.append(ast.Expr(value=helper_call("add_at", name_node(b), index, g)))
 
     def rule_contribution(self, s, op: Op, out: List[ast.stmt], reset: Sequence[str] = (),
                           old: Optional[Dict[str, ast.expr]] = None) -> None:
@@ -329,7 +327,7 @@ class AdjointStatements:
             if param in rule.sequence and isinstance(atom, ast.Name):
                 # A list built at run time: its adjoint is a list, added itemwise.
                 self.sequences.add(atom.id)
-            var = _var_for(atom, old)
+            var = var_for(atom, old)
             if var is not None and var in self.act.active:
                 wanted[param] = self.names.fresh(f"{var}_bar_part")
                 targets.append((var, wanted[param]))
@@ -339,15 +337,15 @@ class AdjointStatements:
             for v in reset:
                 self.reset(self.bar_of(v))
             return
-        gs = [_name(self.bar_of(o)) for o in op.outputs]
+        gs = [name_node(self.bar_of(o)) for o in op.outputs]
         if len(op.outputs) > 1:
             for o in op.outputs:
                 if self.bar_of(o) not in self.state:
                     self.materialize(o, out)
             g: ast.expr = ast.Tuple(elts=gs, ctx=ast.Load())
-            ans: ast.expr = ast.Tuple(elts=[_name(o) for o in op.outputs], ctx=ast.Load())
+            ans: ast.expr = ast.Tuple(elts=[name_node(o) for o in op.outputs], ctx=ast.Load())
         else:
-            g, ans = gs[0], _name(op.outputs[0])
+            g, ans = gs[0], name_node(op.outputs[0])
         ctx = self.first_iteration
         # Only where skipping pays for the test: products (matmul, dot, einsum), whose
         # adjoint is a product again; elementwise parts are cheaper than the branch.
@@ -380,8 +378,8 @@ class AdjointStatements:
         """The part's value as var's cotangent: items_like(part, var) where var may be
         a structure a rule read as one array."""
         if part in read_as_array:
-            return helper_call("items_like", _name(part), _name(var))
-        return _name(part)
+            return helper_call("items_like", name_node(part), name_node(var))
+        return name_node(part)
 
     def rule_placeholder(self, rule, bound, g, ans, wanted: Dict[str, str], s) -> ast.stmt:
         if self.probing:
@@ -393,7 +391,7 @@ class AdjointStatements:
         for o in op.outputs:
             if self.bar_of(o) not in self.state:
                 self.materialize(o, out)
-        gs = [_name(self.bar_of(o)) for o in op.outputs]
+        gs = [name_node(self.bar_of(o)) for o in op.outputs]
         parts: List[Tuple[str, str]] = []
         wanted: Dict[int, str] = {}
         for i, arg in enumerate(site.arg_atoms):
@@ -405,4 +403,4 @@ class AdjointStatements:
             return
         out.append(ast.Pass() if self.probing else site.adjoint_placeholder(gs, wanted, s))
         for var, part in parts:
-            self.accumulate(var, _name(part), out)
+            self.accumulate(var, name_node(part), out)

@@ -14,9 +14,9 @@ from ..analyze import (
     may_build_sequence,
 )
 from ..facts import expr_facts, shallow_copy, stmt_facts
-from ..names import clone, copy_location, name_nodes
+from ..names import assign_node, clone, copy_location, name_node, name_nodes
 from ..ops import Op, describe
-from .support import _assign, _index_expr, _is_literal, _LoopInfo, _name, helper_call
+from .support import LoopInfo, helper_call, index_expr, is_literal
 
 
 class ForwardSweep:
@@ -41,12 +41,12 @@ class ForwardSweep:
 
     def _default(self, value) -> ast.expr:
         """A literal for plain constants (readable); a bound name for anything else."""
-        if _is_literal(value):
+        if is_literal(value):
             return ast.Constant(value=value) if not isinstance(value, tuple) else \
                 ast.parse(repr(value), mode="eval").body
         name = self.names.fresh("default", reserved=True)
         self.default_bindings[name] = value
-        return _name(name)
+        return name_node(name)
 
     def seed_output(self, ret: ast.Return) -> Tuple[str, List[ast.stmt]]:
         value = ret.value
@@ -60,7 +60,7 @@ class ForwardSweep:
         if isinstance(value, (ast.Tuple, ast.List)):
             for i, e in enumerate(value.elts):
                 if isinstance(e, ast.Name) and e.id in self.act.active:
-                    item = ast.Subscript(value=_name(g), slice=ast.Constant(value=i),
+                    item = ast.Subscript(value=name_node(g), slice=ast.Constant(value=i),
                                          ctx=ast.Load())
                     self.accumulate(e.id, item, out)
         return g, out
@@ -70,7 +70,7 @@ class ForwardSweep:
         """Keep the value an assignment is about to overwrite (pruned if unread)."""
         if var not in self.overwritable:
             return
-        self.save_value(var, in_loop, out, key, _name(var))
+        self.save_value(var, in_loop, out, key, name_node(var))
 
     def save_value(self, var: str, in_loop: bool, out: List[ast.stmt], key,
                    value: ast.expr) -> None:
@@ -78,19 +78,19 @@ class ForwardSweep:
             stack = self.stacks.get(var)
             if stack is None:
                 stack = self.stacks[var] = self.names.fresh(f"{var}_stack")
-                init = _assign(stack, ast.List(elts=[], ctx=ast.Load()))
+                init = assign_node(stack, ast.List(elts=[], ctx=ast.Load()))
                 self.inits.append(self.marks.mark(init, stack_of=var, slot=stack))
             node = ast.Expr(value=ast.Call(
-                func=ast.Attribute(value=_name(stack), attr="append", ctx=ast.Load()),
+                func=ast.Attribute(value=name_node(stack), attr="append", ctx=ast.Load()),
                 args=[value], keywords=[]))
             self.saves.setdefault(key, list).append((var, "stack", stack))
         else:
             slot = self.names.fresh(f"{var}_prev")
-            node = _assign(slot, value)
+            node = assign_node(slot, value)
             self.saves.setdefault(key, list).append((var, "slot", slot))
         self.marks.mark(node, save_of=var, slot=self.saves.require(key)[-1][2])
         if var not in self.nf.all_params and var not in self.initialised:
-            init = _assign(var, ast.Constant(value=None))
+            init = assign_node(var, ast.Constant(value=None))
             self.inits.append(self.marks.mark(init, init_of=var))
             self.initialised.add(var)
         out.append(node)
@@ -120,7 +120,7 @@ class ForwardSweep:
         """A called user function that writes into an argument array in place changes
         a value behind this adjoint's back: refused at run time when an array goes
         there (numbers are rebound, which is fine)."""
-        return [ast.Expr(value=helper_call("unshared", _name(arg),
+        return [ast.Expr(value=helper_call("unshared", name_node(arg),
                                            *[ast.Constant(value=f) for f in fields]))
                 for arg, fields in call_write_guards(op, self.act.ints, self.locals,
                                                      self.nf.parsed)]
@@ -133,7 +133,7 @@ class ForwardSweep:
             self.overwritable.add(base)
         out: List[ast.stmt] = []
         self.save_value(base, in_loop, out, s,
-                        helper_call("copy_item", _name(base), clone(index)))
+                        helper_call("copy_item", name_node(base), clone(index)))
         out.append(s)
         return out
 
@@ -175,21 +175,21 @@ class ForwardSweep:
             # x[i] = v: keep the items it overwrites (restored in the adjoint).
             base = s.targets[0].value.id
             self.save_value(base, in_loop, out, s,
-                            helper_call("copy_item", _name(base),
-                                        _index_expr(s.targets[0].slice)))
+                            helper_call("copy_item", name_node(base),
+                                        index_expr(s.targets[0].slice)))
             out.append(s)
             return out
         if op.kind == "augassign":
             # x op= v: arrays change in place, so keep a copy of the old value.
             var = s.target.id
             if var in self.act.active:
-                out += self.sequence_guard(s, ast.BinOp(left=_name(var), op=s.op,
+                out += self.sequence_guard(s, ast.BinOp(left=name_node(var), op=s.op,
                                                         right=s.value))
             guard = stmt_facts.of(s).guard
             if guard is not None:
-                out.append(ast.Expr(value=helper_call("unshared", _name(var),
+                out.append(ast.Expr(value=helper_call("unshared", name_node(var),
                                                       *[ast.Constant(value=g) for g in guard])))
-            self.save_value(var, in_loop, out, s, helper_call("copy_value", _name(var)))
+            self.save_value(var, in_loop, out, s, helper_call("copy_value", name_node(var)))
             out.append(s)
             return out
         key = s
@@ -213,7 +213,8 @@ class ForwardSweep:
         if site is not None:
             out.append(site.forward_statement(s))
             if snapshot:
-                out.extend(_assign(o, helper_call("snapshot", _name(o))) for o in op.outputs)
+                out.extend(assign_node(o, helper_call("snapshot", name_node(o)))
+                           for o in op.outputs)
         elif snapshot:
             copied = shallow_copy(s)
             copied.value = helper_call("snapshot", s.value)
@@ -240,7 +241,7 @@ class ForwardSweep:
     def setup_assign(self, loop, target: str, value: ast.expr, in_loop: bool) -> List[ast.stmt]:
         """A loop's range or trip counter. Inside an outer loop it is saved per
         iteration like any variable, and restored after the adjoint loop."""
-        stmt = copy_location(_assign(target, value), loop)
+        stmt = copy_location(assign_node(target, value), loop)
         self.loop_setups.setdefault(loop, list).append(stmt)
         return self.forward_assign(stmt, in_loop)
 
@@ -250,30 +251,30 @@ class ForwardSweep:
         has_break = any(isinstance(n, ast.Break) for n, _ in iter_statements(s.body))
         it = s.iter
         callee = expr_facts.of(it).callee
-        info: _LoopInfo
+        info: LoopInfo
         body_prefix: List[ast.stmt] = []
         if callee is range and isinstance(s.target, ast.Name):
             stem = s.target.id
             rng = self.names.fresh(f"{stem}_range")
-            info = _LoopInfo("range", range_name=rng, target=s.target)
+            info = LoopInfo("range", range_name=rng, target=s.target)
             out += self.setup_assign(s, rng, it, in_loop)
-            loop_iter: ast.expr = _name(rng)
+            loop_iter: ast.expr = name_node(rng)
             target = s.target
         elif any(n in self.act.varied for n in header.diff_inputs):
             # Iterating over a differentiated array or list: loop over indices so
             # the adjoint can scatter each item's gradient back.
             rng, target, body_prefix = self.index_loop(s, out, in_loop)
-            info = _LoopInfo("range", range_name=rng, target=target)
-            loop_iter = _name(rng)
+            info = LoopInfo("range", range_name=rng, target=target)
+            loop_iter = name_node(rng)
         else:
-            info = _LoopInfo("items")
+            info = LoopInfo("items")
             loop_iter = it
             target, body_prefix = self.item_target(s.target)
             has_break = True  # the trip count is unknown without len()
         if has_break:
             info.trips = self.names.fresh("trips")
             out += self.setup_assign(s, info.trips, ast.Constant(0), in_loop)
-            incr = ast.AugAssign(target=_name(info.trips, True), op=ast.Add(),
+            incr = ast.AugAssign(target=name_node(info.trips, True), op=ast.Add(),
                                  value=ast.Constant(1))
             body_prefix = [incr] + body_prefix
         info.item_assigns = [b for b in body_prefix if isinstance(b, ast.Assign)]
@@ -329,19 +330,19 @@ class ForwardSweep:
         out += self.setup_assign(s, rng, range_call, in_loop)
         prefix: List[ast.stmt] = []
         for t in index_targets:
-            prefix.append(copy_location(_assign(t.id, _name(k)), s))
+            prefix.append(copy_location(assign_node(t.id, name_node(k)), s))
         def unpack(t, value: ast.expr) -> None:
             # `for W, b in params`: the item gets a name, then each target reads its
             # part (item[0], item[1], nested as deep as the target).
             if isinstance(t, ast.Name):
-                prefix.append(copy_location(_assign(t.id, value), s))
+                prefix.append(copy_location(assign_node(t.id, value), s))
                 return
             if not isinstance(t, (ast.Tuple, ast.List)) or \
                     any(isinstance(e, ast.Starred) for e in t.elts):
                 raise self.err(s, "this loop target over a differentiated sequence",
                                "Unpack the item in the loop body.")
             item = self.names.fresh(f"{stem}_item")
-            prefix.append(copy_location(_assign(item, value), s))
+            prefix.append(copy_location(assign_node(item, value), s))
             # The item is new here, after the analysis: it carries a gradient exactly
             # when a target it is unpacked into does.
             parts = {n.id for n in name_nodes(t)}
@@ -350,18 +351,18 @@ class ForwardSweep:
                 if parts & facts:
                     facts.add(item)
             for j, e in enumerate(t.elts):
-                unpack(e, ast.Subscript(value=_name(item), slice=ast.Constant(value=j),
+                unpack(e, ast.Subscript(value=name_node(item), slice=ast.Constant(value=j),
                                         ctx=ast.Load()))
 
         for i, (t, seq) in enumerate(pairs):
             # reversed(xs) reads xs[-1 - k]: the same items, last first.
-            index = ast.BinOp(left=ast.Constant(-1), op=ast.Sub(), right=_name(k)) \
-                if i in backwards else _name(k)
+            index = ast.BinOp(left=ast.Constant(-1), op=ast.Sub(), right=name_node(k)) \
+                if i in backwards else name_node(k)
             unpack(t, ast.Subscript(value=clone(seq), slice=index, ctx=ast.Load()))
         for p in prefix:
             note_origin(p, s)
             self.overwritable.add(p.targets[0].id)
-        return rng, _name(k, True), prefix
+        return rng, name_node(k, True), prefix
 
     def item_target(self, target) -> Tuple[ast.expr, List[ast.stmt]]:
         """Loop targets are copied into the user's names so saves can see them."""
@@ -370,19 +371,19 @@ class ForwardSweep:
         def visit(t):
             if isinstance(t, ast.Name):
                 item = self.names.fresh(f"{t.id}_item")
-                a = copy_location(_assign(t.id, _name(item)), t)
+                a = copy_location(assign_node(t.id, name_node(item)), t)
                 prefix.append(a)
                 self.overwritable.add(t.id)
-                return _name(item, True)
+                return name_node(item, True)
             return ast.Tuple(elts=[visit(e) for e in t.elts], ctx=ast.Store())
         return visit(target), prefix
 
     def forward_while(self, s: ast.While, in_loop: bool) -> List[ast.stmt]:
         trips = self.names.fresh("trips")
-        info = _LoopInfo("while", trips=trips)
+        info = LoopInfo("while", trips=trips)
         self.loops.record(s, info)
         out = self.setup_assign(s, trips, ast.Constant(0), in_loop)
-        incr = ast.AugAssign(target=_name(trips, True), op=ast.Add(), value=ast.Constant(1))
+        incr = ast.AugAssign(target=name_node(trips, True), op=ast.Add(), value=ast.Constant(1))
         body = [incr] + self.forward_block(s.body, True)
         out.append(copy_location(ast.While(test=s.test, body=body, orelse=[]), s))
         return out

@@ -33,13 +33,13 @@ from ..analyze import (
 )
 from ..facts import ResidualMarks, StatementFacts, expr_facts
 from ..marks import comment, line_comment
-from ..names import NameRegistry, clone, copy_location, name_nodes
+from ..names import NameRegistry, assign_node, clone, copy_location, name_node, name_nodes
 from ..normalize import NormalForm
 from ..ops import describe
 from .adjoint_control import AdjointControl
 from .adjoint_statements import AdjointStatements
 from .forward_sweep import ForwardSweep
-from .support import _all_vary, _assign, _LoopInfo, _name, fold_loop_items, helper_call
+from .support import LoopInfo, all_vary, fold_loop_items, helper_call
 
 
 @dataclass
@@ -64,10 +64,10 @@ def transform(nf: NormalForm, activity: Activity, pure: bool = False) -> Transfo
     pure=True writes the adjoint without in-place updates (arrays and lists are
     replaced, not modified), so that it can itself be differentiated.
     """
-    return _Reverse(nf, activity, pure).run()
+    return Reverse(nf, activity, pure).run()
 
 
-class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
+class Reverse(ForwardSweep, AdjointStatements, AdjointControl):
     def __init__(self, nf: NormalForm, activity: Activity, pure: bool = False):
         self.pure = pure
         self.first_iteration = None   # see entry_reads
@@ -80,7 +80,7 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         self.state: Dict[str, str] = {}          # adjoint name -> "owned" | "shared"
         # What the forward sweep decided per statement, read back by the adjoint's.
         self.saves: StatementFacts[List[Tuple[str, str, str]]] = StatementFacts("saved value")
-        self.loops: StatementFacts[_LoopInfo] = StatementFacts("loop record")
+        self.loops: StatementFacts[LoopInfo] = StatementFacts("loop record")
         self.sites: StatementFacts[object] = StatementFacts("call site")
         self.marks = ResidualMarks()
         self.callees: Dict[str, sites.CalleeSite] = {}
@@ -117,11 +117,11 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         """A builtin the generated code calls (len, range, ...): by its own name,
         unless the function has a variable of that name; then through a bound one."""
         if name not in self.locals:
-            return _name(name)
+            return name_node(name)
         import builtins
         alias = f"_s2s_builtin_{name}"
         self.default_bindings[alias] = getattr(builtins, name)
-        return _name(alias)
+        return name_node(alias)
 
     def _list_valued(self, nf: NormalForm) -> Set[str]:
         """Variables that may hold Python lists: their adjoints are lists too, added
@@ -181,7 +181,7 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         assert isinstance(ret, ast.Return)
         fwd_body = self.forward_block(body, in_loop=False)
         residuals = self.names.fresh("residuals")
-        fwd_ret = ast.Return(value=ast.Tuple(elts=[clone(ret.value), _name(residuals)],
+        fwd_ret = ast.Return(value=ast.Tuple(elts=[clone(ret.value), name_node(residuals)],
                                              ctx=ast.Load()))
         forward = ast.FunctionDef(
             name=self.names.fresh(f"{self.nf.parsed.name}_forward"),
@@ -198,9 +198,9 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
                 if self.last_line is not None:
                     adj_body.append(comment(f"'{p}' does not reach the output: its gradient "
                                             f"is zero"))
-                adj_body.append(_assign(b, self.zeros_for(p)))
+                adj_body.append(assign_node(b, self.zeros_for(p)))
                 self.state[b] = "owned"
-            grads.append(_name(b))
+            grads.append(name_node(b))
         value = grads[0] if len(grads) == 1 else ast.Tuple(elts=grads, ctx=ast.Load())
         adj_body.append(ast.Return(value=value))
         copy_location(forward, fdef)
@@ -228,15 +228,15 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
             if var in self.sequences or var not in self.act.leaves:
                 # Maybe a list, tuple or dict (an argument, an item of one, what a
                 # callee returned): added item by item, as `+` would concatenate.
-                out.append(_assign(b, helper_call("add", _name(b), value)))
+                out.append(assign_node(b, helper_call("add", name_node(b), value)))
             elif self.state[b] == "owned" and not self.pure:
                 # Nothing else refers to this array: add in place, no allocation.
-                out.append(ast.AugAssign(target=_name(b, True), op=ast.Add(), value=value))
+                out.append(ast.AugAssign(target=name_node(b, True), op=ast.Add(), value=value))
             else:
-                out.append(_assign(b, ast.BinOp(left=_name(b), op=ast.Add(), right=value)))
+                out.append(assign_node(b, ast.BinOp(left=name_node(b), op=ast.Add(), right=value)))
             self.state[b] = "owned"
         else:
-            out.append(_assign(b, value))
+            out.append(assign_node(b, value))
             # Arithmetic makes a new array (or an immutable number): nothing else
             # refers to it. Anything else (a name, a view, a helper) may be shared.
             fresh = isinstance(value, (ast.BinOp, ast.UnaryOp)) and not self.pure
@@ -244,16 +244,16 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
 
     def materialize(self, var: str, out: List[ast.stmt]) -> None:
         b = self.bar_of(var)
-        out.append(_assign(b, self.zeros_for(var)))
+        out.append(assign_node(b, self.zeros_for(var)))
         self.state[b] = "owned"
 
     def zeros_for(self, var: str) -> ast.expr:
         """A zero cotangent for var; a tuple parameter's constant items (which the
         caller never reads) stay a scalar zero instead of an array of their size."""
         flags = self.act.item_flags.get(var)
-        if flags is not None and not _all_vary(flags):
-            return helper_call("zeros_like", _name(var), ast.Constant(value=flags))
-        return helper_call("zeros_like", _name(var))
+        if flags is not None and not all_vary(flags):
+            return helper_call("zeros_like", name_node(var), ast.Constant(value=flags))
+        return helper_call("zeros_like", name_node(var))
 
     def mark_line(self, s, out: List[ast.stmt], force: bool = False) -> None:
         opened = line_comment(s, self.nf.parsed, self.last_line, force)
@@ -275,8 +275,8 @@ class _Reverse(ForwardSweep, AdjointStatements, AdjointControl):
             return
         for var, kind, name in reversed(self.saves.get(s, [])):
             if kind == "stack":
-                value = ast.Call(func=ast.Attribute(value=_name(name), attr="pop",
+                value = ast.Call(func=ast.Attribute(value=name_node(name), attr="pop",
                                                     ctx=ast.Load()), args=[], keywords=[])
             else:
-                value = _name(name)
-            out.append(self.marks.mark(_assign(var, value), restore_of=var, slot=name))
+                value = name_node(name)
+            out.append(self.marks.mark(assign_node(var, value), restore_of=var, slot=name))

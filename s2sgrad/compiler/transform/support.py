@@ -9,16 +9,15 @@ from typing import Dict, List, Optional
 from ..analyze import (
     Activity,
 )
-from ..names import assign_node, clone, name_node, stored_names
+from ..names import clone, name_node, stored_names
 
-_DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
+DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
 
 
-_name, _assign = name_node, assign_node   # (the short names reverse mode uses)
 
 
 def _call(func: str, *args: ast.expr) -> ast.Call:
-    return ast.Call(_name(func), list(args), [])
+    return ast.Call(name_node(func), list(args), [])
 
 
 def helper_call(helper: str, *args: ast.expr) -> ast.Call:
@@ -26,7 +25,7 @@ def helper_call(helper: str, *args: ast.expr) -> ast.Call:
 
 
 @dataclass
-class _LoopInfo:
+class LoopInfo:
     kind: str                       # "range" | "items" | "while"
     range_name: Optional[str] = None
     trips: Optional[str] = None
@@ -36,7 +35,7 @@ class _LoopInfo:
 
 def field_index(node: ast.Attribute) -> ast.expr:
     """`_s2s_field_index(p, 'W')`: where a namedtuple keeps its field W."""
-    return helper_call("field_index", _name(node.value.id), ast.Constant(value=node.attr))
+    return helper_call("field_index", name_node(node.value.id), ast.Constant(value=node.attr))
 
 
 def fold_loop_items(body: List[ast.stmt], act: Activity) -> List[ast.stmt]:
@@ -54,7 +53,7 @@ def fold_loop_items(body: List[ast.stmt], act: Activity) -> List[ast.stmt]:
             rebound = any(source in stored_names(b) for b in s.body)   # walks the old value
             if not rebound and (source in act.leaves or source not in act.varied):
                 out.pop()
-                s.iter = _name(source)
+                s.iter = name_node(source)
         out.append(s)
     return out
 
@@ -70,19 +69,19 @@ def _loop_items_of(s: ast.stmt, it: ast.expr) -> Optional[str]:
     return None
 
 
-def _all_vary(flags) -> bool:
-    return all(_all_vary(f) for f in flags) if isinstance(flags, tuple) else bool(flags)
+def all_vary(flags) -> bool:
+    return all(all_vary(f) for f in flags) if isinstance(flags, tuple) else bool(flags)
 
 
-def _is_literal(value) -> bool:
+def is_literal(value) -> bool:
     if value is None or isinstance(value, (bool, int, float, str)):
         return type(value) in (type(None), bool, int, float, str)
     if type(value) is tuple:
-        return all(_is_literal(v) for v in value)
+        return all(is_literal(v) for v in value)
     return False
 
 
-def _var_for(atom, old: Optional[Dict[str, ast.expr]]) -> Optional[str]:
+def var_for(atom, old: Optional[Dict[str, ast.expr]]) -> Optional[str]:
     """The variable an argument stands for (the saved copy stands for its variable)."""
     if old:
         for var, value in old.items():
@@ -91,14 +90,14 @@ def _var_for(atom, old: Optional[Dict[str, ast.expr]]) -> Optional[str]:
     return atom.id if isinstance(atom, ast.Name) else None
 
 
-def _index_expr(index: ast.expr) -> ast.expr:
+def index_expr(index: ast.expr) -> ast.expr:
     """The index of `x[...]` as an ordinary expression (slices become slice())."""
     if isinstance(index, ast.Slice):
         parts = [index.lower, index.upper, index.step]
         args = [p if p is not None else ast.Constant(value=None) for p in parts]
         if isinstance(args[2], ast.Constant) and args[2].value is None:
             args.pop()  # slice(lower, upper); slice(x) alone would mean slice(None, x)
-        return ast.Call(func=_name("slice"), args=args, keywords=[])
+        return ast.Call(func=name_node("slice"), args=args, keywords=[])
     if isinstance(index, ast.Tuple):
-        return ast.Tuple(elts=[_index_expr(e) for e in index.elts], ctx=ast.Load())
+        return ast.Tuple(elts=[index_expr(e) for e in index.elts], ctx=ast.Load())
     return clone(index)
