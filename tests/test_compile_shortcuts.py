@@ -32,7 +32,7 @@ copies_mod = importlib.import_module("s2sgrad.compiler.optimize.copies")
 fusion_mod = importlib.import_module("s2sgrad.compiler.optimize.fusion")
 residuals_mod = importlib.import_module("s2sgrad.compiler.optimize.residuals")
 normalize_pkg = importlib.import_module("s2sgrad.compiler.normalize")
-normalize_support = importlib.import_module("s2sgrad.compiler.normalize.support")
+normalize_support = importlib.import_module("s2sgrad.compiler.normalize.scope")
 registry = importlib.import_module("s2sgrad.rules.registry")
 
 HERE = os.path.dirname(os.path.abspath(__file__))

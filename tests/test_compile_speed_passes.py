@@ -20,7 +20,7 @@ from s2sgrad.compiler.names import clone
 
 # Internals by module (the package's `normalize` and `optimize` are pass functions).
 names_mod = importlib.import_module("s2sgrad.compiler.names")
-normalize_mod = importlib.import_module("s2sgrad.compiler.normalize.support")
+normalize_mod = importlib.import_module("s2sgrad.compiler.normalize.scope")
 statements_corpus = importlib.import_module("s2sgrad.compiler.normalize.statements")
 statements_mod = importlib.import_module("s2sgrad.compiler.optimize.statements")
 

@@ -177,6 +177,25 @@ def assign_node(target: Union[str, ast.expr], value: ast.expr) -> ast.Assign:
     return ast.Assign([target], value, None)
 
 
+def helper_call(helper: str, *args: ast.expr) -> ast.Call:
+    """A call of the runtime helper `_s2s_<helper>` (what generated code calls)."""
+    return ast.Call(ast.Name("_s2s_" + helper, LOAD), list(args), [])
+
+
+def index_expr(index: ast.expr) -> ast.expr:
+    """The index of `x[...]` as an ordinary expression (slices become slice()), for
+    a helper that takes the index as an argument."""
+    if isinstance(index, ast.Slice):
+        parts = [index.lower, index.upper, index.step]
+        args = [p if p is not None else ast.Constant(value=None) for p in parts]
+        if isinstance(args[2], ast.Constant) and args[2].value is None:
+            args.pop()  # slice(lower, upper); slice(x) alone would mean slice(None, x)
+        return ast.Call(func=name_node("slice"), args=args, keywords=[])
+    if isinstance(index, ast.Tuple):
+        return ast.Tuple(elts=[index_expr(e) for e in index.elts], ctx=ast.Load())
+    return clone(index)
+
+
 # The nodes whose positions are these four: what copy_location copies fast.
 _POSITIONS = ("lineno", "col_offset", "end_lineno", "end_col_offset")
 

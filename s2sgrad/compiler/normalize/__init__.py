@@ -38,9 +38,7 @@ from ..resolve import Resolver
 from .calls import CallRules
 from .control import ControlRules
 from .expressions import ExpressionRules
-from .statements import StatementRules
-from .sugar import desugar
-from .support import (
+from .scope import (
     SCOPES,
     assigned_names,
     defs_bound_once,
@@ -56,6 +54,8 @@ from .support import (
     snapshot_definitions,
     walk_scope,
 )
+from .statements import StatementRules
+from .sugar import desugar
 
 
 @dataclass

@@ -12,7 +12,7 @@ from .. import reentry
 from ..facts import expr_facts
 from ..loader import lift_def, lift_lambda
 from ..names import clone, copy_location, name_node, name_nodes
-from .support import assigned_names, bind_functional, dotted, is_api, static_true
+from .scope import assigned_names, bind_functional, dotted, is_api, static_true
 
 
 class CallRules:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, name_node, stored_names
-from .support import (
+from .scope import (
     LIBRARIES,
     SCOPES,
     assigned_names,

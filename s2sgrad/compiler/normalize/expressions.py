@@ -12,7 +12,7 @@ from ... import runtime
 from ...rules import registry
 from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, name_node, name_nodes
-from .support import (
+from .scope import (
     assigned_names,
     dotted,
     is_atom,

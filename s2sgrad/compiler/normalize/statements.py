@@ -10,7 +10,7 @@ from typing import Dict, List
 from ...function import is_function_class
 from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, name_node, name_nodes
-from .support import dotted, is_atom, is_docstring, is_fresh, loads, readable_stem
+from .scope import dotted, is_atom, is_docstring, is_fresh, loads, readable_stem
 
 
 class StatementRules:

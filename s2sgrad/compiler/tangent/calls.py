@@ -11,10 +11,10 @@ from typing import Any, List
 from ...errors import TransformError
 from .. import reentry, sites
 from ..marks import comment
-from ..names import assign_node, name_node
+from ..names import assign_node, helper_call, name_node
 from ..ops import Op
 from .function_sites import FunctionSite, forward_site, vjp_as_function
-from .support import any_live, helper, maybe_none
+from .state import any_live, maybe_none
 
 
 class CallTangents:
@@ -167,16 +167,16 @@ class CallTangents:
             elts = list(result.elts)
         else:
             tmp = self.names.fresh(f"{cls.__name__}_tangents")
-            out.append(assign_node(tmp, helper("check_tangents", result,
+            out.append(assign_node(tmp, helper_call("check_tangents", result,
                                             ast.Constant(value=len(outs)),
                                             ast.Constant(value=f"{cls.__name__}.{what}"))))
             elts = [ast.Subscript(value=name_node(tmp), slice=ast.Constant(value=i), ctx=ast.Load())
                     for i in range(len(outs))]
         for o, t, e in zip(outs, targets, elts):
             if isinstance(e, ast.Constant) and e.value is None:
-                e = helper("zero_tangent", name_node(o))
+                e = helper_call("zero_tangent", name_node(o))
             elif not never_none and maybe_none(e):
-                e = helper("none_to_zero_tangent", e, name_node(o))
+                e = helper_call("none_to_zero_tangent", e, name_node(o))
             out.append(assign_node(t, e))
         return out
 
@@ -217,7 +217,7 @@ class CallTangents:
         out: List[ast.stmt] = [comment(f"{cls.__name__}.apply: no jvp; its tangent is the "
                                        f"reverse mode of {cls.__name__}.vjp (linear in its "
                                        f"cotangent) applied to the input tangents")]
-        zeros = [helper("zero_tangent", name_node(o)) for o in outs]
+        zeros = [helper_call("zero_tangent", name_node(o)) for o in outs]
         slot_args = [name_node(v) for v in saved] + [name_node(slots[k]) for k in sorted(slots)]
         call_fwd = ast.Call(func=name_node(fwd), args=zeros + slot_args, keywords=[])
         n_in = len(site.arg_atoms)
@@ -226,7 +226,7 @@ class CallTangents:
                                            name_node(res, True)], ctx=ast.Store()), call_fwd))
         # One input: the vjp returns its gradient bare or as a one-tuple (torch
         # allows both); the cotangent of what it returned has that form.
-        cot = helper("like_returned", tangents[0], name_node(grads)) if n_in == 1 else \
+        cot = helper_call("like_returned", tangents[0], name_node(grads)) if n_in == 1 else \
             ast.Tuple(elts=list(tangents), ctx=ast.Load())
         result = ast.Call(func=name_node(adj), args=[name_node(res), cot], keywords=[])
         out += self._assign_results(cls, "vjp", result, outs, targets, never_none=True)

@@ -6,12 +6,11 @@ import ast
 import copy
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from ..names import assign_node, copy_location, name_node
-from .support import (
+from ..names import assign_node, copy_location, helper_call, name_node
+from .state import (
     Loop,
     State,
     any_live,
-    helper,
     iteration_leaves,
     loop_item_sources,
     merge_struct,
@@ -100,7 +99,7 @@ class ControlFlowTangents:
             if isinstance(s, ast.Continue):
                 for var in sorted(loop.owned_entry - self.state.owned):
                     out.append(assign_node(self.dot(var),
-                                           helper("copy_value", name_node(self.dot(var)))))
+                                           helper_call("copy_value", name_node(self.dot(var)))))
         out.append(s)
         self.state.reachable = False
         return out
@@ -152,7 +151,7 @@ class ControlFlowTangents:
         for var in sorted(owned - before.owned):
             if var in before.live:
                 out.append(assign_node(self.dot(var),
-                                       helper("copy_value", name_node(self.dot(var)))))
+                                       helper_call("copy_value", name_node(self.dot(var)))))
         owned = {v for v in owned if v in before.live or v in before.defined or
                  v not in entry}
         self.state = State(set(entry), set(owned), set(before.defined),
@@ -169,7 +168,7 @@ class ControlFlowTangents:
             for var in sorted(owned - self.state.owned):
                 if var in self.state.live:
                     body.append(assign_node(self.dot(var),
-                                        helper("copy_value", name_node(self.dot(var)))))
+                                        helper_call("copy_value", name_node(self.dot(var)))))
         self.loop = outer
         exit_owned = set(owned)
         for b in loop.breaks:

@@ -12,7 +12,7 @@ from .. import sites
 from ..loader import Emitted, load
 from ..names import NameRegistry, assign_node, name_node, names_in
 from ..sites import store_targets
-from .support import none
+from .state import none
 
 
 # -- Function.apply in forward mode ------------------------------------------------------------

@@ -10,9 +10,9 @@ from typing import Dict, List, Optional, Set, Tuple
 from ...rules import jvp_rules
 from ...runtime import HELPERS
 from .. import sites
-from ..names import name_node
+from ..names import helper_call, name_node
 from ..ops import Op
-from .support import HINT_RULE, helper, none, rebuild
+from .state import HINT_RULE, none, rebuild
 
 
 class RuleTangents:
@@ -89,14 +89,14 @@ class RuleTangents:
         expr = terms[0]
         for t in terms[1:]:
             if rule.outputs:
-                expr = helper("add", expr, t)
+                expr = helper_call("add", expr, t)
             else:
                 expr = ast.BinOp(left=expr, op=ast.Add(), right=t)
         if jr.broadcast and len(op.outputs) == 1 and \
                 not self._full_shape(op, jr, live_params, handled, ans):
-            expr = helper("broadcast_tangent", expr, copy.deepcopy(ans))
+            expr = helper_call("broadcast_tangent", expr, copy.deepcopy(ans))
         if jr.cast == "always" or (jr.cast == "dtype" and "dtype" in op.bound):
-            expr = helper("cast_tangent", expr, copy.deepcopy(ans))
+            expr = helper_call("cast_tangent", expr, copy.deepcopy(ans))
         return stmts, expr
 
     def _full_shape(self, op: Op, jr, live_params, handled, ans) -> bool:

@@ -45,7 +45,7 @@ from .. import sites
 from ..analyze import Activity, call_write_guards, iter_statements
 from ..facts import expr_facts, shallow_copy, stmt_facts
 from ..marks import line_comment
-from ..names import assign_node, copy_location, name_node
+from ..names import assign_node, copy_location, helper_call, index_expr, name_node
 from ..normalize import NormalForm
 from ..ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
 from ..parse import ParsedFunction
@@ -54,13 +54,11 @@ from ..transform import field_index
 from .calls import CallTangents
 from .control import ControlFlowTangents
 from .rules import RuleTangents
-from .support import (
+from .state import (
     HINT_RULE,
     Loop,
     State,
     any_live,
-    helper,
-    index_expr,
     is_fresh,
     none,
     tuple_or_name,
@@ -119,7 +117,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                 return ast.Constant(value=0.0)
             if atom.value is None or isinstance(atom.value, (str, bool)):
                 return none()
-        return helper("zero_tangent", copy.deepcopy(atom))
+        return helper_call("zero_tangent", copy.deepcopy(atom))
 
     def tangent_of(self, atom: ast.expr) -> ast.expr:
         """The tangent of an atom: its variable when live, else an explicit zero."""
@@ -169,7 +167,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         defined = self.state.defined if defined is None else defined
         if var not in defined and var not in self.inits:
             self.inits.append(var)
-        node = assign_node(self.dot(var), helper("zero_tangent", name_node(var)))
+        node = assign_node(self.dot(var), helper_call("zero_tangent", name_node(var)))
         self.materialized.add(node)
         out.append(node)
 
@@ -279,7 +277,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
     def write_guards(self, op: Op) -> List[ast.stmt]:
         """See transform._Reverse.write_guards: a callee writing into an argument
         array would change a value behind the tangents' back."""
-        return [ast.Expr(value=helper("unshared", name_node(arg),
+        return [ast.Expr(value=helper_call("unshared", name_node(arg),
                                        *[ast.Constant(value=f) for f in fields]))
                 for arg, fields in call_write_guards(op, self.act.ints, self.locals,
                                                      self.parsed)]
@@ -296,12 +294,12 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             item = ast.UnaryOp(op=ast.USub(), operand=item)
         self.read([value], fresh=False)
         if self.is_live(base) and base not in self.state.owned:
-            out.append(assign_node(self.dot(base), helper(
+            out.append(assign_node(self.dot(base), helper_call(
                 "scatter_add", name_node(self.dot(base)), copy.deepcopy(index), item)))
             self.state.owned.add(base)
             return out
         self._own(base, out)
-        out.append(ast.Expr(value=helper("add_at", name_node(self.dot(base)),
+        out.append(ast.Expr(value=helper_call("add_at", name_node(self.dot(base)),
                                           copy.deepcopy(index), item)))
         return out
 
@@ -330,7 +328,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
     def _primal(self, s) -> ast.stmt:
         if stmt_facts.of(s).snapshot:
             new = shallow_copy(s)
-            new.value = helper("snapshot", s.value)
+            new.value = helper_call("snapshot", s.value)
             return new
         return s
 
@@ -365,7 +363,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         struct: Any = True
         if kind == "copy" and isinstance(value, ast.Call) and \
                 getattr(value.func, "id", None) == "_s2s_loop_items":
-            expr = helper("loop_items_tangent", name_node(self.dot(inputs_live[0])),
+            expr = helper_call("loop_items_tangent", name_node(self.dot(inputs_live[0])),
                            name_node(inputs_live[0]))
             fresh, stmts = False, []
         elif kind == "copy" and isinstance(value, ast.Call):   # _s2s_record(cls, items)
@@ -412,7 +410,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                                  slice=copy.deepcopy(value.slice), ctx=ast.Load())
             protect = snapshot or (base.id in self.in_place and base.id not in self.lists)
             if protect:
-                expr = helper("snapshot", expr)
+                expr = helper_call("snapshot", expr)
             fresh, stmts = protect, []
         else:
             ans = tuple_or_name(ans_names) if len(ans_names) > 1 else name_node(ans_names[0])
@@ -423,7 +421,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                 return [primal] + post
             fresh = is_fresh(expr)
             if snapshot and not fresh:
-                expr, fresh = helper("snapshot", expr), True
+                expr, fresh = helper_call("snapshot", expr), True
         self.read([name_node(n) for n in inputs_live], fresh)
         if isinstance(target, ast.Name):
             tangent_target = name_node(self.dot(target.id), True)
@@ -446,7 +444,8 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             self.materialize(var, out)
             self.set_live(var, owned=True)
         elif var not in self.state.owned:
-            out.append(assign_node(self.dot(var), helper("copy_value", name_node(self.dot(var)))))
+            out.append(assign_node(self.dot(var),
+                                   helper_call("copy_value", name_node(self.dot(var)))))
             self.state.owned.add(var)
 
     def setitem(self, s, op: Op) -> List[ast.stmt]:
@@ -471,7 +470,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                 item = ast.Constant(value=0.0)
         self.read([value], fresh=False)
         if self.is_live(base) and base not in self.state.owned:
-            out.append(assign_node(self.dot(base), helper(
+            out.append(assign_node(self.dot(base), helper_call(
                 "with_item", name_node(self.dot(base)), index_expr(target.slice), item)))
             self.state.owned.add(base)
             return out
@@ -486,7 +485,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         out: List[ast.stmt] = []
         guard = stmt_facts.of(s).guard
         if guard is not None:
-            out.append(ast.Expr(value=helper("unshared", name_node(var),
+            out.append(ast.Expr(value=helper_call("unshared", name_node(var),
                                               *[ast.Constant(value=g) for g in guard])))
         if var not in self.act.active or not (self.is_live(var) or self.live_atom(s.value)):
             out.append(s)
@@ -529,7 +528,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             self.read([item], fresh=False)
             if self.is_live(xs) and xs not in self.state.owned:
                 out.append(assign_node(self.dot(xs),
-                                       helper("push", name_node(self.dot(xs)), tangent)))
+                                       helper_call("push", name_node(self.dot(xs)), tangent)))
                 self.state.owned.add(xs)
             else:
                 self._own(xs, out)
@@ -549,8 +548,9 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                     func=ast.Attribute(value=name_node(self.dot(xs)), attr="pop", ctx=ast.Load()),
                     args=[], keywords=[])))
             else:
-                out.append(assign_node(self.dot(v), helper("last", name_node(self.dot(xs)))))
-                out.append(assign_node(self.dot(xs), helper("drop_last", name_node(self.dot(xs)))))
+                out.append(assign_node(self.dot(v), helper_call("last", name_node(self.dot(xs)))))
+                out.append(assign_node(self.dot(xs),
+                                       helper_call("drop_last", name_node(self.dot(xs)))))
                 self.state.owned.add(xs)
             self.set_live(v, owned=False)
             if v not in self.act.active:

@@ -10,9 +10,9 @@ from ..analyze import (
 )
 from ..facts import StatementFacts
 from ..marks import is_comment
-from ..names import assign_node, clone, name_node, name_nodes, stored_names
+from ..names import assign_node, clone, helper_call, name_node, name_nodes, stored_names
 from ..ops import describe
-from .support import LoopInfo, helper_call
+from .records import LoopInfo
 
 
 class AdjointControl:

@@ -9,13 +9,11 @@ from ...errors import InternalError
 from ...rules import registry
 from .. import sites
 from ..facts import expr_facts
-from ..names import assign_node, clone, copy_location, name_node
+from ..names import assign_node, clone, copy_location, helper_call, index_expr, name_node
 from ..ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
-from .support import (
+from .records import (
     DIFFERENTIABLE_KINDS,
     field_index,
-    helper_call,
-    index_expr,
     var_for,
 )
 

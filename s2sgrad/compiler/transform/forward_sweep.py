@@ -14,9 +14,17 @@ from ..analyze import (
     may_build_sequence,
 )
 from ..facts import expr_facts, shallow_copy, stmt_facts
-from ..names import assign_node, clone, copy_location, name_node, name_nodes
+from ..names import (
+    assign_node,
+    clone,
+    copy_location,
+    helper_call,
+    index_expr,
+    name_node,
+    name_nodes,
+)
 from ..ops import Op, describe
-from .support import LoopInfo, helper_call, index_expr, is_literal
+from .records import LoopInfo, is_literal
 
 
 class ForwardSweep:

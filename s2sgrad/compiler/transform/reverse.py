@@ -33,13 +33,21 @@ from ..analyze import (
 )
 from ..facts import ResidualMarks, StatementFacts, expr_facts
 from ..marks import comment, line_comment
-from ..names import NameRegistry, assign_node, clone, copy_location, name_node, name_nodes
+from ..names import (
+    NameRegistry,
+    assign_node,
+    clone,
+    copy_location,
+    helper_call,
+    name_node,
+    name_nodes,
+)
 from ..normalize import NormalForm
 from ..ops import describe
 from .adjoint_control import AdjointControl
 from .adjoint_statements import AdjointStatements
 from .forward_sweep import ForwardSweep
-from .support import LoopInfo, all_vary, fold_loop_items, helper_call
+from .records import LoopInfo, all_vary, fold_loop_items
 
 
 @dataclass

@@ -9,19 +9,15 @@ from typing import Dict, List, Optional
 from ..analyze import (
     Activity,
 )
-from ..names import clone, name_node, stored_names
+from ..names import helper_call, name_node, stored_names
 
 DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
 
 
 
 
-def _call(func: str, *args: ast.expr) -> ast.Call:
-    return ast.Call(name_node(func), list(args), [])
 
 
-def helper_call(helper: str, *args: ast.expr) -> ast.Call:
-    return _call("_s2s_" + helper, *args)
 
 
 @dataclass
@@ -90,14 +86,3 @@ def var_for(atom, old: Optional[Dict[str, ast.expr]]) -> Optional[str]:
     return atom.id if isinstance(atom, ast.Name) else None
 
 
-def index_expr(index: ast.expr) -> ast.expr:
-    """The index of `x[...]` as an ordinary expression (slices become slice())."""
-    if isinstance(index, ast.Slice):
-        parts = [index.lower, index.upper, index.step]
-        args = [p if p is not None else ast.Constant(value=None) for p in parts]
-        if isinstance(args[2], ast.Constant) and args[2].value is None:
-            args.pop()  # slice(lower, upper); slice(x) alone would mean slice(None, x)
-        return ast.Call(func=name_node("slice"), args=args, keywords=[])
-    if isinstance(index, ast.Tuple):
-        return ast.Tuple(elts=[index_expr(e) for e in index.elts], ctx=ast.Load())
-    return clone(index)

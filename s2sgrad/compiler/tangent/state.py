@@ -29,25 +29,12 @@ def _merge(a: Any, b: Any) -> Any:
 
 
 # -- small AST helpers ----------------------------------------------------------------------
-def helper(name: str, *args: ast.expr) -> ast.Call:
-    return ast.Call(func=name_node("_s2s_" + name), args=list(args), keywords=[])
 
 
 def none() -> ast.Constant:
     return ast.Constant(value=None)
 
 
-def index_expr(index: ast.expr) -> ast.expr:
-    """The index of `x[...]` as an ordinary expression (slices become slice())."""
-    if isinstance(index, ast.Slice):
-        parts = [index.lower, index.upper, index.step]
-        args = [p if p is not None else ast.Constant(value=None) for p in parts]
-        if isinstance(args[2], ast.Constant) and args[2].value is None:
-            args.pop()
-        return ast.Call(func=name_node("slice"), args=args, keywords=[])
-    if isinstance(index, ast.Tuple):
-        return ast.Tuple(elts=[index_expr(e) for e in index.elts], ctx=ast.Load())
-    return copy.deepcopy(index)
 
 
 class _Replace(ast.NodeTransformer):
