@@ -1700,18 +1700,19 @@ def vecdot_grads(g, x1, x2, axis=-1):
 
 
 # -- scipy.special (rules in scipy_rules.py, registered only when scipy imports) -----------
-@_helper
-def scipy_digamma(x):
-    """d/dx gammaln(x)."""
-    from scipy import special
-    return special.digamma(x)
+def _scipy_special(name: str, function: str, doc: str, *fixed):
+    """A helper calling scipy.special.<function>(*fixed, *args), SciPy imported at the
+    first call (rule templates call these by name)."""
+    def call(*args):
+        from scipy import special
+        return getattr(special, function)(*fixed, *args)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = doc
+    return _helper(call)
 
 
-@_helper
-def scipy_trigamma(x):
-    """d/dx digamma(x)."""
-    from scipy import special
-    return special.polygamma(1, x)
+scipy_digamma = _scipy_special("scipy_digamma", "digamma", "d/dx gammaln(x).")
+scipy_trigamma = _scipy_special("scipy_trigamma", "polygamma", "d/dx digamma(x).", 1)
 
 
 @_helper
@@ -1741,63 +1742,20 @@ def logsumexp_grads(g, a, ans, axis=None, b=None, keepdims=False, return_sign=Fa
 
 
 
-@_helper
-def scipy_gammaln(x):
-    """log |Gamma(x)|, for templates (its derivative is scipy_digamma)."""
-    from scipy import special
-    return special.gammaln(x)
-
-
-@_helper
-def scipy_polygamma(n, x):
-    """The n-th derivative of digamma (n = 0: digamma itself); d/dx is order n + 1."""
-    from scipy import special
-    return special.polygamma(n, x)
-
-
+scipy_gammaln = _scipy_special("scipy_gammaln", "gammaln",
+                               "log |Gamma(x)|, for templates (its derivative is scipy_digamma).")
+scipy_polygamma = _scipy_special("scipy_polygamma", "polygamma",
+                                 "The n-th derivative of digamma (n = 0: digamma itself); "
+                                 "d/dx is order n + 1.")
 # Bessel functions of real order v, for templates: each one's derivative in x is a
 # combination of the same function at orders v - 1 and v + 1 (DLMF 10.6.1, 10.29.1),
 # so their rules (helper_rules.py) give derivatives of every order.
-@_helper
-def bessel_j(v, x):
-    """J_v(x) (scipy.special.jv)."""
-    from scipy import special
-    return special.jv(v, x)
-
-
-@_helper
-def bessel_y(v, x):
-    """Y_v(x) (scipy.special.yv)."""
-    from scipy import special
-    return special.yv(v, x)
-
-
-@_helper
-def bessel_i(v, x):
-    """I_v(x) (scipy.special.iv)."""
-    from scipy import special
-    return special.iv(v, x)
-
-
-@_helper
-def bessel_k(v, x):
-    """K_v(x) (scipy.special.kv)."""
-    from scipy import special
-    return special.kv(v, x)
-
-
-@_helper
-def bessel_ie(v, x):
-    """I_v(x) exp(-|x|) (scipy.special.ive)."""
-    from scipy import special
-    return special.ive(v, x)
-
-
-@_helper
-def bessel_ke(v, x):
-    """K_v(x) exp(x) (scipy.special.kve)."""
-    from scipy import special
-    return special.kve(v, x)
+bessel_j = _scipy_special("bessel_j", "jv", "J_v(x) (scipy.special.jv).")
+bessel_y = _scipy_special("bessel_y", "yv", "Y_v(x) (scipy.special.yv).")
+bessel_i = _scipy_special("bessel_i", "iv", "I_v(x) (scipy.special.iv).")
+bessel_k = _scipy_special("bessel_k", "kv", "K_v(x) (scipy.special.kv).")
+bessel_ie = _scipy_special("bessel_ie", "ive", "I_v(x) exp(-|x|) (scipy.special.ive).")
+bessel_ke = _scipy_special("bessel_ke", "kve", "K_v(x) exp(x) (scipy.special.kve).")
 
 
 # -- scipy.stats (rules in scipy_stats_rules.py) -----------------------------------------
