@@ -1288,6 +1288,15 @@ class ProgramGenerator(FamilyMixin):
         acc = self.accumulator()
         i = self.fresh("i")
         n = self.rng.choice([2, 3, 3, 4])
+        enclosing = [(name, bound) for name, bound in self.ints if bound >= 2]
+        if enclosing and self.rng.random() < 0.4:
+            # the variable of a loop around this one, iterated again (`for i in ...:
+            # for i in ...:`): the rest of the outer body reads the inner loop's last
+            # value, which stays below the outer bound
+            i, bound = self.rng.choice(enclosing)
+            n = min(n, bound)
+        elif not any(name == "_" for name, _ in self.ints) and self.rng.random() < 0.1:
+            i = "_"   # the throwaway name, read as an index like any other
         start = self.rng.choice(["", "", "1, "]) if n > 2 else ""
         self.emit(f"for {i} in range({start}{n}):")
         self.ints.append((i, n))

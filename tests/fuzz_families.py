@@ -589,6 +589,9 @@ class FamilyMixin:
                       f"{w}, {u} = {t}[1], {t}[0]")
             self.force.append(f"{self.const()} * np.sum(np.tanh({u})) + "
                               f"{self.const()} * np.sum(np.sin({w} * {t}[1]))")
+        rows = [v for v in vs if v.shape and v.shape[0] >= 2]
+        if rows and self.rng.random() < 0.3:
+            self.loop_variable_reused(self.rng.choice(rows))
         if self.rng.random() < 0.25:   # a chained item assignment
             buf = self.fresh("buf")
             self.emit(f"{buf} = np.zeros(3)")
@@ -597,6 +600,28 @@ class FamilyMixin:
         self.block(self.stmt_budget)
         self.fam_end()
         return self.assemble(header, module, self.lines), kinds
+
+    def loop_variable_reused(self, v):
+        """`for i in range(n):` with an inner loop that iterates over `i` again (or
+        `for _ in ...` beside an inner loop over a constant array), `i` read as an
+        index before and after the inner loop: after it, `i` is the inner loop's."""
+        r = self.fresh("r")
+        name = self.rng.choice(["_", self.fresh("i")])
+        rows = v.shape[0]
+        self.emit(f"{r} = 0.0")
+        self.emit(f"for {name} in range({self.rng.randint(2, rows)}):")
+        read = f"np.sum(np.tanh({v.name}[{name}] * 1.5))"
+        if self.rng.random() < 0.5:
+            self.emit(f"    {r} = {r} + {self.const()} * {read}")
+        if self.rng.random() < 0.6:
+            self.emit(f"    for {name} in range({self.rng.randint(1, rows)}):")
+            self.emit(f"        {r} = {r} * 0.9 + {self.const()} * {read}")
+        else:
+            w = self.fresh("w")
+            self.emit(f"    for {w} in G2:")
+            self.emit(f"        {r} = {r} + {w} * np.sum(np.sin({v.name}))")
+        self.emit(f"    {r} = {r} + {self.const()} * {read}")
+        self.force.append(f"{self.const()} * np.tanh({r})")
 
     def let_tree(self, value, spec):
         name = self.fresh("T")

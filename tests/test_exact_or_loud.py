@@ -358,6 +358,47 @@ def functional_of_a_tuple_built_before_a_rebinding(x, w):
     w = w * 2.0
     jac = s2sgrad.functional.jacobian(lambda a, b: np.sum(a * b), P, create_graph=True)
     return np.sum(jac[0] * w) + np.sum(jac[1])
+
+def inner_loop_reuses_the_outer_variable(x):
+    y = 0.0
+    for i in range(3):
+        y = y + np.sum(x[i] ** 2)
+        for i in range(2):
+            y = y * 1.5
+    return y
+
+
+def outer_variable_read_after_an_inner_loop_over_it(x):
+    y = 0.0
+    for i in range(3):
+        for i in range(1, 3):
+            y = y + np.sum(x[i] * x[0])
+        y = y + np.sum(x[i] ** 2)
+    return y
+
+
+SCALES = [0.5, 2.0]
+
+
+def throwaway_loop_variable_read_beside_a_list_loop(x, w):
+    y = 0.0
+    for _ in range(3):
+        y = y + np.sum(x[_] ** 2)
+        for v in SCALES:
+            y = y + np.sum(v * w * x[0])
+    return y
+
+
+def first_iteration_skip_with_a_nested_loop_over_the_same_name(W, x):
+    h = np.zeros(np.shape(x))
+    s = 0.0
+    for _ in range(3):
+        h = np.tanh(W @ h + x)
+        for _ in range(2):
+            s = s + np.sum(h * h)
+    return s
+
+
 '''
 
 
@@ -394,6 +435,11 @@ CASES = [
     ("tuple_item_read_after_its_name_is_rebound", [[(3,), (3,)], [(2, 3), (3,)]]),
     ("tuple_unpacked_into_its_own_items", [[(3,), (3,)], [(2, 3), (3,)]]),
     ("functional_of_a_tuple_built_before_a_rebinding", [[(3,), (3,)], [(2, 3), (2, 3)]]),
+    ("inner_loop_reuses_the_outer_variable", [[(3,)], [(3, 2)]]),
+    ("outer_variable_read_after_an_inner_loop_over_it", [[(3,)], [(3, 2)]]),
+    ("throwaway_loop_variable_read_beside_a_list_loop", [[(3,), ()], [(3, 2), (2,)]]),
+    ("first_iteration_skip_with_a_nested_loop_over_the_same_name", [[(3, 3), (3,)],
+                                                                    [(2, 2), (2,)]]),
 ]
 
 
@@ -698,3 +744,59 @@ def test_a_partial_of_a_computing_decorator_is_refused(m):
         s2sgrad.grad(m.partial_of_a_decorated)(np.ones(3))
     with pytest.raises(s2sgrad.TransformError, match="wrapped by a decorator"):
         s2sgrad.grad(m.calls_a_partial_of_a_decorated_function)(np.ones(3))
+
+
+def test_a_third_derivative_through_a_loop_over_pairs_with_an_inner_loop(make_module):
+    """The third derivative of a loop over (array, number) pairs with an inner loop:
+    the second-order code's nested `for _` loops once clobbered the outer `_`."""
+    mod = make_module('''
+import numpy as np
+import s2sgrad
+
+
+def g(P):
+    acc = 0.0
+    for a, b in P:
+        for k in range(2):
+            acc += b
+        acc = acc + np.tanh(a @ a)
+    return acc
+
+
+def g1(P):
+    return np.sum(s2sgrad.grad(g)(P)[0][0])
+
+
+def g2(P):
+    return np.sum(s2sgrad.grad(g1)(P)[0][0])
+''')
+    for a0, a1 in ((np.array([-0.52, 0.21]), np.array([-0.76, 0.12])),
+                   (np.array([0.3, -0.4, 0.2]), np.array([0.1, 0.5, -0.3]))):
+        P = [(a0, 0.28), (a1, -0.81)]
+        got = s2sgrad.grad(mod.g2, witness=False)(P)[0][0]
+        h = 1e-6
+        want = [(mod.g2([(a0 + h * e, 0.28), P[1]]) - mod.g2([(a0 - h * e, 0.28), P[1]]))
+                / (2 * h) for e in np.eye(a0.size)]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_cotangent_summed_from_zeros_is_copied_before_it_is_written_in_place(make_module):
+    """`w = P["b"]; L = [w[1]]; L.extend([w, w])`: w's cotangent is the sum of two
+    zero items (the helper that adds structures hands back one of them as it is),
+    then its row is added in place: a copy first, not a write into a shared zero."""
+    mod = make_module('''
+import numpy as np
+
+
+def f(P):
+    w = P["b"]
+    L = [w[1]]
+    L.extend([w, w])
+    return np.sum(np.sin(L[0]))
+''')
+    for shape in ((2, 3), (3, 2, 2)):
+        b = np.random.default_rng(3).standard_normal(shape)
+        got = s2sgrad.grad(mod.f)({"b": b})["b"]
+        want = np.zeros(shape)
+        want[1] = np.cos(b[1])
+        np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -166,6 +166,7 @@ class ControlRules:
     def stmt_For(self, s, out):
         if s.orelse:
             raise self.err(s, "for ... else is not supported", "Use a flag variable.")
+        s = self.separate_loop_variables(s)
         over_keys = self.dict_loop(s)
         if over_keys is not None:
             s = over_keys
@@ -195,6 +196,30 @@ class ControlRules:
                        body=inner or [copy_location(ast.Pass(), s)], orelse=[],
                        type_comment=None)
         self.emit(out, node, s)
+
+    def separate_loop_variables(self, s: ast.For) -> ast.For:
+        """`for i in ...:` with a loop inside it that also iterates over `i`: the
+        inner loop leaves `i` changed for the rest of the outer body, and the adjoint,
+        which sets each loop's variable from its range, would read the wrong value.
+        Each such loop gets a variable of its own and assigns `i` from it as the
+        first statement of its body, so `i` is an ordinary variable, saved and
+        restored like any other."""
+        mine = _target_names(s.target)
+        nested = [f for f in walk_scope(ast.Module(body=s.body, type_ignores=[]),
+                                        statements_only=True)
+                  if isinstance(f, ast.For) and _target_names(f.target) & mine]
+        if not nested:
+            return s
+        shared = mine & set().union(*(_target_names(f.target) for f in nested))
+        for loop in [s] + nested:
+            fresh = {}
+            for node in ast.walk(loop.target):
+                if isinstance(node, ast.Name) and node.id in shared:
+                    fresh[node.id] = node.id = self.names.fresh(f"{node.id}_loop")
+            loop.body = [copy_location(assign_node(name_node(user, True), name_node(held)),
+                                       loop)
+                         for user, held in fresh.items()] + loop.body
+        return s
 
     def enter_loop(self, body: List[ast.stmt]) -> Set[str]:
         """At a loop's head, a name the body assigns may hold what the previous
@@ -356,3 +381,6 @@ class ControlRules:
     def stmt_Continue(self, s, out):
         self.emit(out, ast.Continue(), s)
 
+
+def _target_names(target: ast.expr) -> Set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}

@@ -222,7 +222,8 @@ class CallTangents:
         call_fwd = ast.Call(func=name_node(fwd), args=zeros + slot_args, keywords=[])
         n_in = len(site.arg_atoms)
         grads = self.names.fresh(f"{cls.__name__}_grads")
-        out.append(assign_node(ast.Tuple(elts=[name_node(grads if n_in == 1 else "_", True),
+        unused = "_" if "_" not in self.names.taken else self.names.fresh("unused")
+        out.append(assign_node(ast.Tuple(elts=[name_node(grads if n_in == 1 else unused, True),
                                            name_node(res, True)], ctx=ast.Store()), call_fwd))
         # One input: the vjp returns its gradient bare or as a one-tuple (torch
         # allows both); the cotangent of what it returned has that form.

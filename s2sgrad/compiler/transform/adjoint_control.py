@@ -93,8 +93,11 @@ class AdjointControl:
                 not any(st is s for st in self.nf.node.body):
             return None
         written = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
+        in_body = {n for b in s.body for n in stored_names(b)}
+        if info.target.id in in_body:
+            return None   # the test reads the loop variable: it must be the iteration's
         written.add(info.target.id)
-        written |= {n for b in s.body for n in stored_names(b)}
+        written |= in_body
         before = []   # (statement, names it stores) of every statement before the loop
         for top in self.nf.node.body:
             if top is s:
@@ -212,7 +215,10 @@ class AdjointControl:
             it = helper_call("backwards", rng) if self.pure else \
                 ast.Call(func=self.builtin("reversed"), args=[rng], keywords=[])
         else:
-            target = name_node("_", True)
+            # (`_` unless the function has a variable of that name: the user's `_`
+            # read after this loop must keep its value)
+            target = name_node("_" if "_" not in self.names.taken else
+                               self.names.fresh("trip"), True)
             it = ast.Call(func=self.builtin("range"), args=[name_node(info.trips)], keywords=[])
         out += header
         out.append(ast.For(target=target, iter=it, body=body, orelse=[], type_comment=None))

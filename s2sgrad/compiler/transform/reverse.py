@@ -235,9 +235,12 @@ class Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         if b in self.state:
             if var in self.sequences or var not in self.act.leaves:
                 # Maybe a list, tuple or dict (an argument, an item of one, what a
-                # callee returned): added item by item, as `+` would concatenate.
+                # callee returned): added item by item, as `+` would concatenate. The
+                # sum may be one of the two as it is (the other a zero): shared.
                 out.append(assign_node(b, helper_call("add", name_node(b), value)))
-            elif self.state[b] == "owned" and not self.pure:
+                self.state[b] = "shared"
+                return
+            if self.state[b] == "owned" and not self.pure:
                 # Nothing else refers to this array: add in place, no allocation.
                 out.append(ast.AugAssign(target=name_node(b, True), op=ast.Add(), value=value))
             else:
