@@ -62,7 +62,6 @@ import operator
 import os
 import stat
 import sys
-import tempfile
 import time
 import types
 import warnings
@@ -324,8 +323,7 @@ class DiskCache:
     def _write_file(self, key: str, data: bytes) -> bool:
         target = self.entry_path(key)
         folder = self._private_subdirectory(TMP_SUBDIR) or self.path
-        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", suffix=TMP_SUFFIX,
-                                   dir=folder)
+        fd, tmp = _temporary_file(folder)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -667,8 +665,7 @@ def _marked(folder: str) -> bool:
     try:
         if any(not n.startswith(TMP_PREFIX) for n in os.listdir(folder)):
             return False
-        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", suffix=TMP_SUFFIX,
-                                   dir=folder)
+        fd, tmp = _temporary_file(folder)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(_MARKER)
@@ -701,12 +698,20 @@ def numba_folder(path: Optional[str] = None) -> Tuple[Optional[str], str]:
     return folder, ""
 
 
+def _temporary_file(folder: str) -> Tuple[int, str]:
+    """(descriptor, path) of a new private file in `folder`, named so that its
+    writer's pid says when it is abandoned (tempfile is imported here, not at
+    `import s2sgrad`: most processes never write)."""
+    import tempfile
+    return tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", suffix=TMP_SUFFIX,
+                            dir=folder)
+
+
 def write_sealed(folder: str, name: str, marker: str, body: str) -> str:
     """Write `body` under its marker and checksum (trust.sealed_text) to
     folder/name, atomically and 0600; returns the path."""
     path = os.path.join(folder, name)
-    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", suffix=TMP_SUFFIX,
-                               dir=folder)
+    fd, tmp = _temporary_file(folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(trust.sealed_text(marker, body))

@@ -635,7 +635,7 @@ def test_unwritable_directory_falls_back_to_memory_with_one_warning(tmp_path, mo
 def test_write_errors_fall_back_to_memory_with_one_warning(cache_dir, monkeypatch, m, passes):
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr(cache.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(cache, "_temporary_file", refuse)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         compile_function(m.plain, (0,))

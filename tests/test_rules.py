@@ -144,3 +144,22 @@ def test_autograd_differences_are_real(name, expr, specs, make_module, rng):
     same = all(np.shape(a) == np.shape(b) and np.allclose(a, b, rtol=1e-6, atol=1e-7)
                for a, b in zip(ours, theirs))
     assert not same, f"{name}: autograd agrees here; remove it from AUTOGRAD_DIFFERENT"
+
+
+def test_every_shipped_template_names_only_known_names():
+    """The shipped tables' templates are not checked at import (for its speed): here.
+    Every name is a parameter, g, ans, np, a runtime helper or a prelude's local."""
+    from s2sgrad.rules import registry
+    registry.load_scipy_rules()
+    assert registry.check_shipped_names() > 300
+
+
+def test_the_shipped_name_check_can_fail(monkeypatch):
+    from s2sgrad.rules import registry
+    with pytest.raises(ValueError, match="not_a_helper"):   # a user's rule: at once
+        registry.make_rule("probe", "x", {"x": "g * not_a_helper(x)"})
+    monkeypatch.setattr(registry, "_SHIPPING", True)        # a shipped one: by the test
+    monkeypatch.setattr(registry, "_UNCHECKED", [])
+    registry.make_rule("probe", "x", {"x": "g * not_a_helper(x)"})
+    with pytest.raises(ValueError, match="not_a_helper"):
+        registry.check_shipped_names()

@@ -125,17 +125,21 @@ def _writing_to(target: Registry):
 def _load_lazy(all_available: bool = False) -> bool:
     """Register the rules of the SciPy modules already imported (all_available: of
     every SciPy module that imports). Whether any rule was added."""
+    global _SHIPPING
     loaded = False
     for module, rules in list(_PENDING.items()):
         if not all_available and module not in sys.modules:
             continue
         _PENDING.pop(module)
         before = set(_LAZY.functions)
-        with _writing_to(_LAZY):
-            try:
+        shipping, _SHIPPING = _SHIPPING, True
+        try:
+            with _writing_to(_LAZY):
                 importlib.import_module(f"{__package__}.{rules}")
-            except ImportError:
-                continue   # SciPy (or this module of it) is not installed
+        except ImportError:
+            continue   # SciPy (or this module of it) is not installed
+        finally:
+            _SHIPPING = shipping
         new = [rule for key, (_, rule) in _LAZY.functions.items() if key not in before]
         _SHIPPED.extend(new)
         _SHIPPED_IDS.update(id(rule) for rule in new)
@@ -192,14 +196,23 @@ def _check_argument_forms(rule: "Rule", bound: inspect.BoundArguments) -> None:
                                 f"{param!r} is not differentiated")
 
 
+_PARAMETERS: Dict[str, list] = {}   # a parameter list's text -> its parameters
+
+
 def _signature(params) -> inspect.Signature:
     if isinstance(params, inspect.Signature):
-        sig = params
+        parameters = list(params.parameters.values())
     else:
-        ns: dict = {"np": np}
-        exec(f"def _rule_params({params}):\n    pass", ns)  # noqa: S102 - table text
-        sig = inspect.signature(ns["_rule_params"])
-    return RuleSignature(list(sig.parameters.values()))
+        # Many rules share a parameter list ("x", "x, y"): each text is read once
+        # (an exec and inspect.signature cost about 40 microseconds).
+        parameters = _PARAMETERS.get(params)
+        if parameters is None:
+            ns: dict = {"np": np}
+            exec(f"def _rule_params({params}):\n    pass", ns)  # noqa: S102 - table text
+            parameters = _PARAMETERS[params] = \
+                list(inspect.signature(ns["_rule_params"]).parameters.values())
+    # (the parameters come from a def or a Signature: already valid)
+    return RuleSignature(list(parameters), __validate_parameters__=False)
 
 
 def _parse_template(text: str, where: str) -> ast.expr:
@@ -240,8 +253,26 @@ def make_rule(name: str, params, grads: Dict[str, str], *, prelude: str = "",
     sig.rule = rule
     local_names = {n.id for s in pre for n in ast.walk(s)
                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    _check_names(rule, local_names)
+    if _SHIPPING:
+        # The shipped tables are checked by the test suite (check_shipped_names), not
+        # at each import: the walk over every template is most of an import's cost.
+        _UNCHECKED.append((rule, local_names))
+    else:
+        _check_names(rule, local_names)
     return rule
+
+
+# True while the shipped tables register (rules/__init__ until mark_shipped, and each
+# lazy load of SciPy's): their templates' names are checked by check_shipped_names.
+_SHIPPING = True
+_UNCHECKED: List[Tuple[Rule, Set[str]]] = []
+
+
+def check_shipped_names() -> int:
+    """Check every shipped template's names (ValueError on an unknown one); how many."""
+    for rule, local_names in _UNCHECKED:
+        _check_names(rule, local_names)
+    return len(_UNCHECKED)
 
 
 def _display_name(func: Callable) -> str:
@@ -494,7 +525,10 @@ _SHIPPED_IDS: Set[int] = set()
 
 
 def mark_shipped() -> None:
-    """Record the rules registered so far as the shipped table (rules/__init__)."""
+    """Record the rules registered so far as the shipped table (rules/__init__); rules
+    registered from now on are the user's, checked as they are registered."""
+    global _SHIPPING
+    _SHIPPING = False
     _SHIPPED[:] = [r for _, r in _function_entries()] + list(REGISTRY.methods.values()) + \
         list(REGISTRY.attributes.values())
     _SHIPPED_IDS.clear()
