@@ -1067,11 +1067,29 @@ class FamilyMixin:
             lam = self.fresh("g")
             self.emit(f"{lam} = lambda u: np.tanh(u) * 1.5")
             pool.append(lam)
+        passable = fns + ["np.tanh", "np.sin"]   # known at compile time: module-level
+        helpers_made = set()
         for _ in range(self.rng.choice([1, 2, 2, 3])):
             fn = self.rng.choice(pool)
             v = self.rng.choice(declared)
-            form = self.rng.choice(["direct", "nested", "loop"])
-            if form == "direct":
+            form = self.rng.choice(["direct", "nested", "loop", "passed"])
+            if form == "passed":
+                # a function passed to a module-level helper that calls it (the helper
+                # is compiled for each function), or left to the helper's default
+                helper = self.rng.choice(["apply_fn", "apply_default"])
+                if helper not in helpers_made:
+                    helpers_made.add(helper)
+                    module += (["def apply_fn(fn, v, c):", "    return fn(v * c) + v"]
+                               if helper == "apply_fn" else
+                               ["def apply_default(v, fn=np.sin):", "    return fn(v) * 0.5"])
+                    module += ["", ""]
+                arg = self.rng.choice(passable)
+                call = (f"apply_fn({arg}, {self.expr(v.shape, 1)}, {self.const()})"
+                        if helper == "apply_fn" else
+                        self.rng.choice([f"apply_default({v.name})",
+                                         f"apply_default({v.name}, {arg})"]))
+                self.force.append(f"{self.const()} * np.sum({call})")
+            elif form == "direct":
                 self.force.append(f"{self.const()} * np.sum({fn}({self.expr(v.shape, 1)}))")
             elif form == "nested":
                 fn2 = self.rng.choice(pool)

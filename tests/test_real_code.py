@@ -90,6 +90,33 @@ def nested_rebound(x):
         return v * 2.0
     g = np.sin
     return np.sum(g(x))
+def softplus(z):
+    return np.log1p(np.exp(z))
+
+
+def layer(W, x, nonlinearity):
+    return nonlinearity(W @ x)
+
+
+def layer_with_a_default(W, x, act=softplus):
+    return act(W @ x)
+
+
+def two_layers(W, x, act):
+    return np.sum(layer(W.T, layer(W, x, act), np.sin) ** 2)
+
+
+def net(W, x):
+    return np.sum(layer(W, x, np.tanh)) + np.sum(layer(W, x, softplus)) + two_layers(W, x, np.cos)
+
+
+def net_with_defaults(W, x):
+    return np.sum(layer_with_a_default(W, x)) + np.sum(layer_with_a_default(W, x, np.tanh))
+
+
+def second_order_through_it(W, x):
+    return np.sum(s2sgrad.grad(net)(W, x) ** 2)
+
 '''
 
 
@@ -127,3 +154,17 @@ def test_what_a_nested_def_cannot_be_is_refused_at_its_line(m):
 @pytest.mark.parametrize("n", [3, 6])
 def test_containers_and_chained_assignments(m, name, n, rng):
     check_vjp(getattr(m, name), [rng.standard_normal(n)])
+
+
+@pytest.mark.parametrize("name", ["net", "net_with_defaults", "second_order_through_it"])
+@pytest.mark.parametrize("n, k", [(3, 2), (2, 4)])
+def test_a_function_passed_as_an_argument(m, name, n, k, rng):
+    """`layer(W, x, np.tanh)`: the helper is compiled for the function it is given
+    (a pair per function, like a shape), and for a default function it is not."""
+    W, x = rng.standard_normal((n, k)) * 0.5, rng.standard_normal(k)
+    check_vjp(getattr(m, name), [W, x], wrt=(0,), rtol=1e-5, atol=1e-7)
+
+
+def test_a_pair_made_for_a_function_says_so(m):
+    text = s2sgrad.source(m.net)
+    assert "(for nonlinearity=np.tanh)" in text and "(for nonlinearity=softplus)" in text

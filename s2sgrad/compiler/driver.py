@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 import os
 import types
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import numpy as np
 
 from ..errors import TransformError, error_at, reporting_bugs
 from ..introspect import unwrap
@@ -31,8 +33,8 @@ from .sites import FunctionSite
 def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                      pure: bool = False, scalars: Tuple[str, ...] = (),
                      structure: Tuple[Tuple[int, Tuple[bool, ...]], ...] = (),
-                     leaves: Optional[Tuple[int, ...]] = None, packed: bool = False
-                     ) -> CompiledFunction:
+                     leaves: Optional[Tuple[int, ...]] = None, packed: bool = False,
+                     statics: Tuple[Tuple[str, Any], ...] = ()) -> CompiledFunction:
     """The cached forward/adjoint pair of `fn` with respect to positions `wrt`.
 
     Looks in memory, then on disk, then runs the passes (and stores the result).
@@ -43,7 +45,9 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
     # gradients are not computed: the caller does not read them); leaves: the
     # positions the caller passes arrays or numbers (any other parameter may hold
     # a list, tuple or dict, whose cotangents add item by item); None: every
-    # positional parameter (the arrays-only callers: the CLI, functional, numba).
+    # positional parameter (the arrays-only callers: the CLI, functional, numba);
+    # statics: (parameter, function) pairs a caller passes (a specialised pair,
+    # kept in memory only: the functions are part of its key).
     bound = None if type(fn) is types.FunctionType else bound_call(fn)
     if bound is not None:   # a bound method, callable object or partial: its function's
         inner = compile_function(bound.func, bound.shift(wrt), optimize_code, pure,
@@ -61,7 +65,7 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
     if leaves is None:
         leaves = tuple(range(getattr(getattr(unwrap(fn), "__code__", None), "co_argcount", 0)))
     options = (bool(optimize_code), bool(pure), tuple(scalars), tuple(structure),
-               tuple(leaves))   # (callers give positions in increasing order)
+               tuple(leaves), tuple(statics))   # (callers give positions in increasing order)
     key = cache_key(fn, wrt, options)
     with LOCK:
         hit = PAIRS.valid(key)
@@ -70,7 +74,8 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
         wrt = tuple(wrt)
         PAIRS.enter()
         try:
-            store, disk_key = _entry.disk_store(fn, wrt, options)
+            store, disk_key = _entry.disk_store(fn, wrt, options) if not statics else \
+                (None, None)
             if store is not None:
                 compiled = _entry.load(store, disk_key, fn, wrt, options, key, compile_function)
                 if compiled is not None:
@@ -96,19 +101,23 @@ def discard(compiled: CompiledFunction) -> None:
 
 def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
     parsed = parse_for(fn, wrt)
+    parsed.statics = dict(options[5])
     with reporting_bugs(parsed.name, parsed), deep_enough(parsed):
         return _generate(fn, wrt, options, key, store, disk_key, parsed)
 
 
 def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunction:
-    optimize_code, pure, scalars, structure, leaves = options
+    optimize_code, pure, scalars, structure, leaves, _ = options
     # The disk entry records the dotted names the user's code resolves; read them
     # now, before the passes rewrite the tree (else the entry parses it again).
     chains = _entry.root_chains(parsed.node, unwrap(fn)) if store is not None else None
     t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure, leaves)
+    specialised = "".join(f", {name}={_function_name(value)}"
+                          for name, value in parsed.statics.items())
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
               f"{parsed.node.lineno}), gradient with respect to "
-              f"{', '.join(parsed.all_params[i] for i in wrt)}\n")
+              f"{', '.join(parsed.all_params[i] for i in wrt)}"
+              f"{' (for ' + specialised[2:] + ')' if specialised else ''}\n")
     inlined = sorted({f"{s.cls.__name__} (its {s.vjp_name} at {s.vjp_location()})"
                       for s in _function_sites(t) if s.inlined})
     if inlined:
@@ -116,7 +125,8 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
     source = emit_pair(t, header)
     filename = (f"<s2sgrad {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
                 f"wrt={wrt}{'' if optimize_code else ' unoptimized'}{' pure' if pure else ''}"
-                f"{' scalars' if scalars else ''}>")
+                f"{' scalars' if scalars else ''}"
+                f"{''.join(f' {n}=#{id(v):x}' for n, v in parsed.statics.items())}>")
     free = dict(getattr(t, "bindings", {}))
     for site in t.callees.values():
         free[site.forward_name] = None
@@ -163,13 +173,23 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
     return compiled
 
 
+def _function_name(fn: Any) -> str:
+    """How a specialised pair names the function a parameter is bound to."""
+    module = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    if isinstance(fn, np.ufunc) or module.startswith("numpy"):
+        return f"np.{getattr(fn, '__name__', name)}"
+    return name
+
+
 def _callee_pair(site, parsed, optimize_code: bool, pure: bool) -> CompiledFunction:
     """The pair of a function this one calls. A refusal that has no place of its
     own (the callee's source cannot be read: made with exec, say) is reported
     at the call, with the caret under it."""
     try:
         return compile_function(site.fn, site.wrt, optimize_code, pure,
-                                structure=site.structure, leaves=site.leaves)
+                                structure=site.structure, leaves=site.leaves,
+                                statics=site.statics)
     except TransformError as exc:
         if exc.filename:
             raise

@@ -99,7 +99,7 @@ def make_entry(disk_key, compiled, t, emitted: Emitted, code, closure_names,
     callees = []
     for site in t.callees.values():
         index = dependency("callee", site.fn)
-        if index is None:
+        if index is None or site.statics:   # (a specialised callee: memory only)
             return None
         callees.append((site.forward_name, site.adjoint_name, index, tuple(site.wrt),
                         tuple(getattr(site, "structure", ())), tuple(site.leaves)))

@@ -11,7 +11,7 @@ import linecache
 import textwrap
 import types
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import TransformError
 from ..introspect import refuse_opaque_decorators, source_block, unwrap
@@ -37,6 +37,9 @@ class ParsedFunction:
     # instead of copying it, and it is marked used (`tree_used`) when it does.
     own_tree: bool = True
     tree_used: bool = False
+    # Parameters bound to the function a caller passes them (`layer(W, x, np.tanh)`):
+    # read as that function, like a global, in a pair made for it alone.
+    statics: Dict[str, Any] = field(default_factory=dict)
 
     def line_text(self, lineno: int) -> Optional[str]:
         """The user's source line (without newline), for errors and comments."""

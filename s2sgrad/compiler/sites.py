@@ -14,8 +14,11 @@ import copy
 import inspect
 import linecache
 import os
+import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
 
 from ..errors import TransformError, deliberate, error_at, note_origin, origin_of
 from ..rules.registry import Rule
@@ -574,6 +577,9 @@ class CalleeSite:
     out_names: List[str]
     arg_atoms: List[Optional[ast.expr]]
     static_none: Set[int] = field(default_factory=set)
+    # (parameter, function) for each parameter the caller passes a function known
+    # at compile time (`np.tanh`, a module-level def): the callee is compiled for it.
+    statics: Tuple[Tuple[str, Any], ...] = ()
     # Parameters the caller passes an array or a number (see analyze.leaf_names).
     leaves: Tuple[int, ...] = ()
     # The caller's names written in place somewhere: passed as copies, since the
@@ -629,8 +635,32 @@ def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
                       residual_name=names.fresh(f"{base}_residuals"), call=call,
                       out_names=list(op.outputs), arg_atoms=atoms,
                       leaves=tuple(i for i, a in enumerate(atoms) if _is_leaf(a, activity)),
-                      mutable=set(getattr(nf, "written_in_place", ())))
+                      mutable=set(getattr(nf, "written_in_place", ())),
+                      statics=_function_arguments(params, atoms, nf))
     return site
+
+
+_FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType, np.ufunc)
+
+
+def _function_arguments(params, atoms, nf) -> Tuple[Tuple[str, Any], ...]:
+    """The parameters a call binds to a function known now: an argument that names
+    one (`np.tanh`, a def of the module), or a default that is one where the call
+    passes nothing. The callee reads each as that function (a pair of its own)."""
+    out = []
+    for p, atom in zip(params, atoms):
+        if atom is None:
+            value = p.default
+        elif isinstance(atom, (ast.Name, ast.Attribute)) and \
+                not nf.resolver.is_local_chain(atom):
+            ok, value = nf.resolver.static(atom)
+            if not ok:
+                continue
+        else:
+            continue
+        if isinstance(value, _FUNCTION_TYPES):
+            out.append((p.name, value))
+    return tuple(out)
 
 
 def _is_leaf(atom: Optional[ast.expr], activity) -> bool:

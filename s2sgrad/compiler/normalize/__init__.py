@@ -15,6 +15,7 @@ error messages and for the comments of the generated adjoint.
 from __future__ import annotations
 
 import ast
+import types
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
@@ -108,7 +109,13 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         for node in scope:
             if isinstance(node, (ast.For, ast.comprehension)):
                 local |= {n.id for n in name_nodes(node.target)}
-        self.resolver = Resolver(parsed.globals, parsed.closure, local)
+        closure = parsed.closure
+        if parsed.statics:   # parameters the caller binds to a function (driver)
+            bound = {n for n in parsed.statics if n not in assigned}
+            local -= bound
+            closure = dict(closure)
+            closure.update((n, types.CellType(parsed.statics[n])) for n in bound)
+        self.resolver = Resolver(parsed.globals, closure, local)
         self.names = NameRegistry(names_in(fdef) | local)
         self._check_reserved(fdef)
         self.unversioned: Set[str] = set()
