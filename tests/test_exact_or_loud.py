@@ -399,6 +399,16 @@ def first_iteration_skip_with_a_nested_loop_over_the_same_name(W, x):
     return s
 
 
+
+def tuple_slot_overwritten(x, y):
+    L = []
+    L.append((x, 2.0 * x))
+    L[0] = y * y
+    return np.sum(L)
+
+
+def second_order_of_a_tuple_slot_overwritten(x, y):
+    return np.sum(s2sgrad.grad(tuple_slot_overwritten)(x, y) * np.sin(x))
 '''
 
 
@@ -440,6 +450,7 @@ CASES = [
     ("throwaway_loop_variable_read_beside_a_list_loop", [[(3,), ()], [(3, 2), (2,)]]),
     ("first_iteration_skip_with_a_nested_loop_over_the_same_name", [[(3, 3), (3,)],
                                                                     [(2, 2), (2,)]]),
+    ("second_order_of_a_tuple_slot_overwritten", [[(3,), (3,)], [(2, 3), (2, 3)]]),
 ]
 
 

@@ -57,7 +57,8 @@ defvjp(runtime_inplace.copy_item, "container, index",
        container="scatter_add(zeros_like(container), index, g)", name="_s2s_copy_item")
 defvjp(runtime_inplace.scatter_add, "adjoint, index, value", adjoint="g",
        value="unbroadcast(copy_item(g, index), value)", name="_s2s_scatter_add")
-defvjp(runtime_inplace.with_zeroed, "adjoint, index", adjoint="with_zeroed(g, index)",
+defvjp(runtime_inplace.with_zeroed, "adjoint, index, like=None",
+       adjoint="with_zeroed(g, index, like)",
        name="_s2s_with_zeroed")
 defvjp(runtime_inplace.with_item, "container, index, value",
        container="with_zeroed(g, index)",

@@ -269,7 +269,7 @@ def scatter_add(adjoint, index, g):
     return out
 
 
-def with_zeroed(adjoint, index):
+def with_zeroed(adjoint, index, like=None):
     """adjoint with the items at a basic index set to zero, as a new array."""
     if not _basic(index):
         raise TypeError("s2sgrad's gradient of a write through an array of indices has no "

@@ -186,10 +186,11 @@ def scatter_add(adjoint, index, g):
 
 
 @helper
-def with_zeroed(adjoint, index):
-    """adjoint with the items at index set to zero, as a new value."""
+def with_zeroed(adjoint, index, like=None):
+    """adjoint with the items at index set to zero, as a new value (for a list,
+    zeros of the structure of `like`'s items: see zero_item)."""
     out = copy_value(adjoint)
-    zero_item(out, index)
+    zero_item(out, index, like)
     return out
 
 

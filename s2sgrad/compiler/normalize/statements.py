@@ -9,7 +9,7 @@ from typing import Dict, List
 
 from ...function import is_function_class
 from ..facts import expr_facts
-from ..names import assign_node, clone, copy_location, name_node, name_nodes
+from ..names import RESERVED_PREFIX, assign_node, clone, copy_location, name_node, name_nodes
 from .scope import dotted, is_atom, is_docstring, is_fresh, loads, readable_stem
 
 
@@ -178,9 +178,11 @@ class StatementRules:
             param = roles.get(value)
             if rule is not None and param in rule.grads and param not in rule.sequence and \
                     isinstance(value, ast.Name) and \
-                    self.env.get(value.id, value.id) in self.lists:
+                    self.env.get(value.id, value.id) in self.lists and \
+                    not rule.name.startswith(RESERVED_PREFIX):
                 # np.sum(xs) of a list: NumPy makes it an array first; so does the
-                # code, so that the list gets a list of cotangents back.
+                # code, so that the list gets a list of cotangents back. (s2sgrad's
+                # own helpers, in generated code differentiated again, take lists.)
                 return self.as_array(value, out)
             literal = isinstance(value, (ast.Tuple, ast.List)) and self._holds_locals(value)
             if pack and literal:

@@ -157,7 +157,9 @@ class AdjointStatements:
                     grad = helper_call("written_grad", name_node(b), clone(index),
                                        name_node(value.id))
                 out.append(assign_node(part, grad))
-            if self.pure:
+            if self.pure and base in self.sequences:
+                zero_list = (b, index)    # once the old items are back (below)
+            elif self.pure:
                 out.append(assign_node(b, helper_call("with_zeroed", name_node(b),
                                                   clone(index))))
                 self.state[b] = "owned"
@@ -178,8 +180,13 @@ class AdjointStatements:
         if zero_list is not None:
             b, index = zero_list
             like = [name_node(base)] if restored else []
-            out.append(ast.Expr(value=helper_call("zero_item", name_node(b), clone(index),
-                                                  *like)))
+            if self.pure:
+                out.append(assign_node(b, helper_call("with_zeroed", name_node(b),
+                                                      clone(index), *like)))
+                self.state[b] = "owned"
+            else:
+                out.append(ast.Expr(value=helper_call("zero_item", name_node(b),
+                                                      clone(index), *like)))
 
     def _basic_index(self, index: ast.expr) -> bool:
         """An index that cannot name an element twice: ints, slices, None, `...`."""
