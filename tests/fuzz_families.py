@@ -1072,8 +1072,22 @@ class FamilyMixin:
         for _ in range(self.rng.choice([1, 2, 2, 3])):
             fn = self.rng.choice(pool)
             v = self.rng.choice(declared)
-            form = self.rng.choice(["direct", "nested", "loop", "passed"])
-            if form == "passed":
+            form = self.rng.choice(["direct", "nested", "loop", "passed", "partial"])
+            if form == "partial":
+                # a partial made here, of a module-level helper, holding a value of
+                # this function (its value now, though the name is rebound after)
+                if "apply_fn" not in helpers_made:
+                    helpers_made.add("apply_fn")
+                    module += ["def apply_fn(fn, v, c):", "    return fn(v * c) + v", "", ""]
+                p = self.fresh("p")
+                c = self.let((), f"0.5 + 0.3 * np.tanh({self.scalar_of(v.name, v.shape, 2)})"
+                             if v.shape else f"0.5 + 0.3 * np.tanh({v.name})", "c")
+                self.emit(f"{p} = functools.partial(apply_fn, {self.rng.choice(passable)}, "
+                          f"c={c})")
+                if self.rng.random() < 0.5:
+                    self.emit(f"{c} = {c} * 2.0")
+                self.force.append(f"{self.const()} * np.sum({p}({self.expr(v.shape, 1)}))")
+            elif form == "passed":
                 # a function passed to a module-level helper that calls it (the helper
                 # is compiled for each function), or left to the helper's default
                 helper = self.rng.choice(["apply_fn", "apply_default"])

@@ -8,6 +8,8 @@ from conftest import check_vjp, import_source
 import s2sgrad
 
 SOURCE = '''
+import functools
+
 import numpy as np
 import s2sgrad
 
@@ -117,6 +119,38 @@ def net_with_defaults(W, x):
 def second_order_through_it(W, x):
     return np.sum(s2sgrad.grad(net)(W, x) ** 2)
 
+def scaled(z, a, b=1.0):
+    return a * z ** 2 + b * z
+
+
+def partial_made_here(x, w):
+    h = functools.partial(scaled, a=np.sin(w))
+    w = w * 10.0                      # the partial keeps the value it was given
+    g = functools.partial(scaled, x, b=0.5)
+    return np.sum(h(x)) + np.sum(g(w)) + np.sum(w)
+
+
+def partial_in_a_loop(x, w):
+    acc = 0.0
+    for k in range(3):
+        h = functools.partial(scaled, a=w * k)
+        acc = acc + np.sum(h(x, b=np.cos(w)))
+    return acc
+
+
+def pair(a, b):
+    return np.sum(a * np.tanh(b))
+
+
+def spread_arguments(x, w):
+    args = (x, w * 2.0)
+    return pair(*args) + pair(*(w, x)) + np.sum(np.maximum(*[x, w]))
+
+
+def partial_used_as_a_value(x):
+    h = functools.partial(scaled, a=2.0)
+    fs = [h]
+    return np.sum(fs[0](x))
 '''
 
 
@@ -168,3 +202,17 @@ def test_a_function_passed_as_an_argument(m, name, n, k, rng):
 def test_a_pair_made_for_a_function_says_so(m):
     text = s2sgrad.source(m.net)
     assert "(for nonlinearity=np.tanh)" in text and "(for nonlinearity=softplus)" in text
+
+
+@pytest.mark.parametrize("name", ["partial_made_here", "partial_in_a_loop", "spread_arguments"])
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_partials_made_inside_and_spread_arguments(m, name, shape, rng):
+    """`h = functools.partial(f, a=w)` then `h(x)`: the call of f with the values
+    the partial was given; `f(*args)` of a tuple or list literal, or of a name
+    bound to a tuple literal: the call with the items spelled out."""
+    check_vjp(getattr(m, name), [rng.standard_normal(shape), rng.standard_normal(shape)])
+
+
+def test_a_partial_made_inside_and_used_as_a_value_is_refused(m):
+    with pytest.raises(s2sgrad.TransformError, match="other than by calling it"):
+        s2sgrad.grad(m.partial_used_as_a_value)(np.ones(3))

@@ -130,6 +130,9 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         self.lambdas: Dict[str, ast.Lambda] = lambdas_bound_once(scope, set(self.params)) \
             if "lambda" in parsed.source else {}
         self.lifted_defs: Dict[str, Tuple[Callable, List[str]]] = {}
+        # Local names bound to functools.partial(f, ...): (f, its arguments as
+        # variables of their own, its keywords); a call of the name calls f.
+        self.partials: Dict[str, Tuple[ast.expr, List[ast.expr], List[ast.keyword]]] = {}
         # ... and to a nested def: calls of it are calls of the def, lifted.
         self.local_defs: Dict[str, ast.FunctionDef] = \
             defs_bound_once(fdef.body, scope, set(self.params)) \

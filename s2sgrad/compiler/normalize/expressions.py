@@ -32,6 +32,10 @@ class ExpressionRules:
     def atom(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
         """Reduce `expr` to a variable or constant, emitting statements for it."""
         if isinstance(expr, ast.Name):
+            if expr.id in self.partials:
+                raise self.err(expr, f"{expr.id}, a functools.partial made in this function, "
+                                     f"is used other than by calling it",
+                               "Call it where it is made, or make it at module level.")
             if expr.id in self.resolver.locals:
                 return copy_location(self.load(expr.id), expr)
             return copy_location(name_node(expr.id), expr)
@@ -135,6 +139,26 @@ class ExpressionRules:
         if isinstance(expr, ast.Starred):
             raise self.err(expr, "starred expressions are not supported here")
         raise self.err(expr, f"unsupported expression ({type(expr).__name__})")
+
+    def spread_known_items(self, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
+        """`f(*args)` where `args` is a tuple or list literal, or a name bound to a
+        tuple literal (`args = (h, x); f(*args)`): the call with the items spelled
+        out, as Python passes them. Other starred arguments are left as they are."""
+        args: List[ast.expr] = []
+        for a in expr.args:
+            if not isinstance(a, ast.Starred):
+                args.append(a)
+            elif isinstance(a.value, (ast.Tuple, ast.List)) and \
+                    not any(isinstance(e, ast.Starred) for e in a.value.elts):
+                args.extend(a.value.elts)
+            elif isinstance(a.value, ast.Name) and \
+                    self.env.get(a.value.id, a.value.id) in self.tuples:
+                known = self.tuples[self.env.get(a.value.id, a.value.id)]
+                args.extend(self.held([clone(e) for e in known], [], out, a))
+            else:
+                args.append(a)
+        return copy_location(ast.Call(func=expr.func, args=args, keywords=expr.keywords),
+                             expr)
 
     def comprehension(self, expr, out) -> ast.expr:
         """`[f(x) for x in xs if c]` (a generator expression alike, a dict
@@ -352,6 +376,8 @@ class ExpressionRules:
         folded = self.builtin_reduction(expr, out)
         if folded is not None:
             return folded
+        if any(isinstance(a, ast.Starred) for a in expr.args):
+            expr = self.spread_known_items(expr, out)
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(
                 k.arg is None for k in expr.keywords):
             ok, obj = self.resolver.static(func) if dotted(func) and \
@@ -361,6 +387,13 @@ class ExpressionRules:
             if ok:
                 expr_facts.note(node, callee=obj)
             return node
+        if isinstance(func, ast.Name) and func.id in self.partials:
+            inner, args, keywords = self.partials[func.id]
+            named = {k.arg: k for k in keywords}
+            named.update((k.arg, k) for k in expr.keywords)   # (a call's keyword wins)
+            return self.call(copy_location(ast.Call(
+                func=clone(inner), args=[clone(a) for a in args] + list(expr.args),
+                keywords=list(named.values())), expr), out)
         if isinstance(func, ast.Name) and func.id in self.lambdas:
             return self.lambda_call(expr, self.lambdas[func.id], out)
         if isinstance(func, ast.Name) and func.id in self.local_defs:

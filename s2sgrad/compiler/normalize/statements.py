@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from typing import Dict, List
 
@@ -257,6 +258,8 @@ class StatementRules:
                            "Keep the value in a local variable and return it.")
 
     def assign_name(self, user_name: str, value: ast.expr, out, s) -> None:
+        if self.bind_partial(user_name, value, out):
+            return
         if isinstance(value, (ast.Tuple, ast.List)) and all(
                 not isinstance(e, ast.Starred) for e in value.elts):
             elts = [self.element(e, out) for e in value.elts]
@@ -310,6 +313,38 @@ class StatementRules:
         name = self.target(user_name)
         self.emit(out, assign_node(name, op), value)
         self._note_owned(name, op)
+
+    def bind_partial(self, user_name: str, value: ast.expr, out) -> bool:
+        """`h = functools.partial(f, a, k=b)`: nothing is made at run time; `a` and
+        `b` get variables of their own (their values now, as the partial keeps
+        them), and a call `h(x)` is the call `f(a, x, k=b)` (see call). Whether
+        the statement was that."""
+        if not (isinstance(value, ast.Call) and value.args and dotted(value.func) and
+                not self.resolver.is_local_chain(value.func) and
+                not any(isinstance(a, ast.Starred) for a in value.args) and
+                all(k.arg is not None for k in value.keywords)):
+            return False
+        ok, maker = self.resolver.static(value.func)
+        func = value.args[0]
+        if not ok or maker is not functools.partial or not (
+                (dotted(func) and not self.resolver.is_local_chain(func)) or
+                (isinstance(func, ast.Name) and (func.id in self.lambdas or
+                                                 func.id in self.local_defs))):
+            return False
+
+        def kept(expr: ast.expr) -> ast.expr:
+            atom = self.atom(expr, out)
+            if not isinstance(atom, ast.Name) or (
+                    isinstance(expr, ast.Name) and expr.id not in self.resolver.locals):
+                return atom   # (a constant, or a global: read as itself)
+            held = self.names.fresh(f"{user_name}_{atom.id}")
+            self.emit(out, assign_node(held, atom), expr)
+            return name_node(held)
+        args = [kept(a) for a in value.args[1:]]
+        keywords = [ast.keyword(arg=k.arg, value=kept(k.value)) for k in value.keywords]
+        self.partials[user_name] = (func, args, keywords)
+        self.env.pop(user_name, None)
+        return True
 
     def know_tuple(self, name: str, elts: List[ast.expr]) -> None:
         """Remember that `name` holds the tuple `elts`, so that `name[0]` reads the
