@@ -23,6 +23,7 @@ from .arguments import (
     seed,
 )
 from .compiler import CompiledFunction, all_hold, compile_function, discard, flat_bindings
+from .errors import TransformError
 from .optimizer_check import checked_pair
 from .runtime.array_api import namespace_among
 from .runtime.arrays import any_foreign
@@ -102,6 +103,7 @@ def pair_for(f: Callable, positions: Tuple[int, ...],
     another library's arrays (`foreign`) the adjoint makes no in-place updates:
     `a += b` cannot put a Dask value into a NumPy cotangent, nor `a[i] += b`
     every index into a Dask one."""
+    _refuse_a_generator(f)
     scalars: Tuple[str, ...] = ()
     if numbers_at:
         names = parameter_names(f)
@@ -236,6 +238,22 @@ def _backends():
 # the cache key on later calls; the code, the defaults and every name the pair
 # was generated for are checked each time, as compile_function would.
 _PAIRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _refuse_a_generator(f: Callable) -> None:
+    """A generator function has no value to differentiate (it returns a generator):
+    what it yields has, in the function that consumes it."""
+    import inspect
+
+    from .introspect import unwrap
+    inner = unwrap(f)
+    if inspect.isgeneratorfunction(inner):
+        code = inner.__code__
+        raise TransformError(f"{inner.__name__} is a generator function: calling it makes a "
+                             f"generator, which has no gradient", code.co_filename,
+                             code.co_firstlineno, 0,
+                             hint=f"Differentiate a function that consumes what it yields "
+                                  f"(sum(np.sum(v) for v in {inner.__name__}(x))).")
 
 
 def _known_pair(f: Callable, positions: Tuple[int, ...], numbers_at: Tuple[int, ...],

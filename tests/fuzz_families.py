@@ -671,9 +671,32 @@ class FamilyMixin:
                 lists.append(made)
         for _ in range(self.rng.choice([1, 2, 3])):
             self.comp_use(lists)
+        module = []
+        if self.rng.random() < 0.35:
+            # a generator function of the module, consumed by sum, a loop or list()
+            module = ["def gen_items(v, n):", "    for k in range(n):",
+                      f"        yield np.tanh(v * (k + {self.const()}))",
+                      "    return 0.0", "", ""]
+            v = self.rng.choice(declared)
+            n = self.rng.choice([1, 2, 3])
+            form = self.rng.choice(["sum", "loop", "list"])
+            if form == "sum":
+                self.force.append(f"{self.const()} * sum(np.sum(u) for u in "
+                                  f"gen_items({v.name}, {n}))")
+            elif form == "loop":
+                acc = self.fresh("acc")
+                self.emit(f"{acc} = 0.0")
+                u = self.fresh("u")
+                self.emit(f"for {u} in gen_items({self.expr(v.shape, 1)}, {n}):")
+                self.emit(f"    {acc} = 0.5 * {acc} + np.sum(np.sin({u}))")
+                self.force.append(f"{self.const()} * {acc}")
+            else:
+                L = self.fresh("L")   # (a list: not declared as a value to compute with)
+                self.emit(f"{L} = list(gen_items({v.name}, {n}))")
+                self.force.append(f"{self.const()} * np.sum({L}[-1] * {L}[0])")
         self.block(self.stmt_budget)
         self.fam_end()
-        return self.assemble(header, [], self.lines), kinds
+        return self.assemble(header, module, self.lines), kinds
 
     def comp_make(self, lists):
         vs = [v for v in self.visible().values() if isinstance(v, self.Var)]

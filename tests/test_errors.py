@@ -172,7 +172,7 @@ def more(tmp_path_factory):
 
 
 @pytest.mark.parametrize("fname, snippet, words, hint", [
-    ("generator", "yield", "generators", "Return a value"),
+    ("generator", "def generator", "generator function", "consumes what it yields"),
     ("with_block", "with open", "'With' statements", "outside"),
     ("deletes", "del y", "'Delete' statements", "Drop the del"),
     ("builds_array", "{np.sin(v)", "set comprehension", "for loop that appends"),

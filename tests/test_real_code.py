@@ -151,6 +151,33 @@ def partial_used_as_a_value(x):
     h = functools.partial(scaled, a=2.0)
     fs = [h]
     return np.sum(fs[0](x))
+def hidden_states(W, x):
+    h = x
+    for _ in range(3):
+        h = np.tanh(W @ h)
+        yield h
+
+
+def neighbours(v):
+    for i in range(len(v) - 1):
+        yield v[i], v[i + 1]
+    return 0.0                        # (a generator's return value is not yielded)
+
+
+def consumed_by_sum(W, x):
+    return sum(np.sum(h ** 2) for h in hidden_states(W, x))
+
+
+def consumed_by_a_loop(W, x):
+    total = 0.0
+    for h in hidden_states(W, x):
+        total = total + np.sum(np.sin(h))
+    return total + sum(a * b for a, b in neighbours(W @ x))
+
+
+def consumed_by_list(W, x):
+    hs = list(hidden_states(W, x))
+    return np.sum(hs[-1] * hs[0])
 '''
 
 
@@ -216,3 +243,17 @@ def test_partials_made_inside_and_spread_arguments(m, name, shape, rng):
 def test_a_partial_made_inside_and_used_as_a_value_is_refused(m):
     with pytest.raises(s2sgrad.TransformError, match="other than by calling it"):
         s2sgrad.grad(m.partial_used_as_a_value)(np.ones(3))
+
+
+@pytest.mark.parametrize("name", ["consumed_by_sum", "consumed_by_a_loop", "consumed_by_list"])
+@pytest.mark.parametrize("n", [3, 4])
+def test_a_generator_function_consumed(m, name, n, rng):
+    """A generator function called in differentiated code is compiled as the function
+    returning the list of what it yields (its consumers see the same values)."""
+    W, x = rng.standard_normal((n, n)) * 0.5, rng.standard_normal(n)
+    check_vjp(getattr(m, name), [W, x])
+
+
+def test_a_generator_function_itself_is_refused_with_what_to_do(m):
+    with pytest.raises(s2sgrad.TransformError, match="consumes what it yields"):
+        s2sgrad.grad(m.hidden_states)(np.eye(3), np.ones(3))

@@ -109,12 +109,18 @@ ROWS = {
             return np.sum(z)
         """),
     "yield": ("""
+        def values(x):
+            y = yield np.sum(x)
+            yield y
+
         def f(x):
+            return sum(values(x))
+        """, "a yield whose value is used", "Yield each value as a statement", """
+        def values(x):
             yield np.sum(x)
-        """, "generators and coroutines cannot be differentiated",
-        "Return a value instead of yielding it", """
+
         def f(x):
-            return np.sum(x)
+            return sum(values(x))
         """),
     "while else": ("""
         def f(x):

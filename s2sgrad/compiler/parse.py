@@ -49,6 +49,12 @@ class ParsedFunction:
         return text.rstrip("\n") if text else None
 
     @property
+    def is_generator(self) -> bool:
+        """A generator function (its body yields): normalise collects what it yields."""
+        code = getattr(unwrap(self.fn), "__code__", None)
+        return bool(code is not None and code.co_flags & inspect.CO_GENERATOR)
+
+    @property
     def params(self) -> List[str]:
         return [a.arg for a in self.node.args.posonlyargs + self.node.args.args]
 

@@ -56,7 +56,7 @@ from .scope import (
     walk_scope,
 )
 from .statements import StatementRules
-from .sugar import desugar
+from .sugar import desugar, eager_generator
 
 
 @dataclass
@@ -215,6 +215,11 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
                                 f"(in place): parse the function again")
         fdef = self.p.node
         body = [s for s in fdef.body if not is_docstring(s)]
+        collected = eager_generator(body, self.names.fresh("yielded")) \
+            if self.p.is_generator else None
+        if collected is not None:   # a generator function: what it yields, as a list
+            body = collected
+            self.resolver.locals.add(collected[0].targets[0].id)
         plain = desugar(body, self.resolver)   # (a copy, where there is sugar to remove)
         body = self._lift_returns(plain if plain is not None else body)
         self.unversioned = self._assigned_in_compound(body)

@@ -134,8 +134,11 @@ class ExpressionRules:
             raise self.err(expr, "assignment expressions (:=) are not supported",
                            "Assign in a separate statement.")
         if isinstance(expr, (ast.Yield, ast.YieldFrom, ast.Await)):
-            raise self.err(expr, "generators and coroutines cannot be differentiated",
-                           "Return a value instead of yielding it.")
+            raise self.err(expr, "a yield whose value is used, yield from, and coroutines "
+                                 "cannot be differentiated (a generator that yields values "
+                                 "as statements can)",
+                           "Yield each value as a statement of its own (`yield v`), or "
+                           "return a list.")
         if isinstance(expr, ast.Starred):
             raise self.err(expr, "starred expressions are not supported here")
         raise self.err(expr, f"unsupported expression ({type(expr).__name__})")

@@ -86,3 +86,62 @@ class _Sugar(ast.NodeTransformer):
                 body=ast.Subscript(value=clone(mapping), slice=clone(key), ctx=ast.Load()),
                 orelse=default)
         return None
+
+
+def eager_generator(body: List[ast.stmt], collected: str) -> Optional[List[ast.stmt]]:
+    """A generator function's body as one that collects what it yields in a list
+    named `collected` and returns it (None for a body that yields nothing):
+
+        for k in range(n):            collected = []
+            yield W @ x * k     ->    for k in range(n):
+                                          collected.append(W @ x * k)
+                                      return collected
+
+    What consumes the generator (a loop, sum, a comprehension) sees the same values
+    in the same order. Only `yield` as a statement: a yield whose value is used,
+    and `yield from`, are left for the normaliser to refuse."""
+    if not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for s in body
+               for n in _own_scope(s)):
+        return None
+    rewriter = _Collect(collected)
+    new = [ast.fix_missing_locations(rewriter.visit(clone(s))) for s in body]
+    start = ast.Assign(targets=[ast.Name(collected, ast.Store())],
+                       value=ast.List(elts=[], ctx=ast.Load()), lineno=body[0].lineno,
+                       col_offset=body[0].col_offset)
+    end = ast.Return(value=ast.Name(collected, ast.Load()))
+    return [copy_location(start, body[0])] + new + [copy_location(end, body[-1])]
+
+
+def _own_scope(node: ast.AST):
+    """The nodes under `node`, not entering nested functions, lambdas or classes."""
+    todo = [node]
+    while todo:
+        sub = todo.pop()
+        yield sub
+        if sub is not node and isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                ast.Lambda, ast.ClassDef)):
+            continue
+        todo.extend(ast.iter_child_nodes(sub))
+
+
+class _Collect(ast.NodeTransformer):
+    def __init__(self, collected: str):
+        self.collected = collected
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        if isinstance(node.value, ast.Yield):
+            value = node.value.value or ast.Constant(value=None)
+            call = ast.Call(func=ast.Attribute(value=ast.Name(self.collected, ast.Load()),
+                                               attr="append", ctx=ast.Load()),
+                            args=[self.visit(value)], keywords=[])
+            return copy_location(ast.Expr(value=call), node)
+        return self.generic_visit(node)
+
+    def visit_Return(self, node: ast.Return) -> ast.AST:
+        # (a generator's `return v` ends it; consumers never see v)
+        return copy_location(ast.Return(value=ast.Name(self.collected, ast.Load())), node)
+
+    def visit_FunctionDef(self, node):   # a nested def's yields are its own
+        return node
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
