@@ -10,6 +10,7 @@ mathematics itself, not a call to a rule.
 from __future__ import annotations
 
 import ast
+import collections.abc
 import functools
 import importlib
 import inspect
@@ -17,7 +18,7 @@ import sys
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
@@ -34,7 +35,7 @@ class Rule:
 
     name: str
     signature: inspect.Signature
-    grads: Dict[str, ast.expr]
+    grads: Mapping[str, ast.expr]   # (Templates: parsed when first asked for)
     texts: Dict[str, str]
     prelude: List[ast.stmt] = field(default_factory=list)
     broadcast: bool = False
@@ -223,6 +224,38 @@ def _parse_template(text: str, where: str) -> ast.expr:
                          f"({exc})") from None
 
 
+class Templates(collections.abc.Mapping):
+    """A rule's gradient templates: parameter -> the expression's tree, each parsed
+    the first time it is asked for (the shipped tables hold hundreds; a process
+    expands a few). Membership and iteration read the texts only."""
+
+    __slots__ = ("name", "texts", "_trees")
+
+    def __init__(self, name: str, texts: Dict[str, str]):
+        self.name, self.texts = name, texts
+        self._trees: Dict[str, ast.expr] = {}
+
+    def __getitem__(self, param: str) -> ast.expr:
+        tree = self._trees.get(param)
+        if tree is None:
+            tree = self._trees[param] = _parse_template(self.texts[param],
+                                                        f"{self.name}({param})")
+        return tree
+
+    def __contains__(self, param: object) -> bool:
+        return param in self.texts
+
+    def __iter__(self):
+        return iter(self.texts)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def parse_all(self) -> None:
+        for param in self.texts:
+            self[param]
+
+
 def _check_names(rule: Rule, local_names: Iterable[str]) -> None:
     allowed = (set(rule.params) | {"g", "ans", "np"} | set(runtime.HELPERS)
                | set(local_names) | TEMPLATE_BUILTINS | set(rule.extra_names))
@@ -245,8 +278,10 @@ def make_rule(name: str, params, grads: Dict[str, str], *, prelude: str = "",
     if unknown:
         raise ValueError(f"rule {name}: gradients given for unknown parameters {sorted(unknown)}")
     pre = ast.parse(prelude).body if prelude.strip() else []
-    rule = Rule(name=name, signature=sig,
-                grads={p: _parse_template(t, f"{name}({p})") for p, t in grads.items()},
+    templates = Templates(name, dict(grads))
+    if not _SHIPPING:
+        templates.parse_all()   # (a user's template that does not parse: said now)
+    rule = Rule(name=name, signature=sig, grads=templates,
                 texts=dict(grads), prelude=pre, broadcast=broadcast,
                 sequence=frozenset(sequence), outputs=outputs, view=view, func=func,
                 extra_names=dict(extra_names or {}))
