@@ -18,6 +18,10 @@ _MASK23 = np.array([[True, False, True], [True, True, False]])
 _TRAPZ = "np.trapezoid" if hasattr(np, "trapezoid") else "np.trapz"
 
 CASES = {
+    "builtins.sorted": [
+        ("np.stack(sorted([np.sum(x), np.sum(np.sin(x)), x[0] * 2.0]))", {"x": (3,)}),
+        ("sorted([np.sum(x ** 2), np.sum(x), np.sum(np.cos(x))], reverse=True)[0] * "
+         "sorted([x[0, 0], x[1, 1]], key=abs)[1]", {"x": (2, 3)})],
     "builtins.float": [("float(x) * x", {"x": ()}), ("float(np.sum(x)) * x", {"x": (3,)})],
     "np.add": [("np.add(x, y)", {"x": (3,), "y": (3,)}),
                ("x + y", {"x": (2, 3), "y": (3,)}),

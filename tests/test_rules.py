@@ -163,3 +163,12 @@ def test_the_shipped_name_check_can_fail(monkeypatch):
     registry.make_rule("probe", "x", {"x": "g * not_a_helper(x)"})
     with pytest.raises(ValueError, match="not_a_helper"):
         registry.check_shipped_names()
+
+
+def test_a_rule_parameter_named_like_the_cotangent_is_refused():
+    """In a template `g` is the cotangent and `ans` the result: a parameter of either
+    name would be read instead, silently (sorted's helper once had one)."""
+    from s2sgrad.rules import registry
+    for bad in ("g, x", "x, ans"):
+        with pytest.raises(ValueError, match="may not be named"):
+            registry.make_rule("probe", bad, {"x": "g * 2.0"})

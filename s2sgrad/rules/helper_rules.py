@@ -136,6 +136,11 @@ _LINEAR = [
           sequence=("cot",)),
     _rule(nh.arange_grads, "cot, start=None, stop=None, step=None, res=None",
           cot="arange_transpose(g, cot, start, stop, step, res)"),
+    # builtin sorted: a permutation and its transpose
+    _rule(nh.sorted_grad, "cot, iterable, key=None, reverse=False",
+          cot="sorted_like(g, iterable, key, reverse)", sequence=("cot",)),
+    _rule(nh.sorted_like, "values, iterable, key=None, reverse=False",
+          values="sorted_grad(g, iterable, key, reverse)", sequence=("values",)),
 ]
 jvp_rules.linear(*_LINEAR)
 

@@ -366,6 +366,7 @@ linear("np.reshape", "np.transpose", "ndarray.reshape", "ndarray.transpose", "nd
        "_s2s_with_item", "_s2s_written_grad", "_s2s_push", "_s2s_last", "_s2s_drop_last",
        "_s2s_last_grad", "_s2s_items_like", "_s2s_items_joined", "_s2s_like_returned",
        "_s2s_unlike_returned")
+defjvp("builtins.sorted", iterable="sorted_like(iterable_dot, iterable, key, reverse)")
 defjvp("np.nansum", a="np.sum(np.where(np.isnan(a), 0.0, a_dot), axis=axis, keepdims=keepdims)",
        cast="dtype")
 defjvp("np.nancumsum", a="np.cumsum(np.where(np.isnan(a), 0.0, a_dot), axis=axis)",

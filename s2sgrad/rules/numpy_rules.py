@@ -255,6 +255,8 @@ defvjp(np.dstack, "tup", tup="dstack_grad(g, tup)", sequence=("tup",))
 defvjp(np.column_stack, "tup", tup="column_stack_grad(g, tup)", sequence=("tup",))
 if getattr(np, "row_stack", np.vstack) is not np.vstack:
     alias(np.row_stack, np.vstack)
+defvjp(sorted, "iterable, key=None, reverse=False", sequence=("iterable",),
+       iterable="sorted_grad(g, iterable, key, reverse)")
 defvjp(np.split, "ary, indices_or_sections, axis=0", ary="np.concatenate(g, axis=axis)",
        view=True)
 defvjp(np.array_split, "ary, indices_or_sections, axis=0", ary="np.concatenate(g, axis=axis)",

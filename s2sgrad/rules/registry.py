@@ -277,6 +277,10 @@ def make_rule(name: str, params, grads: Dict[str, str], *, prelude: str = "",
     unknown = set(grads) - set(sig.parameters)
     if unknown:
         raise ValueError(f"rule {name}: gradients given for unknown parameters {sorted(unknown)}")
+    reserved = {"g", "ans"} & set(sig.parameters)
+    if reserved:   # (a template's `g` would read the parameter, not the cotangent)
+        raise ValueError(f"rule {name}: a parameter may not be named {sorted(reserved)}, "
+                         f"which templates use for the cotangent and the result; rename it")
     pre = ast.parse(prelude).body if prelude.strip() else []
     templates = Templates(name, dict(grads))
     if not _SHIPPING:

@@ -2021,3 +2021,34 @@ def eig_gaps(w):
                                     "differentiable)")
     return np.where(off, 1.0 / np.where(off, diff, 1.0), 0.0)
 
+
+
+# -- builtin sorted (rule in numpy_rules.py) -------------------------------------------------
+def _sort_order(items, key, reverse):
+    """The indices of items in the order sorted(items, key=key, reverse=reverse) puts
+    them (stable, as sorted is: equal items keep their order)."""
+    keyed = items.__getitem__ if key is None else (lambda i: key(items[i]))
+    return sorted(range(len(items)), key=keyed, reverse=reverse)
+
+
+@_helper
+def sorted_grad(cot, iterable, key=None, reverse=False):
+    """The cotangents of sorted's output put back in the iterable's order (the
+    transpose of the permutation); a zero cotangent gives zeros."""
+    items = list(iterable)
+    if not isinstance(cot, (list, tuple)):
+        return [0.0] * len(items)
+    out = [0.0] * len(items)
+    for position, index in enumerate(_sort_order(items, key, reverse)):
+        out[index] = cot[position]
+    return out
+
+
+@_helper
+def sorted_like(values, iterable, key=None, reverse=False):
+    """values in the order sorted(iterable) puts the iterable's items (the
+    permutation sorted_grad undoes)."""
+    items = list(iterable)
+    if not isinstance(values, (list, tuple)):
+        return [0.0] * len(items)
+    return [values[i] for i in _sort_order(items, key, reverse)]
