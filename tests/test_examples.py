@@ -70,3 +70,14 @@ def test_mlp_classifier_example_trains_and_checks_its_gradient():
     lbfgs = [float(v) for v in re.findall(r"iteration +\d+ +loss (\S+)", out)]
     assert len(descent) >= 5 and all(b < a for a, b in zip(descent, descent[1:])), out
     assert len(lbfgs) >= 3 and lbfgs[-1] < 0.5 * lbfgs[0], out
+
+
+def test_the_autograd_style_rnn_example_checks_its_gradient_and_trains():
+    """A closure from a factory, a nested def, a list of (W, b), a function passed to
+    a helper, a generator, a partial made inside, scipy.optimize: as written."""
+    import re
+    out = run("rnn_autograd_style.py")
+    fd = float(re.search(r"central differences: max difference (\S+)", out).group(1))
+    assert fd < 1e-7, out
+    before, after = map(float, re.search(r"loss (\S+) -> (\S+) after", out).groups())
+    assert after < 0.1 * before, out
