@@ -7,8 +7,11 @@ they belong to.
 from __future__ import annotations
 
 import functools
+import types
 import weakref
 from typing import Any, Callable, Dict, Sequence, Tuple, Union
+
+import numpy as np
 
 from .arguments import (
     Wrt,
@@ -95,8 +98,8 @@ def _remade(kind: str, f: Callable, wrt: Any, jit: bool, witness: Any) -> Derive
 
 def pair_for(f: Callable, positions: Tuple[int, ...],
               numbers_at: Tuple[int, ...] = (), leaves: Tuple[int, ...] = (),
-              foreign: bool = False, xp: Any = None, witness: Any = None
-              ) -> CompiledFunction:
+              foreign: bool = False, xp: Any = None, witness: Any = None,
+              statics: Tuple[Tuple[str, Any], ...] = ()) -> CompiledFunction:
     """The pair for f; where some arguments are Python numbers, one specialised to
     that (values computed from them alone are scalars: no broadcasting to undo);
     `leaves`: the positions of the arguments that are arrays or numbers. For
@@ -111,11 +114,11 @@ def pair_for(f: Callable, positions: Tuple[int, ...],
     if xp is not None:   # arrays of the array API standard: the pure pair, re-bound
         from .backends.array_api import array_api_pair
         return array_api_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
-                                               pure=True), xp)
+                                               pure=True, statics=statics), xp)
     pair = checked_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
-                                         pure=foreign),
+                                         pure=foreign, statics=statics),
                         lambda: compile_function(f, positions, False, scalars=scalars,
-                                                 leaves=leaves, pure=foreign))
+                                                 leaves=leaves, pure=foreign, statics=statics))
     if foreign:   # its forward and adjoint run under foreign_dispatch
         from .backends.array_api import dispatching_pair
         return dispatching_pair(pair)
@@ -143,19 +146,25 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     # the bindings it was generated for, flattened: later calls skip the cache
     # lookup and check the bindings in one loop.
     compiled_pairs: Dict[tuple, Tuple[CompiledFunction, tuple]] = {}
+    function_defaults = _function_defaults(f)
 
     @_derived_from(f, "value_and_grad", positions, not single)
     def value_and_grad_f(*args, **kwargs):
         kind = call_kind(f, args, positions)
         foreign = xp = None
+        statics: tuple = ()
         if kind[1] is not None:   # (not the all-NumPy path)
             xp = namespace_among(args)
             foreign = xp is None and any_foreign(args)
-            kind += (foreign, xp)
+            statics = functions_given(f, args, kwargs, function_defaults)
+            kind += (foreign, xp, statics)
+        elif function_defaults or kwargs:
+            statics = functions_given(f, args, kwargs, function_defaults)
+            kind += (None, None, statics)
         entry = compiled_pairs.get(kind)
         if entry is None or not all_hold(entry[1]):
             compiled = pair_for(f, positions, kind[0], leaf_positions(args), foreign, xp,
-                                witness)
+                                witness, statics)
             entry = compiled_pairs[kind] = (compiled, flat_bindings(compiled))
         compiled = entry[0]
         if foreign:   # NumPy arrays beside Dask ones join them: the gradient stays lazy
@@ -203,7 +212,7 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     foreign = xp is None and leaves is not None and any_foreign(args)
     compiled = _known_pair(f, positions, numbers_at,
                            tuple(range(len(args))) if leaves is None else leaves, foreign, xp,
-                           witness)
+                           witness, functions_given(f, args, {}, _function_defaults(f)))
     if foreign:   # NumPy arrays beside Dask ones join them: the gradient stays lazy
         args = _lift_beside_dask(args)
     out, residuals = compiled.forward(*args)
@@ -240,6 +249,38 @@ def _backends():
 _PAIRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, np.ufunc)
+
+
+def _function_defaults(f: Callable) -> Tuple[Tuple[int, str, Any], ...]:
+    """(position, name, default) of each parameter of f whose default is a function
+    (`act=softplus`); computed once per grad(f), read at each call."""
+    fn = getattr(f, "__func__", f) if not isinstance(f, types.FunctionType) else f
+    code, defaults = getattr(fn, "__code__", None), getattr(fn, "__defaults__", None)
+    if code is None or not defaults or isinstance(f, types.MethodType):
+        return ()
+    names = code.co_varnames[:code.co_argcount]
+    first = len(names) - len(defaults)
+    return tuple((first + k, names[first + k], d) for k, d in enumerate(defaults)
+                 if isinstance(d, _FUNCTIONS))
+
+
+def functions_given(f: Callable, args: tuple, kwargs: dict,
+                    defaults: Tuple[Tuple[int, str, Any], ...]) -> Tuple[Tuple[str, Any], ...]:
+    """(parameter, function) for each parameter this call binds to a function: an
+    argument that is one, or a function default the call leaves. The pair is made
+    for them (a kind of call, like a shape), so that `act(z)` in f is `act`'s rule."""
+    out = []
+    if any(isinstance(a, _FUNCTIONS) for a in args) or kwargs:
+        names = parameter_names(f)
+        out = [(names[i], a) for i, a in enumerate(args)
+               if isinstance(a, _FUNCTIONS) and i < len(names)]
+        out += [(k, v) for k, v in kwargs.items() if isinstance(v, _FUNCTIONS)]
+    given = {name for name, _ in out} | set(kwargs)
+    out += [(name, d) for i, name, d in defaults if i >= len(args) and name not in given]
+    return tuple(out)
+
+
 def _refuse_a_generator(f: Callable) -> None:
     """A generator function has no value to differentiate (it returns a generator):
     what it yields has, in the function that consumes it."""
@@ -258,17 +299,17 @@ def _refuse_a_generator(f: Callable) -> None:
 
 def _known_pair(f: Callable, positions: Tuple[int, ...], numbers_at: Tuple[int, ...],
                 leaves: Tuple[int, ...], foreign: bool = False, xp: Any = None,
-                witness: Any = None) -> CompiledFunction:
+                witness: Any = None, statics: tuple = ()) -> CompiledFunction:
     try:
         pairs = _PAIRS.get(f)
     except TypeError:   # not weakly referable (a builtin, a callable object)
-        return pair_for(f, positions, numbers_at, leaves, foreign, xp, witness)
+        return pair_for(f, positions, numbers_at, leaves, foreign, xp, witness, statics)
     code, defaults = getattr(f, "__code__", None), getattr(f, "__defaults__", None)
-    kind = (positions, numbers_at, leaves, foreign, xp, witness)
+    kind = (positions, numbers_at, leaves, foreign, xp, witness, statics)
     entry = pairs.get(kind) if pairs is not None else None
     if entry is not None and entry[1] is code and entry[2] is defaults and all_hold(entry[3]):
         return entry[0]
-    compiled = pair_for(f, positions, numbers_at, leaves, foreign, xp, witness)
+    compiled = pair_for(f, positions, numbers_at, leaves, foreign, xp, witness, statics)
     if pairs is None:
         pairs = _PAIRS[f] = {}
     pairs[kind] = (compiled, code, defaults, flat_bindings(compiled))

@@ -178,6 +178,8 @@ def consumed_by_a_loop(W, x):
 def consumed_by_list(W, x):
     hs = list(hidden_states(W, x))
     return np.sum(hs[-1] * hs[0])
+def top_level_with_a_function(W, x, act=softplus):
+    return np.sum(act(W @ x) ** 2) + np.sum(layer(W, x, act))
 '''
 
 
@@ -257,3 +259,28 @@ def test_a_generator_function_consumed(m, name, n, rng):
 def test_a_generator_function_itself_is_refused_with_what_to_do(m):
     with pytest.raises(s2sgrad.TransformError, match="consumes what it yields"):
         s2sgrad.grad(m.hidden_states)(np.eye(3), np.ones(3))
+
+
+@pytest.mark.parametrize("n, k", [(3, 2), (2, 4)])
+def test_the_differentiated_function_takes_a_function(m, n, k, rng):
+    """grad(f)(W, x) with f's default act=softplus, grad(f)(W, x, np.tanh) and act= by
+    keyword: a pair for each function (a kind of call, like a shape)."""
+    W, x = rng.standard_normal((n, k)) * 0.5, rng.standard_normal(k)
+    f = m.top_level_with_a_function
+    g = s2sgrad.grad(f)
+
+    def differences(**called):
+        out = np.zeros_like(W)
+        for i in np.ndindex(W.shape):
+            step = np.zeros_like(W)
+            step[i] = 1e-6
+            out[i] = (f(W + step, x, **called) - f(W - step, x, **called)) / 2e-6
+        return out
+    np.testing.assert_allclose(g(W, x), differences(), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(g(W, x, np.tanh), differences(act=np.tanh), rtol=1e-6,
+                               atol=1e-8)
+    np.testing.assert_allclose(g(W, x, act=np.sin), differences(act=np.sin), rtol=1e-6,
+                               atol=1e-8)
+    np.testing.assert_allclose(g(W, x), differences(), rtol=1e-6, atol=1e-8)
+    out, pullback = s2sgrad.vjp(f, W, x, np.cos, wrt=(0,))
+    np.testing.assert_allclose(pullback(1.0)[0], differences(act=np.cos), rtol=1e-6, atol=1e-8)
