@@ -385,29 +385,18 @@ def test_every_hint_of_the_unsupported_constructs_is_in_the_table():
 
 
 def test_show_of_a_function_forward_that_sets_ctx_attributes(tmp_path):
-    """`s2sgrad show FILE.py:Class.forward` on a forward that sets ctx attributes shows
-    the Function as s2sgrad inlines it (it cannot be differentiated on its own)."""
+    """`s2sgrad show FILE.py:Class.forward` on a forward that sets ctx attributes
+    (examples/checks.py's Scale) shows the Function as s2sgrad inlines it (it cannot
+    be differentiated on its own)."""
     import os
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    (tmp_path / "scale_fn.py").write_text(textwrap.dedent("""
-        import numpy as np
-        import s2sgrad
-
-        class Scale(s2sgrad.Function):
-            @staticmethod
-            def forward(ctx, x, k):
-                ctx.k = k
-                return x * k
-
-            @staticmethod
-            def vjp(ctx, g):
-                return g * ctx.k, None
-        """))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               S2SGRAD_CACHE_DIR=str(tmp_path))
     proc = subprocess.run([sys.executable, "-m", "s2sgrad", "show",
-                           str(tmp_path / "scale_fn.py") + ":Scale.forward", "--no-color"],
+                           os.path.join(root, "examples", "checks.py") + ":Scale.forward",
+                           "--no-color"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "shown as s2sgrad inlines it" in proc.stdout

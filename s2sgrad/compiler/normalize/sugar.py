@@ -16,6 +16,7 @@ import ast
 from typing import List, Optional
 
 from ..names import clone, copy_location
+from .scope import walk_scope
 
 
 def desugar(body: List[ast.stmt], resolver) -> Optional[List[ast.stmt]]:
@@ -101,7 +102,7 @@ def eager_generator(body: List[ast.stmt], collected: str) -> Optional[List[ast.s
     in the same order. Only `yield` as a statement: a yield whose value is used,
     and `yield from`, are left for the normaliser to refuse."""
     if not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for s in body
-               for n in _own_scope(s)):
+               for n in walk_scope(s) + [s]):
         return None
     rewriter = _Collect(collected)
     new = [ast.fix_missing_locations(rewriter.visit(clone(s))) for s in body]
@@ -110,18 +111,6 @@ def eager_generator(body: List[ast.stmt], collected: str) -> Optional[List[ast.s
                        col_offset=body[0].col_offset)
     end = ast.Return(value=ast.Name(collected, ast.Load()))
     return [copy_location(start, body[0])] + new + [copy_location(end, body[-1])]
-
-
-def _own_scope(node: ast.AST):
-    """The nodes under `node`, not entering nested functions, lambdas or classes."""
-    todo = [node]
-    while todo:
-        sub = todo.pop()
-        yield sub
-        if sub is not node and isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                ast.Lambda, ast.ClassDef)):
-            continue
-        todo.extend(ast.iter_child_nodes(sub))
 
 
 class _Collect(ast.NodeTransformer):
