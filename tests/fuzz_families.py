@@ -1103,6 +1103,17 @@ class FamilyMixin:
                     helpers_made.add("apply_fn")
                     module += ["def apply_fn(fn, v, c):", "    return fn(v * c) + v", "", ""]
                 p = self.fresh("p")
+                if self.rng.random() < 0.05:
+                    # a partial in either branch: a call after the if may mean either
+                    # (refused; once read as the else branch's, silently wrong)
+                    self.emit(f"if np.sum({v.name}) > {self.thr()}:")
+                    self.emit(f"    {p} = functools.partial(apply_fn, "
+                              f"{self.rng.choice(passable)}, c={self.const()})")
+                    self.emit("else:")
+                    self.emit(f"    {p} = functools.partial(apply_fn, "
+                              f"{self.rng.choice(passable)}, c={self.const()})")
+                    self.force.append(f"{self.const()} * np.sum({p}({v.name}))")
+                    continue
                 c = self.let((), f"0.5 + 0.3 * np.tanh({self.scalar_of(v.name, v.shape, 2)})"
                              if v.shape else f"0.5 + 0.3 * np.tanh({v.name})", "c")
                 self.emit(f"{p} = functools.partial(apply_fn, {self.rng.choice(passable)}, "
@@ -1110,6 +1121,14 @@ class FamilyMixin:
                 if self.rng.random() < 0.5:
                     self.emit(f"{c} = {c} * 2.0")
                 self.force.append(f"{self.const()} * np.sum({p}({self.expr(v.shape, 1)}))")
+                if self.rng.random() < 0.15:
+                    # the name bound again to another partial: each call reads the
+                    # binding before it (a rebinding to something else, or in one
+                    # branch of an if, once read as the old partial silently)
+                    used = self.let(v.shape, f"{p}({v.name})", "u")
+                    self.emit(f"{p} = functools.partial(apply_fn, {self.rng.choice(passable)}, "
+                              f"c={self.const()})")
+                    self.force.append(f"{self.const()} * np.sum({used} + {p}({v.name}))")
             elif form == "passed":
                 # a function passed to a module-level helper that calls it (the helper
                 # is compiled for each function), or left to the helper's default

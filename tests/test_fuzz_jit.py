@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("numba")
 
 
-@pytest.mark.parametrize("plan, seed", [("loops", 4), ("always", 3)])
+@pytest.mark.parametrize("plan, seed", [("loops", 9), ("always", 7)])
 def test_fuzzer_programs_give_numpys_gradients_under_jit(monkeypatch, tmp_path, plan, seed):
     monkeypatch.setenv("S2SGRAD_JIT_PLAN", plan)
     monkeypatch.setenv("S2SGRAD_CACHE", "0")
@@ -23,3 +23,41 @@ def test_fuzzer_programs_give_numpys_gradients_under_jit(monkeypatch, tmp_path, 
     assert not bad, bad
     assert sum(status == "pass" for status, _ in results) >= 2, results
     assert os.listdir(tmp_path)
+
+
+def test_a_partial_entry_and_a_helper_given_a_function_run_numpy_under_jit(make_module,
+                                                                          monkeypatch):
+    """Two kinds of pair the numba backend does not compile (a partial's, and one
+    made for the function a helper is given): jit=True runs the NumPy backend for
+    them with its gradient, never a crash (the fuzzer found both)."""
+    import warnings
+
+    import numpy as np
+
+    import s2sgrad
+    monkeypatch.setenv("S2SGRAD_JIT_PLAN", "loops")
+    monkeypatch.setenv("S2SGRAD_CACHE", "0")
+    m = make_module('''
+import functools
+import numpy as np
+
+
+def apply_fn(fn, v, c):
+    return fn(v * c) + v
+
+
+def looped(x, scale=1.0):
+    acc = 0.0
+    for i in range(3):
+        acc = acc + np.sum(np.tanh(x * scale)) + np.sum(apply_fn(np.sin, x, 0.5))
+    return acc
+
+
+entry = functools.partial(looped, scale=-1.2)
+''')
+    for x in (np.array([0.1, 0.2, 0.3]), np.linspace(-1.0, 1.0, 7)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for f in (m.entry, m.looped):
+                np.testing.assert_allclose(s2sgrad.grad(f, jit=True)(x), s2sgrad.grad(f)(x),
+                                           rtol=1e-12)

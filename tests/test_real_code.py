@@ -180,6 +180,19 @@ def consumed_by_list(W, x):
     return np.sum(hs[-1] * hs[0])
 def top_level_with_a_function(W, x, act=softplus):
     return np.sum(act(W @ x) ** 2) + np.sum(layer(W, x, act))
+def partial_rebound(x):
+    h = functools.partial(scaled, a=2.0)
+    y = h(x)
+    h = np.sin
+    return np.sum(y) + np.sum(h(x))
+
+
+def partial_in_either_branch(x):
+    if np.sum(x) > 0:
+        h = functools.partial(scaled, a=2.0)
+    else:
+        h = functools.partial(scaled, a=5.0)
+    return np.sum(h(x))
 '''
 
 
@@ -245,6 +258,17 @@ def test_partials_made_inside_and_spread_arguments(m, name, shape, rng):
 def test_a_partial_made_inside_and_used_as_a_value_is_refused(m):
     with pytest.raises(s2sgrad.TransformError, match="other than by calling it"):
         s2sgrad.grad(m.partial_used_as_a_value)(np.ones(3))
+
+
+@pytest.mark.parametrize("name", ["partial_rebound", "partial_in_either_branch"])
+def test_a_name_bound_to_a_partial_and_to_something_else_is_not_taken_for_it(m, name):
+    """After a partial's name is bound to something else, or to partials in the two
+    branches of an if, a call of it is not read as the earlier partial (it was, and
+    gave a wrong gradient silently): it is refused."""
+    words = "no gradient rule for the call h" if name == "partial_rebound" else \
+        "which one it holds here is not known"
+    with pytest.raises(s2sgrad.TransformError, match=words):
+        s2sgrad.grad(getattr(m, name))(np.array([0.3, -0.5, 0.8]))
 
 
 @pytest.mark.parametrize("name", ["consumed_by_sum", "consumed_by_a_loop", "consumed_by_list"])

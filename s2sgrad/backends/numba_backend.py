@@ -269,6 +269,10 @@ class JitFunction:
         except (TypeError, ValueError):
             count = 0
         self.compiled = compile_function(self.fn, self.positions, leaves=tuple(range(count)))
+        if self.disabled is None and not isinstance(self.compiled.forward, types.FunctionType):
+            # A partial, bound method or callable object: its pair calls the function's
+            # own with the bound arguments, a wrapper the rewrite does not read.
+            self.disabled = f"{type(self.fn).__name__} entries run the NumPy backend"
         if self.disabled is not None:
             return
         try:   # (numba itself is imported only once a call is to be compiled: see plan)
@@ -321,6 +325,10 @@ class JitFunction:
                 raise rw.Unsupported(f"the name {name!r} is not defined")
             if id(value) in callee_fns:
                 callee, half = callee_fns[id(value)]
+                if callee.statics:
+                    raise rw.Unsupported(f"{callee.name} is compiled for the function it is "
+                                         f"given ({callee.statics[0][0]}), which the numba "
+                                         f"backend does not do yet")
                 sub = state_for(callee.fn, callee.wrt)
                 if sub is self or sub.compiled is not None and sub.pair is None and \
                         sub.disabled is None:

@@ -28,6 +28,8 @@ class CompiledFunction:
     name: str
     callees: List["CompiledFunction"] = field(default_factory=list)
     not_inlined: List[str] = field(default_factory=list)
+    # (parameter, function) pairs it was compiled for (see driver.compile_function).
+    statics: tuple = ()
     # What the code was generated for: names, dotted attributes, Function methods,
     # the function's code and defaults (see compiler.bindings).
     bindings: List[Binding] = field(default_factory=list)

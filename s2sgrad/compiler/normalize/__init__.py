@@ -133,6 +133,8 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         # Local names bound to functools.partial(f, ...): (f, its arguments as
         # variables of their own, its keywords); a call of the name calls f.
         self.partials: Dict[str, Tuple[ast.expr, List[ast.expr], List[ast.keyword]]] = {}
+        # ... names that held one in a branch or loop body: after it, which is unknown.
+        self.partials_unsure: Set[str] = set()
         # ... and to a nested def: calls of it are calls of the def, lifted.
         self.local_defs: Dict[str, ast.FunctionDef] = \
             defs_bound_once(fdef.body, scope, set(self.params)) \

@@ -5,6 +5,7 @@ continue.
 from __future__ import annotations
 
 import ast
+import contextlib
 from typing import List, Optional, Set
 
 import numpy as np
@@ -26,6 +27,10 @@ class ControlRules:
     """The normaliser's control (a part of `_Normalizer`)."""
 
     def stmt_If(self, s, out):
+        with self.partials_scoped():
+            self._stmt_If(s, out)
+
+    def _stmt_If(self, s, out):
         test = self.test(s.test, out, "cond")
         body, orelse = [], []
         saved = self.origin
@@ -49,6 +54,10 @@ class ControlRules:
         self.emit(out, node, s)
 
     def stmt_While(self, s, out):
+        with self.partials_scoped():
+            self._stmt_While(s, out)
+
+    def _stmt_While(self, s, out):
         if s.orelse:
             raise self.err(s, "while ... else is not supported", "Use a flag variable.")
         body = list(s.body)
@@ -164,6 +173,10 @@ class ControlRules:
         return copy_location(loop, s)
 
     def stmt_For(self, s, out):
+        with self.partials_scoped():
+            self._stmt_For(s, out)
+
+    def _stmt_For(self, s, out):
         if s.orelse:
             raise self.err(s, "for ... else is not supported", "Use a flag variable.")
         s = self.separate_loop_variables(s)
@@ -196,6 +209,20 @@ class ControlRules:
                        body=inner or [copy_location(ast.Pass(), s)], orelse=[],
                        type_comment=None)
         self.emit(out, node, s)
+
+    @contextlib.contextmanager
+    def partials_scoped(self):
+        """A partial bound in a branch or a loop body is known there, after its
+        binding; after the statement the name may hold another value (the other
+        branch's, the one before a loop that ran no time): its calls are refused."""
+        before = dict(self.partials)
+        try:
+            yield
+        finally:
+            for name, known in list(self.partials.items()):
+                if before.get(name) is not known:
+                    del self.partials[name]
+                    self.partials_unsure.add(name)
 
     def separate_loop_variables(self, s: ast.For) -> ast.For:
         """`for i in ...:` with a loop inside it that also iterates over `i`: the

@@ -36,6 +36,7 @@ class ExpressionRules:
                 raise self.err(expr, f"{expr.id}, a functools.partial made in this function, "
                                      f"is used other than by calling it",
                                "Call it where it is made, or make it at module level.")
+            self.refuse_unsure_partial(expr)
             if expr.id in self.resolver.locals:
                 return copy_location(self.load(expr.id), expr)
             return copy_location(name_node(expr.id), expr)
@@ -142,6 +143,13 @@ class ExpressionRules:
         if isinstance(expr, ast.Starred):
             raise self.err(expr, "starred expressions are not supported here")
         raise self.err(expr, f"unsupported expression ({type(expr).__name__})")
+
+    def refuse_unsure_partial(self, expr: ast.expr) -> None:
+        if isinstance(expr, ast.Name) and expr.id in self.partials_unsure:
+            raise self.err(expr, f"{expr.id} holds a functools.partial made in a branch or a "
+                                 f"loop, and which one it holds here is not known",
+                           "Call the partial inside the branch or loop that makes it, or "
+                           "make one partial before it.")
 
     def spread_known_items(self, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
         """`f(*args)` where `args` is a tuple or list literal, or a name bound to a
@@ -390,6 +398,7 @@ class ExpressionRules:
             if ok:
                 expr_facts.note(node, callee=obj)
             return node
+        self.refuse_unsure_partial(func)
         if isinstance(func, ast.Name) and func.id in self.partials:
             inner, args, keywords = self.partials[func.id]
             named = {k.arg: k for k in keywords}

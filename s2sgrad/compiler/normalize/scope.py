@@ -162,17 +162,28 @@ def lift_jumps(stmts: List[ast.stmt], jumps) -> List[ast.stmt]:
     return out
 
 
-def lambdas_bound_once(scope: List[ast.AST], params: Set[str]) -> Dict[str, ast.Lambda]:
-    """Names bound once (in `scope`, a function's `_walk_scope`) to a lambda."""
+def bound_once(scope: List[ast.AST], params: Set[str]) -> Set[str]:
+    """The names one statement of `scope` (a function's walk_scope) binds, and no
+    other, that are not parameters: what such a name holds after its binding is
+    that statement's value wherever it is read."""
     counts: Dict[str, int] = {}
-    lambdas: Dict[str, ast.Lambda] = {}
     for node in scope:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             counts[node.id] = counts.get(node.id, 0) + 1
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            counts[node.name] = counts.get(node.name, 0) + 1
+    return {n for n, c in counts.items() if c == 1 and n not in params}
+
+
+def lambdas_bound_once(scope: List[ast.AST], params: Set[str]) -> Dict[str, ast.Lambda]:
+    """Names bound once (in `scope`, a function's `_walk_scope`) to a lambda."""
+    once = bound_once(scope, params)
+    lambdas: Dict[str, ast.Lambda] = {}
+    for node in scope:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                 isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Lambda):
             lambdas[node.targets[0].id] = node.value
-    return {n: lam for n, lam in lambdas.items() if counts.get(n) == 1 and n not in params}
+    return {n: lam for n, lam in lambdas.items() if n in once}
 
 
 def defs_bound_once(body: List[ast.stmt], scope: List[ast.AST], params: Set[str]

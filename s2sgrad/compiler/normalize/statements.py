@@ -319,6 +319,8 @@ class StatementRules:
         `b` get variables of their own (their values now, as the partial keeps
         them), and a call `h(x)` is the call `f(a, x, k=b)` (see call). Whether
         the statement was that."""
+        self.partials.pop(user_name, None)   # (bound again: what it held is gone)
+        self.partials_unsure.discard(user_name)
         if not (isinstance(value, ast.Call) and value.args and dotted(value.func) and
                 not self.resolver.is_local_chain(value.func) and
                 not any(isinstance(a, ast.Starred) for a in value.args) and
