@@ -11,8 +11,6 @@ import types
 import weakref
 from typing import Any, Callable, Dict, Sequence, Tuple, Union
 
-import numpy as np
-
 from .arguments import (
     Wrt,
     call_kind,
@@ -25,7 +23,14 @@ from .arguments import (
     parameter_names,
     seed,
 )
-from .compiler import CompiledFunction, all_hold, compile_function, discard, flat_bindings
+from .compiler import (
+    FUNCTION_TYPES,
+    CompiledFunction,
+    all_hold,
+    compile_function,
+    discard,
+    flat_bindings,
+)
 from .errors import TransformError
 from .optimizer_check import checked_pair
 from .runtime.array_api import namespace_among
@@ -152,15 +157,13 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     def value_and_grad_f(*args, **kwargs):
         kind = call_kind(f, args, positions)
         foreign = xp = None
-        statics: tuple = ()
+        statics = functions_given(f, args, kwargs, function_defaults) \
+            if kind[1] is not None or function_defaults or kwargs else ()
         if kind[1] is not None:   # (not the all-NumPy path)
             xp = namespace_among(args)
             foreign = xp is None and any_foreign(args)
-            statics = functions_given(f, args, kwargs, function_defaults)
+        if kind[1] is not None or statics:
             kind += (foreign, xp, statics)
-        elif function_defaults or kwargs:
-            statics = functions_given(f, args, kwargs, function_defaults)
-            kind += (None, None, statics)
         entry = compiled_pairs.get(kind)
         if entry is None or not all_hold(entry[1]):
             compiled = pair_for(f, positions, kind[0], leaf_positions(args), foreign, xp,
@@ -249,20 +252,16 @@ def _backends():
 _PAIRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, np.ufunc)
-
-
 def _function_defaults(f: Callable) -> Tuple[Tuple[int, str, Any], ...]:
     """(position, name, default) of each parameter of f whose default is a function
     (`act=softplus`); computed once per grad(f), read at each call."""
-    fn = getattr(f, "__func__", f) if not isinstance(f, types.FunctionType) else f
-    code, defaults = getattr(fn, "__code__", None), getattr(fn, "__defaults__", None)
-    if code is None or not defaults or isinstance(f, types.MethodType):
-        return ()
+    if not isinstance(f, types.FunctionType) or not f.__defaults__:
+        return ()   # (a method, partial or callable object: its pairs are its function's)
+    code, defaults = f.__code__, f.__defaults__
     names = code.co_varnames[:code.co_argcount]
     first = len(names) - len(defaults)
     return tuple((first + k, names[first + k], d) for k, d in enumerate(defaults)
-                 if isinstance(d, _FUNCTIONS))
+                 if isinstance(d, FUNCTION_TYPES))
 
 
 def functions_given(f: Callable, args: tuple, kwargs: dict,
@@ -271,11 +270,11 @@ def functions_given(f: Callable, args: tuple, kwargs: dict,
     argument that is one, or a function default the call leaves. The pair is made
     for them (a kind of call, like a shape), so that `act(z)` in f is `act`'s rule."""
     out = []
-    if any(isinstance(a, _FUNCTIONS) for a in args) or kwargs:
+    if any(isinstance(a, FUNCTION_TYPES) for a in args) or kwargs:
         names = parameter_names(f)
         out = [(names[i], a) for i, a in enumerate(args)
-               if isinstance(a, _FUNCTIONS) and i < len(names)]
-        out += [(k, v) for k, v in kwargs.items() if isinstance(v, _FUNCTIONS)]
+               if isinstance(a, FUNCTION_TYPES) and i < len(names)]
+        out += [(k, v) for k, v in kwargs.items() if isinstance(v, FUNCTION_TYPES)]
     given = {name for name, _ in out} | set(kwargs)
     out += [(name, d) for i, name, d in defaults if i >= len(args) and name not in given]
     return tuple(out)

@@ -17,10 +17,11 @@ from .compiled import CompiledFunction
 from .driver import cache_key, cached, clear_cache, compile_function, discard
 from .forward import CompiledJvp, compile_jvp, in_progress
 from .memory import memory_cache_size
+from .resolve import FUNCTION_TYPES
 
 reentry.install(derived=higher.derived, compile_pair=compile_function,
                 compile_tangent=compile_jvp, tangent_in_progress=in_progress)
 
-__all__ = ["CompiledFunction", "CompiledJvp", "all_hold", "cache_key", "cached", "clear_cache",
-           "compile_function", "compile_jvp", "discard", "flat_bindings", "higher",
-           "memory_cache_size"]
+__all__ = ["FUNCTION_TYPES", "CompiledFunction", "CompiledJvp", "all_hold", "cache_key",
+           "cached", "clear_cache", "compile_function", "compile_jvp", "discard",
+           "flat_bindings", "higher", "memory_cache_size"]

@@ -11,8 +11,14 @@ import builtins
 import types
 from typing import Any, List, Optional, Set, Tuple
 
+import numpy as np
+
 from .bindings import MISSING as _MISSING
 from .bindings import Binding, unique_bindings  # noqa: F401 - also imported from here
+
+# What a pair may be compiled for, a parameter read as the function it is given
+# (`layer(W, x, np.tanh)`; CompiledFunction.statics): functions with source or a rule.
+FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType, np.ufunc)
 
 
 class Resolver:

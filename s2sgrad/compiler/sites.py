@@ -14,16 +14,14 @@ import copy
 import inspect
 import linecache
 import os
-import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
-
-import numpy as np
 
 from ..errors import TransformError, deliberate, error_at, note_origin, origin_of
 from ..rules.registry import Rule
 from .facts import NodeTable
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
+from .resolve import FUNCTION_TYPES
 
 # Placeholder statement -> what the inliner puts in its place (a RuleVjp, or a
 # Function site's forward or vjp). Weak keys: the payload goes with its placeholder.
@@ -640,9 +638,6 @@ def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
     return site
 
 
-_FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType, np.ufunc)
-
-
 def _function_arguments(params, atoms, nf) -> Tuple[Tuple[str, Any], ...]:
     """The parameters a call binds to a function known now: an argument that names
     one (`np.tanh`, a def of the module), or a default that is one where the call
@@ -658,7 +653,7 @@ def _function_arguments(params, atoms, nf) -> Tuple[Tuple[str, Any], ...]:
                 continue
         else:
             continue
-        if isinstance(value, _FUNCTION_TYPES):
+        if isinstance(value, FUNCTION_TYPES):
             out.append((p.name, value))
     return tuple(out)
 
