@@ -142,6 +142,12 @@ class FunctionSpec:
         self.backward = rng.random() < 0.25                    # `backward`, not `vjp`
         self.jvp = rng.random() < 0.3                          # a jvp staticmethod too
 
+    def restored_inputs(self, ins):
+        """The lines of vjp/jvp that read forward's inputs back from ctx."""
+        if self.style == "saved":
+            return [f"        {', '.join(ins)}{',' if len(ins) == 1 else ''} = ctx.saved_tensors"]
+        return [f"        {n} = ctx.{n}_in" for n in ins]
+
     def term_value(self, t, names):
         c, (i, u), second, scaled = t
         e = f"{c} * {_piece_value(u, names[i])}"
@@ -195,11 +201,7 @@ class FunctionSpec:
         L += ["", "    @staticmethod"]
         gs = [f"g{j}" for j in range(self.n_out)]
         L.append(f"    def {'backward' if self.backward else 'vjp'}(ctx, {', '.join(gs)}):")
-        if self.style == "saved":
-            L.append(f"        {', '.join(ins)}{',' if len(ins) == 1 else ''} = "
-                     f"ctx.saved_tensors")
-        else:
-            L += [f"        {n} = ctx.{n}_in" for n in ins]
+        L += self.restored_inputs(ins)
         grads = []
         for m, n in enumerate(ins):
             parts = []
@@ -224,11 +226,7 @@ class FunctionSpec:
             L += ["", "    @staticmethod"]
             dots = [f"{n}_dot" for n in ins] + (["k_dot"] if self.const else [])
             L.append(f"    def jvp(ctx, {', '.join(dots)}):")
-            if self.style == "saved":
-                L.append(f"        {', '.join(ins)}{',' if len(ins) == 1 else ''} = "
-                         f"ctx.saved_tensors")
-            else:
-                L += [f"        {n} = ctx.{n}_in" for n in ins]
+            L += self.restored_inputs(ins)
             outs = []
             for j, terms in enumerate(self.outputs):
                 parts = []
