@@ -46,10 +46,8 @@ class Model:
         return self.w * x ** 3
 '''
 
-# name: (source, [(old, new)], gradient before, gradient after, loaded from disk after
-# the edit); gradients are expressions in x, "error" a TransformError.
-SCENARIOS = {
-    "partial-keyword": ('''
+# f calls a partial of h bound at module level, beside a global of the same value.
+PARTIAL_OF_H = '''
         import functools
         import numpy as np
 
@@ -65,7 +63,12 @@ SCENARIOS = {
 
         def f(x):
             return np.sum(act(x))
-        ''', [("a=2)", "a=3)")], "4 * x", "6 * x", False),
+        '''
+
+# name: (source, [(old, new)], gradient before, gradient after, loaded from disk after
+# the edit); gradients are expressions in x, "error" a TransformError.
+SCENARIOS = {
+    "partial-keyword": (PARTIAL_OF_H, [("a=2)", "a=3)")], "4 * x", "6 * x", False),
     "partial-keyword-global-read": ('''
         import functools
         import numpy as np
@@ -119,23 +122,8 @@ SCENARIOS = {
         def f(x):
             return np.sum(act(x))
         ''', [("partial(h, a=2)", "partial(h3, a=2)")], "4 * x", "6 * x ** 2", False),
-    "partial-unchanged": ('''
-        import functools
-        import numpy as np
-
-        EPOCHS = 2
-
-
-        def h(x, a=1):
-            return a * x ** 2
-
-
-        act = functools.partial(h, a=2)
-
-
-        def f(x):
-            return np.sum(act(x))
-        ''', [("# end", "# end, edited after f")], "4 * x", "4 * x", True),
+    "partial-unchanged": (PARTIAL_OF_H, [("# end", "# end, edited after f")], "4 * x",
+                          "4 * x", True),
     "partial-array-argument": ('''
         import functools
         import numpy as np
