@@ -13,7 +13,7 @@ from conftest import numeric_grad, numeric_vjp
 import s2sgrad
 from benchmarks.workloads.branchy_loop import branchy  # the benchmarks' own workloads
 from benchmarks.workloads.custom_softplus import Softplus
-from s2sgrad.backends import JitWarning, jit_source, numba_backend
+from s2sgrad.backends import JitWarning, jit_source, numba_backend, numba_load, numba_variants
 
 SCALE = 3.0        # a module-level constant read by `scaled` (read live)
 
@@ -361,7 +361,7 @@ def test_source_shows_the_numba_code():
 # -- without numba (runs whether or not numba is installed) -----------------------------
 def _hide_numba(monkeypatch):
     numba_backend.reset()
-    monkeypatch.setattr(numba_backend, "_NUMBA",
+    monkeypatch.setattr(numba_load, "_NUMBA",
                         [None, "ModuleNotFoundError: No module named 'numba'"])
 
 
@@ -394,13 +394,13 @@ def test_without_numba_errors_are_unchanged(monkeypatch):
 
 def _sabotage(monkeypatch, replacement, name="_nb_op_mul"):
     """Make the compiled code's array multiplication (or helper `name`) `replacement`."""
-    original = numba_backend.JitFunction._namespace
+    original = numba_variants.module_namespace
 
     def sabotaged(self, *args):
         ns = original(self, *args)
         ns[name] = replacement
         return ns
-    monkeypatch.setattr(numba_backend.JitFunction, "_namespace", sabotaged)
+    monkeypatch.setattr(numba_variants, "module_namespace", sabotaged)
 
 
 @pytest.mark.parametrize("how", ["wrong value", "raises"])

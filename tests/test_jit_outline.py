@@ -19,7 +19,14 @@ from test_jit import pendulum, rnn, while_loop  # the numba backend's own loop c
 
 import s2sgrad
 from benchmarks.workloads.branchy_loop import branchy
-from s2sgrad.backends import JitWarning, jit_plan, jit_policy, jit_source, numba_backend
+from s2sgrad.backends import (
+    JitWarning,
+    jit_plan,
+    jit_policy,
+    jit_source,
+    numba_backend,
+    numba_variants,
+)
 from s2sgrad.backends import numba_outline as outline
 from s2sgrad.backends.numba_rewrite import Unsupported
 
@@ -257,13 +264,13 @@ def test_wrong_or_failing_compiled_loops_give_numpys_gradient_and_a_warning(monk
             raise ValueError("boom")
         return a * b
 
-    original = numba_backend.JitFunction._namespace
+    original = numba_variants.module_namespace
 
     def sabotaged(self, *args):
         ns = original(self, *args)
         ns["_nb_op_mul"] = wrong_mul if how == "wrong value" else failing_mul
         return ns
-    monkeypatch.setattr(numba_backend.JitFunction, "_namespace", sabotaged)
+    monkeypatch.setattr(numba_variants, "module_namespace", sabotaged)
     args = _mixed_args(101, 6)
     want = s2sgrad.grad(mixed, wrt=(0, 1, 2))(*args)
     expected = "differs from the NumPy backend" if how == "wrong value" else "raised ValueError"

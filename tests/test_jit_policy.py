@@ -16,7 +16,7 @@ import pytest
 from conftest import numeric_grad, numeric_vjp
 
 import s2sgrad
-from s2sgrad.backends import JitWarning, jit_plan, numba_backend
+from s2sgrad.backends import JitWarning, jit_plan, numba_backend, numba_load
 from s2sgrad.backends.jit_policy import (
     LOOP_LIMIT,
     LOOP_PRODUCT_LIMIT,
@@ -241,7 +241,7 @@ def test_forcing_compilation_compiles_large_calls(monkeypatch):
 
 
 def test_without_numba_only_calls_meant_for_numba_warn(monkeypatch):
-    monkeypatch.setattr(numba_backend, "_NUMBA", [None, "ImportError: No module named 'numba'"])
+    monkeypatch.setattr(numba_load, "_NUMBA", [None, "ImportError: No module named 'numba'"])
     rng = np.random.default_rng(8)
     large = (rng.standard_normal(1500), rng.standard_normal(1500))
     with warnings.catch_warnings():

@@ -22,7 +22,14 @@ import pytest
 from conftest import numeric_grad, numeric_vjp
 
 import s2sgrad
-from s2sgrad.backends import JitWarning, jit_source, jit_wait, numba_backend, numba_worker
+from s2sgrad.backends import (
+    JitWarning,
+    jit_source,
+    jit_wait,
+    numba_backend,
+    numba_variants,
+    numba_worker,
+)
 
 numba = pytest.importorskip("numba")
 
@@ -261,13 +268,13 @@ def test_a_module_bound_to_other_objects_is_not_sent_to_a_worker(monkeypatch):
     def wrong_sin(x):
         return np.sin(x) * 1.5
 
-    original = numba_backend.JitFunction._namespace
+    original = numba_variants.module_namespace
 
     def sabotaged(self, *args):
         ns = original(self, *args)
         ns["_nb_np_sin"] = wrong_sin
         return ns
-    monkeypatch.setattr(numba_backend.JitFunction, "_namespace", sabotaged)
+    monkeypatch.setattr(numba_variants, "module_namespace", sabotaged)
     args = _inputs((5,))
     source = jit_source(damped, *args)
     assert "_nb_np_sin(v)" in source

@@ -4,12 +4,13 @@
 jit=True)` run the generated code compiled by numba in nopython mode (the
 extra `jit`: `pip install 's2sgrad[jit]'`). The NumPy code s2sgrad generates
 is rewritten into numba's subset (`numba_rewrite`), with numba versions of
-the helpers it calls (`numba_helpers`); `numba_backend` compiles, calls and
-falls back. When numba is missing or cannot compile a function, the NumPy
-backend runs and one `JitWarning` per function says why. numba compiles in
-a worker process (`numba_worker`) while the NumPy backend runs the calls
-(`jit_wait` waits for it; `S2SGRAD_JIT_BACKGROUND=0` compiles at the first
-call).
+the helpers it calls (`numba_helpers`); `numba_variants` builds the numba
+code of one type signature, `numba_load` imports numba and keeps that code on
+disk, and `numba_backend` decides what each call runs and falls back. When
+numba is missing or cannot compile a function, the NumPy backend runs and
+one `JitWarning` per function says why. numba compiles in a worker process
+(`numba_worker`) while the NumPy backend runs the calls (`jit_wait` waits for
+it; `S2SGRAD_JIT_BACKGROUND=0` compiles at the first call).
 
 Nothing here imports numba until a jit=True function is first called.
 """

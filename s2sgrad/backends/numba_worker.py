@@ -5,7 +5,7 @@ and the user's calls need not wait for it (the NumPy backend runs them
 meanwhile). A thread cannot do it: CPython gives the GIL back to a thread
 busy with small NumPy calls long before a compiling thread gets it, so a
 compile beside a loop of calls took over a minute (measured). A worker
-process runs on another core; it compiles the module file `_load_module`
+process runs on another core; it compiles the module file `numba_load.load_module`
 wrote, with `cache=True` as the calling process does, and the calling
 process then loads the machine code from numba's cache instead of compiling.
 
@@ -110,7 +110,7 @@ def cached(dispatcher: Any, signature: tuple) -> bool:
 
 def summary(kind: str, message: str) -> str:
     """"Kind: the line that says what failed" of an error's message (a worker's, and
-    numba_backend's first_line)."""
+    numba_load.first_line)."""
     import re
     text = re.sub(r"\x1b\[[0-9;]*m", "", message).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
