@@ -15,6 +15,7 @@ from .arguments import (
     Wrt,
     call_kind,
     check_cotangent,
+    complex_parameters,
     finalize,
     leaf_positions,
     leaves_of,
@@ -104,9 +105,12 @@ def _remade(kind: str, f: Callable, wrt: Any, jit: bool, witness: Any) -> Derive
 def pair_for(f: Callable, positions: Tuple[int, ...],
               numbers_at: Tuple[int, ...] = (), leaves: Tuple[int, ...] = (),
               foreign: bool = False, xp: Any = None, witness: Any = None,
-              statics: Tuple[Tuple[str, Any], ...] = ()) -> CompiledFunction:
+              statics: Tuple[Tuple[str, Any], ...] = (),
+              complexes: Tuple[str, ...] = ()) -> CompiledFunction:
     """The pair for f; where some arguments are Python numbers, one specialised to
     that (values computed from them alone are scalars: no broadcasting to undo);
+    where some are complex (`complexes`: their names), one that refuses them on
+    the gradient path;
     `leaves`: the positions of the arguments that are arrays or numbers. For
     another library's arrays (`foreign`) the adjoint makes no in-place updates:
     `a += b` cannot put a Dask value into a NumPy cotangent, nor `a[i] += b`
@@ -119,11 +123,13 @@ def pair_for(f: Callable, positions: Tuple[int, ...],
     if xp is not None:   # arrays of the array API standard: the pure pair, re-bound
         from .backends.array_api import array_api_pair
         return array_api_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
-                                               pure=True, statics=statics), xp)
+                                               pure=True, statics=statics,
+                                               complexes=complexes), xp)
     pair = checked_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
-                                         pure=foreign, statics=statics),
+                                         pure=foreign, statics=statics, complexes=complexes),
                         lambda: compile_function(f, positions, False, scalars=scalars,
-                                                 leaves=leaves, pure=foreign, statics=statics))
+                                                 leaves=leaves, pure=foreign, statics=statics,
+                                                 complexes=complexes))
     if foreign:   # its forward and adjoint run under foreign_dispatch
         from .backends.array_api import dispatching_pair
         return dispatching_pair(pair)
@@ -145,7 +151,8 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     if jit:
         from .backends import jit_value_and_grad
         return Derived(_derived_from(f, "value_and_grad", positions, not single)(
-            jit_value_and_grad(f, positions, single)), remake)
+            jit_value_and_grad(f, positions, single,
+                               value_and_grad(f, wrt, witness=witness))), remake)
 
     # The compiled pair per kind of call (which arguments are Python numbers) with
     # the bindings it was generated for, flattened: later calls skip the cache
@@ -159,15 +166,19 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
         foreign = xp = None
         statics = functions_given(f, args, kwargs, function_defaults) \
             if kind[1] is not None or function_defaults or kwargs else ()
+        complexes: Tuple[str, ...] = ()
         if kind[1] is not None:   # (not the all-NumPy path)
             xp = namespace_among(args)
             foreign = xp is None and any_foreign(args)
-        if kind[1] is not None or statics:
-            kind += (foreign, xp, statics)
+            complexes = complex_parameters(f, args, kwargs)
+        elif kwargs:
+            complexes = complex_parameters(f, (), kwargs)
+        if kind[1] is not None or statics or complexes:
+            kind += (foreign, xp, statics, complexes)
         entry = compiled_pairs.get(kind)
         if entry is None or not all_hold(entry[1]):
             compiled = pair_for(f, positions, kind[0], leaf_positions(args), foreign, xp,
-                                witness, statics)
+                                witness, statics, complexes)
             entry = compiled_pairs[kind] = (compiled, flat_bindings(compiled))
         compiled = entry[0]
         if foreign:   # NumPy arrays beside Dask ones join them: the gradient stays lazy
@@ -207,7 +218,7 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     """
     positions, single = normalize_wrt(wrt, len(args))
     numbers_at, leaves = call_kind(f, args, positions)
-    if jit:
+    if jit and (leaves is None or not complex_parameters(f, args, {})):
         backends = _backends()
         if not backends.numpy_runs_vjp(f, positions):
             return backends.jit_vjp(f, args, positions, single)
@@ -215,7 +226,8 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     foreign = xp is None and leaves is not None and any_foreign(args)
     compiled = _known_pair(f, positions, numbers_at,
                            tuple(range(len(args))) if leaves is None else leaves, foreign, xp,
-                           witness, functions_given(f, args, {}, _function_defaults(f)))
+                           witness, functions_given(f, args, {}, _function_defaults(f)),
+                           () if leaves is None else complex_parameters(f, args, {}))
     if foreign:   # NumPy arrays beside Dask ones join them: the gradient stays lazy
         args = _lift_beside_dask(args)
     out, residuals = compiled.forward(*args)
@@ -298,17 +310,20 @@ def _refuse_a_generator(f: Callable) -> None:
 
 def _known_pair(f: Callable, positions: Tuple[int, ...], numbers_at: Tuple[int, ...],
                 leaves: Tuple[int, ...], foreign: bool = False, xp: Any = None,
-                witness: Any = None, statics: tuple = ()) -> CompiledFunction:
+                witness: Any = None, statics: tuple = (),
+                complexes: Tuple[str, ...] = ()) -> CompiledFunction:
     try:
         pairs = _PAIRS.get(f)
     except TypeError:   # not weakly referable (a builtin, a callable object)
-        return pair_for(f, positions, numbers_at, leaves, foreign, xp, witness, statics)
+        return pair_for(f, positions, numbers_at, leaves, foreign, xp, witness, statics,
+                        complexes)
     code, defaults = getattr(f, "__code__", None), getattr(f, "__defaults__", None)
-    kind = (positions, numbers_at, leaves, foreign, xp, witness, statics)
+    kind = (positions, numbers_at, leaves, foreign, xp, witness, statics, complexes)
     entry = pairs.get(kind) if pairs is not None else None
     if entry is not None and entry[1] is code and entry[2] is defaults and all_hold(entry[3]):
         return entry[0]
-    compiled = pair_for(f, positions, numbers_at, leaves, foreign, xp, witness, statics)
+    compiled = pair_for(f, positions, numbers_at, leaves, foreign, xp, witness, statics,
+                        complexes)
     if pairs is None:
         pairs = _PAIRS[f] = {}
     pairs[kind] = (compiled, code, defaults, flat_bindings(compiled))

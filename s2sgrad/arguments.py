@@ -12,7 +12,7 @@ from typing import Any, Callable, List, Sequence, Tuple, Union
 import numpy as np
 
 from .runtime.array_api import namespace_of
-from .runtime.arrays import is_foreign_array
+from .runtime.arrays import holds_complex, is_foreign_array
 
 Wrt = Union[int, Sequence[int], None]
 
@@ -315,9 +315,32 @@ def call_kind(f: Callable, args: tuple, positions: Tuple[int, ...]) -> tuple:
     float): which specialised pair a call runs. The common case is one loop."""
     numbers_at = check_args(f, args, positions)
     for a in args:
-        if type(a) is not np.ndarray and type(a) is not float:
+        if type(a) is not float and (type(a) is not np.ndarray or a.dtype.kind == "c"):
             return numbers_at, leaf_positions(args)
     return numbers_at, None
+
+
+def complex_parameters(f: Callable, args: tuple, kwargs: dict) -> Tuple[str, ...]:
+    """The names of the parameters given complex values (or structures holding one):
+    a pair specialised to that refuses them on the gradient path, where the rules
+    of real analysis would give them wrong gradients. Arguments past the named
+    parameters are the `*args` parameter's."""
+    complex_at = [i for i, a in enumerate(args) if holds_complex(a)]
+    named = [k for k, v in kwargs.items() if holds_complex(v)]
+    if not complex_at and not named:
+        return ()
+    import inspect
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                        p.POSITIONAL_OR_KEYWORD)]
+    rest = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+    extra = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+    out = {positional[i] if i < len(positional) else rest for i in complex_at}
+    out |= {k if k in positional or extra is None else extra for k in named}
+    return tuple(sorted(n for n in out if n is not None))
 
 
 def seed(out: Any) -> Any:

@@ -1079,6 +1079,24 @@ class FamilyMixin:
             if self.rng.random() < 0.3:   # the def sees the outer value when called
                 self.emit(f"{closed} = {closed} * 0.5 + 0.1")
             local.append(cell)
+        arrays = [d for d in declared if d.shape]
+        if arrays and self.rng.random() < 0.3:
+            # weights from a module-level helper the gradient does not pass through
+            # (its dtype unseen: checked at run time not to be complex), real, or
+            # complex and made real (np.abs, np.real) before the gradient path reads it
+            v = self.rng.choice(arrays)
+            win, w = self.fresh("window"), self.fresh("w")
+            n = f"{v.name}.shape[-1]"
+            if self.rng.random() < 0.5:
+                module += [f"def {win}(n):", "    return np.cos(np.arange(n) * 0.4) + 1.5",
+                           "", ""]
+                use = f"{win}({n})"
+            else:
+                module += [f"def {win}(n):", "    return np.exp(1j * np.arange(n) * 0.4)",
+                           "", ""]
+                use = self.rng.choice([f"np.abs({win}({n}))", f"np.real({win}({n})) + 1.5"])
+            self.emit(f"{w} = {use}")
+            self.emit(f"{v.name} = {v.name} * {w}")
         if len(local) < 2 and self.rng.random() < 0.3:   # two local lambdas on one line
             a, b = self.fresh("g"), self.fresh("g")
             self.emit(f"{a} = lambda u: np.sin(u) * 0.5; {b} = lambda u: np.tanh(u) * u")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Tuple
 
 from ..arguments import check_args, check_cotangent, finalize, leaves_of, normalize_wrt, pack, seed
+from ..runtime.arrays import holds_complex
 from .jit_policy import JitPlan
 from .numba_backend import JitWarning, known_state, reset, state_for, wait
 
@@ -26,11 +27,17 @@ __all__ = ["JitPlan", "JitWarning", "jit_plan", "jit_rule", "jit_value_and_grad"
            "jit_source", "jit_wait", "numpy_runs_vjp", "reset"]
 
 
-def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool) -> Callable:
-    """The body of value_and_grad(f, wrt, jit=True)."""
+def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
+                       numpy_path: Callable) -> Callable:
+    """The body of value_and_grad(f, wrt, jit=True); `numpy_path` (the NumPy
+    backend's) takes the calls given complex values (the numba pair is not
+    specialised to them: see s2sgrad.arguments.complex_parameters)."""
     states: list = []
 
     def value_and_grad_f(*args, **kwargs):
+        if any(holds_complex(a) for a in args) or \
+                any(holds_complex(a) for a in kwargs.values()):
+            return numpy_path(*args, **kwargs)
         check_args(f, args, positions)
         if not states:
             states.append(state_for(f, positions))

@@ -61,9 +61,11 @@ NUMBA_HELPERS = frozenset({
     "add", "transpose_grad", "extremum_grad", "safe_divide", "none_to_zero",
 })
 
-# Run-time checks that a value is not a list, tuple or dict (generated where the
-# compiler could not prove it): dropped from numba code, which takes none.
-STRUCTURE_GUARDS = frozenset({"no_sequence_arithmetic"})
+# Run-time checks that a value is not a list, tuple or dict, or not complex
+# (generated where the compiler could not prove it): dropped from numba code,
+# which takes no structures, and whose variants are keyed by the kinds of their
+# arguments and checked against the NumPy backend's first run, which checks.
+STRUCTURE_GUARDS = frozenset({"no_sequence_arithmetic", "real_value"})
 
 # Helpers the rewrite itself calls (numba_helpers.py defines them too).
 OWN_HELPERS = ("range", "riter", "rrev", "rlen", "ritem", "seed", "matmul", "dot")

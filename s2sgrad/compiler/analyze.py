@@ -57,6 +57,12 @@ class Activity:
     # Names proven to hold an array or a number, never a list, tuple or dict: their
     # cotangents add with `+` (anything else adds item by item, see leaf_names).
     leaves: Set[str] = field(default_factory=set)
+    # Names whose values come from where the compiler cannot see their dtype (a
+    # call it does not differentiate, an expression it keeps whole) and that feed
+    # the gradient path: the forward checks at run time that they are not complex
+    # (the rules are those of real analysis: a complex value would get a wrong
+    # gradient, e.g. np.abs(1j * x)).
+    real_checks: Set[str] = field(default_factory=set)
 
     def same_shape(self, a: ast.expr, b: ast.expr) -> bool:
         ra, rb = self.shape_of(a), self.shape_of(b)
@@ -101,7 +107,7 @@ def loop_header_op(s: ast.For) -> Op:
 
 def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (),
             structure: Sequence[Tuple[int, Tuple[bool, ...]]] = (),
-            leaf_params: Sequence[int] = ()) -> Activity:
+            leaf_params: Sequence[int] = (), complex_params: Sequence[str] = ()) -> Activity:
     """Activity, independence reasons and shape facts.
 
     `scalar_params` names parameters known to be Python numbers at run time
@@ -111,6 +117,8 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     ((position, (True, False, ...)), ...): `p[i]` of a False item is a constant.
     `leaf_params`: positions of parameters the caller passes arrays or numbers
     (any other may hold a list, tuple or dict: see `leaf_names`).
+    `complex_params`: parameters the caller passes complex values (or structures
+    holding some): a pair specialised to that, which refuses them on the gradient path.
     """
     local_names = nf.resolver.locals | nf.names.taken
     stmts = [s for s, _ in iter_statements(nf.node.body)]
@@ -133,7 +141,8 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
             independent.append(i)
             reasons[i] = _why_independent(name, ops, reach_all, nf)
     _check_supported(ops, active, varied, useful, nf)
-    _check_real(ops, active, nf)
+    _check_real(ops, active, nf, set(complex_params))
+    real_checks = unseen_dtypes(ops, active)
     definitions = _definition_counts(nf.node.body)   # (for both questions below)
     shapes = shape_classes(nf.node.body, ops, ints, nf.params, definitions)
     for n in scalar_names(ops, ints, set(scalar_params), set(nf.params)):
@@ -143,7 +152,8 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
                     shapes=shapes, item_flags=item_flags,
                     zero_d=zero_d_names(nf.node.body, ops, ints, nf.params, definitions),
                     leaves=leaf_names(nf, ops, leaf_params),
-                    output_items=output_items(nf, varied, item_flags))
+                    output_items=output_items(nf, varied, item_flags),
+                    real_checks=real_checks)
 
 
 # Ops whose outputs are leaves when their inputs are: indexing an array gives an
@@ -662,10 +672,13 @@ def _holds_complex(nf: NormalForm, name: ast.Name) -> bool:
         isinstance(value, np.ndarray) and value.dtype.kind == "c"))
 
 
-def _check_real(ops, active: Set[str], nf: NormalForm) -> None:
+def _check_real(ops, active: Set[str], nf: NormalForm, complex_params: Set[str]) -> None:
     """Complex values on the gradient path are an error: the rules are those of real
-    analysis (np.abs, np.conj, ... of a complex value would get a wrong gradient)."""
-    complex_names: Set[str] = set()
+    analysis (np.abs, np.conj, ... of a complex value would get a wrong gradient).
+    Complex values are those of complex literals, dtypes and constants, of the
+    parameters given complex values, and of the functions that make complex
+    arrays (np.fft.fft, ...); what is computed from them."""
+    complex_names: Set[str] = set(complex_params)
     known: Dict[str, bool] = {}
     literal = {s: _complex_node(s, nf, known) for s, _ in ops}
     changed = True
@@ -673,8 +686,9 @@ def _check_real(ops, active: Set[str], nf: NormalForm) -> None:
         changed = False
         for s, op in ops:
             reads = op.diff_inputs + op.other_inputs
-            if (literal[s] is not None or any(n in complex_names for n in reads)) and \
-                    not set(op.outputs) <= complex_names:
+            if (literal[s] is not None or (any(n in complex_names for n in reads) and
+                                           not _realising(op)) or
+                    _makes_complex(op.callee)) and not set(op.outputs) <= complex_names:
                 complex_names |= set(op.outputs)
                 changed = True
     for s, op in ops:
@@ -682,11 +696,65 @@ def _check_real(ops, active: Set[str], nf: NormalForm) -> None:
             continue
         node = literal[s]
         reads = [n for n in op.diff_inputs + op.other_inputs if n in complex_names]
-        if node is not None or reads:
+        if node is not None or reads or _makes_complex(op.callee):
             where = node if node is not None else getattr(s, "value", s)
             raise error_at(where, "complex values are not differentiated", nf.parsed,
                            "s2sgrad differentiates real-valued code: keep real and imaginary "
                            "parts in separate float arrays.")
+
+
+def _makes_complex(callee) -> bool:
+    """Functions without a gradient rule whose result is complex for real arguments:
+    the discrete Fourier transforms (NumPy's and SciPy's), the eigenvalues of a
+    general matrix, roots. (A function with a rule, np.linalg.eig, raises at run
+    time where its result is complex.)"""
+    if callee is None or registry.lookup_function(callee) is not None:
+        return False
+    module = getattr(callee, "__module__", None) or ""
+    name = getattr(callee, "__name__", "")
+    if module.startswith(("numpy.fft", "scipy.fft", "scipy.fftpack")):
+        return name not in ("fftshift", "ifftshift", "fftfreq", "rfftfreq", "irfft", "irfft2",
+                            "irfftn", "hfft", "next_fast_len", "dct", "idct", "dst", "idst")
+    return callee in (np.linalg.eigvals, np.roots) or module.startswith("numpy.lib.scimath") \
+        or (module == "numpy.linalg" and name == "eig")
+
+
+# Kinds of operation whose result's dtype the compiler does not see: a call it does
+# not differentiate (no rule, a method, a user function the gradient does not pass
+# through) or an expression it keeps whole.
+_UNSEEN_DTYPE = frozenset({"unknown", "opaque", "method", "call"})
+
+
+def _realising(op) -> bool:
+    """np.real(v), np.abs(v), v.imag, ...: real whatever v is (the check need not go
+    back to v)."""
+    return op.kind == "rule" and (op.callee in (np.real, np.imag, np.absolute, np.angle)
+                                  or op.label in (".real", ".imag"))
+
+
+def unseen_dtypes(ops, active: Set[str]) -> Set[str]:
+    """The names made by an operation of an unseen dtype (see _UNSEEN_DTYPE) that
+    no gradient passes through, which the gradient path reads, directly or through
+    other values no gradient passes through: each is checked at run time, where it
+    is made, not to be complex (`Activity.real_checks`)."""
+    feeds: Set[str] = set()
+    for _, op in ops:
+        if any(o in active for o in op.outputs):
+            feeds.update(op.diff_inputs + op.other_inputs)
+    changed = True
+    while changed:     # through values no gradient passes through, back to their sources
+        changed = False
+        for _, op in ops:
+            if op.kind in ("control", "iterate"):
+                continue
+            if not any(o in active for o in op.outputs) and not _realising(op) and \
+                    any(o in feeds for o in op.outputs):
+                new = set(op.diff_inputs + op.other_inputs) - feeds
+                if new:
+                    feeds |= new
+                    changed = True
+    return {o for _, op in ops if op.kind in _UNSEEN_DTYPE and
+            not any(x in active for x in op.outputs) for o in op.outputs if o in feeds}
 
 
 # -- calls to functions that write into their arguments ---------------------------------

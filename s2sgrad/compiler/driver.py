@@ -34,7 +34,8 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
                      pure: bool = False, scalars: Tuple[str, ...] = (),
                      structure: Tuple[Tuple[int, Tuple[bool, ...]], ...] = (),
                      leaves: Optional[Tuple[int, ...]] = None, packed: bool = False,
-                     statics: Tuple[Tuple[str, Any], ...] = ()) -> CompiledFunction:
+                     statics: Tuple[Tuple[str, Any], ...] = (),
+                     complexes: Tuple[str, ...] = ()) -> CompiledFunction:
     """The cached forward/adjoint pair of `fn` with respect to positions `wrt`.
 
     Looks in memory, then on disk, then runs the passes (and stores the result).
@@ -47,25 +48,28 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
     # a list, tuple or dict, whose cotangents add item by item); None: every
     # positional parameter (the arrays-only callers: the CLI, functional, numba);
     # statics: (parameter, function) pairs a caller passes (a specialised pair,
-    # kept in memory only: the functions are part of its key).
+    # kept in memory only: the functions are part of its key); complexes: the
+    # parameters the caller passes complex values (refused on the gradient path).
     bound = None if type(fn) is types.FunctionType else bound_call(fn)
     if bound is not None:   # a bound method, callable object or partial: its function's
         inner = compile_function(bound.func, bound.shift(wrt), optimize_code, pure,
                                  scalars, tuple((i + len(bound.args), flags)
                                                 for i, flags in structure),
-                                 None if leaves is None else bound.shift(leaves))
+                                 None if leaves is None else bound.shift(leaves),
+                                 complexes=complexes)
         return bound.wrap(inner, fn, wrt, "forward")
     rest = None if packed else packed_rest(fn)
     if rest is not None:   # `def f(x, *rest)`: positions from rest.count on are its items
         inner = compile_function(fn, rest.inner(wrt), optimize_code, pure, scalars, (),
                                  tuple(i for i in (leaves or ()) if i < rest.count)
                                  if leaves is not None else tuple(range(rest.count)),
-                                 packed=True)
+                                 packed=True, complexes=complexes)
         return rest.wrap_pair(inner, fn, wrt)
     if leaves is None:
         leaves = tuple(range(getattr(getattr(unwrap(fn), "__code__", None), "co_argcount", 0)))
     options = (bool(optimize_code), bool(pure), tuple(scalars), tuple(structure),
-               tuple(leaves), tuple(statics))   # (callers give positions in increasing order)
+               tuple(leaves), tuple(statics), tuple(sorted(complexes)))
+    # (callers give positions in increasing order)
     key = cache_key(fn, wrt, options)
     with LOCK:
         hit = PAIRS.valid(key)
@@ -107,11 +111,11 @@ def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFuncti
 
 
 def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunction:
-    optimize_code, pure, scalars, structure, leaves, _ = options
+    optimize_code, pure, scalars, structure, leaves, _, complexes = options
     # The disk entry records the dotted names the user's code resolves; read them
     # now, before the passes rewrite the tree (else the entry parses it again).
     chains = _entry.root_chains(parsed.node, unwrap(fn)) if store is not None else None
-    t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure, leaves)
+    t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure, leaves, complexes)
     specialised = "".join(f", {name}={_function_name(value)}"
                           for name, value in parsed.statics.items())
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"

@@ -74,10 +74,10 @@ def deep_enough(parsed: ParsedFunction) -> Iterator[None]:
 
 def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool = True,
                pure: bool = False, scalars: Tuple[str, ...] = (), structure=(),
-               leaves: Tuple[int, ...] = ()):
+               leaves: Tuple[int, ...] = (), complexes: Tuple[str, ...] = ()):
     """Every pass from normalise to optimise; returns the Transformed record."""
     nf = normalize(parsed)
-    activity = analyze(nf, wrt, scalars, structure, leaves)
+    activity = analyze(nf, wrt, scalars, structure, leaves, complexes)
     t = transform(nf, activity, pure)
     t = inline(t)
     if optimize_code:

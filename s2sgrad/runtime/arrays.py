@@ -10,6 +10,7 @@ one by computing it (and a CuPy array into a host copy): the helpers use
 from __future__ import annotations
 
 import contextlib
+import numbers
 import warnings
 from typing import Any, Iterator
 
@@ -81,3 +82,20 @@ def any_foreign(values) -> bool:
         elif is_foreign_array(v):
             return True
     return False
+
+
+def holds_complex(value: Any) -> bool:
+    """Whether value is complex, or a list, tuple or dict holding a complex value."""
+    kind = type(value)
+    if kind is float or kind is int or kind is bool or value is None:
+        return False
+    if kind is complex:
+        return True
+    if kind in (list, tuple) or isinstance(value, tuple):
+        return any(holds_complex(v) for v in value)
+    if kind is dict:
+        return any(holds_complex(v) for v in value.values())
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None:
+        return getattr(dtype, "kind", "") == "c"
+    return isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import holds_complex
 from .registry import helper
 from .reverse import add_items, is_basic_index
 from .shapes import unbroadcast, zeros_like
@@ -156,6 +157,16 @@ def no_sequence_arithmetic(left, right, filename, lineno, col, message, hint, te
         built = (isinstance(left, seq) and type(right) is int) or \
             (isinstance(right, seq) and type(left) is int)
     if built:
+        from ..errors import TransformError
+        raise TransformError(message, filename, lineno, col, hint, text)
+
+
+@helper
+def real_value(value, filename, lineno, col, message, hint, text) -> None:
+    """A value whose dtype the compiler could not see (a call it does not
+    differentiate) reaches the gradient path: refused at its line if it is complex,
+    or a structure holding a complex value (the rules are those of real analysis)."""
+    if holds_complex(value):
         from ..errors import TransformError
         raise TransformError(message, filename, lineno, col, hint, text)
 

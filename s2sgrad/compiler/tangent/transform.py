@@ -50,7 +50,7 @@ from ..normalize import NormalForm
 from ..ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
 from ..parse import ParsedFunction
 from ..sites import store_targets
-from ..transform import field_index
+from ..transform import field_index, real_value_checks
 from .calls import CallTangents
 from .control import ControlFlowTangents
 from .rules import RuleTangents
@@ -323,7 +323,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         else:
             out += self.simple(s, op)
         self.state.defined.update(op.outputs)
-        return out
+        return out + real_value_checks(s, op, self.act, self.err)
 
     def _primal(self, s) -> ast.stmt:
         if stmt_facts.of(s).snapshot:

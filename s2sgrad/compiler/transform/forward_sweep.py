@@ -24,7 +24,7 @@ from ..names import (
     name_nodes,
 )
 from ..ops import Op, describe
-from .records import LoopInfo, is_literal
+from .records import LoopInfo, is_literal, real_value_checks
 
 
 class ForwardSweep:
@@ -229,7 +229,7 @@ class ForwardSweep:
             out.append(copied)
         else:
             out.append(s)
-        return out
+        return out + real_value_checks(s, op, self.act, self.err)
 
     def site_for(self, s, op: Op):
         """The inlined Function (apply) or the separately compiled callee (call)."""

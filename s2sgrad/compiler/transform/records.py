@@ -1,23 +1,38 @@
 """Reverse mode: the small AST helpers and records its parts share, and the
-rewrite of loops over dict items that forward mode shares too."""
+rewrite of loops over dict items and the run-time dtype checks that forward
+mode shares too."""
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
+from ...errors import TransformError, guard_fields
 from ..analyze import (
     Activity,
 )
-from ..names import helper_call, name_node, stored_names
+from ..names import copy_location, helper_call, name_node, stored_names
+from ..ops import Op
 
 DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
 
 
-
-
-
-
+def real_value_checks(s: ast.stmt, op: Op, act: Activity,
+                      err: Callable[..., TransformError]) -> List[ast.stmt]:
+    """`_s2s_real_value(v, <where>)` after a statement that makes a value of a dtype
+    the compiler does not see, which the gradient path reads (Activity.real_checks):
+    a complex one raises there, at the user's line, instead of getting the wrong
+    gradient the rules of real analysis would give it."""
+    out: List[ast.stmt] = []
+    for name in op.outputs:
+        if name in act.real_checks:
+            fields = guard_fields(err(s, "a complex value reaches the gradient path here: "
+                                         "s2sgrad differentiates real-valued code",
+                                      "Keep real and imaginary parts in separate float "
+                                      "arrays (np.real(v), np.imag(v))."))
+            out.append(copy_location(ast.Expr(value=helper_call(
+                "real_value", name_node(name), *[ast.Constant(value=f) for f in fields])), s))
+    return out
 
 
 @dataclass
