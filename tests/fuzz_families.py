@@ -602,13 +602,20 @@ class FamilyMixin:
     def loop_variable_reused(self, v):
         """`for i in range(n):` with an inner loop that iterates over `i` again (or
         `for _ in ...` beside an inner loop over a constant array), `i` read as an
-        index before and after the inner loop: after it, `i` is the inner loop's."""
+        index before and after the inner loop: after it, `i` is the inner loop's.
+        Also `i` bound and read before the loop, a later loop over `i` again, and
+        `i` read after the loops (the adjoint of each loop must give `i` back the
+        value it had before that loop)."""
         r = self.fresh("r")
         name = self.rng.choice(["_", self.fresh("i")])
         rows = v.shape[0]
-        self.emit(f"{r} = 0.0")
-        self.emit(f"for {name} in range({self.rng.randint(2, rows)}):")
         read = f"np.sum(np.tanh({v.name}[{name}] * 1.5))"
+        if self.rng.random() < 0.4:
+            self.emit(f"{name} = {self.rng.randint(0, rows - 1)}")
+            self.emit(f"{r} = {self.const()} * {read}")
+        else:
+            self.emit(f"{r} = 0.0")
+        self.emit(f"for {name} in range({self.rng.randint(2, rows)}):")
         if self.rng.random() < 0.5:
             self.emit(f"    {r} = {r} + {self.const()} * {read}")
         if self.rng.random() < 0.6:
@@ -619,6 +626,12 @@ class FamilyMixin:
             self.emit(f"    for {w} in G2:")
             self.emit(f"        {r} = {r} + {w} * np.sum(np.sin({v.name}))")
         self.emit(f"    {r} = {r} + {self.const()} * {read}")
+        if self.rng.random() < 0.4:
+            self.emit(f"for {name} in range({self.rng.randint(1, rows)}):")
+            self.emit(f"    {r} = {r} * 0.95" if self.rng.random() < 0.5 else
+                      f"    {r} = {r} + {self.const()} * {read}")
+        if self.rng.random() < 0.3:
+            self.emit(f"{r} = {r} + {self.const()} * {read}")
         self.force.append(f"{self.const()} * np.tanh({r})")
 
     def let_tree(self, value, spec):

@@ -811,3 +811,65 @@ def f(P):
         want = np.zeros(shape)
         want[1] = np.cos(b[1])
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+LOOP_VARIABLE_BOUND_BEFORE = '''
+import numpy as np
+
+
+def bound_then_looped(x):
+    i = 1
+    y = x[i] * 2.0
+    for i in range(3):
+        y = y + x[i] ** 2
+    return np.sum(y)
+
+
+def looped_twice(x):
+    y = x[0] * 0.0
+    for i in range(2):
+        y = y + x[i] * 3.0
+    z = x[i] ** 2          # i after the first loop: 1
+    for i in range(3):
+        y = y + x[i]
+    return np.sum(y + z)
+
+
+def nested_then_looped(w, v):
+    r = 0.0
+    for _ in range(2):
+        for _ in range(2):
+            r = r * 0.9
+        r = r + 0.3 * np.sum(np.tanh(w[_] * 1.5))
+    acc = v * 0.0
+    for _ in range(3):
+        acc = acc + 0.3 * np.tanh(v)
+    return r + np.sum(acc)
+'''
+
+
+@pytest.mark.parametrize("name", ["bound_then_looped", "looped_twice", "nested_then_looped"])
+@pytest.mark.parametrize("shape", [(3,), (3, 2)])
+def test_a_loop_gives_its_variable_back_the_value_it_had_before(make_module, name, shape):
+    """The adjoint sets a range loop's variable from the range and leaves it at the
+    first item; the adjoint of the code before the loop read that instead of the
+    value the variable had there (`i = 1; y = x[i]; for i in range(3): ...`, or a
+    second loop over `i` after a first whose adjoint keeps `i` on a stack): a
+    silently wrong gradient, also of ordinary code. (Found by the fuzzer, seed 401.)"""
+    mod = make_module(LOOP_VARIABLE_BOUND_BEFORE)
+    rng = np.random.default_rng(7)
+    f = getattr(mod, name)
+    args = (rng.standard_normal(shape),) if name != "nested_then_looped" else \
+        (rng.standard_normal((2,) + shape), rng.standard_normal(shape))
+    for i in range(len(args)):
+        check_vjp(f, args, wrt=(i,))
+        got = s2sgrad.grad(f, wrt=i, witness=False)(*args)
+        h = 1e-6
+        want = np.zeros_like(args[i])
+        for k in np.ndindex(args[i].shape):
+            up = [a.copy() for a in args]
+            down = [a.copy() for a in args]
+            up[i][k] += h
+            down[i][k] -= h
+            want[k] = (f(*up) - f(*down)) / (2 * h)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)

@@ -266,6 +266,10 @@ class ForwardSweep:
             rng = self.names.fresh(f"{stem}_range")
             info = LoopInfo("range", range_name=rng, target=s.target)
             out += self.setup_assign(s, rng, it, in_loop)
+            # The adjoint sets the variable from the range, and leaves it at the first
+            # item: what it held before the loop is put back after (the adjoint of
+            # the code before the loop may read it: `i = 1; y = x[i]; for i in ...`).
+            self.save_before(stem, in_loop, out, self.loop_setups.require(s)[-1])
             loop_iter: ast.expr = name_node(rng)
             target = s.target
         elif any(n in self.act.varied for n in header.diff_inputs):
