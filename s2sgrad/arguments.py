@@ -69,8 +69,9 @@ def positional_count(f: Callable) -> "int | None":
     return len(names) if names else None
 
 
-_COMPLEX_HINT = ("s2sgrad differentiates real-valued code: pass the real and imaginary "
-                 "parts as separate float arguments")
+_COMPLEX_HINT = ("s2sgrad.functional differentiates real-valued code: pass the real and "
+                 "imaginary parts as separate float arguments, or use s2sgrad.grad or "
+                 "s2sgrad.vjp, which take complex arguments")
 
 
 def is_structure(value: Any) -> bool:
@@ -84,20 +85,24 @@ def is_constant_leaf(value: Any) -> bool:
         isinstance(value, np.ndarray) and value.dtype.kind in "biu")
 
 
-def check_differentiable(value: Any, what: str) -> None:
-    """Only real floating-point values can carry a gradient (complex ones are refused:
-    the rules are those of real analysis, so their gradient would be wrong). A
-    structure (nested lists, tuples and dicts) carries its leaves' gradients; None,
-    integer and boolean leaves in it are constants."""
+def check_differentiable(value: Any, what: str, complex_ok: bool = False) -> None:
+    """Only floating-point values can carry a gradient: real ones, and complex ones
+    where `complex_ok` (grad, value_and_grad and vjp: their pairs take the rules for
+    complex arguments; s2sgrad.functional's forward mode and higher derivatives do
+    not). A structure (nested lists, tuples and dicts) carries its leaves'
+    gradients; None, integer and boolean leaves in it are constants."""
     kind = type(value)
     if kind is float or (kind is np.ndarray and value.dtype.kind == "f"):
         return  # the common cases, first and cheap
+    if complex_ok and (kind is complex or isinstance(value, np.complexfloating) or (
+            kind is np.ndarray and value.dtype.kind == "c")):
+        return
     if is_structure(value):
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
             if item is None or is_constant_leaf(item):
                 continue
-            check_differentiable(item, f"{what}[{key!r}]")
+            check_differentiable(item, f"{what}[{key!r}]", complex_ok)
         return
     if isinstance(value, bool) or isinstance(value, numbers.Integral):
         raise TypeError(f"{what} is an integer ({value!r}): only floating-point inputs can "
@@ -305,7 +310,7 @@ def check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> Tuple[in
         if i >= len(args):
             raise TypeError(f"cannot differentiate {getattr(f, '__name__', f)} with respect to "
                             f"argument {i}: only {len(args)} positional argument(s) were given")
-        check_differentiable(args[i], f"argument {i}")
+        check_differentiable(args[i], f"argument {i}", complex_ok=True)
     return python_numbers(args, positions)
 
 
@@ -350,6 +355,10 @@ def seed(out: Any) -> Any:
         return 1.0
     if isinstance(out, (float, int)) and not isinstance(out, bool):
         return 1.0
+    if holds_complex(out):
+        raise TypeError("grad requires a real-valued output, but the function returned a "
+                        "complex value; differentiate a real loss of it (np.real(z), "
+                        "np.abs(z) ** 2, ...) or use s2sgrad.vjp with a complex cotangent")
     if isinstance(out, (np.ndarray, np.generic)) and np.ndim(out) == 0 and \
             np.issubdtype(np.asarray(out).dtype, np.number):
         return np.ones((), dtype=np.result_type(out, np.float64)

@@ -35,6 +35,7 @@ from .arguments import finalize
 from .compiler import compile_jvp
 from .errors import TransformError
 from .optimizer_check import fresh_copy
+from .runtime.arrays import holds_complex
 from .runtime.tangent import zero_tangent
 
 MODES = ("first", "always", "off")
@@ -211,6 +212,9 @@ def _value_and_tangent(compiled: Any, fn: Callable, name: str, copies, out: Any,
             f"returned. If the source is current, please report this as an s2sgrad bug.")
     wrt = tuple(compiled.wrt)
     if any(i >= len(args) for i in wrt) or _random_like(out, np.random.default_rng(0)) is None:
+        return None
+    if any(holds_complex(a) for a in args) or any(holds_complex(a) for a in kwargs.values()):
+        notes["derivative"] = "complex arguments (forward mode takes real values only)"
         return None
     rng = np.random.default_rng(int(hashlib.sha256(repr(signature(args, kwargs)).encode())
                                     .hexdigest()[:8], 16))

@@ -1110,6 +1110,23 @@ class FamilyMixin:
                 use = self.rng.choice([f"np.abs({win}({n}))", f"np.real({win}({n})) + 1.5"])
             self.emit(f"{w} = {use}")
             self.emit(f"{v.name} = {v.name} * {w}")
+        if arrays and self.rng.random() < 0.3:
+            # complex values in between (the rules for complex arguments, and real
+            # parts of the cotangents of the real values they meet), a real result
+            v = self.rng.choice(arrays)
+            zc = self.fresh("zc")
+            c = self.rng.choice(["(0.6 + 0.8j)", "1j", "(0.3 - 1.1j)"])
+            self.emit(f"{zc} = {v.name} * {c} + np.exp(1j * {v.name} * 0.5)")
+            if self.rng.random() < 0.4:
+                self.emit(f"{zc} = {zc} * np.conj({zc}) * 0.2 + np.sin({zc}) / ({zc} + 3.0)")
+            form = self.rng.choice([
+                f"np.abs({zc} + 3.0) ** 2", f"np.real({zc} * np.conj({zc}) * 0.3)",
+                f"np.angle({zc} + 3.0)", f"np.imag(np.exp({zc} * 0.4))",
+                f"np.abs(np.fft.fft({zc}) + 6.0)", f"{zc}.real * {zc}.imag",
+                # a real value (|z|, Re z) meeting complex ones again
+                f"np.real(np.abs({zc} + 3.0) * (0.5 + 0.5j) * {zc})",
+                f"np.imag(np.real({zc}) * np.exp(0.5j * {zc}))"])
+            self.emit(f"{v.name} = {v.name} + 0.3 * {form}")
         if len(local) < 2 and self.rng.random() < 0.3:   # two local lambdas on one line
             a, b = self.fresh("g"), self.fresh("g")
             self.emit(f"{a} = lambda u: np.sin(u) * 0.5; {b} = lambda u: np.tanh(u) * u")

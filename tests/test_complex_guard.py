@@ -1,13 +1,15 @@
 """Complex values near real-valued code: exact or loud.
 
-s2sgrad's rules are those of real analysis: np.abs(z) of a complex z would get
+The rules of real analysis would give np.abs(z) of a complex z the gradient
 g * np.sign(z), which is not its gradient. Complex values therefore must never
 reach the gradient path unnoticed, wherever they come from:
 
-- a complex argument the gradient is not taken for (`f(x, c)` with complex c):
-  the pair is specialised to it and refuses c on the gradient path at compile time;
+- a complex argument (`f(x, c)` with complex c, differentiated or not): the
+  pair is specialised to it, and the operations on it take the rules for
+  complex arguments (rules/complex_rules.py) or are refused at their line;
+- np.fft.fft of a constant and the like: known complex, likewise;
 - a value whose dtype the compiler cannot see (a helper it does not
-  differentiate, np.fft.fft of a constant): checked where it is made, at run time.
+  differentiate): checked where it is made, at run time.
 
 Before these checks, `np.sum(np.abs(x * c))` returned a wrong gradient with
 only a ComplexWarning, and `np.abs(1j * x)` through a helper a wrong *real* one.
@@ -83,7 +85,7 @@ def complex_beside(x, c):
 
 def listed(params, c):
     w, b = params
-    return np.sum(np.tanh(w * c[0] + b))
+    return np.sum(np.abs(np.tanh(w * c[0] + b)) ** 2)
 '''
 
 
@@ -99,25 +101,58 @@ def _c(shape, rng):
     return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
 
 
+def _wirtinger_grad(f, z, h=1e-6):
+    """dL/dx - i dL/dy by central differences (autograd's and JAX's convention)."""
+    g = np.zeros(z.shape, dtype=complex)
+    for k in np.ndindex(z.shape):
+        e = np.zeros(z.shape, dtype=complex)
+        e[k] = h
+        g[k] = (f(z + e) - f(z - e)) / (2 * h) - 1j * (f(z + 1j * e) - f(z - 1j * e)) / (2 * h)
+    return g
+
+
 @pytest.mark.parametrize("name", ["abs_of_product", "energy"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_complex_argument_on_the_gradient_path_is_refused_at_its_line(mod, rng, name,
-                                                                         shape):
+def test_a_complex_argument_on_the_gradient_path_takes_the_complex_rules(mod, rng, name,
+                                                                          shape):
+    """(Before the complex rules these were refused; before the guard, wrong.)"""
     f = getattr(mod, name)
     x, c = rng.standard_normal(shape), _c(shape, rng)
-    for call in (lambda: s2sgrad.grad(f)(x, c), lambda: s2sgrad.value_and_grad(f)(x, c),
-                 lambda: s2sgrad.vjp(f, x, c, wrt=0)[1](1.0), lambda: s2sgrad.grad(f)(x, c=c)):
-        with pytest.raises(TransformError, match="complex values are not differentiated") \
-                as info:
-            call()
-        assert info.value.filename.endswith("complex_guard_mod.py")
-        assert "x * c" in info.value.text
+    want_x = numeric_grad(f, (x, c), 0)
+    for got in (s2sgrad.grad(f)(x, c), s2sgrad.value_and_grad(f)(x, c)[1],
+                s2sgrad.vjp(f, x, c, wrt=0)[1](1.0), s2sgrad.grad(f)(x, c=c)):
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want_x, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(s2sgrad.grad(f, wrt=1)(x, c),
+                               _wirtinger_grad(lambda w: f(x, w), c), rtol=1e-6, atol=1e-8)
 
 
-def test_a_complex_argument_of_a_list_is_refused(mod, rng):
+def test_an_operation_without_a_complex_rule_is_refused_at_its_line(make_module, rng):
+    m = make_module("""
+import numpy as np
+
+
+def f(x, c):
+    y = x * c
+    return np.linalg.norm(y) + np.sum(np.maximum(np.real(y), 0.0))
+""")
+    with pytest.raises(TransformError, match="is not differentiated for complex values") \
+            as info:
+        s2sgrad.grad(m.f)(rng.standard_normal(3), _c(3, rng))
+    assert "np.linalg.norm(y)" in info.value.text
+
+
+def test_a_complex_argument_of_a_list_is_differentiated(mod, rng):
     params = [rng.standard_normal(3), rng.standard_normal(3)]
-    with pytest.raises(TransformError, match="complex values are not differentiated"):
-        s2sgrad.grad(mod.listed)(params, [_c(3, rng)])
+    c = [_c(3, rng)]
+    got = s2sgrad.grad(mod.listed)(params, c)
+    for i in range(2):
+        def f(p, i=i):
+            q = list(params)
+            q[i] = p
+            return mod.listed(q, c)
+        np.testing.assert_allclose(got[i], numeric_grad(f, (params[i],), 0), rtol=1e-6,
+                                   atol=1e-8)
 
 
 @pytest.mark.parametrize("shape", [(3,), (2, 3)])
@@ -158,13 +193,14 @@ def test_real_values_from_helpers_keep_their_gradients(mod, rng, name, shape):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_fourier_transform_on_the_gradient_path_is_refused(mod, rng, shape):
+def test_a_fourier_transform_of_a_constant_is_known_complex(mod, rng, shape):
+    """np.fft.fft of a constant is complex: x * F takes the complex rules (np.abs's
+    is not np.sign's)."""
     x, s = rng.standard_normal(shape), rng.standard_normal(shape[-1])
-    with pytest.raises(TransformError, match="complex values are not differentiated"):
-        s2sgrad.grad(mod.spectrum)(x, s)
-    got = s2sgrad.grad(mod.spectrum_magnitude)(x, s)
-    np.testing.assert_allclose(got, numeric_grad(mod.spectrum_magnitude, (x, s), 0),
-                               rtol=1e-6, atol=1e-8)
+    for name in ("spectrum", "spectrum_magnitude"):
+        f = getattr(mod, name)
+        np.testing.assert_allclose(s2sgrad.grad(f)(x, s), numeric_grad(f, (x, s), 0),
+                                   rtol=1e-6, atol=1e-8)
 
 
 def test_the_check_is_in_the_generated_code_only_where_needed(mod):
@@ -180,10 +216,12 @@ def test_jit_takes_complex_arguments_to_the_numpy_pair(mod, rng, shape):
     """The numba pair is not specialised to complex arguments: such calls run the
     NumPy backend's pair, which is (so the same refusal, or the same gradient)."""
     x, c = rng.standard_normal(shape), _c(shape, rng)
-    with pytest.raises(TransformError, match="complex values are not differentiated"):
-        s2sgrad.grad(mod.abs_of_product, jit=True)(x, c)
-    with pytest.raises(TransformError, match="complex values are not differentiated"):
-        s2sgrad.vjp(mod.abs_of_product, x, c, wrt=0, jit=True)
+    want = numeric_grad(mod.abs_of_product, (x, c), 0)
+    np.testing.assert_allclose(s2sgrad.grad(mod.abs_of_product, jit=True)(x, c), want,
+                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        s2sgrad.vjp(mod.abs_of_product, x, c, wrt=0, jit=True)[1](1.0), want,
+        rtol=1e-6, atol=1e-8)
     c4 = _c((4,), rng)
     np.testing.assert_allclose(s2sgrad.grad(mod.complex_beside, jit=True)(x, c4),
                                numeric_grad(mod.complex_beside, (x, c4), 0),

@@ -63,6 +63,11 @@ class Activity:
     # (the rules are those of real analysis: a complex value would get a wrong
     # gradient, e.g. np.abs(1j * x)).
     real_checks: Set[str] = field(default_factory=set)
+    # Names that hold complex values (complex literals, constants and arguments, and
+    # what is computed from them): operations touching them take the rules for
+    # complex arguments (Rule.for_complex), and the real variables among their
+    # inputs the real part of their cotangents.
+    complex_names: Set[str] = field(default_factory=set)
 
     def same_shape(self, a: ast.expr, b: ast.expr) -> bool:
         ra, rb = self.shape_of(a), self.shape_of(b)
@@ -107,7 +112,8 @@ def loop_header_op(s: ast.For) -> Op:
 
 def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (),
             structure: Sequence[Tuple[int, Tuple[bool, ...]]] = (),
-            leaf_params: Sequence[int] = (), complex_params: Sequence[str] = ()) -> Activity:
+            leaf_params: Sequence[int] = (), complex_params: Sequence[str] = (),
+            allow_complex: bool = False) -> Activity:
     """Activity, independence reasons and shape facts.
 
     `scalar_params` names parameters known to be Python numbers at run time
@@ -118,7 +124,10 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     `leaf_params`: positions of parameters the caller passes arrays or numbers
     (any other may hold a list, tuple or dict: see `leaf_names`).
     `complex_params`: parameters the caller passes complex values (or structures
-    holding some): a pair specialised to that, which refuses them on the gradient path.
+    holding some): a pair specialised to that. `allow_complex`: complex values on
+    the gradient path take the rules for complex arguments (rules/complex_rules.py),
+    and any operation without one is refused; else every one is refused (forward
+    mode, and code that is differentiated again).
     """
     local_names = nf.resolver.locals | nf.names.taken
     stmts = [s for s, _ in iter_statements(nf.node.body)]
@@ -141,7 +150,7 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
             independent.append(i)
             reasons[i] = _why_independent(name, ops, reach_all, nf)
     _check_supported(ops, active, varied, useful, nf)
-    _check_real(ops, active, nf, set(complex_params))
+    complex_names = _check_complex(ops, active, nf, set(complex_params), allow_complex)
     real_checks = unseen_dtypes(ops, active)
     definitions = _definition_counts(nf.node.body)   # (for both questions below)
     shapes = shape_classes(nf.node.body, ops, ints, nf.params, definitions)
@@ -153,7 +162,7 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
                     zero_d=zero_d_names(nf.node.body, ops, ints, nf.params, definitions),
                     leaves=leaf_names(nf, ops, leaf_params),
                     output_items=output_items(nf, varied, item_flags),
-                    real_checks=real_checks)
+                    real_checks=real_checks, complex_names=complex_names)
 
 
 # Ops whose outputs are leaves when their inputs are: indexing an array gives an
@@ -672,12 +681,18 @@ def _holds_complex(nf: NormalForm, name: ast.Name) -> bool:
         isinstance(value, np.ndarray) and value.dtype.kind == "c"))
 
 
-def _check_real(ops, active: Set[str], nf: NormalForm, complex_params: Set[str]) -> None:
-    """Complex values on the gradient path are an error: the rules are those of real
-    analysis (np.abs, np.conj, ... of a complex value would get a wrong gradient).
-    Complex values are those of complex literals, dtypes and constants, of the
-    parameters given complex values, and of the functions that make complex
-    arrays (np.fft.fft, ...); what is computed from them."""
+# Operations that move values without computing (a complex one moves as it is).
+_MOVES = frozenset({"copy", "pack", "getitem", "field"})
+
+
+def _check_complex(ops, active: Set[str], nf: NormalForm, complex_params: Set[str],
+                   allow: bool) -> Set[str]:
+    """The names holding complex values: those of complex literals, dtypes and
+    constants, of the parameters given complex values, of the functions that make
+    complex arrays (np.fft.fft, ...), and what is computed from them (np.abs and
+    np.real make real values again). On the gradient path, an operation touching
+    one needs a rule for complex arguments (and `allow`): else it is refused at its
+    line, since the rules of real analysis would give it a wrong gradient."""
     complex_names: Set[str] = set(complex_params)
     known: Dict[str, bool] = {}
     literal = {s: _complex_node(s, nf, known) for s, _ in ops}
@@ -695,28 +710,39 @@ def _check_real(ops, active: Set[str], nf: NormalForm, complex_params: Set[str])
         if not any(o in active for o in op.outputs):
             continue
         node = literal[s]
-        reads = [n for n in op.diff_inputs + op.other_inputs if n in complex_names]
-        if node is not None or reads or _makes_complex(op.callee):
-            where = node if node is not None else getattr(s, "value", s)
-            raise error_at(where, "complex values are not differentiated", nf.parsed,
-                           "s2sgrad differentiates real-valued code: keep real and imaginary "
-                           "parts in separate float arrays.")
+        touched = [n for n in op.diff_inputs + op.other_inputs + op.outputs
+                   if n in complex_names]
+        if node is None and not touched and not _makes_complex(op.callee):
+            continue
+        where = node if node is not None else getattr(s, "value", s)
+        if not allow:
+            raise error_at(where, "complex values are not differentiated here", nf.parsed,
+                           "Forward mode and derivatives of derivatives take real values "
+                           "only: keep real and imaginary parts in separate float arrays.")
+        if op.kind in _MOVES or (op.rule is not None and op.rule.for_complex() is not None
+                                 and op.kind in ("rule", "augassign")):
+            continue
+        raise error_at(where, f"{op.label or 'this operation'} is not differentiated for "
+                              f"complex values", nf.parsed,
+                       "s2sgrad differentiates complex values through the functions listed "
+                       "in the README's complex section (arithmetic, exp/log/trig, np.abs, "
+                       "np.real, np.imag, np.conj, np.angle, sums, products, np.fft); "
+                       "elsewhere keep real and imaginary parts in separate float arrays.")
+    return complex_names
 
 
 def _makes_complex(callee) -> bool:
-    """Functions without a gradient rule whose result is complex for real arguments:
-    the discrete Fourier transforms (NumPy's and SciPy's), the eigenvalues of a
-    general matrix, roots. (A function with a rule, np.linalg.eig, raises at run
-    time where its result is complex.)"""
-    if callee is None or registry.lookup_function(callee) is not None:
+    """Functions whose result is complex for real arguments: the discrete Fourier
+    transforms (NumPy's and SciPy's), roots, np.emath. (np.linalg.eig's and eigvals'
+    rules raise at run time where their result is complex.)"""
+    if callee is None:
         return False
     module = getattr(callee, "__module__", None) or ""
     name = getattr(callee, "__name__", "")
     if module.startswith(("numpy.fft", "scipy.fft", "scipy.fftpack")):
         return name not in ("fftshift", "ifftshift", "fftfreq", "rfftfreq", "irfft", "irfft2",
                             "irfftn", "hfft", "next_fast_len", "dct", "idct", "dst", "idst")
-    return callee in (np.linalg.eigvals, np.roots) or module.startswith("numpy.lib.scimath") \
-        or (module == "numpy.linalg" and name == "eig")
+    return callee is np.roots or module.startswith("numpy.lib.scimath")
 
 
 # Kinds of operation whose result's dtype the compiler does not see: a call it does
@@ -726,10 +752,12 @@ _UNSEEN_DTYPE = frozenset({"unknown", "opaque", "method", "call"})
 
 
 def _realising(op) -> bool:
-    """np.real(v), np.abs(v), v.imag, ...: real whatever v is (the check need not go
-    back to v)."""
-    return op.kind == "rule" and (op.callee in (np.real, np.imag, np.absolute, np.angle)
-                                  or op.label in (".real", ".imag"))
+    """np.real(v), np.abs(v), abs(v), v.imag, ...: real whatever v is (the check need
+    not go back to v)."""
+    return op.kind == "rule" and op.rule is not None and (
+        op.label in (".real", ".imag") or any(
+            op.rule is registry.lookup_function(f) for f in (np.real, np.imag, np.absolute,
+                                                               np.angle)))
 
 
 def unseen_dtypes(ops, active: Set[str]) -> Set[str]:
@@ -753,8 +781,17 @@ def unseen_dtypes(ops, active: Set[str]) -> Set[str]:
                 if new:
                     feeds |= new
                     changed = True
-    return {o for _, op in ops if op.kind in _UNSEEN_DTYPE and
-            not any(x in active for x in op.outputs) for o in op.outputs if o in feeds}
+    return {o for _, op in ops if (op.kind in _UNSEEN_DTYPE or _complex_at_times(op.callee))
+            and not any(x in active for x in op.outputs) for o in op.outputs if o in feeds}
+
+
+def _complex_at_times(callee) -> bool:
+    """Functions with a rule whose result is complex for some real arguments (the
+    rule refuses those where it is on the gradient path; a constant result of one
+    is checked like a value of an unseen dtype)."""
+    return getattr(callee, "__name__", "") in ("eig", "eigvals", "sqrtm", "logm") and \
+        (getattr(callee, "__module__", None) or "").startswith(("numpy.linalg",
+                                                                 "scipy.linalg"))
 
 
 # -- calls to functions that write into their arguments ---------------------------------

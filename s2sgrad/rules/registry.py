@@ -45,6 +45,15 @@ class Rule:
     func: Optional[Callable] = None
     # Registered from outside the built-in table (s2sgrad.defvjp): user helpers.
     extra_names: Dict[str, Callable] = field(default_factory=dict)
+    # Complex arguments (complex_rules.py): `holomorphic`, the templates hold for them
+    # as written; else `on_complex`, the rule that does, if any (np.abs, np.real, ...).
+    holomorphic: bool = False
+    on_complex: Optional["Rule"] = None
+
+    def for_complex(self) -> Optional["Rule"]:
+        """The rule for an operation with a complex argument or result, or None
+        (not differentiated for complex values)."""
+        return self if self.holomorphic else self.on_complex
 
     @functools.cached_property
     def params(self) -> List[str]:
@@ -498,6 +507,39 @@ def defop(op: type, symbol: str, like: Callable) -> Rule:
     if rule is None:
         raise ValueError(f"operator {symbol}: {like} has no rule")
     REGISTRY.operators[op] = rule
+    return rule
+
+
+def _rule_of(target) -> Rule:
+    """A function's rule, or a method's (".name()") or an attribute's (".name")."""
+    if isinstance(target, str):
+        table = REGISTRY.methods if target.endswith("()") else REGISTRY.attributes
+        rule = table.get(target.strip(".()"))
+    else:
+        rule = lookup_function(target)
+    if rule is None:
+        raise ValueError(f"{target!r} has no rule")
+    return rule
+
+
+def holomorphic(*targets) -> None:
+    """Mark rules whose templates hold for complex arguments as written: under the
+    convention of autograd and JAX (the gradient of a real loss L of z = x + iy is
+    dL/dx - i dL/dy), a holomorphic f's cotangent is g * f'(z), unconjugated, and
+    a linear rearrangement's is the same rearrangement of g."""
+    for target in targets:
+        _rule_of(target).holomorphic = True
+
+
+def defcomplex(target, params: str, **grads: str) -> Rule:
+    """The rule of `target` (a function, ".method()" or ".attribute") where an
+    argument or its result is complex: for the functions that are not holomorphic
+    (np.abs, np.real, np.conj, np.angle), under the same convention."""
+    base = _rule_of(target)
+    rule = make_rule(f"{base.name} (complex)", params, grads, broadcast=base.broadcast,
+                     view=base.view, func=base.func)
+    rule.holomorphic = True
+    base.on_complex = rule
     return rule
 
 

@@ -9,11 +9,20 @@ One module per topic; importing the package registers every helper in
 - `inplace`: saving and restoring what in-place writes overwrite;
 - `tangent`: forward mode's zero tangents, casts and decompositions;
 - `numpy_grads`: the helpers the NumPy rules' templates call;
+- `complex_grads`: those of the rules for complex arguments;
 - `second_order`: their Hessian-vector products and transposes (grad of grad).
 """
 from __future__ import annotations
 
-from . import inplace, numpy_grads, reverse, second_order, shapes, tangent  # noqa: F401
+from . import (  # noqa: F401
+    complex_grads,
+    inplace,
+    numpy_grads,
+    reverse,
+    second_order,
+    shapes,
+    tangent,
+)
 from .registry import HELPERS, helper, new_helper  # noqa: F401
 from .reverse import (  # noqa: F401 - the names generated code and rules use
     accumulate,

@@ -689,7 +689,11 @@ def _gather_vjp(g, build, *inputs):
         start += n
     source = as_array(build(*numbers_))
     gflat = np.broadcast_to(as_array(g), source.shape).ravel()
-    total = np.bincount(source.ravel(), weights=gflat, minlength=start)
+    if np.iscomplexobj(gflat):   # (bincount's weights are real: each part on its own)
+        total = np.bincount(source.ravel(), weights=gflat.real, minlength=start) + \
+            1j * np.bincount(source.ravel(), weights=gflat.imag, minlength=start)
+    else:
+        total = np.bincount(source.ravel(), weights=gflat, minlength=start)
     dtype = np.result_type(as_array(g).dtype, np.float32)
     out = []
     start = 1
@@ -1427,8 +1431,12 @@ def det_grad(g, a):
     values, so singular matrices (where inv(a) does not exist) are exact too.
     """
     u, s, vt = np.linalg.svd(as_array(a))
-    sign = np.sign(np.linalg.det(u) * np.linalg.det(vt))
-    cof = sign[..., None, None] * ((u * _exclusive_products(s, -1)[..., None, :]) @ vt)
+    phase = np.linalg.det(u) * np.linalg.det(vt)
+    products = _exclusive_products(s, -1)[..., None, :]
+    if np.iscomplexobj(u):   # a = U S V^H: the cofactors are det(U V^H) conj(U) P conj(V^H)
+        cof = phase[..., None, None] * ((np.conj(u) * products) @ np.conj(vt))
+    else:
+        cof = np.sign(phase)[..., None, None] * ((u * products) @ vt)
     return as_array(g)[..., None, None] * cof
 
 

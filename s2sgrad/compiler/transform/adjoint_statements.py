@@ -312,6 +312,11 @@ class AdjointStatements:
         added (x op= v, where the output and an input are the same variable); `old`
         names the saved value standing in for such an input."""
         rule = op.rule
+        complex_names = self.act.complex_names
+        touches_complex = bool(complex_names) and any(
+            n in complex_names for n in op.outputs + op.diff_inputs + op.other_inputs)
+        if touches_complex:   # (the analysis refused an operation without such a rule)
+            rule = rule.for_complex()
         wanted: Dict[str, str] = {}
         targets: List[Tuple[str, str]] = []
         # Parts for a list built here that the rule read as an array (np.sum(xs)):
@@ -351,6 +356,12 @@ class AdjointStatements:
             ans: ast.expr = ast.Tuple(elts=[name_node(o) for o in op.outputs], ctx=ast.Load())
         else:
             g, ans = gs[0], name_node(op.outputs[0])
+
+        def add(var: str, part: str, into: List[ast.stmt]) -> None:
+            if touches_complex and var not in complex_names:
+                # a real variable: the real part of what reaches it from complex values
+                into.append(assign_node(part, helper_call("real_part", name_node(part))))
+            self.accumulate(var, self.structured(part, var, read_as_array), into)
         ctx = self.first_iteration
         # Only where skipping pays for the test: products (matmul, dot, einsum), whose
         # adjoint is a product again; elementwise parts are cheaper than the branch.
@@ -366,17 +377,17 @@ class AdjointStatements:
                 rule, op.bound, g, ans, {k: wanted[k] for k in late_keys}, s), s)]
             for var, part in targets:
                 if var in late and part in {wanted[k] for k in late_keys}:
-                    self.accumulate(var, self.structured(part, var, read_as_array), later)
+                    add(var, part, later)
             out.append(ast.If(test=clone(ctx[0]), body=later, orelse=[]))
             for var, part in targets:
                 if not (var in late and part in {wanted[k] for k in late_keys}):
-                    self.accumulate(var, self.structured(part, var, read_as_array), out)
+                    add(var, part, out)
             return
         out.append(self.rule_placeholder(rule, op.bound, g, ans, wanted, s))
         for v in reset:
             self.reset(self.bar_of(v))
         for var, part in targets:
-            self.accumulate(var, self.structured(part, var, read_as_array), out)
+            add(var, part, out)
 
     @staticmethod
     def structured(part: str, var: str, read_as_array: Set[str]) -> ast.expr:

@@ -1,0 +1,81 @@
+"""The gradient table for complex arguments.
+
+Convention (autograd's and JAX's): the gradient of a real loss L of
+z = x + iy is dL/dx - i dL/dy (the conjugate of the steepest-ascent direction;
+`z - lr * np.conj(grad)` descends). A cotangent g of a value w stands for the
+linear functional dw -> Re(g dw), so:
+
+- a holomorphic function's cotangent is g * f'(z), unconjugated, and a linear
+  rearrangement's (sum, reshape, matmul, fft) is its transpose, not its
+  adjoint: their real rules hold as written (`holomorphic` below);
+- the functions that are not holomorphic have rules of their own
+  (`defcomplex`): |z| gives g * conj(z) / |z|, Re z gives g, Im z gives -i g,
+  conj(z) gives conj(g), angle(z) gives -i g conj(z) / |z|^2;
+- a real variable that meets complex values gets the real part of what
+  reaches it (the transform adds `_s2s_real_part`), so real variables always
+  carry real cotangents.
+
+Only the rules listed here differentiate complex values; any other operation
+on a complex value on the gradient path is refused at its line, never given
+a real-analysis gradient. Each entry is checked against central differences in
+the real and imaginary parts (tests/test_complex.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import numpy_rules  # noqa: F401 - the entries marked here
+from .jvp_rules import pointwise, unsupported
+from .registry import defcomplex, defvjp, holomorphic
+
+# --- holomorphic, or linear: the real rules as they are -----------------------------
+holomorphic(
+    np.add, np.subtract, np.multiply, np.divide, np.negative, np.positive, np.matmul,
+    np.exp, np.log, np.sin, np.cos, np.tan, np.tanh, np.sinh, np.cosh, np.sqrt, np.square,
+    np.reciprocal, np.expm1, np.log1p, np.exp2, np.log2, np.log10, np.power,
+    np.arcsin, np.arccos, np.arctan, np.arcsinh, np.arctanh,
+    np.sum, np.mean, np.prod, np.cumsum, np.dot, np.outer, np.inner, np.einsum,
+    np.trace, np.diagonal, np.diag, np.triu, np.tril,
+    np.reshape, np.ravel, np.transpose, np.squeeze, np.expand_dims, np.swapaxes,
+    np.moveaxis, np.broadcast_to, np.concatenate, np.stack, np.vstack, np.hstack,
+    np.flip, np.roll, np.tile, np.repeat, np.take, np.where, np.copy, np.array, np.asarray,
+    np.linalg.inv, np.linalg.solve, np.linalg.det,
+    np.fft.fftshift, np.fft.ifftshift,
+    ".sum()", ".mean()", ".prod()", ".dot()", ".reshape()", ".transpose()", ".ravel()",
+    ".T",
+)
+
+# --- not holomorphic: rules of their own ---------------------------------------------------
+defcomplex(np.absolute, "x", x="g * abs_direction(x)")
+defcomplex(np.real, "val", val="g")
+defcomplex(".real", "self", self="g")
+defcomplex(np.imag, "val", val="-1j * g")
+defcomplex(".imag", "self", self="-1j * g")
+defcomplex(np.conjugate, "x", x="np.conj(g)")
+defcomplex(".conj()", "self", self="np.conj(g)")
+defcomplex(".conjugate()", "self", self="np.conj(g)")
+defvjp(np.angle, "z, deg=False", z="0.0 * g")   # 0 or pi on real values: constant
+defcomplex(np.angle, "z, deg=False", z="g * angle_direction(z, deg)")
+
+# --- discrete Fourier transforms: linear, and the DFT matrix is symmetric, so each
+# one's cotangent is the same transform of g (cut or padded back to the input's
+# length where n or s changed it) ----------------------------------------------------------
+for _f in (np.fft.fft, np.fft.ifft):
+    defvjp(_f, "a, n=None, axis=-1, norm=None",
+           a=f"fft_grad(g, a, np.fft.{_f.__name__}, (n,), (axis,), norm)")
+for _f in (np.fft.fft2, np.fft.ifft2):
+    defvjp(_f, "a, s=None, axes=(-2, -1), norm=None",
+           a=f"fft_grad(g, a, np.fft.{_f.__name__}, s, axes, norm)")
+for _f in (np.fft.fftn, np.fft.ifftn):
+    defvjp(_f, "a, s=None, axes=None, norm=None",
+           a=f"fft_grad(g, a, np.fft.{_f.__name__}, s, axes, norm)")
+holomorphic(np.fft.fft, np.fft.ifft, np.fft.fft2, np.fft.ifft2, np.fft.fftn, np.fft.ifftn)
+# rfft: the first n // 2 + 1 terms of fft of a real signal
+defvjp(np.fft.rfft, "a, n=None, axis=-1, norm=None", a="rfft_grad(g, a, n, axis, norm)")
+holomorphic(np.fft.rfft)
+
+# Forward mode takes real values only: the transforms' results are complex.
+for _name in ("np.fft.fft", "np.fft.ifft", "np.fft.fft2", "np.fft.ifft2", "np.fft.fftn",
+              "np.fft.ifftn", "np.fft.rfft"):
+    unsupported(_name, "its result is complex, and forward mode takes real values only")
+pointwise("np.angle")   # (0 on real values)

@@ -1,0 +1,92 @@
+"""Helpers of the rules for complex arguments (rules/complex_rules.py).
+
+The convention is autograd's and JAX's: the gradient of a real loss L of
+z = x + iy is dL/dx - i dL/dy, so a real function's cotangent g gives np.abs(z)
+the cotangent g * conj(z) / |z|, and a real variable whose value meets complex
+ones gets the real part of what reaches it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import helper
+
+
+@helper
+def abs_direction(x):
+    """d|z| as a cotangent factor: conj(z) / |z| for complex z (0 at z == 0, the
+    zero subgradient, like np.sign for real z); np.sign(x) for real x."""
+    if not np.iscomplexobj(x):
+        return np.sign(x)
+    size = np.abs(x)
+    return np.where(size == 0, 0.0, np.conj(x) / np.where(size == 0, 1.0, size))
+
+
+@helper
+def angle_direction(z, deg=False):
+    """d angle(z) as a cotangent factor: -i conj(z) / |z|^2 (0 at z == 0), in degrees
+    with deg; 0 for real z (angle is 0 or pi there)."""
+    if not np.iscomplexobj(z):
+        return np.zeros(np.shape(z))
+    size2 = np.real(z * np.conj(z))
+    out = np.where(size2 == 0, 0.0, -1j * np.conj(z) / np.where(size2 == 0, 1.0, size2))
+    return out * (180.0 / np.pi) if deg else out
+
+
+@helper
+def real_part(v):
+    """The cotangent of a real variable from complex parts: their real part."""
+    return np.real(v) if np.iscomplexobj(v) else v
+
+
+def _fit(x, shape, axes):
+    """x cut or padded with zeros along `axes` to the lengths of `shape`."""
+    index = [slice(None)] * x.ndim
+    pads = [(0, 0)] * x.ndim
+    for ax in axes:
+        n = shape[ax]
+        if x.shape[ax] > n:
+            index[ax] = slice(0, n)
+        elif x.shape[ax] < n:
+            pads[ax] = (0, n - x.shape[ax])
+    x = x[tuple(index)]
+    return np.pad(x, pads) if any(p != (0, 0) for p in pads) else x
+
+
+def _fft_axes(ndim, s, axes):
+    """The axes an n-d transform runs over (NumPy's rule: all, or the last len(s))."""
+    if axes is None:
+        return tuple(range(ndim - len(s), ndim)) if s is not None else tuple(range(ndim))
+    return tuple(ax % ndim for ax in axes)
+
+
+@helper
+def fft_grad(g, a, transform, s, axes, norm):
+    """The cotangent of a discrete Fourier transform (np.fft.fft, ifft, fft2, ifft2,
+    fftn, ifftn) of `a`: the same transform of g (the DFT matrix is symmetric, and
+    the convention takes the transpose, not the adjoint), cut or padded back to a's
+    lengths where `s` (or n) padded or cut a."""
+    a = np.asarray(a)
+    if s is not None and all(n is None for n in s):
+        s = None
+    axes = _fft_axes(a.ndim, s, axes)
+    inverse = transform in (np.fft.ifft, np.fft.ifft2, np.fft.ifftn)
+    out = (np.fft.ifftn if inverse else np.fft.fftn)(g, axes=axes, norm=norm)
+    return _fit(out, a.shape, axes)
+
+
+@helper
+def rfft_grad(g, a, n, axis, norm):
+    """The cotangent of np.fft.rfft(a, n, axis, norm): rfft keeps the first n // 2 + 1
+    terms of the fft of a real signal, so g padded with zeros to n, transformed, and
+    fitted to a's length (the transform takes its real part: a is real)."""
+    a = np.asarray(a)
+    if np.iscomplexobj(a):
+        raise NotImplementedError("the gradient of np.fft.rfft of a complex array (rfft "
+                                  "discards its imaginary part): use np.fft.fft")
+    axis = axis % a.ndim
+    length = a.shape[axis] if n is None else n
+    full = list(np.shape(g))
+    full[axis] = length
+    out = np.fft.fft(_fit(np.asarray(g), full, (axis,)), axis=axis, norm=norm)
+    return _fit(out, a.shape, (axis,))

@@ -1,0 +1,243 @@
+"""Complex arguments: every rule for complex values against central differences.
+
+Convention (autograd's and JAX's): the gradient of a real loss L of a complex z
+is dL/dx - i dL/dy, computed here by differences in the real and imaginary
+parts separately. Each entry of rules/complex_rules.py is exercised on two
+shapes (one broadcasting where the function broadcasts), through a loss
+L = sum(Re(F(z, w, x) * V)) with a fixed complex V, so that every direction of
+the cotangent is used; real arguments beside complex ones get real gradients.
+HIPS autograd, where installed, is a second reference.
+"""
+import numpy as np
+import pytest
+
+import s2sgrad
+from s2sgrad import TransformError
+
+H = 1e-6
+
+# (name, expression in z, w (complex) and x (real), {name: shape})
+CASES = [
+    ("add", "z + w", {"z": (3,), "w": (2, 3)}),
+    ("subtract", "z - x", {"z": (2, 3), "x": (3,)}),
+    ("multiply", "z * w", {"z": (4,), "w": (4,)}),
+    ("multiply real", "z * x", {"z": (2, 3), "x": (2, 1)}),
+    ("divide", "z / w", {"z": (3,), "w": (2, 3)}),
+    ("divide real", "x / z", {"x": (3,), "z": (3,)}),
+    ("negative", "-z + 1j", {"z": (3,)}),
+    ("power", "z ** 3", {"z": (2, 2)}),
+    ("power complex exponent", "z ** w", {"z": (3,), "w": (3,)}),
+    ("ufuncs by name", "np.add(z, w) - np.subtract(z, x) + np.multiply(z, w) * "
+                       "np.divide(w, z) + np.negative(z) + np.positive(w) + np.power(z, 2)",
+     {"z": (2, 3), "w": (3,), "x": (2, 3)}),
+    ("named", "np.absolute(z) + np.conjugate(w) * z.conjugate() + np.matmul(z, w) * 0.5",
+     {"z": (3,), "w": (3,)}),
+    ("exp", "np.exp(z)", {"z": (3,)}),
+    ("log", "np.log(z)", {"z": (2, 3)}),
+    ("sin cos tan", "np.sin(z) + np.cos(w) * np.tan(z * 0.3)", {"z": (3,), "w": (3,)}),
+    ("hyperbolic", "np.tanh(z) + np.sinh(w) * np.cosh(z)", {"z": (2, 2), "w": (2,)}),
+    ("sqrt square reciprocal", "np.sqrt(z) + np.square(w) + np.reciprocal(z)",
+     {"z": (3,), "w": (3,)}),
+    ("exp log variants", "np.expm1(z) + np.log1p(z) + np.exp2(w) + np.log2(z) + np.log10(w)",
+     {"z": (3,), "w": (3,)}),
+    ("inverse trig", "np.arcsin(0.3 * z) + np.arccos(0.3 * w) + np.arctan(0.3 * z)",
+     {"z": (3,), "w": (3,)}),
+    ("inverse hyperbolic", "np.arcsinh(z) + np.arctanh(0.3 * w)", {"z": (2,), "w": (2,)}),
+    ("abs", "np.abs(z) * x", {"z": (2, 3), "x": (3,)}),
+    ("abs builtin", "abs(z) ** 2", {"z": (4,)}),
+    ("real imag", "np.real(z) * np.imag(w) + z.real - w.imag", {"z": (3,), "w": (3,)}),
+    ("conj", "np.conj(z) * w + z.conj() * 2.0", {"z": (3,), "w": (3,)}),
+    ("angle", "np.angle(z) * x + np.angle(w, deg=True)", {"z": (3,), "w": (3,), "x": (3,)}),
+    ("sum mean prod", "np.sum(z, axis=0) + np.mean(w) + np.prod(z, axis=0)",
+     {"z": (2, 3), "w": (3,)}),
+    ("cumsum", "np.cumsum(z, axis=1)", {"z": (2, 3)}),
+    ("matmul", "z @ w", {"z": (2, 3), "w": (3, 2)}),
+    ("matmul real", "x @ z", {"x": (2, 3), "z": (3,)}),
+    ("dot outer inner", "np.dot(z, w) + np.sum(np.outer(z, w)) + np.inner(z, x)",
+     {"z": (3,), "w": (3,), "x": (3,)}),
+    ("einsum", "np.einsum('ij,j->i', z, w)", {"z": (2, 3), "w": (3,)}),
+    ("trace diagonal", "np.trace(z) + np.sum(np.diagonal(w)) + np.sum(np.diag(z))",
+     {"z": (3, 3), "w": (3, 3)}),
+    ("triangles", "np.triu(z) + np.tril(w, -1)", {"z": (3, 3), "w": (3, 3)}),
+    ("shapes", "np.reshape(z, (3, 2)).T + w + np.expand_dims(np.ravel(z)[:3], 0)",
+     {"z": (2, 3), "w": (2, 3)}),
+    ("transpose", "np.transpose(z) * w", {"z": (2, 3), "w": (3, 2)}),
+    ("axes", "np.swapaxes(z, 0, 1) + np.moveaxis(w, 0, -1) + np.squeeze(z[None])",
+     {"z": (2, 2), "w": (2, 2)}),
+    ("broadcast", "np.broadcast_to(z, (2, 3)) * w", {"z": (3,), "w": (2, 3)}),
+    ("join", "np.concatenate([z, w]) + np.hstack([w, z])", {"z": (2,), "w": (2,)}),
+    ("stack", "np.stack([z, w]) + np.vstack([w, z])", {"z": (3,), "w": (3,)}),
+    ("rearrange", "np.flip(z) + np.roll(w, 1) + np.tile(z[:1], 3) + np.repeat(w[1:2], 3)",
+     {"z": (3,), "w": (3,)}),
+    ("take where", "np.take(z, [2, 0]) + np.where(x[:2] > 0, z[:2], w[:2])",
+     {"z": (3,), "w": (3,), "x": (3,)}),
+    ("index", "z[1:] * w[0] + z[::-1][:2]", {"z": (3,), "w": (3,)}),
+    ("copy array", "np.copy(z) + np.array(w) + np.asarray(z)", {"z": (3,), "w": (3,)}),
+    ("linalg", "np.linalg.inv(z) + np.linalg.solve(z, w) * np.linalg.det(z)",
+     {"z": (3, 3), "w": (3, 3)}),
+    ("methods", "z.sum(axis=0) + w.mean() + z.prod(axis=0) + z.dot(w[0]).reshape(-1) + "
+                "z.transpose().ravel()[:3] + z.T[0]", {"z": (3, 3), "w": (3, 3)}),
+    ("fft", "np.fft.fft(z) + np.fft.ifft(w, n=4)[:3]", {"z": (3,), "w": (5,)}),
+    ("fft2 fftn", "np.fft.fft2(z) + np.fft.ifftn(w, axes=(0,))", {"z": (2, 3), "w": (2, 3)}),
+    ("ifft2 fftn",
+     "np.fft.ifft2(z, s=(3, 2)) + np.fft.fftn(w, s=(3, 2), axes=(0, 1), norm='ortho')",
+     {"z": (2, 3), "w": (2, 3)}),
+    ("fft of real", "np.fft.fft(x) * z + np.fft.rfft(x, n=6)[:3]", {"x": (3,), "z": (3,)}),
+    ("fftshift", "np.fft.fftshift(z) + np.fft.ifftshift(w)", {"z": (4,), "w": (4,)}),
+]
+
+
+def _module(make_module, expr, params):
+    return make_module(f"import numpy as np\n\n\ndef f({', '.join(params)}, V):\n"
+                       f"    return np.sum(np.real(({expr}) * V))\n")
+
+
+def _draw(name, shape, rng):
+    value = rng.uniform(0.4, 1.2, shape)
+    if name == "x":
+        return value * rng.choice([-1.0, 1.0], shape)
+    return value * np.exp(1j * rng.uniform(-1.2, 1.2, shape))
+
+
+def _differences(f, args, i):
+    """dL/dx - i dL/dy of argument i (dL/dx for a real one)."""
+    a = args[i]
+    out = np.zeros(np.shape(a), dtype=complex if np.iscomplexobj(a) else float)
+    for k in np.ndindex(np.shape(a)):
+        for step, factor in ((H, 1.0), (1j * H, -1j)) if np.iscomplexobj(a) else ((H, 1.0),):
+            up, down = [np.array(b, copy=True) for b in args], [np.array(b, copy=True)
+                                                                  for b in args]
+            up[i][k] += step
+            down[i][k] -= step
+            out[k] += factor * (f(*up) - f(*down)) / (2 * H)
+    return out
+
+
+@pytest.mark.parametrize("label, expr, shapes", CASES, ids=[c[0] for c in CASES])
+def test_complex_rule_matches_differences(label, expr, shapes, make_module):
+    rng = np.random.default_rng(abs(hash(label)) % 2 ** 32)
+    params = list(shapes)
+    m = _module(make_module, expr, params)
+    args = [_draw(p, shapes[p], rng) for p in params]
+    out_shape = np.shape(eval(expr, {"np": np}, dict(zip(params, args))))
+    V = rng.standard_normal(out_shape) + 1j * rng.standard_normal(out_shape)
+    wrt = tuple(range(len(params)))
+    grads = s2sgrad.grad(m.f, wrt=wrt)(*args, V)
+    for i, p in enumerate(params):
+        want = _differences(m.f, args + [V], i)
+        assert np.iscomplexobj(grads[i]) == (p != "x"), (p, grads[i].dtype)
+        np.testing.assert_allclose(grads[i], want, rtol=1e-5, atol=1e-6, err_msg=p)
+
+
+# (autograd has no VJP for np.positive, no .real, .conj() or .conjugate() of its boxes,
+# no deg= for np.angle)
+_AUTOGRAD_CASES = [c for c in CASES if c[0] in (
+    "add", "subtract", "multiply", "multiply real", "divide", "divide real", "power",
+    "power complex exponent", "exp", "log", "sin cos tan", "hyperbolic", "abs",
+    "sum mean prod", "cumsum", "matmul", "matmul real", "linalg", "fft", "fft2 fftn")] + [
+    ("real imag conj angle", "np.real(z) * np.imag(w) + np.conj(z) * np.angle(w)",
+     {"z": (3,), "w": (3,)})]
+
+
+@pytest.mark.parametrize("label, expr, shapes", _AUTOGRAD_CASES,
+                         ids=[c[0] for c in _AUTOGRAD_CASES])
+def test_complex_rule_matches_autograd(label, expr, shapes, make_module):
+    autograd = pytest.importorskip("autograd")
+    import autograd.numpy as anp
+    rng = np.random.default_rng(abs(hash(label)) % 2 ** 32)
+    params = list(shapes)
+    m = _module(make_module, expr, params)
+    args = [_draw(p, shapes[p], rng) for p in params]
+    out_shape = np.shape(eval(expr, {"np": np}, dict(zip(params, args))))
+    V = rng.standard_normal(out_shape) + 1j * rng.standard_normal(out_shape)
+    ns = {"np": anp}
+    exec(f"def f({', '.join(params)}, V):\n    return anp.sum(anp.real(({expr}) * V))\n",
+         dict(ns, anp=anp), ns)
+    for i in range(len(params)):
+        ours = s2sgrad.grad(m.f, wrt=i)(*args, V)
+        theirs = autograd.grad(ns["f"], i)(*args, V)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-9)
+
+
+def test_value_and_grad_and_vjp_take_complex_cotangents(make_module):
+    m = make_module("""
+import numpy as np
+
+
+def spectrum(z):
+    return np.fft.fft(z * np.exp(z))
+""")
+    rng = np.random.default_rng(1)
+    z = _draw("z", (4,), rng)
+    v = rng.standard_normal(4) + 1j * rng.standard_normal(4)
+    out, pullback = s2sgrad.vjp(m.spectrum, z)
+    np.testing.assert_allclose(out, m.spectrum(z))
+
+    def loss(u):
+        return np.sum(np.real(m.spectrum(u) * v))
+    np.testing.assert_allclose(pullback(v)[0], _differences(loss, [z], 0), rtol=1e-6,
+                               atol=1e-7)
+
+
+def test_a_complex_output_is_not_a_loss(make_module):
+    m = make_module("import numpy as np\n\n\ndef f(z):\n    return np.sum(z * z)\n")
+    with pytest.raises(TypeError, match="real-valued output"):
+        s2sgrad.grad(m.f)(np.array([1.0 + 1.0j, 2.0]))
+
+
+def test_descending_the_conjugate_gradient_fits_a_complex_parameter(make_module):
+    """What a user does with the gradient: z -= lr * conj(grad) descends."""
+    m = make_module("""
+import numpy as np
+
+
+def loss(z, t, y):
+    return np.sum(np.abs(np.exp(1j * t) * z[0] + z[1] - y) ** 2)
+""")
+    t = np.linspace(0.0, 3.0, 20)
+    truth = np.array([0.7 - 0.4j, -0.2 + 0.9j])
+    y = np.exp(1j * t) * truth[0] + truth[1]
+    z = np.zeros(2, dtype=complex)
+    grad = s2sgrad.grad(m.loss)
+    for _ in range(300):
+        z = z - 0.02 * np.conj(grad(z, t, y))
+    np.testing.assert_allclose(z, truth, atol=1e-6)
+
+
+@pytest.mark.parametrize("source, what", [
+    ("np.linalg.norm(z)", "np.linalg.norm"),
+    ("np.sum(np.maximum(np.abs(z), 1.0)) + np.sum(np.sort(z).real)", "np.sort"),
+    ("np.linalg.eigh(z)[0].sum()", "np.linalg.eigh"),
+])
+def test_functions_without_a_complex_rule_are_refused_at_their_line(make_module, source, what):
+    m = make_module(f"import numpy as np\n\n\ndef f(z):\n    return np.real({source})\n")
+    with pytest.raises(TransformError, match="not differentiated for complex values") as info:
+        s2sgrad.grad(m.f)(np.array([1.0 + 1.0j, 2.0 - 0.5j]))
+    assert what in info.value.reason and info.value.lineno == 5
+
+
+def test_forward_mode_refuses_complex_values(make_module):
+    m = make_module("import numpy as np\n\n\ndef f(x):\n    return np.abs(x * 1j + 1.0)\n")
+    with pytest.raises(TransformError, match="complex values are not differentiated here"):
+        s2sgrad.functional.jvp(m.f, np.array([0.5, 1.0]), np.ones(2))
+    with pytest.raises(TypeError, match="complex"):
+        s2sgrad.functional.vjp(m.f, np.array([0.5 + 1j, 1.0]))
+
+
+def test_every_rule_for_complex_values_has_a_case():
+    """Each entry of rules/complex_rules.py (marked holomorphic or given a complex
+    rule) is named in an expression of CASES (methods and attributes as .name)."""
+    from s2sgrad.rules.registry import REGISTRY
+    rules = [rule for _, rule in REGISTRY.functions.values()] + \
+        [rule for _, rule in REGISTRY.aliases.values()] + \
+        list(REGISTRY.methods.values()) + list(REGISTRY.attributes.values())
+    text = " ".join(expr for _, expr, _ in CASES)
+    missing = set()
+    for rule in rules:
+        if rule.holomorphic or rule.on_complex is not None:
+            name = rule.name
+            token = ("." + name.split(".", 1)[1]) if name.startswith("ndarray.") else \
+                "np." + name.split("np.", 1)[-1]
+            if token not in text:
+                missing.add(name)
+    assert not missing, sorted(missing)
