@@ -1119,6 +1119,13 @@ class FamilyMixin:
             self.emit(f"{zc} = {v.name} * {c} + np.exp(1j * {v.name} * 0.5)")
             if self.rng.random() < 0.4:
                 self.emit(f"{zc} = {zc} * np.conj({zc}) * 0.2 + np.sin({zc}) / ({zc} + 3.0)")
+            if self.rng.random() < 0.4:   # a helper of the module given complex values
+                helper = self.fresh("cmix")
+                module += [f"def {helper}(u, k):", "    r = np.abs(u + 3.0)",
+                           "    return u * np.exp(0.3j * u) * k + r * u, r", "", ""]
+                r = self.fresh("r")
+                self.emit(f"{zc}, {r} = {helper}({zc}, {v.name})")
+                self.emit(f"{zc} = {zc} + {r} * (0.5 - 0.2j)")
             form = self.rng.choice([
                 f"np.abs({zc} + 3.0) ** 2", f"np.real({zc} * np.conj({zc}) * 0.3)",
                 f"np.angle({zc} + 3.0)", f"np.imag(np.exp({zc} * 0.4))",

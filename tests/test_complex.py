@@ -241,3 +241,36 @@ def test_every_rule_for_complex_values_has_a_case():
             if token not in text:
                 missing.add(name)
     assert not missing, sorted(missing)
+
+
+CALLEES = '''
+import numpy as np
+
+
+def magnitude(z):
+    return np.abs(z)          # a real result of a complex argument
+
+
+def rotate(z, angle):
+    return z * np.exp(1j * angle)
+
+
+def caller(z, x):
+    r = magnitude(z * x)      # the caller cannot tell r is real
+    w = rotate(z, x)
+    return np.sum(np.real(r * (1.0 + 2.0j) * w)) + np.sum(magnitude(w) ** 2)
+'''
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_your_functions_are_compiled_for_the_complex_values_they_are_given(make_module,
+                                                                           shape):
+    """A helper called with complex arguments gets a pair of its own for them; a real
+    result of it (np.abs) takes the real part of the cotangent the caller passes."""
+    m = make_module(CALLEES)
+    rng = np.random.default_rng(5)
+    z, x = _draw("z", shape, rng), _draw("x", shape[-1:], rng)
+    gz, gx = s2sgrad.grad(m.caller, wrt=(0, 1))(z, x)
+    np.testing.assert_allclose(gz, _differences(m.caller, [z, x], 0), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(gx, _differences(m.caller, [z, x], 1), rtol=1e-6, atol=1e-8)
+    assert gx.dtype == np.float64

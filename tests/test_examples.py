@@ -81,3 +81,24 @@ def test_the_autograd_style_rnn_example_checks_its_gradient_and_trains():
     assert fd < 1e-7, out
     before, after = map(float, re.search(r"loss (\S+) -> (\S+) after", out).groups())
     assert after < 0.1 * before, out
+
+
+def test_the_complex_fit_example_checks_its_gradient_and_recovers_the_modes():
+    """Complex amplitudes and rates of damped oscillations, fitted by descending the
+    conjugate gradient: to the noise level, the true modes within 0.01."""
+    import re
+    out = run("complex_fit.py")
+    check = float(re.search(r"largest relative difference (\S+)", out).group(1))
+    assert check < 1e-7, out
+    before = float(re.search(r"loss before: (\S+)", out).group(1))
+    after, noise = map(float, re.search(r"loss after: +(\S+) \(noise level (\S+)\)",
+                                        out).groups())
+    assert after < 1.1 * noise < 0.01 * before, out
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("complex_fit",
+                                                  os.path.join(EXAMPLES, "complex_fit.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a, s, _ = module.main()
+    np.testing.assert_allclose(s, [-0.3 + 2.0j, -0.8 + 5.0j], atol=0.01)
+    np.testing.assert_allclose(a, [1.0 + 0.5j, 0.6 - 0.8j], atol=0.01)

@@ -719,9 +719,10 @@ def _check_complex(ops, active: Set[str], nf: NormalForm, complex_params: Set[st
             raise error_at(where, "complex values are not differentiated here", nf.parsed,
                            "Forward mode and derivatives of derivatives take real values "
                            "only: keep real and imaginary parts in separate float arrays.")
-        if op.kind in _MOVES or (op.rule is not None and op.rule.for_complex() is not None
-                                 and op.kind in ("rule", "augassign")):
-            continue
+        if op.kind in _MOVES or op.kind == "call" or (
+                op.rule is not None and op.rule.for_complex() is not None
+                and op.kind in ("rule", "augassign")):
+            continue   # (a function of yours is compiled for the complex values it is given)
         raise error_at(where, f"{op.label or 'this operation'} is not differentiated for "
                               f"complex values", nf.parsed,
                        "s2sgrad differentiates complex values through the functions listed "

@@ -193,7 +193,7 @@ def _callee_pair(site, parsed, optimize_code: bool, pure: bool) -> CompiledFunct
     try:
         return compile_function(site.fn, site.wrt, optimize_code, pure,
                                 structure=site.structure, leaves=site.leaves,
-                                statics=site.statics)
+                                statics=site.statics, complexes=site.complexes)
     except TransformError as exc:
         if exc.filename:
             raise

@@ -102,7 +102,8 @@ def make_entry(disk_key, compiled, t, emitted: Emitted, code, closure_names,
         if index is None or site.statics:   # (a specialised callee: memory only)
             return None
         callees.append((site.forward_name, site.adjoint_name, index, tuple(site.wrt),
-                        tuple(getattr(site, "structure", ())), tuple(site.leaves)))
+                        tuple(getattr(site, "structure", ())), tuple(site.leaves),
+                        tuple(site.complexes)))
     # Which original name of which Function each alias stands for.
     origins: Dict[str, List[tuple]] = {}
     for site in function_sites:
@@ -415,10 +416,11 @@ def _from_entry(payload: dict, fn, wrt, options, key, compile_function):
                                 params=list(payload["params"]), name=payload["name"],
                                 not_inlined=list(payload["not_inlined"]), bindings=checks)
     PAIRS[key] = compiled
-    for forward_name, adjoint_name, index, callee_wrt, structure, leaves in \
+    for forward_name, adjoint_name, index, callee_wrt, structure, leaves, complexes in \
             payload["callees"]:
         callee = compile_function(objects[index], callee_wrt, options[0], options[1],
-                                  structure=_as_structure(structure), leaves=tuple(leaves))
+                                  structure=_as_structure(structure), leaves=tuple(leaves),
+                                  complexes=tuple(complexes))
         compiled.callees.append(callee)
         bind_late(functions, forward_name, callee.forward)
         bind_late(functions, adjoint_name, callee.adjoint)

@@ -583,6 +583,8 @@ class CalleeSite:
     # The caller's names written in place somewhere: passed as copies, since the
     # callee's residuals would keep the array itself.
     mutable: Set[str] = field(default_factory=set)
+    # Parameters the caller passes complex values: the callee is compiled for that.
+    complexes: Tuple[str, ...] = ()
 
     @property
     def slot_names(self) -> List[str]:
@@ -634,8 +636,17 @@ def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
                       out_names=list(op.outputs), arg_atoms=atoms,
                       leaves=tuple(i for i, a in enumerate(atoms) if _is_leaf(a, activity)),
                       mutable=set(getattr(nf, "written_in_place", ())),
-                      statics=_function_arguments(params, atoms, nf))
+                      statics=_function_arguments(params, atoms, nf),
+                      complexes=tuple(p.name for p, a in zip(params, atoms)
+                                      if _is_complex(a, activity)))
     return site
+
+
+def _is_complex(atom: Optional[ast.expr], activity) -> bool:
+    """An argument holding a complex value (a complex name, a complex constant)."""
+    if isinstance(atom, ast.Constant):
+        return isinstance(atom.value, complex)
+    return isinstance(atom, ast.Name) and atom.id in activity.complex_names
 
 
 def _function_arguments(params, atoms, nf) -> Tuple[Tuple[str, Any], ...]:

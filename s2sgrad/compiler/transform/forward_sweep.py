@@ -62,16 +62,27 @@ class ForwardSweep:
             g = self.bar_of(value.id)
             if value.id in self.act.active:
                 self.state[g] = "shared"
+            if self.real_among_complex(value.id):
+                return g, [assign_node(g, helper_call("real_part", name_node(g)))]
             return g, []
         g = self.names.fresh("output_bar")
         out: List[ast.stmt] = []
         if isinstance(value, (ast.Tuple, ast.List)):
             for i, e in enumerate(value.elts):
                 if isinstance(e, ast.Name) and e.id in self.act.active:
-                    item = ast.Subscript(value=name_node(g), slice=ast.Constant(value=i),
-                                         ctx=ast.Load())
+                    item: ast.expr = ast.Subscript(value=name_node(g),
+                                                   slice=ast.Constant(value=i), ctx=ast.Load())
+                    if self.real_among_complex(e.id):
+                        item = helper_call("real_part", item)
                     self.accumulate(e.id, item, out)
         return g, out
+
+    def real_among_complex(self, name: str) -> bool:
+        """A real output of code with complex values: its cotangent's real part is
+        what the rules for complex arguments expect of a real value (a caller, which
+        cannot tell it is real, may pass a complex one)."""
+        return bool(self.act.complex_names) and name in self.act.active and \
+            name not in self.act.complex_names
 
     # -- forward ------------------------------------------------------------------
     def save_before(self, var: str, in_loop: bool, out: List[ast.stmt], key) -> None:
