@@ -71,7 +71,7 @@ from . import trust
 from .introspect import function_methods, last_source_line, unwrap
 from .rules import REGISTRY as _REGISTRY
 
-FORMAT = 4
+FORMAT = 5   # 5: a callee of an entry records the parameters given complex values
 SUFFIX = ".s2s"
 TMP_PREFIX = ".tmp-s2s-"
 TMP_SUFFIX = ".part"
