@@ -682,6 +682,20 @@ class FamilyMixin:
                 lists.append(made)
         for _ in range(self.rng.choice([1, 2, 3])):
             self.comp_use(lists)
+        shaped = [entry for entry in lists if entry[1] is not None]
+        if shaped and self.rng.random() < 0.35:
+            # a list literal with starred items: a list made above, a literal, an item
+            name, shape, _ = self.rng.choice(shaped)
+            S = self.fresh("S")
+            items = [f"*{name}", self.expr(shape, 1)]
+            if self.rng.random() < 0.5:
+                items.append(f"*({self.expr(shape, 1)}, {self.expr(shape, 1)})")
+            self.rng.shuffle(items)
+            self.emit(f"{S} = [{', '.join(items)}]")
+            self.force.append(f"{self.const()} * np.sum({S}[0] * {S}[-1])")
+            if self.rng.random() < 0.5:
+                self.force.append(f"{self.const()} * np.sum(np.stack([*{S}, "
+                                  f"{self.expr(shape, 1)}]) ** 2)")
         module = []
         if self.rng.random() < 0.35:
             # a generator function of the module, consumed by sum, a loop or list()

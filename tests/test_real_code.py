@@ -193,6 +193,19 @@ def partial_in_either_branch(x):
     else:
         h = functools.partial(scaled, a=5.0)
     return np.sum(h(x))
+
+
+def starred_known(x, w):
+    xs = [x, w]
+    zs = [*xs, x * 2.0, *(w, np.sin(x))]
+    return np.sum(zs[0] * zs[2] + zs[1] * zs[3] + zs[4])
+
+
+def starred_runtime(x, ws):
+    h = [*ws]                  # a list of unknown length: built by extend and append
+    h.append(x)
+    zs = [x, *h, *ws]
+    return np.sum(np.stack([*zs, np.tanh(x)]) ** 2) + np.sum(zs[1] * zs[-1])
 '''
 
 
@@ -253,6 +266,35 @@ def test_partials_made_inside_and_spread_arguments(m, name, shape, rng):
     the partial was given; `f(*args)` of a tuple or list literal, or of a name
     bound to a tuple literal: the call with the items spelled out."""
     check_vjp(getattr(m, name), [rng.standard_normal(shape), rng.standard_normal(shape)])
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_starred_items_in_list_literals(m, shape, rng):
+    """`[*xs, v]`: items of literals and known tuples spelled out, any other list
+    extended (before: a RecursionError reported as an internal error)."""
+    x, w = rng.standard_normal(shape), rng.standard_normal(shape)
+    check_vjp(m.starred_known, [x, w])
+    ws = [rng.standard_normal(shape), rng.standard_normal(shape)]
+    got = s2sgrad.grad(m.starred_runtime, wrt=(0, 1))(x, ws)
+    h = 1e-6
+    for k in np.ndindex(shape):
+        e = np.zeros(shape)
+        e[k] = h
+        want_x = (m.starred_runtime(x + e, ws) - m.starred_runtime(x - e, ws)) / (2 * h)
+        np.testing.assert_allclose(got[0][k], want_x, rtol=1e-6, atol=1e-8)
+        for j in range(2):
+            up = [v + e if i == j else v for i, v in enumerate(ws)]
+            down = [v - e if i == j else v for i, v in enumerate(ws)]
+            want = (m.starred_runtime(x, up) - m.starred_runtime(x, down)) / (2 * h)
+            np.testing.assert_allclose(got[1][j][k], want, rtol=1e-6, atol=1e-8)
+
+
+def test_a_starred_item_of_unknown_length_in_a_tuple_is_refused(make_module):
+    mod = make_module("import numpy as np\n\n\ndef f(x, ws):\n"
+                      "    t = (*ws, x)\n    return np.sum(t[0] * t[-1])\n")
+    with pytest.raises(s2sgrad.TransformError, match="starred item") as info:
+        s2sgrad.grad(mod.f)(np.ones(2), [np.ones(2)])
+    assert info.value.lineno == 5
 
 
 def test_a_partial_made_inside_and_used_as_a_value_is_refused(m):

@@ -42,8 +42,9 @@ class ExpressionRules:
             return copy_location(name_node(expr.id), expr)
         if isinstance(expr, ast.Constant):
             return expr
-        if isinstance(expr, (ast.Tuple, ast.List)) and not any(
-                isinstance(e, ast.Starred) for e in expr.elts):
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            if any(isinstance(e, ast.Starred) for e in expr.elts):
+                return self.starred_literal(expr, out)
             node = type(expr)(elts=[self.element(e, out) for e in expr.elts], ctx=ast.Load())
             return copy_location(node, expr)
         if isinstance(expr, ast.Attribute) and not self.resolver.is_local_chain(expr):
@@ -150,6 +151,40 @@ class ExpressionRules:
                                  f"loop, and which one it holds here is not known",
                            "Call the partial inside the branch or loop that makes it, or "
                            "make one partial before it.")
+
+    def starred_literal(self, expr, out: List[ast.stmt]) -> ast.expr:
+        """`[*xs, v]`, `(a, *ys)`: the items of literals and known tuples spelled out;
+        in a list, any other starred item built as Python builds it, a list extended
+        by it (`items = [...]; items.extend(xs); items.append(v)`), so that each
+        item's cotangent reaches it (in a tuple, refused: its length is unknown)."""
+        elts: List[ast.expr] = []
+        for e in expr.elts:
+            if isinstance(e, ast.Starred) and isinstance(e.value, (ast.Tuple, ast.List)):
+                elts.extend(e.value.elts)
+            elif isinstance(e, ast.Starred) and isinstance(e.value, ast.Name) and \
+                    self.env.get(e.value.id, e.value.id) in self.tuples:
+                known = self.tuples[self.env.get(e.value.id, e.value.id)]
+                elts.extend(self.held([clone(k) for k in known], [], out, e))
+            else:
+                elts.append(e)
+        if not any(isinstance(e, ast.Starred) for e in elts):
+            return self.atom(copy_location(type(expr)(elts=elts, ctx=ast.Load()), expr), out)
+        if isinstance(expr, ast.Tuple):
+            raise self.err(expr, "a tuple with a starred item whose items are not known here",
+                           "Build a list instead ([*xs, v]), or spell the items out.")
+        first = next(i for i, e in enumerate(elts) if isinstance(e, ast.Starred))
+        items = self.user_temp("items")
+
+        def statement(node: ast.stmt) -> None:
+            self.stmt(ast.fix_missing_locations(copy_location(node, expr)), out)
+        statement(ast.Assign(targets=[name_node(items, True)],
+                             value=ast.List(elts=elts[:first], ctx=ast.Load())))
+        for e in elts[first:]:
+            method = "extend" if isinstance(e, ast.Starred) else "append"
+            statement(ast.Expr(value=ast.Call(
+                func=ast.Attribute(value=name_node(items), attr=method, ctx=ast.Load()),
+                args=[e.value if isinstance(e, ast.Starred) else e], keywords=[])))
+        return copy_location(self.load(items), expr)
 
     def spread_known_items(self, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
         """`f(*args)` where `args` is a tuple or list literal, or a name bound to a

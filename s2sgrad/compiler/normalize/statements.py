@@ -176,6 +176,9 @@ class StatementRules:
                 roles[value] = k
 
         def convert(value):
+            if isinstance(value, (ast.Tuple, ast.List)) and \
+                    any(isinstance(e, ast.Starred) for e in value.elts):
+                return self.atom(value, out)   # (built first: see starred_literal)
             param = roles.get(value)
             if rule is not None and param in rule.grads and param not in rule.sequence and \
                     isinstance(value, ast.Name) and \
