@@ -17,7 +17,8 @@ from conftest import ROOT, numeric_vjp
 WORKLOADS = ["scalar_recurrence", "rnn", "mlp", "mlp_structured", "elementwise",
              "branchy_loop",
              "custom_softplus", "loop_beside_product", "seed_square", "seed_cube", "seed_add_mul",
-             "seed_exp_reducer", "seed_adder"]
+             "seed_exp_reducer", "seed_adder",
+             "stencil", "lstm_helper", "rk4", "attention", "gmm", "softmax_regression"]
 
 
 def load(name):

@@ -113,14 +113,21 @@ def _differences(f, args, i):
     return out
 
 
-@pytest.mark.parametrize("label, expr, shapes", CASES, ids=[c[0] for c in CASES])
-def test_complex_rule_matches_differences(label, expr, shapes, make_module):
+def _case(label, expr, shapes, make_module):
+    """(module with f(*params, V), params, their values, V): V a fixed complex
+    weight of the expression's value, the loss sum(Re(F * V))."""
     rng = np.random.default_rng(abs(hash(label)) % 2 ** 32)
     params = list(shapes)
     m = _module(make_module, expr, params)
     args = [_draw(p, shapes[p], rng) for p in params]
     out_shape = np.shape(eval(expr, {"np": np}, dict(zip(params, args))))
-    V = rng.standard_normal(out_shape) + 1j * rng.standard_normal(out_shape)
+    return m, params, args, rng.standard_normal(out_shape) + \
+        1j * rng.standard_normal(out_shape)
+
+
+@pytest.mark.parametrize("label, expr, shapes", CASES, ids=[c[0] for c in CASES])
+def test_complex_rule_matches_differences(label, expr, shapes, make_module):
+    m, params, args, V = _case(label, expr, shapes, make_module)
     wrt = tuple(range(len(params)))
     grads = s2sgrad.grad(m.f, wrt=wrt)(*args, V)
     for i, p in enumerate(params):
@@ -144,12 +151,7 @@ _AUTOGRAD_CASES = [c for c in CASES if c[0] in (
 def test_complex_rule_matches_autograd(label, expr, shapes, make_module):
     autograd = pytest.importorskip("autograd")
     import autograd.numpy as anp
-    rng = np.random.default_rng(abs(hash(label)) % 2 ** 32)
-    params = list(shapes)
-    m = _module(make_module, expr, params)
-    args = [_draw(p, shapes[p], rng) for p in params]
-    out_shape = np.shape(eval(expr, {"np": np}, dict(zip(params, args))))
-    V = rng.standard_normal(out_shape) + 1j * rng.standard_normal(out_shape)
+    m, params, args, V = _case(label, expr, shapes, make_module)
     ns = {"np": anp}
     exec(f"def f({', '.join(params)}, V):\n    return anp.sum(anp.real(({expr}) * V))\n",
          dict(ns, anp=anp), ns)
