@@ -1211,6 +1211,17 @@ class FamilyMixin:
                         if helper == "apply_fn" else
                         self.rng.choice([f"apply_default({v.name})",
                                          f"apply_default({v.name}, {arg})"]))
+                if helper == "apply_fn" and self.rng.random() < 0.3:
+                    # its keywords from a dict: a literal, or a name bound to one
+                    c = self.let((), f"0.5 + 0.3 * np.tanh({self.scalar_of(v.name, v.shape, 2)})"
+                                 if v.shape else f"0.5 + 0.3 * np.tanh({v.name})", "c")
+                    spread = f'{{"c": {c}, "fn": {arg}}}'
+                    if self.rng.random() < 0.5:
+                        kw = self.fresh("kw")
+                        self.emit(f"{kw} = {spread}" if self.rng.random() < 0.5 else
+                                  f"{kw} = dict(c={c}, fn={arg})")
+                        spread = kw
+                    call = f"apply_fn(v={self.expr(v.shape, 1)}, **{spread})"
                 self.force.append(f"{self.const()} * np.sum({call})")
             elif form == "direct":
                 self.force.append(f"{self.const()} * np.sum({fn}({self.expr(v.shape, 1)}))")

@@ -201,6 +201,23 @@ def starred_known(x, w):
     return np.sum(zs[0] * zs[2] + zs[1] * zs[3] + zs[4])
 
 
+def keywords_spread(x, w):
+    opts = {"scale": w, "shift": np.sin(x)}
+    loose = dict(scale=2.0, act=np.tanh)
+    y = scaled_act(x, **opts) + scaled_act(w, **loose) + scaled_act(x, **{"scale": w})
+    return np.sum(y ** 2) + np.sum(opts["shift"])
+
+
+def keywords_of_a_changed_dict(x, w):
+    opts = {"scale": w}
+    opts["shift"] = x                  # keys no longer those of the literal
+    return np.sum(scaled_act(x, **opts))
+
+
+def scaled_act(x, scale=1.0, shift=0.0, act=np.sin):
+    return act(x * scale) + shift
+
+
 def starred_runtime(x, ws):
     h = [*ws]                  # a list of unknown length: built by extend and append
     h.append(x)
@@ -287,6 +304,16 @@ def test_starred_items_in_list_literals(m, shape, rng):
             down = [v - e if i == j else v for i, v in enumerate(ws)]
             want = (m.starred_runtime(x, up) - m.starred_runtime(x, down)) / (2 * h)
             np.testing.assert_allclose(got[1][j][k], want, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_keywords_spread_from_a_dict(m, shape, rng):
+    """`f(x, **opts)` of a dict literal, or of a name bound once to one (or to
+    `dict(k=v)`) and read only by `**opts` and `opts["key"]`: the call with the
+    keywords spelled out (a function among them: the callee compiled for it)."""
+    check_vjp(m.keywords_spread, [rng.standard_normal(shape), rng.standard_normal(shape)])
+    with pytest.raises(s2sgrad.TransformError, match=r"\*\*kwargs"):
+        s2sgrad.grad(m.keywords_of_a_changed_dict)(np.ones(shape), np.ones(shape))
 
 
 def test_a_starred_item_of_unknown_length_in_a_tuple_is_refused(make_module):

@@ -4,7 +4,7 @@ reductions, conditional expressions, indexing and calls.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -185,6 +185,74 @@ class ExpressionRules:
                 func=ast.Attribute(value=name_node(items), attr=method, ctx=ast.Load()),
                 args=[e.value if isinstance(e, ast.Starred) else e], keywords=[])))
         return copy_location(self.load(items), expr)
+
+    def spread_known_keywords(self, expr: ast.Call) -> ast.Call:
+        """`f(x, **opts)` where opts is a dict literal with string keys, or a name
+        bound once to one (or to `dict(k=v)`) and read nowhere but in `**opts` and
+        `opts["key"]` (so its keys are those of the literal): the call with
+        `key=opts["key"]` spelled out, as Python passes them. Other `**` arguments
+        are left as they are."""
+        keywords: List[ast.keyword] = []
+        for k in expr.keywords:
+            literal = None if k.arg is not None else self._literal_dict(k.value)
+            if literal is None:
+                keywords.append(k)
+            elif isinstance(k.value, ast.Dict):
+                keywords += [ast.keyword(arg=key, value=v) for key, v in literal]
+            else:   # a module-level name (a function) as it is: the callee is compiled for it
+                keywords += [ast.keyword(arg=key, value=clone(v) if self._static(v) else
+                                         ast.Subscript(value=clone(k.value),
+                                                       slice=ast.Constant(value=key),
+                                                       ctx=ast.Load()))
+                             for key, v in literal]
+        return copy_location(ast.Call(func=expr.func, args=expr.args, keywords=keywords),
+                             expr)
+
+    def _static(self, node: ast.expr) -> bool:
+        return isinstance(node, (ast.Name, ast.Attribute)) and \
+            not self.resolver.is_local_chain(node) and self.resolver.static(node)[0]
+
+    def _literal_dict(self, value: ast.expr) -> Optional[List[Tuple[str, ast.expr]]]:
+        """(key, value) of a dict literal with string keys, or of the literal a local
+        name is bound to once and only read by `**name` or `name["key"]`; else None."""
+        def string_keys(node) -> Optional[List[Tuple[str, ast.expr]]]:
+            if isinstance(node, ast.Dict) and all(
+                    isinstance(key, ast.Constant) and isinstance(key.value, str)
+                    for key in node.keys):
+                return [(key.value, v) for key, v in zip(node.keys, node.values)]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    not node.args and all(k.arg for k in node.keywords) and \
+                    node.func.id not in self.resolver.locals and \
+                    self.resolver.static(node.func) == (True, dict):   # dict(k=v)
+                return [(k.arg, k.value) for k in node.keywords]
+            return None
+        if not isinstance(value, ast.Name):
+            return string_keys(value)
+        if value.id not in self.resolver.locals or value.id in self.p.all_params:
+            return None
+        binding = None
+        starred = {id(k.value) for n in ast.walk(self.p.node) if isinstance(n, ast.Call)
+                   for k in n.keywords if k.arg is None}
+        keyed = {id(n.value) for n in ast.walk(self.p.node) if isinstance(n, ast.Subscript)
+                 and isinstance(n.ctx, ast.Load) and isinstance(n.slice, ast.Constant)}
+        for node in ast.walk(self.p.node):
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == value.id for t in node.targets):
+                if binding is not None or len(node.targets) != 1:
+                    return None
+                binding = node.value
+            elif isinstance(node, ast.Name) and node.id == value.id:
+                if isinstance(node.ctx, ast.Load):
+                    if id(node) not in starred and id(node) not in keyed:
+                        return None
+                elif not isinstance(node.ctx, ast.Store):
+                    return None
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With,
+                                   ast.NamedExpr, ast.comprehension)) and any(
+                    isinstance(t, ast.Name) and t.id == value.id
+                    for t in ast.walk(getattr(node, "target", node))):
+                return None
+        return string_keys(binding) if binding is not None else None
 
     def spread_known_items(self, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
         """`f(*args)` where `args` is a tuple or list literal, or a name bound to a
@@ -424,6 +492,8 @@ class ExpressionRules:
             return folded
         if any(isinstance(a, ast.Starred) for a in expr.args):
             expr = self.spread_known_items(expr, out)
+        if any(k.arg is None for k in expr.keywords):
+            expr = self.spread_known_keywords(expr)
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(
                 k.arg is None for k in expr.keywords):
             ok, obj = self.resolver.static(func) if dotted(func) and \
