@@ -244,7 +244,8 @@ ROWS = {
             return a * b
 
         def f(x):
-            d = {"a": x, "b": np.cos(x)}
+            d = {"a": x}
+            d["b"] = np.cos(x)         # (a dict literal as it is is spelled out)
             return np.sum(g(**d))
         """, "no gradient rule for a call with *args or **kwargs", "spelled out", """
         def g(a, b):
