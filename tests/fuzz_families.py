@@ -1159,6 +1159,22 @@ class FamilyMixin:
             pool.append(lam)
         passable = fns + ["np.tanh", "np.sin"]   # known at compile time: module-level
         helpers_made = set()
+        arrays = [d for d in declared if d.shape]
+        if arrays and self.rng.random() < 0.3:
+            # a name bound to a module-level function, a loop over a literal of them
+            v = self.rng.choice(arrays)
+            act = self.fresh("act")
+            if self.rng.random() < 0.5:
+                self.emit(f"{act} = {self.rng.choice(passable)}")
+                self.emit(f"{v.name} = {act}({v.name}) * 0.9 + 0.1")
+                if self.rng.random() < 0.5:
+                    self.emit(f"{act} = {self.rng.choice(passable)}")
+                    self.emit(f"{v.name} = {v.name} + 0.5 * {act}({v.name})")
+            else:
+                picks = [self.rng.choice(passable) for _ in range(self.rng.choice([2, 3]))]
+                bracket = "[{}]" if self.rng.random() < 0.5 else "({},)"
+                self.emit(f"for {act} in {bracket.format(', '.join(picks))}:")
+                self.emit(f"    {v.name} = {act}({v.name} * 0.8) + 0.1 * {v.name}")
         for _ in range(self.rng.choice([1, 2, 2, 3])):
             fn = self.rng.choice(pool)
             v = self.rng.choice(declared)
