@@ -165,6 +165,8 @@ def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
     """The forward returns exactly the values the adjoint reads; the adjoint unpacks them."""
     fwd, adj = t.forward, t.adjoint
     index = NameIndex() if index is None else index
+    only_shape = _shape_only_names(adj)
+    _save_shapes_only(t, only_shape, index)
     adj_args = {a.arg for a in adj.args.args}
     defined: Dict[str, None] = {a: None for a in param_list(fwd)}
     names = Names(index)  # of the forward's statements before its return, which stay
@@ -178,7 +180,6 @@ def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
     residuals = [n for n in defined if n in reads]
     # A value the adjoint reads only for its shape is kept as shape and dtype.
     restored = {t.marks.of(s).restore_of for s in walk_statements(adj.body)}
-    only_shape = _shape_only_names(adj)
     shape_only = {n for n in residuals if n not in restored and n not in fwd_params(fwd)
                   and n in only_shape}
     ret = fwd.body[-1]
@@ -197,6 +198,26 @@ def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
              for n in maybe_undefined]
     fwd.body[:0] = inits
     t.residual_names = residuals
+
+
+def _save_shapes_only(t: Transformed, only_shape: Set[str], index: NameIndex) -> None:
+    """A value the forward saves (on a stack, per loop step, or in a slot) that the
+    adjoint reads back only for its shape and dtype (`_s2s_unbroadcast(g, x)`) is
+    saved as shape and dtype: a loop keeps no array per step only for its shape."""
+    for s in walk_statements(t.forward.body):
+        var = t.marks.of(s).save_of
+        if var is None or var not in only_shape:
+            continue
+        value = s.value
+        if s.__class__ is ast.Expr and value.__class__ is ast.Call and \
+                value.func.__class__ is ast.Attribute and value.func.attr == "append" and \
+                len(value.args) == 1 and value.args[0].__class__ is ast.Name and \
+                value.args[0].id == var:
+            value.args[0] = _kept(var, True)
+            index.changed(s)
+        elif s.__class__ is ast.Assign and value.__class__ is ast.Name and value.id == var:
+            s.value = _kept(var, True)
+            index.changed(s)
 
 
 def _kept(name: str, shape_only: bool) -> ast.expr:
