@@ -12,6 +12,7 @@ import numpy as np
 
 from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, name_node, stored_names
+from . import spelled
 from .scope import (
     LIBRARIES,
     SCOPES,
@@ -173,31 +174,12 @@ class ControlRules:
         return copy_location(loop, s)
 
     def stmt_For(self, s, out):
-        unrolled = self.unrolled_over_functions(s)
+        unrolled = spelled.unrolled_over_functions(self, s)
         if unrolled is not None:
             self.block(unrolled, out)
             return
         with self.partials_scoped():
             self._stmt_For(s, out)
-
-    def unrolled_over_functions(self, s: ast.For) -> Optional[List[ast.stmt]]:
-        """`for act in (np.tanh, relu): <body>` as Python runs it: `act = np.tanh`,
-        the body, `act = relu`, the body (each call of act then a call of a known
-        function). Only for a tuple or list literal of functions named statically,
-        and a body without break or continue; else None."""
-        if s.orelse or not isinstance(s.target, ast.Name) or \
-                not isinstance(s.iter, (ast.Tuple, ast.List)) or not s.iter.elts or \
-                any(isinstance(e, ast.Starred) or not self.names_a_function(e)
-                    for e in s.iter.elts) or \
-                any(isinstance(n, (ast.Break, ast.Continue)) for b in s.body
-                    for n in ast.walk(b)):
-            return None
-        out: List[ast.stmt] = []
-        for e in s.iter.elts:
-            bind = ast.Assign(targets=[name_node(s.target.id, True)], value=clone(e))
-            out.append(ast.fix_missing_locations(copy_location(bind, s)))
-            out.extend(clone(b) for b in s.body)
-        return out
 
     def _stmt_For(self, s, out):
         if s.orelse:

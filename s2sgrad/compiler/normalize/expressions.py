@@ -4,7 +4,7 @@ reductions, conditional expressions, indexing and calls.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -12,6 +12,7 @@ from ... import runtime
 from ...rules import registry
 from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, name_node, name_nodes
+from . import spelled
 from .scope import (
     assigned_names,
     dotted,
@@ -44,7 +45,7 @@ class ExpressionRules:
             return expr
         if isinstance(expr, (ast.Tuple, ast.List)):
             if any(isinstance(e, ast.Starred) for e in expr.elts):
-                return self.starred_literal(expr, out)
+                return spelled.starred_literal(self, expr, out)
             node = type(expr)(elts=[self.element(e, out) for e in expr.elts], ctx=ast.Load())
             return copy_location(node, expr)
         if isinstance(expr, ast.Attribute) and not self.resolver.is_local_chain(expr):
@@ -151,128 +152,6 @@ class ExpressionRules:
                                  f"loop, and which one it holds here is not known",
                            "Call the partial inside the branch or loop that makes it, or "
                            "make one partial before it.")
-
-    def starred_literal(self, expr, out: List[ast.stmt]) -> ast.expr:
-        """`[*xs, v]`, `(a, *ys)`: the items of literals and known tuples spelled out;
-        in a list, any other starred item built as Python builds it, a list extended
-        by it (`items = [...]; items.extend(xs); items.append(v)`), so that each
-        item's cotangent reaches it (in a tuple, refused: its length is unknown)."""
-        elts: List[ast.expr] = []
-        for e in expr.elts:
-            if isinstance(e, ast.Starred) and isinstance(e.value, (ast.Tuple, ast.List)):
-                elts.extend(e.value.elts)
-            elif isinstance(e, ast.Starred) and isinstance(e.value, ast.Name) and \
-                    self.env.get(e.value.id, e.value.id) in self.tuples:
-                known = self.tuples[self.env.get(e.value.id, e.value.id)]
-                elts.extend(self.held([clone(k) for k in known], [], out, e))
-            else:
-                elts.append(e)
-        if not any(isinstance(e, ast.Starred) for e in elts):
-            return self.atom(copy_location(type(expr)(elts=elts, ctx=ast.Load()), expr), out)
-        if isinstance(expr, ast.Tuple):
-            raise self.err(expr, "a tuple with a starred item whose items are not known here",
-                           "Build a list instead ([*xs, v]), or spell the items out.")
-        first = next(i for i, e in enumerate(elts) if isinstance(e, ast.Starred))
-        items = self.user_temp("items")
-
-        def statement(node: ast.stmt) -> None:
-            self.stmt(ast.fix_missing_locations(copy_location(node, expr)), out)
-        statement(ast.Assign(targets=[name_node(items, True)],
-                             value=ast.List(elts=elts[:first], ctx=ast.Load())))
-        for e in elts[first:]:
-            method = "extend" if isinstance(e, ast.Starred) else "append"
-            statement(ast.Expr(value=ast.Call(
-                func=ast.Attribute(value=name_node(items), attr=method, ctx=ast.Load()),
-                args=[e.value if isinstance(e, ast.Starred) else e], keywords=[])))
-        return copy_location(self.load(items), expr)
-
-    def spread_known_keywords(self, expr: ast.Call) -> ast.Call:
-        """`f(x, **opts)` where opts is a dict literal with string keys, or a name
-        bound once to one (or to `dict(k=v)`) and read nowhere but in `**opts` and
-        `opts["key"]` (so its keys are those of the literal): the call with
-        `key=opts["key"]` spelled out, as Python passes them. Other `**` arguments
-        are left as they are."""
-        keywords: List[ast.keyword] = []
-        for k in expr.keywords:
-            literal = None if k.arg is not None else self._literal_dict(k.value)
-            if literal is None:
-                keywords.append(k)
-            elif isinstance(k.value, ast.Dict):
-                keywords += [ast.keyword(arg=key, value=v) for key, v in literal]
-            else:   # a module-level name (a function) as it is: the callee is compiled for it
-                keywords += [ast.keyword(arg=key, value=clone(v) if self._static(v) else
-                                         ast.Subscript(value=clone(k.value),
-                                                       slice=ast.Constant(value=key),
-                                                       ctx=ast.Load()))
-                             for key, v in literal]
-        return copy_location(ast.Call(func=expr.func, args=expr.args, keywords=keywords),
-                             expr)
-
-    def _static(self, node: ast.expr) -> bool:
-        return isinstance(node, (ast.Name, ast.Attribute)) and \
-            not self.resolver.is_local_chain(node) and self.resolver.static(node)[0]
-
-    def _literal_dict(self, value: ast.expr) -> Optional[List[Tuple[str, ast.expr]]]:
-        """(key, value) of a dict literal with string keys, or of the literal a local
-        name is bound to once and only read by `**name` or `name["key"]`; else None."""
-        def string_keys(node) -> Optional[List[Tuple[str, ast.expr]]]:
-            if isinstance(node, ast.Dict) and all(
-                    isinstance(key, ast.Constant) and isinstance(key.value, str)
-                    for key in node.keys):
-                return [(key.value, v) for key, v in zip(node.keys, node.values)]
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                    not node.args and all(k.arg for k in node.keywords) and \
-                    node.func.id not in self.resolver.locals and \
-                    self.resolver.static(node.func) == (True, dict):   # dict(k=v)
-                return [(k.arg, k.value) for k in node.keywords]
-            return None
-        if not isinstance(value, ast.Name):
-            return string_keys(value)
-        if value.id not in self.resolver.locals or value.id in self.p.all_params:
-            return None
-        binding = None
-        starred = {id(k.value) for n in ast.walk(self.p.node) if isinstance(n, ast.Call)
-                   for k in n.keywords if k.arg is None}
-        keyed = {id(n.value) for n in ast.walk(self.p.node) if isinstance(n, ast.Subscript)
-                 and isinstance(n.ctx, ast.Load) and isinstance(n.slice, ast.Constant)}
-        for node in ast.walk(self.p.node):
-            if isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Name) and t.id == value.id for t in node.targets):
-                if binding is not None or len(node.targets) != 1:
-                    return None
-                binding = node.value
-            elif isinstance(node, ast.Name) and node.id == value.id:
-                if isinstance(node.ctx, ast.Load):
-                    if id(node) not in starred and id(node) not in keyed:
-                        return None
-                elif not isinstance(node.ctx, ast.Store):
-                    return None
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With,
-                                   ast.NamedExpr, ast.comprehension)) and any(
-                    isinstance(t, ast.Name) and t.id == value.id
-                    for t in ast.walk(getattr(node, "target", node))):
-                return None
-        return string_keys(binding) if binding is not None else None
-
-    def spread_known_items(self, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
-        """`f(*args)` where `args` is a tuple or list literal, or a name bound to a
-        tuple literal (`args = (h, x); f(*args)`): the call with the items spelled
-        out, as Python passes them. Other starred arguments are left as they are."""
-        args: List[ast.expr] = []
-        for a in expr.args:
-            if not isinstance(a, ast.Starred):
-                args.append(a)
-            elif isinstance(a.value, (ast.Tuple, ast.List)) and \
-                    not any(isinstance(e, ast.Starred) for e in a.value.elts):
-                args.extend(a.value.elts)
-            elif isinstance(a.value, ast.Name) and \
-                    self.env.get(a.value.id, a.value.id) in self.tuples:
-                known = self.tuples[self.env.get(a.value.id, a.value.id)]
-                args.extend(self.held([clone(e) for e in known], [], out, a))
-            else:
-                args.append(a)
-        return copy_location(ast.Call(func=expr.func, args=args, keywords=expr.keywords),
-                             expr)
 
     def comprehension(self, expr, out) -> ast.expr:
         """`[f(x) for x in xs if c]` (a generator expression alike, a dict
@@ -491,9 +370,9 @@ class ExpressionRules:
         if folded is not None:
             return folded
         if any(isinstance(a, ast.Starred) for a in expr.args):
-            expr = self.spread_known_items(expr, out)
+            expr = spelled.spread_known_items(self, expr, out)
         if any(k.arg is None for k in expr.keywords):
-            expr = self.spread_known_keywords(expr)
+            expr = spelled.spread_known_keywords(self, expr)
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(
                 k.arg is None for k in expr.keywords):
             ok, obj = self.resolver.static(func) if dotted(func) and \

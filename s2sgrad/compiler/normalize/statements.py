@@ -9,10 +9,9 @@ import inspect
 from typing import Dict, List
 
 from ...function import is_function_class
-from ...rules import registry
 from ..facts import expr_facts
 from ..names import RESERVED_PREFIX, assign_node, clone, copy_location, name_node, name_nodes
-from ..resolve import FUNCTION_TYPES
+from . import spelled
 from .scope import dotted, is_atom, is_docstring, is_fresh, loads, readable_stem
 
 
@@ -326,7 +325,7 @@ class StatementRules:
         the statement was that."""
         self.partials.pop(user_name, None)   # (bound again: what it held is gone)
         self.partials_unsure.discard(user_name)
-        if self.names_a_function(value):
+        if spelled.names_a_function(self, value):
             # `act = np.tanh`: a partial with nothing bound (a call of act is of np.tanh)
             self.partials[user_name] = (value, [], [])
             self.env.pop(user_name, None)
@@ -357,18 +356,6 @@ class StatementRules:
         self.partials[user_name] = (func, args, keywords)
         self.env.pop(user_name, None)
         return True
-
-    def names_a_function(self, value: ast.expr) -> bool:
-        """A module-level function, or a NumPy function with a rule, by its name
-        (`np.tanh`, `relu`, `layers.dense`), or a def or lambda of this function."""
-        if isinstance(value, ast.Name) and (value.id in self.lambdas or
-                                            value.id in self.local_defs):
-            return True
-        if not dotted(value) or self.resolver.is_local_chain(value):
-            return False
-        ok, obj = self.resolver.static(value)
-        return ok and (isinstance(obj, FUNCTION_TYPES) or
-                       registry.lookup_function(obj) is not None)
 
     def know_tuple(self, name: str, elts: List[ast.expr]) -> None:
         """Remember that `name` holds the tuple `elts`, so that `name[0]` reads the

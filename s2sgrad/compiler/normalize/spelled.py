@@ -1,0 +1,177 @@
+"""What the normaliser spells out as Python runs it: starred items of list
+literals, `f(*args)` of known tuples, `f(**opts)` of known dicts, loops over a
+literal of functions, names bound to functions.
+
+Each function takes the normaliser `n` (its state: the environment of names,
+the known tuples, the resolver) and returns the spelled-out form, or None (or
+the node unchanged) where the items are not known.
+"""
+from __future__ import annotations
+
+import ast
+from typing import List, Optional, Tuple
+
+from ...rules import registry
+from ..names import clone, copy_location, name_node
+from ..resolve import FUNCTION_TYPES
+from .scope import dotted
+
+
+def starred_literal(n, expr, out: List[ast.stmt]) -> ast.expr:
+    """`[*xs, v]`, `(a, *ys)`: the items of literals and known tuples spelled out;
+    in a list, any other starred item built as Python builds it, a list extended
+    by it (`items = [...]; items.extend(xs); items.append(v)`), so that each
+    item's cotangent reaches it (in a tuple, refused: its length is unknown)."""
+    elts: List[ast.expr] = []
+    for e in expr.elts:
+        if isinstance(e, ast.Starred) and isinstance(e.value, (ast.Tuple, ast.List)):
+            elts.extend(e.value.elts)
+        elif isinstance(e, ast.Starred) and isinstance(e.value, ast.Name) and \
+                n.env.get(e.value.id, e.value.id) in n.tuples:
+            known = n.tuples[n.env.get(e.value.id, e.value.id)]
+            elts.extend(n.held([clone(k) for k in known], [], out, e))
+        else:
+            elts.append(e)
+    if not any(isinstance(e, ast.Starred) for e in elts):
+        return n.atom(copy_location(type(expr)(elts=elts, ctx=ast.Load()), expr), out)
+    if isinstance(expr, ast.Tuple):
+        raise n.err(expr, "a tuple with a starred item whose items are not known here",
+                    "Build a list instead ([*xs, v]), or spell the items out.")
+    first = next(i for i, e in enumerate(elts) if isinstance(e, ast.Starred))
+    items = n.user_temp("items")
+
+    def statement(node: ast.stmt) -> None:
+        n.stmt(ast.fix_missing_locations(copy_location(node, expr)), out)
+    statement(ast.Assign(targets=[name_node(items, True)],
+                         value=ast.List(elts=elts[:first], ctx=ast.Load())))
+    for e in elts[first:]:
+        method = "extend" if isinstance(e, ast.Starred) else "append"
+        statement(ast.Expr(value=ast.Call(
+            func=ast.Attribute(value=name_node(items), attr=method, ctx=ast.Load()),
+            args=[e.value if isinstance(e, ast.Starred) else e], keywords=[])))
+    return copy_location(n.load(items), expr)
+
+
+def spread_known_keywords(n, expr: ast.Call) -> ast.Call:
+    """`f(x, **opts)` where opts is a dict literal with string keys, or a name
+    bound once to one (or to `dict(k=v)`) and read nowhere but in `**opts` and
+    `opts["key"]` (so its keys are those of the literal): the call with
+    `key=opts["key"]` spelled out, as Python passes them. Other `**` arguments
+    are left as they are."""
+    keywords: List[ast.keyword] = []
+    for k in expr.keywords:
+        literal = None if k.arg is not None else _literal_dict(n, k.value)
+        if literal is None:
+            keywords.append(k)
+        elif isinstance(k.value, ast.Dict):
+            keywords += [ast.keyword(arg=key, value=v) for key, v in literal]
+        else:   # a module-level name (a function) as it is: the callee is compiled for it
+            keywords += [ast.keyword(arg=key, value=clone(v) if _static(n, v) else
+                                     ast.Subscript(value=clone(k.value),
+                                                   slice=ast.Constant(value=key),
+                                                   ctx=ast.Load()))
+                         for key, v in literal]
+    return copy_location(ast.Call(func=expr.func, args=expr.args, keywords=keywords),
+                         expr)
+
+
+def _static(n, node: ast.expr) -> bool:
+    return isinstance(node, (ast.Name, ast.Attribute)) and \
+        not n.resolver.is_local_chain(node) and n.resolver.static(node)[0]
+
+
+def _literal_dict(n, value: ast.expr) -> Optional[List[Tuple[str, ast.expr]]]:
+    """(key, value) of a dict literal with string keys, or of the literal a local
+    name is bound to once and only read by `**name` or `name["key"]`; else None."""
+    def string_keys(node) -> Optional[List[Tuple[str, ast.expr]]]:
+        if isinstance(node, ast.Dict) and all(
+                isinstance(key, ast.Constant) and isinstance(key.value, str)
+                for key in node.keys):
+            return [(key.value, v) for key, v in zip(node.keys, node.values)]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                not node.args and all(k.arg for k in node.keywords) and \
+                node.func.id not in n.resolver.locals and \
+                n.resolver.static(node.func) == (True, dict):   # dict(k=v)
+            return [(k.arg, k.value) for k in node.keywords]
+        return None
+    if not isinstance(value, ast.Name):
+        return string_keys(value)
+    if value.id not in n.resolver.locals or value.id in n.p.all_params:
+        return None
+    binding = None
+    starred = {id(k.value) for n in ast.walk(n.p.node) if isinstance(n, ast.Call)
+               for k in n.keywords if k.arg is None}
+    keyed = {id(n.value) for n in ast.walk(n.p.node) if isinstance(n, ast.Subscript)
+             and isinstance(n.ctx, ast.Load) and isinstance(n.slice, ast.Constant)}
+    for node in ast.walk(n.p.node):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == value.id for t in node.targets):
+            if binding is not None or len(node.targets) != 1:
+                return None
+            binding = node.value
+        elif isinstance(node, ast.Name) and node.id == value.id:
+            if isinstance(node.ctx, ast.Load):
+                if id(node) not in starred and id(node) not in keyed:
+                    return None
+            elif not isinstance(node.ctx, ast.Store):
+                return None
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With,
+                               ast.NamedExpr, ast.comprehension)) and any(
+                isinstance(t, ast.Name) and t.id == value.id
+                for t in ast.walk(getattr(node, "target", node))):
+            return None
+    return string_keys(binding) if binding is not None else None
+
+
+def spread_known_items(n, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
+    """`f(*args)` where `args` is a tuple or list literal, or a name bound to a
+    tuple literal (`args = (h, x); f(*args)`): the call with the items spelled
+    out, as Python passes them. Other starred arguments are left as they are."""
+    args: List[ast.expr] = []
+    for a in expr.args:
+        if not isinstance(a, ast.Starred):
+            args.append(a)
+        elif isinstance(a.value, (ast.Tuple, ast.List)) and \
+                not any(isinstance(e, ast.Starred) for e in a.value.elts):
+            args.extend(a.value.elts)
+        elif isinstance(a.value, ast.Name) and \
+                n.env.get(a.value.id, a.value.id) in n.tuples:
+            known = n.tuples[n.env.get(a.value.id, a.value.id)]
+            args.extend(n.held([clone(e) for e in known], [], out, a))
+        else:
+            args.append(a)
+    return copy_location(ast.Call(func=expr.func, args=args, keywords=expr.keywords),
+                         expr)
+
+
+def unrolled_over_functions(n, s: ast.For) -> Optional[List[ast.stmt]]:
+    """`for act in (np.tanh, relu): <body>` as Python runs it: `act = np.tanh`,
+    the body, `act = relu`, the body (each call of act then a call of a known
+    function). Only for a tuple or list literal of functions named statically,
+    and a body without break or continue; else None."""
+    if s.orelse or not isinstance(s.target, ast.Name) or \
+            not isinstance(s.iter, (ast.Tuple, ast.List)) or not s.iter.elts or \
+            any(isinstance(e, ast.Starred) or not names_a_function(n, e)
+                for e in s.iter.elts) or \
+            any(isinstance(n, (ast.Break, ast.Continue)) for b in s.body
+                for n in ast.walk(b)):
+        return None
+    out: List[ast.stmt] = []
+    for e in s.iter.elts:
+        bind = ast.Assign(targets=[name_node(s.target.id, True)], value=clone(e))
+        out.append(ast.fix_missing_locations(copy_location(bind, s)))
+        out.extend(clone(b) for b in s.body)
+    return out
+
+
+def names_a_function(n, value: ast.expr) -> bool:
+    """A module-level function, or a NumPy function with a rule, by its name
+    (`np.tanh`, `relu`, `layers.dense`), or a def or lambda of this function."""
+    if isinstance(value, ast.Name) and (value.id in n.lambdas or
+                                        value.id in n.local_defs):
+        return True
+    if not dotted(value) or n.resolver.is_local_chain(value):
+        return False
+    ok, obj = n.resolver.static(value)
+    return ok and (isinstance(obj, FUNCTION_TYPES) or
+                   registry.lookup_function(obj) is not None)
