@@ -1140,6 +1140,13 @@ class FamilyMixin:
                 r = self.fresh("r")
                 self.emit(f"{zc}, {r} = {helper}({zc}, {v.name})")
                 self.emit(f"{zc} = {zc} + {r} * (0.5 - 0.2j)")
+            if self.rng.random() < 0.3:   # writes into a complex array
+                zw = self.fresh("zw")
+                self.emit(f"{zw} = {zc} * 1.0")
+                self.emit(f"{zw}[0] = {zw}[0] * 0.5 + np.abs({zc}[0] + 3.0) * {v.name}[0]"
+                          if self.rng.random() < 0.5
+                          else f"{zw}[-1] = {v.name}[-1] * (0.4 - 0.3j)")
+                self.emit(f"{zc} = {zw} + {zc} * 0.5")
             form = self.rng.choice([
                 f"np.abs({zc} + 3.0) ** 2", f"np.real({zc} * np.conj({zc}) * 0.3)",
                 f"np.angle({zc} + 3.0)", f"np.imag(np.exp({zc} * 0.4))",

@@ -276,3 +276,49 @@ def test_your_functions_are_compiled_for_the_complex_values_they_are_given(make_
     np.testing.assert_allclose(gz, _differences(m.caller, [z, x], 0), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(gx, _differences(m.caller, [z, x], 1), rtol=1e-6, atol=1e-8)
     assert gx.dtype == np.float64
+
+
+WRITES = '''
+import numpy as np
+
+
+def build(z, x):
+    y = np.zeros(4, dtype=complex)
+    y[0] = z[0] * 2.0
+    y[1:3] = z[1:] * x[:2]
+    y[3] = x[2] + np.abs(z[2])       # a real value into a complex array
+    y[np.array([0, 0, 2])] = np.array([1.0, 2.0, 3.0]) * z[0]
+    return np.sum(np.abs(y * (1 + 1j)) ** 2 + np.imag(y * (0.3 + 0.7j)))
+
+
+def in_place(z, x):
+    y = z * 1.0
+    y[1] += x[0] * 1j
+    y[0] *= x[1]
+    return np.sum(np.real(y * np.conj(y) * x))
+
+
+def sign(z):
+    return np.sum(np.real(np.sign(z) * z))
+'''
+
+
+def test_writes_into_complex_arrays(make_module):
+    """x[i] = v into a complex array (a real v gets the real part of its cotangent),
+    x[i] += v, np.zeros(n, dtype=complex)."""
+    m = make_module(WRITES)
+    rng = np.random.default_rng(3)
+    z, x = _draw("z", (3,), rng), _draw("x", (3,), rng)
+    for f in (m.build, m.in_place):
+        gz, gx = s2sgrad.grad(f, wrt=(0, 1))(z, x)
+        np.testing.assert_allclose(gz, _differences(f, [z, x], 0), rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(gx, _differences(f, [z, x], 1), rtol=1e-6, atol=1e-8)
+        assert gx.dtype == np.float64
+
+
+def test_the_sign_of_a_complex_value_is_not_taken_for_a_constant(make_module):
+    """np.sign has no gradient on real values (piecewise constant); on complex ones it
+    is z / |z|: refused, not given a zero."""
+    m = make_module(WRITES)
+    with pytest.raises(TransformError, match="np.sign of a complex value"):
+        s2sgrad.grad(m.sign)(np.array([1.0 + 1.0j, 2.0 - 1.0j]))

@@ -150,7 +150,8 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
             independent.append(i)
             reasons[i] = _why_independent(name, ops, reach_all, nf)
     _check_supported(ops, active, varied, useful, nf)
-    complex_names = _check_complex(ops, active, nf, set(complex_params), allow_complex)
+    complex_names = _check_complex(ops, active, varied, nf, set(complex_params),
+                                   allow_complex)
     real_checks = unseen_dtypes(ops, active)
     definitions = _definition_counts(nf.node.body)   # (for both questions below)
     shapes = shape_classes(nf.node.body, ops, ints, nf.params, definitions)
@@ -682,11 +683,11 @@ def _holds_complex(nf: NormalForm, name: ast.Name) -> bool:
 
 
 # Operations that move values without computing (a complex one moves as it is).
-_MOVES = frozenset({"copy", "pack", "getitem", "field"})
+_MOVES = frozenset({"copy", "pack", "getitem", "field", "setitem"})
 
 
-def _check_complex(ops, active: Set[str], nf: NormalForm, complex_params: Set[str],
-                   allow: bool) -> Set[str]:
+def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
+                   complex_params: Set[str], allow: bool) -> Set[str]:
     """The names holding complex values: those of complex literals, dtypes and
     constants, of the parameters given complex values, of the functions that make
     complex arrays (np.fft.fft, ...), and what is computed from them (np.abs and
@@ -707,6 +708,11 @@ def _check_complex(ops, active: Set[str], nf: NormalForm, complex_params: Set[st
                 complex_names |= set(op.outputs)
                 changed = True
     for s, op in ops:
+        if op.kind == "nondiff" and op.callee is np.sign and any(
+                n in complex_names and n in varied for n in op.other_inputs):
+            # z / |z| of a complex z varies with it: not a function without a gradient
+            raise error_at(getattr(s, "value", s), "np.sign of a complex value is not "
+                           "differentiated", nf.parsed, "Write z / np.abs(z).")
         if not any(o in active for o in op.outputs):
             continue
         node = literal[s]
@@ -721,8 +727,13 @@ def _check_complex(ops, active: Set[str], nf: NormalForm, complex_params: Set[st
                            "only: keep real and imaginary parts in separate float arrays.")
         if op.kind in _MOVES or op.kind == "call" or (
                 op.rule is not None and op.rule.for_complex() is not None
-                and op.kind in ("rule", "augassign")):
-            continue   # (a function of yours is compiled for the complex values it is given)
+                and op.kind in ("rule", "augassign")) or (
+                op.kind == "nondiff" and op.callee is not np.sign):
+            # (a function of yours is compiled for the complex values it is given; a
+            # function without a gradient stays one: np.zeros(n, dtype=complex), and
+            # np.round, np.argmax, comparisons of complex values are piecewise
+            # constant, but np.sign(z) = z / |z| is not)
+            continue
         raise error_at(where, f"{op.label or 'this operation'} is not differentiated for "
                               f"complex values", nf.parsed,
                        "s2sgrad differentiates complex values through the functions listed "

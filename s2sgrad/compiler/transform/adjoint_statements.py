@@ -156,6 +156,8 @@ class AdjointStatements:
                 else:  # an index array may repeat: only the last writer counts
                     grad = helper_call("written_grad", name_node(b), clone(index),
                                        name_node(value.id))
+                if base in self.act.complex_names and value.id not in self.act.complex_names:
+                    grad = helper_call("real_part", grad)   # a real value in a complex array
                 out.append(assign_node(part, grad))
             if self.pure and base in self.sequences:
                 zero_list = (b, index)    # once the old items are back (below)
