@@ -635,6 +635,8 @@ CASES.update({
                      ("np.real(np.fft.ifftn(x) * (1.0 + 2.0j))", {"x": (4,)})],
     "np.fft.rfft": [("np.abs(np.fft.rfft(x))", {"x": (6,)}),
                     ("np.real(np.fft.rfft(x, n=7, axis=0) * 2.0j)", {"x": (5, 2)})],
+    "np.fft.irfft": [("np.fft.irfft(x) * y", {"x": (5,), "y": (8,)}),
+                     ("np.fft.irfft(x, n=5, axis=0, norm='ortho')", {"x": (4, 2)})],
     "np.angle": [("np.angle(x) * x", {"x": (4,)}),
                  ("np.angle(x, deg=True) + x * y", {"x": (2, 3), "y": (3,)})],
     "np.real_if_close": [("np.real_if_close(x)", {"x": (3,)}),

@@ -84,6 +84,8 @@ CASES = [
      {"z": (2, 3), "w": (2, 3)}),
     ("fft of real", "np.fft.fft(x) * z + np.fft.rfft(x, n=6)[:3]", {"x": (3,), "z": (3,)}),
     ("fftshift", "np.fft.fftshift(z) + np.fft.ifftshift(w)", {"z": (4,), "w": (4,)}),
+    ("irfft", "np.fft.irfft(z) * x", {"z": (5,), "x": (8,)}),
+    ("irfft axis", "np.fft.irfft(w, n=5, axis=0, norm='ortho')", {"w": (3, 2)}),
 ]
 
 

@@ -764,12 +764,12 @@ _UNSEEN_DTYPE = frozenset({"unknown", "opaque", "method", "call"})
 
 
 def _realising(op) -> bool:
-    """np.real(v), np.abs(v), abs(v), v.imag, ...: real whatever v is (the check need
-    not go back to v)."""
+    """np.real(v), np.abs(v), abs(v), v.imag, np.fft.irfft(v), ...: real whatever v
+    is (the check need not go back to v)."""
     return op.kind == "rule" and op.rule is not None and (
         op.label in (".real", ".imag") or any(
             op.rule is registry.lookup_function(f) for f in (np.real, np.imag, np.absolute,
-                                                               np.angle)))
+                                                               np.angle, np.fft.irfft)))
 
 
 def unseen_dtypes(ops, active: Set[str]) -> Set[str]:

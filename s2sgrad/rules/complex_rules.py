@@ -70,12 +70,15 @@ for _f in (np.fft.fftn, np.fft.ifftn):
     defvjp(_f, "a, s=None, axes=None, norm=None",
            a=f"fft_grad(g, a, np.fft.{_f.__name__}, s, axes, norm)")
 holomorphic(np.fft.fft, np.fft.ifft, np.fft.fft2, np.fft.ifft2, np.fft.fftn, np.fft.ifftn)
-# rfft: the first n // 2 + 1 terms of fft of a real signal
+# rfft: the first n // 2 + 1 terms of fft of a real signal; irfft: the real signal of
+# such terms (not holomorphic: its rule is written for complex arguments, as the
+# others here are)
 defvjp(np.fft.rfft, "a, n=None, axis=-1, norm=None", a="rfft_grad(g, a, n, axis, norm)")
-holomorphic(np.fft.rfft)
+defvjp(np.fft.irfft, "a, n=None, axis=-1, norm=None", a="irfft_grad(g, a, n, axis, norm)")
+holomorphic(np.fft.rfft, np.fft.irfft)
 
 # Forward mode takes real values only: the transforms' results are complex.
 for _name in ("np.fft.fft", "np.fft.ifft", "np.fft.fft2", "np.fft.ifft2", "np.fft.fftn",
-              "np.fft.ifftn", "np.fft.rfft"):
+              "np.fft.ifftn", "np.fft.rfft", "np.fft.irfft"):
     unsupported(_name, "its result is complex, and forward mode takes real values only")
 pointwise("np.angle")   # (0 on real values)

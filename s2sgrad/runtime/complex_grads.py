@@ -90,3 +90,35 @@ def rfft_grad(g, a, n, axis, norm):
     full[axis] = length
     out = np.fft.fft(_fit(np.asarray(g), full, (axis,)), axis=axis, norm=norm)
     return _fit(out, a.shape, (axis,))
+
+
+_DUAL_NORM = {None: "forward", "backward": "forward", "ortho": "ortho", "forward": "backward"}
+
+
+@helper
+def irfft_grad(g, a, n, axis, norm):
+    """The cotangent of np.fft.irfft(a, n, axis, norm), a real signal made from the
+    first n // 2 + 1 terms of a Hermitian spectrum: each term but the first (and the
+    middle one for even n) stands for itself and its conjugate, so its cotangent is
+    twice the rfft of g, conjugated (scaled as irfft is); the imaginary parts of the
+    first and middle terms, which irfft ignores, get none."""
+    a = np.asarray(a)
+    axis = axis % a.ndim
+    length = 2 * (a.shape[axis] - 1) if n is None else n
+    terms = length // 2 + 1
+    g = np.real(g)   # (the signal is real: the real part of its cotangent is what counts)
+    out = np.conj(np.fft.rfft(g, n=length, axis=axis, norm=_DUAL_NORM[norm]))
+    weight = np.full(terms, 2.0)
+    weight[0] = 1.0
+    if length % 2 == 0:
+        weight[-1] = 1.0
+    shape = [1] * out.ndim
+    shape[axis] = terms
+    out = out * weight.reshape(shape)
+    ends = [k for k in {0, terms - 1 if length % 2 == 0 else 0}]
+    index = [slice(None)] * out.ndim
+    for k in ends:   # (irfft reads the real part of these terms only)
+        index[axis] = k
+        out[tuple(index)] = np.real(out[tuple(index)])
+    out = _fit(out, a.shape, (axis,))
+    return out if np.iscomplexobj(a) else np.real(out)   # (a real spectrum: its part)
