@@ -254,13 +254,14 @@ def may_build_sequence(value: ast.expr, leaves: Set[str]) -> bool:
         return False
 
     def leaf(node) -> bool:
-        return (isinstance(node, ast.Constant) and isinstance(node.value, (int, float))) \
+        return (isinstance(node, ast.Constant) and
+                isinstance(node.value, (int, float, complex))) \
             or (isinstance(node, ast.Name) and node.id in leaves)
     if isinstance(value.op, ast.Add):
         return not (leaf(value.left) or leaf(value.right))
 
     def maybe_int(node) -> bool:   # a list times a float is a TypeError, not a list
-        return not (isinstance(node, ast.Constant) and type(node.value) is float)
+        return not (isinstance(node, ast.Constant) and type(node.value) in (float, complex))
     return (not leaf(value.left) and maybe_int(value.right)) or \
         (not leaf(value.right) and maybe_int(value.left))
 
