@@ -1180,7 +1180,14 @@ class FamilyMixin:
             else:
                 picks = [self.rng.choice(passable) for _ in range(self.rng.choice([2, 3]))]
                 bracket = "[{}]" if self.rng.random() < 0.5 else "({},)"
-                self.emit(f"for {act} in {bracket.format(', '.join(picks))}:")
+                listed = bracket.format(', '.join(picks))
+                if self.rng.random() < 0.5:   # bound to a name first, also called by index
+                    fns = self.fresh("fns")
+                    self.emit(f"{fns} = {listed}")
+                    listed = fns
+                    k = self.rng.randint(-len(picks), len(picks) - 1)
+                    self.emit(f"{v.name} = {v.name} + 0.2 * {fns}[{k}]({v.name})")
+                self.emit(f"for {act} in {listed}:")
                 self.emit(f"    {v.name} = {act}({v.name} * 0.8) + 0.1 * {v.name}")
         for _ in range(self.rng.choice([1, 2, 2, 3])):
             fn = self.rng.choice(pool)

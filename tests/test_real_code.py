@@ -226,6 +226,27 @@ def function_names(x, w):
     return np.sum(y ** 2)
 
 
+def functions_in_a_list(x, w):
+    fns = [np.tanh, scaled_act, np.sin]
+    y = fns[0](x) + fns[-1](w) * fns[1](x, scale=0.5)
+    acts = (np.cos, fns_helper)
+    for act in acts:
+        y = act(y) * 0.8 + 0.1 * w
+    return np.sum(y ** 2)
+
+
+def fns_helper(v):
+    return np.tanh(v) * v
+
+
+def a_changed_list_of_functions(x):
+    acts = [np.tanh, np.sin]
+    acts.append(np.cos)                 # what it holds changes: refused
+    for act in acts:
+        x = act(x)
+    return np.sum(x)
+
+
 def a_function_name_in_a_branch(x):
     act = np.tanh
     if np.sum(x) > 0:
@@ -342,6 +363,10 @@ def test_a_name_bound_to_a_function_and_a_loop_over_functions(m, shape, rng):
     check_vjp(m.function_names, [rng.standard_normal(shape), rng.standard_normal(shape)])
     with pytest.raises(s2sgrad.TransformError, match="act"):
         s2sgrad.grad(m.a_function_name_in_a_branch)(np.ones(shape))
+    # a function taken from a list or tuple bound once and never changed
+    check_vjp(m.functions_in_a_list, [rng.standard_normal(shape), rng.standard_normal(shape)])
+    with pytest.raises(s2sgrad.TransformError, match="act"):
+        s2sgrad.grad(m.a_changed_list_of_functions)(np.ones(shape))
 
 
 def test_a_starred_item_of_unknown_length_in_a_tuple_is_refused(make_module):

@@ -362,6 +362,10 @@ class ExpressionRules:
         return self.atom(index, out)
 
     def call(self, expr: ast.Call, out: List[ast.stmt]) -> ast.expr:
+        chosen = spelled.function_of_literal(self, expr.func)   # fns[1](x)
+        if chosen is not None:
+            expr = copy_location(ast.Call(func=chosen, args=expr.args,
+                                          keywords=expr.keywords), expr)
         func = expr.func
         derived = self.derivative_call(expr, out)
         if derived is not None:

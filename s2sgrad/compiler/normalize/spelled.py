@@ -1,6 +1,6 @@
 """What the normaliser spells out as Python runs it: starred items of list
-literals, `f(*args)` of known tuples, `f(**opts)` of known dicts, loops over a
-literal of functions, names bound to functions.
+literals, `f(*args)` of known tuples, `f(**opts)` of known dicts, loops over and
+items of a literal of functions, names bound to functions.
 
 Each function takes the normaliser `n` (its state: the environment of names,
 the known tuples, the resolver) and returns the spelled-out form, or None (or
@@ -9,7 +9,7 @@ the node unchanged) where the items are not known.
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 from ...rules import registry
 from ..names import clone, copy_location, name_node
@@ -96,31 +96,40 @@ def _literal_dict(n, value: ast.expr) -> Optional[List[Tuple[str, ast.expr]]]:
         return None
     if not isinstance(value, ast.Name):
         return string_keys(value)
-    if value.id not in n.resolver.locals or value.id in n.p.all_params:
+    function = n.p.node
+    allowed = {id(k.value) for call in ast.walk(function) if isinstance(call, ast.Call)
+               for k in call.keywords if k.arg is None}
+    allowed |= {id(sub.value) for sub in ast.walk(function) if isinstance(sub, ast.Subscript)
+                and isinstance(sub.ctx, ast.Load) and isinstance(sub.slice, ast.Constant)}
+    binding = bound_once(n, value.id, allowed)
+    return string_keys(binding) if binding is not None else None
+
+
+def bound_once(n, name: str, allowed: Set[int]) -> Optional[ast.expr]:
+    """What a local `name` is bound to, when it is bound by one plain assignment in
+    the whole function and read nowhere but at the nodes whose ids are `allowed`
+    (so nothing can change what it holds, nor see it change); else None."""
+    if name not in n.resolver.locals or name in n.p.all_params:
         return None
     binding = None
-    starred = {id(k.value) for n in ast.walk(n.p.node) if isinstance(n, ast.Call)
-               for k in n.keywords if k.arg is None}
-    keyed = {id(n.value) for n in ast.walk(n.p.node) if isinstance(n, ast.Subscript)
-             and isinstance(n.ctx, ast.Load) and isinstance(n.slice, ast.Constant)}
     for node in ast.walk(n.p.node):
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == value.id for t in node.targets):
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
             if binding is not None or len(node.targets) != 1:
                 return None
             binding = node.value
-        elif isinstance(node, ast.Name) and node.id == value.id:
+        elif isinstance(node, ast.Name) and node.id == name:
             if isinstance(node.ctx, ast.Load):
-                if id(node) not in starred and id(node) not in keyed:
+                if id(node) not in allowed:
                     return None
             elif not isinstance(node.ctx, ast.Store):
                 return None
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With,
                                ast.NamedExpr, ast.comprehension)) and any(
-                isinstance(t, ast.Name) and t.id == value.id
+                isinstance(t, ast.Name) and t.id == name
                 for t in ast.walk(getattr(node, "target", node))):
             return None
-    return string_keys(binding) if binding is not None else None
+    return binding
 
 
 def spread_known_items(n, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
@@ -147,21 +156,59 @@ def spread_known_items(n, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
 def unrolled_over_functions(n, s: ast.For) -> Optional[List[ast.stmt]]:
     """`for act in (np.tanh, relu): <body>` as Python runs it: `act = np.tanh`,
     the body, `act = relu`, the body (each call of act then a call of a known
-    function). Only for a tuple or list literal of functions named statically,
-    and a body without break or continue; else None."""
-    if s.orelse or not isinstance(s.target, ast.Name) or \
-            not isinstance(s.iter, (ast.Tuple, ast.List)) or not s.iter.elts or \
-            any(isinstance(e, ast.Starred) or not names_a_function(n, e)
-                for e in s.iter.elts) or \
-            any(isinstance(n, (ast.Break, ast.Continue)) for b in s.body
-                for n in ast.walk(b)):
+    function). Only over functions_of_literal, and a body without break or
+    continue; else None."""
+    if s.orelse or not isinstance(s.target, ast.Name) or any(
+            isinstance(node, (ast.Break, ast.Continue)) for b in s.body
+            for node in ast.walk(b)):
+        return None
+    functions = functions_of_literal(n, s.iter)
+    if functions is None:
         return None
     out: List[ast.stmt] = []
-    for e in s.iter.elts:
+    for e in functions:
         bind = ast.Assign(targets=[name_node(s.target.id, True)], value=clone(e))
         out.append(ast.fix_missing_locations(copy_location(bind, s)))
         out.extend(clone(b) for b in s.body)
     return out
+
+
+def function_of_literal(n, func: ast.expr) -> Optional[ast.expr]:
+    """`fns[1]` in a call `fns[1](x)` over functions_of_literal: that function's name."""
+    k = _int_index(func.slice) if isinstance(func, ast.Subscript) else None
+    if k is None:
+        return None
+    functions = functions_of_literal(n, func.value)
+    if functions is None or not -len(functions) <= k < len(functions):
+        return None
+    return clone(functions[k])
+
+
+def _int_index(node: ast.expr) -> Optional[int]:
+    """The integer a constant index is (`2`, `-1`), or None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and \
+            isinstance(node.operand, ast.Constant) and type(node.operand.value) is int:
+        return -node.operand.value
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def functions_of_literal(n, value: ast.expr) -> Optional[List[ast.expr]]:
+    """The functions of a tuple or list literal of functions named statically
+    (names_a_function), written there or bound once to a local name read only as
+    `for f in name` and `name[k](...)` (so nothing can change what it holds)."""
+    if isinstance(value, ast.Name):
+        function = n.p.node
+        allowed = {id(loop.iter) for loop in ast.walk(function) if isinstance(loop, ast.For)}
+        allowed |= {id(call.func.value) for call in ast.walk(function)
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript)
+                    and _int_index(call.func.slice) is not None}
+        value = bound_once(n, value.id, allowed)
+    if not isinstance(value, (ast.Tuple, ast.List)) or not value.elts or any(
+            isinstance(e, ast.Starred) or not names_a_function(n, e) for e in value.elts):
+        return None
+    return list(value.elts)
 
 
 def names_a_function(n, value: ast.expr) -> bool:
