@@ -9,10 +9,11 @@ the node unchanged) where the items are not known.
 from __future__ import annotations
 
 import ast
+import functools
 from typing import List, Optional, Set, Tuple
 
 from ...rules import registry
-from ..names import clone, copy_location, name_node
+from ..names import assign_node, clone, copy_location, name_node
 from ..resolve import FUNCTION_TYPES
 from .scope import dotted
 
@@ -222,3 +223,78 @@ def names_a_function(n, value: ast.expr) -> bool:
     ok, obj = n.resolver.static(value)
     return ok and (isinstance(obj, FUNCTION_TYPES) or
                    registry.lookup_function(obj) is not None)
+
+
+def bind_partial(n, user_name: str, value: ast.expr, out) -> bool:
+    """`h = functools.partial(f, a, k=b)`: nothing is made at run time; `a` and
+    `b` get variables of their own (their values now, as the partial keeps
+    them), and a call `h(x)` is the call `f(a, x, k=b)` (see call). Whether
+    the statement was that."""
+    n.partials.pop(user_name, None)   # (bound again: what it held is gone)
+    n.partials_unsure.discard(user_name)
+    if names_a_function(n, value):
+        # `act = np.tanh`: a partial with nothing bound (a call of act is of np.tanh)
+        n.partials[user_name] = (value, [], [])
+        n.env.pop(user_name, None)
+        return True
+    if not (isinstance(value, ast.Call) and value.args and dotted(value.func) and
+            not n.resolver.is_local_chain(value.func) and
+            not any(isinstance(a, ast.Starred) for a in value.args) and
+            all(k.arg is not None for k in value.keywords)):
+        return False
+    ok, maker = n.resolver.static(value.func)
+    func = value.args[0]
+    if not ok or maker is not functools.partial or not (
+            (dotted(func) and not n.resolver.is_local_chain(func)) or
+            (isinstance(func, ast.Name) and (func.id in n.lambdas or
+                                             func.id in n.local_defs))):
+        return False
+
+    def kept(expr: ast.expr) -> ast.expr:
+        atom = n.atom(expr, out)
+        if not isinstance(atom, ast.Name) or (
+                isinstance(expr, ast.Name) and expr.id not in n.resolver.locals):
+            return atom   # (a constant, or a global: read as itself)
+        held = n.names.fresh(f"{user_name}_{atom.id}")
+        n.emit(out, assign_node(held, atom), expr)
+        return name_node(held)
+    args = [kept(a) for a in value.args[1:]]
+    keywords = [ast.keyword(arg=k.arg, value=kept(k.value)) for k in value.keywords]
+    n.partials[user_name] = (func, args, keywords)
+    n.env.pop(user_name, None)
+    return True
+
+
+def extend_as_appends(n, s: ast.Expr, call: ast.Call, out) -> bool:
+    """`xs.extend(items)` as the appends Python makes (one per item of a literal, or
+    a loop over any other iterable), so each item's cotangent reaches it."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "extend" and
+            isinstance(func.value, ast.Name) and func.value.id in n.resolver.locals
+            and len(call.args) == 1 and not call.keywords):
+        return False
+    arg = call.args[0]
+
+    def append(item):
+        method = ast.Attribute(value=clone(func.value), attr="append", ctx=ast.Load())
+        stmt = ast.Expr(value=ast.Call(func=method, args=[item], keywords=[]))
+        return ast.fix_missing_locations(copy_location(stmt, s))
+    if isinstance(arg, (ast.List, ast.Tuple)) and \
+            not any(isinstance(e, ast.Starred) for e in arg.elts):
+        # Python evaluates the whole list before extending: items first, then
+        # the appends (an item reading xs must not see the earlier ones).
+        held = []
+        for e in arg.elts:
+            name = n.user_temp("item")
+            assign = ast.Assign(targets=[name_node(name, True)], value=e)
+            n.stmt(ast.fix_missing_locations(copy_location(assign, s)), out)
+            held.append(name_node(name))
+        for e in held:
+            n.stmt(append(e), out)
+        return True
+    item = n.user_temp("item")
+    loop = ast.For(target=name_node(item, True), iter=arg,
+                   body=[append(name_node(item))], orelse=[],
+                   type_comment=None)
+    n.stmt(ast.fix_missing_locations(copy_location(loop, s)), out)
+    return True

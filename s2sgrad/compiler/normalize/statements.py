@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
 from typing import Dict, List
 
@@ -67,7 +66,7 @@ class StatementRules:
             raise self.err(s, "generators and coroutines cannot be differentiated",
                            "Return a value instead of yielding it.")
         if isinstance(value, ast.Call):
-            if self.extend_as_appends(s, value, out):
+            if spelled.extend_as_appends(self, s, value, out):
                 return
             call = self.call(value, out)
             self.emit(out, ast.Expr(value=call), s)
@@ -81,40 +80,6 @@ class StatementRules:
         self.resolver.locals.add(name)
         self.unversioned.add(name)
         return name
-
-    def extend_as_appends(self, s: ast.Expr, call: ast.Call, out) -> bool:
-        """`xs.extend(items)` as the appends Python makes (one per item of a literal, or
-        a loop over any other iterable), so each item's cotangent reaches it."""
-        func = call.func
-        if not (isinstance(func, ast.Attribute) and func.attr == "extend" and
-                isinstance(func.value, ast.Name) and func.value.id in self.resolver.locals
-                and len(call.args) == 1 and not call.keywords):
-            return False
-        arg = call.args[0]
-
-        def append(item):
-            method = ast.Attribute(value=clone(func.value), attr="append", ctx=ast.Load())
-            stmt = ast.Expr(value=ast.Call(func=method, args=[item], keywords=[]))
-            return ast.fix_missing_locations(copy_location(stmt, s))
-        if isinstance(arg, (ast.List, ast.Tuple)) and \
-                not any(isinstance(e, ast.Starred) for e in arg.elts):
-            # Python evaluates the whole list before extending: items first, then
-            # the appends (an item reading xs must not see the earlier ones).
-            held = []
-            for e in arg.elts:
-                name = self.user_temp("item")
-                assign = ast.Assign(targets=[name_node(name, True)], value=e)
-                self.stmt(ast.fix_missing_locations(copy_location(assign, s)), out)
-                held.append(name_node(name))
-            for e in held:
-                self.stmt(append(e), out)
-            return True
-        item = self.user_temp("item")
-        loop = ast.For(target=name_node(item, True), iter=arg,
-                       body=[append(name_node(item))], orelse=[],
-                       type_comment=None)
-        self.stmt(ast.fix_missing_locations(copy_location(loop, s)), out)
-        return True
 
     def stmt_Assert(self, s, out):
         self.emit(out, ast.Assert(test=self.rename_loads(s.test),
@@ -262,7 +227,7 @@ class StatementRules:
                            "Keep the value in a local variable and return it.")
 
     def assign_name(self, user_name: str, value: ast.expr, out, s) -> None:
-        if self.bind_partial(user_name, value, out):
+        if spelled.bind_partial(self, user_name, value, out):
             return
         if isinstance(value, (ast.Tuple, ast.List)) and all(
                 not isinstance(e, ast.Starred) for e in value.elts):
@@ -317,45 +282,6 @@ class StatementRules:
         name = self.target(user_name)
         self.emit(out, assign_node(name, op), value)
         self._note_owned(name, op)
-
-    def bind_partial(self, user_name: str, value: ast.expr, out) -> bool:
-        """`h = functools.partial(f, a, k=b)`: nothing is made at run time; `a` and
-        `b` get variables of their own (their values now, as the partial keeps
-        them), and a call `h(x)` is the call `f(a, x, k=b)` (see call). Whether
-        the statement was that."""
-        self.partials.pop(user_name, None)   # (bound again: what it held is gone)
-        self.partials_unsure.discard(user_name)
-        if spelled.names_a_function(self, value):
-            # `act = np.tanh`: a partial with nothing bound (a call of act is of np.tanh)
-            self.partials[user_name] = (value, [], [])
-            self.env.pop(user_name, None)
-            return True
-        if not (isinstance(value, ast.Call) and value.args and dotted(value.func) and
-                not self.resolver.is_local_chain(value.func) and
-                not any(isinstance(a, ast.Starred) for a in value.args) and
-                all(k.arg is not None for k in value.keywords)):
-            return False
-        ok, maker = self.resolver.static(value.func)
-        func = value.args[0]
-        if not ok or maker is not functools.partial or not (
-                (dotted(func) and not self.resolver.is_local_chain(func)) or
-                (isinstance(func, ast.Name) and (func.id in self.lambdas or
-                                                 func.id in self.local_defs))):
-            return False
-
-        def kept(expr: ast.expr) -> ast.expr:
-            atom = self.atom(expr, out)
-            if not isinstance(atom, ast.Name) or (
-                    isinstance(expr, ast.Name) and expr.id not in self.resolver.locals):
-                return atom   # (a constant, or a global: read as itself)
-            held = self.names.fresh(f"{user_name}_{atom.id}")
-            self.emit(out, assign_node(held, atom), expr)
-            return name_node(held)
-        args = [kept(a) for a in value.args[1:]]
-        keywords = [ast.keyword(arg=k.arg, value=kept(k.value)) for k in value.keywords]
-        self.partials[user_name] = (func, args, keywords)
-        self.env.pop(user_name, None)
-        return True
 
     def know_tuple(self, name: str, elts: List[ast.expr]) -> None:
         """Remember that `name` holds the tuple `elts`, so that `name[0]` reads the
