@@ -30,9 +30,9 @@ nothing read it since); otherwise it is copied first (`_s2s_with_item`,
 `_s2s_push`), so a tangent shared with another variable or with the caller is
 never changed behind their back.
 
-The transform is `_Tangent`; its branches and loops (control.py), rules
-(rules.py) and calls (calls.py) are parts it is made of, and clean.py tidies
-its output.
+The transform is `Tangent`; its branches and loops (control.py), rules
+(rules.py) and calls (calls.py) are parts it is made of, the statements that
+write in place are functions of it (writes.py), and clean.py tidies its output.
 """
 from __future__ import annotations
 
@@ -43,19 +43,19 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from ...errors import TransformError, error_at
 from .. import sites
 from ..analyze import Activity, call_write_guards, iter_statements
-from ..facts import expr_facts, shallow_copy, stmt_facts
+from ..facts import shallow_copy, stmt_facts
 from ..marks import line_comment
-from ..names import assign_node, copy_location, helper_call, index_expr, name_node
+from ..names import assign_node, copy_location, helper_call, name_node
 from ..normalize import NormalForm
-from ..ops import UFUNC_AT_SIGNS, Op, describe, ufunc_at_kind
+from ..ops import Op, describe
 from ..parse import ParsedFunction
 from ..sites import store_targets
 from ..transform import field_index, real_value_checks
+from . import writes
 from .calls import CallTangents
 from .control import ControlFlowTangents
 from .rules import RuleTangents
 from .state import (
-    HINT_RULE,
     Loop,
     State,
     any_live,
@@ -269,9 +269,9 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
     def expression(self, s: ast.Expr) -> List[ast.stmt]:
         op = describe(s, self.locals)
         if op.kind == "append":
-            return self.append(s, op)
+            return writes.append(self, s, op)
         if op.kind == "ufunc_at":
-            return self.ufunc_at(s, op)
+            return writes.ufunc_at(self, s, op)
         return self.write_guards(op) + [s]
 
     def write_guards(self, op: Op) -> List[ast.stmt]:
@@ -282,39 +282,18 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                 for arg, fields in call_write_guards(op, self.act.ints, self.locals,
                                                      self.parsed)]
 
-    def ufunc_at(self, s: ast.Expr, op: Op) -> List[ast.stmt]:
-        """np.add.at(a, idx, b): a's tangent gets b's added the same way."""
-        base = op.outputs[0]
-        _, index, value = s.value.args
-        out: List[ast.stmt] = [s]
-        if base not in self.act.active or not self.live_atom(value):
-            return out
-        item = self.tangent_of(value)
-        if UFUNC_AT_SIGNS[ufunc_at_kind(expr_facts.of(s.value).callee)] < 0:
-            item = ast.UnaryOp(op=ast.USub(), operand=item)
-        self.read([value], fresh=False)
-        if self.is_live(base) and base not in self.state.owned:
-            out.append(assign_node(self.dot(base), helper_call(
-                "scatter_add", name_node(self.dot(base)), copy.deepcopy(index), item)))
-            self.state.owned.add(base)
-            return out
-        self._own(base, out)
-        out.append(ast.Expr(value=helper_call("add_at", name_node(self.dot(base)),
-                                          copy.deepcopy(index), item)))
-        return out
-
     def assign(self, s) -> List[ast.stmt]:
         op = describe(s, self.locals)
         out: List[ast.stmt] = []
         self.mark_line(s, out)
         if op.kind == "setitem":
-            out += self.setitem(s, op)
+            out += writes.setitem(self, s, op)
         elif op.kind == "augassign":
-            out += self.augassign(s, op)
+            out += writes.augassign(self, s, op)
         elif op.kind == "augitem":
             raise self.err(s, "an augmented item assignment the compiler did not expand")
         elif op.kind == "pop":
-            out += self.pop(s, op)
+            out += writes.pop(self, s, op)
         elif op.kind == "apply":
             out += self.apply(s, op)
         elif op.kind == "call":
@@ -438,123 +417,4 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         return out
 
     # -- in-place updates and lists --------------------------------------------------------------
-    def _own(self, var: str, out: List[ast.stmt]) -> None:
-        """Make var's tangent a private object before it is updated in place."""
-        if var not in self.state.live:
-            self.materialize(var, out)
-            self.set_live(var, owned=True)
-        elif var not in self.state.owned:
-            out.append(assign_node(self.dot(var),
-                                   helper_call("copy_value", name_node(self.dot(var)))))
-            self.state.owned.add(var)
 
-    def setitem(self, s, op: Op) -> List[ast.stmt]:
-        target = s.targets[0]
-        base = target.value.id
-        value = s.value
-        out: List[ast.stmt] = [s]
-        if base not in self.act.active:
-            return out
-        if not self.is_live(base) and not self.live_atom(value):
-            return out
-        item = self.tangent_of(value)
-        if not self.live_atom(value):
-            if isinstance(value, (ast.Tuple, ast.List)):
-                pass
-            elif isinstance(value, ast.Name):
-                # A zero of its structure: a value that carries no tangent may still be a
-                # list, a tuple or a record (a constant one, a global), whose items are
-                # read one by one later ("leaves" are proven only for varied values).
-                item = self.zero_of(value)
-            else:
-                item = ast.Constant(value=0.0)
-        self.read([value], fresh=False)
-        if self.is_live(base) and base not in self.state.owned:
-            out.append(assign_node(self.dot(base), helper_call(
-                "with_item", name_node(self.dot(base)), index_expr(target.slice), item)))
-            self.state.owned.add(base)
-            return out
-        self._own(base, out)
-        store = ast.Subscript(value=name_node(self.dot(base)), slice=copy.deepcopy(target.slice),
-                              ctx=ast.Store())
-        out.append(ast.Assign(targets=[store], value=item, type_comment=None))
-        return out
-
-    def augassign(self, s: ast.AugAssign, op: Op) -> List[ast.stmt]:
-        var = s.target.id
-        out: List[ast.stmt] = []
-        guard = stmt_facts.of(s).guard
-        if guard is not None:
-            out.append(ast.Expr(value=helper_call("unshared", name_node(var),
-                                              *[ast.Constant(value=g) for g in guard])))
-        if var not in self.act.active or not (self.is_live(var) or self.live_atom(s.value)):
-            out.append(s)
-            if var in self.act.active and not self.is_live(var):
-                self.kill(var)
-            return out
-        rule = op.rule
-        if rule is None:
-            raise self.err(s, f"s2sgrad has no forward-mode rule for {op.label}", HINT_RULE)
-        # The tangent reads the old value: it is computed before the update.
-        old = name_node(var)
-        rule_op = Op("rule", [var], diff_inputs=op.diff_inputs, rule=rule,
-                     bound=dict(zip(rule.params, [old, s.value])), label=op.label)
-        value = ast.BinOp(left=old, op=s.op, right=s.value)
-        ans_name = self.names.fresh(f"{var}_new")
-        stmts, expr = self.rule_tangent(s, rule_op, value, name_node(ans_name))
-        uses_ans = expr is not None and any(isinstance(n, ast.Name) and n.id == ans_name
-                                            for n in ast.walk(ast.Module(
-                                                body=stmts + [ast.Expr(value=expr)],
-                                                type_ignores=[])))
-        if uses_ans:
-            out.append(assign_node(ans_name, copy.deepcopy(value)))
-        new_dot = self.names.fresh(f"{var}_dot_new")
-        if expr is None:
-            out.append(s)
-            self.kill(var)
-            return out
-        out += stmts + [assign_node(new_dot, expr), s,
-                assign_node(self.dot(var), name_node(new_dot))]
-        self.read([s.value, old], fresh=True)
-        self.set_live(var, owned=is_fresh(expr))
-        return out
-
-    def append(self, s: ast.Expr, op: Op) -> List[ast.stmt]:
-        xs = op.outputs[0]
-        item = op.call.args[0]
-        out: List[ast.stmt] = []
-        if xs in self.act.active and (self.is_live(xs) or self.live_atom(item)):
-            tangent = self.tangent_of(item)
-            self.read([item], fresh=False)
-            if self.is_live(xs) and xs not in self.state.owned:
-                out.append(assign_node(self.dot(xs),
-                                       helper_call("push", name_node(self.dot(xs)), tangent)))
-                self.state.owned.add(xs)
-            else:
-                self._own(xs, out)
-                out.append(ast.Expr(value=ast.Call(
-                    func=ast.Attribute(value=name_node(self.dot(xs)), attr="append",
-                                       ctx=ast.Load()), args=[tangent], keywords=[])))
-        # The tangent list is made (zeros of xs's items) before xs grows by the item.
-        out.append(s)
-        return out
-
-    def pop(self, s, op: Op) -> List[ast.stmt]:
-        v, xs = op.outputs
-        out: List[ast.stmt] = []
-        if xs in self.act.active and self.is_live(xs):
-            if xs in self.state.owned:
-                out.append(assign_node(self.dot(v), ast.Call(
-                    func=ast.Attribute(value=name_node(self.dot(xs)), attr="pop", ctx=ast.Load()),
-                    args=[], keywords=[])))
-            else:
-                out.append(assign_node(self.dot(v), helper_call("last", name_node(self.dot(xs)))))
-                out.append(assign_node(self.dot(xs),
-                                       helper_call("drop_last", name_node(self.dot(xs)))))
-                self.state.owned.add(xs)
-            self.set_live(v, owned=False)
-            if v not in self.act.active:
-                self.kill(v)
-        else:
-            self.kill(v)
-        return [s] + out
