@@ -127,3 +127,24 @@ def test_the_private_import_check_can_fail():
     found = private_imports({"a": "from .b import _helper, public\nfrom __future__ import x\n",
                              "c": "from d import __version__\n"})
     assert found == [("a", "_helper")]
+
+
+LONGEST_CLASS = 400   # lines: a class longer than this does more than one job (issue 33)
+
+
+def long_classes(sources, limit=LONGEST_CLASS):
+    """(module, class, lines) for each class longer than `limit` lines."""
+    return [(module, node.name, node.end_lineno - node.lineno + 1)
+            for module, text in sources.items() for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_no_class_is_longer_than_400_lines():
+    sources = {name: open(path).read() for name, path in _modules().items()}
+    assert long_classes(sources) == []
+
+
+def test_the_class_length_check_can_fail():
+    text = "class Big:\n" + "    x = 1\n" * 5
+    assert long_classes({"m": text}, limit=5) == [("m", "Big", 6)]
+    assert long_classes({"m": text}, limit=6) == []

@@ -8,7 +8,6 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ... import runtime
 from ...rules import registry
 from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, name_node, name_nodes
@@ -17,6 +16,7 @@ from .scope import (
     assigned_names,
     dotted,
     is_atom,
+    output_count,
     readable_stem,
     user_bound_call,
     walk_scope,
@@ -66,7 +66,7 @@ class ExpressionRules:
             name = self.names.fresh("items")
             self.assign_name(name, expr, out, expr)
             return copy_location(self.load(name), expr)
-        if isinstance(expr, ast.Call) and self._output_count(expr) > 1:
+        if isinstance(expr, ast.Call) and output_count(self.resolver, expr) > 1:
             # `SinCos.apply(x)[0]`: the outputs get names, the tuple is a known one.
             name = self.names.fresh("outputs")
             self.assign_name(name, expr, out, expr)
@@ -98,7 +98,7 @@ class ExpressionRules:
                     isinstance(expr.slice, ast.Constant):
                 known = self.tuples[self.env.get(expr.value.id, expr.value.id)]
                 return clone(known[expr.slice.value])
-            concat = self.index_concat(expr, out)
+            concat = spelled.index_concat(self, expr, out)
             if concat is not None:
                 return concat
             base = self.atom(expr.value, out)
@@ -301,35 +301,6 @@ class ExpressionRules:
         self.emit(out, ast.If(test=test, body=body, orelse=orelse), expr)
         self.unversioned.add(name)
         return name_node(name)
-
-    def index_concat(self, expr: ast.Subscript, out) -> Optional[ast.expr]:
-        """`np.r_[a, 0:3, b]` and `np.c_[...]`: a call of runtime.index_concat, whose
-        rule gives each item its part of the cotangent (slices become slice() calls;
-        they and directive strings make up constant values)."""
-        if not dotted(expr.value) or self.resolver.is_local_chain(expr.value):
-            return None
-        ok, maker = self.resolver.static(expr.value)
-        if not ok or not any(maker is m for m in (np.r_, np.c_)):
-            return None
-        elts = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
-        items: List[ast.expr] = []
-        for e in elts:
-            if isinstance(e, ast.Slice):
-                bounds = [self.atom(b, out) if b is not None else ast.Constant(value=None)
-                          for b in (e.lower, e.upper, e.step)]
-                e = copy_location(ast.Call(func=name_node("slice"), args=bounds,
-                                           keywords=[]), e)
-                expr_facts.note(e, callee=slice)
-                name = self.names.fresh("span")
-                self.emit(out, assign_node(name, e), expr)
-                items.append(name_node(name))
-            else:
-                items.append(self.element(e, out))
-        base = clone(expr.value)
-        expr_facts.note(base, static=True)
-        node = ast.Call(func=name_node("_s2s_index_concat"), args=[base] + items, keywords=[])
-        expr_facts.note(node, callee=runtime.numpy_grads.index_concat)
-        return copy_location(node, expr)
 
     def check_indexed(self, expr: ast.Subscript, base: ast.expr, index: ast.expr) -> None:
         """Indexing an object that is not a local, with values computed here: only a

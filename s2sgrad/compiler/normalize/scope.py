@@ -4,10 +4,12 @@ returns lifted out of loops, and small facts about calls and names.
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import types
 from typing import Dict, List, Optional, Set
 
+from ...function import is_function_class
 from ...rules import registry
 from ..aliases import AliasFacts
 from ..callables import bound_call
@@ -394,3 +396,22 @@ def readable_stem(op: ast.expr, norm) -> str:
     if isinstance(op, ast.Compare):
         return "cmp"
     return "t"
+
+
+def output_count(resolver, value: ast.expr) -> int:
+    """How many outputs a Function.apply call has (its vjp takes one per output); 1
+    for any other expression."""
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and
+            value.func.attr == "apply" and dotted(value.func) and
+            not resolver.is_local_chain(value.func)):
+        return 1
+    ok, cls = resolver.static(value.func.value)
+    if not ok or not is_function_class(cls):
+        return 1
+    try:
+        params = list(inspect.signature(cls.vjp_method()).parameters.values())
+    except (TypeError, ValueError):
+        return 1
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return 1
+    return max(len(params) - 1, 1)

@@ -12,7 +12,11 @@ import ast
 import functools
 from typing import List, Optional, Set, Tuple
 
+import numpy as np
+
+from ... import runtime
 from ...rules import registry
+from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, name_node
 from ..resolve import FUNCTION_TYPES
 from .scope import dotted
@@ -298,3 +302,51 @@ def extend_as_appends(n, s: ast.Expr, call: ast.Call, out) -> bool:
                    type_comment=None)
     n.stmt(ast.fix_missing_locations(copy_location(loop, s)), out)
     return True
+
+
+def as_array(n, value: ast.Name, out) -> ast.expr:
+    """`np.sum(xs)` of a list: NumPy makes it an array first, and so does the code
+    (`np.array(xs)` as a temporary of its own), so that the list gets a list of
+    cotangents back."""
+    alias = next((c for c in ("np", "numpy") if c not in n.resolver.locals and
+                  n.resolver.lookup(c) is np), None)
+    if alias is None:
+        alias = "_s2s_numpy"
+        n.bindings[alias] = np
+    call = ast.Call(func=ast.Attribute(value=name_node(alias),
+                                       attr="array", ctx=ast.Load()),
+                    args=[n.load(value.id)], keywords=[])
+    expr_facts.note(call, callee=np.array)
+    name = n.names.fresh(f"{value.id}_array")
+    n.emit(out, assign_node(name, copy_location(call, value)), value)
+    return copy_location(name_node(name), value)
+
+
+def index_concat(n, expr: ast.Subscript, out) -> Optional[ast.expr]:
+    """`np.r_[a, 0:3, b]` and `np.c_[...]`: a call of runtime.index_concat, whose
+    rule gives each item its part of the cotangent (slices become slice() calls;
+    they and directive strings make up constant values)."""
+    if not dotted(expr.value) or n.resolver.is_local_chain(expr.value):
+        return None
+    ok, maker = n.resolver.static(expr.value)
+    if not ok or not any(maker is m for m in (np.r_, np.c_)):
+        return None
+    elts = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+    items: List[ast.expr] = []
+    for e in elts:
+        if isinstance(e, ast.Slice):
+            bounds = [n.atom(b, out) if b is not None else ast.Constant(value=None)
+                      for b in (e.lower, e.upper, e.step)]
+            e = copy_location(ast.Call(func=name_node("slice"), args=bounds,
+                                       keywords=[]), e)
+            expr_facts.note(e, callee=slice)
+            name = n.names.fresh("span")
+            n.emit(out, assign_node(name, e), expr)
+            items.append(name_node(name))
+        else:
+            items.append(n.element(e, out))
+    base = clone(expr.value)
+    expr_facts.note(base, static=True)
+    node = ast.Call(func=name_node("_s2s_index_concat"), args=[base] + items, keywords=[])
+    expr_facts.note(node, callee=runtime.numpy_grads.index_concat)
+    return copy_location(node, expr)

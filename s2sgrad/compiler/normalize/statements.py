@@ -4,14 +4,11 @@
 from __future__ import annotations
 
 import ast
-import inspect
 from typing import Dict, List
 
-from ...function import is_function_class
-from ..facts import expr_facts
 from ..names import RESERVED_PREFIX, assign_node, clone, copy_location, name_node, name_nodes
 from . import spelled
-from .scope import dotted, is_atom, is_docstring, is_fresh, loads, readable_stem
+from .scope import is_atom, is_docstring, is_fresh, loads, output_count, readable_stem
 
 
 class StatementRules:
@@ -153,7 +150,7 @@ class StatementRules:
                 # np.sum(xs) of a list: NumPy makes it an array first; so does the
                 # code, so that the list gets a list of cotangents back. (s2sgrad's
                 # own helpers, in generated code differentiated again, take lists.)
-                return self.as_array(value, out)
+                return spelled.as_array(self, value, out)
             literal = isinstance(value, (ast.Tuple, ast.List)) and self._holds_locals(value)
             if pack and literal:
                 return self.packed(value, out)
@@ -166,22 +163,6 @@ class StatementRules:
         new_args = [convert(a) for a in positional]
         new_keywords = [ast.keyword(arg=k.arg, value=convert(k.value)) for k in keywords]
         return new_args, new_keywords
-
-    def as_array(self, value: ast.Name, out) -> ast.expr:
-        """`np.array(value)` as a temporary of its own."""
-        import numpy
-        alias = next((c for c in ("np", "numpy") if c not in self.resolver.locals and
-                      self.resolver.lookup(c) is numpy), None)
-        if alias is None:
-            alias = "_s2s_numpy"
-            self.bindings[alias] = numpy
-        call = ast.Call(func=ast.Attribute(value=name_node(alias),
-                                           attr="array", ctx=ast.Load()),
-                        args=[self.load(value.id)], keywords=[])
-        expr_facts.note(call, callee=numpy.array)
-        name = self.names.fresh(f"{value.id}_array")
-        self.emit(out, assign_node(name, copy_location(call, value)), value)
-        return copy_location(name_node(name), value)
 
     def packed(self, expr: ast.expr, out) -> ast.expr:
         """An atom; a nested tuple or list becomes a variable of its own, so its
@@ -258,7 +239,7 @@ class StatementRules:
             self.emit(out, assign_node(name, self.load(value.id)), value)
             self.know_tuple(name, self.tuples[src])
             return
-        arity = self._output_count(value)
+        arity = output_count(self.resolver, value)
         if arity > 1:
             # `pair = MultiOutput.apply(x)`: name each output, keep `pair` a known tuple.
             call = self.call(value, out)
@@ -293,23 +274,6 @@ class StatementRules:
         if any(isinstance(e, ast.Name) and e.id in self.unversioned for e in elts):
             return
         self.tuples[name] = elts
-
-    def _output_count(self, value) -> int:
-        """How many outputs a Function.apply call has (its vjp takes one per output)."""
-        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and
-                value.func.attr == "apply" and dotted(value.func) and
-                not self.resolver.is_local_chain(value.func)):
-            return 1
-        ok, cls = self.resolver.static(value.func.value)
-        if not ok or not is_function_class(cls):
-            return 1
-        try:
-            params = list(inspect.signature(cls.vjp_method()).parameters.values())
-        except (TypeError, ValueError):
-            return 1
-        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
-            return 1
-        return max(len(params) - 1, 1)
 
     def _note_owned(self, name, op) -> None:
         """Track names holding arrays nothing else refers to (safe for `x += y`)."""

@@ -148,7 +148,7 @@ class AdjointStatements:
             part = None
             if isinstance(value, ast.Name) and value.id in self.act.active:
                 part = self.names.fresh(f"{value.id}_bar_part")
-                if self._basic_index(target.slice):
+                if basic_index(target.slice, self.act.ints):
                     item = helper_call("copy_item", name_node(b), clone(index))
                     # A list's item is the value itself; an array's may broadcast it.
                     grad = item if base in self.sequences else \
@@ -189,19 +189,6 @@ class AdjointStatements:
             else:
                 out.append(ast.Expr(value=helper_call("zero_item", name_node(b),
                                                       clone(index), *like)))
-
-    def _basic_index(self, index: ast.expr) -> bool:
-        """An index that cannot name an element twice: ints, slices, None, `...`."""
-        if isinstance(index, ast.Tuple):
-            return all(self._basic_index(e) for e in index.elts)
-        if isinstance(index, ast.Slice):
-            return True
-        if isinstance(index, ast.Constant):
-            return index.value is None or index.value is Ellipsis or (
-                isinstance(index.value, int) and not isinstance(index.value, bool))
-        if isinstance(index, ast.UnaryOp) and isinstance(index.operand, ast.Constant):
-            return self._basic_index(index.operand)
-        return isinstance(index, ast.Name) and index.id in self.act.ints
 
     def augassign_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
         """x op= v reads like x_new = op(x_old, v), x_old being the saved copy."""
@@ -363,7 +350,7 @@ class AdjointStatements:
             if touches_complex and var not in complex_names:
                 # a real variable: the real part of what reaches it from complex values
                 into.append(assign_node(part, helper_call("real_part", name_node(part))))
-            self.accumulate(var, self.structured(part, var, read_as_array), into)
+            self.accumulate(var, structured(part, var, read_as_array), into)
         ctx = self.first_iteration
         # Only where skipping pays for the test: products (matmul, dot, einsum), whose
         # adjoint is a product again; elementwise parts are cheaper than the branch.
@@ -391,14 +378,6 @@ class AdjointStatements:
         for var, part in targets:
             add(var, part, out)
 
-    @staticmethod
-    def structured(part: str, var: str, read_as_array: Set[str]) -> ast.expr:
-        """The part's value as var's cotangent: items_like(part, var) where var may be
-        a structure a rule read as one array."""
-        if part in read_as_array:
-            return helper_call("items_like", name_node(part), name_node(var))
-        return name_node(part)
-
     def rule_placeholder(self, rule, bound, g, ans, wanted: Dict[str, str], s) -> ast.stmt:
         if self.probing:
             return ast.Pass()
@@ -422,3 +401,26 @@ class AdjointStatements:
         out.append(ast.Pass() if self.probing else site.adjoint_placeholder(gs, wanted, s))
         for var, part in parts:
             self.accumulate(var, name_node(part), out)
+
+
+def basic_index(index: ast.expr, ints) -> bool:
+    """An index that cannot name an element twice: ints (constants, or names in
+    `ints`), slices, None, `...`."""
+    if isinstance(index, ast.Tuple):
+        return all(basic_index(e, ints) for e in index.elts)
+    if isinstance(index, ast.Slice):
+        return True
+    if isinstance(index, ast.Constant):
+        return index.value is None or index.value is Ellipsis or (
+            isinstance(index.value, int) and not isinstance(index.value, bool))
+    if isinstance(index, ast.UnaryOp) and isinstance(index.operand, ast.Constant):
+        return basic_index(index.operand, ints)
+    return isinstance(index, ast.Name) and index.id in ints
+
+
+def structured(part: str, var: str, read_as_array: Set[str]) -> ast.expr:
+    """The part's value as var's cotangent: items_like(part, var) where var may be
+    a structure a rule read as one array."""
+    if part in read_as_array:
+        return helper_call("items_like", name_node(part), name_node(var))
+    return name_node(part)
