@@ -1154,6 +1154,14 @@ class FamilyMixin:
                 # a real value (|z|, Re z) meeting complex ones again
                 f"np.real(np.abs({zc} + 3.0) * (0.5 + 0.5j) * {zc})",
                 f"np.imag(np.real({zc}) * np.exp(0.5j * {zc}))"])
+            if self.rng.random() < 0.35:
+                # in a loop: complex values kept per step, a real one carried across
+                k, acc = self.fresh("k"), self.fresh("acc")
+                self.emit(f"{acc} = {zc} * 0.0")
+                self.emit(f"for {k} in range({self.rng.choice([2, 3])}):")
+                self.emit(f"    {acc} = {acc} * np.exp(0.3j * {k}) + {zc} * {v.name}")
+                self.emit(f"    {v.name} = {v.name} * 0.8 + 0.1 * np.abs({acc} + 3.0)")
+                form = f"np.real({acc} * np.conj({zc}))"
             self.emit(f"{v.name} = {v.name} + 0.3 * {form}")
         if len(local) < 2 and self.rng.random() < 0.3:   # two local lambdas on one line
             a, b = self.fresh("g"), self.fresh("g")

@@ -216,7 +216,9 @@ def keywords_of_a_changed_dict(x, w):
 
 def function_names(x, w):
     act = np.tanh
-    y = act(x * w)
+    act = act                         # (read as the function it names: a crash once)
+    same = act
+    y = same(x * w)
     act = scaled_act                  # bound again: calls after it are of scaled_act
     y = act(y, scale=2.0)
     for f in (np.sin, scaled_act, np.tanh):
@@ -245,6 +247,13 @@ def a_changed_list_of_functions(x):
     for act in acts:
         x = act(x)
     return np.sum(x)
+
+
+def copied_partial(x, w):
+    h = functools.partial(scaled, a=2.0)
+    g = h                              # the same partial under another name
+    h = np.sin
+    return np.sum(g(x) * h(w))
 
 
 def a_function_name_in_a_branch(x):
@@ -375,6 +384,11 @@ def test_a_starred_item_of_unknown_length_in_a_tuple_is_refused(make_module):
     with pytest.raises(s2sgrad.TransformError, match="starred item") as info:
         s2sgrad.grad(mod.f)(np.ones(2), [np.ones(2)])
     assert info.value.lineno == 5
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_a_name_bound_to_another_name_for_a_function(m, shape, rng):
+    check_vjp(m.copied_partial, [rng.standard_normal(shape), rng.standard_normal(shape)])
 
 
 def test_a_partial_made_inside_and_used_as_a_value_is_refused(m):

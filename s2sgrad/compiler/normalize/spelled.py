@@ -234,8 +234,14 @@ def bind_partial(n, user_name: str, value: ast.expr, out) -> bool:
     `b` get variables of their own (their values now, as the partial keeps
     them), and a call `h(x)` is the call `f(a, x, k=b)` (see call). Whether
     the statement was that."""
+    same = n.partials.get(value.id) if isinstance(value, ast.Name) and \
+        value.id not in n.partials_unsure else None   # `g = h` of a partial h: the same
     n.partials.pop(user_name, None)   # (bound again: what it held is gone)
     n.partials_unsure.discard(user_name)
+    if same is not None:
+        n.partials[user_name] = same
+        n.env.pop(user_name, None)
+        return True
     if names_a_function(n, value):
         # `act = np.tanh`: a partial with nothing bound (a call of act is of np.tanh)
         n.partials[user_name] = (value, [], [])
