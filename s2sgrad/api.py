@@ -109,8 +109,8 @@ def pair_for(f: Callable, positions: Tuple[int, ...],
               complexes: Tuple[str, ...] = ()) -> CompiledFunction:
     """The pair for f; where some arguments are Python numbers, one specialised to
     that (values computed from them alone are scalars: no broadcasting to undo);
-    where some are complex (`complexes`: their names), one that refuses them on
-    the gradient path;
+    where some are complex (`complexes`: their names), one whose operations on
+    them take the rules for complex arguments;
     `leaves`: the positions of the arguments that are arrays or numbers. For
     another library's arrays (`foreign`) the adjoint makes no in-place updates:
     `a += b` cannot put a Dask value into a NumPy cotangent, nor `a[i] += b`
@@ -218,7 +218,8 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     """
     positions, single = normalize_wrt(wrt, len(args))
     numbers_at, leaves = call_kind(f, args, positions)
-    if jit and (leaves is None or not complex_parameters(f, args, {})):
+    complexes = () if leaves is None else complex_parameters(f, args, {})
+    if jit and not complexes:   # (the numba pair is not specialised to complex values)
         backends = _backends()
         if not backends.numpy_runs_vjp(f, positions):
             return backends.jit_vjp(f, args, positions, single)
@@ -227,7 +228,7 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     compiled = _known_pair(f, positions, numbers_at,
                            tuple(range(len(args))) if leaves is None else leaves, foreign, xp,
                            witness, functions_given(f, args, {}, _function_defaults(f)),
-                           () if leaves is None else complex_parameters(f, args, {}))
+                           complexes)
     if foreign:   # NumPy arrays beside Dask ones join them: the gradient stays lazy
         args = _lift_beside_dask(args)
     out, residuals = compiled.forward(*args)

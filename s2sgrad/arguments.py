@@ -327,9 +327,9 @@ def call_kind(f: Callable, args: tuple, positions: Tuple[int, ...]) -> tuple:
 
 def complex_parameters(f: Callable, args: tuple, kwargs: dict) -> Tuple[str, ...]:
     """The names of the parameters given complex values (or structures holding one):
-    a pair specialised to that refuses them on the gradient path, where the rules
-    of real analysis would give them wrong gradients. Arguments past the named
-    parameters are the `*args` parameter's."""
+    a pair specialised to that takes the rules for complex arguments there (the
+    rules of real analysis would give them wrong gradients). Arguments past the
+    named parameters are the `*args` parameter's."""
     complex_at = [i for i, a in enumerate(args) if holds_complex(a)]
     named = [k for k, v in kwargs.items() if holds_complex(v)]
     if not complex_at and not named:

@@ -21,6 +21,7 @@ from .. import runtime
 from ..errors import error_at, guard_fields
 from ..introspect import unwrap
 from ..rules import registry
+from ..runtime.arrays import holds_complex
 from .facts import expr_facts
 from .names import name_nodes, stored_names, walk_values
 from .normalize import NormalForm
@@ -677,10 +678,8 @@ def _complex_node(s: ast.stmt, nf: NormalForm,
 
 
 def _holds_complex(nf: NormalForm, name: ast.Name) -> bool:
-    import numpy as np
     ok, value = nf.resolver.static(name)
-    return ok and (isinstance(value, (complex, np.complexfloating)) or (
-        isinstance(value, np.ndarray) and value.dtype.kind == "c"))
+    return ok and holds_complex(value)
 
 
 # Operations that move values without computing (a complex one moves as it is).
@@ -698,13 +697,14 @@ def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
     complex_names: Set[str] = set(complex_params)
     known: Dict[str, bool] = {}
     literal = {s: _complex_node(s, nf, known) for s, _ in ops}
+    realising = realising_ops(ops)
     changed = True
     while changed:
         changed = False
         for s, op in ops:
             reads = op.diff_inputs + op.other_inputs
             if (literal[s] is not None or (any(n in complex_names for n in reads) and
-                                           not _realising(op)) or
+                                           id(s) not in realising) or
                     _makes_complex(op.callee)) and not set(op.outputs) <= complex_names:
                 complex_names |= set(op.outputs)
                 changed = True
@@ -764,13 +764,14 @@ def _makes_complex(callee) -> bool:
 _UNSEEN_DTYPE = frozenset({"unknown", "opaque", "method", "call"})
 
 
-def _realising(op) -> bool:
-    """np.real(v), np.abs(v), abs(v), v.imag, np.fft.irfft(v), ...: real whatever v
-    is (the check need not go back to v)."""
-    return op.kind == "rule" and op.rule is not None and (
-        op.label in (".real", ".imag") or any(
-            op.rule is registry.lookup_function(f) for f in (np.real, np.imag, np.absolute,
-                                                               np.angle, np.fft.irfft)))
+def realising_ops(ops) -> Set[int]:
+    """The ids of the statements computing np.real(v), np.abs(v), abs(v), v.imag,
+    np.fft.irfft(v), ...: real whatever v is (what is complex, and what a run-time
+    check needs to go back to, stops there)."""
+    rules = {id(registry.lookup_function(f))
+             for f in (np.real, np.imag, np.absolute, np.angle, np.fft.irfft)}
+    return {id(s) for s, op in ops if op.kind == "rule" and op.rule is not None and
+            (op.label in (".real", ".imag") or id(op.rule) in rules)}
 
 
 def unseen_dtypes(ops, active: Set[str]) -> Set[str]:
@@ -782,13 +783,14 @@ def unseen_dtypes(ops, active: Set[str]) -> Set[str]:
     for _, op in ops:
         if any(o in active for o in op.outputs):
             feeds.update(op.diff_inputs + op.other_inputs)
+    realising = realising_ops(ops)
     changed = True
     while changed:     # through values no gradient passes through, back to their sources
         changed = False
-        for _, op in ops:
+        for s, op in ops:
             if op.kind in ("control", "iterate"):
                 continue
-            if not any(o in active for o in op.outputs) and not _realising(op) and \
+            if not any(o in active for o in op.outputs) and id(s) not in realising and \
                     any(o in feeds for o in op.outputs):
                 new = set(op.diff_inputs + op.other_inputs) - feeds
                 if new:

@@ -49,7 +49,8 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
     # positional parameter (the arrays-only callers: the CLI, functional, numba);
     # statics: (parameter, function) pairs a caller passes (a specialised pair,
     # kept in memory only: the functions are part of its key); complexes: the
-    # parameters the caller passes complex values (refused on the gradient path).
+    # parameters the caller passes complex values (their operations take the rules
+    # for complex arguments).
     bound = None if type(fn) is types.FunctionType else bound_call(fn)
     if bound is not None:   # a bound method, callable object or partial: its function's
         inner = compile_function(bound.func, bound.shift(wrt), optimize_code, pure,

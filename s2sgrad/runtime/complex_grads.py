@@ -115,9 +115,8 @@ def irfft_grad(g, a, n, axis, norm):
     shape = [1] * out.ndim
     shape[axis] = terms
     out = out * weight.reshape(shape)
-    ends = [k for k in {0, terms - 1 if length % 2 == 0 else 0}]
     index = [slice(None)] * out.ndim
-    for k in ends:   # (irfft reads the real part of these terms only)
+    for k in {0, terms - 1} if length % 2 == 0 else {0}:   # (irfft reads their real parts)
         index[axis] = k
         out[tuple(index)] = np.real(out[tuple(index)])
     out = _fit(out, a.shape, (axis,))

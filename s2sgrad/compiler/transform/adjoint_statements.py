@@ -14,6 +14,7 @@ from ..ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
 from .records import (
     DIFFERENTIABLE_KINDS,
     field_index,
+    real_among_complex,
     var_for,
 )
 
@@ -156,7 +157,7 @@ class AdjointStatements:
                 else:  # an index array may repeat: only the last writer counts
                     grad = helper_call("written_grad", name_node(b), clone(index),
                                        name_node(value.id))
-                if base in self.act.complex_names and value.id not in self.act.complex_names:
+                if base in self.act.complex_names and real_among_complex(self.act, value.id):
                     grad = helper_call("real_part", grad)   # a real value in a complex array
                 out.append(assign_node(part, grad))
             if self.pure and base in self.sequences:
@@ -347,7 +348,7 @@ class AdjointStatements:
             g, ans = gs[0], name_node(op.outputs[0])
 
         def add(var: str, part: str, into: List[ast.stmt]) -> None:
-            if touches_complex and var not in complex_names:
+            if touches_complex and real_among_complex(self.act, var):
                 # a real variable: the real part of what reaches it from complex values
                 into.append(assign_node(part, helper_call("real_part", name_node(part))))
             self.accumulate(var, structured(part, var, read_as_array), into)

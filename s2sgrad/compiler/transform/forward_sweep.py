@@ -24,7 +24,7 @@ from ..names import (
     name_nodes,
 )
 from ..ops import Op, describe
-from .records import LoopInfo, is_literal, real_value_checks
+from .records import LoopInfo, is_literal, real_among_complex, real_value_checks
 
 
 class ForwardSweep:
@@ -62,7 +62,7 @@ class ForwardSweep:
             g = self.bar_of(value.id)
             if value.id in self.act.active:
                 self.state[g] = "shared"
-            if self.real_among_complex(value.id):
+            if real_among_complex(self.act, value.id):
                 return g, [assign_node(g, helper_call("real_part", name_node(g)))]
             return g, []
         g = self.names.fresh("output_bar")
@@ -72,17 +72,10 @@ class ForwardSweep:
                 if isinstance(e, ast.Name) and e.id in self.act.active:
                     item: ast.expr = ast.Subscript(value=name_node(g),
                                                    slice=ast.Constant(value=i), ctx=ast.Load())
-                    if self.real_among_complex(e.id):
+                    if real_among_complex(self.act, e.id):
                         item = helper_call("real_part", item)
                     self.accumulate(e.id, item, out)
         return g, out
-
-    def real_among_complex(self, name: str) -> bool:
-        """A real output of code with complex values: its cotangent's real part is
-        what the rules for complex arguments expect of a real value (a caller, which
-        cannot tell it is real, may pass a complex one)."""
-        return bool(self.act.complex_names) and name in self.act.active and \
-            name not in self.act.complex_names
 
     # -- forward ------------------------------------------------------------------
     def save_before(self, var: str, in_loop: bool, out: List[ast.stmt], key) -> None:

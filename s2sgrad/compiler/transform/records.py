@@ -17,6 +17,14 @@ from ..ops import Op
 DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
 
 
+def real_among_complex(act: Activity, name: str) -> bool:
+    """A real variable of code with complex values (one that is differentiated): the
+    real part of what reaches it is its cotangent (the rules for complex arguments
+    give real variables complex parts, and a caller may pass a complex one)."""
+    return bool(act.complex_names) and name in act.active and \
+        name not in act.complex_names
+
+
 def real_value_checks(s: ast.stmt, op: Op, act: Activity,
                       err: Callable[..., TransformError]) -> List[ast.stmt]:
     """`_s2s_real_value(v, <where>)` after a statement that makes a value of a dtype
