@@ -28,14 +28,76 @@ def test_a_fact_belongs_to_its_statement_only():
     assert facts.setdefault(b, list) == [] and len(facts) == 2
 
 
-def test_a_recycled_identity_does_not_give_another_statements_fact():
-    facts = StatementFacts("loop record")
-    a, b = _stmt("y = 2"), _stmt("y = 3")
-    facts.record(a, "a's")
-    facts._facts[id(b)] = (a, "a's")   # what an id() reused by b would look like
-    assert facts.get(b) is None
-    with pytest.raises(MissingFact):
-        facts.require(b)
+def test_each_compile_has_its_own_facts(make_module):
+    """The facts normalise notes (what a call calls, which statement copies its
+    value) belong to that compile's normal form: another compile of the same
+    function never sees them, and a statement of one is unknown to the other."""
+    from s2sgrad.compiler.normalize import normalize
+    from s2sgrad.compiler.parse import parse_function
+    mod = make_module('''
+import numpy as np
+
+def f(x):
+    y = np.sin(x)
+    return np.sum(y)
+''')
+    one, two = (normalize(parse_function(mod.f)) for _ in range(2))
+    assert one.facts is not two.facts
+    call_one = one.node.body[0].value
+    assert one.facts.exprs.of(call_one).callee is np.sin
+    assert two.facts.exprs.of(call_one).callee is None
+    assert two.facts.exprs.of(two.node.body[0].value).callee is np.sin
+
+
+def test_no_module_level_table_of_the_compiler_holds_syntax_nodes(make_module, monkeypatch):
+    """Facts live in the record of their compile (FunctionFacts), not in tables
+    of the process: while a compile's nodes are alive (looked at between its
+    passes, in both modes), no module-level container of s2sgrad.compiler holds
+    an AST node."""
+    import weakref
+
+    from s2sgrad.compiler import forward, pipeline
+    from s2sgrad.compiler.facts import NodeFacts
+    mod = make_module('''
+import numpy as np
+
+def helper(x):
+    return np.sin(x) * x
+
+def f(x):
+    y = helper(x) * 2.0
+    for i in range(2):
+        y = y + x[i]
+    y[0] += 1.0
+    return np.sum(y * y)
+''')
+
+    def holds_nodes(value):
+        if isinstance(value, (NodeFacts, StatementFacts)):
+            value = value._facts
+        if isinstance(value, (dict, weakref.WeakKeyDictionary)):
+            return any(isinstance(k, ast.AST) or isinstance(v, ast.AST)
+                       for k, v in list(value.items()))
+        return False
+    offenders, looked = set(), []
+
+    def look():
+        looked.append(1)
+        offenders.update(f"{name}.{attr}" for name, module in list(sys.modules.items())
+                         if name.startswith("s2sgrad.compiler")
+                         for attr, value in list(vars(module).items()) if holds_nodes(value))
+
+    def looking(original):
+        def between(*args, **kwargs):
+            look()
+            return original(*args, **kwargs)
+        return between
+    monkeypatch.setattr(pipeline, "inline", looking(pipeline.inline))
+    monkeypatch.setattr(forward, "optimize_tangent", looking(forward.optimize_tangent))
+    x = np.arange(3.0) + 0.5
+    s2sgrad.grad(mod.f)(x)
+    s2sgrad.functional.jvp(mod.f, (x,), (np.ones(3),))
+    assert len(looked) >= 3 and offenders == set()
 
 
 def test_a_missing_fact_names_the_statement():

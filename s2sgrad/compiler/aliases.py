@@ -17,7 +17,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..function import is_function_class
 from ..rules import registry
-from .facts import StatementFacts, expr_facts
+from .facts import ExprFacts, StatementFacts
 from .names import name_nodes
 from .ops import ufunc_at_kind
 
@@ -73,7 +73,9 @@ class AliasFacts:
     encloses the write (from an earlier iteration).
     """
 
-    def __init__(self, body: List[ast.stmt], local: Set[str], lists: Set[str]):
+    def __init__(self, body: List[ast.stmt], local: Set[str], lists: Set[str],
+                 exprs: ExprFacts):
+        self.exprs = exprs   # what normalise resolved each call to
         self.edges: List[Tuple[str, str, str, int, frozenset]] = []
         self.defined_at: Dict[str, ast.stmt] = {}
         self.writes: List[Tuple[str, ast.stmt]] = []
@@ -132,7 +134,7 @@ class AliasFacts:
                 self.writes.append((target.id, s))
             return
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
-                expr_facts.of(s.value).method in ("append", "extend", "insert"):
+                self.exprs.of(s.value).method in ("append", "extend", "insert"):
             base = s.value.func.value
             if isinstance(base, ast.Name) and base.id in local:
                 self.writes.append((base.id, s))
@@ -140,7 +142,7 @@ class AliasFacts:
                     self._contain(base.id, item)
             return
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args and \
-                ufunc_at_kind(expr_facts.of(s.value).callee) is not None:
+                ufunc_at_kind(self.exprs.of(s.value).callee) is not None:
             base = s.value.args[0]
             if isinstance(base, ast.Name) and base.id in local:
                 self.writes.append((base.id, s))   # np.add.at(a, idx, b) writes into a
@@ -159,7 +161,7 @@ class AliasFacts:
         for o in outs:
             self.defined_at.setdefault(o, s)
         value = s.value
-        if isinstance(value, ast.Call) and expr_facts.of(value).method == "pop" and \
+        if isinstance(value, ast.Call) and self.exprs.of(value).method == "pop" and \
                 isinstance(value.func.value, ast.Name) and value.func.value.id in local:
             self.writes.append((value.func.value.id, s))
         sources = self._sources(value)
@@ -196,7 +198,7 @@ class AliasFacts:
         if isinstance(value, ast.Attribute):
             return [(n, "share") for n in _names(value.value, local)]
         if isinstance(value, ast.Call):
-            method = expr_facts.of(value).method
+            method = self.exprs.of(value).method
             if method is not None:
                 if method in _FRESH_METHODS or method in registry.REGISTRY.nondiff_methods:
                     return []
@@ -206,7 +208,7 @@ class AliasFacts:
                 if rule is not None and not rule.view:
                     return []
                 return [(n, "share") for n in _names(value.func.value, local)]
-            callee = expr_facts.of(value).callee
+            callee = self.exprs.of(value).callee
             if callee is not None and registry.returns_an_argument(callee):
                 return [(n, "share") for a in value.args for n in _names(a, local)]
             if callee is not None:

@@ -22,7 +22,7 @@ from ..errors import error_at, guard_fields
 from ..introspect import unwrap
 from ..rules import registry
 from ..runtime.arrays import holds_complex
-from .facts import expr_facts
+from .facts import ExprFacts, FunctionFacts
 from .names import name_nodes, stored_names, walk_values
 from .normalize import NormalForm
 from .ops import Op, describe, names
@@ -91,19 +91,19 @@ def iter_statements(body: Sequence[ast.stmt]) -> Iterator[Tuple[ast.stmt, Option
             yield from iter_statements(s.orelse)
 
 
-def statement_op(s: ast.stmt, local_names) -> Optional[Op]:
+def statement_op(s: ast.stmt, local_names, facts: FunctionFacts) -> Optional[Op]:
     if isinstance(s, ast.For):
-        return loop_header_op(s)
+        return loop_header_op(s, facts.exprs)
     if isinstance(s, (ast.If, ast.While, ast.Break, ast.Continue, ast.Pass)):
         test = getattr(s, "test", None)
         return Op("control", [], other_inputs=names(test)) if test is not None else None
-    return describe(s, local_names)
+    return describe(s, local_names, facts)
 
 
-def loop_header_op(s: ast.For) -> Op:
+def loop_header_op(s: ast.For, exprs: ExprFacts) -> Op:
     targets = [n.id for n in name_nodes(s.target)]
     it = s.iter
-    callee = expr_facts.of(it).callee
+    callee = exprs.of(it).callee
     if callee is range:
         return Op("iterate", targets, other_inputs=names(it), label="range")
     if callee is not None and registry.is_nondiff(callee):
@@ -132,7 +132,7 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     """
     local_names = nf.resolver.locals | nf.names.taken
     stmts = [s for s, _ in iter_statements(nf.node.body)]
-    ops = [(s, statement_op(s, local_names)) for s in stmts]
+    ops = [(s, statement_op(s, local_names, nf.facts)) for s in stmts]
     ops = [(s, op) for s, op in ops if op is not None]
     ret = nf.node.body[-1]
     outputs = names(ret.value) if isinstance(ret, ast.Return) else []
@@ -143,7 +143,7 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     varied = _forward_closure(set(wrt_names), varied_ops, diff_only=True)
     useful = _backward_closure(set(outputs), ops, diff_only=True)
     active = varied & useful
-    ints = _int_names(ops)
+    ints = _int_names(ops, nf.facts.exprs)
     independent, reasons = [], {}
     reach_all = _backward_closure(set(outputs), ops, diff_only=False)
     for i, name in zip(wrt, wrt_names):
@@ -572,23 +572,23 @@ def _closure(seeds: Set[str], edges: Dict[str, List[List[str]]]) -> Set[str]:
     return out
 
 
-def _int_names(ops) -> Set[str]:
+def _int_names(ops, exprs: ExprFacts) -> Set[str]:
     """Names that only ever hold Python ints (range loop counters, len(), shapes)."""
     candidates: Dict[str, bool] = {}
     for s, op in ops:
         for o in op.outputs:
-            ok = _int_valued(s, op)
+            ok = _int_valued(s, op, exprs)
             candidates[o] = candidates.get(o, True) and ok
     return {n for n, ok in candidates.items() if ok}
 
 
-def _int_valued(s, op: Op) -> bool:
+def _int_valued(s, op: Op, exprs: ExprFacts) -> bool:
     if op.kind == "iterate":
         return op.label == "range" and isinstance(s.target, ast.Name)
     value = getattr(s, "value", None)
     if isinstance(value, ast.Constant):
         return isinstance(value.value, int) and not isinstance(value.value, bool)
-    if isinstance(value, ast.Call) and expr_facts.of(value).callee in (len, int):
+    if isinstance(value, ast.Call) and exprs.of(value).callee in (len, int):
         return True
     return False
 
@@ -835,7 +835,8 @@ def parameter_writes(fn) -> Optional[Dict[int, tuple]]:
     except Exception:  # noqa: BLE001 - unreadable: no facts, the caller guards everything
         _PARAMETER_WRITES[key] = None
         return None
-    facts = AliasFacts(nf.node.body, nf.resolver.locals | nf.names.taken, nf.lists | nf.dicts)
+    facts = AliasFacts(nf.node.body, nf.resolver.locals | nf.names.taken, nf.lists | nf.dicts,
+                       nf.facts.exprs)
     params = nf.all_params
     out: Dict[int, tuple] = {}
     for name, stmt in facts.writes:

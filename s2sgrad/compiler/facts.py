@@ -1,22 +1,26 @@
-"""Facts one pass records per statement for a later step to read.
+"""Facts the passes of one compile record about its nodes for later ones to read.
 
-The reverse transform's forward sweep decides, statement by statement, what to
-save (and in which slot or stack), which call site a call is, what a loop
-keeps; its adjoint sweep reads those decisions back for the same statements.
-`StatementFacts` is that record: keyed by the statement itself, which it
-holds (so no other statement can ever take over its key, as a recycled `id()`
-could), and loud when asked about a statement it has no fact for where one
-must exist: a statement rebuilt between the sweeps is an s2sgrad bug, reported
-as such (compiler errors become `InternalError`s at the user's line), never a
-bare `KeyError` or another statement's fact.
+`FunctionFacts` is that record, made by normalise and carried by the normal
+form to the transforms, the inliner and the optimiser: what each call was
+resolved to (`ExprFact`), which statements guard or copy (`StmtFact`), each
+statement's Op, and what the inliner puts in place of each placeholder. It
+belongs to its compile: a compile started inside a compile has its own, and no
+table of the process holds nodes.
+
+The reverse transform's forward sweep also decides, statement by statement,
+what to save (and in which slot or stack), which call site a call is, what a
+loop keeps; its adjoint sweep reads those decisions back (`StatementFacts`),
+keyed by the statement itself, and loud when asked about a statement it has no
+fact for where one must exist: a statement rebuilt between the sweeps is an
+s2sgrad bug, reported as such (compiler errors become `InternalError`s at the
+user's line), never a bare `KeyError` or another statement's fact.
 """
 from __future__ import annotations
 
 import ast
 import copy
-import weakref
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, TypeVar
 
 from ..errors import note_origin, origin_of
 
@@ -28,44 +32,40 @@ class MissingFact(LookupError):
 
 
 class StatementFacts(Generic[T]):
-    """One kind of fact (`what`) per statement."""
+    """One kind of fact (`what`) per statement (nodes hash by identity)."""
 
     def __init__(self, what: str):
         self.what = what
-        self._facts: Dict[int, Tuple[ast.AST, T]] = {}
+        self._facts: Dict[ast.AST, T] = {}
 
     def record(self, s: ast.AST, fact: T) -> T:
-        self._facts[id(s)] = (s, fact)
+        self._facts[s] = fact
         return fact
 
     def get(self, s: ast.AST, default: Optional[T] = None) -> Optional[T]:
-        entry = self._facts.get(id(s))
-        return entry[1] if entry is not None and entry[0] is s else default
+        return self._facts.get(s, default)
 
     def require(self, s: ast.AST) -> T:
-        entry = self._facts.get(id(s))
-        if entry is None or entry[0] is not s:
+        try:
+            return self._facts[s]
+        except KeyError:
             line = getattr(s, "lineno", "?")
             raise MissingFact(f"no {self.what} was recorded for the {type(s).__name__} "
                               f"statement at line {line}: a step rebuilt it after the "
-                              f"facts about it were recorded")
-        return entry[1]
+                              f"facts about it were recorded") from None
 
     def setdefault(self, s: ast.AST, make: Callable[[], T]) -> T:
-        entry = self._facts.get(id(s))
-        if entry is not None and entry[0] is s:
-            return entry[1]
-        return self.record(s, make())
+        known = self._facts.get(s)
+        return known if known is not None else self.record(s, make())
 
     def __contains__(self, s: ast.AST) -> bool:
-        entry = self._facts.get(id(s))
-        return entry is not None and entry[0] is s
+        return s in self._facts
 
     def values(self) -> List[T]:
-        return [fact for _, fact in self._facts.values()]
+        return list(self._facts.values())
 
     def __iter__(self) -> Iterator[ast.AST]:
-        return iter([s for s, _ in self._facts.values()])
+        return iter(list(self._facts))
 
     def __len__(self) -> int:
         return len(self._facts)
@@ -104,8 +104,7 @@ class ResidualMarks(StatementFacts[ResidualMark]):
 
     def of(self, s: ast.AST) -> ResidualMark:
         """The mark of s; NO_MARK (every field empty) for an unmarked statement."""
-        entry = self._facts.get(id(s))   # (StatementFacts.get, inlined: asked constantly)
-        return entry[1] if entry is not None and entry[0] is s else NO_MARK
+        return self._facts.get(s, NO_MARK)   # (StatementFacts.get, inlined: asked constantly)
 
 
 @dataclass(frozen=True)
@@ -125,25 +124,18 @@ class ExprFact:
 NO_FACT = ExprFact()
 
 
-class NodeTable(weakref.WeakKeyDictionary):
-    """A table keyed weakly by AST nodes (an entry goes with its node), whose `get`
-    looks the node up directly: the passes ask for nearly every node, and
-    WeakKeyDictionary.get guards against keys that are not weakly referable,
-    which nodes always are."""
-
-    def get(self, node, default=None):
-        return self.data.get(weakref.ref(node), default)
-
-
 class NodeFacts(Generic[T]):
-    """One frozen fact record per node, held weakly: a fact goes with its node, and
-    a node a pass builds anew has none until a pass says so."""
+    """One frozen fact record per node of one compile: a fact goes with the
+    compile that noted it (the table belongs to its `FunctionFacts`), and a node a
+    pass builds anew has none until a pass says so."""
 
     def __init__(self, empty: T):
         self.empty = empty   # the record of a node nothing was noted about: its class's
         self._make = type(empty)   # defaults (a first fact is built directly)
         assert empty == self._make(), "NodeFacts' empty record must be its class's defaults"
-        self._facts: "NodeTable[ast.AST, T]" = NodeTable()
+        # (Keyed by the nodes themselves, which the table holds: no other node can
+        # take over a key, as a recycled id() could.)
+        self._facts: Dict[ast.AST, T] = {}
 
     def note(self, node: ast.AST, **fields) -> ast.AST:
         """Add `fields` to the fact about node; node."""
@@ -188,10 +180,6 @@ class ExprFacts(NodeFacts[ExprFact]):
         return copy
 
 
-# The one table of expression facts: every pass reads what normalise found.
-expr_facts = ExprFacts()
-
-
 @dataclass(frozen=True)
 class StmtFact:
     """What normalise (and the forward sweep) found out about one statement that
@@ -207,12 +195,19 @@ class StmtFact:
 NO_STMT_FACT = StmtFact()
 
 
-# StmtFact per statement.
-stmt_facts: NodeFacts[StmtFact] = NodeFacts(NO_STMT_FACT)
+class FunctionFacts:
+    """What the passes of one compile found out about its nodes, in one record that
+    the normal form carries from normalise to the inliner: the facts of one
+    compile are never another's (a compile started inside a compile has its own)."""
 
+    def __init__(self):
+        self.exprs = ExprFacts()                               # normalise's resolutions
+        self.stmts: NodeFacts[StmtFact] = NodeFacts(NO_STMT_FACT)   # guards, snapshots
+        self.ops: Dict[ast.stmt, Any] = {}    # each statement's Op (ops.describe), once
+        self.expansions: Dict[ast.stmt, Any] = {}   # placeholder -> what the inliner puts
 
-def shallow_copy(s: ast.stmt) -> ast.stmt:
-    """copy.copy(s) that keeps what is known about s: its StmtFact and the user's
-    statement it stands for (a copy made to replace one field, say)."""
-    new = stmt_facts.same(s, copy.copy(s))
-    return note_origin(new, origin_of(s))
+    def shallow_copy(self, s: ast.stmt) -> ast.stmt:
+        """copy.copy(s) that keeps what is known about s: its StmtFact and the user's
+        statement it stands for (a copy made to replace one field, say)."""
+        new = self.stmts.same(s, copy.copy(s))
+        return note_origin(new, origin_of(s))

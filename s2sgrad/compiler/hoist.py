@@ -15,7 +15,7 @@ from typing import List, Set
 import numpy as np
 
 from ..rules import registry
-from .facts import expr_facts
+from .facts import ExprFacts
 from .names import copy_location, name_nodes, walk_values
 
 _SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.MatMult)
@@ -23,12 +23,12 @@ _SAFE_UNARY = (ast.USub, ast.UAdd)
 
 
 def hoist_invariants(body: List[ast.stmt], user_names: Set[str],
-                     facts=None) -> List[ast.stmt]:
+                     facts) -> List[ast.stmt]:
     """The normal-form body with loop-invariant temporaries moved out of loops.
 
-    `facts` (aliases.AliasFacts of the body) says which names share memory with a
+    `facts` (the AliasFacts of the body) says which names share memory with a
     name the loop writes in place: a value read through any of them is not
-    invariant either."""
+    invariant either; its `exprs` what each call calls."""
     defs = _definition_counts(body)
     return _hoist_block(body, defs, user_names, facts)
 
@@ -55,19 +55,18 @@ def _hoist_block(stmts: List[ast.stmt], defs, user_names, facts) -> List[ast.stm
     return out
 
 
-def _changed_in(loop, facts=None) -> Set[str]:
+def _changed_in(loop, facts) -> Set[str]:
     """Names a loop assigns or updates in place (x[i] = v, x += v, xs.append(v),
     np.add.at(x, ...)), the names sharing memory with those, and every name passed
     to a call that may write into its arguments (a user function)."""
     names: Set[str] = set()
     inside = {n for n in walk_values(loop)}
-    if facts is not None:
-        for name, stmt in facts.writes:
-            if stmt in inside:
-                names.add(name)
-                names |= facts.affected(name, stmt)
+    for name, stmt in facts.writes:
+        if stmt in inside:
+            names.add(name)
+            names |= facts.affected(name, stmt)
     for node in walk_values(loop):
-        if isinstance(node, ast.Call) and _may_write_arguments(node):
+        if isinstance(node, ast.Call) and _may_write_arguments(node, facts.exprs):
             names |= {n.id for a in list(node.args) + [k.value for k in node.keywords]
                       for n in name_nodes(a)}
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -75,7 +74,7 @@ def _changed_in(loop, facts=None) -> Set[str]:
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
                 isinstance(node.value, ast.Name):
             names.add(node.value.id)
-        elif isinstance(node, ast.Call) and expr_facts.of(node).method in (
+        elif isinstance(node, ast.Call) and facts.exprs.of(node).method in (
                 "append", "pop", "extend", "insert", "sort", "fill"):
             base = node.func.value
             if isinstance(base, ast.Name):
@@ -83,14 +82,14 @@ def _changed_in(loop, facts=None) -> Set[str]:
     return names
 
 
-def _may_write_arguments(call: ast.Call) -> bool:
+def _may_write_arguments(call: ast.Call, exprs: ExprFacts) -> bool:
     """A call that is not known to leave its arguments alone: a user function, an
     unknown callable, or anything given `out=`."""
     if any(k.arg == "out" for k in call.keywords):
         return True
-    if expr_facts.of(call).method is not None:
+    if exprs.of(call).method is not None:
         return False   # mutating methods are in _changed_in's own list
-    callee = expr_facts.of(call).callee
+    callee = exprs.of(call).callee
     if callee is None:
         return True
     return not (registry.lookup_function(callee) is not None or registry.is_nondiff(callee)
@@ -98,14 +97,14 @@ def _may_write_arguments(call: ast.Call) -> bool:
                                                                  reversed))
 
 
-def _hoist_loop(loop, defs, user_names, facts=None) -> List[ast.stmt]:
+def _hoist_loop(loop, defs, user_names, facts) -> List[ast.stmt]:
     moved: List[ast.stmt] = []
     changed = _changed_in(loop, facts)
     progress = True
     while progress:
         progress = False
         for s in list(loop.body):
-            if _invariant(s, changed, defs, user_names):
+            if _invariant(s, changed, defs, user_names, facts.exprs):
                 loop.body.remove(s)
                 moved.append(s)
                 changed.discard(s.targets[0].id)
@@ -115,7 +114,7 @@ def _hoist_loop(loop, defs, user_names, facts=None) -> List[ast.stmt]:
     return moved
 
 
-def _invariant(s, changed: Set[str], defs, user_names) -> bool:
+def _invariant(s, changed: Set[str], defs, user_names, exprs: ExprFacts) -> bool:
     if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
             isinstance(s.targets[0], ast.Name)):
         return False
@@ -125,10 +124,10 @@ def _invariant(s, changed: Set[str], defs, user_names) -> bool:
     reads = {n.id for n in name_nodes(s.value)}
     if reads & changed:
         return False
-    return _pure(s.value)
+    return _pure(s.value, exprs)
 
 
-def _pure(value: ast.expr) -> bool:
+def _pure(value: ast.expr, exprs: ExprFacts) -> bool:
     if isinstance(value, ast.BinOp):
         return isinstance(value.op, _SAFE_BINOPS)
     if isinstance(value, ast.UnaryOp):
@@ -136,8 +135,8 @@ def _pure(value: ast.expr) -> bool:
     if isinstance(value, ast.Attribute):
         return value.attr in ("T", "mT", "real", "imag", "shape", "ndim", "size", "dtype")
     if isinstance(value, ast.Call):
-        callee = expr_facts.of(value).callee
-        if callee is None or expr_facts.of(value).opaque:
+        callee = exprs.of(value).callee
+        if callee is None or exprs.of(value).opaque:
             return False
         rule = registry.lookup_function(callee)
         if rule is None:

@@ -35,7 +35,6 @@ from .sites import (
     NotInlinable,
     RuleVjp,
     constant,
-    expansion_of,
     helper,
     numpy_alias,
     result_elements,
@@ -236,16 +235,18 @@ def inline(transformed) -> Any:
     bindings.update(getattr(transformed.nf, "bindings", {}))
     math_name = module_alias(transformed.nf, "math")
     for fdef in (transformed.forward, transformed.adjoint):
-        fdef.body = _expand_block(fdef.body, transformed.names, np_name, bindings,
+        fdef.body = _expand_block(fdef.body, transformed.nf.facts.expansions,
+                                  transformed.names, np_name, bindings,
                                   transformed.activity, math_name)
     transformed.bindings = bindings
     return transformed
 
 
-def _expand_block(stmts, names, np_name, bindings, shapes, math_name=None) -> List[ast.stmt]:
+def _expand_block(stmts, expansions, names, np_name, bindings, shapes,
+                  math_name=None) -> List[ast.stmt]:
     out: List[ast.stmt] = []
     for s in stmts:
-        payload = expansion_of(s)
+        payload = expansions.get(s)
         if isinstance(payload, RuleVjp):
             new = expand_rule(payload, names, np_name, shapes, math_name)
         elif isinstance(payload, tuple):
@@ -255,8 +256,8 @@ def _expand_block(stmts, names, np_name, bindings, shapes, math_name=None) -> Li
         else:
             for attr in ("body", "orelse"):
                 if hasattr(s, attr) and isinstance(getattr(s, attr), list):
-                    setattr(s, attr, _expand_block(getattr(s, attr), names, np_name, bindings,
-                                                   shapes, math_name))
+                    setattr(s, attr, _expand_block(getattr(s, attr), expansions, names,
+                                                   np_name, bindings, shapes, math_name))
             out.append(s)
             continue
         for n in new:

@@ -20,7 +20,7 @@ from ..rules import registry
 from ..rules.registry import Rule
 from ..runtime import inplace as runtime_inplace
 from . import reentry
-from .facts import NodeTable, expr_facts
+from .facts import ExprFacts, FunctionFacts
 from .names import OPERATOR_SYMBOLS, dotted, walk_values
 
 # Functions that write into one of their arguments: never silently skipped.
@@ -60,28 +60,24 @@ def names(node: Optional[ast.AST]) -> List[str]:
 _UNSUPPORTED = ("unknown", "opaque", "method")
 
 
-# Each statement's Op, found once: the analysis and both transforms ask about the
-# same statements again and again. Weak keys: an entry goes with its statement,
-# and a statement rebuilt by a pass is described afresh, never by another's Op.
-_DESCRIBED: "NodeTable[ast.stmt, Op]" = NodeTable()
+def describe(stmt: ast.stmt, local_names, facts: FunctionFacts) -> Op:
+    """Classify a normal-form statement of the compile that `facts` belongs to.
 
-
-def describe(stmt: ast.stmt, local_names) -> Op:
-    """Classify a normal-form statement (each statement once).
-
-    Operations without a rule count every input as differentiable, so that
-    activity flows through them and the analysis reports them (an error)
-    instead of silently treating them as constants.
+    Each statement once (`facts.ops`): the analysis and both transforms ask about
+    the same statements again and again; a statement rebuilt by a pass is a new
+    key, described afresh, never by another's Op. Operations without a rule count
+    every input as differentiable, so that activity flows through them and the
+    analysis reports them (an error) instead of silently treating them as constants.
     """
-    cached = _DESCRIBED.get(stmt)
+    cached = facts.ops.get(stmt)
     if cached is not None:
         return cached
-    op = _describe(stmt, local_names)
+    op = _describe(stmt, local_names, facts.exprs)
     if op.kind in _UNSUPPORTED:
         op.diff_inputs = op.diff_inputs + op.other_inputs
     op.diff_inputs = [n for n in op.diff_inputs if n in local_names]
     op.other_inputs = [n for n in op.other_inputs if n in local_names and n not in op.diff_inputs]
-    _DESCRIBED[stmt] = op
+    facts.ops[stmt] = op
     return op
 
 
@@ -92,7 +88,7 @@ def _targets(stmt: ast.Assign) -> List[str]:
     return [e.id for e in t.elts]
 
 
-def _describe(stmt: ast.stmt, local_names) -> Op:
+def _describe(stmt: ast.stmt, local_names, exprs: ExprFacts) -> Op:
     if isinstance(stmt, ast.Assign):
         target = stmt.targets[0]
         if isinstance(target, ast.Subscript):
@@ -102,13 +98,13 @@ def _describe(stmt: ast.stmt, local_names) -> Op:
         outs = _targets(stmt)
         value = stmt.value
         if len(outs) == 1 and isinstance(value, ast.Call) and \
-                expr_facts.of(value).method == "pop" and not value.args and \
+                exprs.of(value).method == "pop" and not value.args and \
                 not value.keywords and isinstance(value.func.value, ast.Name) and \
                 value.func.value.id in local_names:
             base = value.func.value.id
             return Op("pop", [outs[0], base], diff_inputs=[base], label="list.pop",
                       call=value)
-        return _value_op(value, outs, local_names)
+        return _value_op(value, outs, local_names, exprs)
     if isinstance(stmt, ast.AugAssign):
         target = stmt.target
         if isinstance(target, ast.Subscript):
@@ -121,17 +117,17 @@ def _describe(stmt: ast.stmt, local_names) -> Op:
                   rule=registry.REGISTRY.operators.get(type(stmt.op)))
     if isinstance(stmt, ast.Expr):
         call = stmt.value
-        if isinstance(call, ast.Call) and expr_facts.of(call).method == "append" and \
+        if isinstance(call, ast.Call) and exprs.of(call).method == "append" and \
                 isinstance(call.func.value, ast.Name) and call.func.value.id in local_names \
                 and len(call.args) == 1 and not call.keywords:
             base = call.func.value.id
             return Op("append", [base], diff_inputs=[base] + names(call.args[0]),
                       label="list.append", call=call)
-        scatter = _ufunc_at(call, local_names)
+        scatter = _ufunc_at(call, local_names, exprs)
         if scatter is not None:
             return scatter
-        op = _value_op(stmt.value, [], local_names)
-        if op.kind == "method" and expr_facts.of(call).method in _MUTATING_METHODS:
+        op = _value_op(stmt.value, [], local_names, exprs)
+        if op.kind == "method" and exprs.of(call).method in _MUTATING_METHODS:
             op.kind = "mutate"
         elif op.kind in ("unknown", "rule", "nondiff") and _has_out_kw(stmt.value):
             op.kind = "mutate"
@@ -158,11 +154,11 @@ def ufunc_at_kind(callee) -> Optional[str]:
     return None
 
 
-def _ufunc_at(call, local_names) -> Optional[Op]:
+def _ufunc_at(call, local_names, exprs: ExprFacts) -> Optional[Op]:
     """np.add.at(a, idx, b) on a local array a: an in-place scatter-add."""
     if not isinstance(call, ast.Call):
         return None
-    kind = ufunc_at_kind(expr_facts.of(call).callee)
+    kind = ufunc_at_kind(exprs.of(call).callee)
     if kind is None:
         return None
     args = call.args
@@ -178,12 +174,12 @@ def _has_out_kw(call) -> bool:
     return isinstance(call, ast.Call) and any(k.arg == "out" for k in call.keywords)
 
 
-def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
+def _value_op(value: ast.expr, outs: List[str], local_names, exprs: ExprFacts) -> Op:
     if isinstance(value, ast.Name):
         if value.id in local_names:
             return Op("copy", outs, diff_inputs=[value.id])
         return Op("const", outs)
-    if isinstance(value, ast.Constant) or expr_facts.of(value).static:
+    if isinstance(value, ast.Constant) or exprs.of(value).static:
         return Op("const", outs)
     if isinstance(value, (ast.Tuple, ast.List)):
         flat = [e.id for e in value.elts if isinstance(e, ast.Name)]
@@ -192,7 +188,7 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
         flat = [e.id for e in value.values if isinstance(e, ast.Name)]
         return Op("pack", outs, diff_inputs=flat,
                   other_inputs=names(ast.Tuple(elts=list(value.keys), ctx=ast.Load())))
-    if expr_facts.of(value).opaque:
+    if exprs.of(value).opaque:
         kind = "nondiff" if _is_flag(value) else "opaque"
         label = {ast.Compare: "a comparison", ast.BoolOp: "an and/or expression",
                  ast.ListComp: "a list comprehension", ast.GeneratorExp: "a generator expression",
@@ -235,7 +231,7 @@ def _value_op(value: ast.expr, outs: List[str], local_names) -> Op:
             return Op("field", outs, diff_inputs=base, label=f"the attribute .{attr}")
         return Op("unknown", outs, other_inputs=base, label=f"the attribute .{attr}")
     if isinstance(value, ast.Call):
-        return _call_op(value, outs, local_names)
+        return _call_op(value, outs, local_names, exprs)
     return Op("unknown", outs, other_inputs=names(value), label=type(value).__name__)
 
 
@@ -281,16 +277,16 @@ def bind(rule: Rule, call: ast.Call, skip_first: Optional[ast.expr] = None):
     return out
 
 
-def _call_op(call: ast.Call, outs, local_names) -> Op:
+def _call_op(call: ast.Call, outs, local_names, exprs: ExprFacts) -> Op:
     everything = names(call)
-    method = expr_facts.of(call).method
+    method = exprs.of(call).method
     if method is not None:
         base = call.func.value
         label = f"the method .{method}()"
         if method in registry.REGISTRY.nondiff_methods:
             return Op("nondiff", outs, other_inputs=everything, label=label)
         rule = registry.REGISTRY.methods.get(method)
-        if rule is not None and not expr_facts.of(call).opaque:
+        if rule is not None and not exprs.of(call).opaque:
             bound = bind(rule, call, skip_first=base)
             if bound is None:
                 return Op("unknown", outs, other_inputs=everything,
@@ -299,7 +295,7 @@ def _call_op(call: ast.Call, outs, local_names) -> Op:
             op.call = call
             return op
         return Op("method", outs, other_inputs=everything, label=f"the method .{method}()")
-    callee = expr_facts.of(call).callee
+    callee = exprs.of(call).callee
     if callee is None:
         return Op("unknown", outs, other_inputs=everything,
                   label=f"the call {ast.unparse(call.func)}(...)")
@@ -315,7 +311,7 @@ def _call_op(call: ast.Call, outs, local_names) -> Op:
         return Op("apply", outs, diff_inputs=names(ast.Tuple(elts=call.args, ctx=ast.Load())),
                   other_inputs=everything, callee=callee.__self__, label=label, call=call)
     rule = registry.lookup_function(callee)
-    if rule is not None and not expr_facts.of(call).opaque:
+    if rule is not None and not exprs.of(call).opaque:
         bound = bind(rule, call)
         if bound is None:
             return Op("unknown", outs, other_inputs=everything, callee=callee,

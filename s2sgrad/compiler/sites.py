@@ -19,21 +19,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..errors import TransformError, deliberate, error_at, note_origin, origin_of
 from ..rules.registry import Rule
-from .facts import NodeTable
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
 from .resolve import FUNCTION_TYPES
-
-# Placeholder statement -> what the inliner puts in its place (a RuleVjp, or a
-# Function site's forward or vjp). Weak keys: the payload goes with its placeholder.
-_EXPANSIONS: "NodeTable[ast.stmt, object]" = NodeTable()
-
-
-def expansion_of(s: ast.stmt) -> Optional[object]:
-    """The payload of a placeholder the transform left for the inliner; None for
-    any other statement."""
-    return _EXPANSIONS.get(s)
-
-
 
 
 def store_targets(names: Sequence[str]) -> ast.expr:
@@ -106,13 +93,16 @@ class RuleVjp:
     wanted: Dict[str, str]     # "param" or "param[i]" -> name receiving that part
 
 
-def rule_placeholder(rule: Rule, bound, g, ans, wanted: Dict[str, str], origin) -> ast.stmt:
+def rule_placeholder(rule: Rule, bound, g, ans, wanted: Dict[str, str], origin,
+                     expansions: Dict[ast.stmt, Any]) -> ast.stmt:
+    """`_s2s_vjp(...)` in place of a rule's cotangents; `expansions` (the compile's
+    FunctionFacts.expansions) tells the inliner what to put there."""
     targets = list(wanted.values())
     call = ast.Call(func=name_node("_s2s_vjp"), args=[ast.Constant(value=rule.name), g, ans],
                     keywords=[ast.keyword(arg=k.replace("[", "_").replace("]", ""),
                                           value=name_node(v)) for k, v in wanted.items()])
     node = assign_node(store_targets(targets), call)
-    _EXPANSIONS[node] = RuleVjp(rule, dict(bound), g, ans, dict(wanted))
+    expansions[node] = RuleVjp(rule, dict(bound), g, ans, dict(wanted))
     note_origin(node, origin_of(origin) or origin)
     return node
 
@@ -163,23 +153,24 @@ class FunctionSite:
         """`Square.vjp inlined (square.py:18)`: what the adjoint's line comment adds."""
         return f"{self.cls.__name__}.{self.vjp_name} inlined ({self.vjp_location()})"
 
-    def forward_statement(self, origin) -> ast.stmt:
+    def forward_statement(self, origin, expansions: Dict[ast.stmt, Any]) -> ast.stmt:
         node = ast.Assign(targets=[store_targets(self.out_names)],
                           value=ast.Call(func=name_node("_s2s_forward"),
                                          args=[copy.deepcopy(self.cls_expr)]
                                          + copy.deepcopy(self.arg_atoms), keywords=[]),
                           type_comment=None)
         copy_location(node, origin)
-        _EXPANSIONS[node] = ("forward", self)
+        expansions[node] = ("forward", self)
         note_origin(node, origin_of(origin) or origin)
         return node
 
-    def adjoint_placeholder(self, gs: List[ast.expr], wanted: Dict[int, str], origin):
+    def adjoint_placeholder(self, gs: List[ast.expr], wanted: Dict[int, str], origin,
+                            expansions: Dict[ast.stmt, Any]) -> ast.stmt:
         targets = [wanted[i] for i in sorted(wanted)]
         node = assign_node(store_targets(targets),
                        ast.Call(func=name_node("_s2s_vjp"),
                                 args=[copy.deepcopy(self.cls_expr)] + gs, keywords=[]))
-        _EXPANSIONS[node] = ("vjp", self, list(gs), dict(wanted))
+        expansions[node] = ("vjp", self, list(gs), dict(wanted))
         note_origin(node, origin_of(origin) or origin)
         return node
 
@@ -590,7 +581,8 @@ class CalleeSite:
     def slot_names(self) -> List[str]:
         return [self.residual_name]
 
-    def forward_statement(self, origin) -> ast.stmt:
+    def forward_statement(self, origin, expansions: Dict[ast.stmt, Any]) -> ast.stmt:
+        """The call of the callee's forward itself (nothing for the inliner)."""
         outs = store_targets(self.out_names)
         target = ast.Tuple(elts=[outs, name_node(self.residual_name, True)], ctx=ast.Store())
         call = ast.Call(func=name_node(self.forward_name),
@@ -602,7 +594,9 @@ class CalleeSite:
         note_origin(node, origin_of(origin) or origin)
         return node
 
-    def adjoint_placeholder(self, gs, wanted: Dict[int, str], origin) -> ast.stmt:
+    def adjoint_placeholder(self, gs, wanted: Dict[int, str], origin,
+                            expansions: Dict[ast.stmt, Any]) -> ast.stmt:
+        """The call of the callee's adjoint itself (nothing for the inliner)."""
         g = gs[0] if len(gs) == 1 else ast.Tuple(elts=list(gs), ctx=ast.Load())
         targets = [wanted[i] for i in self.wrt]
         call = ast.Call(func=name_node(self.adjoint_name), args=[name_node(self.residual_name), g],

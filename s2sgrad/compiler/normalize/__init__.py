@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from ...errors import InternalError, error_at, guard_fields, note_origin
 from ..aliases import AliasFacts
-from ..facts import stmt_facts
+from ..facts import FunctionFacts
 from ..hoist import hoist_invariants
 from ..names import (
     BRANCHES_AND_LOOPS,
@@ -77,6 +77,9 @@ class NormalForm:
     # another name (a Function's saved input) must be a copy.
     written_in_place: Set[str] = field(default_factory=set)
     bindings: Dict[str, Callable] = field(default_factory=dict)  # extra closure names
+    # What the passes of this compile note about its nodes (normalise's resolutions
+    # of names and calls, statements' guards and copies, ...).
+    facts: FunctionFacts = field(default_factory=FunctionFacts)
 
     @property
     def all_params(self) -> List[str]:
@@ -92,6 +95,7 @@ def normalize(parsed: ParsedFunction) -> NormalForm:
 class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
     def __init__(self, parsed: ParsedFunction):
         self.p = parsed
+        self.facts = FunctionFacts()   # what this compile's passes note about its nodes
         fdef = parsed.node
         self.params = [a.arg for a in fdef.args.posonlyargs + fdef.args.args]
         self.all_params = set(self.params) | {a.arg for a in fdef.args.kwonlyargs}
@@ -235,10 +239,10 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         while True:
             out: List[ast.stmt] = []
             self.block(pristine if in_place else clone(pristine), out)
-            facts = AliasFacts(out, self.resolver.locals | self.names.taken,
-                               self.lists | self.dict_names)
-            redo = {u for u in self.rebound_augassign if facts.shared_with_user(u,
-                                                                             self.user_names)}
+            aliases = AliasFacts(out, self.resolver.locals | self.names.taken,
+                                 self.lists | self.dict_names, self.facts.exprs)
+            redo = {u for u in self.rebound_augassign if aliases.shared_with_user(u,
+                                                                               self.user_names)}
             if not redo - self.force_in_place:
                 break
             if in_place:
@@ -250,8 +254,8 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
             self.tuples, self.owned, self.lists = {}, set(), set()
             self.tuple_names, self.dict_names = set(), set()
             self.rebound_augassign = set()
-        self._protect_in_place_writes(facts, out)
-        out = hoist_invariants(out, self.user_names, facts)
+        self._protect_in_place_writes(aliases, out)
+        out = hoist_invariants(out, self.user_names, aliases)
         new = ast.FunctionDef(name=fdef.name, args=clone(fdef.args), body=out,
                               decorator_list=[], returns=None, type_comment=None)
         copy_location(new, fdef)
@@ -262,23 +266,23 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         return NormalForm(self.p, new, self.names, self.resolver, self.params, result,
                           lists=set(self.lists), tuples=set(self.tuple_names),
                           dicts=set(self.dict_names),
-                          written_in_place=names_written_in_place(facts),
-                          bindings=dict(self.bindings))
+                          written_in_place=names_written_in_place(aliases),
+                          bindings=dict(self.bindings), facts=self.facts)
 
-    def _protect_in_place_writes(self, facts: AliasFacts, body: List[ast.stmt]) -> None:
+    def _protect_in_place_writes(self, aliases: AliasFacts, body: List[ast.stmt]) -> None:
         """User variables that would see an in-place write are an error; temporaries
         that would see it are copied when computed (`StmtFact.snapshot`)."""
-        for name, stmt in facts.writes:
-            for other in sorted(facts.affected(name, stmt)):
+        for name, stmt in aliases.writes:
+            for other in sorted(aliases.affected(name, stmt)):
                 # (A parameter is read after the call too: by the caller.)
                 if other in self.user_names and other not in self.all_params and \
-                        not read_after(facts, body, other, stmt):
+                        not read_after(aliases, body, other, stmt):
                     # Nothing reads `other` once the write has run: giving it its own
                     # copy where it is bound changes nothing the program can see.
-                    snapshot_definitions(body, other)
+                    snapshot_definitions(body, other, self.facts.stmts)
                     continue
                 if other in self.user_names:
-                    where = facts.defined_at.get(other)
+                    where = aliases.defined_at.get(other)
                     lineno = getattr(where, "lineno", None)
                     line = f" (line {lineno})" if lineno is not None else ""
                     message = (f"in-place update of '{name}' also changes '{other}'{line}, "
@@ -289,12 +293,13 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
                     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
                         # `s = a; s += v` is fine for numbers (rebinding): check at run
                         # time that s is not an array shared with a.
-                        stmt_facts.note(stmt, guard=guard_fields(self.err(stmt, message, hint)))
+                        error = self.err(stmt, message, hint)
+                        self.facts.stmts.note(stmt, guard=guard_fields(error))
                         continue
                     raise self.err(stmt, message, hint)
-                where = facts.defined_at.get(other)
+                where = aliases.defined_at.get(other)
                 if where is not None:
-                    stmt_facts.note(where, snapshot=True)
+                    self.facts.stmts.note(where, snapshot=True)
                 # `tmp = v / v; v = tmp; v += 0.3`: v must get its own copy, or the
                 # update changes tmp (which the adjoint reads) through it.
                 for node in walk_scope(ast.Module(body=body, type_ignores=[])):
@@ -302,7 +307,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
                             isinstance(node.targets[0], ast.Name) and \
                             node.targets[0].id == name and \
                             isinstance(node.value, ast.Name) and node.value.id == other:
-                        stmt_facts.note(node, snapshot=True)
+                        self.facts.stmts.note(node, snapshot=True)
 
     @staticmethod
     def _assigned_in_compound(body: List[ast.stmt]) -> Set[str]:

@@ -9,7 +9,6 @@ import inspect
 from typing import Callable, List, Optional, Tuple
 
 from .. import reentry
-from ..facts import expr_facts
 from ..loader import lift_def, lift_lambda
 from ..names import clone, copy_location, name_node, name_nodes
 from .scope import assigned_names, bind_functional, dotted, is_api, static_true
@@ -97,12 +96,12 @@ class CallRules:
         self.bindings[name] = fn
         args += [self.load(n) for n in extra]
         node = ast.Call(func=name_node(name), args=args, keywords=keywords)
-        expr_facts.note(node, callee=fn)
+        self.facts.exprs.note(node, callee=fn)
         if detach:   # create_graph=False: values, not a graph the outer derivative sees
             from ... import runtime
             node = ast.Call(func=name_node("_s2s_detached"), args=[node],
                             keywords=[])
-            expr_facts.note(node, callee=runtime.detached)
+            self.facts.exprs.note(node, callee=runtime.detached)
         return copy_location(node, expr)
 
     def lambda_call(self, expr: ast.Call, lam: ast.Lambda, out) -> ast.expr:
@@ -158,7 +157,7 @@ class CallRules:
         self.bindings[kind] = cls
         call = ast.Call(func=name_node("_s2s_record"),
                         args=[name_node(kind), items], keywords=[])
-        expr_facts.note(call, callee=runtime.record)
+        self.facts.exprs.note(call, callee=runtime.record)
         return copy_location(call, expr)
 
     def bound_call(self, expr: ast.Call, bound, out) -> ast.expr:
@@ -187,7 +186,7 @@ class CallRules:
         args += [self.load(n) for n in free]
         merged = [ast.keyword(arg=k, value=v) for k, v in {**keywords, **given}.items()]
         node = ast.Call(func=name_node(name), args=args, keywords=merged)
-        expr_facts.note(node, callee=fn)
+        self.facts.exprs.note(node, callee=fn)
         return copy_location(node, expr)
 
     def differentiated_function(self, node, where) -> Tuple[Callable, List[str]]:

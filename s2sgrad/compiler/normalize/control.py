@@ -10,7 +10,6 @@ from typing import List, Optional, Set
 
 import numpy as np
 
-from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, name_node, stored_names
 from . import spelled
 from .scope import (
@@ -275,7 +274,7 @@ class ControlRules:
             from ... import runtime
             call = ast.Call(func=name_node(it.func.id),
                             args=[self.atom(a, out) for a in it.args], keywords=[])
-            expr_facts.note(call, callee=runtime.keys)
+            self.facts.exprs.note(call, callee=runtime.keys)
             return copy_location(call, it)
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id == "_s2s_backwards":
@@ -283,7 +282,7 @@ class ControlRules:
                             args=[self.atom(a, out) for a in it.args], keywords=[])
             ok, obj = self.resolver.static(it.func)
             if ok:
-                expr_facts.note(call, callee=obj)
+                self.facts.exprs.note(call, callee=obj)
             return copy_location(call, it)
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id in ("range", "zip", "enumerate", "reversed") and not it.keywords:
@@ -294,7 +293,7 @@ class ControlRules:
                         else self.atom(a, out) for a in it.args]
                 call = ast.Call(func=name_node(it.func.id), args=args,
                                 keywords=[])
-                expr_facts.note(call, callee=obj)
+                self.facts.exprs.note(call, callee=obj)
                 return copy_location(call, it)
         # `for t in [x, x ** 2]`: the literal gets a name, so that the items the loop
         # reads can hand their adjoints back to x and x ** 2.
@@ -308,7 +307,7 @@ class ControlRules:
             self.resolver.locals.add(name)
             call = ast.Call(func=name_node("_s2s_loop_items"),
                             args=[atom], keywords=[])
-            expr_facts.note(call, callee=runtime.loop_items)
+            self.facts.exprs.note(call, callee=runtime.loop_items)
             self.emit(out, assign_node(name, copy_location(call, it)), it)
             return copy_location(name_node(name), it)
         return atom
@@ -338,7 +337,7 @@ class ControlRules:
             left = self.operand(expr.left, out)
             right = self.operand(expr.comparators[0], out)
             node = ast.Compare(left=left, ops=list(expr.ops), comparators=[right])
-            expr_facts.note(node, opaque=True)
+            self.facts.exprs.note(node, opaque=True)
             return copy_location(node, expr)
         self.refuse_user_calls(expr, "a condition that runs only on some paths",
                                "Call it in a statement of its own before the condition.")

@@ -9,7 +9,6 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ...rules import registry
-from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, name_node, name_nodes
 from . import spelled
 from .scope import (
@@ -52,7 +51,7 @@ class ExpressionRules:
             ok, _ = self.resolver.static(expr)
             if ok:
                 node = clone(expr)
-                expr_facts.note(node, static=True)
+                self.facts.exprs.note(node, static=True)
                 return node
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) and \
                 isinstance(expr.operand, ast.Constant):
@@ -79,7 +78,7 @@ class ExpressionRules:
 
     def operation(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
         """One operation whose operands are atoms."""
-        if isinstance(expr, (ast.Name, ast.Constant)) or is_atom(expr):
+        if isinstance(expr, (ast.Name, ast.Constant)) or is_atom(expr, self.facts.exprs):
             return self.atom(expr, out)
         if isinstance(expr, ast.BinOp):
             left = self.operand(expr.left, out)
@@ -131,7 +130,7 @@ class ExpressionRules:
                                              f"value carries no gradient",
                                        "Call it in a statement of its own first.")
             node = self.rename_loads(expr)
-            expr_facts.note(node, opaque=True)
+            self.facts.exprs.note(node, opaque=True)
             return node
         if isinstance(expr, ast.NamedExpr):
             raise self.err(expr, "assignment expressions (:=) are not supported",
@@ -353,9 +352,9 @@ class ExpressionRules:
             ok, obj = self.resolver.static(func) if dotted(func) and \
                 not self.resolver.is_local_chain(func) else (False, None)
             node = self.rename_loads(expr)
-            expr_facts.note(node, opaque=True)
+            self.facts.exprs.note(node, opaque=True)
             if ok:
-                expr_facts.note(node, callee=obj)
+                self.facts.exprs.note(node, callee=obj)
             return node
         self.refuse_unsure_partial(func)
         if isinstance(func, ast.Name) and func.id in self.partials:
@@ -385,7 +384,7 @@ class ExpressionRules:
             args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out,
                                                  pack=opaque)
             node = ast.Call(func=clone(func), args=args, keywords=keywords)
-            expr_facts.note(node, callee=obj)
+            self.facts.exprs.note(node, callee=obj)
             return copy_location(node, expr)
         if isinstance(func, ast.Attribute):
             base = self.atom(func.value, out)
@@ -398,7 +397,7 @@ class ExpressionRules:
                 args = [self.operand(a, out) for a in expr.args]
             method = ast.Attribute(value=base, attr=func.attr, ctx=ast.Load())
             node = ast.Call(func=copy_location(method, func), args=args, keywords=keywords)
-            expr_facts.note(node, method=func.attr)
+            self.facts.exprs.note(node, method=func.attr)
             return copy_location(node, expr)
         # Calling a local variable or the result of an expression.
         callee = self.atom(func, out)

@@ -13,7 +13,7 @@ from ...function import is_function_class
 from ...rules import registry
 from ..aliases import AliasFacts
 from ..callables import bound_call
-from ..facts import expr_facts, stmt_facts
+from ..facts import ExprFacts, NodeFacts, StmtFact
 from ..names import SIMPLE_STATEMENTS, child_fields, clone, copy_location, name_nodes
 
 _OP_WORDS = {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "div",
@@ -29,12 +29,12 @@ SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 
-def is_atom(node: ast.AST) -> bool:
+def is_atom(node: ast.AST, exprs: ExprFacts) -> bool:
     if isinstance(node, (ast.Name, ast.Constant)):
         return True
     if isinstance(node, (ast.Tuple, ast.List)):
-        return all(is_atom(e) for e in node.elts)
-    return bool(expr_facts.of(node).static)
+        return all(is_atom(e, exprs) for e in node.elts)
+    return bool(exprs.of(node).static)
 
 
 def walk_scope(node: ast.AST, statements_only: bool = False) -> List[ast.AST]:
@@ -244,16 +244,16 @@ def read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.st
     return False
 
 
-def snapshot_definitions(body: List[ast.stmt], name: str) -> None:
+def snapshot_definitions(body: List[ast.stmt], name: str, stmts: NodeFacts[StmtFact]) -> None:
     """Make every binding of `name` a copy (`StmtFact.snapshot`; loop targets: the
     item the transform binds them to)."""
     for s in walk_scope(ast.Module(body=body, type_ignores=[])):
         if isinstance(s, ast.Assign) and any(n.id == name for t in s.targets
                                              for n in name_nodes(t)
                                              if isinstance(n.ctx, ast.Store)):
-            stmt_facts.note(s, snapshot=True)
+            stmts.note(s, snapshot=True)
         elif isinstance(s, ast.For) and name in {n.id for n in name_nodes(s.target)}:
-            stmt_facts.note(s, snapshot_targets=stmt_facts.of(s).snapshot_targets | {name})
+            stmts.note(s, snapshot_targets=stmts.of(s).snapshot_targets | {name})
 
 
 def names_written_in_place(facts: AliasFacts) -> Set[str]:
@@ -338,7 +338,7 @@ def is_fresh(op: ast.expr, norm) -> bool:
     if isinstance(op, (ast.BinOp, ast.UnaryOp)):
         return True
     if isinstance(op, ast.Call):
-        callee = expr_facts.of(op).callee
+        callee = norm.facts.exprs.of(op).callee
         if callee is not None:
             if registry.returns_an_argument(callee):
                 return False
@@ -346,7 +346,7 @@ def is_fresh(op: ast.expr, norm) -> bool:
                 return True
             rule = registry.lookup_function(callee)
             return bool(rule and not rule.view)
-        method = expr_facts.of(op).method
+        method = norm.facts.exprs.of(op).method
         if method == "copy":
             return True
     return False
@@ -377,7 +377,7 @@ def readable_stem(op: ast.expr, norm) -> str:
         fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "call")
         if fname.startswith("_s2s_"):  # a temporary named after a helper is not a helper
             fname = fname[len("_s2s_"):]
-        if expr_facts.of(op).method:
+        if norm.facts.exprs.of(op).method:
             base = part(func.value)
             return f"{base}_{fname}" if base else fname
         if fname == "apply" and isinstance(func, ast.Attribute):

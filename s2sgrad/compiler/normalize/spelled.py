@@ -16,7 +16,6 @@ import numpy as np
 
 from ... import runtime
 from ...rules import registry
-from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, name_node
 from ..resolve import FUNCTION_TYPES
 from .scope import dotted
@@ -322,7 +321,7 @@ def as_array(n, value: ast.Name, out) -> ast.expr:
     call = ast.Call(func=ast.Attribute(value=name_node(alias),
                                        attr="array", ctx=ast.Load()),
                     args=[n.load(value.id)], keywords=[])
-    expr_facts.note(call, callee=np.array)
+    n.facts.exprs.note(call, callee=np.array)
     name = n.names.fresh(f"{value.id}_array")
     n.emit(out, assign_node(name, copy_location(call, value)), value)
     return copy_location(name_node(name), value)
@@ -345,14 +344,14 @@ def index_concat(n, expr: ast.Subscript, out) -> Optional[ast.expr]:
                       for b in (e.lower, e.upper, e.step)]
             e = copy_location(ast.Call(func=name_node("slice"), args=bounds,
                                        keywords=[]), e)
-            expr_facts.note(e, callee=slice)
+            n.facts.exprs.note(e, callee=slice)
             name = n.names.fresh("span")
             n.emit(out, assign_node(name, e), expr)
             items.append(name_node(name))
         else:
             items.append(n.element(e, out))
     base = clone(expr.value)
-    expr_facts.note(base, static=True)
+    n.facts.exprs.note(base, static=True)
     node = ast.Call(func=name_node("_s2s_index_concat"), args=[base] + items, keywords=[])
-    expr_facts.note(node, callee=runtime.numpy_grads.index_concat)
+    n.facts.exprs.note(node, callee=runtime.numpy_grads.index_concat)
     return copy_location(node, expr)

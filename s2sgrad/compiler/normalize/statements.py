@@ -94,7 +94,7 @@ class StatementRules:
         elif isinstance(value, ast.Name) and self.env.get(value.id) in self.tuples:
             ret = ast.Return(value=ast.Tuple(elts=list(self.tuples[self.env[value.id]]),
                                              ctx=ast.Load()))
-        elif is_atom(value):
+        elif is_atom(value, self.facts.exprs):
             ret = ast.Return(value=self.atom(value, out))
         else:
             name = self.names.fresh("result")

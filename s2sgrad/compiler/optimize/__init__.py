@@ -86,7 +86,7 @@ def optimize(t: Transformed) -> Transformed:
     drop_needless_inits(t.forward, t.marks, index)
     link_residuals(t, index)
     eliminate_dead(t.forward, keep=set(t.nf.all_params), names=Names(index))
-    fuse_forward_temporaries(t.forward, user_names, t.marks, index)
+    fuse_forward_temporaries(t.forward, user_names, t.nf.facts.stmts, t.marks, index)
     fuse_adjoint_temporaries(t.adjoint, index)
     for fdef in (t.forward, t.adjoint):
         fdef.body = tidy(fdef.body)

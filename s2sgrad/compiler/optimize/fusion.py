@@ -7,7 +7,7 @@ import ast
 import re
 from typing import List, Optional, Set
 
-from ..facts import ResidualMarks, stmt_facts
+from ..facts import NodeFacts, ResidualMarks, StmtFact
 from ..names import replace_loads, walk_values
 from .statements import (
     COTANGENT,
@@ -29,19 +29,23 @@ from .statements import (
 
 # -- the forward: temporaries nobody keeps go back into expressions -----------------
 def fuse_forward_temporaries(fdef: ast.FunctionDef, user_names: Set[str],
+                             stmts: NodeFacts[StmtFact],
                              marks: Optional[ResidualMarks] = None,
                              index: Optional[NameIndex] = None) -> None:
     """`t = a * b; y = np.sum(t)` -> `y = np.sum(a * b)` for a compiler temporary
     used once and not kept for the adjoint. The forward then reads like the
     user's code, and NumPy frees such intermediates as soon as they are used
-    instead of when the forward returns (a lower peak memory)."""
+    instead of when the forward returns (a lower peak memory). `stmts` (the
+    compile's statement facts) says which statements copy a value a later
+    in-place write would change: they stay statements of their own."""
     marks = ResidualMarks() if marks is None else marks
     index = NameIndex() if index is None else index
     # Counted once: a fusion removes one store and one read of the temporary (its
     # value moves, with the same reads), and _fuse_block counts that itself. (No
     # fused temporary is a residual: the names the return reads never change.)
     loads, counts, residual_reads = name_counts(fdef, index)
-    while _fuse_block(fdef.body, loads, counts, residual_reads, user_names, marks, index):
+    while _fuse_block(fdef.body, loads, counts, residual_reads, user_names, marks, stmts,
+                       index):
         if VERIFY:
             fresh_loads, fresh_counts, _ = name_counts(fdef, index)
             check_kept_counts("fuse_forward_temporaries", fdef,
@@ -52,7 +56,7 @@ def fuse_forward_temporaries(fdef: ast.FunctionDef, user_names: Set[str],
 _VERSIONED = re.compile(r"(.+)_\d+$")   # x_2: a version of x
 
 
-def _fusable(s, loads, counts, residual_reads, user_names, marks) -> Optional[str]:
+def _fusable(s, loads, counts, residual_reads, user_names, marks, stmts) -> Optional[str]:
     if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
             isinstance(s.targets[0], ast.Name)):
         return None
@@ -60,7 +64,7 @@ def _fusable(s, loads, counts, residual_reads, user_names, marks) -> Optional[st
     version = _VERSIONED.match(name)
     if name in user_names or (version and version.group(1) in user_names) or \
             counts.get(name) != 1 or loads.get(name) != 1 or \
-            name in residual_reads or _keeps_a_value(s, marks):
+            name in residual_reads or _keeps_a_value(s, marks, stmts):
         return None
     value = s.value
     if isinstance(value, (ast.Name, ast.Constant)) or not pure(value):
@@ -68,35 +72,35 @@ def _fusable(s, loads, counts, residual_reads, user_names, marks) -> Optional[st
     return name
 
 
-def _keeps_a_value(s: ast.stmt, marks: ResidualMarks) -> bool:
+def _keeps_a_value(s: ast.stmt, marks: ResidualMarks, stmts: NodeFacts[StmtFact]) -> bool:
     """s saves a value, creates a stack or the `None` a save needs, or copies a
     value a later in-place write would change: it stays a statement of its own."""
     mark = marks.of(s)
     return bool(mark.save_of or mark.init_of or mark.stack_of or mark.slot or
-                stmt_facts.of(s).snapshot)
+                stmts.of(s).snapshot)
 
 
-def _fuse_block(stmts, loads, counts, residual_reads, user_names, marks,
+def _fuse_block(block, loads, counts, residual_reads, user_names, marks, stmts,
                 index: NameIndex) -> bool:
     changed = False
-    for s in stmts:
+    for s in block:
         for _, inner in inner_blocks(s):
             changed |= _fuse_block(inner, loads, counts, residual_reads, user_names,
-                                   marks, index)
+                                   marks, stmts, index)
     i = 0
-    while i < len(stmts):
-        s = stmts[i]
-        name = _fusable(s, loads, counts, residual_reads, user_names, marks)
+    while i < len(block):
+        s = block[i]
+        name = _fusable(s, loads, counts, residual_reads, user_names, marks, stmts)
         if name is not None:
             reads = set(value_loads(s, index))
-            for j in range(i + 1, len(stmts)):
-                use = stmts[j]
+            for j in range(i + 1, len(block)):
+                use = block[j]
                 simple = isinstance(use, (ast.Assign, ast.AugAssign, ast.Return, ast.Expr))
                 if simple and name in statement_loads(use, index):   # (its one read:
                     # s.value moves there)
                     replace_loads(use, name, s.value, copy=False)
                     index.changed(use)
-                    del stmts[i]
+                    del block[i]
                     loads[name] -= 1    # (its one read and its one store are gone)
                     counts[name] -= 1
                     i -= 1

@@ -218,7 +218,7 @@ class ControlFlowTangents:
         out: List[ast.stmt] = []
         self.mark_line(s, out)
         leaves: List[Tuple[ast.expr, Optional[ast.expr], Optional[ast.expr]]] = []
-        iteration_leaves(s.target, s.iter, leaves)
+        iteration_leaves(s.target, s.iter, leaves, self.facts.exprs)
         result = {}
 
         def header(state, emit):
@@ -240,7 +240,8 @@ class ControlFlowTangents:
                         raise self.err(s.iter, f"forward mode cannot follow a loop over "
                                                f"{seq.id!r} that writes into {seq.id!r}",
                                        "Use reverse mode (grad, vjp), or loop over a copy.")
-                    seq_dot = rebuild(node, {seq: name_node(self.dot(seq.id))})
+                    seq_dot = rebuild(node, {seq: name_node(self.dot(seq.id))},
+                                      self.facts.exprs)
                     mapping_iter[node] = ast.Call(func=name_node("zip"),
                                                       args=[copy.deepcopy(node), seq_dot],
                                                       keywords=[])
@@ -258,8 +259,8 @@ class ControlFlowTangents:
                         state.owned.discard(n)
                         state.struct.pop(n, None)
             if emit:
-                result["iter"] = rebuild(s.iter, mapping_iter)
-                result["target"] = rebuild(s.target, mapping_target)
+                result["iter"] = rebuild(s.iter, mapping_iter, self.facts.exprs)
+                result["target"] = rebuild(s.target, mapping_target, self.facts.exprs)
                 store_ctx(result["target"])
             return None, []
         pre, _, body = self._loop(s, header)

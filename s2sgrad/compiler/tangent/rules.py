@@ -65,12 +65,13 @@ class RuleTangents:
                 if atom is None:
                     continue
                 self._tangent_mapping(rule, p, atom, mapping)
-            terms.append(rebuild(value, mapping))
+            terms.append(rebuild(value, mapping, self.facts.exprs))
         if jr.multilinear:
             for p, _i, atom in slots:
                 if p in handled:
                     continue
-                terms.append(rebuild(value, {atom: name_node(self.dot(atom.id))}))
+                terms.append(rebuild(value, {atom: name_node(self.dot(atom.id))},
+                                             self.facts.exprs))
         for p in live_params:
             if p in handled or p not in jr.parts:
                 continue

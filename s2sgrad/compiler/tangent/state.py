@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Set, Tuple
 
 from ...rules import registry
-from ..facts import expr_facts
+from ..facts import ExprFacts
 from ..names import copy_location, name_node
 
 HINT_RULE = ("Use reverse mode (s2sgrad.grad / functional.vjp) for this function, or "
@@ -37,40 +37,23 @@ def none() -> ast.Constant:
 
 
 
-class _Replace(ast.NodeTransformer):
-    """Replace given nodes (by identity) with new expressions."""
-
-    def __init__(self, mapping: Dict[int, ast.expr]):
-        self.mapping = mapping
-
-    def visit(self, node):
-        new = self.mapping.get(node)
-        if new is not None:
-            return expr_facts.carry(new, copy.deepcopy(new))
-        return super().visit(node)
-
-
-def _replace(expr: ast.expr, mapping: Dict[int, ast.expr]) -> ast.expr:
-    """A copy of `expr` with the nodes in `mapping` (keyed by id) replaced."""
-    # deepcopy would change the ids: replace on the original, in a shallow rebuild.
-    return rebuild(expr, mapping)
-
-
-def rebuild(node, mapping):
+def rebuild(node, mapping, exprs: ExprFacts):
+    """A copy of `node` with the nodes in `mapping` replaced (by copies), each node
+    with the fact of the node it copies (deepcopy would lose both)."""
     new = mapping.get(node)
     if new is not None:
-        return expr_facts.carry(new, copy.deepcopy(new))
+        return exprs.carry(new, copy.deepcopy(new))
     if not isinstance(node, ast.AST):
         return node
     fields = {}
     for name, value in ast.iter_fields(node):
         if isinstance(value, list):
-            fields[name] = [rebuild(v, mapping) for v in value]
+            fields[name] = [rebuild(v, mapping, exprs) for v in value]
         else:
-            fields[name] = rebuild(value, mapping)
+            fields[name] = rebuild(value, mapping, exprs)
     out = type(node)(**fields)
     copy_location(out, node)
-    return expr_facts.same(node, out)
+    return exprs.same(node, out)
 
 
 _FRESH_HELPERS = {"_s2s_zero_tangent", "_s2s_with_item", "_s2s_push", "_s2s_drop_last",
@@ -78,7 +61,7 @@ _FRESH_HELPERS = {"_s2s_zero_tangent", "_s2s_with_item", "_s2s_push", "_s2s_drop
                   "_s2s_zeros_like"}
 
 
-def is_fresh(expr: ast.expr) -> bool:
+def is_fresh(expr: ast.expr, exprs: ExprFacts) -> bool:
     """Does evaluating `expr` always give a new object (never one it read)?"""
     if isinstance(expr, (ast.BinOp, ast.UnaryOp)):
         return True
@@ -88,7 +71,7 @@ def is_fresh(expr: ast.expr) -> bool:
         func = expr.func
         if isinstance(func, ast.Name) and func.id in _FRESH_HELPERS:
             return True
-        callee = expr_facts.of(expr).callee
+        callee = exprs.of(expr).callee
         if callee is not None:
             if registry.is_constructor(callee):
                 return True
@@ -186,17 +169,17 @@ def writes_items_of(name: str, body: List[ast.stmt]) -> bool:
     return False
 
 
-def iteration_leaves(target, it, out, wrapper=None) -> None:
+def iteration_leaves(target, it, out, exprs: ExprFacts) -> None:
     """(target, sequence, node) for each loop target: the sequence it walks (None for
     range/enumerate indices) and the iterable node that yields it (the sequence itself,
     or reversed(sequence)), which the tangent code zips with the tangent's."""
-    callee = expr_facts.of(it).callee
+    callee = exprs.of(it).callee
     if callee is enumerate and isinstance(target, ast.Tuple) and len(target.elts) == 2:
         out.append((target.elts[0], None, None))
-        iteration_leaves(target.elts[1], it.args[0], out)
+        iteration_leaves(target.elts[1], it.args[0], out, exprs)
     elif callee is zip and isinstance(target, ast.Tuple) and len(target.elts) == len(it.args):
         for t, a in zip(target.elts, it.args):
-            iteration_leaves(t, a, out)
+            iteration_leaves(t, a, out, exprs)
     elif callee is reversed and len(it.args) == 1 and isinstance(it.args[0], ast.Name):
         out.append((target, it.args[0], it))
     elif isinstance(it, ast.Call) or not isinstance(it, ast.Name):

@@ -43,7 +43,6 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from ...errors import TransformError, error_at
 from .. import sites
 from ..analyze import Activity, call_write_guards, iter_statements
-from ..facts import shallow_copy, stmt_facts
 from ..marks import line_comment
 from ..names import assign_node, copy_location, helper_call, name_node
 from ..normalize import NormalForm
@@ -66,10 +65,15 @@ from .state import (
 
 
 class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
+    def op_of(self, s: ast.stmt) -> Op:
+        """What the normal-form statement s does (ops.describe, once per statement)."""
+        return describe(s, self.locals, self.facts)
+
     def __init__(self, nf: NormalForm, activity: Activity, optimize_code: bool = True,
                  structure: Optional[Dict[int, Any]] = None,
                  demand: Optional[Tuple[bool, ...]] = None):
         self.nf = nf
+        self.facts = nf.facts   # what this compile's passes noted about its nodes
         self.act = activity
         self.parsed: ParsedFunction = nf.parsed
         self.optimize_code = optimize_code
@@ -186,7 +190,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
                 out.add(s.target.id)
             elif isinstance(s, (ast.Assign, ast.Expr)):
-                op = describe(s, self.locals)
+                op = self.op_of(s)
                 if op.kind in ("append", "pop"):
                     out.add(op.outputs[-1] if op.kind == "pop" else op.outputs[0])
         return out
@@ -196,7 +200,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         out = set()
         for s, _ in iter_statements(body):
             if isinstance(s, (ast.Assign, ast.Expr)):
-                op = describe(s, self.locals)
+                op = self.op_of(s)
                 if op.kind == "append":
                     out.add(op.outputs[0])
                 elif op.kind == "pop":
@@ -267,7 +271,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
 
     # -- statements ----------------------------------------------------------------------------
     def expression(self, s: ast.Expr) -> List[ast.stmt]:
-        op = describe(s, self.locals)
+        op = self.op_of(s)
         if op.kind == "append":
             return writes.append(self, s, op)
         if op.kind == "ufunc_at":
@@ -283,7 +287,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                                                      self.parsed)]
 
     def assign(self, s) -> List[ast.stmt]:
-        op = describe(s, self.locals)
+        op = self.op_of(s)
         out: List[ast.stmt] = []
         self.mark_line(s, out)
         if op.kind == "setitem":
@@ -305,8 +309,8 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         return out + real_value_checks(s, op, self.act, self.err)
 
     def _primal(self, s) -> ast.stmt:
-        if stmt_facts.of(s).snapshot:
-            new = shallow_copy(s)
+        if self.facts.stmts.of(s).snapshot:
+            new = self.facts.shallow_copy(s)
             new.value = helper_call("snapshot", s.value)
             return new
         return s
@@ -324,7 +328,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             for o in op.outputs:
                 self.kill(o)
             return [self._primal(s)]
-        snapshot = stmt_facts.of(s).snapshot
+        snapshot = self.facts.stmts.of(s).snapshot
         value = s.value
         target = s.targets[0]
         overlap = set(op.outputs) & set(op.diff_inputs + op.other_inputs)
@@ -398,7 +402,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
                 for o in op.outputs:
                     self.kill(o)
                 return [primal] + post
-            fresh = is_fresh(expr)
+            fresh = is_fresh(expr, self.facts.exprs)
             if snapshot and not fresh:
                 expr, fresh = helper_call("snapshot", expr), True
         self.read([name_node(n) for n in inputs_live], fresh)

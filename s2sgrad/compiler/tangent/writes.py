@@ -11,7 +11,6 @@ import ast
 import copy
 from typing import List
 
-from ..facts import expr_facts, stmt_facts
 from ..names import assign_node, helper_call, index_expr, name_node
 from ..ops import UFUNC_AT_SIGNS, Op, ufunc_at_kind
 from .state import HINT_RULE, is_fresh
@@ -25,7 +24,7 @@ def ufunc_at(t, s: ast.Expr, op: Op) -> List[ast.stmt]:
     if base not in t.act.active or not t.live_atom(value):
         return out
     item = t.tangent_of(value)
-    if UFUNC_AT_SIGNS[ufunc_at_kind(expr_facts.of(s.value).callee)] < 0:
+    if UFUNC_AT_SIGNS[ufunc_at_kind(t.facts.exprs.of(s.value).callee)] < 0:
         item = ast.UnaryOp(op=ast.USub(), operand=item)
     t.read([value], fresh=False)
     if t.is_live(base) and base not in t.state.owned:
@@ -75,7 +74,7 @@ def setitem(t, s, op: Op) -> List[ast.stmt]:
 def augassign(t, s: ast.AugAssign, op: Op) -> List[ast.stmt]:
     var = s.target.id
     out: List[ast.stmt] = []
-    guard = stmt_facts.of(s).guard
+    guard = t.facts.stmts.of(s).guard
     if guard is not None:
         out.append(ast.Expr(value=helper_call("unshared", name_node(var),
                                           *[ast.Constant(value=g) for g in guard])))
@@ -108,7 +107,7 @@ def augassign(t, s: ast.AugAssign, op: Op) -> List[ast.stmt]:
     out += stmts + [assign_node(new_dot, expr), s,
             assign_node(t.dot(var), name_node(new_dot))]
     t.read([s.value, old], fresh=True)
-    t.set_live(var, owned=is_fresh(expr))
+    t.set_live(var, owned=is_fresh(expr, t.facts.exprs))
     return out
 
 

@@ -11,7 +11,6 @@ from ..analyze import (
 from ..facts import StatementFacts
 from ..marks import is_comment
 from ..names import assign_node, clone, helper_call, name_node, name_nodes, stored_names
-from ..ops import describe
 from .records import LoopInfo
 
 
@@ -30,10 +29,10 @@ class AdjointControl:
                 out.extend(self.adjoint_loop(s))
             elif isinstance(s, (ast.Assign, ast.AugAssign)):
                 out.extend(self.adjoint_assign(s))
-            elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "append":
-                self.append_adjoint(s, describe(s, self.locals), out)
-            elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "ufunc_at":
-                self.ufunc_at_adjoint(s, describe(s, self.locals), out)
+            elif isinstance(s, ast.Expr) and self.op_of(s).kind == "append":
+                self.append_adjoint(s, self.op_of(s), out)
+            elif isinstance(s, ast.Expr) and self.op_of(s).kind == "ufunc_at":
+                self.ufunc_at_adjoint(s, self.op_of(s), out)
         return out
 
     def adjoint_if(self, s: ast.If, in_loop: bool) -> List[ast.stmt]:
@@ -135,7 +134,7 @@ class AdjointControl:
         for st, stored in before:
             if name not in stored:
                 continue
-            op = describe(st, self.locals) if not isinstance(st, (ast.For, ast.If,
+            op = self.op_of(st) if not isinstance(st, (ast.For, ast.If,
                                                                   ast.While)) else None
             if op is None or set(op.diff_inputs) & self.act.varied:
                 return False

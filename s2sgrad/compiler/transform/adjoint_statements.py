@@ -8,9 +8,8 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 from ...errors import InternalError
 from ...rules import registry
 from .. import sites
-from ..facts import expr_facts
 from ..names import assign_node, clone, copy_location, helper_call, index_expr, name_node
-from ..ops import UFUNC_AT_SIGNS, Op, describe, names, ufunc_at_kind
+from ..ops import UFUNC_AT_SIGNS, Op, names, ufunc_at_kind
 from .records import (
     DIFFERENTIABLE_KINDS,
     field_index,
@@ -37,7 +36,7 @@ class AdjointStatements:
             self.mark_line(s, out)
             gathered: ast.expr = ast.Subscript(value=name_node(b), slice=clone(index),
                                                ctx=ast.Load())
-            if UFUNC_AT_SIGNS[ufunc_at_kind(expr_facts.of(s.value).callee)] < 0:
+            if UFUNC_AT_SIGNS[ufunc_at_kind(self.facts.exprs.of(s.value).callee)] < 0:
                 gathered = ast.UnaryOp(op=ast.USub(), operand=gathered)
             part = self.names.fresh(f"{value.id}_bar_part")
             out.append(assign_node(part, helper_call("unbroadcast", gathered, name_node(value.id))))
@@ -59,7 +58,7 @@ class AdjointStatements:
         return saved is not None
 
     def adjoint_assign(self, s) -> List[ast.stmt]:
-        op = describe(s, self.locals)
+        op = self.op_of(s)
         out: List[ast.stmt] = []
         if op.kind == "setitem":
             self.setitem_adjoint(s, op, out)
@@ -382,7 +381,7 @@ class AdjointStatements:
     def rule_placeholder(self, rule, bound, g, ans, wanted: Dict[str, str], s) -> ast.stmt:
         if self.probing:
             return ast.Pass()
-        return sites.rule_placeholder(rule, bound, g, ans, wanted, s)
+        return sites.rule_placeholder(rule, bound, g, ans, wanted, s, self.facts.expansions)
 
     def site_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
         site = self.sites.require(s)
@@ -399,7 +398,8 @@ class AdjointStatements:
                 parts.append((arg.id, wanted[i]))
         if not wanted:
             return
-        out.append(ast.Pass() if self.probing else site.adjoint_placeholder(gs, wanted, s))
+        out.append(ast.Pass() if self.probing else site.adjoint_placeholder(gs, wanted, s,
+                                                                        self.facts.expansions))
         for var, part in parts:
             self.accumulate(var, name_node(part), out)
 

@@ -13,7 +13,6 @@ from ..analyze import (
     loop_header_op,
     may_build_sequence,
 )
-from ..facts import expr_facts, shallow_copy, stmt_facts
 from ..names import (
     assign_node,
     clone,
@@ -23,7 +22,7 @@ from ..names import (
     name_node,
     name_nodes,
 )
-from ..ops import Op, describe
+from ..ops import Op
 from .records import LoopInfo, is_literal, real_among_complex, real_value_checks
 
 
@@ -120,11 +119,11 @@ class ForwardSweep:
                 out.extend(self.forward_while(s, in_loop))
             elif isinstance(s, (ast.Assign, ast.AugAssign)):
                 out.extend(self.forward_assign(s, in_loop))
-            elif isinstance(s, ast.Expr) and describe(s, self.locals).kind == "ufunc_at":
+            elif isinstance(s, ast.Expr) and self.op_of(s).kind == "ufunc_at":
                 out.extend(self.forward_ufunc_at(s, in_loop))
             else:
                 if isinstance(s, ast.Expr):
-                    out += self.write_guards(describe(s, self.locals))
+                    out += self.write_guards(self.op_of(s))
                 out.append(s)
         return out
 
@@ -139,7 +138,7 @@ class ForwardSweep:
 
     def forward_ufunc_at(self, s: ast.Expr, in_loop: bool) -> List[ast.stmt]:
         """np.add.at(a, idx, b): keep the items of a it changes (restored later)."""
-        op = describe(s, self.locals)
+        op = self.op_of(s)
         base, index = op.outputs[0], s.value.args[1]
         if in_loop:
             self.overwritable.add(base)
@@ -175,7 +174,7 @@ class ForwardSweep:
         return [copy_location(guard, s)]
 
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
-        op = describe(s, self.locals)
+        op = self.op_of(s)
         out: List[ast.stmt] = []
         if op.kind == "rule" and set(op.diff_inputs) & self.act.active:
             out += self.sequence_guard(s, s.value)
@@ -197,7 +196,7 @@ class ForwardSweep:
             if var in self.act.active:
                 out += self.sequence_guard(s, ast.BinOp(left=name_node(var), op=s.op,
                                                         right=s.value))
-            guard = stmt_facts.of(s).guard
+            guard = self.facts.stmts.of(s).guard
             if guard is not None:
                 out.append(ast.Expr(value=helper_call("unshared", name_node(var),
                                                       *[ast.Constant(value=g) for g in guard])))
@@ -211,7 +210,7 @@ class ForwardSweep:
             return out
         if op.kind == "call":
             out += self.write_guards(op)
-        snapshot = stmt_facts.of(s).snapshot   # a later in-place write would see it
+        snapshot = self.facts.stmts.of(s).snapshot   # a later in-place write would see it
         outputs = list(op.outputs)
         site = None
         if op.kind in ("apply", "call") and any(n in self.act.active for n in op.outputs):
@@ -223,12 +222,12 @@ class ForwardSweep:
         for o in outputs:
             self.save_before(o, in_loop, out, key)
         if site is not None:
-            out.append(site.forward_statement(s))
+            out.append(site.forward_statement(s, self.facts.expansions))
             if snapshot:
                 out.extend(assign_node(o, helper_call("snapshot", name_node(o)))
                            for o in op.outputs)
         elif snapshot:
-            copied = shallow_copy(s)
+            copied = self.facts.shallow_copy(s)
             copied.value = helper_call("snapshot", s.value)
             out.append(copied)
         else:
@@ -259,10 +258,10 @@ class ForwardSweep:
 
     def forward_for(self, s: ast.For, in_loop: bool) -> List[ast.stmt]:
         out: List[ast.stmt] = []
-        header = loop_header_op(s)
+        header = loop_header_op(s, self.facts.exprs)
         has_break = any(isinstance(n, ast.Break) for n, _ in iter_statements(s.body))
         it = s.iter
-        callee = expr_facts.of(it).callee
+        callee = self.facts.exprs.of(it).callee
         info: LoopInfo
         body_prefix: List[ast.stmt] = []
         if callee is range and isinstance(s.target, ast.Name):
@@ -294,10 +293,10 @@ class ForwardSweep:
                                  value=ast.Constant(1))
             body_prefix = [incr] + body_prefix
         info.item_assigns = [b for b in body_prefix if isinstance(b, ast.Assign)]
-        copied = stmt_facts.of(s).snapshot_targets
+        copied = self.facts.stmts.of(s).snapshot_targets
         for b in info.item_assigns:   # loop targets a later in-place write would change
             if isinstance(b.targets[0], ast.Name) and b.targets[0].id in copied:
-                stmt_facts.note(b, snapshot=True)
+                self.facts.stmts.note(b, snapshot=True)
         self.loops.record(s, info)
         body = list(body_prefix[:1]) if has_break else []
         for b in (body_prefix[1:] if has_break else body_prefix):
@@ -314,7 +313,7 @@ class ForwardSweep:
         index_targets: List[ast.expr] = []
 
         def flatten(target, it):
-            callee = expr_facts.of(it).callee
+            callee = self.facts.exprs.of(it).callee
             if callee is enumerate and isinstance(target, ast.Tuple) and len(target.elts) == 2:
                 index_targets.append(target.elts[0])
                 flatten(target.elts[1], it.args[0])
@@ -342,7 +341,7 @@ class ForwardSweep:
                                                            keywords=[])
         rng = self.names.fresh(f"{k}_range")
         range_call = ast.Call(func=self.builtin("range"), args=[n], keywords=[])
-        expr_facts.note(range_call, callee=range)
+        self.facts.exprs.note(range_call, callee=range)
         out += self.setup_assign(s, rng, range_call, in_loop)
         prefix: List[ast.stmt] = []
         for t in index_targets:

@@ -31,7 +31,7 @@ from ..analyze import (
     Activity,
     iter_statements,
 )
-from ..facts import ResidualMarks, StatementFacts, expr_facts
+from ..facts import ResidualMarks, StatementFacts
 from ..marks import comment, line_comment
 from ..names import (
     NameRegistry,
@@ -43,7 +43,7 @@ from ..names import (
     name_nodes,
 )
 from ..normalize import NormalForm
-from ..ops import describe
+from ..ops import Op, describe
 from .adjoint_control import AdjointControl
 from .adjoint_statements import AdjointStatements
 from .forward_sweep import ForwardSweep
@@ -80,6 +80,7 @@ class Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         self.pure = pure
         self.first_iteration = None   # see entry_reads
         self.nf = nf
+        self.facts = nf.facts   # what this compile's passes noted about its nodes
         self.act = activity
         self.names = nf.names
         self.locals = nf.resolver.locals | nf.names.taken
@@ -121,6 +122,10 @@ class Reverse(ForwardSweep, AdjointStatements, AdjointControl):
     def err(self, node, message, hint=None):
         return error_at(node, message, self.nf.parsed, hint)
 
+    def op_of(self, s: ast.stmt) -> Op:
+        """What the normal-form statement s does (ops.describe, once per statement)."""
+        return describe(s, self.locals, self.facts)
+
     def builtin(self, name: str) -> ast.Name:
         """A builtin the generated code calls (len, range, ...): by its own name,
         unless the function has a variable of that name; then through a bound one."""
@@ -144,12 +149,12 @@ class Reverse(ForwardSweep, AdjointStatements, AdjointControl):
                         isinstance(s.targets[0], ast.Name)) or s.targets[0].id in out:
                     continue
                 value = s.value
+                callee = nf.facts.exprs.of(value).callee
                 listy = (isinstance(value, ast.List) or
                          (isinstance(value, ast.Name) and value.id in out) or
-                         (isinstance(value, ast.Call) and getattr(
-                             expr_facts.of(value).callee, "__name__", None)
-                          in list_helpers and getattr(expr_facts.of(value).callee, "__module__", "")
-                          .startswith("s2sgrad")))
+                         (isinstance(value, ast.Call) and
+                          getattr(callee, "__name__", None) in list_helpers and
+                          getattr(callee, "__module__", "").startswith("s2sgrad")))
                 if listy:
                     out.add(s.targets[0].id)
                     changed = True
@@ -175,7 +180,7 @@ class Reverse(ForwardSweep, AdjointStatements, AdjointControl):
 
     def _outputs(self, s) -> List[str]:
         if isinstance(s, (ast.Assign, ast.AugAssign)):
-            return describe(s, self.locals).outputs
+            return self.op_of(s).outputs
         if isinstance(s, ast.For):
             return [n.id for n in name_nodes(s.target)]
         return []
