@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import linecache
 import traceback
-import weakref
 from typing import Optional, Tuple
 
 
@@ -119,26 +118,6 @@ def internal_error(exc: BaseException, function: str, source=None) -> InternalEr
     return InternalError(message, filename, lineno, col, text)
 
 
-# The user's statement each node the compiler made stands for: where an error
-# about that node points, and the line a generated block's comment names. Weak
-# keys: an origin goes with its node.
-_ORIGINS: "weakref.WeakKeyDictionary[ast.AST, ast.AST]" = weakref.WeakKeyDictionary()
-
-
-def note_origin(node: ast.AST, origin: Optional[ast.AST]) -> ast.AST:
-    """Record that `node` (made by the compiler) stands for the user's `origin`."""
-    if origin is not None:
-        _ORIGINS[node] = origin
-    else:
-        _ORIGINS.pop(node, None)
-    return node
-
-
-def origin_of(node: ast.AST) -> Optional[ast.AST]:
-    """The user's statement `node` stands for, if the compiler made it."""
-    return _ORIGINS.get(node)
-
-
 _NODE_LOCALS: Tuple[str, ...] = ("s", "stmt", "statement", "node", "expr", "value", "call",
                                  "target")
 
@@ -156,7 +135,6 @@ def _user_node(exc: BaseException, source) -> Optional[ast.AST]:
             node = frame.f_locals.get(name)
             if not isinstance(node, ast.AST):
                 continue
-            node = _ORIGINS.get(node) or node
             lineno = getattr(node, "lineno", None)
             if lineno and first <= lineno <= last and source.line_text(lineno):
                 return node

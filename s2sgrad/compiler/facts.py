@@ -22,8 +22,6 @@ import copy
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, TypeVar
 
-from ..errors import note_origin, origin_of
-
 T = TypeVar("T")
 
 
@@ -205,9 +203,23 @@ class FunctionFacts:
         self.stmts: NodeFacts[StmtFact] = NodeFacts(NO_STMT_FACT)   # guards, snapshots
         self.ops: Dict[ast.stmt, Any] = {}    # each statement's Op (ops.describe), once
         self.expansions: Dict[ast.stmt, Any] = {}   # placeholder -> what the inliner puts
+        # The user's statement each node the compiler made stands for: the line a
+        # generated block's comment names.
+        self.origins: Dict[ast.AST, ast.AST] = {}
+
+    def note_origin(self, node: ast.AST, origin: Optional[ast.AST]) -> ast.AST:
+        """Record that `node` (made by the compiler) stands for the user's `origin`."""
+        if origin is not None and origin is not node:
+            self.origins[node] = origin
+        else:
+            self.origins.pop(node, None)
+        return node
+
+    def origin_of(self, node: ast.AST) -> ast.AST:
+        """The user's statement `node` stands for: node itself if it is the user's."""
+        return self.origins.get(node, node)
 
     def shallow_copy(self, s: ast.stmt) -> ast.stmt:
         """copy.copy(s) that keeps what is known about s: its StmtFact and the user's
         statement it stands for (a copy made to replace one field, say)."""
-        new = self.stmts.same(s, copy.copy(s))
-        return note_origin(new, origin_of(s))
+        return self.note_origin(self.stmts.same(s, copy.copy(s)), self.origin_of(s))

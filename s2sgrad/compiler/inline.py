@@ -18,7 +18,6 @@ import copy
 import inspect
 from typing import Any, Dict, List, Optional, Set
 
-from ..errors import note_origin, origin_of
 from ..runtime import HELPERS
 from .marks import comment
 from .names import (
@@ -235,18 +234,18 @@ def inline(transformed) -> Any:
     bindings.update(getattr(transformed.nf, "bindings", {}))
     math_name = module_alias(transformed.nf, "math")
     for fdef in (transformed.forward, transformed.adjoint):
-        fdef.body = _expand_block(fdef.body, transformed.nf.facts.expansions,
+        fdef.body = _expand_block(fdef.body, transformed.nf.facts,
                                   transformed.names, np_name, bindings,
                                   transformed.activity, math_name)
     transformed.bindings = bindings
     return transformed
 
 
-def _expand_block(stmts, expansions, names, np_name, bindings, shapes,
+def _expand_block(stmts, facts, names, np_name, bindings, shapes,
                   math_name=None) -> List[ast.stmt]:
     out: List[ast.stmt] = []
     for s in stmts:
-        payload = expansions.get(s)
+        payload = facts.expansions.get(s)
         if isinstance(payload, RuleVjp):
             new = expand_rule(payload, names, np_name, shapes, math_name)
         elif isinstance(payload, tuple):
@@ -256,13 +255,13 @@ def _expand_block(stmts, expansions, names, np_name, bindings, shapes,
         else:
             for attr in ("body", "orelse"):
                 if hasattr(s, attr) and isinstance(getattr(s, attr), list):
-                    setattr(s, attr, _expand_block(getattr(s, attr), expansions, names,
+                    setattr(s, attr, _expand_block(getattr(s, attr), facts, names,
                                                    np_name, bindings, shapes, math_name))
             out.append(s)
             continue
         for n in new:
             copy_location(n, s)
-            note_origin(n, origin_of(s))
+            facts.note_origin(n, facts.origin_of(s))
         out.extend(new)
     return out
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import ast
 from typing import Optional, Tuple
 
-from ..errors import origin_of
-
 COMMENT_MARK = "__s2s_comment__"
 
 
@@ -24,11 +22,10 @@ def is_comment(s) -> bool:
         isinstance(s.value.value, str) and s.value.value.startswith(COMMENT_MARK)
 
 
-def line_comment(s: ast.stmt, parsed, last_line: Optional[int],
+def line_comment(origin: ast.stmt, parsed, last_line: Optional[int],
                  force: bool = False) -> Optional[Tuple[int, ast.Expr]]:
     """(line, `# line N: <source>` comment) opening the generated block of the
-    user's statement s; None while that line's block is already open."""
-    origin = origin_of(s) or s
+    user's statement `origin`; None while that line's block is already open."""
     lineno = getattr(origin, "lineno", None)
     if lineno is None or (lineno == last_line and not force):
         return None

@@ -17,8 +17,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ..errors import TransformError, deliberate, error_at, note_origin, origin_of
+from ..errors import TransformError, deliberate, error_at
 from ..rules.registry import Rule
+from .facts import FunctionFacts
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
 from .resolve import FUNCTION_TYPES
 
@@ -94,16 +95,16 @@ class RuleVjp:
 
 
 def rule_placeholder(rule: Rule, bound, g, ans, wanted: Dict[str, str], origin,
-                     expansions: Dict[ast.stmt, Any]) -> ast.stmt:
-    """`_s2s_vjp(...)` in place of a rule's cotangents; `expansions` (the compile's
-    FunctionFacts.expansions) tells the inliner what to put there."""
+                     facts: FunctionFacts) -> ast.stmt:
+    """`_s2s_vjp(...)` in place of a rule's cotangents; `facts.expansions` tells
+    the inliner what to put there."""
     targets = list(wanted.values())
     call = ast.Call(func=name_node("_s2s_vjp"), args=[ast.Constant(value=rule.name), g, ans],
                     keywords=[ast.keyword(arg=k.replace("[", "_").replace("]", ""),
                                           value=name_node(v)) for k, v in wanted.items()])
     node = assign_node(store_targets(targets), call)
-    expansions[node] = RuleVjp(rule, dict(bound), g, ans, dict(wanted))
-    note_origin(node, origin_of(origin) or origin)
+    facts.expansions[node] = RuleVjp(rule, dict(bound), g, ans, dict(wanted))
+    facts.note_origin(node, facts.origin_of(origin))
     return node
 
 
@@ -153,25 +154,25 @@ class FunctionSite:
         """`Square.vjp inlined (square.py:18)`: what the adjoint's line comment adds."""
         return f"{self.cls.__name__}.{self.vjp_name} inlined ({self.vjp_location()})"
 
-    def forward_statement(self, origin, expansions: Dict[ast.stmt, Any]) -> ast.stmt:
+    def forward_statement(self, origin, facts: FunctionFacts) -> ast.stmt:
         node = ast.Assign(targets=[store_targets(self.out_names)],
                           value=ast.Call(func=name_node("_s2s_forward"),
                                          args=[copy.deepcopy(self.cls_expr)]
                                          + copy.deepcopy(self.arg_atoms), keywords=[]),
                           type_comment=None)
         copy_location(node, origin)
-        expansions[node] = ("forward", self)
-        note_origin(node, origin_of(origin) or origin)
+        facts.expansions[node] = ("forward", self)
+        facts.note_origin(node, facts.origin_of(origin))
         return node
 
     def adjoint_placeholder(self, gs: List[ast.expr], wanted: Dict[int, str], origin,
-                            expansions: Dict[ast.stmt, Any]) -> ast.stmt:
+                            facts: FunctionFacts) -> ast.stmt:
         targets = [wanted[i] for i in sorted(wanted)]
         node = assign_node(store_targets(targets),
                        ast.Call(func=name_node("_s2s_vjp"),
                                 args=[copy.deepcopy(self.cls_expr)] + gs, keywords=[]))
-        expansions[node] = ("vjp", self, list(gs), dict(wanted))
-        note_origin(node, origin_of(origin) or origin)
+        facts.expansions[node] = ("vjp", self, list(gs), dict(wanted))
+        facts.note_origin(node, facts.origin_of(origin))
         return node
 
 
@@ -581,7 +582,7 @@ class CalleeSite:
     def slot_names(self) -> List[str]:
         return [self.residual_name]
 
-    def forward_statement(self, origin, expansions: Dict[ast.stmt, Any]) -> ast.stmt:
+    def forward_statement(self, origin, facts: FunctionFacts) -> ast.stmt:
         """The call of the callee's forward itself (nothing for the inliner)."""
         outs = store_targets(self.out_names)
         target = ast.Tuple(elts=[outs, name_node(self.residual_name, True)], ctx=ast.Store())
@@ -591,18 +592,18 @@ class CalleeSite:
                                   for k in copy.deepcopy(self.call.keywords)])
         node = ast.Assign(targets=[target], value=call, type_comment=None)
         copy_location(node, origin)
-        note_origin(node, origin_of(origin) or origin)
+        facts.note_origin(node, facts.origin_of(origin))
         return node
 
     def adjoint_placeholder(self, gs, wanted: Dict[int, str], origin,
-                            expansions: Dict[ast.stmt, Any]) -> ast.stmt:
+                            facts: FunctionFacts) -> ast.stmt:
         """The call of the callee's adjoint itself (nothing for the inliner)."""
         g = gs[0] if len(gs) == 1 else ast.Tuple(elts=list(gs), ctx=ast.Load())
         targets = [wanted[i] for i in self.wrt]
         call = ast.Call(func=name_node(self.adjoint_name), args=[name_node(self.residual_name), g],
                         keywords=[])
         node = assign_node(store_targets(targets), call)
-        note_origin(node, origin_of(origin) or origin)
+        facts.note_origin(node, facts.origin_of(origin))
         return node
 
 

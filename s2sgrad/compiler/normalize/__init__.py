@@ -9,7 +9,7 @@ version (``x``, ``x_1``), so later passes see each value under its own name.
 Variables assigned inside branches or loops keep one name; the transform saves
 their overwritten values.
 
-Every statement records the user's statement it came from (``errors.note_origin``) for
+Every statement records the user's statement it came from (``FunctionFacts.note_origin``) for
 error messages and for the comments of the generated adjoint.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from ...errors import InternalError, error_at, guard_fields, note_origin
+from ...errors import InternalError, error_at, guard_fields
 from ..aliases import AliasFacts
 from ..facts import FunctionFacts
 from ..hoist import hoist_invariants
@@ -174,7 +174,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
     def emit(self, out: List[ast.stmt], stmt: ast.stmt, at: ast.AST) -> ast.stmt:
         # A node the normaliser made has no position: the user's statement gives one.
         copy_location(stmt, at if getattr(at, "lineno", None) else self.origin)
-        note_origin(stmt, self.origin)
+        self.facts.note_origin(stmt, self.origin)
         out.append(stmt)
         return stmt
 

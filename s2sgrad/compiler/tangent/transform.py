@@ -176,7 +176,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         out.append(node)
 
     def mark_line(self, s, out: List[ast.stmt], force: bool = False) -> None:
-        opened = line_comment(s, self.parsed, self.last_line, force)
+        opened = line_comment(self.facts.origin_of(s), self.parsed, self.last_line, force)
         if opened is not None:
             self.last_line = opened[0]
             out.append(opened[1])

@@ -381,7 +381,7 @@ class AdjointStatements:
     def rule_placeholder(self, rule, bound, g, ans, wanted: Dict[str, str], s) -> ast.stmt:
         if self.probing:
             return ast.Pass()
-        return sites.rule_placeholder(rule, bound, g, ans, wanted, s, self.facts.expansions)
+        return sites.rule_placeholder(rule, bound, g, ans, wanted, s, self.facts)
 
     def site_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
         site = self.sites.require(s)
@@ -399,7 +399,7 @@ class AdjointStatements:
         if not wanted:
             return
         out.append(ast.Pass() if self.probing else site.adjoint_placeholder(gs, wanted, s,
-                                                                        self.facts.expansions))
+                                                                        self.facts))
         for var, part in parts:
             self.accumulate(var, name_node(part), out)
 

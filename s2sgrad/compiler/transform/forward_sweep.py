@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import List, Sequence, Set, Tuple
 
-from ...errors import guard_fields, note_origin
+from ...errors import guard_fields
 from .. import sites
 from ..analyze import (
     call_write_guards,
@@ -222,7 +222,7 @@ class ForwardSweep:
         for o in outputs:
             self.save_before(o, in_loop, out, key)
         if site is not None:
-            out.append(site.forward_statement(s, self.facts.expansions))
+            out.append(site.forward_statement(s, self.facts))
             if snapshot:
                 out.extend(assign_node(o, helper_call("snapshot", name_node(o)))
                            for o in op.outputs)
@@ -375,7 +375,7 @@ class ForwardSweep:
                 if i in backwards else name_node(k)
             unpack(t, ast.Subscript(value=clone(seq), slice=index, ctx=ast.Load()))
         for p in prefix:
-            note_origin(p, s)
+            self.facts.note_origin(p, s)
             self.overwritable.add(p.targets[0].id)
         return rng, name_node(k, True), prefix
 

@@ -272,7 +272,7 @@ class Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         return helper_call("zeros_like", name_node(var))
 
     def mark_line(self, s, out: List[ast.stmt], force: bool = False) -> None:
-        opened = line_comment(s, self.nf.parsed, self.last_line, force)
+        opened = line_comment(self.facts.origin_of(s), self.nf.parsed, self.last_line, force)
         if opened is not None:
             self.last_line = opened[0]
             self.line_comment = opened[1]
