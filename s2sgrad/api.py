@@ -9,8 +9,9 @@ from __future__ import annotations
 import functools
 import types
 import weakref
-from typing import Any, Callable, Dict, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence, Tuple, Union
 
+from . import compiler  # (its drivers and passes load at the first compile)
 from .arguments import (
     Wrt,
     call_kind,
@@ -24,19 +25,15 @@ from .arguments import (
     parameter_names,
     seed,
 )
-from .compiler import (
-    FUNCTION_TYPES,
-    CompiledFunction,
-    all_hold,
-    compile_function,
-    discard,
-    flat_bindings,
-)
+from .compiler import FUNCTION_TYPES, all_hold, flat_bindings
 from .errors import TransformError
 from .optimizer_check import checked_pair
 from .runtime.array_api import namespace_among
 from .runtime.arrays import any_foreign
 from .witness import witnessed_pair
+
+if TYPE_CHECKING:
+    from .compiler.compiled import CompiledFunction
 
 
 def differentiable(fn: Callable) -> Callable:
@@ -122,19 +119,18 @@ def pair_for(f: Callable, positions: Tuple[int, ...],
         scalars = tuple(names[i] for i in numbers_at if i < len(names))
     if xp is not None:   # arrays of the array API standard: the pure pair, re-bound
         from .backends.array_api import array_api_pair
-        return array_api_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
-                                               pure=True, statics=statics,
-                                               complexes=complexes), xp)
-    pair = checked_pair(compile_function(f, positions, scalars=scalars, leaves=leaves,
-                                         pure=foreign, statics=statics, complexes=complexes),
-                        lambda: compile_function(f, positions, False, scalars=scalars,
-                                                 leaves=leaves, pure=foreign, statics=statics,
-                                                 complexes=complexes))
+        return array_api_pair(compiler.compile_function(
+            f, positions, scalars=scalars, leaves=leaves, pure=True, statics=statics,
+            complexes=complexes), xp)
+    options = dict(scalars=scalars, leaves=leaves, pure=foreign, statics=statics,
+                   complexes=complexes)
+    pair = checked_pair(compiler.compile_function(f, positions, **options),
+                        lambda: compiler.compile_function(f, positions, False, **options))
     if foreign:   # its forward and adjoint run under foreign_dispatch
         from .backends.array_api import dispatching_pair
         return dispatching_pair(pair)
     # (Lazy and other libraries' arrays are not witnessed: the checks would compute them.)
-    return witnessed_pair(pair, f, witness, discard)
+    return witnessed_pair(pair, f, witness, compiler.discard)
 
 
 def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
@@ -337,11 +333,10 @@ def source(f: Callable, wrt: Union[int, Sequence[int]] = 0, optimize: bool = Tru
     and adjoint (mode="reverse"), or its tangent code (mode="forward")."""
     positions, _ = normalize_wrt(wrt, f=f)
     if mode == "forward":
-        from .compiler import compile_jvp
-        return compile_jvp(f, positions, optimize).source
+        return compiler.compile_jvp(f, positions, optimize).source
     if mode != "reverse":
         raise ValueError(f"source(mode={mode!r}): mode is 'reverse' (forward and adjoint) "
                          "or 'forward' (tangent code)")
     # Shown for array arguments (a list's or dict's cotangents add item by item).
     every = tuple(range(len(parameter_names(f))))
-    return compile_function(f, positions, optimize, leaves=every).source
+    return compiler.compile_function(f, positions, optimize, leaves=every).source

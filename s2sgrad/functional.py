@@ -13,16 +13,19 @@ generated code, never by looking at values.
 from __future__ import annotations
 
 import ast
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import compiler  # (its drivers and passes load at the first compile)
 from .api import pair_for
 from .arguments import check_differentiable, finalize
-from .compiler import CompiledFunction, compile_jvp, higher
 from .optimizer_check import checked_jvp
 from .runtime.array_api import namespace_among, namespace_of
 from .runtime.arrays import any_foreign, is_foreign_array
+
+if TYPE_CHECKING:
+    from .compiler.compiled import CompiledFunction
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 
@@ -36,7 +39,8 @@ def _pair(func: Callable, wrt: Tuple[int, ...], foreign: bool = False,
 
 def _jvp(func: Callable, wrt: Tuple[int, ...]):
     """The tangent code of func (checked like _pair)."""
-    return checked_jvp(compile_jvp(func, wrt), lambda: compile_jvp(func, wrt, False))
+    return checked_jvp(compiler.compile_jvp(func, wrt),
+                       lambda: compiler.compile_jvp(func, wrt, False))
 
 
 def _as_tuple_inputs(inputs: Any, fname: str) -> Tuple[bool, tuple]:
@@ -433,7 +437,7 @@ def _run_scalar(fn_name: str, func: Callable, items: tuple, run: Callable):
 
 
 def _derived(kind: str, func: Callable, n: int):
-    return higher.derived(kind, func, tuple(range(n)))
+    return compiler.higher.derived(kind, func, tuple(range(n)))
 
 
 def _second_order_zeros(func: Callable, n: int) -> List[List[bool]]:
@@ -441,7 +445,7 @@ def _second_order_zeros(func: Callable, n: int) -> List[List[bool]]:
     structurally zero in the generated second-order code."""
     zero = [[False] * n for _ in range(n)]
     for i in range(n):
-        grad_i = higher.derived("grad", func, (i,))
+        grad_i = compiler.higher.derived("grad", func, (i,))
         for j in range(n):
             zero[i][j] = bool(_jvp(grad_i, (j,)).zero_output)
     return zero

@@ -31,8 +31,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import compiler  # (its drivers and passes load at the first compile)
 from .arguments import finalize
-from .compiler import compile_jvp
 from .errors import TransformError
 from .optimizer_check import fresh_copy
 from .runtime.arrays import holds_complex
@@ -74,7 +74,7 @@ def forward_mode_gap(fn: Callable, wrt: Tuple[int, ...]) -> Optional[str]:
     """Why the derivative witness cannot run for fn (forward mode refuses a
     construct in it), or None when it can."""
     try:
-        compile_jvp(fn, tuple(wrt))
+        compiler.compile_jvp(fn, tuple(wrt))
     except TransformError as exc:
         return exc.reason
     return None
@@ -222,7 +222,7 @@ def _value_and_tangent(compiled: Any, fn: Callable, name: str, copies, out: Any,
     if all(x is None for x in u):
         return None
     try:
-        code = compile_jvp(fn, wrt)
+        code = compiler.compile_jvp(fn, wrt)
     except TransformError as exc:
         notes["derivative"] = f"forward mode refuses it: {exc.reason}"
         return None

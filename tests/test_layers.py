@@ -148,3 +148,58 @@ def test_the_class_length_check_can_fail():
     text = "class Big:\n" + "    x = 1\n" * 5
     assert long_classes({"m": text}, limit=5) == [("m", "Big", 6)]
     assert long_classes({"m": text}, limit=6) == []
+
+
+_LAZY_SCRIPT = '''
+import sys
+import numpy as np
+import s2sgrad
+
+def f(x):
+    return np.sum(np.sin(x) * x)
+
+g = s2sgrad.grad(f)
+passes = ("s2sgrad.compiler.driver", "s2sgrad.compiler.pipeline",
+          "s2sgrad.compiler.normalize", "s2sgrad.compiler.transform", "scipy")
+print(sorted(m for m in passes if m in sys.modules))
+x = np.linspace(0.1, 1.0, 4)
+assert np.allclose(g(x), np.sin(x) + x * np.cos(x))
+print(sorted(m for m in passes[:4] if m in sys.modules) == sorted(passes[:4]))
+'''
+
+
+def test_the_compiler_loads_at_the_first_compile_not_with_s2sgrad(tmp_path):
+    """`import s2sgrad` and decorating a function import none of the passes (nor
+    SciPy): they load when the first gradient is compiled, which then works."""
+    script = tmp_path / "lazy.py"
+    script.write_text(_LAZY_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "S2SGRAD_CACHE": "0"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+def test_a_pass_imported_by_itself_finds_the_drivers(tmp_path):
+    """A driver module imported directly (as the CLI and tests do) still reaches the
+    other drivers through compiler.reentry: a derivative inside differentiated code
+    compiles."""
+    script = tmp_path / "direct.py"
+    script.write_text('''
+import numpy as np
+import s2sgrad
+from s2sgrad.compiler.driver import compile_function
+
+def inner(x):
+    return np.sum(x ** 3)
+
+def outer(x):
+    return np.sum(s2sgrad.grad(inner)(x) * x)
+
+pair = compile_function(outer, (0,))
+x = np.array([0.5, 2.0])
+print(np.allclose(s2sgrad.grad(outer)(x), 9.0 * x ** 2))
+''')
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "S2SGRAD_CACHE": "0"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"

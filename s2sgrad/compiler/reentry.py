@@ -6,11 +6,12 @@ as a value (`s2sgrad.grad(f)` called inside a function being differentiated,
 computes it (compiler.higher writes that source from f's generated pair);
 forward mode compiles a callee's tangent, or a Function's vjp in reverse mode,
 while it transforms. The driver sits above every pass, so it installs those
-makers here when the package is imported, and passes call these functions
+makers here when the drivers load (compiler.load_drivers), and passes call these functions
 instead of importing it.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Dict, Tuple
 
 from ..errors import InternalError
@@ -24,6 +25,9 @@ def install(**makers: Callable) -> None:
 
 def _maker(name: str) -> Callable:
     maker = _MAKERS.get(name)
+    if maker is None:   # (a driver module imported by itself: load them all now)
+        sys.modules[__package__].load_drivers()
+        maker = _MAKERS.get(name)
     if maker is None:
         raise InternalError(f"s2sgrad.compiler was imported without its driver ({name})")
     return maker
