@@ -1189,14 +1189,33 @@ class FamilyMixin:
                 picks = [self.rng.choice(passable) for _ in range(self.rng.choice([2, 3]))]
                 bracket = "[{}]" if self.rng.random() < 0.5 else "({},)"
                 listed = bracket.format(', '.join(picks))
-                if self.rng.random() < 0.5:   # bound to a name first, also called by index
+                where = self.rng.random()
+                if where < 0.3:   # a module-level tuple or list of them, also called by index
+                    fns = self.fresh("FNS")
+                    module += [f"{fns} = {listed}", "", ""]
+                    listed = fns
+                    k = self.rng.randint(-len(picks), len(picks) - 1)
+                    self.emit(f"{v.name} = {v.name} + 0.2 * {fns}[{k}]({v.name})")
+                elif where < 0.6:   # bound to a name first, also called by index
                     fns = self.fresh("fns")
                     self.emit(f"{fns} = {listed}")
                     listed = fns
                     k = self.rng.randint(-len(picks), len(picks) - 1)
                     self.emit(f"{v.name} = {v.name} + 0.2 * {fns}[{k}]({v.name})")
-                self.emit(f"for {act} in {listed}:")
-                self.emit(f"    {v.name} = {act}({v.name} * 0.8) + 0.1 * {v.name}")
+                if self.rng.random() < 0.4:   # zipped with weights (a literal or a name)
+                    weights = "[" + ", ".join(self.const() for _ in picks) + "]"
+                    if self.rng.random() < 0.5:
+                        ws = self.fresh("ws")
+                        self.emit(f"{ws} = {weights}")
+                        weights = ws
+                    w = self.fresh("w")
+                    pair = self.rng.choice([(f"{act}, {w}", listed, weights),
+                                            (f"{w}, {act}", weights, listed)])
+                    self.emit(f"for {pair[0]} in zip({pair[1]}, {pair[2]}):")
+                    self.emit(f"    {v.name} = {act}({v.name} * 0.8) * {w} + 0.1 * {v.name}")
+                else:
+                    self.emit(f"for {act} in {listed}:")
+                    self.emit(f"    {v.name} = {act}({v.name} * 0.8) + 0.1 * {v.name}")
         for _ in range(self.rng.choice([1, 2, 2, 3])):
             fn = self.rng.choice(pool)
             v = self.rng.choice(declared)

@@ -57,6 +57,26 @@ class Binding:
         return f"Binding({type(self.namespace).__name__}, {self.name!r})"
 
 
+class SequenceItems:
+    """A list's length and items as attributes (`length`, `item_0`, ...): the
+    namespace of the bindings of code generated for what a module-level list held
+    (a list of functions the code calls), which the list can change in place."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list):
+        self.items = items
+
+    def __getattr__(self, name: str) -> Any:
+        items = self.items
+        if name == "length":
+            return len(items)
+        if name.startswith("item_"):
+            i = int(name[len("item_"):])
+            return items[i] if i < len(items) else MISSING
+        raise AttributeError(name)
+
+
 def read(namespace, name: str) -> Any:
     """What `name` is bound to in `namespace` now, or MISSING."""
     kind = type(namespace)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import ast
 import builtins
 import types
-from typing import Any, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
 from .bindings import MISSING as _MISSING
-from .bindings import Binding, unique_bindings  # noqa: F401 - also imported from here
+from .bindings import Binding, SequenceItems, unique_bindings  # noqa: F401 - also imported here
 
 # What a pair may be compiled for, a parameter read as the function it is given
 # (`layer(W, x, np.tanh)`; CompiledFunction.statics): functions with source or a rule.
@@ -29,11 +29,17 @@ class Resolver:
         # (namespace, name, object) for every free name resolved to a function,
         # class or module: generated code is only valid while they stay bound.
         self.facts: List[Binding] = []
+        # Names the normaliser binds to objects it resolved itself (an item of a
+        # module-level tuple of functions): valid while what they came from is,
+        # which `sequence_of_functions` records.
+        self.bound: Dict[str, Any] = {}
 
     def lookup(self, name: str) -> Any:
         """The object a free name refers to now, or _MISSING."""
         if name in self.locals:
             return _MISSING
+        if name in self.bound:
+            return self.bound[name]
         if name in self.closure:
             try:
                 value = self.closure[name].cell_contents
@@ -103,6 +109,25 @@ class Resolver:
                 self.facts.append(Binding(own, expr.attr, own.get(expr.attr, _MISSING)))
         else:
             self.facts.append(Binding(base, expr.attr, value))
+
+    def sequence_of_functions(self, expr: ast.expr) -> Optional[List[Any]]:
+        """The items of a tuple or list of functions a free name (or dotted chain)
+        refers to (`ACTIVATIONS = (np.tanh, relu)` at module level), with what the
+        code generated for them rests on recorded: the name's binding and, for a
+        list, which it can change in place, each item and the length. None for
+        anything else."""
+        if self.is_local_chain(expr):
+            return None
+        ok, value = self.static(expr)
+        if not ok or type(value) not in (tuple, list) or not value or \
+                not all(callable(item) for item in value):
+            return None
+        self.pin(expr)
+        if type(value) is list:
+            items = SequenceItems(value)
+            self.facts.append(Binding(items, "length", len(value)))
+            self.facts += [Binding(items, f"item_{i}", item) for i, item in enumerate(value)]
+        return list(value)
 
     def is_local_chain(self, expr: ast.expr) -> bool:
         """True when the chain starts at a local variable (x.T, self.w.sum)."""

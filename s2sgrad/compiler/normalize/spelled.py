@@ -160,21 +160,64 @@ def spread_known_items(n, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
 def unrolled_over_functions(n, s: ast.For) -> Optional[List[ast.stmt]]:
     """`for act in (np.tanh, relu): <body>` as Python runs it: `act = np.tanh`,
     the body, `act = relu`, the body (each call of act then a call of a known
-    function). Only over functions_of_literal, and a body without break or
-    continue; else None."""
-    if s.orelse or not isinstance(s.target, ast.Name) or any(
-            isinstance(node, (ast.Break, ast.Continue)) for b in s.body
-            for node in ast.walk(b)):
+    function). Only over functions_of_literal (or a zip of such and other
+    sequences, zipped_with_functions), and a body without break or continue;
+    else None."""
+    if s.orelse or any(isinstance(node, (ast.Break, ast.Continue)) for b in s.body
+                       for node in ast.walk(b)):
         return None
-    functions = functions_of_literal(n, s.iter)
-    if functions is None:
+    if isinstance(s.target, ast.Name):
+        functions = functions_of_literal(n, s.iter)
+        steps = None if functions is None else [[(s.target, f)] for f in functions]
+    else:
+        steps = zipped_with_functions(n, s.target, s.iter)
+    if steps is None:
         return None
     out: List[ast.stmt] = []
-    for e in functions:
-        bind = ast.Assign(targets=[name_node(s.target.id, True)], value=clone(e))
-        out.append(ast.fix_missing_locations(copy_location(bind, s)))
+    for step in steps:
+        for target, value in step:
+            bind = ast.Assign(targets=[clone(target)], value=clone(value))
+            out.append(ast.fix_missing_locations(copy_location(bind, s)))
         out.extend(clone(b) for b in s.body)
     return out
+
+
+def zipped_with_functions(n, target: ast.expr, it: ast.expr):
+    """`for act, (W, b) in zip(acts, params)`, where one zipped sequence is one of
+    functions (functions_of_literal) and the others are literals or names: per
+    step, (target, value) pairs (`act = tanh`, `(W, b) = params[0]`). The steps
+    are as many as the functions (zip's length when the other sequences are at
+    least as long; a shorter one is an IndexError at run time, never a step
+    less). None for any other loop."""
+    if not (isinstance(target, ast.Tuple) and isinstance(it, ast.Call) and
+            isinstance(it.func, ast.Name) and not it.keywords and
+            len(it.args) == len(target.elts) >= 2 and
+            not any(isinstance(a, ast.Starred) for a in it.args)):
+        return None
+    ok, zipper = n.resolver.static(it.func)
+    if not ok or zipper is not zip:
+        return None
+    columns, count = [], None
+    for arg in it.args:
+        functions = functions_of_literal(n, arg)
+        if functions is not None:
+            count = len(functions) if count is None else min(count, len(functions))
+            columns.append(functions)
+        elif isinstance(arg, (ast.Tuple, ast.List)) and \
+                not any(isinstance(e, ast.Starred) for e in arg.elts):
+            columns.append(list(arg.elts))
+        elif isinstance(arg, ast.Name):
+            columns.append(arg)
+        else:
+            return None
+    if count is None:
+        return None
+    for column in columns:
+        if isinstance(column, list):
+            count = min(count, len(column))
+    return [[(t, column[k] if isinstance(column, list) else
+              ast.Subscript(value=clone(column), slice=ast.Constant(k), ctx=ast.Load()))
+             for t, column in zip(target.elts, columns)] for k in range(count)]
 
 
 def function_of_literal(n, func: ast.expr) -> Optional[ast.expr]:
@@ -201,10 +244,18 @@ def _int_index(node: ast.expr) -> Optional[int]:
 def functions_of_literal(n, value: ast.expr) -> Optional[List[ast.expr]]:
     """The functions of a tuple or list literal of functions named statically
     (names_a_function), written there or bound once to a local name read only as
-    `for f in name` and `name[k](...)` (so nothing can change what it holds)."""
+    `for f in name` and `name[k](...)` (so nothing can change what it holds); or
+    of a module-level (or closure) tuple or list of functions, each then a name
+    of its own bound to it (module_functions)."""
+    if dotted(value) and not n.resolver.is_local_chain(value):
+        return module_functions(n, value)
     if isinstance(value, ast.Name):
         function = n.p.node
-        allowed = {id(loop.iter) for loop in ast.walk(function) if isinstance(loop, ast.For)}
+        loops = [loop for loop in ast.walk(function) if isinstance(loop, ast.For)]
+        allowed = {id(loop.iter) for loop in loops}
+        allowed |= {id(a) for loop in loops if isinstance(loop.iter, ast.Call) and
+                    isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "zip"
+                    for a in loop.iter.args}   # (zip(fns, ...), which only reads them)
         allowed |= {id(call.func.value) for call in ast.walk(function)
                     if isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript)
                     and _int_index(call.func.slice) is not None}
@@ -213,6 +264,24 @@ def functions_of_literal(n, value: ast.expr) -> Optional[List[ast.expr]]:
             isinstance(e, ast.Starred) or not names_a_function(n, e) for e in value.elts):
         return None
     return list(value.elts)
+
+
+def module_functions(n, value: ast.expr) -> Optional[List[ast.expr]]:
+    """`ACTIVATIONS` read inside the function, a free name of a tuple or list of
+    functions with source or a rule: a name per item (`tanh`, `relu_2`), bound to
+    it in the generated code; the pair is valid while the name holds that tuple,
+    or that list holds those items (Resolver.sequence_of_functions)."""
+    items = n.resolver.sequence_of_functions(value)
+    if items is None or not all(isinstance(f, FUNCTION_TYPES) or
+                                registry.lookup_function(f) is not None for f in items):
+        return None
+    out = []
+    for f in items:
+        name = n.names.fresh(getattr(f, "__name__", None) or "function")
+        n.resolver.bound[name] = f
+        n.bindings[name] = f
+        out.append(copy_location(name_node(name), value))
+    return out
 
 
 def names_a_function(n, value: ast.expr) -> bool:
