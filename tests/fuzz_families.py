@@ -1106,6 +1106,15 @@ class FamilyMixin:
             if self.rng.random() < 0.3:   # the def sees the outer value when called
                 self.emit(f"{closed} = {closed} * 0.5 + 0.1")
             local.append(cell)
+        pure_local = []   # a def or lambda here reading no variable of this function
+        if self.rng.random() < 0.4:
+            g = self.fresh("pure")
+            if self.rng.random() < 0.5:
+                self.emit(f"{g} = lambda u: np.tanh(u) * {self.const()} + u * 0.3")
+            else:
+                self.emit(f"def {g}(u):")
+                self.emit(f"    return np.sin(u * {self.const()}) + u * u * 0.2")
+            pure_local.append(g)
         arrays = [d for d in declared if d.shape]
         if arrays and self.rng.random() < 0.3:
             # weights from a module-level helper the gradient does not pass through
@@ -1264,6 +1273,8 @@ class FamilyMixin:
                                ["def apply_default(v, fn=np.sin):", "    return fn(v) * 0.5"])
                     module += ["", ""]
                 arg = self.rng.choice(passable)
+                if self.rng.random() < 0.5:   # a def or lambda of this function, or inline
+                    arg = self.rng.choice(pure_local + ["lambda u: np.cos(u) * 0.7 + u"])
                 call = (f"apply_fn({arg}, {self.expr(v.shape, 1)}, {self.const()})"
                         if helper == "apply_fn" else
                         self.rng.choice([f"apply_default({v.name})",

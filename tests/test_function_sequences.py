@@ -180,3 +180,69 @@ def f(x, ws):
     np.testing.assert_allclose(g, _fd(lambda z: m.f(z, [1.0, 2.0, 3.0]), x), rtol=1e-6)
     with pytest.raises(IndexError):
         s2sgrad.grad(m.f)(x, [1.0, 2.0])
+
+
+# -- a def or lambda of the function passed to a helper -----------------------------------
+PASSED = '''
+import numpy as np
+
+
+def apply_twice(g, x):
+    return g(g(x))
+
+
+def apply_with(x, fn=np.sin):
+    return fn(x) * x
+
+
+def local_def(x):
+    def sq(z):
+        return z * z * 0.5 + np.sin(z)
+    return np.sum(apply_twice(sq, x))
+
+
+def lambda_literal(x):
+    return np.sum(apply_twice(lambda z: np.tanh(z) * 1.5, x))
+
+
+def lambda_named(x):
+    soft = lambda z: np.log1p(np.exp(z))   # noqa: E731
+    return np.sum(apply_with(x, fn=soft) + apply_twice(soft, x))
+
+
+def reads_outer(x):
+    w = np.sum(x)
+
+    def scaled(z):
+        return z * w
+    return np.sum(apply_twice(scaled, x))
+'''
+
+
+@pytest.fixture
+def passed(make_module):
+    return make_module(PASSED)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("name", ["local_def", "lambda_literal", "lambda_named"])
+def test_a_function_of_the_function_passed_to_a_helper(passed, name, shape):
+    x = np.random.default_rng(len(name)).uniform(-1.0, 1.0, shape)
+    check_vjp(getattr(passed, name), (x,))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward_mode_through_a_passed_def(passed, shape):
+    x = np.random.default_rng(3).uniform(-1.0, 1.0, shape)
+    v = np.random.default_rng(4).standard_normal(shape)
+    _, tangent = functional.jvp(passed.local_def, (x,), (v,))
+    eps = 1e-6
+    expected = (passed.local_def(x + eps * v) - passed.local_def(x - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(tangent, expected, rtol=1e-6, atol=1e-8)
+
+
+def test_a_passed_def_reading_the_functions_variables_is_refused_at_its_line(passed):
+    with pytest.raises(s2sgrad.TransformError, match="reads w of the function around it") as info:
+        s2sgrad.grad(passed.reads_outer)(np.ones(3))
+    assert info.value.lineno == PASSED.splitlines().index(
+        "    return np.sum(apply_twice(scaled, x))") + 1

@@ -117,12 +117,10 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
     # now, before the passes rewrite the tree (else the entry parses it again).
     chains = _entry.root_chains(parsed.node, unwrap(fn)) if store is not None else None
     t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure, leaves, complexes)
-    specialised = "".join(f", {name}={_function_name(value)}"
-                          for name, value in parsed.statics.items())
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
               f"{parsed.node.lineno}), gradient with respect to "
               f"{', '.join(parsed.all_params[i] for i in wrt)}"
-              f"{' (for ' + specialised[2:] + ')' if specialised else ''}\n")
+              f"{specialised_for(parsed.statics)}\n")
     inlined = sorted({f"{s.cls.__name__} (its {s.vjp_name} at {s.vjp_location()})"
                       for s in _function_sites(t) if s.inlined})
     if inlined:
@@ -131,7 +129,7 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
     filename = (f"<s2sgrad {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
                 f"wrt={wrt}{'' if optimize_code else ' unoptimized'}{' pure' if pure else ''}"
                 f"{' scalars' if scalars else ''}"
-                f"{''.join(f' {n}=#{id(v):x}' for n, v in parsed.statics.items())}>")
+                f"{statics_tag(parsed.statics)}>")
     free = dict(getattr(t, "bindings", {}))
     for site in t.callees.values():
         free[site.forward_name] = None
@@ -176,6 +174,19 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
         if payload is not None:
             store.write(disk_key, payload)
     return compiled
+
+
+def specialised_for(statics: Dict[str, Any]) -> str:
+    """` (for g=np.sin)`: what a header adds for the functions the code is compiled
+    for (parameters bound to functions by the caller), or nothing."""
+    if not statics:
+        return ""
+    return " (for " + ", ".join(f"{n}={_function_name(v)}" for n, v in statics.items()) + ")"
+
+
+def statics_tag(statics: Dict[str, Any]) -> str:
+    """What a generated module's file name adds for those functions (one per object)."""
+    return "".join(f" {n}=#{id(v):x}" for n, v in statics.items())
 
 
 def _function_name(fn: Any) -> str:

@@ -20,7 +20,7 @@ from . import bindings as _bindings
 from .analyze import Activity, analyze
 from .bindings import pair_bindings
 from .callables import bound_call, packed_rest
-from .driver import compile_function
+from .driver import compile_function, specialised_for, statics_tag
 from .emit import joined_source, to_source
 from .loader import Emitted, bind_late, compile_emitted, instantiate
 from .memory import LOCK, TANGENTS, cache_key
@@ -106,15 +106,17 @@ _IN_PROGRESS: Set[tuple] = set()
 
 def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                 structure: Tuple[Tuple[int, Any], ...] = (),
-                demand: Optional[Tuple[bool, ...]] = None, packed: bool = False
-                ) -> CompiledJvp:
+                demand: Optional[Tuple[bool, ...]] = None, packed: bool = False,
+                statics: Tuple[Tuple[str, Any], ...] = ()) -> CompiledJvp:
     """The cached tangent (JVP) code of `fn` with respect to positions `wrt`.
 
     `structure` gives, for tuple-valued parameters, which items' tangents may be
     nonzero ((position, (True, False, ...)), ...): the code reads only those
     (a caller passing residuals whose items are constants, say). `demand` says,
     for a function returning a tuple, which items' tangents the caller reads;
-    the others are returned as None and not computed.
+    the others are returned as None and not computed. `statics`: (parameter,
+    function) pairs the caller passes (the code is compiled for those functions,
+    as compile_function's are).
     """
     bound = None if type(fn) is types.FunctionType else bound_call(fn)
     if bound is not None:   # a bound method, callable object or partial: its function's
@@ -126,7 +128,8 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
     if rest is not None:   # `def f(x, *rest)`: see compile_function
         inner = compile_jvp(fn, rest.inner(wrt), optimize_code, (), None, packed=True)
         return rest.wrap_jvp(inner, fn, wrt, runtime.tangent.zero_tangent)
-    key = cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure), demand))
+    key = cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure), demand,
+                                     tuple(statics)))
     with LOCK:
         hit = TANGENTS.valid(key)
         if hit is not None:
@@ -135,7 +138,7 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
         TANGENTS.enter()
         try:
             return _compile(fn, tuple(wrt), bool(optimize_code), key, tuple(structure),
-                            demand)
+                            demand, tuple(statics))
         finally:
             _IN_PROGRESS.discard(key)
             TANGENTS.leave()
@@ -143,9 +146,10 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
 
 def in_progress(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                 structure: Tuple[Tuple[int, Any], ...] = (),
-                demand: Optional[Tuple[bool, ...]] = None) -> bool:
+                demand: Optional[Tuple[bool, ...]] = None,
+                statics: Tuple[Tuple[str, Any], ...] = ()) -> bool:
     return cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure),
-                                      demand)) in _IN_PROGRESS
+                                      demand, tuple(statics))) in _IN_PROGRESS
 
 
 def clear_cache() -> None:
@@ -159,8 +163,10 @@ def _inlined_classes(t) -> List[type]:
     return [s.cls for s in t.sites.values() if isinstance(s, FunctionSite) and s.inlined]
 
 
-def _compile(fn, wrt, optimize_code, key, structure=(), demand=None) -> CompiledJvp:
+def _compile(fn, wrt, optimize_code, key, structure=(), demand=None,
+             statics=()) -> CompiledJvp:
     parsed = parse_for(fn, wrt)
+    parsed.statics = dict(statics)
     with reporting_bugs(parsed.name, parsed), deep_enough(parsed):
         return _generate(fn, wrt, optimize_code, key, structure, demand, parsed)
 
@@ -178,10 +184,11 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> Compile
         fdef.body = tidy(fdef.body)
     what = ", ".join(parsed.all_params[i] for i in wrt) if wrt else "nothing"
     header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
-              f"{parsed.node.lineno}), forward mode (tangents of {what})\n")
+              f"{parsed.node.lineno}), forward mode (tangents of {what})"
+              f"{specialised_for(parsed.statics)}\n")
     source = to_source([fdef], header)
     filename = (f"<s2sgrad jvp {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
-                f"wrt={wrt}{'' if optimize_code else ' unoptimized'}>")
+                f"wrt={wrt}{'' if optimize_code else ' unoptimized'}{statics_tag(parsed.statics)}>")
     free = dict(t.bindings)
     for name in t.late:
         free[name] = None

@@ -631,7 +631,7 @@ def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
                       out_names=list(op.outputs), arg_atoms=atoms,
                       leaves=tuple(i for i, a in enumerate(atoms) if _is_leaf(a, activity)),
                       mutable=set(getattr(nf, "written_in_place", ())),
-                      statics=_function_arguments(params, atoms, nf),
+                      statics=function_arguments(params, atoms, nf),
                       complexes=tuple(p.name for p, a in zip(params, atoms)
                                       if _is_complex(a, activity)))
     return site
@@ -644,7 +644,7 @@ def _is_complex(atom: Optional[ast.expr], activity) -> bool:
     return isinstance(atom, ast.Name) and atom.id in activity.complex_names
 
 
-def _function_arguments(params, atoms, nf) -> Tuple[Tuple[str, Any], ...]:
+def function_arguments(params, atoms, nf) -> Tuple[Tuple[str, Any], ...]:
     """The parameters a call binds to a function known now: an argument that names
     one (`np.tanh`, a def of the module), or a default that is one where the call
     passes nothing. The callee reads each as that function (a pair of its own)."""

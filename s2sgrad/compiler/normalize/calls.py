@@ -117,6 +117,34 @@ class CallRules:
         fn, free = self.differentiated_function(lam, expr)
         return self._call_of(fn, [], {}, expr, free, out)
 
+    def functions_passed(self, expr: ast.Call) -> ast.Call:
+        """`apply_twice(sq, x)` or `apply_twice(lambda z: ..., x)` to a function of
+        the user's, where `sq` is a def (or a name bound once to a lambda) of this
+        function that reads none of its variables: the argument is that function,
+        lifted and bound to a name of its own, so that the callee is compiled for it
+        like for a module-level function (CalleeSite.statics). One that reads
+        variables of this function is refused: the callee could not see them."""
+        def passed(arg: ast.expr) -> ast.expr:
+            node = arg
+            if isinstance(arg, ast.Name) and arg.id in self.lambdas:
+                node = self.lambdas[arg.id]
+            elif not (isinstance(arg, ast.Lambda) or
+                      (isinstance(arg, ast.Name) and arg.id in self.local_defs)):
+                return arg
+            fn, free = self.differentiated_function(node, arg)
+            if free:
+                raise self.err(arg, f"this function, passed to {ast.unparse(expr.func)}, "
+                                    f"reads {', '.join(free)} of the function around it",
+                               "Pass those values as arguments too, or define the "
+                               "function at module level.")
+            name = self.names.fresh(fn.__name__ if fn.__name__ != "<lambda>" else "lambda")
+            self.resolver.bound[name] = fn
+            self.bindings[name] = fn
+            return copy_location(name_node(name), arg)
+        return copy_location(ast.Call(func=expr.func, args=[passed(a) for a in expr.args],
+                                      keywords=[ast.keyword(arg=k.arg, value=passed(k.value))
+                                                for k in expr.keywords]), expr)
+
     def def_call(self, expr: ast.Call, node: ast.FunctionDef, out) -> ast.expr:
         """`cell(h, c)` for a `def cell` nested in this function: a call of it lifted
         to a function of its own, the outer variables it reads passed at the call

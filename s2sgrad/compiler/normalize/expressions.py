@@ -4,6 +4,7 @@ reductions, conditional expressions, indexing and calls.
 from __future__ import annotations
 
 import ast
+import types
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -379,6 +380,8 @@ class ExpressionRules:
             if isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields"):
                 return self.record(expr, obj, out)
             rule = registry.lookup_function(obj)
+            if rule is None and isinstance(obj, types.FunctionType):
+                expr = self.functions_passed(expr)   # (a def or lambda of this function)
             opaque = rule is None and not registry.is_nondiff(obj) and \
                 not registry.is_constructor(obj)
             args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out,

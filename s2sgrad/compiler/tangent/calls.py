@@ -56,8 +56,9 @@ class CallTangents:
                     for p in params if p.kind is p.KEYWORD_ONLY and p.name in bound.arguments]
         self.read([atoms[i] for i in wrt], fresh=False)
         base = fn.__name__ if fn.__name__ != "<lambda>" else "lambda"
+        statics = sites.function_arguments(params, atoms, self.nf)
         recursive = fn is self.parsed.fn and wrt == tuple(self.act.wrt) and \
-            not self.structure and self.demand is None
+            not self.structure and self.demand is None and dict(statics) == self.parsed.statics
         # Specialise the callee: which items of tuple arguments carry tangents, and
         # which outputs' tangents this code reads at all.
         structure = tuple((i, self.state.struct[atoms[i].id]) for i in wrt
@@ -65,7 +66,7 @@ class CallTangents:
         demand = None
         if len(op.outputs) > 1 and not all(o in self.act.active for o in op.outputs):
             demand = tuple(o in self.act.active for o in op.outputs)
-        spec = (structure, demand)
+        spec = (structure, demand, statics)
         if recursive:
             name = self.own_name          # a recursive call calls this very function
         else:
@@ -77,13 +78,15 @@ class CallTangents:
         live_out: Any = True
         if recursive:
             pass
-        elif not reentry.tangent_in_progress(fn, wrt, self.optimize_code, structure, demand):
-            callee = reentry.compile_tangent(fn, wrt, self.optimize_code, structure, demand)
+        elif not reentry.tangent_in_progress(fn, wrt, self.optimize_code, structure, demand,
+                                             statics):
+            callee = reentry.compile_tangent(fn, wrt, self.optimize_code, structure, demand,
+                                             False, statics)
             self.bindings[name] = callee.jvp
             self.compiled[name] = callee
             live_out = callee.output_live
         else:
-            self.late[name] = (fn, wrt, "jvp", structure, demand)
+            self.late[name] = (fn, wrt, "jvp", structure, demand, False, statics)
         outs = op.outputs
         target = s.targets[0]
         primal_target = copy.deepcopy(target)
