@@ -15,6 +15,13 @@ _TRIANGLE = ("autograd symmetrises the gradient of cov; scipy reads its lower tr
 AUTOGRAD_DIFFERENT = {
     'np.fft.rfft-1': NO_CASE,  # np.fft.rfft(x, n=7, axis=0): odd lengths
     'np.fft.irfft-1': NO_CASE,  # np.fft.irfft(x, n=5, axis=0, norm='ortho'): odd lengths
+    'np.fft.rfft2-1': NO_CASE,  # np.fft.rfft2(x, s=(4, 3)): an odd last length
+    'np.fft.rfftn-1': NO_CASE,  # np.fft.rfftn(x, axes=(0,), norm='ortho'): odd length 5
+    'np.fft.irfft2-1': NO_CASE,  # np.fft.irfft2(x, s=(2, 5), norm='forward'): odd length
+    'np.fft.hfft-0': NO_VJP,  # np.fft.hfft(x) * y
+    'np.fft.hfft-1': NO_VJP,  # np.fft.hfft(x, n=5, axis=0, norm='ortho')
+    'np.fft.ihfft-0': NO_VJP,  # np.abs(np.fft.ihfft(x))
+    'np.fft.ihfft-1': NO_VJP,  # np.real(np.fft.ihfft(x, n=7, axis=0) * (1 + 2j))
     'np.angle-1': NO_ARGS,  # np.angle(x, deg=True)
     'builtins.float-0': NO_VJP,  # float(x) * x
     'builtins.float-1': NO_VJP,  # float(np.sum(x)) * x
@@ -293,6 +300,12 @@ AUTOGRAD_DIFFERENT = {
     'ndarray.real-1': NO_VJP,  # x.real * y
     'ndarray.imag-0': NO_VJP,  # x.imag + x
     'ndarray.imag-1': NO_VJP,  # x.imag * y + y
+    'scipy.special.loggamma-0': NO_VJP,   # (not in autograd.scipy.special)
+    'scipy.special.loggamma-1': NO_VJP,
+    'scipy.linalg.inv-0': NO_VJP,
+    'scipy.linalg.inv-1': NO_VJP,
+    'scipy.linalg.det-0': NO_VJP,
+    'scipy.linalg.det-1': NO_VJP,
     'scipy.special.xlogy-0': NO_VJP,
     'scipy.special.xlogy-1': NO_VJP,
     'scipy.special.logsumexp-3': NO_ARGS,  # b= as an array

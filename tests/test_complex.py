@@ -88,6 +88,17 @@ CASES = [
     ("fftshift", "np.fft.fftshift(z) + np.fft.ifftshift(w)", {"z": (4,), "w": (4,)}),
     ("irfft", "np.fft.irfft(z) * x", {"z": (5,), "x": (8,)}),
     ("irfft axis", "np.fft.irfft(w, n=5, axis=0, norm='ortho')", {"w": (3, 2)}),
+    ("rfft2", "np.fft.rfft2(x) * z", {"x": (3, 4), "z": (3, 3)}),
+    ("rfftn s", "np.fft.rfftn(x, s=(4, 5), axes=(0, 1), norm='ortho')", {"x": (3, 4)}),
+    ("rfftn axes", "np.fft.rfftn(x, axes=(0, 2))", {"x": (2, 3, 5)}),
+    ("irfft2", "np.fft.irfft2(z) * x", {"z": (3, 3), "x": (3, 4)}),
+    ("irfftn s", "np.fft.irfftn(z, s=(4, 6), axes=(0, 1), norm='forward')", {"z": (3, 3)}),
+    ("irfftn axes", "np.fft.irfftn(w, axes=(0, 2))", {"w": (2, 3, 4)}),
+    ("irfftn of real", "np.fft.irfftn(x, s=(3, 4), axes=(0, 1))", {"x": (2, 3)}),
+    ("hfft", "np.fft.hfft(z) * x", {"z": (4,), "x": (6,)}),
+    ("hfft n axis", "np.fft.hfft(w, n=7, axis=0, norm='ortho')", {"w": (4, 2)}),
+    ("ihfft", "np.fft.ihfft(x) * z", {"x": (6,), "z": (4,)}),
+    ("ihfft n axis", "np.fft.ihfft(x, n=5, axis=0, norm='forward')", {"x": (4, 3)}),
 ]
 
 

@@ -288,7 +288,7 @@ def test_repeated_indices_accumulate(make_module):
 
 # -- functions left out on purpose (README) raise, never return a wrong gradient -----------
 @pytest.mark.parametrize("body", [
-    "np.sum(np.unique(x))", "np.sum(np.histogram(x)[1])", "np.sum(np.fft.hfft(x))",
+    "np.sum(np.unique(x))", "np.sum(np.histogram(x)[1])", "np.sum(np.unwrap(x))",
     "np.sum(np.linalg.lstsq(np.outer(x, x) + np.eye(3), x)[0])",
     "np.sum(np.polyfit(x, x * x, 1))", "np.sum(np.choose([0, 1, 0], [x, 2 * x]))",
     "np.sum(np.block([x, x]))", "np.linalg.cond(np.outer(x, x) + np.eye(3))",

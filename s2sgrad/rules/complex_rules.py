@@ -75,10 +75,20 @@ holomorphic(np.fft.fft, np.fft.ifft, np.fft.fft2, np.fft.ifft2, np.fft.fftn, np.
 # others here are)
 defvjp(np.fft.rfft, "a, n=None, axis=-1, norm=None", a="rfft_grad(g, a, n, axis, norm)")
 defvjp(np.fft.irfft, "a, n=None, axis=-1, norm=None", a="irfft_grad(g, a, n, axis, norm)")
-holomorphic(np.fft.rfft, np.fft.irfft)
+defvjp(np.fft.rfft2, "a, s=None, axes=(-2, -1), norm=None", a="rfftn_grad(g, a, s, axes, norm)")
+defvjp(np.fft.rfftn, "a, s=None, axes=None, norm=None", a="rfftn_grad(g, a, s, axes, norm)")
+defvjp(np.fft.irfft2, "a, s=None, axes=(-2, -1), norm=None",
+       a="irfftn_grad(g, a, s, axes, norm)")
+defvjp(np.fft.irfftn, "a, s=None, axes=None, norm=None", a="irfftn_grad(g, a, s, axes, norm)")
+# hfft: irfft of the conjugate (a real signal of a Hermitian spectrum); ihfft: its inverse
+defvjp(np.fft.hfft, "a, n=None, axis=-1, norm=None", a="hfft_grad(g, a, n, axis, norm)")
+defvjp(np.fft.ihfft, "a, n=None, axis=-1, norm=None", a="ihfft_grad(g, a, n, axis, norm)")
+holomorphic(np.fft.rfft, np.fft.irfft, np.fft.rfft2, np.fft.rfftn, np.fft.irfft2,
+            np.fft.irfftn, np.fft.hfft, np.fft.ihfft)
 
 # Forward mode takes real values only: the transforms' results are complex.
 for _name in ("np.fft.fft", "np.fft.ifft", "np.fft.fft2", "np.fft.ifft2", "np.fft.fftn",
-              "np.fft.ifftn", "np.fft.rfft", "np.fft.irfft"):
+              "np.fft.ifftn", "np.fft.rfft", "np.fft.irfft", "np.fft.rfft2", "np.fft.rfftn",
+              "np.fft.irfft2", "np.fft.irfftn", "np.fft.hfft", "np.fft.ihfft"):
     unsupported(_name, "its result is complex, and forward mode takes real values only")
 pointwise("np.angle")   # (0 on real values)

@@ -496,4 +496,6 @@ defjvp("scipy.linalg.solve_sylvester", joint="solve_sylvester_jvp(a, b, a_dot, b
        joint_params=("a", "b", "q"))
 defjvp("scipy.linalg.sqrtm", A="scipy_solve_sylvester(ans, ans, A_dot)")
 defjvp("scipy.linalg.expm", A="expm_frechet(A, A_dot)")
+defjvp("scipy.linalg.inv", a="-ans @ a_dot @ ans")
+reduction("scipy.linalg.det", axis="(-2, -1)", keepdims="")
 multilinear("scipy.signal.convolve", "scipy.signal.correlate")

@@ -44,3 +44,7 @@ defvjp(linalg.sqrtm, "A, disp=True, blocksize=64",
        prelude="X = np.swapaxes(require_real(ans, 'scipy.linalg.sqrtm'), -1, -2)",
        A="scipy_solve_sylvester(X, X, g)", name="scipy.linalg.sqrtm")
 defvjp(linalg.expm, "A", A="expm_frechet(np.swapaxes(A, -1, -2), g)", name="scipy.linalg.expm")
+# What NumPy's do too (their rules'), with SciPy's options
+defvjp(linalg.inv, f"a, {_OPTS}", a="-np.swapaxes(ans, -1, -2) @ g @ np.swapaxes(ans, -1, -2)",
+       name="scipy.linalg.inv")
+defvjp(linalg.det, f"a, {_OPTS}", a="det_grad(g, a)", name="scipy.linalg.det")

@@ -43,6 +43,7 @@ _rule(special.ndtri, "x", x="g * np.sqrt(2.0 * np.pi) * np.exp(0.5 * ans * ans)"
 _rule(special.gamma, "x", x="g * ans * scipy_digamma(x)")
 _rule(special.rgamma, "x", x="-g * ans * scipy_digamma(x)")
 _rule(special.gammaln, "x", x="g * scipy_digamma(x)")
+_rule(special.loggamma, "x", x="g * scipy_digamma(x)")   # (gammaln for x > 0)
 defvjp(special.digamma, "x", x="g * scipy_trigamma(x)",             # also special.psi
        name="scipy.special.digamma")
 _rule(special.polygamma, "n, x", x="g * scipy_polygamma(n + 1, x)", n=_no("n", "polygamma"),

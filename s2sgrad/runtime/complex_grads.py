@@ -96,6 +96,25 @@ _DUAL_NORM = {None: "forward", "backward": "forward", "ortho": "ortho", "forward
 
 
 @helper
+def rfftn_grad(g, a, s, axes, norm):
+    """The cotangent of np.fft.rfftn(a, s, axes, norm) (and rfft2): the fftn of a real
+    signal cut to its first n // 2 + 1 terms along the last axis, so g padded back
+    with zeros there, transformed, and fitted to a's lengths."""
+    a = np.asarray(a)
+    if np.iscomplexobj(a):
+        raise NotImplementedError("the gradient of np.fft.rfftn of a complex array (it "
+                                  "discards the imaginary part): use np.fft.fftn")
+    if s is not None and all(n is None for n in s):
+        s = None
+    axes = _fft_axes(a.ndim, s, axes)
+    lengths = [a.shape[ax] for ax in axes] if s is None else list(s)
+    full = list(np.shape(g))
+    full[axes[-1]] = lengths[-1]
+    out = np.fft.fftn(_fit(np.asarray(g), full, (axes[-1],)), axes=axes, norm=norm)
+    return _fit(out, a.shape, axes)
+
+
+@helper
 def irfft_grad(g, a, n, axis, norm):
     """The cotangent of np.fft.irfft(a, n, axis, norm), a real signal made from the
     first n // 2 + 1 terms of a Hermitian spectrum: each term but the first (and the
@@ -103,8 +122,13 @@ def irfft_grad(g, a, n, axis, norm):
     twice the rfft of g, conjugated (scaled as irfft is); the imaginary parts of the
     first and middle terms, which irfft ignores, get none."""
     a = np.asarray(a)
-    axis = axis % a.ndim
-    length = 2 * (a.shape[axis] - 1) if n is None else n
+    out = _irfft_cotangent(g, a.shape, n, axis % a.ndim, norm)
+    return out if np.iscomplexobj(a) else np.real(out)   # (a real spectrum: its part)
+
+
+def _irfft_cotangent(g, shape, n, axis, norm):
+    """irfft_grad's cotangent of a spectrum of `shape`, complex."""
+    length = 2 * (shape[axis] - 1) if n is None else n
     terms = length // 2 + 1
     g = np.real(g)   # (the signal is real: the real part of its cotangent is what counts)
     out = np.conj(np.fft.rfft(g, n=length, axis=axis, norm=_DUAL_NORM[norm]))
@@ -112,12 +136,47 @@ def irfft_grad(g, a, n, axis, norm):
     weight[0] = 1.0
     if length % 2 == 0:
         weight[-1] = 1.0
-    shape = [1] * out.ndim
-    shape[axis] = terms
-    out = out * weight.reshape(shape)
+    along = [1] * out.ndim
+    along[axis] = terms
+    out = out * weight.reshape(along)
     index = [slice(None)] * out.ndim
     for k in {0, terms - 1} if length % 2 == 0 else {0}:   # (irfft reads their real parts)
         index[axis] = k
         out[tuple(index)] = np.real(out[tuple(index)])
-    out = _fit(out, a.shape, (axis,))
-    return out if np.iscomplexobj(a) else np.real(out)   # (a real spectrum: its part)
+    return _fit(out, shape, (axis,))
+
+
+@helper
+def irfftn_grad(g, a, s, axes, norm):
+    """The cotangent of np.fft.irfftn(a, s, axes, norm) (and irfft2): ifftn along the
+    other axes, then irfft along the last one, so irfft_grad's cotangent along the
+    last axis, then the ifftn of that along the others (its own transpose), fitted
+    to a's lengths."""
+    a = np.asarray(a)
+    if s is not None and all(n is None for n in s):
+        s = None
+    axes = _fft_axes(a.ndim, s, axes)
+    shape = list(a.shape)   # (of the spectrum irfft reads: the others' lengths from s)
+    if s is not None:
+        for ax, n in zip(axes[:-1], s[:-1]):
+            shape[ax] = n
+    out = _irfft_cotangent(np.asarray(g), shape, None if s is None else s[-1], axes[-1],
+                           norm)
+    if len(axes) > 1:
+        out = _fit(np.fft.ifftn(out, axes=axes[:-1], norm=norm), a.shape, axes[:-1])
+    return out if np.iscomplexobj(a) else np.real(out)
+
+
+@helper
+def hfft_grad(g, a, n, axis, norm):
+    """The cotangent of np.fft.hfft(a, n, axis, norm), which NumPy computes as
+    irfft(conj(a), n, axis) with the dual normalisation: irfft_grad's, conjugated
+    (the cotangent of conj(a) is the conjugate)."""
+    return np.conj(irfft_grad(g, a, n, axis, _DUAL_NORM[norm]))
+
+
+@helper
+def ihfft_grad(g, a, n, axis, norm):
+    """The cotangent of np.fft.ihfft(a, n, axis, norm), NumPy's conj(rfft(a, n, axis))
+    with the dual normalisation: rfft_grad of the conjugated cotangent."""
+    return rfft_grad(np.conj(g), a, n, axis, _DUAL_NORM[norm])
