@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import compiler  # (its drivers and passes load at the first compile)
+from . import api, compiler  # (the compiler's drivers and passes load at the first compile)
 from .api import pair_for
 from .arguments import check_differentiable, finalize
 from .optimizer_check import checked_jvp
+from .runtime import ode
 from .runtime.array_api import namespace_among, namespace_of
 from .runtime.arrays import any_foreign, is_foreign_array
 
@@ -581,3 +582,8 @@ def hessian(func: Callable, inputs: Any, create_graph: bool = False, strict: boo
                     raise RuntimeError(f"Output {i} of the user-provided function is independent "
                                        f"of input {j}. This is not allowed in strict mode.")
     return _assemble(blocks, is_inputs_tuple, is_inputs_tuple)
+
+
+# The helpers of rules whose argument is a user's function (scipy.integrate.odeint's)
+# differentiate it at run time with these.
+ode.install_callbacks(vjp=api.vjp, jvp=lambda func, inputs, tangents: jvp(func, inputs, tangents))

@@ -300,6 +300,8 @@ AUTOGRAD_DIFFERENT = {
     'ndarray.real-1': NO_VJP,  # x.real * y
     'ndarray.imag-0': NO_VJP,  # x.imag + x
     'ndarray.imag-1': NO_VJP,  # x.imag * y + y
+    'scipy.integrate.odeint-0': NO_ARGS,   # args=, rtol= as keywords (tests/test_ode.py)
+    'scipy.integrate.odeint-1': NO_ARGS,
     'scipy.special.loggamma-0': NO_VJP,   # (not in autograd.scipy.special)
     'scipy.special.loggamma-1': NO_VJP,
     'scipy.linalg.inv-0': NO_VJP,

@@ -810,6 +810,11 @@ else:
                                ("scipy.linalg.sqrtm(x + 3.0 * np.eye(2))", {"x": (2, 2)})],
         "scipy.linalg.expm": [("scipy.linalg.expm(x)", {"x": (3, 3)}),
                               ("scipy.linalg.expm(0.5 * x)", {"x": (2, 2, 2)})],
+        "scipy.integrate.odeint": [
+            ("scipy.integrate.odeint(_decay, x, np.linspace(0.0, 1.0, 4), args=(y,), "
+             "rtol=1e-11, atol=1e-11)", {"x": (3,), "y": ("positive", (3,))}),
+            ("scipy.integrate.odeint(_coupled, x, np.array([0.0, 0.4, 1.1]), args=(a, b), "
+             "tfirst=True, rtol=1e-11, atol=1e-11)", {"x": (2,), "a": (2, 2), "b": ()})],
         "scipy.linalg.inv": [("scipy.linalg.inv(x + 3.0 * np.eye(3))", {"x": (3, 3)}),
                              ("scipy.linalg.inv(x, check_finite=False) @ y",
                               {"x": ("spd", (2, 2)), "y": (2, 3)})],

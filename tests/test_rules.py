@@ -30,10 +30,12 @@ def _draw(spec, rng):
 
 
 def _source(params, expr, numpy="numpy"):
-    """The module text of one case (SciPy imported when the case uses it)."""
+    """The module text of one case (SciPy imported when the case uses it, and the
+    dynamics odeint's cases integrate defined)."""
     import re
     head = f"import {numpy} as np\n"
-    modules = sorted(set(re.findall(r"\bscipy\.(special|stats|linalg|signal)\b", expr)))
+    modules = sorted(set(re.findall(r"\bscipy\.(special|stats|linalg|signal|integrate)\b",
+                                    expr)))
     if numpy == "numpy":
         head += "".join(f"import scipy.{m}\n" for m in modules)
     elif modules:
@@ -41,7 +43,20 @@ def _source(params, expr, numpy="numpy"):
         head += "".join(f"import autograd.scipy.{m}\n" for m in modules)
         for dist in sorted(set(re.findall(r"\bscipy\.stats\.(\w+)\.", expr))):
             head += f"import autograd.scipy.stats.{dist}\n"
+    if "integrate" in modules:
+        head += ODE_DYNAMICS
     return f"{head}\ndef f({', '.join(params)}):\n    return {expr}\n"
+
+
+ODE_DYNAMICS = """
+
+def _decay(y, t, k):
+    return -k * y + np.sin(3.0 * t) * np.tanh(y)
+
+
+def _coupled(t, y, a, b):
+    return np.dot(a, y) * 0.3 + b * np.cos(t)
+"""
 
 
 def _cases():

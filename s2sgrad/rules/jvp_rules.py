@@ -498,4 +498,7 @@ defjvp("scipy.linalg.sqrtm", A="scipy_solve_sylvester(ans, ans, A_dot)")
 defjvp("scipy.linalg.expm", A="expm_frechet(A, A_dot)")
 defjvp("scipy.linalg.inv", a="-ans @ a_dot @ ans")
 reduction("scipy.linalg.det", axis="(-2, -1)", keepdims="")
+defjvp("scipy.integrate.odeint", joint="odeint_tangent(func, y0, t, args, y0_dot, args_dot, "
+                                       "rtol, atol, mxstep, full_output, tfirst)",
+       joint_params=("y0", "args"))
 multilinear("scipy.signal.convolve", "scipy.signal.correlate")
