@@ -102,3 +102,18 @@ def test_the_complex_fit_example_checks_its_gradient_and_recovers_the_modes():
     a, s, _ = module.main()
     np.testing.assert_allclose(s, [-0.3 + 2.0j, -0.8 + 5.0j], atol=0.01)
     np.testing.assert_allclose(a, [1.0 + 0.5j, 0.6 - 0.8j], atol=0.01)
+
+
+def test_the_ode_fit_example_checks_its_gradient_and_recovers_the_parameters():
+    """odeint inside a loss from a factory, differentiated by the adjoint method and
+    trained with L-BFGS-B: to the noise level, k, c, a within 0.05 of the truth."""
+    import re
+    out = run("ode_fit.py")
+    check = float(re.search(r"largest relative difference (\S+)", out).group(1))
+    assert check < 1e-6, out
+    before = float(re.search(r"loss before: (\S+)", out).group(1))
+    after, noise = map(float, re.search(r"loss after: +(\S+) \(noise level (\S+)\)",
+                                        out).groups())
+    assert after < 1.1 * noise < 0.01 * before, out
+    fitted = [float(v) for v in re.search(r"k, c, a = (\S+), (\S+), (\S+) ", out).groups()]
+    np.testing.assert_allclose(fitted, [2.0, 0.3, 0.5], atol=0.05)
