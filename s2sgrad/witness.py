@@ -178,7 +178,8 @@ def witnessed_pair(compiled: Any, fn: Callable, chosen: Optional[object] = None,
         grads = adjoint(pending.residuals, cotangent)
         if pending.u:
             try:
-                _compare(compiled.wrt, pending, cotangent, grads, name)
+                _compare(compiled.wrt, pending, cotangent, grads, name,
+                         getattr(compiled, "derivative_tolerance", lambda: None)())
             except WitnessError as error:
                 fail(error)
             pending.u = ()   # (a pullback run again is not compared again)
@@ -236,8 +237,10 @@ def _value_and_tangent(compiled: Any, fn: Callable, name: str, copies, out: Any,
     return _Pending(None, u, tangent, tuple(args[i] for i in wrt), size=size)
 
 
-def _compare(wrt, pending: _Pending, cotangent: Any, grads: Any, name: str) -> None:
-    """The dot-product test: <adjoint(v), u> against <v, tangent(u)>."""
+def _compare(wrt, pending: _Pending, cotangent: Any, grads: Any, name: str,
+             approximate: Optional[float] = None) -> None:
+    """The dot-product test: <adjoint(v), u> against <v, tangent(u)>, to rounding, or
+    to `approximate` (relative) where a rule's derivatives are a numerical method's."""
     grads = (grads,) if len(wrt) == 1 else tuple(grads)
     grads = tuple(finalize(g, a) for g, a in zip(grads, pending.args))
     reverse, scale_r = _inner(grads, pending.u)
@@ -248,7 +251,8 @@ def _compare(wrt, pending: _Pending, cotangent: Any, grads: Any, name: str) -> N
     # y - mean(y)), to the size of the directions: rounding leaves ~1e-16 of it.
     floor = _DOT_FLOOR.get(pending.size, 1e-12) * max(1.0, _norm(pending.u) *
                                                       _norm(cotangent))
-    tolerance = _DOT_RTOL.get(pending.size, 1e-6) * (scale_r + scale_f) + floor
+    rtol = max(_DOT_RTOL.get(pending.size, 1e-6), approximate or 0.0)
+    tolerance = rtol * (scale_r + scale_f) + floor
     if abs(reverse - forward_dot) > tolerance:
         raise WitnessError(
             f"s2sgrad self-check failed for {name}: the derivative witness found reverse "

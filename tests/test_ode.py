@@ -123,3 +123,27 @@ def test_matches_autograd(m, make_module):
     # ValueError with this NumPy: those are checked against differences above)
     np.testing.assert_allclose(s2sgrad.grad(m.loss)(*args),
                                autograd.grad(theirs.loss, 0)(*args), rtol=1e-6, atol=1e-8)
+
+
+def test_the_self_check_allows_the_solvers_accuracy_and_no_more(m, make_module):
+    """The derivative witness compares reverse and forward mode; through odeint
+    both are as exact as the solver, so the pair says so (Rule.tolerance), for a
+    caller of a function that integrates too, and a pair without odeint is exact."""
+    from s2sgrad.compiler import compile_function
+    caller = make_module(MODEL + '''
+
+def outer(y0, W, b):
+    return loss(y0, W, b) * 2.0 + np.sum(y0)
+
+
+def plain(y0):
+    return np.sum(np.sin(y0))
+''')
+    assert compile_function(m.loss, (0,)).derivative_tolerance() == 1e-3
+    assert compile_function(caller.outer, (0,)).derivative_tolerance() == 1e-3
+    assert compile_function(caller.plain, (0,)).derivative_tolerance() is None
+    # with the solver's default tolerance the two modes differ by more than rounding
+    loose = make_module(MODEL.replace(", rtol=1e-11, atol=1e-11", ""))
+    args = _inputs(3, 1)
+    grads = s2sgrad.grad(loose.loss, wrt=(0, 1, 2), witness="always")(*args)
+    np.testing.assert_allclose(grads[0], _differences(loose.loss, args, 0), rtol=1e-3)

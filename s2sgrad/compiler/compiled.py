@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, List, Set, Tuple
+from typing import Callable, List, Optional, Set, Tuple
 
 from . import bindings as _bindings
 from .analyze import Activity
@@ -40,6 +40,18 @@ class CompiledFunction:
     # pair run beside it (the optimiser check's plain one), so that a pair that fails
     # a self-check is dropped from both caches (compiler.driver.discard).
     cached_as: Tuple[tuple, ...] = ()
+    # The relative accuracy of its derivatives where a rule's come from a numerical
+    # method (an ODE solver): see derivative_tolerance. None: exact.
+    tolerance: Optional[float] = None
+
+    def derivative_tolerance(self, seen: Optional[set] = None) -> Optional[float]:
+        """The largest tolerance of this pair and the pairs it calls."""
+        seen = set() if seen is None else seen
+        seen.add(id(self))
+        found = [self.tolerance] + [c.derivative_tolerance(seen) for c in self.callees
+                                    if id(c) not in seen]
+        found = [t for t in found if t is not None]
+        return max(found) if found else None
 
     def current(self) -> bool:
         """Whether everything the code was generated for (here and in the functions

@@ -145,6 +145,7 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
                                 adjoint=functions[t.adjoint.name], module_source=source,
                                 activity=t.activity, params=parsed.params, name=parsed.name,
                                 not_inlined=not_inlined, statics=tuple(parsed.statics.items()),
+                                tolerance=t.nf.facts.tolerance,
                                 bindings=pair_bindings(fn, t.nf.resolver.facts,
                                                        [s.cls for s in sites if s.inlined]))
     compiled.cached_as = ((key, store, disk_key),)

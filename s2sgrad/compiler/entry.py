@@ -138,6 +138,7 @@ def make_entry(disk_key, compiled, t, emitted: Emitted, code, closure_names,
             "function_names": list(emitted.function_names), "code": code,
             "closure_names": list(closure_names), "bindings": bindings, "callees": callees,
             "not_inlined": list(compiled.not_inlined), "activity": activity, "facts": facts,
+            "tolerance": compiled.tolerance,
             "checks": checks}
 
 
@@ -414,7 +415,8 @@ def _from_entry(payload: dict, fn, wrt, options, key, compile_function):
                                 module_source=payload["source"],
                                 activity=_activity(payload["activity"], wrt),
                                 params=list(payload["params"]), name=payload["name"],
-                                not_inlined=list(payload["not_inlined"]), bindings=checks)
+                                not_inlined=list(payload["not_inlined"]), bindings=checks,
+                                tolerance=payload.get("tolerance"))
     PAIRS[key] = compiled
     for forward_name, adjoint_name, index, callee_wrt, structure, leaves, complexes in \
             payload["callees"]:

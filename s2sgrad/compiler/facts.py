@@ -206,6 +206,9 @@ class FunctionFacts:
         # The user's statement each node the compiler made stands for: the line a
         # generated block's comment names.
         self.origins: Dict[ast.AST, ast.AST] = {}
+        # The relative accuracy of the rules the inliner expanded whose derivatives a
+        # numerical method computes (Rule.tolerance); None: all exact.
+        self.tolerance: Optional[float] = None
 
     def note_origin(self, node: ast.AST, origin: Optional[ast.AST]) -> ast.AST:
         """Record that `node` (made by the compiler) stands for the user's `origin`."""

@@ -247,6 +247,8 @@ def _expand_block(stmts, facts, names, np_name, bindings, shapes,
     for s in stmts:
         payload = facts.expansions.get(s)
         if isinstance(payload, RuleVjp):
+            if payload.rule.tolerance is not None:   # (a numerical method's derivatives)
+                facts.tolerance = max(facts.tolerance or 0.0, payload.rule.tolerance)
             new = expand_rule(payload, names, np_name, shapes, math_name)
         elif isinstance(payload, tuple):
             kind, site = payload[0], payload[1]

@@ -49,6 +49,9 @@ class Rule:
     # as written; else `on_complex`, the rule that does, if any (np.abs, np.real, ...).
     holomorphic: bool = False
     on_complex: Optional["Rule"] = None
+    # Derivatives only as exact as a numerical method (an ODE solver's tolerance):
+    # their relative accuracy, which the derivative witness allows.
+    tolerance: Optional[float] = None
 
     def for_complex(self) -> Optional["Rule"]:
         """The rule for an operation with a complex argument or result, or None
@@ -282,7 +285,8 @@ def make_rule(name: str, params, grads: Dict[str, str], *, prelude: str = "",
               broadcast: bool = False, sequence: Iterable[str] = (),
               outputs: Optional[int] = None, view: bool = False,
               func: Optional[Callable] = None,
-              extra_names: Optional[Dict[str, Callable]] = None) -> Rule:
+              extra_names: Optional[Dict[str, Callable]] = None,
+              tolerance: Optional[float] = None) -> Rule:
     sig = _signature(params)
     unknown = set(grads) - set(sig.parameters)
     if unknown:
@@ -298,7 +302,7 @@ def make_rule(name: str, params, grads: Dict[str, str], *, prelude: str = "",
     rule = Rule(name=name, signature=sig, grads=templates,
                 texts=dict(grads), prelude=pre, broadcast=broadcast,
                 sequence=frozenset(sequence), outputs=outputs, view=view, func=func,
-                extra_names=dict(extra_names or {}))
+                extra_names=dict(extra_names or {}), tolerance=tolerance)
     sig.rule = rule
     local_names = {n.id for s in pre for n in ast.walk(s)
                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
@@ -340,7 +344,7 @@ def _display_name(func: Callable) -> str:
 
 def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False,
            sequence: Iterable[str] = (), outputs: Optional[int] = None, view: bool = False,
-           name: Optional[str] = None, **grads) -> Rule:
+           name: Optional[str] = None, tolerance: Optional[float] = None, **grads) -> Rule:
     """Register the VJP of `func` (also public as `s2sgrad.defvjp`).
 
     Template form: `params` is the parameter list as text and each keyword
@@ -359,6 +363,8 @@ def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False
 
     Generated code calls a user callable as a helper named after `func`
     (`_s2s_vjp_mylib_f`). Register rules before the first gradient request.
+    `tolerance`: the relative accuracy of a gradient a numerical method computes
+    (an ODE solver's), which s2sgrad's self-check then allows.
     """
     if not callable(func):
         raise TypeError(f"defvjp: {func!r} is not callable")
@@ -383,7 +389,7 @@ def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False
                                 f"string or a callable")
     rule = make_rule(rule_name, params, grads, prelude=prelude, broadcast=broadcast,
                      sequence=sequence, outputs=outputs, view=view, func=func,
-                     extra_names=extra)
+                     extra_names=extra, tolerance=tolerance)
     target = _TARGET[-1]
     target.functions[_key(func)] = (func, rule)
     target.nondiff_functions.pop(_key(func), None)
