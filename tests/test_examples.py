@@ -83,16 +83,22 @@ def test_the_autograd_style_rnn_example_checks_its_gradient_and_trains():
     assert after < 0.1 * before, out
 
 
-def test_the_complex_fit_example_checks_its_gradient_and_recovers_the_modes():
-    """Complex amplitudes and rates of damped oscillations, fitted by descending the
-    conjugate gradient: to the noise level, the true modes within 0.01."""
+def _fit_report(out):
+    """(gradient check, loss before, loss after, noise level) a fitting example prints."""
     import re
-    out = run("complex_fit.py")
     check = float(re.search(r"largest relative difference (\S+)", out).group(1))
-    assert check < 1e-7, out
     before = float(re.search(r"loss before: (\S+)", out).group(1))
     after, noise = map(float, re.search(r"loss after: +(\S+) \(noise level (\S+)\)",
                                         out).groups())
+    return check, before, after, noise
+
+
+def test_the_complex_fit_example_checks_its_gradient_and_recovers_the_modes():
+    """Complex amplitudes and rates of damped oscillations, fitted by descending the
+    conjugate gradient: to the noise level, the true modes within 0.01."""
+    out = run("complex_fit.py")
+    check, before, after, noise = _fit_report(out)
+    assert check < 1e-7, out
     assert after < 1.1 * noise < 0.01 * before, out
     import importlib.util
     spec = importlib.util.spec_from_file_location("complex_fit",
@@ -109,11 +115,8 @@ def test_the_ode_fit_example_checks_its_gradient_and_recovers_the_parameters():
     trained with L-BFGS-B: to the noise level, k, c, a within 0.05 of the truth."""
     import re
     out = run("ode_fit.py")
-    check = float(re.search(r"largest relative difference (\S+)", out).group(1))
+    check, before, after, noise = _fit_report(out)
     assert check < 1e-6, out
-    before = float(re.search(r"loss before: (\S+)", out).group(1))
-    after, noise = map(float, re.search(r"loss after: +(\S+) \(noise level (\S+)\)",
-                                        out).groups())
     assert after < 1.1 * noise < 0.01 * before, out
     fitted = [float(v) for v in re.search(r"k, c, a = (\S+), (\S+), (\S+) ", out).groups()]
     np.testing.assert_allclose(fitted, [2.0, 0.3, 0.5], atol=0.05)

@@ -92,14 +92,19 @@ def test_gradient_matches_differences(mod, name, shape):
     check_vjp(getattr(mod, name), (x,))
 
 
+def check_tangent(f, shape, seed):
+    """Forward mode's tangent of f in a random direction against central differences."""
+    x = np.random.default_rng(seed).uniform(-1.0, 1.0, shape)
+    v = np.random.default_rng(seed + 1).standard_normal(shape)
+    _, tangent = functional.jvp(f, (x,), (v,))
+    eps = 1e-6
+    np.testing.assert_allclose(tangent, (f(x + eps * v) - f(x - eps * v)) / (2 * eps),
+                               rtol=1e-6, atol=1e-8)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_forward_mode_over_a_module_tuple(mod, shape):
-    x = np.random.default_rng(7).uniform(-1.0, 1.0, shape)
-    v = np.random.default_rng(8).standard_normal(shape)
-    _, tangent = functional.jvp(mod.over_tuple, (x,), (v,))
-    eps = 1e-6
-    expected = (mod.over_tuple(x + eps * v) - mod.over_tuple(x - eps * v)) / (2 * eps)
-    np.testing.assert_allclose(tangent, expected, rtol=1e-6, atol=1e-8)
+    check_tangent(mod.over_tuple, shape, 7)
 
 
 def test_the_items_get_names_of_their_own(mod):
@@ -233,12 +238,7 @@ def test_a_function_of_the_function_passed_to_a_helper(passed, name, shape):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_forward_mode_through_a_passed_def(passed, shape):
-    x = np.random.default_rng(3).uniform(-1.0, 1.0, shape)
-    v = np.random.default_rng(4).standard_normal(shape)
-    _, tangent = functional.jvp(passed.local_def, (x,), (v,))
-    eps = 1e-6
-    expected = (passed.local_def(x + eps * v) - passed.local_def(x - eps * v)) / (2 * eps)
-    np.testing.assert_allclose(tangent, expected, rtol=1e-6, atol=1e-8)
+    check_tangent(passed.local_def, shape, 3)
 
 
 def test_a_passed_def_reading_the_functions_variables_is_refused_at_its_line(passed):
