@@ -246,3 +246,26 @@ def test_a_passed_def_reading_the_functions_variables_is_refused_at_its_line(pas
         s2sgrad.grad(passed.reads_outer)(np.ones(3))
     assert info.value.lineno == PASSED.splitlines().index(
         "    return np.sum(apply_twice(scaled, x))") + 1
+
+
+def test_a_dict_zipped_with_functions_is_refused_not_read_by_index(make_module):
+    """zip walks a dict's keys; the unrolled loop reads its items by position, so a
+    dict there is a TypeError, never the values read as if they were the keys."""
+    m = make_module('''
+import numpy as np
+
+FNS = (np.tanh, np.sin)
+
+
+def f(x, ws):
+    s = 0.0
+    for fn, w in zip(FNS, ws):
+        s = s + w * np.sum(fn(x))
+    return s
+''')
+    x = np.linspace(0.1, 0.5, 3)
+    for ws in ([1.0, 2.0], (1.0, 2.0), np.array([1.0, 2.0])):
+        np.testing.assert_allclose(s2sgrad.grad(m.f)(x, ws),
+                                   np.cosh(x) ** -2 + 2.0 * np.cos(x), rtol=1e-12)
+    with pytest.raises(TypeError, match="not a dict"):
+        s2sgrad.grad(m.f)(x, {1: 1.0, 0: 2.0})

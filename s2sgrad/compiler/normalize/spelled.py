@@ -166,14 +166,15 @@ def unrolled_over_functions(n, s: ast.For) -> Optional[List[ast.stmt]]:
     if s.orelse or any(isinstance(node, (ast.Break, ast.Continue)) for b in s.body
                        for node in ast.walk(b)):
         return None
+    out: List[ast.stmt] = []
     if isinstance(s.target, ast.Name):
         functions = functions_of_literal(n, s.iter)
         steps = None if functions is None else [[(s.target, f)] for f in functions]
     else:
-        steps = zipped_with_functions(n, s.target, s.iter)
+        steps, indexed = zipped_with_functions(n, s.target, s.iter) or (None, [])
+        out += [_not_a_dict(column, s) for column in indexed]   # (read by index below)
     if steps is None:
         return None
-    out: List[ast.stmt] = []
     for step in steps:
         for target, value in step:
             bind = ast.Assign(targets=[clone(target)], value=clone(value))
@@ -182,22 +183,34 @@ def unrolled_over_functions(n, s: ast.For) -> Optional[List[ast.stmt]]:
     return out
 
 
+def _not_a_dict(column: ast.Name, loop: ast.For) -> ast.stmt:
+    """`if isinstance(ws, dict): raise TypeError(...)`: zip walks a dict's keys, the
+    unrolled loop reads ws[0], ws[1], ..., the same items for any sequence."""
+    text = (f"s2sgrad unrolled this loop over functions and reads {column.id} by index: "
+            f"pass a list, tuple or array, not a dict")
+    check = ast.parse(f"if isinstance({column.id}, dict):\n    raise TypeError({text!r})").body[0]
+    for node in ast.walk(check):
+        copy_location(node, loop)
+    return check
+
+
 def zipped_with_functions(n, target: ast.expr, it: ast.expr):
     """`for act, (W, b) in zip(acts, params)`, where one zipped sequence is one of
     functions (functions_of_literal) and the others are literals or names: per
-    step, (target, value) pairs (`act = tanh`, `(W, b) = params[0]`). The steps
-    are as many as the functions (zip's length when the other sequences are at
-    least as long; a shorter one is an IndexError at run time, never a step
-    less). None for any other loop."""
+    step, (target, value) pairs (`act = tanh`, `(W, b) = params[0]`), and the names
+    read by index. The steps are as many as the functions (zip's length when the
+    other sequences are at least as long; a shorter one is an IndexError at run
+    time, never a step less). None for any other loop."""
     if not (isinstance(target, ast.Tuple) and isinstance(it, ast.Call) and
             isinstance(it.func, ast.Name) and not it.keywords and
             len(it.args) == len(target.elts) >= 2 and
             not any(isinstance(a, ast.Starred) for a in it.args)):
         return None
     ok, zipper = n.resolver.static(it.func)
-    if not ok or zipper is not zip:
+    if not ok or zipper is not zip or \
+            {"isinstance", "dict", "TypeError"} & n.resolver.locals:   # (see _not_a_dict)
         return None
-    columns, count = [], None
+    columns, count, indexed = [], None, []
     for arg in it.args:
         functions = functions_of_literal(n, arg)
         if functions is not None:
@@ -208,6 +221,7 @@ def zipped_with_functions(n, target: ast.expr, it: ast.expr):
             columns.append(list(arg.elts))
         elif isinstance(arg, ast.Name):
             columns.append(arg)
+            indexed.append(arg)
         else:
             return None
     if count is None:
@@ -217,7 +231,7 @@ def zipped_with_functions(n, target: ast.expr, it: ast.expr):
             count = min(count, len(column))
     return [[(t, column[k] if isinstance(column, list) else
               ast.Subscript(value=clone(column), slice=ast.Constant(k), ctx=ast.Load()))
-             for t, column in zip(target.elts, columns)] for k in range(count)]
+             for t, column in zip(target.elts, columns)] for k in range(count)], indexed
 
 
 def function_of_literal(n, func: ast.expr) -> Optional[ast.expr]:
