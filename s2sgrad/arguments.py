@@ -368,7 +368,7 @@ def seed(out: Any) -> Any:
     if xp is not None and out.ndim == 0 and xp.isdtype(out.dtype, "real floating"):
         return 1.0
     if is_foreign_array(out) and out.ndim == 0 and np.issubdtype(out.dtype, np.floating):
-        return np.ones((), dtype=out.dtype)   # (broadcasts against the library's arrays)
+        return np.ones_like(out)   # (made by its library: CuPy refuses NumPy arrays)
     if isinstance(out, np.ndarray) and out.size == 1 and np.issubdtype(out.dtype, np.number):
         # one element, not 0-d (shape (1,), (1, 1)): differentiated as that element, like
         # torch's backward() and autograd; the cotangent has the output's shape

@@ -60,6 +60,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import ast  # noqa: E402
 import collections  # noqa: E402
+import dataclasses  # noqa: E402
 import importlib.util  # noqa: E402
 import itertools  # noqa: E402
 import multiprocessing  # noqa: E402
@@ -74,6 +75,7 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 import warnings  # noqa: E402
 from multiprocessing.connection import wait as mp_wait  # noqa: E402
+from typing import Any, Callable, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -2470,8 +2472,8 @@ def evaluate(fn, args, param_names, only=None):
                                                 variants["unoptimised"][1],
                                                 OPT_RTOL, OPT_ATOL):
                 rec["problems"].append("optimised and unoptimised gradients differ")
-            if DASK and "optimised" in variants and not rec.get("nonsmooth"):
-                _check_on_dask(fn, args, i, variants["optimised"], rec)
+            if LIBRARY is not None and "optimised" in variants and not rec.get("nonsmooth"):
+                _check_on_library(fn, args, i, variants["optimised"], rec, LIBRARY)
         if rec["problems"]:
             rec["status"] = "wrong"
         elif rec.get("nonsmooth") and rec["status"] == "pass":
@@ -2479,65 +2481,87 @@ def evaluate(fn, args, param_names, only=None):
     return records
 
 
-# --dask: every gradient is computed again with the arrays as Dask arrays (two chunks
-# per axis) and must equal the NumPy gradient; a clear refusal (a function Dask lacks,
-# or its chunking) is counted apart, never as wrong.
-DASK = False
+# --dask / --strict: every gradient is computed again with the arrays as another
+# library's, and must equal the NumPy gradient: Dask arrays (two chunks per axis), or
+# the strict stand-in for CuPy's (tests/strict_arrays.py: a helper that makes a NumPy
+# array among them fails). A clear refusal (a function Dask lacks, its chunking) is
+# counted apart, never as wrong.
+@dataclasses.dataclass(frozen=True)
+class Library:
+    name: str
+    convert: Callable[[np.ndarray], Any]   # a float array as the library's
+    holds: Callable[[Any], bool]           # a value of the library's
+    to_numpy: Callable[[Any], Any]
 
 
-def _as_dask(value):
+def _dask_library() -> Library:
     import dask.array as da
+    return Library("Dask", lambda a: da.from_array(a.copy(), chunks=tuple(
+        max(1, (n + 1) // 2) for n in a.shape)), lambda v: hasattr(v, "dask"),
+        lambda v: np.asarray(v.compute()))
+
+
+def _strict_library() -> Library:
+    import strict_arrays
+    return Library("strict", strict_arrays.to_strict,
+                   lambda v: isinstance(v, strict_arrays.StrictArray), strict_arrays.to_numpy)
+
+
+LIBRARY: Optional[Library] = None
+
+
+def _as_library(value, library: Library):
     if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.ndim:
-        return da.from_array(value.copy(), chunks=tuple(max(1, (n + 1) // 2)
-                                                        for n in value.shape))
+        return library.convert(value)
     if isinstance(value, list):
-        return [_as_dask(v) for v in value]
+        return [_as_library(v, library) for v in value]
     if isinstance(value, tuple):
-        items = [_as_dask(v) for v in value]
+        items = [_as_library(v, library) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, dict):
-        return {k: _as_dask(v) for k, v in value.items()}
+        return {k: _as_library(v, library) for k, v in value.items()}
     return value
 
 
-def _computed(value):
-    if hasattr(value, "compute") and hasattr(value, "dask"):
-        return np.asarray(value.compute())
+def _computed(value, library: Library):
+    if library.holds(value):
+        return library.to_numpy(value)
     if is_tree(value):
         leaves, tree = s2sgrad.tree_flatten(value)
-        return s2sgrad.tree_unflatten(tree, [_computed(v) for v in leaves])
+        return s2sgrad.tree_unflatten(tree, [_computed(v, library) for v in leaves])
     return value
 
 
-def _check_on_dask(fn, args, i, optimised, rec):
+def _check_on_library(fn, args, i, optimised, rec, library: Library):
     out, g, _ = optimised
-    dargs = _as_dask(copies(args))
-    if not any(hasattr(a, "dask") for a in s2sgrad.tree_leaves(list(dargs))):
+    dargs = _as_library(copies(args), library)
+    if not any(library.holds(a) for a in s2sgrad.tree_leaves(list(dargs))):
         return
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             dout, dg = s2sgrad.value_and_grad(fn, wrt=i)(*dargs)
-            dout, dg = _computed(dout), _computed(dg)
+            dout, dg = _computed(dout, library), _computed(dg, library)
     except s2sgrad.TransformError:     # (the NumPy call was not refused)
-        rec["problems"].append("refused on Dask arrays, not on NumPy's")
+        rec["problems"].append(f"refused on {library.name} arrays, not on NumPy's")
         return
     except (TypeError, NotImplementedError, ValueError, IndexError, AttributeError) as exc:
-        try:   # does the program itself run on Dask arrays (NumPy buffers and Dask values)?
+        try:   # does the program itself run on the library's arrays?
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                _computed(fn(*_as_dask(copies(args))))
+                _computed(fn(*_as_library(copies(args), library)), library)
         except Exception:  # noqa: BLE001 - the program's own limits, not s2sgrad's
-            rec["dask"] = "the program itself does not run on Dask arrays"
+            rec["library"] = "the program itself does not run on these arrays"
             return
-        rec["dask"] = f"s2sgrad: {type(exc).__name__}: {str(exc).splitlines()[0][:70]}"
+        rec["library"] = f"s2sgrad: {type(exc).__name__}: {str(exc).splitlines()[0][:70]}"
         return
     if not close(dout, out, 1e-9, 1e-12):
-        rec["problems"].append(f"Dask forward value {fmt(dout)} != NumPy's {fmt(out)}")
+        rec["problems"].append(f"{library.name} forward value {fmt(dout)} != NumPy's "
+                               f"{fmt(out)}")
     elif not close(dg, g, 1e-9, 1e-12):
-        rec["problems"].append(f"Dask gradient {fmt(dg)} != NumPy's {fmt(g)}")
+        rec["problems"].append(f"{library.name} gradient {fmt(dg)} != NumPy's {fmt(g)}")
     else:
-        rec["dask"] = "same"
+        rec["library"] = "same"
 
 
 def _check_forward_mode(fn, args, i, fd, rec):
@@ -2955,17 +2979,18 @@ def summarize(results, n, verbose, elapsed, jobs, keep_dir, quiet=False, keep_re
             tot = sum(c.values())
             lines.append(f"  {f:22s} {tot:5d}  ({c['wrong']} / {c['crashed']} / "
                          f"{c['refused']})")
-    if DASK:
-        dask = collections.Counter(r.get("dask", "not run") for res in results
+    if LIBRARY is not None:
+        seen = collections.Counter(r.get("library", "not run") for res in results
                                    for r in res["records"])
-        own = dask["the program itself does not run on Dask arrays"]
-        lacks = sum(c for k, c in dask.items() if k.startswith("s2sgrad: "))
+        own = seen["the program itself does not run on these arrays"]
+        lacks = sum(c for k, c in seen.items() if k.startswith("s2sgrad: "))
         if verbose:
-            lines.append("on Dask arrays (gradients per outcome):")
-            for k, c in dask.most_common():
+            lines.append(f"on {LIBRARY.name} arrays (gradients per outcome):")
+            for k, c in seen.most_common():
                 lines.append(f"  {c:5d}  {k}")
-        lines.append(f"FUZZ-DASK gradients same={dask['same']} s2sgrad-refused={lacks} "
-                     f"program-not-dask={own} not-run={dask['not run']}")
+        lines.append(f"FUZZ-{LIBRARY.name.upper()} gradients same={seen['same']} "
+                     f"s2sgrad-refused={lacks} program-not-{LIBRARY.name.lower()}={own} "
+                     f"not-run={seen['not run']}")
     regen = sum(r.get("regenerated", 0) for r in results)
     rate = n / elapsed if elapsed > 0 else float("inf")
     lines.append(f"FUZZ-EXTRA nonsmooth={counts['nonsmooth']} "
@@ -3644,6 +3669,9 @@ def parse_args(argv=None):
                         f"{', '.join(FAMILIES)}): the others' weights become 0")
     p.add_argument("--dask", action="store_true",
                    help="also compute every gradient on Dask arrays: it must equal NumPy's")
+    p.add_argument("--strict", action="store_true",
+                   help="also compute every gradient on the strict stand-in for CuPy's "
+                        "arrays (tests/strict_arrays.py): it must equal NumPy's")
     p.add_argument("--check", metavar="FILE", help="run one kept program on its inputs")
     p.add_argument("--reduce", metavar="PATH", nargs="+",
                    help="shrink kept failing programs (files, or directories of them; "
@@ -3657,9 +3685,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    global DASK
+    global LIBRARY
     opts = parse_args(argv)
-    DASK = opts.dask
+    LIBRARY = _dask_library() if opts.dask else _strict_library() if opts.strict else None
     if opts.list_features:
         for k, v in FEATURES.items():
             print(f"{k:22s} {v}")

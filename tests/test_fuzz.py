@@ -98,6 +98,19 @@ def test_random_programs_give_numpys_gradients_on_dask_arrays(tmp_path):
     assert same >= 60 and refused <= same // 10, out[-2000:]
 
 
+def test_random_programs_give_numpys_gradients_on_strict_arrays(tmp_path):
+    """--strict: every gradient computed again on the strict stand-in for CuPy's arrays
+    (tests/strict_arrays.py) equals the NumPy gradient, never a different one. Programs
+    that mix in NumPy constants cannot run on such arrays at all and are counted apart,
+    as are the helpers that still make NumPy arrays (a TypeError, loud)."""
+    counts, out = run_fuzz("--n", "60", "--seed", "7", "--jobs", "2", "--strict",
+                           "--keep", str(tmp_path), timeout=300)
+    assert counts["wrong"] == 0 and counts["crashed"] == 0, out[-6000:]
+    strict = re.search(r"^FUZZ-STRICT gradients same=(\d+) s2sgrad-refused=(\d+)", out, re.M)
+    assert strict, out[-2000:]
+    assert int(strict.group(1)) >= 20, out[-2000:]
+
+
 # The program families (tests/fuzz_families.py), each alone: clean on the real engine,
 # and caught when the mechanism it exercises is made 1% wrong (--mutate).
 FAMILY_MUTATION = {

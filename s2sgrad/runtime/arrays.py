@@ -27,6 +27,12 @@ def is_foreign_array(value: Any) -> bool:
         hasattr(value, "dtype")
 
 
+def is_array(value: Any) -> bool:
+    """A NumPy array or another library's (CuPy's, Dask's): a value that in-place
+    writes change, so the adjoint's private copies must copy it."""
+    return isinstance(value, np.ndarray) or is_foreign_array(value)
+
+
 def size_of(value: Any) -> int:
     """np.size(value), read off the array where it is one (Dask does not implement
     np.size, and its arrays know their size without computing)."""

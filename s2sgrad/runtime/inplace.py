@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arrays import holds_complex
+from .arrays import holds_complex, is_array
 from .registry import helper
 from .reverse import add_items, is_basic_index
 from .shapes import unbroadcast, zeros_like
@@ -31,7 +31,7 @@ def copy_item(container, index):
     if isinstance(container, dict) and index not in container:
         return MISSING
     item = container[index]
-    if isinstance(item, np.ndarray):
+    if is_array(item):
         return item.copy()
     if isinstance(item, list):
         return list(item)
@@ -92,7 +92,7 @@ def zero_item(adjoint, index, like=None) -> None:
 @helper
 def copy_value(value):
     """A private copy of an array or list the adjoint restores items into."""
-    if isinstance(value, np.ndarray):
+    if is_array(value):
         return value.copy()
     if isinstance(value, list):
         return list(value)
@@ -105,7 +105,7 @@ def copy_value(value):
 def snapshot(value):
     """A copy of a view whose base array is later written in place (arrays inside a
     tuple or list too: `a, b = pair` binds what the tuple holds)."""
-    if isinstance(value, np.ndarray):
+    if is_array(value):
         return value.copy()
     if isinstance(value, (tuple, list)):
         items = [snapshot(v) for v in value]
@@ -120,7 +120,7 @@ def snapshot(value):
 @helper
 def restore_value(current, saved):
     """Undo `x op= v`: arrays get their old values back in place, numbers rebind."""
-    if isinstance(current, np.ndarray) and np.shape(saved) == current.shape:
+    if is_array(current) and np.shape(saved) == current.shape:
         current[...] = saved
         return current
     return saved

@@ -11,6 +11,7 @@ import numbers
 
 import numpy as np
 
+from .arrays import is_array, is_foreign_array
 from .registry import helper
 from .shapes import ZERO_IDS, unbroadcast, zeros_like
 
@@ -145,7 +146,7 @@ def copy_adjoint(adjoint):
         return list(adjoint)
     if isinstance(adjoint, dict):
         return dict(adjoint)
-    return adjoint.copy() if isinstance(adjoint, np.ndarray) else adjoint
+    return adjoint.copy() if is_array(adjoint) else adjoint
 
 
 def is_basic_index(index) -> bool:
@@ -293,6 +294,12 @@ def seed(out):
     """The cotangent 1 of a scalar output (what grad differentiates against)."""
     if isinstance(out, (float, int)) and not isinstance(out, (bool, np.generic)):
         return 1.0
+    if is_foreign_array(out):   # (in its library: CuPy refuses NumPy arrays)
+        if out.ndim != 0 and out.size != 1:
+            raise ValueError(f"grad requires a function that returns a scalar, but it "
+                             f"returned shape {out.shape}; use s2sgrad.vjp for non-scalar "
+                             f"outputs")
+        return np.ones_like(out, dtype=np.result_type(out.dtype, np.float64))
     if np.ndim(out) != 0 and np.size(out) == 1 and isinstance(out, np.ndarray):
         return np.ones(out.shape, dtype=np.result_type(out, np.float64))   # shape (1,), (1, 1)
     if np.ndim(out) != 0:

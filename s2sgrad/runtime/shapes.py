@@ -220,9 +220,9 @@ def expand_reduced(g, x, axis=None, keepdims=False):
             g = g.reshape(g.shape[:a] + (1,) + g.shape[a:])
         else:
             g = np.expand_dims(g, normalize_axes(axis, len(shape)))
+    if is_foreign_array(x):   # in x's library (CuPy refuses NumPy arrays) and chunks
+        return _filled_like(g, x)   # (a NumPy view of x's shape would become one chunk)
     if not _small(shape):
-        if is_foreign_array(x):   # in x's library and chunks (a NumPy view of x's
-            return _filled_like(g, x)                   # shape would become one chunk)
         return np.broadcast_to(g, shape)
     # np.broadcast_to costs microseconds; for a small array a filled copy is
     # cheaper (np.empty + fill or one broadcast write, cheaper than np.full).
