@@ -157,6 +157,21 @@ def checked_numpy_gradient(cases, name, k):
     return args, wrt, out, expected
 
 
+def gradient_on_library_equals_numpys(cases, name, k, convert, back, kind):
+    """The gradient of case `name` on another library's arrays (`convert` makes them
+    from NumPy's, `back` reads them): of their kind, shape, dtype and device, and
+    equal to the NumPy gradient. (CuPy's and the strict stand-in's cases.)"""
+    fn = getattr(cases, name)
+    args, wrt, value, expected = checked_numpy_gradient(cases, name, k)
+    converted = [convert(a) for a in args]
+    got, grads = s2sgrad.value_and_grad(fn, wrt=wrt)(*converted)
+    np.testing.assert_allclose(float(got), value, rtol=1e-10)
+    for g, a, e in zip(grads, converted, expected):
+        assert isinstance(g, kind) and g.shape == a.shape and g.dtype == a.dtype, type(g)
+        assert getattr(g, "device", None) == getattr(a, "device", None)
+        np.testing.assert_allclose(back(g), e, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("name, k", [(n, k) for n in SHAPES for k in range(2)])
 def test_gradient_on_dask_is_lazy_chunked_and_equal_to_numpy(cases, name, k):
     fn = getattr(cases, name)

@@ -164,14 +164,10 @@ def test_zip_with_a_list_of_parameter_tuples(mod, n):
             np.testing.assert_allclose(g[layer][part], expected, rtol=1e-6, atol=1e-8)
 
 
-def test_a_zipped_sequence_shorter_than_the_functions_is_loud(make_module):
-    """zip stops at the shortest sequence; the unrolled loop takes as many steps
-    as there are functions, so a shorter sequence the compiler cannot see is an
-    IndexError at run time, never a step silently left out."""
-    m = make_module('''
+ZIPPED = '''
 import numpy as np
 
-FNS = (np.tanh, np.sin, np.cos)
+FNS = ({functions})
 
 
 def f(x, ws):
@@ -179,7 +175,14 @@ def f(x, ws):
     for fn, w in zip(FNS, ws):
         s = s + w * np.sum(fn(x))
     return s
-''')
+'''
+
+
+def test_a_zipped_sequence_shorter_than_the_functions_is_loud(make_module):
+    """zip stops at the shortest sequence; the unrolled loop takes as many steps
+    as there are functions, so a shorter sequence the compiler cannot see is an
+    IndexError at run time, never a step silently left out."""
+    m = make_module(ZIPPED.format(functions="np.tanh, np.sin, np.cos"))
     x = np.linspace(0.1, 0.5, 3)
     g = s2sgrad.grad(m.f)(x, [1.0, 2.0, 3.0])
     np.testing.assert_allclose(g, _fd(lambda z: m.f(z, [1.0, 2.0, 3.0]), x), rtol=1e-6)
@@ -251,18 +254,7 @@ def test_a_passed_def_reading_the_functions_variables_is_refused_at_its_line(pas
 def test_a_dict_zipped_with_functions_is_refused_not_read_by_index(make_module):
     """zip walks a dict's keys; the unrolled loop reads its items by position, so a
     dict there is a TypeError, never the values read as if they were the keys."""
-    m = make_module('''
-import numpy as np
-
-FNS = (np.tanh, np.sin)
-
-
-def f(x, ws):
-    s = 0.0
-    for fn, w in zip(FNS, ws):
-        s = s + w * np.sum(fn(x))
-    return s
-''')
+    m = make_module(ZIPPED.format(functions="np.tanh, np.sin"))
     x = np.linspace(0.1, 0.5, 3)
     for ws in ([1.0, 2.0], (1.0, 2.0), np.array([1.0, 2.0])):
         np.testing.assert_allclose(s2sgrad.grad(m.f)(x, ws),

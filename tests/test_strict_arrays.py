@@ -7,9 +7,7 @@ import numpy as np
 import pytest
 from conftest import import_source
 from strict_arrays import StrictArray, to_numpy, to_strict
-from test_dask import CASES, SHAPES, checked_numpy_gradient
-
-import s2sgrad
+from test_dask import CASES, SHAPES, gradient_on_library_equals_numpys
 
 
 @pytest.fixture(scope="module")
@@ -19,15 +17,7 @@ def cases(tmp_path_factory):
 
 @pytest.mark.parametrize("name, k", [(n, k) for n in SHAPES for k in range(2)])
 def test_gradient_on_strict_arrays_equals_numpys(cases, name, k):
-    fn = getattr(cases, name)
-    args, wrt, value, expected = checked_numpy_gradient(cases, name, k)
-    strict = [to_strict(a) for a in args]
-    got_value, grads = s2sgrad.value_and_grad(fn, wrt=wrt)(*strict)
-    np.testing.assert_allclose(float(got_value), value, rtol=1e-10)
-    for g, a, e in zip(grads, strict, expected):
-        assert isinstance(g, StrictArray) and g.shape == a.shape and g.dtype == a.dtype, \
-            type(g)
-        np.testing.assert_allclose(to_numpy(g), e, rtol=1e-10, atol=1e-12)
+    gradient_on_library_equals_numpys(cases, name, k, to_strict, to_numpy, StrictArray)
 
 
 def test_the_stand_in_is_as_strict_as_cupy():
