@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .runtime.arrays import is_foreign_array
+
 ENABLED = os.environ.get("S2SGRAD_CHECK_OPTIMIZER", "") not in ("", "0")
 RTOL, ATOL = 1e-7, 1e-9
 
@@ -93,6 +95,16 @@ def _agree(a: Any, b: Any, what: str) -> None:
     if a is None or b is None:
         if a is not b:
             raise OptimizerMismatch(f"{what}: {a!r} optimised, {b!r} plain")
+        return
+    if is_foreign_array(a) or is_foreign_array(b):
+        # Compared by their library (CuPy converts to NumPy only when asked to).
+        shape_a, shape_b = getattr(a, "shape", ()), getattr(b, "shape", ())
+        if tuple(shape_a) != tuple(shape_b):
+            raise OptimizerMismatch(f"{what}: shape {shape_a} optimised, {shape_b} plain")
+        scale = max(float(np.max(np.abs(b))), 1.0) if getattr(b, "size", 1) else 1.0
+        if not bool(np.allclose(a, b, rtol=RTOL, atol=ATOL * scale, equal_nan=True)):
+            raise OptimizerMismatch(f"{what} differs between the optimised and the plain "
+                                    f"code")
         return
     try:
         x, y = np.asarray(a), np.asarray(b)
