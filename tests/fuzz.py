@@ -2553,7 +2553,11 @@ def _check_on_library(fn, args, i, optimised, rec, library: Library):
         except Exception:  # noqa: BLE001 - the program's own limits, not s2sgrad's
             rec["library"] = "the program itself does not run on these arrays"
             return
-        rec["library"] = f"s2sgrad: {type(exc).__name__}: {str(exc).splitlines()[0][:70]}"
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if "s2sgrad" in f.filename and "strict_arrays" not in f.filename]
+        where = f" (in {frames[-1].name})" if frames else ""
+        rec["library"] = (f"s2sgrad: {type(exc).__name__}: {str(exc).splitlines()[0][:70]}"
+                          f"{where}")
         return
     if not close(dout, out, 1e-9, 1e-12):
         rec["problems"].append(f"{library.name} forward value {fmt(dout)} != NumPy's "
