@@ -51,7 +51,7 @@ class _Packing:
         return [np.reshape(flat[a:b], s) for a, b, s in zip(starts, self.ends, self.shapes)]
 
 
-def _check(full_output, tfirst) -> None:
+def _check(full_output) -> None:
     if full_output:
         raise NotImplementedError("s2sgrad differentiates scipy.integrate.odeint without "
                                   "full_output: call it with full_output=0")
@@ -74,7 +74,7 @@ def _as_tuple(args) -> tuple:
 def odeint_adjoint(g, ans, func, y0, t, args, rtol=None, atol=None, mxstep=0,
                    full_output=0, tfirst=False) -> Tuple[Any, Tuple[Any, ...]]:
     """(cotangent of y0, cotangents of args) of ans = odeint(func, y0, t, args)."""
-    _check(full_output, tfirst)
+    _check(full_output)
     args = _as_tuple(args)
     y0 = np.asarray(y0, dtype=float)
     ans = np.reshape(np.asarray(ans, dtype=float), (len(t),) + y0.shape)
@@ -106,7 +106,7 @@ def odeint_tangent(func, y0, t, args, y0_dot, args_dot, rtol=None, atol=None, mx
     """The tangent of odeint(func, y0, t, args) for tangents y0_dot and args_dot (None
     for none): y and its tangent integrated together, dy'/dt = df/dy . y' + df/dargs .
     args'."""
-    _check(full_output, tfirst)
+    _check(full_output)
     args = _as_tuple(args)
     y0 = np.asarray(y0, dtype=float)
     args_dot = _as_tuple(args_dot) if args_dot is not None else (None,) * len(args)

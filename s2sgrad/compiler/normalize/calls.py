@@ -11,6 +11,7 @@ from typing import Callable, List, Optional, Tuple
 from .. import reentry
 from ..loader import lift_def, lift_lambda
 from ..names import clone, copy_location, name_node, name_nodes
+from . import spelled
 from .scope import assigned_names, bind_functional, dotted, is_api, static_true
 
 
@@ -137,10 +138,7 @@ class CallRules:
                                     f"reads {', '.join(free)} of the function around it",
                                "Pass those values as arguments too, or define the "
                                "function at module level.")
-            name = self.names.fresh(fn.__name__ if fn.__name__ != "<lambda>" else "lambda")
-            self.resolver.bound[name] = fn
-            self.bindings[name] = fn
-            return copy_location(name_node(name), arg)
+            return copy_location(spelled.bound_function(self, fn), arg)
         return copy_location(ast.Call(func=expr.func, args=[passed(a) for a in expr.args],
                                       keywords=[ast.keyword(arg=k.arg, value=passed(k.value))
                                                 for k in expr.keywords]), expr)

@@ -289,13 +289,17 @@ def module_functions(n, value: ast.expr) -> Optional[List[ast.expr]]:
     if items is None or not all(isinstance(f, FUNCTION_TYPES) or
                                 registry.lookup_function(f) is not None for f in items):
         return None
-    out = []
-    for f in items:
-        name = n.names.fresh(getattr(f, "__name__", None) or "function")
-        n.resolver.bound[name] = f
-        n.bindings[name] = f
-        out.append(copy_location(name_node(name), value))
-    return out
+    return [copy_location(bound_function(n, f), value) for f in items]
+
+
+def bound_function(n, fn) -> ast.Name:
+    """A name of its own for a function the normaliser resolved (`tanh`, `lambda_2`),
+    bound to it in the generated code and read as it by the later passes."""
+    stem = getattr(fn, "__name__", None) or "function"
+    name = n.names.fresh("lambda" if stem == "<lambda>" else stem)
+    n.resolver.bound[name] = fn
+    n.bindings[name] = fn
+    return name_node(name)
 
 
 def names_a_function(n, value: ast.expr) -> bool:
