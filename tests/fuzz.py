@@ -131,6 +131,10 @@ FEATURES = {
     "subscript_write": 1.2,  # out = np.zeros(3); out[i] = e; out[1:] = e
     "fancy_write": 0.4,      # y[[0, 0, 1]] = e (repeated indices), y[[0, 2]] += e
     "add_at": 0.3,           # np.add.at(y, [0, 0, 2], e)
+    "call_write": 0.5,       # writes made by a function: np.put_along_axis(y, i, e),
+                             # np.exp(y, y), np.multiply(e, 2.0, out=y), np.copyto(y, e)
+                             # into a local or a fresh constant buffer (refused when a
+                             # differentiated value takes part, run as is otherwise)
     "if": 1.5,               # if / elif / else on data
     "walrus": 0.4,           # if (w := e) > t:
     "for_range": 1.5,
@@ -1023,6 +1027,7 @@ class ProgramGenerator(FamilyMixin):
             ("subscript_write", 1.0, lambda: self.s_subscript_write(local_arrays)),
             ("fancy_write", 1.0, lambda: self.s_fancy_write(local_arrays)),
             ("add_at", 1.0, lambda: self.s_add_at(local_arrays)),
+            ("call_write", 1.0, lambda: self.s_call_write(local_arrays)),
             ("if", 1.0 if nested_ok else 0.0, self.s_if),
             ("walrus", 1.0 if nested_ok else 0.0, self.s_walrus),
             ("for_range", 1.0 if nested_ok else 0.0, self.s_for_range),
@@ -1177,6 +1182,23 @@ class ProgramGenerator(FamilyMixin):
         e = self.expr(shape, 1)
         self.note_assignment(e)
         self.emit(f"np.add.at({v.name}, {idx}, {e})")
+
+    def s_call_write(self, arrays):
+        vs = [v for v in arrays if v.shape == (3,)]
+        if not vs or self.rng.random() < 0.5:   # a buffer of constants, written below
+            vs = [self.lookup(self.new_var((3,), "np.zeros(3)", "buf"))]
+        v = self.rng.choice(vs)
+        e = self.expr((3,), 1) if self.rng.random() < 0.6 else "np.arange(3.0)"
+        self.note_assignment(e)
+        form = self.rng.choice(["put", "ufunc", "out", "copyto"])
+        if form == "put":
+            self.emit(f"np.put_along_axis({v.name}, np.array([2, 0, 1]), {e}, axis=0)")
+        elif form == "ufunc":
+            self.emit(f"np.tanh({e}, {v.name})")
+        elif form == "out":
+            self.emit(f"np.multiply({e}, 0.5, out={v.name})")
+        else:
+            self.emit(f"np.copyto({v.name}, {e})")
 
     def sub_block(self, n=None):
         """An indented block in a new scope; it has at least one statement."""

@@ -287,6 +287,29 @@ ROWS = {
             parts.extend([np.sin(x)])
             return np.sum(parts[0] * parts[1])
         """),
+    "np.put_along_axis": ("""
+        def f(x):
+            order = np.argsort(x)
+            out = np.zeros_like(x)
+            np.put_along_axis(out, order, x * 2.0, axis=0)
+            return np.sum(out * np.arange(3.0))
+        """, "writes into one of its arguments in place", "Compute the value as a result", """
+        def f(x):
+            order = np.argsort(x)
+            out = np.zeros_like(x)
+            out[order] = x * 2.0
+            return np.sum(out * np.arange(3.0))
+        """),
+    "positional out": ("""
+        def f(x):
+            y = np.zeros(3)
+            np.exp(x, y)
+            return np.sum(y * np.arange(3.0))
+        """, "np.exp with these arguments writes into one of its arguments", "np.exp(x)", """
+        def f(x):
+            y = np.exp(x)
+            return np.sum(y * np.arange(3.0))
+        """),
     "array .sort()": ("""
         def f(x):
             y = x * 1.0
@@ -380,7 +403,8 @@ def test_every_hint_of_the_unsupported_constructs_is_in_the_table():
     shown = " ".join(hint for _, _, hint, _ in ROWS.values())
     for kind, text in analyze._UNSUPPORTED_HINTS.items():
         first = {"unknown": "Register a rule", "opaque": "g(s[0], s[1])",
-                 "method": "Model.method(self, ...)", "mutate": "Compute a new value"}[kind]
+                 "method": "Model.method(self, ...)", "mutate": "Compute a new value",
+                 "mutate_call": "Compute the value as a result"}[kind]
         assert first in text, (kind, text)
         assert kind == "unknown" or first in shown, kind
 

@@ -622,6 +622,10 @@ _UNSUPPORTED_HINTS = {
               "method, call the NumPy function instead (np.f(x)), register a rule with "
               "s2sgrad.defvjp, or wrap it in an s2sgrad.Function.",
     "mutate": "Compute a new value instead of modifying one in place.",
+    "mutate_call": "Compute the value as a result instead: y = np.exp(x) rather than "
+                   "np.exp(x, y) or out=y; an item assignment (y[idx] = v, which s2sgrad "
+                   "differentiates) or np.take_along_axis rather than np.put_along_axis, "
+                   "np.put or np.copyto.",
 }
 
 
@@ -637,11 +641,16 @@ def _check_supported(ops, active, varied, useful, nf: NormalForm) -> None:
             bad = touches and any(o in useful for o in op.outputs)
         if bad:
             node = getattr(op.call, "func", None) or getattr(s, "value", s)
-            if op.kind == "mutate":
+            hint = _UNSUPPORTED_HINTS[op.kind]
+            if op.kind == "mutate" and op.callee is not None:
+                message = (f"{op.label} writes into one of its arguments in place, and a "
+                           f"differentiated value takes part in the write")
+                hint = _UNSUPPORTED_HINTS["mutate_call"]
+            elif op.kind == "mutate":
                 message = f"{op.label or 'this call'} modifies a differentiated value in place"
             else:
                 message = f"s2sgrad has no gradient rule for {op.label}"
-            raise error_at(node, message, nf.parsed, _UNSUPPORTED_HINTS[op.kind])
+            raise error_at(node, message, nf.parsed, hint)
 
 
 _COMPLEX_DTYPES = frozenset({"complex", "complex64", "complex128", "complex256", "csingle",

@@ -25,10 +25,17 @@ from .names import OPERATOR_SYMBOLS, dotted, walk_values
 
 # Functions that write into one of their arguments: never silently skipped.
 _MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
+                                 np.put_along_axis, np.random.shuffle,
                                  runtime.add_at, runtime_inplace.zero_item,
                                  runtime_inplace.restore_item)}
 _MUTATING_METHODS = {"sort", "fill", "put", "resize", "itemset", "setfield", "partition",
-                     "append", "extend", "insert", "pop", "remove", "clear", "reverse"}
+                     "append", "extend", "insert", "pop", "remove", "clear", "reverse",
+                     "shuffle", "byteswap"}
+# NumPy's functions called for an effect that only reads their arguments: a NumPy
+# function whose result is dropped and that is not one of these may be writing into
+# an argument (np.put_along_axis was, silently), so it is treated as a write.
+_READING_EFFECTS = frozenset({"save", "savez", "savez_compressed", "savetxt", "set_printoptions",
+                              "seterr", "seed", "printoptions", "errstate", "info"})
 
 
 @dataclass
@@ -104,7 +111,10 @@ def _describe(stmt: ast.stmt, local_names, exprs: ExprFacts) -> Op:
             base = value.func.value.id
             return Op("pop", [outs[0], base], diff_inputs=[base], label="list.pop",
                       call=value)
-        return _value_op(value, outs, local_names, exprs)
+        op = _value_op(value, outs, local_names, exprs)
+        if writes_output(value, op.callee):
+            op.kind = "mutate"
+        return op
     if isinstance(stmt, ast.AugAssign):
         target = stmt.target
         if isinstance(target, ast.Subscript):
@@ -129,9 +139,11 @@ def _describe(stmt: ast.stmt, local_names, exprs: ExprFacts) -> Op:
         op = _value_op(stmt.value, [], local_names, exprs)
         if op.kind == "method" and exprs.of(call).method in _MUTATING_METHODS:
             op.kind = "mutate"
-        elif op.kind in ("unknown", "rule", "nondiff") and _has_out_kw(stmt.value):
+        elif op.kind in ("unknown", "rule", "nondiff") and writes_output(call, op.callee):
             op.kind = "mutate"
         elif op.callee is not None and id(op.callee) in _MUTATORS:
+            op.kind = "mutate"
+        elif op.kind in ("unknown", "nondiff") and _numpy_effect(op.callee):
             op.kind = "mutate"
         else:
             op.kind = "effect"
@@ -170,8 +182,55 @@ def _ufunc_at(call, local_names, exprs: ExprFacts) -> Optional[Op]:
               other_inputs=names(args[1]), label=f"np.{kind}.at", call=call)
 
 
-def _has_out_kw(call) -> bool:
-    return isinstance(call, ast.Call) and any(k.arg == "out" for k in call.keywords)
+def writes_output(call, callee) -> bool:
+    """Whether a call writes into an argument it is given: an output array (`out=`,
+    or positionally: np.exp(x, y), np.sum(a, 0, None, y), np.clip(a, 0, 1, y)), or
+    np.nan_to_num's copy=False (any value but a true constant: it may be false)."""
+    if not isinstance(call, ast.Call):
+        return False
+    if any(k.arg == "out" and not (isinstance(k.value, ast.Constant) and k.value.value is None)
+           for k in call.keywords):
+        return True
+    if callee is None or any(isinstance(a, ast.Starred) for a in call.args):
+        return False
+    if callee is np.nan_to_num:    # copy=False: replaces NaN and inf in its argument
+        copy = call.args[1] if len(call.args) > 1 else next(
+            (k.value for k in call.keywords if k.arg == "copy"), None)
+        return copy is not None and not (isinstance(copy, ast.Constant) and copy.value)
+    position = _out_position(callee)
+    return position is not None and len(call.args) > position
+
+
+def _out_position(callee) -> Optional[int]:
+    """The position of a callee's output parameter (a ufunc's after its inputs)."""
+    if isinstance(callee, np.ufunc):
+        return callee.nin
+    if not _in_numpy(callee):   # another function's parameter `out` may be anything
+        return None
+    try:
+        params = list(inspect.signature(callee).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    for i, p in enumerate(params):
+        if p.kind in (p.VAR_POSITIONAL, p.KEYWORD_ONLY, p.VAR_KEYWORD):
+            return None
+        if p.name == "out":
+            return i
+    return None
+
+
+def _numpy_effect(callee) -> bool:
+    """A NumPy function called for its effect, other than one known to only read."""
+    if isinstance(callee, np.ufunc):
+        return True
+    if not _in_numpy(callee) or callee.__module__.startswith("numpy.testing"):
+        return False
+    return getattr(callee, "__name__", "") not in _READING_EFFECTS
+
+
+def _in_numpy(callee) -> bool:
+    module = getattr(callee, "__module__", None) or ""
+    return module == "numpy" or module.startswith("numpy.")
 
 
 def _value_op(value: ast.expr, outs: List[str], local_names, exprs: ExprFacts) -> Op:
