@@ -140,7 +140,7 @@ FEATURES = {
     "for_range": 1.5,
     "for_list_literal": 0.6,  # for t in [x, x * 2, np.sin(x)]
     "for_list_var": 1.5,     # for t in L / reversed(L) / enumerate(L) / zip(L1, L2)
-    "for_array": 0.4,        # for row in M / for e in v
+    "for_array": 0.6,        # for row in M / for e in v / np.ndindex / a generator
     "list_build": 0.9,       # L = [a, b, c], P = (a, b)
     "nested_list": 0.4,      # for W, b in [(x, y), (x * 2, y)] / PL = [(a, b), (c, d)]
     "list_append": 0.6,      # L = []; L.append(e)
@@ -1390,7 +1390,17 @@ class ProgramGenerator(FamilyMixin):
         acc = self.accumulator()
         r = self.fresh("r")
         rv = Var(r, v.shape[1:], False)
-        self.emit(f"for {r} in {v.name}:")
+        walk = self.rng.random()
+        if walk < 0.2:     # an iterator without len(): np.ndindex over the first axis
+            i = self.fresh("idx")
+            self.emit(f"for {i} in np.ndindex(*{v.name}.shape[:1]):")
+            self.indent += 1
+            self.emit(f"{r} = {v.name}[{i}]")
+            self.indent -= 1
+        elif walk < 0.3:   # a generator expression walked by the loop
+            self.emit(f"for {r} in (row for row in {v.name}):")
+        else:
+            self.emit(f"for {r} in {v.name}:")
         self.loop_body(acc, rv, [rv])
 
     def s_list_build(self):

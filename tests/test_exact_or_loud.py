@@ -409,6 +409,20 @@ def tuple_slot_overwritten(x, y):
 
 def second_order_of_a_tuple_slot_overwritten(x, y):
     return np.sum(s2sgrad.grad(tuple_slot_overwritten)(x, y) * np.sin(x))
+
+
+def loop_over_ndindex(x):
+    out = np.zeros(x.shape)
+    for i in np.ndindex(*x.shape[:-1]):
+        out[i] = np.sin(x[i]) * x[i]
+    return np.sum(out * out)
+
+
+def loop_over_a_generator(x):
+    acc = 0.0
+    for row in (r * 2.0 for r in x):
+        acc = acc + np.sum(np.tanh(row))
+    return acc
 '''
 
 
@@ -451,6 +465,9 @@ CASES = [
     ("first_iteration_skip_with_a_nested_loop_over_the_same_name", [[(3, 3), (3,)],
                                                                     [(2, 2), (2,)]]),
     ("second_order_of_a_tuple_slot_overwritten", [[(3,), (3,)], [(2, 3), (2, 3)]]),
+    # iterators without len() walked by a loop (np.ndindex crashed: no len())
+    ("loop_over_ndindex", [[(3, 2)], [(2, 2, 3)]]),
+    ("loop_over_a_generator", [[(3,)], [(3, 2)]]),
 ]
 
 

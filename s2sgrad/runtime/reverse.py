@@ -325,8 +325,12 @@ def record(cls, items):
 def loop_items(value):
     """What `for x in value` walks by position: a dict's keys (as Python iterates a
     dict), anything else itself. For differentiation it is a copy of `value`: a
-    list's items keep their cotangents; keys carry none."""
-    return list(value) if isinstance(value, (dict, _DICT_VIEWS)) else value
+    list's items keep their cotangents; keys carry none. An iterator (np.ndindex,
+    a generator, map, a set) is walked once, into a list, as the loop would."""
+    if isinstance(value, (dict, _DICT_VIEWS)) or not (
+            hasattr(value, "__getitem__") and hasattr(value, "__len__")):
+        return list(value)
+    return value
 
 
 _DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
