@@ -1792,6 +1792,11 @@ class ProgramGenerator(FamilyMixin):
         L = self.rng.choice(Ls)
         k = self.rng.randrange(len(L.elems))
         v = View(f"{L.name}[{k}]", L.elems[k])
+        if len(L.elems[k]) == 1 and self.rng.random() < 0.25:
+            # the item replaced by a view of itself of another shape, then read back
+            # through it (its zeroed cotangent has the written item's structure)
+            self.emit(f"{L.name}[{k}] = {L.name}[{k}][:, None]")
+            v = View(f"{L.name}[{k}][:, 0]", L.elems[k])
         e = self.loop_update(v) if self.loop_depth else self.expr(v.shape, 0)
         self.note_assignment(e)
         self.emit(f"{L.name}[{k}] = {e}")

@@ -411,6 +411,21 @@ def second_order_of_a_tuple_slot_overwritten(x, y):
     return np.sum(s2sgrad.grad(tuple_slot_overwritten)(x, y) * np.sin(x))
 
 
+def list_item_replaced_by_a_view_of_itself(x):
+    mats = [x * 1.5, np.cos(x)]
+    mats[0] = mats[0][:, None]
+    return np.sum(np.sin(mats[0] * mats[1]))
+
+
+def indexing_a_parameter_object(x, maker):
+    return np.sum(np.sin(maker[x, 2.0 * x]))
+
+
+def indexing_a_parameter_list_by_a_computed_integer(x, items):
+    k = int(np.sum(x > 0.0))
+    return np.sum(items[k] * x)
+
+
 def loop_over_ndindex(x):
     out = np.zeros(x.shape)
     for i in np.ndindex(*x.shape[:-1]):
@@ -468,6 +483,7 @@ CASES = [
     # iterators without len() walked by a loop (np.ndindex crashed: no len())
     ("loop_over_ndindex", [[(3, 2)], [(2, 2, 3)]]),
     ("loop_over_a_generator", [[(3,)], [(3, 2)]]),
+    ("list_item_replaced_by_a_view_of_itself", [[(3,)], [(2,)]]),
 ]
 
 
@@ -502,7 +518,10 @@ def looped(x):
 @pytest.mark.parametrize("name", ["tuple_call_in_loop", "tuple_call_with_keywords",
                                   "tuple_apply_in_loop", "r_joined", "c_joined",
                                   "return_inside_loop", "and_in_condition",
-                                  "nested_array_literal", "power_of_a_varied_exponent"])
+                                  "nested_array_literal", "power_of_a_varied_exponent",
+                                  # grad of grad: the transpose of zeroing a list item
+                                  # whose write changed its shape doubled it
+                                  "list_item_replaced_by_a_view_of_itself"])
 def test_hessian_matches_differences_of_the_gradient(m, name, rng):
     """Second derivatives (reverse over reverse, and forward over reverse for hvp):
     against central differences of the gradient, which the test above checks."""
@@ -727,6 +746,25 @@ def test_an_item_of_a_dict_indexed_by_a_loop_index_is_differentiated(m, rng):
         {"enc": items}), enc, list)
     for g, e in zip(got["enc"], expected):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("maker", [np.r_, np.c_], ids=["r_", "c_"])
+def test_indexing_a_parameter_object_with_values_is_refused_in_both_modes(m, maker):
+    """maker[x, 2 * x] with np.r_ passed in: its `[...]` computes with the values
+    (a silent zero gradient before); an array, list, tuple or dict indexed by a
+    computed integer is still differentiated (next test)."""
+    x = np.array([0.3, 0.5])
+    with pytest.raises(s2sgrad.TransformError, match="indexing maker with values"):
+        s2sgrad.grad(m.indexing_a_parameter_object)(x, maker)
+    with pytest.raises(s2sgrad.TransformError, match="indexing maker with values"):
+        functional.jvp(lambda z: m.indexing_a_parameter_object(z, maker), x, np.ones(2))
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_a_list_indexed_by_a_computed_integer_is_differentiated(m, shape, rng):
+    items = [rng.standard_normal(shape) for _ in range(7)]
+    x = rng.standard_normal(shape)
+    check_vjp(lambda z: m.indexing_a_parameter_list_by_a_computed_integer(z, items), [x])
 
 
 def test_indexing_a_global_object_alias_is_refused(m):

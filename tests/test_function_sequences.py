@@ -224,6 +224,23 @@ def reads_outer(x):
     def scaled(z):
         return z * w
     return np.sum(apply_twice(scaled, x))
+
+
+def def_stored_in_a_list(x):
+    def sq(z):
+        return z * z * 0.5 + np.sin(z)
+    fns = [sq, np.tanh]
+    table = {"fn": sq, "c": 0.5}
+    return np.sum(fns[0](x)) + np.sum(fns[1](x)) + np.sum(apply_twice(sq, x)) * table["c"]
+
+
+def def_reading_outer_stored(x):
+    w = np.sum(x)
+
+    def scaled(z):
+        return z * w
+    fns = [scaled]
+    return np.sum(fns[0](x))
 '''
 
 
@@ -237,6 +254,19 @@ def passed(make_module):
 def test_a_function_of_the_function_passed_to_a_helper(passed, name, shape):
     x = np.random.default_rng(len(name)).uniform(-1.0, 1.0, shape)
     check_vjp(getattr(passed, name), (x,))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_def_stored_in_a_list_or_dict(passed, shape):
+    """A nested def used as a value (the def statement runs nothing where it stands:
+    the generated code crashed with a NameError) is the function itself."""
+    x = np.random.default_rng(7).uniform(-1.0, 1.0, shape)
+    check_vjp(passed.def_stored_in_a_list, (x,))
+
+
+def test_a_def_reading_the_functions_variables_stored_is_refused(passed):
+    with pytest.raises(s2sgrad.TransformError, match="scaled is used as a value here"):
+        s2sgrad.grad(passed.def_reading_outer_stored)(np.ones(3))
 
 
 @pytest.mark.parametrize("shape", SHAPES)

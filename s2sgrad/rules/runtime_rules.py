@@ -57,8 +57,10 @@ defvjp(runtime_inplace.copy_item, "container, index",
        container="scatter_add(zeros_like(container), index, g)", name="_s2s_copy_item")
 defvjp(runtime_inplace.scatter_add, "adjoint, index, value", adjoint="g",
        value="unbroadcast(copy_item(g, index), value)", name="_s2s_scatter_add")
+# The transpose zeroes the same items of g, which have the structure of `adjoint`'s
+# (what was written), not of `like`'s (what the write replaced: L[0] = L[0][:, None]).
 defvjp(runtime_inplace.with_zeroed, "adjoint, index, like=None",
-       adjoint="with_zeroed(g, index, like)",
+       adjoint="with_zeroed(g, index, adjoint)",
        name="_s2s_with_zeroed")
 defvjp(runtime_inplace.with_item, "container, index, value",
        container="with_zeroed(g, index)",

@@ -162,6 +162,32 @@ def no_sequence_arithmetic(left, right, filename, lineno, col, message, hint, te
 
 
 @helper
+def indexed_by_values(base, index, filename, lineno, col, message, hint, text) -> None:
+    """`base[index]` with an index that varies with the inputs: refused at its line
+    when `base` is not an array, list, tuple or dict (whose items give the index no
+    gradient) and the index holds a float or complex value (np.r_[x, y] made by a
+    parameter `maker[x, y]`: its `[...]` computes with the values)."""
+    if is_array(base) or isinstance(base, (list, tuple, dict, str)):
+        return
+    if _inexact_leaf(index):
+        from ..errors import TransformError
+        raise TransformError(message, filename, lineno, col, hint, text)
+
+
+def _inexact_leaf(value) -> bool:
+    if isinstance(value, (tuple, list)):
+        return any(_inexact_leaf(v) for v in value)
+    if isinstance(value, slice):
+        return any(_inexact_leaf(v) for v in (value.start, value.stop, value.step))
+    if isinstance(value, (bool, int, str)) or value is None or value is Ellipsis:
+        return False
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None:
+        return np.issubdtype(dtype, np.inexact)
+    return isinstance(value, (float, complex))
+
+
+@helper
 def real_value(value, filename, lineno, col, message, hint, text) -> None:
     """A value whose dtype the compiler could not see (a call it does not
     differentiate) reaches the gradient path: refused at its line if it is complex,

@@ -38,6 +38,8 @@ class ExpressionRules:
                                      f"is used other than by calling it",
                                "Call it where it is made, or make it at module level.")
             self.refuse_unsure_partial(expr)
+            if expr.id in self.local_defs:
+                return self.def_as_value(expr)
             if expr.id in self.resolver.locals:
                 return copy_location(self.load(expr.id), expr)
             return copy_location(name_node(expr.id), expr)
@@ -76,6 +78,19 @@ class ExpressionRules:
         self.emit(out, assign_node(name, op), expr)
         self._note_owned(name, op)
         return copy_location(name_node(name), expr)
+
+    def def_as_value(self, expr: ast.Name) -> ast.expr:
+        """A nested def used as a value (stored in a list or dict, returned, passed
+        on inside one): its def runs nothing where it stands, so the value is the
+        function itself, lifted and bound to a name of its own. One that reads
+        variables of this function is refused: whoever calls it could not see them."""
+        fn, free = self.differentiated_function(expr, expr)
+        if free:
+            raise self.err(expr, f"the function {expr.id} is used as a value here and "
+                                 f"reads {', '.join(free)} of the function around it",
+                           "Pass those values as arguments too, or define the function at "
+                           "module level.")
+        return copy_location(spelled.bound_function(self, fn), expr)
 
     def operation(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
         """One operation whose operands are atoms."""

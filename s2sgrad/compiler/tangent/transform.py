@@ -49,7 +49,7 @@ from ..normalize import NormalForm
 from ..ops import Op, describe
 from ..parse import ParsedFunction
 from ..sites import store_targets
-from ..transform import field_index, real_value_checks
+from ..transform import field_index, index_value_checks, real_value_checks
 from . import writes
 from .calls import CallTangents
 from .control import ControlFlowTangents
@@ -290,6 +290,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         op = self.op_of(s)
         out: List[ast.stmt] = []
         self.mark_line(s, out)
+        out += index_value_checks(s, op, self.act, self.err)
         if op.kind == "setitem":
             out += writes.setitem(self, s, op)
         elif op.kind == "augassign":

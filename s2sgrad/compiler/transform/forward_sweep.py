@@ -23,7 +23,7 @@ from ..names import (
     name_nodes,
 )
 from ..ops import Op
-from .records import LoopInfo, is_literal, real_among_complex, real_value_checks
+from .records import LoopInfo, index_value_checks, is_literal, real_among_complex, real_value_checks
 
 
 class ForwardSweep:
@@ -175,7 +175,7 @@ class ForwardSweep:
 
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
         op = self.op_of(s)
-        out: List[ast.stmt] = []
+        out: List[ast.stmt] = index_value_checks(s, op, self.act, self.err)
         if op.kind == "rule" and set(op.diff_inputs) & self.act.active:
             out += self.sequence_guard(s, s.value)
         if in_loop:

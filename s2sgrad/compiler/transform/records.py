@@ -11,7 +11,7 @@ from ...errors import TransformError, guard_fields
 from ..analyze import (
     Activity,
 )
-from ..names import copy_location, helper_call, name_node, stored_names
+from ..names import clone, copy_location, helper_call, index_expr, name_node, stored_names
 from ..ops import Op
 
 DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
@@ -41,6 +41,26 @@ def real_value_checks(s: ast.stmt, op: Op, act: Activity,
             out.append(copy_location(ast.Expr(value=helper_call(
                 "real_value", name_node(name), *[ast.Constant(value=f) for f in fields])), s))
     return out
+
+
+def index_value_checks(s: ast.stmt, op: Op, act: Activity,
+                       err: Callable[..., TransformError]) -> List[ast.stmt]:
+    """`_s2s_indexed_by_values(base, index, <where>)` before `y = base[index]` whose
+    index varies with the inputs: an array, list, tuple or dict gives its index no
+    gradient (an integer index has none), but another object's `[...]` (np.r_
+    passed as a parameter, a class of the user's) may compute with a float index,
+    whose gradient s2sgrad cannot see: refused there, at the user's line."""
+    index_names = [n for n in op.other_inputs if n in act.varied and n not in act.ints]
+    if op.kind != "getitem" or not index_names or not isinstance(s.value, ast.Subscript):
+        return []
+    base = ast.unparse(s.value.value)
+    fields = guard_fields(err(s, f"indexing {base} with values that carry a gradient: "
+                                 f"s2sgrad cannot tell how {base}[...] uses them",
+                              "Use a NumPy function with a gradient rule instead "
+                              "(np.concatenate, np.stack, np.arange, ...)."))
+    return [copy_location(ast.Expr(value=helper_call(
+        "indexed_by_values", clone(s.value.value), index_expr(s.value.slice),
+        *[ast.Constant(value=f) for f in fields])), s)]
 
 
 @dataclass
