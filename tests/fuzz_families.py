@@ -933,6 +933,13 @@ class FamilyMixin:
         for _ in range(self.rng.choice([1, 1, 2])):
             name, kind, st, extra_arg = self.rng.choice(cells)
             self.tuple_call_site(name, kind, st, extra_arg, state, state_shape)
+        if self.rng.random() < 0.35:
+            # a function's tuple of results (np.modf) passed whole to a helper, twice:
+            # its cotangents add item by item, never `+` of two tuples
+            module += ["def joined(t):", "    return t[0] * 0.8 + t[1]", "", ""]
+            parts = self.fresh("parts")
+            self.emit(f"{parts} = np.modf(0.5 * {state[0]})")
+            self.emit(f"{state[0]} = joined({parts}) + 0.5 * np.tanh(joined({parts}))")
         self.force.append(f"{self.const()} * np.sum(np.tanh({state[0]}))")
         if self.rng.random() < 0.7:
             self.force.append(f"{self.const()} * np.sum(np.sin({state[1]}))")

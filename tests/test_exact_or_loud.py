@@ -426,6 +426,20 @@ def indexing_a_parameter_list_by_a_computed_integer(x, items):
     return np.sum(items[k] * x)
 
 
+def _product_of_items(t):
+    return t[1] * t[0]
+
+
+def results_tuple_passed_whole_twice(x):
+    r = np.linalg.qr(x + 2.0 * np.eye(x.shape[-1]))
+    return np.sum(np.sin(_product_of_items(r))) + np.sum(_product_of_items(r) ** 2)
+
+
+def modf_tuple_passed_whole_twice(x):
+    parts = np.modf(0.5 * x)
+    return np.sum(_product_of_items(parts) + np.tanh(_product_of_items(parts)) + parts[0])
+
+
 def loop_over_ndindex(x):
     out = np.zeros(x.shape)
     for i in np.ndindex(*x.shape[:-1]):
@@ -484,6 +498,10 @@ CASES = [
     ("loop_over_ndindex", [[(3, 2)], [(2, 2, 3)]]),
     ("loop_over_a_generator", [[(3,)], [(3, 2)]]),
     ("list_item_replaced_by_a_view_of_itself", [[(3,)], [(2,)]]),
+    # a function's tuple of results passed whole to a helper twice: its cotangents
+    # were added with `+`, which concatenated them (the second contribution lost)
+    ("results_tuple_passed_whole_twice", [[(3, 3)], [(2, 3, 3)]]),
+    ("modf_tuple_passed_whole_twice", [[(3,)], [(2, 3)]]),
 ]
 
 

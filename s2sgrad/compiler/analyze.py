@@ -239,6 +239,9 @@ def _makes_leaf(op: Optional[Op], leaves: Set[str]) -> bool:
             not registry.returns_an_argument(op.callee) and \
             (op.rule is None or not op.rule.outputs or len(op.outputs) > 1):
         return True   # a NumPy function returns an array (np.divmod a tuple of them)
+    if op.kind == "rule" and op.rule is not None and op.rule.outputs and \
+            len(op.outputs) == 1:
+        return False   # the tuple of a function with several results (r = np.linalg.eigh(a))
     if op.kind == "rule" and op.label.startswith(("the operator", "unary")):
         # Arithmetic gives an array or a number: a list or tuple `+` or `*` (which
         # would concatenate or repeat) is refused where it runs (sequence_guard).
@@ -519,7 +522,8 @@ def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = (),
             if klass(s.value) == SCALAR:
                 union(SCALAR, target)
             continue
-        elif op.kind == "rule" and registry.is_elementwise(op.rule):
+        elif op.kind == "rule" and registry.is_elementwise(op.rule) and \
+                not op.rule.outputs:   # (parts = np.modf(x): a tuple of x's shapes)
             operands = list(op.bound.values())
         else:
             continue
