@@ -934,12 +934,19 @@ class FamilyMixin:
             name, kind, st, extra_arg = self.rng.choice(cells)
             self.tuple_call_site(name, kind, st, extra_arg, state, state_shape)
         if self.rng.random() < 0.35:
-            # a function's tuple of results (np.modf) passed whole to a helper, twice:
+            # a function's tuple or list of results (np.modf, np.split) passed whole to a
+            # helper, twice:
             # its cotangents add item by item, never `+` of two tuples
             module += ["def joined(t):", "    return t[0] * 0.8 + t[1]", "", ""]
             parts = self.fresh("parts")
-            self.emit(f"{parts} = np.modf(0.5 * {state[0]})")
-            self.emit(f"{state[0]} = joined({parts}) + 0.5 * np.tanh(joined({parts}))")
+            if state_shape and state_shape[0] % 2 == 0 and self.rng.random() < 0.5:
+                # np.split's list of halves, joined back to the state's shape
+                self.emit(f"{parts} = np.split(0.5 * {state[0]}, 2)")
+                self.emit(f"{state[0]} = np.concatenate([joined({parts}), "
+                          f"np.tanh(joined({parts}))])")
+            else:
+                self.emit(f"{parts} = np.modf(0.5 * {state[0]})")
+                self.emit(f"{state[0]} = joined({parts}) + 0.5 * np.tanh(joined({parts}))")
         self.force.append(f"{self.const()} * np.sum(np.tanh({state[0]}))")
         if self.rng.random() < 0.7:
             self.force.append(f"{self.const()} * np.sum(np.sin({state[1]}))")

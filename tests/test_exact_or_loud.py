@@ -16,6 +16,7 @@ SOURCE = '''
 import functools
 
 import numpy as np
+import scipy.special
 import s2sgrad
 
 
@@ -440,6 +441,30 @@ def modf_tuple_passed_whole_twice(x):
     return np.sum(_product_of_items(parts) + np.tanh(_product_of_items(parts)) + parts[0])
 
 
+def split_list_passed_whole_twice(x):
+    parts = np.split(x, 2)
+    return np.sum(np.sin(_product_of_items(parts))) + np.sum(_product_of_items(parts) ** 2)
+
+
+def meshgrid_list_passed_whole_twice(x, y):
+    grid = np.meshgrid(x, y)
+    return np.sum(np.sin(_product_of_items(grid))) + np.sum(_product_of_items(grid) ** 2)
+
+
+def logsumexp_with_sign_indexed(x, w):
+    out = scipy.special.logsumexp(x, b=w, return_sign=True)
+    return np.sum(np.sin(out[0])) + np.sum(np.sin(_product_of_items(out)))
+
+
+def logsumexp_with_sign_hvv(x, w, v):
+    first = np.sum(s2sgrad.grad(logsumexp_with_sign_indexed)(x, w) * v)
+    return first
+
+
+def logsumexp_with_sign_vhv(x, w, v):
+    return np.sum(s2sgrad.grad(logsumexp_with_sign_hvv)(x, w, v) * v)
+
+
 def loop_over_ndindex(x):
     out = np.zeros(x.shape)
     for i in np.ndindex(*x.shape[:-1]):
@@ -502,6 +527,9 @@ CASES = [
     # were added with `+`, which concatenated them (the second contribution lost)
     ("results_tuple_passed_whole_twice", [[(3, 3)], [(2, 3, 3)]]),
     ("modf_tuple_passed_whole_twice", [[(3,)], [(2, 3)]]),
+    # a list for every argument (np.split, np.meshgrid) or for some (return_sign=True)
+    ("split_list_passed_whole_twice", [[(4,)], [(2, 3)]]),
+    ("meshgrid_list_passed_whole_twice", [[(3,), (2,)], [(4,), (1,)]]),
 ]
 
 
@@ -513,6 +541,35 @@ def test_gradient_matches_finite_differences(m, name, shapes, rng):
     if name == "power_of_arrays":
         args[0] = np.abs(args[0]) + 0.5
     check_vjp(f, args)
+
+
+def test_every_result_that_is_a_list_or_tuple_is_declared():
+    """A rule whose result is a list or tuple for some case of the table says so
+    (outputs=, sequence_results): else it is taken for one array."""
+    import scipy  # noqa: F401 - the SciPy cases
+    from rule_cases import CASES
+    from test_rules import _draw
+
+    from s2sgrad.rules import all_rules
+    rules = {r.name: r for r in all_rules()}
+    undeclared = []
+    rng = np.random.default_rng(0)
+    import test_rules
+    for name, cases in CASES.items():
+        for expr, specs in cases:
+            env = dict(vars(test_rules))
+            for p, spec in specs.items():
+                env[p] = spec[1] if isinstance(spec, tuple) and spec and spec[0] == "const" \
+                    else _draw(spec, rng)
+            try:
+                out = eval(expr, env)  # noqa: S307 - the test table's own expressions
+            except Exception:  # noqa: BLE001 - a case that needs more than its specs
+                continue
+            rule = rules.get(name)
+            if isinstance(out, (list, tuple)) and rule is not None and \
+                    not (rule.outputs or rule.sequence_result):
+                undeclared.append(name)
+    assert not undeclared, sorted(set(undeclared))
 
 
 def test_the_reported_tuple_call_value(make_module):

@@ -169,7 +169,7 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
 
 # Ops whose outputs are leaves when their inputs are: indexing an array gives an
 # array or a number, and so do arithmetic and methods on them.
-_LEAF_IF_INPUTS = {"copy", "getitem", "augassign", "augitem", "setitem", "ufunc_at", "rule"}
+_LEAF_IF_INPUTS = {"copy", "getitem", "augassign", "augitem", "setitem", "ufunc_at"}
 
 
 def leaf_names(nf: NormalForm, ops, leaf_params: Sequence[int]) -> Set[str]:
@@ -234,21 +234,30 @@ def _makes_leaf(op: Optional[Op], leaves: Set[str]) -> bool:
     if op.kind in ("const", "control") or \
             (op.kind == "iterate" and op.label in ("range", "indices")):
         return True
-    if op.kind == "rule" and op.callee is not None and \
-            (getattr(op.callee, "__module__", "") or "").split(".")[0] == "numpy" and \
-            not registry.returns_an_argument(op.callee) and \
-            (op.rule is None or not op.rule.outputs or len(op.outputs) > 1):
-        return True   # a NumPy function returns an array (np.divmod a tuple of them)
-    if op.kind == "rule" and op.rule is not None and op.rule.outputs and \
-            len(op.outputs) == 1:
-        return False   # the tuple of a function with several results (r = np.linalg.eigh(a))
-    if op.kind == "rule" and op.label.startswith(("the operator", "unary")):
-        # Arithmetic gives an array or a number: a list or tuple `+` or `*` (which
-        # would concatenate or repeat) is refused where it runs (sequence_guard).
-        return True
+    if op.kind == "rule":
+        return _rule_makes_leaf(op, leaves)
     if op.kind in _LEAF_IF_INPUTS:
         return all(n in leaves for n in op.diff_inputs)
     return False
+
+
+def _rule_makes_leaf(op: Op, leaves: Set[str]) -> bool:
+    """A function, operator, method or attribute with a rule gives one array or number
+    where that is known: NumPy's and SciPy's functions unless their result may be a
+    list or tuple (`outputs`, `sequence_result`: r = np.linalg.eigh(a), np.split,
+    logsumexp(..., return_sign=True)), arithmetic, and methods and attributes of
+    leaves. A rule of the user's (s2sgrad.defvjp) may return anything."""
+    rule = op.rule
+    if rule is not None and (rule.sequence_result or rule.outputs):
+        return bool(rule.outputs) and len(op.outputs) > 1   # (w, v = np.linalg.eigh(a))
+    if op.label.startswith(("the operator", "unary")):
+        # Arithmetic gives an array or a number: a list or tuple `+` or `*` (which
+        # would concatenate or repeat) is refused where it runs (sequence_guard).
+        return True
+    if op.callee is not None:
+        module = (getattr(op.callee, "__module__", "") or "").split(".")[0]
+        return module in ("numpy", "scipy") and not registry.returns_an_argument(op.callee)
+    return all(n in leaves for n in op.diff_inputs)   # a method or attribute of leaves
 
 
 def may_build_sequence(value: ast.expr, leaves: Set[str]) -> bool:

@@ -23,6 +23,7 @@ from .registry import (
                        nondiff,
                        nondiff_attributes,
                        nondiff_methods,
+                       sequence_results,
 )
 
 # --- arithmetic (the Python operators share these) --------------------------
@@ -500,3 +501,9 @@ constructors(np.zeros, np.ones, np.empty, np.eye, np.identity, np.zeros_like, np
 nondiff_methods("argmax", "argmin", "argsort", "nonzero", "all", "any", "round",
                 "searchsorted", "argpartition")
 nondiff_attributes("shape", "ndim", "size", "dtype", "itemsize", "nbytes", "flags")
+
+
+# Results that are lists or tuples (for some arguments): their cotangents add item by item.
+sequence_results(np.average, np.broadcast_arrays, np.atleast_1d, np.atleast_2d, np.atleast_3d,
+                 np.split, np.array_split, np.hsplit, np.vsplit, np.dsplit, np.gradient,
+                 np.meshgrid, np.linspace, *([np.unstack] if hasattr(np, "unstack") else []))

@@ -52,6 +52,9 @@ class Rule:
     # Derivatives only as exact as a numerical method (an ODE solver's tolerance):
     # their relative accuracy, which the derivative witness allows.
     tolerance: Optional[float] = None
+    # A list or tuple for some arguments (np.split, np.meshgrid, np.average's
+    # returned=True): never taken for one array, whose cotangents add with `+`.
+    sequence_result: bool = False
 
     def for_complex(self) -> Optional["Rule"]:
         """The rule for an operation with a complex argument or result, or None
@@ -548,6 +551,16 @@ def defcomplex(target, params: str, **grads: str) -> Rule:
     rule.holomorphic = True
     base.on_complex = rule
     return rule
+
+
+def sequence_results(*funcs: Callable) -> None:
+    """Functions with a rule whose result is a list or tuple, for all arguments or for
+    some (np.split; np.linspace's retstep=True); `outputs=` says a fixed count."""
+    for f in funcs:
+        rule = lookup_function(f)
+        if rule is None:
+            raise ValueError(f"sequence_results: {_display_name(f)} has no rule")
+        rule.sequence_result = True
 
 
 def nondiff(*funcs: Callable) -> None:

@@ -18,4 +18,5 @@ defvjp(integrate.odeint, f"func, y0, t, {_OPTIONS}",
        prelude="gy0, gargs = odeint_adjoint(g, ans, func, y0, t, args, rtol, atol, mxstep, "
                "full_output, tfirst)",
        y0="gy0", args="gargs", sequence=("args",), name="scipy.integrate.odeint",
-       tolerance=1e-3)   # (the adjoint and the tangent each as exact as the solver)
+       tolerance=1e-3,   # (the adjoint and the tangent each as exact as the solver)
+       ).sequence_result = True   # (full_output=True: a pair)

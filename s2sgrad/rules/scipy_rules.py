@@ -104,7 +104,7 @@ _rule(special.kve, "v, x", x="g * (ans - (bessel_ke(v - 1, x) + bessel_ke(v + 1,
 # -- reductions ------------------------------------------------------------------------------------
 _rule(special.logsumexp, "a, axis=None, b=None, keepdims=False, return_sign=False",
       prelude="parts = logsumexp_grads(g, a, ans, axis, b, keepdims, return_sign)",
-      a="parts[0]", b="parts[1]")
+      a="parts[0]", b="parts[1]").sequence_result = True   # (return_sign=True: a pair)
 _rule(special.softmax, "x, axis=None", x="ans * (g - np.sum(g * ans, axis=axis, keepdims=True))")
 _rule(special.log_softmax, "x, axis=None",
       x="g - np.exp(ans) * np.sum(g, axis=axis, keepdims=True)")
