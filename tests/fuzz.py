@@ -131,7 +131,7 @@ FEATURES = {
     "subscript_write": 1.2,  # out = np.zeros(3); out[i] = e; out[1:] = e
     "fancy_write": 0.4,      # y[[0, 0, 1]] = e (repeated indices), y[[0, 2]] += e
     "add_at": 0.3,           # np.add.at(y, [0, 0, 2], e)
-    "call_write": 0.5,       # writes made by a function: np.put_along_axis(y, i, e),
+    "call_write": 0.3,       # writes made by a function: np.put_along_axis(y, i, e),
                              # np.exp(y, y), np.multiply(e, 2.0, out=y), np.copyto(y, e)
                              # into a local or a fresh constant buffer (refused when a
                              # differentiated value takes part, run as is otherwise)
@@ -1184,21 +1184,28 @@ class ProgramGenerator(FamilyMixin):
         self.emit(f"np.add.at({v.name}, {idx}, {e})")
 
     def s_call_write(self, arrays):
-        vs = [v for v in arrays if v.shape == (3,)]
-        if not vs or self.rng.random() < 0.5:   # a buffer of constants, written below
-            vs = [self.lookup(self.new_var((3,), "np.zeros(3)", "buf"))]
-        v = self.rng.choice(vs)
-        e = self.expr((3,), 1) if self.rng.random() < 0.6 else "np.arange(3.0)"
+        # Mostly a write that runs as it is (constants into a buffer of constants); a
+        # differentiated value taking part is refused, which a program shows rarely.
+        vs = [v.name for v in arrays if v.shape == (3,)]
+        fresh = not vs or self.rng.random() < 0.85
+        if fresh:   # a buffer of constants, written below and read once, as a copy
+            target = self.fresh("buf")
+            self.emit(f"{target} = np.zeros(3)")
+        else:
+            target = self.rng.choice(vs)
+        e = self.expr((3,), 1) if fresh and self.rng.random() < 0.25 else "np.arange(3.0)"
         self.note_assignment(e)
         form = self.rng.choice(["put", "ufunc", "out", "copyto"])
         if form == "put":
-            self.emit(f"np.put_along_axis({v.name}, np.array([2, 0, 1]), {e}, axis=0)")
+            self.emit(f"np.put_along_axis({target}, np.array([2, 0, 1]), {e}, axis=0)")
         elif form == "ufunc":
-            self.emit(f"np.tanh({e}, {v.name})")
+            self.emit(f"np.tanh({e}, {target})")
         elif form == "out":
-            self.emit(f"np.multiply({e}, 0.5, out={v.name})")
+            self.emit(f"np.multiply({e}, 0.5, out={target})")
         else:
-            self.emit(f"np.copyto({v.name}, {e})")
+            self.emit(f"np.copyto({target}, {e})")
+        if fresh:
+            self.new_var((3,), f"{target} * 1.0", "w")
 
     def sub_block(self, n=None):
         """An indented block in a new scope; it has at least one statement."""

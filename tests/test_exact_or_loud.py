@@ -543,6 +543,22 @@ def test_gradient_matches_finite_differences(m, name, shapes, rng):
     check_vjp(f, args)
 
 
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_logsumexp_with_its_sign_to_third_order(m, shape, rng):
+    """logsumexp(..., return_sign=True) is a pair: its cotangents add item by item
+    (`+` of the pair concatenated them in a third derivative, 20 % off)."""
+    x = rng.standard_normal(shape)
+    w = rng.uniform(0.5, 2.0, shape)
+    check_vjp(m.logsumexp_with_sign_indexed, [x, w])
+    v = rng.standard_normal(shape)
+    second = m.logsumexp_with_sign_vhv
+    got = np.sum(s2sgrad.grad(second)(x, w, v) * v)
+    eps = 1e-5
+    np.testing.assert_allclose(
+        got, (second(x + eps * v, w, v) - second(x - eps * v, w, v)) / (2 * eps),
+        rtol=1e-5, atol=1e-6)
+
+
 def test_every_result_that_is_a_list_or_tuple_is_declared():
     """A rule whose result is a list or tuple for some case of the table says so
     (outputs=, sequence_results): else it is taken for one array."""

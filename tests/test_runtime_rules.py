@@ -12,11 +12,31 @@ from s2sgrad.runtime import (unbroadcast as ub, expand_reduced as er, transpose_
                              none_to_zero as nz, unbroadcast_matmul as ubm,
                              broadcast_like as bl)
 from s2sgrad.runtime.reverse import items_like as il, items_joined as ij
+from s2sgrad.runtime.reverse import dict_item_grad as dig, dict_item_transpose as dit
+from s2sgrad.runtime.arrays import as_array as aa
+from s2sgrad.runtime.shapes import swap_last_axes as sla, sum_to_shape as sts
 from s2sgrad.runtime.tangent import like_returned as lr, unlike_returned as ul
 from s2sgrad.runtime.inplace import (copy_value as cv, snapshot as sn, add as ad,
                                      copy_item as ci, scatter_add as sa, with_zeroed as wz,
                                      with_item as wi, push, last, drop_last,
                                      written_grad as wg, last_grad as lg)
+
+
+def f_dict_item_grad(c, x):
+    return dig({"a": c * c, "b": x}, "a", x) * np.sin(x) + dig(0.0, "a", x)
+
+def f_dict_item_transpose(c, x):
+    d = dit(c * c, {"a": x, "b": 2.0 * x}, "a")
+    return d["a"] * x + d["b"] * c
+
+def f_as_array(x):
+    return aa(x * x) * np.sin(x)
+
+def f_swap_last_axes(x):
+    return sla(x * x) * 2.0
+
+def f_sum_to_shape(x, like):
+    return sts(x * x, np.shape(like)) * like
 
 
 def f_items_like(c, x):
@@ -160,6 +180,17 @@ CASES = [
     ("f_like_returned", [(2, 2), (2, 2)], [0, 1], []),
     ("f_unlike_returned", [(3,), (3,)], [0, 1], ["_s2s_unlike_returned"]),
     ("f_unlike_returned", [(), ()], [0, 1], []),
+    ("f_dict_item_grad", [(3,), (3,)], [0, 1], ["_s2s_dict_item_grad"]),
+    ("f_dict_item_grad", [(2, 2), (2, 2)], [0, 1], []),
+    ("f_dict_item_transpose", [(3,), (3,)], [0, 1], ["_s2s_dict_item_transpose"]),
+    ("f_dict_item_transpose", [(2, 3), (2, 3)], [0, 1], []),
+    ("f_as_array", [(3,)], [0], ["_s2s_as_array"]),
+    ("f_as_array", [(2, 3)], [0], []),
+    ("f_swap_last_axes", [(2, 3)], [0], ["_s2s_swap_last_axes"]),
+    ("f_swap_last_axes", [(4, 2, 3)], [0], []),
+    ("f_sum_to_shape", [(2, 3), (3,)], [0, 1], ["_s2s_sum_to_shape"]),
+    ("f_sum_to_shape", [(4, 3), (1, 3)], [0, 1], []),
+    ("f_sum_to_shape", [(3,), (2, 3)], [0, 1], []),
 ]
 
 

@@ -24,7 +24,7 @@ from .analyze import any_varies, iter_statements, output_items
 from .bindings import pair_bindings
 from .callables import bound_call, packed_rest
 from .compiled import CompiledFunction
-from .loader import Emitted, bind_late, compile_emitted, instantiate
+from .loader import Emitted, bind_late, compile_emitted, distinct_filename, instantiate
 from .memory import LOCK, PAIRS, cache_key
 from .pipeline import deep_enough, emit_pair, parse_for, run_passes
 from .sites import FunctionSite
@@ -130,6 +130,7 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
                 f"wrt={wrt}{'' if optimize_code else ' unoptimized'}{' pure' if pure else ''}"
                 f"{' scalars' if scalars else ''}"
                 f"{statics_tag(parsed.statics)}>")
+    filename = distinct_filename(filename, source)
     free = dict(getattr(t, "bindings", {}))
     for site in t.callees.values():
         free[site.forward_name] = None

@@ -11,6 +11,7 @@ a Function's vjp as a function) use it too.
 from __future__ import annotations
 
 import ast
+import hashlib
 import itertools
 import linecache
 import math
@@ -224,6 +225,19 @@ def instantiate(factory_code: types.CodeType, closure_names: Sequence[str],
         lines.pop()
     linecache.cache[emitted.filename] = (len(emitted.source), None, lines, emitted.filename)
     return out
+
+
+def distinct_filename(filename: str, source: str) -> str:
+    """The name `source` goes into linecache under: `filename`, unless another text is
+    there already (the same function compiled again with options its name does not
+    show: argument structures, the callees it was specialised for). Then a name of its
+    own, so that the code running from the first text keeps its lines (tracebacks, and
+    the source check of a derivative of it)."""
+    entry = linecache.cache.get(filename)
+    if entry is None or "".join(entry[2]).rstrip("\n") == source.rstrip("\n"):
+        return filename
+    digest = hashlib.sha1(source.encode("utf-8")).hexdigest()[:8]
+    return f"{filename[:-1]} #{digest}>"
 
 
 def bind_late(functions: Dict[str, types.FunctionType], name: str, value: Any) -> None:

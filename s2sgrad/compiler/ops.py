@@ -386,7 +386,8 @@ def _call_op(call: ast.Call, outs, local_names, exprs: ExprFacts) -> Op:
         return Op("call", outs, diff_inputs=names(ast.Tuple(
             elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
             other_inputs=everything, callee=callee, label=label, call=call)
-    if isinstance(callee, types.FunctionType) and not _is_library(callee):
+    if isinstance(callee, types.FunctionType) and (
+            not _is_library(callee) or registry.differentiated_from_source(callee)):
         return Op("call", outs, diff_inputs=names(ast.Tuple(
             elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
             other_inputs=everything, callee=callee, label=label, call=call)

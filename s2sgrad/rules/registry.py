@@ -584,6 +584,24 @@ def nondiff_attributes(*names: str) -> None:
     REGISTRY.nondiff_attributes.update(names)
 
 
+# Modules whose functions the compiler differentiates from their source, like a
+# user's, where a function has no rule: the table's helpers are plain NumPy, so the
+# derivatives of a first-order adjoint that calls them (grad of grad, hvp, any
+# order) come from the helper's one definition, not from a second written by hand.
+_SOURCE_MODULES: Set[str] = set()
+
+
+def differentiate_source_of(module: types.ModuleType) -> None:
+    """Let the compiler read and differentiate the functions of `module` that have
+    no rule (a helper with a rule keeps it: a shortcut, or a construct the compiler
+    does not differentiate)."""
+    _SOURCE_MODULES.add(module.__name__)
+
+
+def differentiated_from_source(func: Callable) -> bool:
+    return isinstance(func, types.FunctionType) and func.__module__ in _SOURCE_MODULES
+
+
 def lookup_function(func: Callable) -> Optional[Rule]:
     key = _key(func)
     entry = REGISTRY.functions.get(key) or REGISTRY.aliases.get(key)

@@ -8,8 +8,10 @@ first argument is named `cot` here because `g` is the template's cotangent.
 from __future__ import annotations
 
 from .. import runtime
+from ..runtime import arrays as runtime_arrays
 from ..runtime import inplace as runtime_inplace
 from ..runtime import reverse as runtime_reverse
+from ..runtime import shapes as runtime_shapes
 from ..runtime import tangent as runtime_tangent
 from .registry import constructors, defvjp, nondiff
 
@@ -70,6 +72,10 @@ defvjp(runtime_inplace.written_grad, "adjoint, index, value",
        adjoint="with_item(zeros_like(adjoint), index, g)", name="_s2s_written_grad")
 defvjp(runtime_inplace.push, "items, item", items="drop_last(g)", item="last(g)",
        name="_s2s_push")
+defvjp(runtime_reverse.dict_item_grad, "cotangent, key, item",
+       cotangent="dict_item_transpose(g, cotangent, key)", name="_s2s_dict_item_grad")
+defvjp(runtime_reverse.dict_item_transpose, "g_item, cotangent, key",
+       g_item="dict_item_grad(g, key, g_item)", name="_s2s_dict_item_transpose")
 
 
 defvjp(runtime_inplace.last, "items", items="last_grad(g, items)", name="_s2s_last")
@@ -78,7 +84,13 @@ defvjp(runtime_inplace.last_grad, "cot, items", cot="last(g)", name="_s2s_last_g
 defvjp(runtime_inplace.drop_last, "items", items="push(g, zeros_like(items[-1]))",
        name="_s2s_drop_last")
 
+defvjp(runtime_arrays.as_array, "value, dtype=None", value="g", name="_s2s_as_array")
+defvjp(runtime_shapes.swap_last_axes, "x", x="np.swapaxes(g, -1, -2)", name="_s2s_swap_last_axes")
+defvjp(runtime_shapes.sum_to_shape, "value, shape",
+       value="unbroadcast(np.broadcast_to(g, np.broadcast_shapes(np.shape(g), np.shape(value))), "
+             "value)", name="_s2s_sum_to_shape")
+
 # -- no gradient: shapes, masks, counts, constructors ---------------------------------
 nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.backwards,
-        runtime.keys, runtime.detached)
+        runtime.keys, runtime.detached, runtime_arrays.size_of)
 constructors(runtime.zeros_like, runtime.ones_like, runtime.seed, runtime.unit)

@@ -539,10 +539,13 @@ def _matrix_norm_grad(ge, x, ae, ord, r, c):
     elif ord in (1, -1, np.inf, -np.inf):
         sum_axis = -2 if ord in (1, -1) else -1
         sums = np.sum(np.abs(xm), axis=sum_axis, keepdims=True)
-        pick = np.max if ord in (1, np.inf) else np.min
-        best = pick(sums, axis=-1 if sum_axis == -2 else -2, keepdims=True)
+        other = -1 if sum_axis == -2 else -2
+        if ord in (1, np.inf):   # (an if, not a function picked: the compiler reads it)
+            best = np.max(sums, axis=other, keepdims=True)
+        else:
+            best = np.min(sums, axis=other, keepdims=True)
         hit = sums == best
-        count = np.sum(hit, axis=-1 if sum_axis == -2 else -2, keepdims=True)
+        count = np.sum(hit, axis=other, keepdims=True)
         out = gm * np.sign(xm) * hit / count
     elif ord in (2, -2, "nuc"):
         u, s, vt = np.linalg.svd(xm, full_matrices=False)
@@ -807,8 +810,9 @@ def unravel(g, a, order="C"):
     """Cotangent of `a` in np.ravel(a, order): the cotangent reshaped back."""
     if order in ("A", "K"):
         a = as_array(a)
-        fortran = a.flags.f_contiguous and not a.flags.c_contiguous
-        if order == "K" and not (a.flags.c_contiguous or a.flags.f_contiguous):
+        c_order, f_order = bool(a.flags.c_contiguous), bool(a.flags.f_contiguous)
+        fortran = f_order and not c_order
+        if order == "K" and not (c_order or f_order):
             strides = [s for s, n in zip(a.strides, a.shape) if n > 1]
             if any(s < 0 for s in strides):
                 unsupported("np.ravel(order='K') of an array with negative strides")
@@ -1503,7 +1507,7 @@ def _eigh_back(w, v, gw, gv, what):
     batch = w.shape[:-1]
     n = w.shape[-1]
     out = np.zeros(batch + (n, n))
-    for idx in np.ndindex(*batch):
+    for idx in np.ndindex(batch):
         wi, vi = w[idx], v[idx]
         tol = np.max(np.abs(wi), initial=0.0) * n * np.finfo(wi.dtype).eps * 10
         labels = _clusters(wi, tol)
@@ -1546,7 +1550,7 @@ def eigvalsh_grad(g, a, UPLO="L"):
 def _singular_values_back(u, s, vt, gs):
     """U diag(gs) V^T with repeated singular values averaged and zero ones given 0."""
     out = np.zeros(u.shape[:-2] + (u.shape[-2], vt.shape[-1]))
-    for idx in np.ndindex(*s.shape[:-1]):
+    for idx in np.ndindex(s.shape[:-1]):
         si = s[idx]
         tol = np.max(si, initial=0.0) * max(out.shape[-2:]) * np.finfo(si.dtype).eps * 10
         labels = _clusters(si, tol)
@@ -1582,7 +1586,7 @@ def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
         u, gu = u[..., :, :k], gu[..., :, :k]
         vt, gvt = vt[..., :k, :], gvt[..., :k, :]
     out = _singular_values_back(u, s, vt, gs)
-    for idx in np.ndindex(*s.shape[:-1]):
+    for idx in np.ndindex(s.shape[:-1]):
         ui, si, vti = u[idx], s[idx], vt[idx]
         vi = vti.T
         gui, gvi = gu[idx], gvt[idx].T

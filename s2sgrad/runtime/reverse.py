@@ -280,6 +280,17 @@ def dict_item_grad(cotangent, key, item):
 
 
 @helper
+def dict_item_transpose(g, cotangent, key):
+    """The transpose of dict_item_grad in its cotangent: a dict of zeros with g at
+    `key` (zero where the cotangent was not a dict: the item's zero read none of it)."""
+    if isinstance(cotangent, dict) and key in cotangent:
+        out = {k: zeros_like(v) for k, v in cotangent.items()}
+        out[key] = g
+        return out
+    return zeros_like(cotangent)
+
+
+@helper
 def accumulate(total, contribution):
     """total + contribution where either may be None (a Function's None gradient)."""
     if contribution is None:
