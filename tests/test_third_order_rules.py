@@ -31,9 +31,6 @@ REFUSED = {
     "np.diff": "diff_grads updates a view in place; its transpose is hand-written",
     "np.einsum": "einsum_grads makes its cotangents lazily (lambdas); hvp hand-written",
     "np.linalg.svd": "svd_grad updates a view in place; its hvp is hand-written",
-    **{name: "the helper writes with np.put_along_axis; its transpose is hand-written"
-       for name in ("np.median", "np.nanmedian", "np.percentile", "np.nanpercentile",
-                    "np.quantile", "np.nanquantile", "np.partition", "np.sort")},
     "np.power": "power_slope runs under `with np.errstate(...)`",
     "np.prod": "prod with initial=: a call with *args in its helper",
     "scipy.integrate.odeint": "no second-order rule for the adjoint method",

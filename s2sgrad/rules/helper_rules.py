@@ -13,14 +13,13 @@ The rules below are the exceptions, each for a reason the compiler does not yet
 differentiate the helper's code (or a helper it calls): gathers that build the
 transpose with a nested function reading the helper's variables (`_gather_vjp`),
 lazily made cotangents (`_Lazy` thunks: einsum, inner, kron, tensordot), a view
-updated in place (diff, svd), np.put_along_axis (sort, quantile, partition),
-SciPy's special functions called with *args, `from scipy import ...` inside the
-helper, `with np.errstate(...)` (power_slope), `*args` calls (prod with
-initial=, np.gradient), item writes into the argument (item). Each helper h(g,
-x) is linear in its cotangent argument (named `cot` here, since `g` is the
-template's own cotangent): `cot`'s rule is the transpose of h in g; a primal
-argument's rule is the Hessian of <g, f> applied to g (`*_hvp` in
-runtime/second_order.py).
+updated in place (diff, svd), SciPy's special functions called with *args,
+`from scipy import ...` inside the helper, `with np.errstate(...)` (power_slope),
+`*args` calls (prod with initial=, np.gradient), item writes into the argument
+(item). Each helper h(g, x) is linear in its cotangent argument (named `cot`
+here, since `g` is the template's own cotangent): `cot`'s rule is the transpose
+of h in g; a primal argument's rule is the Hessian of <g, f> applied to g
+(`*_hvp` in runtime/second_order.py).
 """
 from __future__ import annotations
 
@@ -71,7 +70,6 @@ _LINEAR = [
     _rule(nh.pad_grads, "cot, array, pad_width, mode='constant', constant_values=0, "
                         "reflect_type='even'",
           cot="pad_transpose(g, pad_width, mode, reflect_type)"),
-    _rule(nh.sort_grad, "cot, a, axis=-1", cot="sort_jvp(g, a, axis)"),
     _rule(nh.item_grad, "cot, a, args", cot="item_transpose(g, args)"),
     # rearrangements and joins
     _rule(nh.index_concat_grads, "cot, maker, items",
@@ -82,13 +80,6 @@ _LINEAR = [
           view=True),
     _rule(nh.diff_grads, "cot, a, n=1, axis=-1, prepend=None, append=None",
           cot="diff_transpose(g, a, n, axis, prepend, append)"),
-    # a quantile picks and interpolates order statistics
-    _rule(nh.quantile_grad, "cot, a, q, axis=None, method='linear', keepdims=False, "
-                            "ignore_nan=False, overwrite_input=False, weights=None, "
-                            "interpolation=None",
-          cot="quantile_jvp(g, a, q, cot, axis=axis, method=method, keepdims=keepdims, "
-              "ignore_nan=ignore_nan, overwrite_input=overwrite_input, weights=weights, "
-              "interpolation=interpolation)"),
     # builtin sorted's transpose (its forward-mode rule's helper)
     _rule(nh.sorted_like, "values, iterable, key=None, reverse=False",
           values="sorted_grad(g, iterable, key, reverse)", sequence=("values",)),
@@ -162,7 +153,6 @@ jvp_rules.linear(
           a="unbroadcast(g[..., :n, :n] + g[..., n:, n:], a)",
           e="unbroadcast(g[..., :n, n:], e)"),
     _rule(nh.crop_centered, "cot, shape", cot="embed_centered(g, np.shape(cot))"),
-    _rule(nh.partition_grad, "cot, a, res, axis=-1", cot="partition_jvp(g, a, res, axis)"),
     _rule(nh.gradient_grad, "cot, f, varargs=(), axis=None, edge_order=1",
           cot="gradient_linear(g, f, varargs, axis, edge_order)"),
     _rule(nh.gradient_linear, "f_dot, f, varargs=(), axis=None, edge_order=1",

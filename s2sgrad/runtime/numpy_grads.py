@@ -415,8 +415,7 @@ def quantile_grad(g, a, q, axis=None, method="linear", keepdims=False, ignore_na
         gi = np.where(valid > 0, gq[i], 0.0)
         sorted_grad = sorted_grad + gi[..., None] * (
             (k == lo[..., None]) * (1 - frac)[..., None] + (k == hi[..., None]) * frac[..., None])
-    out = np.zeros_like(sorted_grad)
-    np.put_along_axis(out, order, sorted_grad, axis=-1)
+    out = _placed_back(sorted_grad, order, -1)
     return np.transpose(out.reshape(xt.shape), _inverse(perm))
 
 
@@ -1023,9 +1022,20 @@ def sort_grad(g, a, axis=-1):
         out[order] = as_array(g)
         return out.reshape(a.shape)
     order = np.argsort(a, axis=axis, kind="stable")
-    out = np.zeros(a.shape, dtype=np.result_type(as_array(g), np.float32))
-    np.put_along_axis(out, order, as_array(g), axis=axis)
-    return out
+    return _placed_back(as_array(g), order, axis)
+
+
+def _placed_back(values, order, axis):
+    """values[..., i] put where order[..., i] says along axis (the transpose of
+    np.take_along_axis(x, order, axis) for a permutation `order`), as a gather by the
+    inverse permutation, made of integers: the compiler differentiates the gather
+    (derivatives of every order), not a np.put_along_axis of values."""
+    inverse = np.empty_like(order)
+    shape = [1] * order.ndim
+    shape[axis] = order.shape[axis]
+    ranks = np.broadcast_to(np.arange(order.shape[axis]).reshape(shape), order.shape)
+    np.put_along_axis(inverse, order, ranks, axis=axis)
+    return np.take_along_axis(values, inverse, axis=axis)
 
 
 @_helper
@@ -1958,9 +1968,8 @@ def partition_grad(g, a, ans, axis=-1):
     ax = -1 if flat else axis
     order_a = np.argsort(src, axis=ax, kind="stable")
     order_r = np.argsort(res, axis=ax, kind="stable")
-    out = np.zeros(src.shape, dtype=np.result_type(g, np.float32))
-    np.put_along_axis(out, order_a, np.take_along_axis(np.broadcast_to(g, res.shape),
-                                                        order_r, axis=ax), axis=ax)
+    out = _placed_back(np.take_along_axis(np.broadcast_to(g, res.shape), order_r, axis=ax),
+                       order_a, ax)
     return out.reshape(a.shape)
 
 
