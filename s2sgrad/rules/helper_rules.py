@@ -10,16 +10,16 @@ every order, in both modes, come from its one definition (one source of the
 mathematics, as autograd's rules are themselves differentiable).
 
 The rules below are the exceptions, each for a reason the compiler does not yet
-differentiate the helper's code (or a helper it calls): gathers that build the
-transpose with a nested function reading the helper's variables (`_gather_vjp`),
-lazily made cotangents (`_Lazy` thunks: einsum, inner, kron, tensordot), a view
-updated in place (diff, svd), SciPy's special functions called with *args,
-`from scipy import ...` inside the helper, `with np.errstate(...)` (power_slope),
-`*args` calls (prod with initial=, np.gradient), item writes into the argument
-(item). Each helper h(g, x) is linear in its cotangent argument (named `cot`
-here, since `g` is the template's own cotangent): `cot`'s rule is the transpose
-of h in g; a primal argument's rule is the Hessian of <g, f> applied to g
-(`*_hvp` in runtime/second_order.py).
+differentiate the helper's code (or a helper it calls): lazily made cotangents
+(`_Lazy` thunks: einsum, inner, kron, tensordot), a view updated in place (diff,
+svd), SciPy's special functions called with *args, `from scipy import ...` inside
+the helper, `with np.errstate(...)` (power_slope), `*args` calls (prod with
+initial=, np.gradient), item writes into the argument (item).
+
+Each helper h(g, x) is linear in its cotangent argument (named `cot` here, since
+`g` is the template's own cotangent): `cot`'s rule is the transpose of h in g; a
+primal argument's rule is the Hessian of <g, f> applied to g (`*_hvp` in
+runtime/second_order.py).
 """
 from __future__ import annotations
 
@@ -43,33 +43,12 @@ jvp_rules.pointwise(
           y="g * power_slope_dy(x, y, k)", broadcast=True))
 # (power_slope_dy has no rule: a third derivative mixing x and y in x ** y is refused)
 nondiff(nh.unsupported)     # raises; its result never carries a gradient
+nondiff(nh._numbers)        # element numbers: integers, no gradient
 differentiate_source_of(nh)
 
 # -- linear in the cotangent, no curvature: the rule of `cot` is the transpose -----------------
 _REDUCE = "reduce_tangent({w}, g, axis=axis, keepdims=keepdims)"
 _LINEAR = [
-    # gathers: the transpose of a scatter-add is the gather itself
-    _rule(nh.take_grad, "cot, a, indices, axis=None, mode='raise'",
-          cot="np.take(g, indices, axis=axis, mode=mode)"),
-    _rule(nh.take_along_axis_grad, "cot, arr, indices, axis",
-          cot="np.take_along_axis(g, indices, axis)"),
-    _rule(nh.compress_grad, "cot, condition, a, axis=None",
-          cot="np.compress(condition, g, axis=axis)"),
-    _rule(nh.extract_grad, "cot, condition, arr", cot="np.extract(condition, g)"),
-    _rule(nh.diagonal_grad, "cot, a, offset=0, axis1=0, axis2=1",
-          cot="np.diagonal(g, offset, axis1, axis2)"),
-    _rule(nh.diag_grad, "cot, v, k=0", cot="np.diag(g, k)"),
-    _rule(nh.diagflat_grad, "cot, v, k=0", cot="np.diagflat(g, k)"),
-    _rule(nh.repeat_grad, "cot, a, repeats, axis=None", cot="np.repeat(g, repeats, axis=axis)"),
-    _rule(nh.tile_grad, "cot, A, reps", cot="np.tile(g, reps)"),
-    _rule(nh.resize_grad, "cot, a, new_shape", cot="np.resize(g, new_shape)"),
-    _rule(nh.delete_grad, "cot, arr, obj, axis=None", cot="np.delete(g, obj, axis=axis)"),
-    _rule(nh.insert_grads, "cot, arr, obj, values, axis=None",
-          cot="np.insert(g[0], obj, g[1], axis=axis)"),
-    _rule(nh.append_grads, "cot, arr, values, axis=None", cot="np.append(g[0], g[1], axis=axis)"),
-    _rule(nh.pad_grads, "cot, array, pad_width, mode='constant', constant_values=0, "
-                        "reflect_type='even'",
-          cot="pad_transpose(g, pad_width, mode, reflect_type)"),
     _rule(nh.item_grad, "cot, a, args", cot="item_transpose(g, args)"),
     # rearrangements and joins
     _rule(nh.index_concat_grads, "cot, maker, items",

@@ -683,19 +683,36 @@ def _gather_vjp(g, build, *inputs):
     element then names its source, and the cotangent is summed back with
     bincount, so repeated sources accumulate.
     """
-    sizes = [int(size_of(x)) for x in inputs]
-    numbers_ = []
+    return _summed_back(g, as_array(build(*_numbers(*inputs))), inputs)
+
+
+def _numbers(*inputs):
+    """Arrays of 1-based element numbers, one of each input's shape (integers: a
+    function that only copies elements around, applied to them, says where each
+    element of its result came from)."""
+    out = []
     start = 1
-    for x, n in zip(inputs, sizes):
-        numbers_.append(np.arange(start, start + n).reshape(np.shape(x)))
+    for x in inputs:
+        n = int(size_of(x))
+        out.append(np.arange(start, start + n).reshape(np.shape(x)))
         start += n
-    source = as_array(build(*numbers_))
-    gflat = np.broadcast_to(as_array(g), source.shape).ravel()
-    if np.iscomplexobj(gflat):   # (bincount's weights are real: each part on its own)
-        total = np.bincount(source.ravel(), weights=gflat.real, minlength=start) + \
-            1j * np.bincount(source.ravel(), weights=gflat.imag, minlength=start)
+    return out
+
+
+def _summed_back(g, source, inputs):
+    """The cotangents of `inputs` (a tuple) where each element of g came from the
+    element `source` numbers (see _numbers): summed back with bincount. Written without a
+    function passed in, so that the compiler differentiates it (a gather's
+    derivatives of every order)."""
+    sizes = [int(size_of(x)) for x in inputs]
+    end = 1 + sum(sizes)
+    gflat = np.broadcast_to(as_array(g), np.shape(source)).ravel()
+    index = np.ravel(source)
+    if np.iscomplexobj(gflat):   # (bincount's weights are real)
+        total = np.zeros(end, dtype=gflat.dtype)
+        np.add.at(total, index, gflat)
     else:
-        total = np.bincount(source.ravel(), weights=gflat, minlength=start)
+        total = np.bincount(index, weights=gflat, minlength=end)
     dtype = np.result_type(as_array(g).dtype, np.float32)
     out = []
     start = 1
@@ -708,27 +725,27 @@ def _gather_vjp(g, build, *inputs):
 @_helper
 def take_grad(g, a, indices, axis=None, mode="raise"):
     """Cotangent of `a` in np.take (repeated indices accumulate)."""
-    return _gather_vjp(g, lambda i: np.take(i, indices, axis=axis, mode=mode), a)
+    return _summed_back(g, np.take(_numbers(a)[0], indices, axis=axis, mode=mode), (a,))
 
 
 @_helper
 def take_along_axis_grad(g, arr, indices, axis):
-    return _gather_vjp(g, lambda i: np.take_along_axis(i, indices, axis), arr)
+    return _summed_back(g, np.take_along_axis(_numbers(arr)[0], indices, axis), (arr,))
 
 
 @_helper
 def compress_grad(g, condition, a, axis=None):
-    return _gather_vjp(g, lambda i: np.compress(condition, i, axis=axis), a)
+    return _summed_back(g, np.compress(condition, _numbers(a)[0], axis=axis), (a,))
 
 
 @_helper
 def extract_grad(g, condition, arr):
-    return _gather_vjp(g, lambda i: np.extract(condition, i), arr)
+    return _summed_back(g, np.extract(condition, _numbers(arr)[0]), (arr,))
 
 
 @_helper
 def diagonal_grad(g, a, offset=0, axis1=0, axis2=1):
-    return _gather_vjp(g, lambda i: np.diagonal(i, offset, axis1, axis2), a)
+    return _summed_back(g, np.diagonal(_numbers(a)[0], offset, axis1, axis2), (a,))
 
 
 @_helper
@@ -741,44 +758,46 @@ def trace_grad(g, a, offset=0, axis1=0, axis2=1):
 
 @_helper
 def diag_grad(g, v, k=0):
-    return _gather_vjp(g, lambda i: np.diag(i, k), v)
+    return _summed_back(g, np.diag(_numbers(v)[0], k), (v,))
 
 
 @_helper
 def diagflat_grad(g, v, k=0):
-    return _gather_vjp(g, lambda i: np.diagflat(i, k), v)
+    return _summed_back(g, np.diagflat(_numbers(v)[0], k), (v,))
 
 
 @_helper
 def repeat_grad(g, a, repeats, axis=None):
-    return _gather_vjp(g, lambda i: np.repeat(i, repeats, axis=axis), a)
+    return _summed_back(g, np.repeat(_numbers(a)[0], repeats, axis=axis), (a,))
 
 
 @_helper
 def tile_grad(g, A, reps):
-    return _gather_vjp(g, lambda i: np.tile(i, reps), A)
+    return _summed_back(g, np.tile(_numbers(A)[0], reps), (A,))
 
 
 @_helper
 def resize_grad(g, a, new_shape):
-    return _gather_vjp(g, lambda i: np.resize(i, new_shape), a)
+    return _summed_back(g, np.resize(_numbers(a)[0], new_shape), (a,))
 
 
 @_helper
 def delete_grad(g, arr, obj, axis=None):
-    return _gather_vjp(g, lambda i: np.delete(i, obj, axis=axis), arr)
+    return _summed_back(g, np.delete(_numbers(arr)[0], obj, axis=axis), (arr,))
 
 
 @_helper
 def insert_grads(g, arr, obj, values, axis=None):
     """Cotangents of (arr, values) in np.insert."""
-    return _gather_vjp(g, lambda i, v: np.insert(i, obj, v, axis=axis), arr, values)
+    numbers = _numbers(arr, values)
+    return _summed_back(g, np.insert(numbers[0], obj, numbers[1], axis=axis), (arr, values))
 
 
 @_helper
 def append_grads(g, arr, values, axis=None):
     """Cotangents of (arr, values) in np.append."""
-    return _gather_vjp(g, lambda i, v: np.append(i, v, axis=axis), arr, values)
+    numbers = _numbers(arr, values)
+    return _summed_back(g, np.append(numbers[0], numbers[1], axis=axis), (arr, values))
 
 
 _PAD_MOVES = ("constant", "edge", "reflect", "symmetric", "wrap")
@@ -793,8 +812,11 @@ def pad_grads(g, array, pad_width, mode="constant", constant_values=0, reflect_t
     """
     if mode not in _PAD_MOVES or reflect_type != "even":
         unsupported(f"np.pad with mode={mode!r}, reflect_type={reflect_type!r}")
-    kw = {"constant_values": 0} if mode == "constant" else {}
-    g_arr = _gather_vjp(g, lambda i: np.pad(i, pad_width, mode=mode, **kw), array)
+    if mode == "constant":
+        source = np.pad(_numbers(array)[0], pad_width, constant_values=0)
+    else:
+        source = np.pad(_numbers(array)[0], pad_width, mode=mode)
+    g_arr = _summed_back(g, source, (array,))
     g_const = None
     if mode == "constant":
         filled = np.pad(np.zeros(np.shape(array), dtype=bool), pad_width, constant_values=True)

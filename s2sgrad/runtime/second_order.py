@@ -98,15 +98,6 @@ def item_transpose(g, args):
 
 
 @_helper
-def pad_transpose(g, pad_width, mode="constant", reflect_type="even"):
-    """Transpose of pad_grads: np.pad of the array's cotangent (and of the constant's)."""
-    if mode == "constant":
-        return np.pad(np.asarray(g[0]), pad_width, mode="constant",
-                      constant_values=np.asarray(g[1]))
-    return np.pad(np.asarray(g[0]), pad_width, mode=mode)
-
-
-@_helper
 def diff_transpose(g, a, n=1, axis=-1, prepend=None, append=None):
     """Transpose of diff_grads: np.diff of the cotangents of (a, prepend, append)."""
     kw = {}
