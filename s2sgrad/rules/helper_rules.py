@@ -11,10 +11,10 @@ mathematics, as autograd's rules are themselves differentiable).
 
 The rules below are the exceptions, each for a reason the compiler does not yet
 differentiate the helper's code (or a helper it calls): lazily made cotangents
-(`_Lazy` thunks: einsum, inner, kron, tensordot), a view updated in place (diff,
-svd), SciPy's special functions called with *args, `from scipy import ...` inside
-the helper, `with np.errstate(...)` (power_slope), `*args` calls (prod with
-initial=, np.gradient), item writes into the argument (item).
+(`_Lazy` thunks: einsum, inner, kron, tensordot), SciPy's special functions called
+with *args, `from scipy import ...` inside the helper, `with np.errstate(...)`
+(power_slope), `*args` calls (prod with initial=, np.gradient), item writes into the
+argument (item).
 
 Each helper h(g, x) is linear in its cotangent argument (named `cot` here, since
 `g` is the template's own cotangent): `cot`'s rule is the transpose of h in g; a
@@ -57,8 +57,6 @@ _LINEAR = [
           values="index_concat_grads(g, maker, items)", sequence=("values",)),
     _rule(nh.array_grad, "cot, object, res=None", cot="array_grad_transpose(g, cot, object, res)",
           view=True),
-    _rule(nh.diff_grads, "cot, a, n=1, axis=-1, prepend=None, append=None",
-          cot="diff_transpose(g, a, n, axis, prepend, append)"),
     # builtin sorted's transpose (its forward-mode rule's helper)
     _rule(nh.sorted_like, "values, iterable, key=None, reverse=False",
           values="sorted_grad(g, iterable, key, reverse)", sequence=("values",)),
@@ -94,13 +92,6 @@ _curved(nh.einsum_grads, "cot, operands", "einsum_grads_jvp(cot, operands, cot_d
         ("cot", "operands"),
         cot="einsum_transpose(g, operands)", operands="einsum_hvp(cot, operands, g)",
         sequence=("operands",), view=True)
-
-# -- linear algebra ----------------------------------------------------------------------
-_curved(nh.svd_grad, "cot, a, res, full_matrices=True, compute_uv=True, hermitian=False",
-        "svd_grad_jvp(cot, a, res, full_matrices, compute_uv, hermitian, cot_dot, a_dot)",
-        ("cot", "a"),
-        cot="svd_jvp(g, a, res, full_matrices, compute_uv, hermitian)",
-        a="svd_hvp(cot, a, res, g, full_matrices, compute_uv, hermitian)", sequence=("cot",))
 
 # -- the helpers of the SciPy rules and of issue 34's NumPy rules ------------------------------
 # Pointwise: SciPy's special functions, whose derivatives are the same helpers again.

@@ -438,9 +438,8 @@ def diff_grads(g, a, n=1, axis=-1, prepend=None, append=None):
     a = as_array(a)
     g = as_array(g)
     ax = axis % a.ndim
+    width = [(0, 0)] * ax + [(1, 1)] + [(0, 0)] * (g.ndim - ax - 1)
     for _ in range(n):
-        width = [(0, 0)] * g.ndim
-        width[ax] = (1, 1)
         g = -np.diff(np.pad(g, width), axis=ax)
     parts = []
     start = 0
@@ -448,11 +447,10 @@ def diff_grads(g, a, n=1, axis=-1, prepend=None, append=None):
         if extra is None:
             parts.append(None)
             continue
-        shape = list(a.shape)
         ext = as_array(extra)
-        shape[ax] = ext.shape[ax] if ext.ndim else 1
-        piece = np.take(g, np.arange(start, start + shape[ax]), axis=ax)
-        start += shape[ax]
+        length = ext.shape[ax] if ext.ndim else 1
+        piece = np.take(g, np.arange(start, start + length), axis=ax)
+        start += length
         parts.append(sum_to_shape(piece, ext.shape))
     return parts[1], parts[0], parts[2]
 
@@ -1618,6 +1616,7 @@ def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
         u, gu = u[..., :, :k], gu[..., :, :k]
         vt, gvt = vt[..., :k, :], gvt[..., :k, :]
     out = _singular_values_back(u, s, vt, gs)
+    vectors = np.zeros(out.shape)   # (the singular vectors' part, written per matrix)
     for idx in np.ndindex(s.shape[:-1]):
         ui, si, vti = u[idx], s[idx], vt[idx]
         vi = vti.T
@@ -1650,8 +1649,8 @@ def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
                 raise np.linalg.LinAlgError("the gradient of np.linalg.svd is undefined "
                                             "for a rank-deficient non-square matrix")
             grad = grad + ui @ (rest / np.where(small, 1.0, si)[None, :]).T
-        out[idx] = out[idx] + grad
-    return out
+        vectors[idx] = grad
+    return out + vectors
 
 
 @_helper

@@ -26,7 +26,6 @@ from . import numpy_grads as nh
 from .registry import new_helper as _helper
 from .reverse import join_items
 from .shapes import sum_to_shape
-from .shapes import swap_last_axes as _T
 
 
 def _zero(t, like):
@@ -45,14 +44,6 @@ def _plus(a, b):
     if isinstance(a, (list, tuple)):
         return [_plus(x, y) for x, y in zip(a, b)]
     return a + b
-
-
-def _fill(t, like):
-    """The tangent of a cotangent that is a tuple of arrays, with the items forward mode
-    left as None (constant) replaced by zeros like the item."""
-    if t is None or not isinstance(like, (list, tuple)):
-        return t
-    return [np.zeros(np.shape(item)) if ti is None else ti for ti, item in zip(t, like)]
 
 
 def _is_float(ans):
@@ -95,17 +86,6 @@ def item_transpose(g, args):
     if len(args) == 1:
         return g.flat[args[0]]
     return g[tuple(args)]
-
-
-@_helper
-def diff_transpose(g, a, n=1, axis=-1, prepend=None, append=None):
-    """Transpose of diff_grads: np.diff of the cotangents of (a, prepend, append)."""
-    kw = {}
-    if prepend is not None:
-        kw["prepend"] = g[1]
-    if append is not None:
-        kw["append"] = g[2]
-    return np.diff(np.asarray(g[0]), n=n, axis=axis, **kw)
 
 
 # =============================================================================================
@@ -223,132 +203,3 @@ def prod_initial_grad_jvp(g, a, initial, axis, keepdims, where, g_dot, a_dot):
         total = np.sum(weights * np.broadcast_to(a_dot, np.shape(a)))
         out = out + sum_to_shape(total, np.shape(initial))
     return out
-
-
-# =============================================================================================
-# Linear algebra
-# =============================================================================================
-def _svd_weighted_hvp(xm, weights, e):
-    """The tangent along e of U diag(weights) V^T (thin SVD of the matrices xm), with the
-    weights held fixed: equal on repeated singular values, 0 on zero ones."""
-    u, s, vt = np.linalg.svd(xm, full_matrices=False)
-    v = _T(vt)
-    e = np.broadcast_to(np.asarray(e), xm.shape)
-    m, n = xm.shape[-2:]
-    k = s.shape[-1]
-    out = np.zeros(np.broadcast_shapes(xm.shape, e.shape))
-    for idx in np.ndindex(*s.shape[:-1]):
-        si, wi = s[idx], np.broadcast_to(weights[idx], s[idx].shape)
-        ui, vi, ei = u[idx], v[idx], e[idx]
-        tol = np.max(si, initial=0.0) * max(m, n) * np.finfo(si.dtype).eps * 10
-        labels = nh._clusters(si, tol)
-        degenerate = nh._degenerate_pairs(labels)
-        p = _T(ui) @ ei @ vi
-        s2 = si[None, :] ** 2 - si[:, None] ** 2
-        off = ~np.eye(k, dtype=bool) & ~degenerate
-        f = np.where(off, 1.0 / np.where(off, s2, 1.0), 0.0)
-        sw = si * wi
-        inner = f * (p * (sw[None, :] - sw[:, None])
-                     + _T(p) * (si[:, None] * wi[None, :] - si[None, :] * wi[:, None]))
-        res = ui @ inner @ _T(vi)
-        scaled = nh.safe_divide(wi, si)
-        if m > k:
-            res = res + ((ei @ vi - ui @ (_T(ui) @ ei @ vi)) * scaled[None, :]) @ _T(vi)
-        if n > k:
-            res = res + (ui * scaled[None, :]) @ (_T(ui) @ ei - (_T(ui) @ ei @ vi) @ _T(vi))
-        out[idx] = res
-    return out
-
-
-@_helper
-def svdvals_hvp(g, x, v):
-    """Hessian part of svdvals_grad along v: the tangent of U diag(g) V^T (repeated
-    singular values share their cotangent, zero ones get none)."""
-    x = np.asarray(x, dtype=float)
-    s = np.linalg.svd(x, compute_uv=False)
-    gs = np.broadcast_to(np.asarray(g, dtype=float), s.shape)
-    weights = np.zeros(s.shape)
-    for idx in np.ndindex(*s.shape[:-1]):
-        si = s[idx]
-        tol = np.max(si, initial=0.0) * max(x.shape[-2:]) * np.finfo(si.dtype).eps * 10
-        labels = nh._clusters(si, tol)
-        weights[idx] = np.where(si > tol, nh._cluster_mean(gs[idx], labels), 0.0)
-    return _svd_weighted_hvp(x, weights, v)
-
-
-@_helper
-def svd_hvp(g, a, ans, v, full_matrices=True, compute_uv=True, hermitian=False):
-    """Hessian part of svd_grad along v: the tangent of its formula
-    U (diag(g_s) + middle) V^T + (I - U U^T) g_U S^-1 V^T + U S^-1 g_V^T (I - V V^T),
-    middle = (F o (J - J^T)) S + S (F o (K - K^T)), J = U^T g_U, K = V^T g_V,
-    F_ij = 1 / (s_j^2 - s_i^2), with U' = U Omega_U + (I - U U^T) v V S^-1 and
-    V' = V Omega_V + (I - V V^T) v^T U S^-1 (thin parts)."""
-    if hermitian:
-        nh.unsupported("np.linalg.svd(..., hermitian=True)")
-    a = np.asarray(a, dtype=float)
-    if not compute_uv:
-        return svdvals_hvp(g, a, v)
-    u, s, vt = (np.asarray(t) for t in ans)
-    gu, gs, gvt = (np.asarray(t) for t in g)
-    m, n = a.shape[-2:]
-    k = min(m, n)
-    u, gu = u[..., :, :k], gu[..., :, :k]
-    vt, gvt = vt[..., :k, :], gvt[..., :k, :]
-    e = np.broadcast_to(np.asarray(v), a.shape)
-    out = np.zeros(a.shape)
-    for idx in np.ndindex(*s.shape[:-1]):
-        ui, si, vi = u[idx], s[idx], _T(vt[idx])
-        gui, gsi, gvi = gu[idx], gs[idx], _T(gvt[idx])
-        ei = e[idx]
-        tol = np.max(si, initial=0.0) * max(m, n) * np.finfo(si.dtype).eps * 10
-        labels = nh._clusters(si, tol)
-        degenerate = nh._degenerate_pairs(labels)
-        if np.any(degenerate) or np.any(si <= tol):
-            raise np.linalg.LinAlgError(
-                "the second derivative of np.linalg.svd is undefined at repeated or zero "
-                "singular values")
-        s2 = si[None, :] ** 2 - si[:, None] ** 2
-        off = ~np.eye(k, dtype=bool)
-        f = np.where(off, 1.0 / np.where(off, s2, 1.0), 0.0)
-        S, Sinv = np.diag(si), np.diag(1.0 / si)
-        P = _T(ui) @ ei @ vi
-        ds = np.diagonal(P)
-        om_u = f * (P * si[None, :] + si[:, None] * _T(P))
-        om_v = f * (si[:, None] * P + _T(P) * si[None, :])
-        proj_u = np.eye(m) - ui @ _T(ui)
-        proj_v = np.eye(n) - vi @ _T(vi)
-        du = ui @ om_u + proj_u @ ei @ vi @ Sinv
-        dv = vi @ om_v + proj_v @ _T(ei) @ ui @ Sinv
-        dS = np.diag(ds)
-        df = -f * f * (2.0 * si[None, :] * ds[None, :] - 2.0 * si[:, None] * ds[:, None])
-        J, K = _T(ui) @ gui, _T(vi) @ gvi
-        dJ, dK = _T(du) @ gui, _T(dv) @ gvi
-        aj, ak = J - _T(J), K - _T(K)
-        daj, dak = dJ - _T(dJ), dK - _T(dK)
-        B = np.diag(gsi) + (f * aj) @ S + S @ (f * ak)
-        dB = (df * aj + f * daj) @ S + (f * aj) @ dS + dS @ (f * ak) + S @ (df * ak + f * dak)
-        res = du @ B @ _T(vi) + ui @ dB @ _T(vi) + ui @ B @ _T(dv)
-        if m > k:
-            dproj_u = -(du @ _T(ui) + ui @ _T(du))
-            res = res + (dproj_u @ gui @ Sinv @ _T(vi) - proj_u @ gui @ Sinv @ dS @ Sinv @ _T(vi)
-                         + proj_u @ gui @ Sinv @ _T(dv))
-        if n > k:
-            dproj_v = -(dv @ _T(vi) + vi @ _T(dv))
-            res = res + (du @ Sinv @ _T(gvi) @ proj_v - ui @ Sinv @ dS @ Sinv @ _T(gvi) @ proj_v
-                         + ui @ Sinv @ _T(gvi) @ dproj_v)
-        out[idx] = res
-    return out
-
-
-@_helper
-def svd_grad_jvp(g, a, ans, full_matrices, compute_uv, hermitian, g_dot, a_dot):
-    g_dot = _fill(g_dot, g)
-    out = 0.0
-    if g_dot is not None:
-        out = nh.svd_grad(g_dot, a, ans, full_matrices, compute_uv, hermitian)
-    if a_dot is not None:
-        out = out + svd_hvp(g, a, ans, a_dot, full_matrices, compute_uv, hermitian)
-    return out
-
-
-# -- qr ----------------------------------------------------------------------------------------
