@@ -132,13 +132,8 @@ class CallRules:
             elif not (isinstance(arg, ast.Lambda) or
                       (isinstance(arg, ast.Name) and arg.id in self.local_defs)):
                 return arg
-            fn, free = self.differentiated_function(node, arg)
-            if free:
-                raise self.err(arg, f"this function, passed to {ast.unparse(expr.func)}, "
-                                    f"reads {', '.join(free)} of the function around it",
-                               "Pass those values as arguments too, or define the "
-                               "function at module level.")
-            return copy_location(spelled.bound_function(self, fn), arg)
+            return self.bound_pure_function(
+                node, arg, f"this function, passed to {ast.unparse(expr.func)},")
         return copy_location(ast.Call(func=expr.func, args=[passed(a) for a in expr.args],
                                       keywords=[ast.keyword(arg=k.arg, value=passed(k.value))
                                                 for k in expr.keywords]), expr)
@@ -214,6 +209,18 @@ class CallRules:
         node = ast.Call(func=name_node(name), args=args, keywords=merged)
         self.facts.exprs.note(node, callee=fn)
         return copy_location(node, expr)
+
+    def bound_pure_function(self, node, where: ast.expr, what: str) -> ast.expr:
+        """A def or lambda of this function as a value of its own (lifted, bound to a
+        name in the generated code), where it reads none of this function's
+        variables; refused where it does (`what` names the use), since whoever
+        calls it could not see them."""
+        fn, free = self.differentiated_function(node, where)
+        if free:
+            raise self.err(where, f"{what} reads {', '.join(free)} of the function around it",
+                           "Pass those values as arguments too, or define the function at "
+                           "module level.")
+        return copy_location(spelled.bound_function(self, fn), where)
 
     def differentiated_function(self, node, where) -> Tuple[Callable, List[str]]:
         """The function object an inner derivative differentiates, and the outer

@@ -84,13 +84,8 @@ class ExpressionRules:
         on inside one): its def runs nothing where it stands, so the value is the
         function itself, lifted and bound to a name of its own. One that reads
         variables of this function is refused: whoever calls it could not see them."""
-        fn, free = self.differentiated_function(expr, expr)
-        if free:
-            raise self.err(expr, f"the function {expr.id} is used as a value here and "
-                                 f"reads {', '.join(free)} of the function around it",
-                           "Pass those values as arguments too, or define the function at "
-                           "module level.")
-        return copy_location(spelled.bound_function(self, fn), expr)
+        return self.bound_pure_function(expr, expr,
+                                        f"the function {expr.id} is used as a value here and")
 
     def operation(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
         """One operation whose operands are atoms."""
