@@ -13,6 +13,7 @@ from s2sgrad.runtime import (unbroadcast as ub, expand_reduced as er, transpose_
                              broadcast_like as bl)
 from s2sgrad.runtime.reverse import items_like as il, items_joined as ij
 from s2sgrad.runtime.reverse import dict_item_grad as dig, dict_item_transpose as dit
+from s2sgrad.runtime.reverse import split_as_items as sai
 from s2sgrad.runtime.arrays import as_array as aa
 from s2sgrad.runtime.shapes import swap_last_axes as sla, sum_to_shape as sts
 from s2sgrad.runtime.tangent import like_returned as lr, unlike_returned as ul
@@ -28,6 +29,10 @@ def f_dict_item_grad(c, x):
 def f_dict_item_transpose(c, x):
     d = dit(c * c, {"a": x, "b": 2.0 * x}, "a")
     return d["a"] * x + d["b"] * c
+
+def f_split_as_items(c, x):
+    parts = sai(c * c, [x, x])
+    return parts[0] * np.sin(parts[1]) * x
 
 def f_as_array(x):
     return aa(x * x) * np.sin(x)
@@ -184,6 +189,8 @@ CASES = [
     ("f_dict_item_grad", [(2, 2), (2, 2)], [0, 1], []),
     ("f_dict_item_transpose", [(3,), (3,)], [0, 1], ["_s2s_dict_item_transpose"]),
     ("f_dict_item_transpose", [(2, 3), (2, 3)], [0, 1], []),
+    ("f_split_as_items", [(2, 3), (3,)], [0, 1], ["_s2s_split_as_items"]),
+    ("f_split_as_items", [(2, 2, 2), (2, 2)], [0, 1], []),
     ("f_as_array", [(3,)], [0], ["_s2s_as_array"]),
     ("f_as_array", [(2, 3)], [0], []),
     ("f_swap_last_axes", [(2, 3)], [0], ["_s2s_swap_last_axes"]),

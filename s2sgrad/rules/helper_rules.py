@@ -55,8 +55,6 @@ _LINEAR = [
           cot="index_concat_linear(maker, items, g)", view=True),
     _rule(nh.index_concat_linear, "maker, items, values",
           values="index_concat_grads(g, maker, items)", sequence=("values",)),
-    _rule(nh.array_grad, "cot, object, res=None", cot="array_grad_transpose(g, cot, object, res)",
-          view=True),
     # builtin sorted's transpose (its forward-mode rule's helper)
     _rule(nh.sorted_like, "values, iterable, key=None, reverse=False",
           values="sorted_grad(g, iterable, key, reverse)", sequence=("values",)),

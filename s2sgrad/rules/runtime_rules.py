@@ -72,6 +72,9 @@ defvjp(runtime_inplace.written_grad, "adjoint, index, value",
        adjoint="with_item(zeros_like(adjoint), index, g)", name="_s2s_written_grad")
 defvjp(runtime_inplace.push, "items, item", items="drop_last(g)", item="last(g)",
        name="_s2s_push")
+# An array cut into a list's items, and its transpose: the items as one array again.
+defvjp(runtime_reverse.split_as_items, "value, items", value="items_joined(g, value)",
+       name="_s2s_split_as_items")
 defvjp(runtime_reverse.dict_item_grad, "cotangent, key, item",
        cotangent="dict_item_transpose(g, cotangent, key)", name="_s2s_dict_item_grad")
 defvjp(runtime_reverse.dict_item_transpose, "g_item, cotangent, key",

@@ -24,7 +24,6 @@ import numpy as np
 
 from . import numpy_grads as nh
 from .registry import new_helper as _helper
-from .reverse import join_items
 from .shapes import sum_to_shape
 
 
@@ -64,19 +63,6 @@ def scipy_tetragamma(x):
 # =============================================================================================
 # Transposes of helpers that only move, sum or mask the cotangent
 # =============================================================================================
-@_helper
-def array_grad_transpose(g, cot, object, ans=None):  # noqa: A002 - NumPy's parameter name
-    """Transpose of array_grad: the items' cotangents as one array again."""
-    if ans is not None and not np.issubdtype(np.asarray(ans).dtype, np.inexact):
-        return np.zeros(np.shape(cot))
-    if isinstance(object, (list, tuple)):
-        out = np.zeros((len(object),) + np.shape(object[0]) if object else (0,),
-                       dtype=np.result_type(np.asarray(cot).dtype, np.float64))
-        join_items(g, object, out)
-        return np.reshape(out, np.shape(cot))
-    return np.reshape(g, np.shape(cot))
-
-
 @_helper
 def item_transpose(g, args):
     """Transpose of item_grad: the cotangent at that element."""
