@@ -13,8 +13,7 @@ The rules below are the exceptions, each for a reason the compiler does not yet
 differentiate the helper's code (or a helper it calls): lazily made cotangents
 (`_Lazy` thunks: einsum, inner, kron, tensordot), SciPy's special functions called
 with *args, `from scipy import ...` inside the helper, `with np.errstate(...)`
-(power_slope), `*args` calls (prod with initial=, np.gradient), item writes into the
-argument (item).
+(power_slope), a `*args` call (np.gradient), item writes into the argument (item).
 
 Each helper h(g, x) is linear in its cotangent argument (named `cot` here, since
 `g` is the template's own cotangent): `cot`'s rule is the transpose of h in g; a
@@ -69,12 +68,6 @@ def _curved(fn, params, joint, joint_params, **grads):
     name = _rule(fn, params, **grads)
     jvp_rules.defjvp(name, joint=joint, joint_params=joint_params)
 
-
-_curved(nh.prod_initial_grad, "cot, a, initial, axis=None, keepdims=False, where=None",
-        "prod_initial_grad_jvp(cot, a, initial, axis, keepdims, where, cot_dot, a_dot)",
-        ("cot", "a"),
-        cot="prod_initial_transpose(g, a, axis=axis, keepdims=keepdims, where=where)",
-        a="prod_initial_a_vjp(g, cot, a, axis=axis, keepdims=keepdims, where=where)")
 
 # -- products: bilinear (the cotangent of one operand is the other's rule at g) -------------
 for _fn, _params, _f, _extra in (

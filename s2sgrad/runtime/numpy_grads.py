@@ -174,10 +174,6 @@ def _inverse(perm) -> tuple:
     return tuple(int(i) for i in np.argsort(perm))
 
 
-def _kwargs(**kw):
-    return {k: v for k, v in kw.items() if v is not None}
-
-
 @_helper
 def extremum_grad(g, a, ans, axis=None, keepdims=False, initial=None, where=None):
     """Cotangent of `a` in max/min/amax/amin/nanmax/nanmin.
@@ -250,7 +246,10 @@ def prod_grad(g, a, axis=None, keepdims=False, initial=None, where=None):
 @_helper
 def prod_initial_grad(g, a, initial, axis=None, keepdims=False, where=None):
     """Cotangent of `initial=` in np.prod: g times the product of the elements."""
-    rest = np.prod(a, axis=axis, keepdims=keepdims, **_kwargs(where=where))
+    if where is None:
+        rest = np.prod(a, axis=axis, keepdims=keepdims)
+    else:
+        rest = np.prod(a, axis=axis, keepdims=keepdims, where=where)
     return sum_to_shape(as_array(g) * rest, np.shape(initial))
 
 

@@ -24,7 +24,6 @@ import numpy as np
 
 from . import numpy_grads as nh
 from .registry import new_helper as _helper
-from .shapes import sum_to_shape
 
 
 def _zero(t, like):
@@ -157,35 +156,4 @@ def einsum_grads_jvp(g, operands, g_dot, operands_dot):
         out = list(nh.einsum_grads(g_dot, operands))
     if operands_dot is not None and any(t is not None for t in operands_dot):
         out = _plus(out, einsum_hvp(g, operands, operands_dot))
-    return out
-
-
-# =============================================================================================
-# Reductions
-# =============================================================================================
-@_helper
-def prod_initial_transpose(g, a, axis=None, keepdims=False, where=None):
-    """Transpose of prod_initial_grad in its cotangent: g times the product."""
-    kw = {} if where is None else {"where": where}
-    return np.asarray(g) * np.prod(a, axis=axis, keepdims=keepdims, **kw)
-
-
-@_helper
-def prod_initial_a_vjp(u, g, a, axis=None, keepdims=False, where=None):
-    """a's cotangent through prod_initial_grad (the product of a, times g, summed to
-    initial's shape): prod_grad of g times u."""
-    ge = np.asarray(g) * u
-    return nh.prod_grad(ge, a, axis=axis, keepdims=keepdims, where=where)
-
-
-@_helper
-def prod_initial_grad_jvp(g, a, initial, axis, keepdims, where, g_dot, a_dot):
-    out = 0.0
-    if g_dot is not None:
-        out = nh.prod_initial_grad(g_dot, a, initial, axis=axis, keepdims=keepdims,
-                                   where=where)
-    if a_dot is not None:
-        weights = nh.prod_grad(g, a, axis=axis, keepdims=keepdims, where=where)
-        total = np.sum(weights * np.broadcast_to(a_dot, np.shape(a)))
-        out = out + sum_to_shape(total, np.shape(initial))
     return out
