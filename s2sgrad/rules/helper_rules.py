@@ -13,7 +13,7 @@ The rules below are the exceptions, each for a reason the compiler does not yet
 differentiate the helper's code (or a helper it calls): lazily made cotangents
 (`_Lazy` thunks: einsum, inner, kron, tensordot), SciPy's special functions called
 with *args, `from scipy import ...` inside the helper, `with np.errstate(...)`
-(power_slope), a `*args` call (np.gradient), item writes into the argument (item).
+(power_slope), a `*args` call (np.gradient).
 
 Each helper h(g, x) is linear in its cotangent argument (named `cot` here, since
 `g` is the template's own cotangent): `cot`'s rule is the transpose of h in g; a
@@ -48,7 +48,6 @@ differentiate_source_of(nh)
 # -- linear in the cotangent, no curvature: the rule of `cot` is the transpose -----------------
 _REDUCE = "reduce_tangent({w}, g, axis=axis, keepdims=keepdims)"
 _LINEAR = [
-    _rule(nh.item_grad, "cot, a, args", cot="item_transpose(g, args)"),
     # rearrangements and joins
     _rule(nh.index_concat_grads, "cot, maker, items",
           cot="index_concat_linear(maker, items, g)", view=True),

@@ -1061,13 +1061,16 @@ def _placed_back(values, order, axis):
 def item_grad(g, a, args):
     """Cotangent of `a` in a.item(*args): g at that element, zeros elsewhere."""
     a = as_array(a)
-    out = np.zeros(a.shape, dtype=np.result_type(a, np.float32))
-    if not args:
-        out[...] = g
-    elif len(args) == 1:
-        out.flat[args[0]] = g
-    else:
+    dtype = np.result_type(a, np.float32)
+    if len(args) == 1:   # a flat index (an item write into a new array, not `.flat`)
+        flat = np.zeros(size_of(a), dtype=dtype)
+        flat[args[0]] = g
+        return flat.reshape(a.shape)
+    out = np.zeros(a.shape, dtype=dtype)
+    if args:
         out[tuple(args)] = g
+    else:
+        out[...] = g
     return out
 
 

@@ -60,20 +60,6 @@ def scipy_tetragamma(x):
 
 
 # =============================================================================================
-# Transposes of helpers that only move, sum or mask the cotangent
-# =============================================================================================
-@_helper
-def item_transpose(g, args):
-    """Transpose of item_grad: the cotangent at that element."""
-    g = np.asarray(g)
-    if not args:
-        return g.reshape(-1)[0]
-    if len(args) == 1:
-        return g.flat[args[0]]
-    return g[tuple(args)]
-
-
-# =============================================================================================
 # Products: bilinear and multilinear functions
 # =============================================================================================
 # For f bilinear in (a, b), h(g, a, b) = (grad_a, grad_b) with grad_a depending on b only
