@@ -7,6 +7,7 @@ and by which rule — so the answer is computed here, once, as an `Op`.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import types
 from dataclasses import dataclass, field
@@ -197,16 +198,23 @@ def writes_output(call, callee) -> bool:
         copy = call.args[1] if len(call.args) > 1 else next(
             (k.value for k in call.keywords if k.arg == "copy"), None)
         return copy is not None and not (isinstance(copy, ast.Constant) and copy.value)
-    position = _out_position(callee)
+    if len(call.args) < 2:   # (an output array is never the first argument)
+        return False
+    if isinstance(callee, np.ufunc):
+        return len(call.args) > callee.nin
+    if not _in_numpy(callee):   # another function's parameter `out` may be anything
+        return False
+    try:
+        position = _out_position(callee)
+    except TypeError:   # (an unhashable callable)
+        position = None
     return position is not None and len(call.args) > position
 
 
+@functools.lru_cache(maxsize=1024)
 def _out_position(callee) -> Optional[int]:
-    """The position of a callee's output parameter (a ufunc's after its inputs)."""
-    if isinstance(callee, np.ufunc):
-        return callee.nin
-    if not _in_numpy(callee):   # another function's parameter `out` may be anything
-        return None
+    """The position of a NumPy function's `out` parameter (read from its signature
+    once: every assignment that calls it asks)."""
     try:
         params = list(inspect.signature(callee).parameters.values())
     except (TypeError, ValueError):
