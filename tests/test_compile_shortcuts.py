@@ -366,9 +366,9 @@ def test_a_probe_from_the_same_state_ends_the_same_way(monkeypatch):
     runs = []
 
     def twice(self, s):
-        start = dict(self.state)
+        start = dict(self.core.state)
         first = original(self, s)
-        assert self.state == start   # (a probe puts the state back)
+        assert self.core.state == start   # (a probe puts the state back)
         again = original(self, s)
         assert again == first
         runs.append(first)

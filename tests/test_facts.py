@@ -119,14 +119,14 @@ def f(x):
     y = helper(x)
     return np.sum(y * y)
 ''')
-    transform = sys.modules["s2sgrad.compiler.transform"]
-    original = transform.Reverse.site_for
+    sweep = sys.modules["s2sgrad.compiler.transform.forward_sweep"]
+    original = sweep.ForwardSweep.site_for
 
     def forgetful(self, s, op):
         site = original(self, s, op)
-        self.sites._facts.clear()     # as if the statement had been rebuilt
+        self.core.sites._facts.clear()     # as if the statement had been rebuilt
         return site
-    monkeypatch.setattr(transform.Reverse, "site_for", forgetful)
+    monkeypatch.setattr(sweep.ForwardSweep, "site_for", forgetful)
     with pytest.raises(s2sgrad.InternalError) as info:
         s2sgrad.grad(mod.f)(np.ones(3))
     message = str(info.value)

@@ -150,6 +150,33 @@ def test_the_class_length_check_can_fail():
     assert long_classes({"m": text}, limit=6) == []
 
 
+def mixin_stacks(sources):
+    """(module, class, bases) for each class made of two or more of the package's own
+    classes: a pass written as a stack of mixins shares its state through `self`
+    with methods in other files (issue 33); its parts are objects it holds instead."""
+    own = {node.name for text in sources.values() for node in ast.walk(ast.parse(text))
+           if isinstance(node, ast.ClassDef)}
+    found = []
+    for module, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(b) for b in node.bases]
+                if sum(b.split(".")[-1] in own for b in bases) >= 2:
+                    found.append((module, node.name, bases))
+    return found
+
+
+def test_no_pass_is_a_stack_of_mixins():
+    sources = {name: open(path).read() for name, path in _modules().items()}
+    assert mixin_stacks(sources) == []
+
+
+def test_the_mixin_check_can_fail():
+    text = "class A:\n    pass\nclass B:\n    pass\nclass C(A, B, object):\n    pass\n"
+    assert mixin_stacks({"m": text}) == [("m", "C", ["A", "B", "object"])]
+    assert mixin_stacks({"m": text.replace("A, B, ", "A, ")}) == []
+
+
 _LAZY_SCRIPT = '''
 import sys
 import numpy as np

@@ -587,14 +587,14 @@ def f(x):
     y = np.sin(x)
     return np.sum(y * 2.0)
 ''')
-    transform = sys.modules["s2sgrad.compiler.transform"]
-    original = transform.Reverse.rule_contribution
+    statements = sys.modules["s2sgrad.compiler.transform.adjoint_statements"]
+    original = statements.AdjointStatements.rule_contribution
 
     def broken(self, s, op, out, *args, **kwargs):
         if op.rule.name == "np.sin":
             raise KeyError(12345)
         return original(self, s, op, out, *args, **kwargs)
-    monkeypatch.setattr(transform.Reverse, "rule_contribution", broken)
+    monkeypatch.setattr(statements.AdjointStatements, "rule_contribution", broken)
     with pytest.raises(s2sgrad.InternalError) as info:
         s2sgrad.grad(mod.f)(np.ones(3))
     message = str(info.value)

@@ -92,8 +92,16 @@ def normalize(parsed: ParsedFunction) -> NormalForm:
     return _Normalizer(parsed).run()
 
 
-class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
+class _Normalizer:
+    """The pass's state and driver; what it does to statements, control flow,
+    expressions and calls are its parts (`self.statements`, `self.control`,
+    `self.expressions`, `self.calls`), each in a module of its own."""
+
     def __init__(self, parsed: ParsedFunction):
+        self.statements = StatementRules(self)
+        self.control = ControlRules(self)
+        self.expressions = ExpressionRules(self)
+        self.calls = CallRules(self)
         self.p = parsed
         self.facts = FunctionFacts()   # what this compile's passes note about its nodes
         fdef = parsed.node
@@ -238,7 +246,7 @@ class _Normalizer(StatementRules, ControlRules, ExpressionRules, CallRules):
         state = (set(self.names.taken), dict(self.env))
         while True:
             out: List[ast.stmt] = []
-            self.block(pristine if in_place else clone(pristine), out)
+            self.statements.block(pristine if in_place else clone(pristine), out)
             aliases = AliasFacts(out, self.resolver.locals | self.names.taken,
                                  self.lists | self.dict_names, self.facts.exprs)
             redo = {u for u in self.rebound_augassign if aliases.shared_with_user(u,

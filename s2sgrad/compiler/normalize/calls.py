@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import ast
 import inspect
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .. import reentry
 from ..loader import lift_def, lift_lambda
-from ..names import clone, copy_location, name_node, name_nodes
+from ..names import RESERVED_PREFIX, clone, copy_location, name_node, name_nodes
 from . import spelled
 from .scope import assigned_names, bind_functional, dotted, is_api, static_true
 
 
 class CallRules:
-    """The normaliser's calls (a part of `_Normalizer`)."""
+    """The normaliser's calls: a part of `_Normalizer` (normalize/__init__.py), which
+    owns the state these methods read and write (`self.core`: names, the SSA
+    environment, the resolver, the facts) and calls them as `self.calls`."""
+
+    def __init__(self, core):
+        self.core = core
 
     # -- derivatives inside differentiated code (second order) ----------------------
     def derivative_call(self, expr: ast.Call, out) -> Optional[ast.Call]:
@@ -24,11 +29,12 @@ class CallRules:
         `functional.vjp(f, inputs, v, create_graph=True)`: a call to code that
         computes the derivative (higher.derived), which the compiler can
         differentiate again. A lambda's free variables become extra arguments."""
+        core = self.core
         func = expr.func
         detach = False
         if isinstance(func, ast.Call) and dotted(func.func) and \
-                not self.resolver.is_local_chain(func.func):
-            ok, maker = self.resolver.static(func.func)
+                not core.resolver.is_local_chain(func.func):
+            ok, maker = core.resolver.static(func.func)
             if not ok or not (is_api(maker, "grad") or is_api(maker, "value_and_grad")):
                 return None
             base, extra = self.differentiated_function(func.args[0] if func.args else None,
@@ -38,71 +44,71 @@ class CallRules:
             # grad(f, wrt=(0,)) returns a one-tuple, grad(f, wrt=0) the gradient.
             fn = reentry.derived(maker.__name__, base, positions,
                                 inputs_tuple=not isinstance(wrt, int))
-            args = [self.operand(a, out) for a in expr.args]
-            keywords = [ast.keyword(arg=k.arg, value=self.operand(k.value, out))
+            args = [core.statements.operand(a, out) for a in expr.args]
+            keywords = [ast.keyword(arg=k.arg, value=core.statements.operand(k.value, out))
                         for k in expr.keywords]
-        elif dotted(func) and not self.resolver.is_local_chain(func):
-            ok, maker = self.resolver.static(func)
+        elif dotted(func) and not core.resolver.is_local_chain(func):
+            ok, maker = core.resolver.static(func)
             functional = (getattr(maker, "__module__", "") or "").endswith("functional")
             if not ok or not functional or not any(
                     is_api(maker, k) for k in ("vjp", "jvp", "hvp", "vhp", "jacobian",
                                                 "hessian")):
                 return None
-            bound = bind_functional(expr, maker.__name__, self)
+            bound = bind_functional(expr, maker.__name__, core)
             base, extra = self.differentiated_function(bound["func"], expr)
             inputs = bound["inputs"]
-            known = (self.tuples.get(self.env.get(inputs.id, inputs.id))
+            known = (core.tuples.get(core.env.get(inputs.id, inputs.id))
                      if isinstance(inputs, ast.Name) else None)
             items = list(inputs.elts) if isinstance(inputs, ast.Tuple) else \
-                (self.held([clone(a) for a in known], [], out, inputs) if known is not None
-                 else [inputs])
+                (core.statements.held([clone(a) for a in known], [], out, inputs)
+                 if known is not None else [inputs])
             is_tuple = isinstance(inputs, ast.Tuple) or known is not None
             v = bound.get("v")
             if maker.__name__ == "jacobian":
                 fn = reentry.derived("jacobian", base, tuple(range(len(items))),
                                      inputs_tuple=is_tuple)
-                args = [self.operand(a, out) for a in items]
+                args = [core.statements.operand(a, out) for a in items]
             elif maker.__name__ == "hessian":
                 if is_tuple:
-                    raise self.err(expr, "functional.hessian of a tuple of inputs inside a "
-                                         "differentiated function is not supported",
+                    raise core.err(expr, "functional.hessian of a tuple of inputs inside a "
+                                   "differentiated function is not supported",
                                    "Pass one array (concatenate the inputs), or compute "
                                    "the blocks with functional.jacobian of s2sgrad.grad.")
                 fn = reentry.derived("jacobian", reentry.derived("grad", base, (0,)), (0,))
-                args = [self.operand(a, out) for a in items]
+                args = [core.statements.operand(a, out) for a in items]
             elif maker.__name__ in ("hvp", "vhp", "jvp"):   # hvp = vhp: H is symmetric
                 if v is None or (isinstance(v, ast.Constant) and v.value is None):
-                    raise self.err(expr, f"functional.{maker.__name__} needs v here",
+                    raise core.err(expr, f"functional.{maker.__name__} needs v here",
                                    "Pass v: the vector to multiply by.")
                 fn = reentry.derived("jvp" if maker.__name__ == "jvp" else "hvp", base,
                                      tuple(range(len(items))), inputs_tuple=is_tuple)
-                args = [self.operand(a, out) for a in items] + [self.operand(v, out)]
+                args = [core.statements.operand(a, out) for a in [*items, v]]
             elif v is None or (isinstance(v, ast.Constant) and v.value is None):
                 # torch: v may be None when func returns a scalar, and means 1 (the
                 # seed refuses anything else at run time, as torch does).
                 fn = reentry.derived("value_and_grad", base, tuple(range(len(items))),
                                      inputs_tuple=is_tuple)
-                args = [self.operand(a, out) for a in items]
+                args = [core.statements.operand(a, out) for a in items]
             else:
                 fn = reentry.derived("vjp", base, tuple(range(len(items))),
                                      inputs_tuple=is_tuple)
-                args = [self.operand(a, out) for a in items] + [self.operand(v, out)]
+                args = [core.statements.operand(a, out) for a in [*items, v]]
             keywords = []
-            detach = not static_true(bound.get("create_graph"), self)
+            detach = not static_true(bound.get("create_graph"), core)
         else:
             return None
         # The generated code calls the derivative's code directly, under a name bound
         # in its closure; free variables of a lambda are passed explicitly.
-        name = self.names.fresh(fn.__name__)
-        self.bindings[name] = fn
-        args += [self.load(n) for n in extra]
+        name = core.names.fresh(fn.__name__)
+        core.bindings[name] = fn
+        args += [core.load(n) for n in extra]
         node = ast.Call(func=name_node(name), args=args, keywords=keywords)
-        self.facts.exprs.note(node, callee=fn)
+        core.facts.exprs.note(node, callee=fn)
         if detach:   # create_graph=False: values, not a graph the outer derivative sees
             from ... import runtime
             node = ast.Call(func=name_node("_s2s_detached"), args=[node],
                             keywords=[])
-            self.facts.exprs.note(node, callee=runtime.detached)
+            core.facts.exprs.note(node, callee=runtime.detached)
         return copy_location(node, expr)
 
     def lambda_call(self, expr: ast.Call, lam: ast.Lambda, out) -> ast.expr:
@@ -112,9 +118,9 @@ class CallRules:
         like any helper."""
         a = lam.args
         if a.vararg or a.kwarg or a.kwonlyargs or a.defaults:
-            raise self.err(expr, "cannot differentiate a call of a lambda with defaults, "
-                                 "*args or keyword-only parameters",
-                           "Give the lambda plain parameters, or define a function.")
+            raise self.core.err(expr, "cannot differentiate a call of a lambda with defaults, "
+                                "*args or keyword-only parameters",
+                                "Give the lambda plain parameters, or define a function.")
         fn, free = self.differentiated_function(lam, expr)
         return self._call_of(fn, [], {}, expr, free, out)
 
@@ -125,12 +131,13 @@ class CallRules:
         lifted and bound to a name of its own, so that the callee is compiled for it
         like for a module-level function (CalleeSite.statics). One that reads
         variables of this function is refused: the callee could not see them."""
+        core = self.core
         def passed(arg: ast.expr) -> ast.expr:
             node = arg
-            if isinstance(arg, ast.Name) and arg.id in self.lambdas:
-                node = self.lambdas[arg.id]
+            if isinstance(arg, ast.Name) and arg.id in core.lambdas:
+                node = core.lambdas[arg.id]
             elif not (isinstance(arg, ast.Lambda) or
-                      (isinstance(arg, ast.Name) and arg.id in self.local_defs)):
+                      (isinstance(arg, ast.Name) and arg.id in core.local_defs)):
                 return arg
             return self.bound_pure_function(
                 node, arg, f"this function, passed to {ast.unparse(expr.func)},")
@@ -145,21 +152,22 @@ class CallRules:
         a = node.args
         if a.vararg or a.kwarg or a.kwonlyargs or node.decorator_list or \
                 not all(isinstance(d, ast.Constant) for d in a.defaults):
-            raise self.err(node, "cannot differentiate a call of a nested function with "
-                                 "decorators, *args, keyword-only parameters or defaults "
-                                 "that are not constants",
-                           "Give it plain parameters, or define it at module level.")
+            raise self.core.err(node, "cannot differentiate a call of a nested function with "
+                                "decorators, *args, keyword-only parameters or defaults "
+                                "that are not constants",
+                                "Give it plain parameters, or define it at module level.")
         fn, free = self.differentiated_function(node, expr)
         return self._call_of(fn, [], {}, expr, free, out)
 
     def record(self, expr: ast.Call, cls, out) -> ast.expr:
         """`Layer(W, b=x)` of a namedtuple class: the tuple of its fields in order (a
         literal, so each field keeps its gradient), made a Layer at run time."""
+        core = self.core
         try:
             bound = inspect.signature(cls).bind(*expr.args,
                                                 **{k.arg: k.value for k in expr.keywords})
         except TypeError as exc:
-            raise self.err(expr, f"cannot build {cls.__name__}: {exc}") from None
+            raise core.err(expr, f"cannot build {cls.__name__}: {exc}") from None
         bound.apply_defaults()
         elts = []
         for field_name in cls._fields:
@@ -168,17 +176,18 @@ class CallRules:
                 if isinstance(value, (int, float, str, bool)) or value is None:
                     value = ast.Constant(value=value)
                 else:
-                    name = self.names.fresh(f"{cls.__name__}_{field_name}")
-                    self.bindings[name] = value
+                    name = core.names.fresh(f"{cls.__name__}_{field_name}")
+                    core.bindings[name] = value
                     value = name_node(name)
             elts.append(value)
-        items = self.operand(copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), expr), out)
+        items = core.statements.operand(
+            copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), expr), out)
         from ... import runtime
-        kind = self.names.fresh(cls.__name__)
-        self.bindings[kind] = cls
+        kind = core.names.fresh(cls.__name__)
+        core.bindings[kind] = cls
         call = ast.Call(func=name_node("_s2s_record"),
                         args=[name_node(kind), items], keywords=[])
-        self.facts.exprs.note(call, callee=runtime.record)
+        core.facts.exprs.note(call, callee=runtime.record)
         return copy_location(call, expr)
 
     def bound_call(self, expr: ast.Call, bound, out) -> ast.expr:
@@ -186,28 +195,30 @@ class CallRules:
         function they run, the instance (or the partial's values) passed first, as
         constants bound into the generated code. What the call was resolved
         through is recorded, so rebinding any of it compiles again."""
-        self.resolver.pin(expr.func)
+        core = self.core
+        core.resolver.pin(expr.func)
         prefix = []
         for value in bound.args:
-            name = self.names.fresh("bound")
-            self.bindings[name] = value
+            name = core.names.fresh("bound")
+            core.bindings[name] = value
             prefix.append(name_node(name))
         keywords = {}
         for key, value in bound.kwargs.items():
-            name = self.names.fresh(f"bound_{key}")
-            self.bindings[name] = value
+            name = core.names.fresh(f"bound_{key}")
+            core.bindings[name] = value
             keywords[key] = name_node(name)
         return self._call_of(bound.func, prefix, keywords, expr, [], out)
 
     def _call_of(self, fn, prefix, keywords, expr: ast.Call, free, out) -> ast.expr:
-        name = self.names.fresh(fn.__name__ if fn.__name__ != "<lambda>" else "lambda")
-        self.bindings[name] = fn
-        args = prefix + [self.operand(a, out) for a in expr.args]
-        given = {k.arg: self.operand(k.value, out) for k in expr.keywords}
-        args += [self.load(n) for n in free]
+        core = self.core
+        name = core.names.fresh(fn.__name__ if fn.__name__ != "<lambda>" else "lambda")
+        core.bindings[name] = fn
+        args = prefix + [core.statements.operand(a, out) for a in expr.args]
+        given = {k.arg: core.statements.operand(k.value, out) for k in expr.keywords}
+        args += [core.load(n) for n in free]
         merged = [ast.keyword(arg=k, value=v) for k, v in {**keywords, **given}.items()]
         node = ast.Call(func=name_node(name), args=args, keywords=merged)
-        self.facts.exprs.note(node, callee=fn)
+        core.facts.exprs.note(node, callee=fn)
         return copy_location(node, expr)
 
     def bound_pure_function(self, node, where: ast.expr, what: str) -> ast.expr:
@@ -217,53 +228,55 @@ class CallRules:
         calls it could not see them."""
         fn, free = self.differentiated_function(node, where)
         if free:
-            raise self.err(where, f"{what} reads {', '.join(free)} of the function around it",
-                           "Pass those values as arguments too, or define the function at "
-                           "module level.")
-        return copy_location(spelled.bound_function(self, fn), where)
+            raise self.core.err(where, f"{what} reads {', '.join(free)} of the function around it",
+                                "Pass those values as arguments too, or define the function at "
+                                "module level.")
+        return copy_location(spelled.bound_function(self.core, fn), where)
 
     def differentiated_function(self, node, where) -> Tuple[Callable, List[str]]:
         """The function object an inner derivative differentiates, and the outer
         variables it closes over (lifted into extra trailing parameters)."""
-        if isinstance(node, ast.Name) and node.id in self.local_defs:
-            node = self.local_defs[node.id]
+        core = self.core
+        if isinstance(node, ast.Name) and node.id in core.local_defs:
+            node = core.local_defs[node.id]
         if isinstance(node, ast.Lambda):
             params = {a.arg for a in node.args.posonlyargs + node.args.args}
             free = sorted({n.id for n in name_nodes(node.body)
-                           if n.id not in params and n.id in self.resolver.locals})
-            fn = lift_lambda(node, free, self.p.globals, self.p.filename)
+                           if n.id not in params and n.id in core.resolver.locals})
+            fn = lift_lambda(node, free, core.p.globals, core.p.filename)
             return fn, free
         if isinstance(node, ast.FunctionDef):
             return self._lifted_def(node)
-        if node is not None and dotted(node) and not self.resolver.is_local_chain(node):
-            ok, fn = self.resolver.static(node)
+        if node is not None and dotted(node) and not core.resolver.is_local_chain(node):
+            ok, fn = core.resolver.static(node)
             if ok and callable(fn):
                 return fn, []
-        raise self.err(where, "the function differentiated here must be a function "
-                              "defined with def (or a lambda) known when compiling",
+        raise core.err(where, "the function differentiated here must be a function "
+                       "defined with def (or a lambda) known when compiling",
                        "Refer to the function by its name, or write a lambda inline.")
 
     def _lifted_def(self, node: ast.FunctionDef) -> Tuple[Callable, List[str]]:
         """A nested def as a function of its own (made once per compile), and the
         outer locals it reads: names it loads but never binds itself (which Python
         makes its own locals)."""
-        made = self.lifted_defs.get(node.name)
+        core = self.core
+        made = core.lifted_defs.get(node.name)
         if made is not None:
             return made
         if any(isinstance(n, (ast.Nonlocal, ast.Global)) for n in ast.walk(node)):
-            raise self.err(node, "a nested function with nonlocal or global",
+            raise core.err(node, "a nested function with nonlocal or global",
                            "Return the new value instead of rebinding the outer one.")
         own = {a.arg for a in node.args.posonlyargs + node.args.args} | \
             assigned_names(node.body)
         loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and
                  isinstance(n.ctx, ast.Load)}
         if node.name in loads:
-            raise self.err(node, f"the nested function {node.name} calls itself",
+            raise core.err(node, f"the nested function {node.name} calls itself",
                            "Define a recursive function at module level.")
-        free = sorted(n for n in loads - own if n in self.resolver.locals or
-                      n in self.p.closure)
-        made = self.lifted_defs[node.name] = (
-            lift_def(node, free, self.p.globals, self.p.filename), free)
+        free = sorted(n for n in loads - own if n in core.resolver.locals or
+                      n in core.p.closure)
+        made = core.lifted_defs[node.name] = (
+            lift_def(node, free, core.p.globals, core.p.filename), free)
         return made
 
     def static_wrt(self, maker_call: ast.Call, default):
@@ -274,5 +287,52 @@ class CallRules:
         try:
             return ast.literal_eval(node)
         except ValueError:
-            raise self.err(node, "wrt of an inner derivative must be a constant",
-                           "Write wrt=0 or wrt=(0, 1).") from None
+            raise self.core.err(node, "wrt of an inner derivative must be a constant",
+                                "Write wrt=0 or wrt=(0, 1).") from None
+
+    def rule_arguments(self, rule, args, keywords, out, skip_first: bool = False,
+                       pack: bool = False):
+        """Atoms for a call's arguments. A literal holding variables passed where the
+        rule differentiates gets a variable of its own, except one level deep in a
+        sequence parameter (np.array([a, b]), whose items are split); deeper
+        literals (np.array([[a, b], [c, d]])) get variables for their rows. `pack`:
+        the callee has no rule but may be differentiated (a user function), so
+        every literal holding variables gets a variable (its adjoint is unpacked)."""
+        core = self.core
+        positional = list(args)
+        named = {k.arg: k.value for k in keywords}
+        roles: Dict[int, str] = {}
+        if rule is not None:
+            params = rule.params[1:] if skip_first else rule.params
+            for i, value in enumerate(positional):
+                if i < len(params):
+                    roles[value] = params[i]
+            for k, value in named.items():
+                roles[value] = k
+
+        def convert(value):
+            if isinstance(value, (ast.Tuple, ast.List)) and \
+                    any(isinstance(e, ast.Starred) for e in value.elts):
+                return core.expressions.atom(value, out)   # (built first: see starred_literal)
+            param = roles.get(value)
+            if rule is not None and param in rule.grads and param not in rule.sequence and \
+                    isinstance(value, ast.Name) and \
+                    core.env.get(value.id, value.id) in core.lists and \
+                    not rule.name.startswith(RESERVED_PREFIX):
+                # np.sum(xs) of a list: NumPy makes it an array first; so does the
+                # code, so that the list gets a list of cotangents back. (s2sgrad's
+                # own helpers, in generated code differentiated again, take lists.)
+                return spelled.as_array(core, value, out)
+            literal = isinstance(value, (ast.Tuple, ast.List)) and \
+                core.statements.holds_locals(value)
+            if pack and literal:
+                return core.statements.packed(value, out)
+            if rule is None or param is None or param not in rule.grads or not literal:
+                return core.expressions.atom(value, out)
+            if param in rule.sequence:
+                elts = [core.statements.operand(e, out) for e in value.elts]
+                return copy_location(type(value)(elts=elts, ctx=ast.Load()), value)
+            return core.statements.packed(value, out)
+        new_args = [convert(a) for a in positional]
+        new_keywords = [ast.keyword(arg=k.arg, value=convert(k.value)) for k in keywords]
+        return new_args, new_keywords

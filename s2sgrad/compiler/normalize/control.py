@@ -24,46 +24,54 @@ from .scope import (
 
 
 class ControlRules:
-    """The normaliser's control (a part of `_Normalizer`)."""
+    """The normaliser's control: a part of `_Normalizer` (normalize/__init__.py), which
+    owns the state these methods read and write (`self.core`: names, the SSA
+    environment, the resolver, the facts) and calls them as `self.control`."""
+
+    def __init__(self, core):
+        self.core = core
 
     def stmt_If(self, s, out):
         with self.partials_scoped():
             self._stmt_If(s, out)
 
     def _stmt_If(self, s, out):
+        core = self.core
         test = self.test(s.test, out, "cond")
         body, orelse = [], []
-        saved = self.origin
-        owned = set(self.owned)   # what nothing else refers to holds per path
-        self.block(s.body, body)
-        owned_body, self.owned = self.owned, owned
-        self.origin = saved
-        self.block(s.orelse, orelse)
-        self.owned &= owned_body
-        self.origin = saved
+        saved = core.origin
+        owned = set(core.owned)   # what nothing else refers to holds per path
+        core.statements.block(s.body, body)
+        owned_body, core.owned = core.owned, owned
+        core.origin = saved
+        core.statements.block(s.orelse, orelse)
+        core.owned &= owned_body
+        core.origin = saved
         if isinstance(test, ast.Name) and any(test.id in stored_names(b)
                                               for b in body + orelse):
             # The adjoint chooses the branch before it undoes the branch's assignments:
             # a test the branch reassigns (`if c: c = False`, an early return's flag)
             # would be read with its new value. The branch is taken on a copy.
-            tested = self.names.fresh(f"{test.id}_tested")
-            self.emit(out, ast.Assign(targets=[name_node(tested, True)],
+            tested = core.names.fresh(f"{test.id}_tested")
+            core.emit(out, ast.Assign(targets=[name_node(tested, True)],
                                       value=test), s)
             test = name_node(tested)
         node = ast.If(test=test, body=body or [copy_location(ast.Pass(), s)], orelse=orelse)
-        self.emit(out, node, s)
+        core.emit(out, node, s)
 
     def stmt_While(self, s, out):
         with self.partials_scoped():
             self._stmt_While(s, out)
 
     def _stmt_While(self, s, out):
+        core = self.core
         if s.orelse:
-            raise self.err(s, "while ... else is not supported", "Use a flag variable.")
+            raise core.err(s, "while ... else is not supported", "Use a flag variable.")
         body = list(s.body)
         test = s.test
+        resolver = self.core.resolver
         if any(isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and
-                                                 not self._library_call(n))
+                                                 not _library_call(n, resolver))
                for n in walk_scope(test) + [test]):
             # `while (v := f(x)) > 0: ...` is `while True: if ...: pass else: break; ...`,
             # so the assignment (or a call) runs as a statement before each test.
@@ -74,28 +82,29 @@ class ControlRules:
         body = lift_jumps(body, (ast.Break, ast.Continue))
         body = drop_trailing_continue(body)
         inner: List[ast.stmt] = []
-        saved = self.origin
+        saved = core.origin
         entry = self.enter_loop(body)
-        self.loop_depth += 1
-        self.block(body, inner)
-        self.loop_depth -= 1
-        self.owned &= entry
-        self.origin = saved
-        node = ast.While(test=self.rename_loads(test),
+        core.loop_depth += 1
+        core.statements.block(body, inner)
+        core.loop_depth -= 1
+        core.owned &= entry
+        core.origin = saved
+        node = ast.While(test=core.rename_loads(test),
                          body=inner or [copy_location(ast.Pass(), s)], orelse=[])
-        self.emit(out, node, s)
+        core.emit(out, node, s)
 
     def dict_loop(self, s: ast.For) -> Optional[ast.For]:
         """`for k, v in d.items()`, `for v in d.values()`, `for k in d.keys()` (and
         `for k in d` over a dict literal) as a loop over the keys, which carry no
         gradient, reading each value as `d[k]`."""
+        core = self.core
         it = s.iter
         method = None
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and \
                 it.func.attr in ("items", "values", "keys") and not it.args and \
                 not it.keywords:
             method, base = it.func.attr, it.func.value
-        elif isinstance(it, ast.Name) and self.env.get(it.id, it.id) in self.dict_names:
+        elif isinstance(it, ast.Name) and core.env.get(it.id, it.id) in core.dict_names:
             method, base = "keys", it
         if method is None:
             return None
@@ -103,19 +112,19 @@ class ControlRules:
         if method == "keys":
             key = target
         elif method == "values":
-            key = name_node(self.names.fresh("key"), True)
+            key = name_node(core.names.fresh("key"), True)
             prefix = [ast.Assign(targets=[target], value=ast.Subscript(
                 value=clone(base), slice=name_node(key.id), ctx=ast.Load()))]
         elif isinstance(target, ast.Tuple) and len(target.elts) == 2:
             key, value = target.elts
             if not isinstance(key, ast.Name):
-                key = name_node(self.names.fresh("key"), True)
+                key = name_node(core.names.fresh("key"), True)
                 prefix.append(ast.Assign(targets=[target.elts[0]],
                                          value=name_node(key.id)))
             prefix.append(ast.Assign(targets=[value], value=ast.Subscript(
                 value=clone(base), slice=name_node(key.id), ctx=ast.Load())))
         else:
-            key = name_node(self.names.fresh("key"), True)
+            key = name_node(core.names.fresh("key"), True)
             pair = ast.Tuple(elts=[name_node(key.id), ast.Subscript(
                 value=clone(base), slice=name_node(key.id), ctx=ast.Load())],
                 ctx=ast.Load())
@@ -127,38 +136,39 @@ class ControlRules:
                                           args=[clone(base)], keywords=[]), it)
         loop = ast.For(target=key, iter=keys, body=prefix + list(s.body), orelse=[],
                        type_comment=None)
-        self.resolver.locals |= assigned_names([loop])
-        self.unversioned |= assigned_names([loop])
+        core.resolver.locals |= assigned_names([loop])
+        core.unversioned |= assigned_names([loop])
         return copy_location(loop, s)
 
     def enumerate_from(self, s: ast.For, out) -> ast.For:
         """`for k, v in enumerate(xs, start)`: the loop walks enumerate(xs) and its body
         first sets k to that index plus start (evaluated once, before the loop, as
         Python does); the transforms read enumerate's first argument only."""
+        core = self.core
         it = s.iter
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and
-                it.func.id == "enumerate" and it.func.id not in self.resolver.locals):
+                it.func.id == "enumerate" and it.func.id not in core.resolver.locals):
             return s
-        ok, obj = self.resolver.static(it.func)
+        ok, obj = core.resolver.static(it.func)
         if not ok or obj is not enumerate or (len(it.args) == 1 and not it.keywords):
             return s
         starts = it.args[1:] + [k.value for k in it.keywords if k.arg == "start"]
         if len(it.args) < 1 or len(starts) != 1 or \
                 any(k.arg != "start" for k in it.keywords):
-            raise self.err(it, "enumerate() with these arguments",
+            raise core.err(it, "enumerate() with these arguments",
                            "Call it as enumerate(xs) or enumerate(xs, start).")
         target = s.target
         if not (isinstance(target, ast.Tuple) and len(target.elts) == 2 and
                 isinstance(target.elts[0], ast.Name)):
-            raise self.err(target, "enumerate(xs, start) into this loop target",
+            raise core.err(target, "enumerate(xs, start) into this loop target",
                            "Unpack it as `for k, item in enumerate(xs, start):`.")
-        start = self.atom(starts[0], out)
+        start = core.expressions.atom(starts[0], out)
         if isinstance(start, ast.Name):   # the body may rebind it; Python read it once
-            held = self.names.fresh(f"{start.id}_start")
-            self.emit(out, assign_node(held, start), starts[0])
+            held = core.names.fresh(f"{start.id}_start")
+            core.emit(out, assign_node(held, start), starts[0])
             start = name_node(held)
         counter = target.elts[0].id
-        index = self.names.fresh(f"{counter}_from_0")
+        index = core.names.fresh(f"{counter}_from_0")
         offset = ast.Assign(targets=[name_node(counter, True)],
                             value=ast.BinOp(left=name_node(index), op=ast.Add(), right=start))
         loop = ast.For(target=ast.Tuple(elts=[name_node(index, True), target.elts[1]],
@@ -168,21 +178,22 @@ class ControlRules:
                        body=[copy_location(offset, s)] + list(s.body), orelse=[],
                        type_comment=None)
         ast.fix_missing_locations(loop)
-        self.resolver.locals |= assigned_names([loop])
-        self.unversioned |= assigned_names([loop])
+        core.resolver.locals |= assigned_names([loop])
+        core.unversioned |= assigned_names([loop])
         return copy_location(loop, s)
 
     def stmt_For(self, s, out):
-        unrolled = spelled.unrolled_over_functions(self, s)
+        unrolled = spelled.unrolled_over_functions(self.core, s)
         if unrolled is not None:
-            self.block(unrolled, out)
+            self.core.statements.block(unrolled, out)
             return
         with self.partials_scoped():
             self._stmt_For(s, out)
 
     def _stmt_For(self, s, out):
+        core = self.core
         if s.orelse:
-            raise self.err(s, "for ... else is not supported", "Use a flag variable.")
+            raise core.err(s, "for ... else is not supported", "Use a flag variable.")
         s = self.separate_loop_variables(s)
         over_keys = self.dict_loop(s)
         if over_keys is not None:
@@ -194,39 +205,40 @@ class ControlRules:
         rebound = assigned_names(s.body) | assigned_names([s.target])
         for node in walk_scope(iterable) + [iterable]:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
-                    node.id in rebound and node.id in self.resolver.locals:
-                held = self.names.fresh(f"{node.id}_iterated")
-                self.emit(out, assign_node(held, name_node(node.id)), s.iter)
+                    node.id in rebound and node.id in core.resolver.locals:
+                held = core.names.fresh(f"{node.id}_iterated")
+                core.emit(out, assign_node(held, name_node(node.id)), s.iter)
                 node.id = held
         body = lift_jumps(list(s.body), (ast.Break, ast.Continue))
         body = drop_trailing_continue(body)
         target = self.loop_target(s.target)
         inner: List[ast.stmt] = []
-        saved = self.origin
+        saved = core.origin
         entry = self.enter_loop(body + [ast.Assign(targets=[s.target], value=s.iter)])
-        self.loop_depth += 1
-        self.block(body, inner)
-        self.loop_depth -= 1
-        self.owned &= entry
-        self.origin = saved
+        core.loop_depth += 1
+        core.statements.block(body, inner)
+        core.loop_depth -= 1
+        core.owned &= entry
+        core.origin = saved
         node = ast.For(target=target, iter=iterable,
                        body=inner or [copy_location(ast.Pass(), s)], orelse=[],
                        type_comment=None)
-        self.emit(out, node, s)
+        core.emit(out, node, s)
 
     @contextlib.contextmanager
     def partials_scoped(self):
         """A partial bound in a branch or a loop body is known there, after its
         binding; after the statement the name may hold another value (the other
         branch's, the one before a loop that ran no time): its calls are refused."""
-        before = dict(self.partials)
+        core = self.core
+        before = dict(core.partials)
         try:
             yield
         finally:
-            for name, known in list(self.partials.items()):
+            for name, known in list(core.partials.items()):
                 if before.get(name) is not known:
-                    del self.partials[name]
-                    self.partials_unsure.add(name)
+                    del core.partials[name]
+                    core.partials_unsure.add(name)
 
     def separate_loop_variables(self, s: ast.For) -> ast.For:
         """`for i in ...:` with a loop inside it that also iterates over `i`: the
@@ -246,7 +258,7 @@ class ControlRules:
             fresh = {}
             for node in ast.walk(loop.target):
                 if isinstance(node, ast.Name) and node.id in shared:
-                    fresh[node.id] = node.id = self.names.fresh(f"{node.id}_loop")
+                    fresh[node.id] = node.id = self.core.names.fresh(f"{node.id}_loop")
             loop.body = [copy_location(assign_node(name_node(user, True), name_node(held)),
                                        loop)
                          for user, held in fresh.items()] + loop.body
@@ -256,59 +268,60 @@ class ControlRules:
         """At a loop's head, a name the body assigns may hold what the previous
         iteration left, which another variable may share: not owned. Returns what
         is owned there (also after the loop, which may run zero times)."""
-        self.owned -= assigned_names(body)
-        return set(self.owned)
+        self.core.owned -= assigned_names(body)
+        return set(self.core.owned)
 
     def loop_target(self, target):
         if isinstance(target, ast.Name):
-            self.env[target.id] = target.id
+            self.core.env[target.id] = target.id
             return name_node(target.id, True)
         if isinstance(target, (ast.Tuple, ast.List)):
             return ast.Tuple(elts=[self.loop_target(e) for e in target.elts], ctx=ast.Store())
-        raise self.err(target, "loop targets must be names or tuples of names")
+        raise self.core.err(target, "loop targets must be names or tuples of names")
 
     def iterable(self, it, out):
         """range/zip/enumerate keep their call (the transform reads them); else an atom."""
+        core = self.core
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id == "_s2s_keys":
             from ... import runtime
             call = ast.Call(func=name_node(it.func.id),
-                            args=[self.atom(a, out) for a in it.args], keywords=[])
-            self.facts.exprs.note(call, callee=runtime.keys)
+                            args=[core.expressions.atom(a, out) for a in it.args], keywords=[])
+            core.facts.exprs.note(call, callee=runtime.keys)
             return copy_location(call, it)
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id == "_s2s_backwards":
             call = ast.Call(func=name_node(it.func.id),
-                            args=[self.atom(a, out) for a in it.args], keywords=[])
-            ok, obj = self.resolver.static(it.func)
+                            args=[core.expressions.atom(a, out) for a in it.args], keywords=[])
+            ok, obj = core.resolver.static(it.func)
             if ok:
-                self.facts.exprs.note(call, callee=obj)
+                core.facts.exprs.note(call, callee=obj)
             return copy_location(call, it)
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id in ("range", "zip", "enumerate", "reversed") and not it.keywords:
-            ok, obj = self.resolver.static(it.func)
+            ok, obj = core.resolver.static(it.func)
             if ok and obj is {"range": range, "zip": zip, "enumerate": enumerate,
                               "reversed": reversed}[it.func.id]:
                 args = [self.iterable(a, out) if it.func.id in ("zip", "enumerate", "reversed")
-                        else self.atom(a, out) for a in it.args]
+                        else core.expressions.atom(a, out) for a in it.args]
                 call = ast.Call(func=name_node(it.func.id), args=args,
                                 keywords=[])
-                self.facts.exprs.note(call, callee=obj)
+                core.facts.exprs.note(call, callee=obj)
                 return copy_location(call, it)
         # `for t in [x, x ** 2]`: the literal gets a name, so that the items the loop
         # reads can hand their adjoints back to x and x ** 2.
-        atom = self.operand(it, out)
-        if isinstance(atom, ast.Name) and atom.id in self.resolver.locals | self.names.taken \
-                and atom.id not in self.lists | self.tuple_names | self.dict_names:
+        atom = core.statements.operand(it, out)
+        if isinstance(atom, ast.Name) and atom.id in core.resolver.locals | core.names.taken \
+                and atom.id not in core.lists | core.tuple_names | core.dict_names:
             # Maybe a dict (an argument, an item of one): Python walks its keys. The
             # transform makes this a plain copy where the value is proven an array.
             from ... import runtime
-            name = self.names.fresh(f"{atom.id}_items")
-            self.resolver.locals.add(name)
+            name = core.names.fresh(f"{atom.id}_items")
+            core.resolver.locals.add(name)
             call = ast.Call(func=name_node("_s2s_loop_items"),
                             args=[atom], keywords=[])
-            self.facts.exprs.note(call, callee=runtime.loop_items)
-            self.emit(out, assign_node(name, copy_location(call, it)), it)
+            core.facts.exprs.note(call, callee=runtime.loop_items)
+            core.emit(out, assign_node(name, copy_location(call, it)), it)
             return copy_location(name_node(name), it)
         return atom
 
@@ -317,15 +330,16 @@ class ControlRules:
 
         Assignment expressions in it (`if (s := np.sum(x)) > 0:`) become statements
         before it, in evaluation order, so the value they bind keeps its gradient."""
+        core = self.core
         expr = self.hoist_walrus(expr, out)
         if isinstance(expr, ast.Name):
-            return self.load(expr.id)
+            return core.load(expr.id)
         if isinstance(expr, ast.Call):
             # `if h(x):` is a call like any other (its callee may be differentiated
             # or write into its arguments): the flag is its result.
-            return self.atom(expr, out)
-        name = self.names.fresh(stem)
-        self.emit(out, assign_node(name, self.condition(expr, out)), expr)
+            return core.expressions.atom(expr, out)
+        name = core.names.fresh(stem)
+        core.emit(out, assign_node(name, self.condition(expr, out)), expr)
         return name_node(name)
 
     def condition(self, expr: ast.expr, out) -> ast.expr:
@@ -333,34 +347,23 @@ class ControlRules:
         comparison's operands are computed first, as statements the analyses see;
         a call inside and/or or a chained comparison (evaluated only on some
         paths) to a user function is refused: it could write into its arguments."""
+        core = self.core
         if isinstance(expr, ast.Compare) and len(expr.comparators) == 1:
-            left = self.operand(expr.left, out)
-            right = self.operand(expr.comparators[0], out)
+            left = core.statements.operand(expr.left, out)
+            right = core.statements.operand(expr.comparators[0], out)
             node = ast.Compare(left=left, ops=list(expr.ops), comparators=[right])
-            self.facts.exprs.note(node, opaque=True)
+            core.facts.exprs.note(node, opaque=True)
             return copy_location(node, expr)
         self.refuse_user_calls(expr, "a condition that runs only on some paths",
                                "Call it in a statement of its own before the condition.")
-        return self.rename_loads(expr)
+        return core.rename_loads(expr)
 
     def refuse_user_calls(self, expr: ast.expr, where: str, hint: str) -> None:
         """A call that may be to a user function (which may write into its arguments)
         inside `expr`, which is kept whole, is refused: the analyses would not see it."""
         for sub in walk_scope(expr):
-            if isinstance(sub, ast.Call) and not self._library_call(sub):
-                raise self.err(sub, f"a call to {ast.unparse(sub.func)} inside {where}", hint)
-
-    def _library_call(self, call: ast.Call) -> bool:
-        """A call of NumPy, SciPy, math or a builtin, which leaves its arguments
-        alone (unless given out=): anything else may be a user function."""
-        if not dotted(call.func) or self.resolver.is_local_chain(call.func) or \
-                any(k.arg == "out" for k in call.keywords):
-            return False
-        ok, fn = self.resolver.static(call.func)
-        module = (getattr(fn, "__module__", "") or "") if ok else ""
-        if ok and isinstance(fn, np.ufunc):
-            return True
-        return ok and module.split(".")[0] in LIBRARIES and callable(fn)
+            if isinstance(sub, ast.Call) and not _library_call(sub, self.core.resolver):
+                raise self.core.err(sub, f"a call to {ast.unparse(sub.func)} inside {where}", hint)
 
     def hoist_walrus(self, expr: ast.expr, out) -> ast.expr:
         """`(s := v)` -> a statement `s = v` emitted now and the name `s` in its place;
@@ -368,27 +371,28 @@ class ControlRules:
 
         Only where Python always evaluates it: not inside the later operands of
         and/or, the branches of a conditional expression, or a nested scope."""
+        core = self.core
         if not any(isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and
-                                                     not self._library_call(n))
+                                                     not _library_call(n, core.resolver))
                    for n in walk_scope(expr) + [expr]):
             return expr
 
         def visit(node, always: bool):
             if isinstance(node, ast.NamedExpr):
                 if not always:
-                    raise self.err(node, "an assignment expression (:=) that runs only on "
-                                         "some paths of the condition",
+                    raise core.err(node, "an assignment expression (:=) that runs only on "
+                                   "some paths of the condition",
                                    "Assign the value in a statement before the condition.")
                 value = visit(node.value, always)
-                self.assign_name(node.target.id, value, out, node)
+                core.statements.assign_name(node.target.id, value, out, node)
                 return copy_location(name_node(node.target.id), node)
             if isinstance(node, SCOPES + (ast.ListComp, ast.SetComp, ast.DictComp,
                                            ast.GeneratorExp)):
                 return node
-            if isinstance(node, ast.Call) and always and not self._library_call(node):
+            if isinstance(node, ast.Call) and always and not _library_call(node, core.resolver):
                 # A user function called on every path: a statement of its own (its
                 # result may carry a gradient; it may write into its arguments).
-                return self.atom(node, out)
+                return core.expressions.atom(node, out)
             if isinstance(node, ast.BoolOp):
                 first, *rest = node.values
                 node.values = [visit(first, always)] + [visit(v, False) for v in rest]
@@ -407,11 +411,24 @@ class ControlRules:
         return visit(clone(expr), True)
 
     def stmt_Break(self, s, out):
-        self.emit(out, ast.Break(), s)
+        self.core.emit(out, ast.Break(), s)
 
     def stmt_Continue(self, s, out):
-        self.emit(out, ast.Continue(), s)
+        self.core.emit(out, ast.Continue(), s)
 
 
 def _target_names(target: ast.expr) -> Set[str]:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _library_call(call: ast.Call, resolver) -> bool:
+    """A call of NumPy, SciPy, math or a builtin, which leaves its arguments
+    alone (unless given out=): anything else may be a user function."""
+    if not dotted(call.func) or resolver.is_local_chain(call.func) or \
+            any(k.arg == "out" for k in call.keywords):
+        return False
+    ok, fn = resolver.static(call.func)
+    module = (getattr(fn, "__module__", "") or "") if ok else ""
+    if ok and isinstance(fn, np.ufunc):
+        return True
+    return ok and module.split(".")[0] in LIBRARIES and callable(fn)

@@ -27,88 +27,91 @@ _CONTAINERS = (np.ndarray, np.generic, list, tuple, dict, str, bytes, range)
 
 
 class ExpressionRules:
-    """The normaliser's expressions (a part of `_Normalizer`)."""
+    """The normaliser's expressions: a part of `_Normalizer` (normalize/__init__.py), which
+    owns the state these methods read and write (`self.core`: names, the SSA
+    environment, the resolver, the facts) and calls them as `self.expressions`."""
+
+    def __init__(self, core):
+        self.core = core
 
     # -- expressions -----------------------------------------------------------
     def atom(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
         """Reduce `expr` to a variable or constant, emitting statements for it."""
+        core = self.core
         if isinstance(expr, ast.Name):
-            if expr.id in self.partials:
-                raise self.err(expr, f"{expr.id}, a functools.partial made in this function, "
-                                     f"is used other than by calling it",
+            if expr.id in core.partials:
+                raise core.err(expr, f"{expr.id}, a functools.partial made in this function, "
+                               f"is used other than by calling it",
                                "Call it where it is made, or make it at module level.")
             self.refuse_unsure_partial(expr)
-            if expr.id in self.local_defs:
-                return self.def_as_value(expr)
-            if expr.id in self.resolver.locals:
-                return copy_location(self.load(expr.id), expr)
+            if expr.id in core.local_defs:
+                # A nested def used as a value is the function itself, lifted (refused
+                # if it reads this function's variables: its callers could not see them).
+                return core.calls.bound_pure_function(
+                    expr, expr, f"the function {expr.id} is used as a value here and")
+            if expr.id in core.resolver.locals:
+                return copy_location(core.load(expr.id), expr)
             return copy_location(name_node(expr.id), expr)
         if isinstance(expr, ast.Constant):
             return expr
         if isinstance(expr, (ast.Tuple, ast.List)):
             if any(isinstance(e, ast.Starred) for e in expr.elts):
-                return spelled.starred_literal(self, expr, out)
-            node = type(expr)(elts=[self.element(e, out) for e in expr.elts], ctx=ast.Load())
+                return spelled.starred_literal(core, expr, out)
+            node = type(expr)(elts=[core.statements.element(e, out) for e in expr.elts],
+                              ctx=ast.Load())
             return copy_location(node, expr)
-        if isinstance(expr, ast.Attribute) and not self.resolver.is_local_chain(expr):
-            ok, _ = self.resolver.static(expr)
+        if isinstance(expr, ast.Attribute) and not core.resolver.is_local_chain(expr):
+            ok, _ = core.resolver.static(expr)
             if ok:
                 node = clone(expr)
-                self.facts.exprs.note(node, static=True)
+                core.facts.exprs.note(node, static=True)
                 return node
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) and \
                 isinstance(expr.operand, ast.Constant):
             return expr
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and \
                 isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, int):
-            known = self.tuples.get(self.env.get(expr.value.id, expr.value.id))
+            known = core.tuples.get(core.env.get(expr.value.id, expr.value.id))
             if known is not None and -len(known) <= expr.slice.value < len(known):
                 return clone(known[expr.slice.value])
         if isinstance(expr, ast.Dict) and all(k is not None for k in expr.keys):
-            name = self.names.fresh("items")
-            self.assign_name(name, expr, out, expr)
-            return copy_location(self.load(name), expr)
-        if isinstance(expr, ast.Call) and output_count(self.resolver, expr) > 1:
+            name = core.names.fresh("items")
+            core.statements.assign_name(name, expr, out, expr)
+            return copy_location(core.load(name), expr)
+        if isinstance(expr, ast.Call) and output_count(core.resolver, expr) > 1:
             # `SinCos.apply(x)[0]`: the outputs get names, the tuple is a known one.
-            name = self.names.fresh("outputs")
-            self.assign_name(name, expr, out, expr)
-            return copy_location(self.load(name), expr)
+            name = core.names.fresh("outputs")
+            core.statements.assign_name(name, expr, out, expr)
+            return copy_location(core.load(name), expr)
         op = self.operation(expr, out)
-        name = self.names.fresh(readable_stem(op, self) or "t")
-        self.emit(out, assign_node(name, op), expr)
-        self._note_owned(name, op)
+        name = core.names.fresh(readable_stem(op, core) or "t")
+        core.emit(out, assign_node(name, op), expr)
+        core.statements.note_owned(name, op)
         return copy_location(name_node(name), expr)
-
-    def def_as_value(self, expr: ast.Name) -> ast.expr:
-        """A nested def used as a value (stored in a list or dict, returned, passed
-        on inside one): its def runs nothing where it stands, so the value is the
-        function itself, lifted and bound to a name of its own. One that reads
-        variables of this function is refused: whoever calls it could not see them."""
-        return self.bound_pure_function(expr, expr,
-                                        f"the function {expr.id} is used as a value here and")
 
     def operation(self, expr: ast.expr, out: List[ast.stmt]) -> ast.expr:
         """One operation whose operands are atoms."""
-        if isinstance(expr, (ast.Name, ast.Constant)) or is_atom(expr, self.facts.exprs):
+        core = self.core
+        if isinstance(expr, (ast.Name, ast.Constant)) or is_atom(expr, core.facts.exprs):
             return self.atom(expr, out)
         if isinstance(expr, ast.BinOp):
-            left = self.operand(expr.left, out)
-            right = self.operand(expr.right, out)
+            left = core.statements.operand(expr.left, out)
+            right = core.statements.operand(expr.right, out)
             return copy_location(ast.BinOp(left=left, op=expr.op, right=right), expr)
         if isinstance(expr, ast.UnaryOp):
             if isinstance(expr.op, ast.Not):
-                return self.rename_loads(expr)
-            return copy_location(ast.UnaryOp(op=expr.op,
-                                                 operand=self.operand(expr.operand, out)), expr)
+                return core.rename_loads(expr)
+            operand = core.statements.operand(expr.operand, out)
+            return copy_location(ast.UnaryOp(op=expr.op, operand=operand), expr)
         if isinstance(expr, ast.Call):
             return self.call(expr, out)
         if isinstance(expr, ast.Subscript):
             if isinstance(expr.value, ast.Name) and \
-                    self.env.get(expr.value.id, expr.value.id) in self.tuples and \
+                    core.env.get(expr.value.id, expr.value.id) in core.tuples and \
                     isinstance(expr.slice, ast.Constant):
-                known = self.tuples[self.env.get(expr.value.id, expr.value.id)]
+                known = core.tuples[core.env.get(expr.value.id, expr.value.id)]
                 return clone(known[expr.slice.value])
-            concat = spelled.index_concat(self, expr, out)
+            concat = spelled.index_concat(core, expr, out)
             if concat is not None:
                 return concat
             base = self.atom(expr.value, out)
@@ -132,36 +135,36 @@ class ExpressionRules:
             # (a call among them is a call site like any other: its callee may write
             # into its arguments); a user function called inside and/or or a chained
             # comparison is refused.
-            return self.condition(expr, out)
+            return core.control.condition(expr, out)
         if isinstance(expr, (ast.JoinedStr, ast.Dict, ast.Set,
                              ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
                              ast.Lambda)):
             if not isinstance(expr, ast.Lambda):   # (a lambda's body runs when called)
-                self.refuse_user_calls(expr, f"a {type(expr).__name__} expression, whose "
-                                             f"value carries no gradient",
-                                       "Call it in a statement of its own first.")
-            node = self.rename_loads(expr)
-            self.facts.exprs.note(node, opaque=True)
+                core.control.refuse_user_calls(expr, f"a {type(expr).__name__} expression, whose "
+                                               f"value carries no gradient",
+                                               "Call it in a statement of its own first.")
+            node = core.rename_loads(expr)
+            core.facts.exprs.note(node, opaque=True)
             return node
         if isinstance(expr, ast.NamedExpr):
-            raise self.err(expr, "assignment expressions (:=) are not supported",
+            raise core.err(expr, "assignment expressions (:=) are not supported",
                            "Assign in a separate statement.")
         if isinstance(expr, (ast.Yield, ast.YieldFrom, ast.Await)):
-            raise self.err(expr, "a yield whose value is used, yield from, and coroutines "
-                                 "cannot be differentiated (a generator that yields values "
-                                 "as statements can)",
+            raise core.err(expr, "a yield whose value is used, yield from, and coroutines "
+                           "cannot be differentiated (a generator that yields values "
+                           "as statements can)",
                            "Yield each value as a statement of its own (`yield v`), or "
                            "return a list.")
         if isinstance(expr, ast.Starred):
-            raise self.err(expr, "starred expressions are not supported here")
-        raise self.err(expr, f"unsupported expression ({type(expr).__name__})")
+            raise core.err(expr, "starred expressions are not supported here")
+        raise core.err(expr, f"unsupported expression ({type(expr).__name__})")
 
     def refuse_unsure_partial(self, expr: ast.expr) -> None:
-        if isinstance(expr, ast.Name) and expr.id in self.partials_unsure:
-            raise self.err(expr, f"{expr.id} holds a functools.partial made in a branch or a "
-                                 f"loop, and which one it holds here is not known",
-                           "Call the partial inside the branch or loop that makes it, or "
-                           "make one partial before it.")
+        if isinstance(expr, ast.Name) and expr.id in self.core.partials_unsure:
+            raise self.core.err(expr, f"{expr.id} holds a functools.partial made in a branch or a "
+                                f"loop, and which one it holds here is not known",
+                                "Call the partial inside the branch or loop that makes it, or "
+                                "make one partial before it.")
 
     def comprehension(self, expr, out) -> ast.expr:
         """`[f(x) for x in xs if c]` (a generator expression alike, a dict
@@ -176,6 +179,7 @@ class ExpressionRules:
         in Python), and the loop is normalised like any loop, so its items keep
         their gradients. A generator expression is built as a list: every consumer
         s2sgrad differentiates (sum, max, np.stack, ...) reads all of it."""
+        core = self.core
         mapping: Dict[str, str] = {}
 
         def rename(node):
@@ -185,17 +189,17 @@ class ExpressionRules:
                     sub.id = mapping[sub.id]
             return node
         is_dict = isinstance(expr, ast.DictComp)
-        name = self.names.fresh("entries" if is_dict else "items")
-        self.resolver.locals.add(name)
+        name = core.names.fresh("entries" if is_dict else "items")
+        core.resolver.locals.add(name)
         empty = ast.Dict(keys=[], values=[]) if is_dict else ast.List(elts=[], ctx=ast.Load())
-        self.assign_name(name, copy_location(empty, expr), out, expr)
+        core.statements.assign_name(name, copy_location(empty, expr), out, expr)
         loops = []
         for gen in expr.generators:
             if gen.is_async:
-                raise self.err(expr, "asynchronous comprehensions cannot be differentiated")
+                raise core.err(expr, "asynchronous comprehensions cannot be differentiated")
             iterable = rename(gen.iter)
             for n in name_nodes(gen.target):
-                mapping[n.id] = self.names.fresh(n.id)
+                mapping[n.id] = core.names.fresh(n.id)
             loops.append((rename(gen.target), iterable, [rename(c) for c in gen.ifs]))
         target = name_node(name)
         if is_dict:
@@ -219,12 +223,12 @@ class ExpressionRules:
                 copy_location(node, expr)
         ast.fix_missing_locations(loop)
         assigned = assigned_names([loop]) | set(mapping.values())
-        self.resolver.locals |= assigned
-        self.unversioned |= assigned
-        saved = self.origin
-        self.stmt(loop, out)
-        self.origin = saved
-        return copy_location(self.load(name), expr)
+        core.resolver.locals |= assigned
+        core.unversioned |= assigned
+        saved = core.origin
+        core.statements.stmt(loop, out)
+        core.origin = saved
+        return copy_location(core.load(name), expr)
 
     def builtin_reduction(self, expr: ast.Call, out) -> Optional[ast.expr]:
         """Builtin `sum(xs)`, `sum(xs, start)`, `max(xs)` and `min(xs)` over a list, a
@@ -235,9 +239,10 @@ class ExpressionRules:
                 total = total + item               best = max(best, item)
 
         (max of two values is np.maximum's rule: ties split the gradient)."""
+        core = self.core
         if not (isinstance(expr.func, ast.Name) and expr.func.id in ("sum", "max", "min")):
             return None
-        ok, fn = self.resolver.static(expr.func)
+        ok, fn = core.resolver.static(expr.func)
         if not ok or fn not in (sum, max, min) or any(isinstance(a, ast.Starred)
                                                       for a in expr.args):
             return None
@@ -258,15 +263,15 @@ class ExpressionRules:
                 arg.func.attr in ("items", "values", "keys") and not arg.args and \
                 not arg.keywords:
             # sum(d.values()): the view is walked as a dict loop, into a list.
-            value = self.names.fresh("value")
+            value = core.names.fresh("value")
             arg = copy_location(ast.ListComp(
                 elt=name_node(value),
                 generators=[ast.comprehension(target=name_node(value, True),
                                               iter=arg, ifs=[], is_async=0)]), arg)
             ast.fix_missing_locations(arg)
-        items = self.operand(arg, out)
-        acc = self.user_temp("total" if kind == "sum" else "best")
-        item = self.user_temp("item")
+        items = core.statements.operand(arg, out)
+        acc = core.statements.user_temp("total" if kind == "sum" else "best")
+        item = core.statements.user_temp("item")
         if kind == "sum":
             first: ast.expr = start if start is not None else ast.Constant(value=0)
             sequence: ast.expr = items
@@ -290,44 +295,46 @@ class ExpressionRules:
                 if isinstance(node, (ast.stmt, ast.expr)):
                     copy_location(node, expr)
             ast.fix_missing_locations(st)
-            saved = self.origin
-            self.stmt(st, out)
-            self.origin = saved
-        return copy_location(self.load(acc), expr)
+            saved = core.origin
+            core.statements.stmt(st, out)
+            core.origin = saved
+        return copy_location(core.load(acc), expr)
 
     def ifexp(self, expr: ast.IfExp, out) -> ast.expr:
         """`a if c else b` becomes an if statement assigning one temporary."""
-        test = self.test(expr.test, out, "cond")
-        name = self.names.fresh("choice")
+        core = self.core
+        test = core.control.test(expr.test, out, "cond")
+        name = core.names.fresh("choice")
         body, orelse = [], []
-        env, owned = dict(self.env), set(self.owned)
+        env, owned = dict(core.env), set(core.owned)
         body_atom = self.atom(expr.body, body)
-        self.emit(body, assign_node(name, body_atom), expr.body)
-        self.env, owned_body, self.owned = dict(env), self.owned, owned
+        core.emit(body, assign_node(name, body_atom), expr.body)
+        core.env, owned_body, core.owned = dict(env), core.owned, owned
         else_atom = self.atom(expr.orelse, orelse)
-        self.emit(orelse, assign_node(name, else_atom), expr.orelse)
-        self.env = env
-        self.owned &= owned_body
-        self.emit(out, ast.If(test=test, body=body, orelse=orelse), expr)
-        self.unversioned.add(name)
+        core.emit(orelse, assign_node(name, else_atom), expr.orelse)
+        core.env = env
+        core.owned &= owned_body
+        core.emit(out, ast.If(test=test, body=body, orelse=orelse), expr)
+        core.unversioned.add(name)
         return name_node(name)
 
     def check_indexed(self, expr: ast.Subscript, base: ast.expr, index: ast.expr) -> None:
         """Indexing an object that is not a local, with values computed here: only a
         container's items (a global array, list, tuple, dict) are known to carry no
         gradient from the index; any other object's `[...]` may compute with it."""
+        core = self.core
         def local(node) -> bool:   # a local or one of the normal form's temporaries
             return isinstance(node, ast.Name) and (
-                node.id in self.resolver.locals or
-                (node.id in self.names.taken and not self.resolver.static(node)[0]))
+                node.id in core.resolver.locals or
+                (node.id in core.names.taken and not core.resolver.static(node)[0]))
         if local(base) or not any(local(n) for n in ast.walk(index)):
             return
-        ok, obj = self.resolver.static(base) if dotted(base) else (False, None)
+        ok, obj = core.resolver.static(base) if dotted(base) else (False, None)
         if ok and isinstance(obj, _CONTAINERS):
             return
         text = ast.unparse(expr.value)
-        raise self.err(expr, f"indexing {text} with values computed in this function: "
-                             f"s2sgrad cannot tell how {text}[...] uses them",
+        raise core.err(expr, f"indexing {text} with values computed in this function: "
+                       f"s2sgrad cannot tell how {text}[...] uses them",
                        "Use a NumPy function with a gradient rule instead (np.concatenate, "
                        "np.stack, np.arange, ...).")
 
@@ -343,78 +350,79 @@ class ExpressionRules:
         return self.atom(index, out)
 
     def call(self, expr: ast.Call, out: List[ast.stmt]) -> ast.expr:
-        chosen = spelled.function_of_literal(self, expr.func)   # fns[1](x)
+        core = self.core
+        chosen = spelled.function_of_literal(core, expr.func)   # fns[1](x)
         if chosen is not None:
             expr = copy_location(ast.Call(func=chosen, args=expr.args,
                                           keywords=expr.keywords), expr)
         func = expr.func
-        derived = self.derivative_call(expr, out)
+        derived = core.calls.derivative_call(expr, out)
         if derived is not None:
             return derived
         folded = self.builtin_reduction(expr, out)
         if folded is not None:
             return folded
         if any(isinstance(a, ast.Starred) for a in expr.args):
-            expr = spelled.spread_known_items(self, expr, out)
+            expr = spelled.spread_known_items(core, expr, out)
         if any(k.arg is None for k in expr.keywords):
-            expr = spelled.spread_known_keywords(self, expr)
+            expr = spelled.spread_known_keywords(core, expr)
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(
                 k.arg is None for k in expr.keywords):
-            ok, obj = self.resolver.static(func) if dotted(func) and \
-                not self.resolver.is_local_chain(func) else (False, None)
-            node = self.rename_loads(expr)
-            self.facts.exprs.note(node, opaque=True)
+            ok, obj = core.resolver.static(func) if dotted(func) and \
+                not core.resolver.is_local_chain(func) else (False, None)
+            node = core.rename_loads(expr)
+            core.facts.exprs.note(node, opaque=True)
             if ok:
-                self.facts.exprs.note(node, callee=obj)
+                core.facts.exprs.note(node, callee=obj)
             return node
         self.refuse_unsure_partial(func)
-        if isinstance(func, ast.Name) and func.id in self.partials:
-            inner, args, keywords = self.partials[func.id]
+        if isinstance(func, ast.Name) and func.id in core.partials:
+            inner, args, keywords = core.partials[func.id]
             named = {k.arg: k for k in keywords}
             named.update((k.arg, k) for k in expr.keywords)   # (a call's keyword wins)
             return self.call(copy_location(ast.Call(
                 func=clone(inner), args=[clone(a) for a in args] + list(expr.args),
                 keywords=list(named.values())), expr), out)
-        if isinstance(func, ast.Name) and func.id in self.lambdas:
-            return self.lambda_call(expr, self.lambdas[func.id], out)
-        if isinstance(func, ast.Name) and func.id in self.local_defs:
-            return self.def_call(expr, self.local_defs[func.id], out)
-        if dotted(func) and not self.resolver.is_local_chain(func):
-            ok, obj = self.resolver.static(func)
+        if isinstance(func, ast.Name) and func.id in core.lambdas:
+            return core.calls.lambda_call(expr, core.lambdas[func.id], out)
+        if isinstance(func, ast.Name) and func.id in core.local_defs:
+            return core.calls.def_call(expr, core.local_defs[func.id], out)
+        if dotted(func) and not core.resolver.is_local_chain(func):
+            ok, obj = core.resolver.static(func)
             if not ok:
-                raise self.err(func, f"name {ast.unparse(func)!r} is not defined",
+                raise core.err(func, f"name {ast.unparse(func)!r} is not defined",
                                "Define it before calling the differentiated function.")
             bound = user_bound_call(obj)
             if bound is not None:
-                return self.bound_call(expr, bound, out)
+                return core.calls.bound_call(expr, bound, out)
             if isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields"):
-                return self.record(expr, obj, out)
+                return core.calls.record(expr, obj, out)
             rule = registry.lookup_function(obj)
             if rule is None and isinstance(obj, types.FunctionType):
-                expr = self.functions_passed(expr)   # (a def or lambda of this function)
+                expr = core.calls.functions_passed(expr)   # (a def or lambda of this function)
             opaque = rule is None and not registry.is_nondiff(obj) and \
                 not registry.is_constructor(obj)
-            args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out,
-                                                 pack=opaque)
+            args, keywords = core.calls.rule_arguments(rule, expr.args, expr.keywords, out,
+                                                            pack=opaque)
             node = ast.Call(func=clone(func), args=args, keywords=keywords)
-            self.facts.exprs.note(node, callee=obj)
+            core.facts.exprs.note(node, callee=obj)
             return copy_location(node, expr)
         if isinstance(func, ast.Attribute):
             base = self.atom(func.value, out)
             rule = registry.REGISTRY.methods.get(func.attr)
-            args, keywords = self.rule_arguments(rule, expr.args, expr.keywords, out,
-                                                 skip_first=True)
+            args, keywords = core.calls.rule_arguments(rule, expr.args, expr.keywords, out,
+                                                            skip_first=True)
             if func.attr in ("append", "insert", "extend"):
                 # xs.append((a, b)): the item gets a variable of its own, so that its
                 # adjoint (the list's last cotangent) is unpacked into a's and b's.
-                args = [self.operand(a, out) for a in expr.args]
+                args = [core.statements.operand(a, out) for a in expr.args]
             method = ast.Attribute(value=base, attr=func.attr, ctx=ast.Load())
             node = ast.Call(func=copy_location(method, func), args=args, keywords=keywords)
-            self.facts.exprs.note(node, method=func.attr)
+            core.facts.exprs.note(node, method=func.attr)
             return copy_location(node, expr)
         # Calling a local variable or the result of an expression.
         callee = self.atom(func, out)
-        args = [self.operand(a, out) for a in expr.args]
-        keywords = [ast.keyword(arg=k.arg, value=self.operand(k.value, out))
+        args = [core.statements.operand(a, out) for a in expr.args]
+        keywords = [ast.keyword(arg=k.arg, value=core.statements.operand(k.value, out))
                     for k in expr.keywords]
         return copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)

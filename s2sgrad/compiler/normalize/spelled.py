@@ -33,19 +33,19 @@ def starred_literal(n, expr, out: List[ast.stmt]) -> ast.expr:
         elif isinstance(e, ast.Starred) and isinstance(e.value, ast.Name) and \
                 n.env.get(e.value.id, e.value.id) in n.tuples:
             known = n.tuples[n.env.get(e.value.id, e.value.id)]
-            elts.extend(n.held([clone(k) for k in known], [], out, e))
+            elts.extend(n.statements.held([clone(k) for k in known], [], out, e))
         else:
             elts.append(e)
     if not any(isinstance(e, ast.Starred) for e in elts):
-        return n.atom(copy_location(type(expr)(elts=elts, ctx=ast.Load()), expr), out)
+        return n.expressions.atom(copy_location(type(expr)(elts=elts, ctx=ast.Load()), expr), out)
     if isinstance(expr, ast.Tuple):
         raise n.err(expr, "a tuple with a starred item whose items are not known here",
                     "Build a list instead ([*xs, v]), or spell the items out.")
     first = next(i for i, e in enumerate(elts) if isinstance(e, ast.Starred))
-    items = n.user_temp("items")
+    items = n.statements.user_temp("items")
 
     def statement(node: ast.stmt) -> None:
-        n.stmt(ast.fix_missing_locations(copy_location(node, expr)), out)
+        n.statements.stmt(ast.fix_missing_locations(copy_location(node, expr)), out)
     statement(ast.Assign(targets=[name_node(items, True)],
                          value=ast.List(elts=elts[:first], ctx=ast.Load())))
     for e in elts[first:]:
@@ -150,7 +150,7 @@ def spread_known_items(n, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
         elif isinstance(a.value, ast.Name) and \
                 n.env.get(a.value.id, a.value.id) in n.tuples:
             known = n.tuples[n.env.get(a.value.id, a.value.id)]
-            args.extend(n.held([clone(e) for e in known], [], out, a))
+            args.extend(n.statements.held([clone(e) for e in known], [], out, a))
         else:
             args.append(a)
     return copy_location(ast.Call(func=expr.func, args=args, keywords=expr.keywords),
@@ -347,7 +347,7 @@ def bind_partial(n, user_name: str, value: ast.expr, out) -> bool:
         return False
 
     def kept(expr: ast.expr) -> ast.expr:
-        atom = n.atom(expr, out)
+        atom = n.expressions.atom(expr, out)
         if not isinstance(atom, ast.Name) or (
                 isinstance(expr, ast.Name) and expr.id not in n.resolver.locals):
             return atom   # (a constant, or a global: read as itself)
@@ -381,18 +381,18 @@ def extend_as_appends(n, s: ast.Expr, call: ast.Call, out) -> bool:
         # the appends (an item reading xs must not see the earlier ones).
         held = []
         for e in arg.elts:
-            name = n.user_temp("item")
+            name = n.statements.user_temp("item")
             assign = ast.Assign(targets=[name_node(name, True)], value=e)
-            n.stmt(ast.fix_missing_locations(copy_location(assign, s)), out)
+            n.statements.stmt(ast.fix_missing_locations(copy_location(assign, s)), out)
             held.append(name_node(name))
         for e in held:
-            n.stmt(append(e), out)
+            n.statements.stmt(append(e), out)
         return True
-    item = n.user_temp("item")
+    item = n.statements.user_temp("item")
     loop = ast.For(target=name_node(item, True), iter=arg,
                    body=[append(name_node(item))], orelse=[],
                    type_comment=None)
-    n.stmt(ast.fix_missing_locations(copy_location(loop, s)), out)
+    n.statements.stmt(ast.fix_missing_locations(copy_location(loop, s)), out)
     return True
 
 
@@ -427,7 +427,7 @@ def index_concat(n, expr: ast.Subscript, out) -> Optional[ast.expr]:
     items: List[ast.expr] = []
     for e in elts:
         if isinstance(e, ast.Slice):
-            bounds = [n.atom(b, out) if b is not None else ast.Constant(value=None)
+            bounds = [n.expressions.atom(b, out) if b is not None else ast.Constant(value=None)
                       for b in (e.lower, e.upper, e.step)]
             e = copy_location(ast.Call(func=name_node("slice"), args=bounds,
                                        keywords=[]), e)
@@ -436,7 +436,7 @@ def index_concat(n, expr: ast.Subscript, out) -> Optional[ast.expr]:
             n.emit(out, assign_node(name, e), expr)
             items.append(name_node(name))
         else:
-            items.append(n.element(e, out))
+            items.append(n.statements.element(e, out))
     base = clone(expr.value)
     n.facts.exprs.note(base, static=True)
     node = ast.Call(func=name_node("_s2s_index_concat"), args=[base] + items, keywords=[])

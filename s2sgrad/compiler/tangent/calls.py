@@ -21,79 +21,84 @@ class CallTangents:
     """Tangents through calls: other user functions (their own `_jvp` code) and
     `Function.apply` (the class's `jvp`, or one derived from its `vjp`).
 
-    A part of `_Tangent` (transform.py), whose state its methods use."""
+    A part of the `Tangent` transform (transform.py), which owns the state these
+    methods read and write (`self.core`) and calls them as `self.calls`."""
+
+    def __init__(self, core):
+        self.core = core   # the Tangent whose state (names, liveness, facts) this reads
 
     # -- calls to other user functions -----------------------------------------------------------
     def call(self, s, op: Op) -> List[ast.stmt]:
+        core = self.core
         fn = op.callee
         call = op.call
-        active = [o for o in op.outputs if o in self.act.active]
+        active = [o for o in op.outputs if o in core.act.active]
         try:
             sig = inspect.signature(fn)
             bound = sig.bind(*call.args, **{k.arg: k.value for k in call.keywords})
         except (TypeError, ValueError) as exc:
-            raise self.err(call, f"cannot bind the call to {fn.__name__}: {exc}") from None
+            raise core.err(call, f"cannot bind the call to {fn.__name__}: {exc}") from None
         params = list(sig.parameters.values())
         if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
-            raise self.err(call, f"cannot differentiate through {fn.__name__}, which takes "
-                                 f"*args/**kwargs", "Give the helper explicit parameters.")
+            raise core.err(call, f"cannot differentiate through {fn.__name__}, which takes "
+                           f"*args/**kwargs", "Give the helper explicit parameters.")
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
                                                       p.POSITIONAL_OR_KEYWORD)]
         # Keyword-only parameters come after the positional ones in `wrt` (the
         # callee's all_params): a tangent passed to one is differentiated too.
         atoms = [bound.arguments.get(p.name) for p in params]
         wrt = tuple(i for i, a in enumerate(atoms)
-                    if isinstance(a, ast.Name) and a.id in self.act.varied)
-        if not active or not any(self.live_atom(atoms[i]) for i in wrt):
+                    if isinstance(a, ast.Name) and a.id in core.act.varied)
+        if not active or not any(core.live_atom(atoms[i]) for i in wrt):
             for o in op.outputs:
-                self.kill(o)
+                core.kill(o)
             return [s]
         args: List[ast.expr] = []
         for p, a in zip(positional, atoms):
-            args.append(copy.deepcopy(a) if a is not None else self._constant(p.default))
-        tangents = [self.tangent_of(atoms[i]) for i in wrt]
+            args.append(copy.deepcopy(a) if a is not None else core.constant(p.default))
+        tangents = [core.tangent_of(atoms[i]) for i in wrt]
         keywords = [ast.keyword(arg=p.name, value=copy.deepcopy(bound.arguments[p.name]))
                     for p in params if p.kind is p.KEYWORD_ONLY and p.name in bound.arguments]
-        self.read([atoms[i] for i in wrt], fresh=False)
+        core.read([atoms[i] for i in wrt], fresh=False)
         base = fn.__name__ if fn.__name__ != "<lambda>" else "lambda"
-        statics = sites.function_arguments(params, atoms, self.nf)
-        recursive = fn is self.parsed.fn and wrt == tuple(self.act.wrt) and \
-            not self.structure and self.demand is None and dict(statics) == self.parsed.statics
+        statics = sites.function_arguments(params, atoms, core.nf)
+        recursive = fn is core.parsed.fn and wrt == tuple(core.act.wrt) and \
+            not core.structure and core.demand is None and dict(statics) == core.parsed.statics
         # Specialise the callee: which items of tuple arguments carry tangents, and
         # which outputs' tangents this code reads at all.
-        structure = tuple((i, self.state.struct[atoms[i].id]) for i in wrt
-                          if self.live_atom(atoms[i]) and atoms[i].id in self.state.struct)
+        structure = tuple((i, core.state.struct[atoms[i].id]) for i in wrt
+                          if core.live_atom(atoms[i]) and atoms[i].id in core.state.struct)
         demand = None
-        if len(op.outputs) > 1 and not all(o in self.act.active for o in op.outputs):
-            demand = tuple(o in self.act.active for o in op.outputs)
+        if len(op.outputs) > 1 and not all(o in core.act.active for o in op.outputs):
+            demand = tuple(o in core.act.active for o in op.outputs)
         spec = (structure, demand, statics)
         if recursive:
-            name = self.own_name          # a recursive call calls this very function
+            name = core.own_name          # a recursive call calls this very function
         else:
             key = (s, wrt, spec)
-            name = self.sites.get(key)
+            name = core.sites.get(key)
             if name is None:
-                name = self.names.fresh(f"{base}_jvp")
-                self.sites[key] = name
+                name = core.names.fresh(f"{base}_jvp")
+                core.sites[key] = name
         live_out: Any = True
         if recursive:
             pass
-        elif not reentry.tangent_in_progress(fn, wrt, self.optimize_code, structure, demand,
+        elif not reentry.tangent_in_progress(fn, wrt, core.optimize_code, structure, demand,
                                              statics):
-            callee = reentry.compile_tangent(fn, wrt, self.optimize_code, structure, demand,
+            callee = reentry.compile_tangent(fn, wrt, core.optimize_code, structure, demand,
                                              False, statics)
-            self.bindings[name] = callee.jvp
-            self.compiled[name] = callee
+            core.bindings[name] = callee.jvp
+            core.compiled[name] = callee
             live_out = callee.output_live
         else:
-            self.late[name] = (fn, wrt, "jvp", structure, demand, False, statics)
+            core.late[name] = (fn, wrt, "jvp", structure, demand, False, statics)
         outs = op.outputs
         target = s.targets[0]
         primal_target = copy.deepcopy(target)
         if isinstance(target, ast.Name):
-            tangent_target: ast.expr = name_node(self.dot(target.id), True)
+            tangent_target: ast.expr = name_node(core.dot(target.id), True)
         else:
-            tangent_target = ast.Tuple(elts=[name_node(self.dot(e.id), True) for e in target.elts],
+            tangent_target = ast.Tuple(elts=[name_node(core.dot(e.id), True) for e in target.elts],
                                        ctx=ast.Store())
         node = ast.Assign(targets=[ast.Tuple(elts=[primal_target, tangent_target],
                                              ctx=ast.Store())],
@@ -106,39 +111,40 @@ class CallTangents:
                 part = live_out[i]
             else:
                 part = any_live(live_out)
-            if o in self.act.active:
-                self.set_live(o, owned=False, struct=part)
+            if o in core.act.active:
+                core.set_live(o, owned=False, struct=part)
             else:
-                self.kill(o)
+                core.kill(o)
         return [node]
 
     # -- Function.apply ------------------------------------------------------------------------
     def apply(self, s, op: Op) -> List[ast.stmt]:
+        core = self.core
         cls = op.callee
         call = op.call
-        site = self.sites.get(s)
+        site = core.sites.get(s)
         if site is None:
-            needs = tuple(isinstance(a, ast.Name) and a.id in self.act.varied for a in call.args)
-            site = forward_site(cls, call, op.outputs, needs, self.names, self.nf)
-            self.sites[s] = site
+            needs = tuple(isinstance(a, ast.Name) and a.id in core.act.varied for a in call.args)
+            site = forward_site(cls, call, op.outputs, needs, core.names, core.nf)
+            core.sites[s] = site
             if not site.inlined:
-                self.not_inlined.append(f"{cls.__name__}: {site.reason}")
-        self.bindings.update(site.bindings)
+                core.not_inlined.append(f"{cls.__name__}: {site.reason}")
+        core.bindings.update(site.bindings)
         out: List[ast.stmt] = []
         if not site.inlined:
             out.append(comment(f"{cls.__name__}.apply: forward called, not inlined "
                                f"({site.reason})"))
         out += [copy.deepcopy(b) for b in site.forward_body]
-        active = [o for o in op.outputs if o in self.act.active]
-        live_args = [a for a in site.arg_atoms if self.live_atom(a)]
+        active = [o for o in op.outputs if o in core.act.active]
+        live_args = [a for a in site.arg_atoms if core.live_atom(a)]
         if not active or not live_args:
             for o in op.outputs:
-                self.kill(o)
+                core.kill(o)
             return out
-        tangents = [self.tangent_of(a) for a in site.arg_atoms]
-        self.read(live_args, fresh=False)
+        tangents = [core.tangent_of(a) for a in site.arg_atoms]
+        core.read(live_args, fresh=False)
         outs = site.out_names
-        targets = [self.dot(o) for o in outs]
+        targets = [core.dot(o) for o in outs]
         if site.jvp_body is not None:
             mapping = {g: t for g, t in zip(site.jvp_grads, tangents)}
             body = [sites.substitute(b, mapping) for b in site.jvp_body]
@@ -154,10 +160,10 @@ class CallTangents:
         else:
             out += self._derived_jvp(s, site, tangents, outs, targets)
         for o in outs:
-            if o in self.act.active:
-                self.set_live(o, owned=False)
+            if o in core.act.active:
+                core.set_live(o, owned=False)
             else:
-                self.kill(o)
+                core.kill(o)
         return out
 
     def _assign_results(self, cls, what, result, outs, targets,
@@ -169,7 +175,7 @@ class CallTangents:
         elif isinstance(result, (ast.Tuple, ast.List)) and len(result.elts) == len(outs):
             elts = list(result.elts)
         else:
-            tmp = self.names.fresh(f"{cls.__name__}_tangents")
+            tmp = self.core.names.fresh(f"{cls.__name__}_tangents")
             out.append(assign_node(tmp, helper_call("check_tangents", result,
                                             ast.Constant(value=len(outs)),
                                             ast.Constant(value=f"{cls.__name__}.{what}"))))
@@ -186,9 +192,10 @@ class CallTangents:
     def _derived_jvp(self, s, site: FunctionSite, tangents, outs, targets) -> List[ast.stmt]:
         """No jvp: the tangent is the reverse mode of the vjp (linear in its cotangent)
         applied to the input tangents."""
+        core = self.core
         cls = site.cls
         if not site.inlined:
-            raise self.err(s.value if hasattr(s, "value") else s,
+            raise core.err(s.value if hasattr(s, "value") else s,
                            f"{cls.__name__} has no jvp, and its JVP cannot be derived from its "
                            f"vjp: {site.reason}",
                            f"Define {cls.__name__}.jvp(ctx, *tangents) (PyTorch's name) for "
@@ -198,25 +205,25 @@ class CallTangents:
             fn, n_out = vjp_as_function(cls, slots, saved, site.needs, len(outs))
         except (sites.NotInlinable, TransformError) as exc:
             reason = getattr(exc, "reason", str(exc))
-            raise self.err(s.value, f"{cls.__name__} has no jvp, and its JVP cannot be derived "
-                                    f"from its vjp: {reason}",
+            raise core.err(s.value, f"{cls.__name__} has no jvp, and its JVP cannot be derived "
+                           f"from its vjp: {reason}",
                            f"Define {cls.__name__}.jvp(ctx, *tangents) (PyTorch's name) for "
                            f"forward mode.") from None
         try:
             pair = reentry.compile_pair(fn, tuple(range(n_out)))
         except TransformError as exc:
-            raise self.err(s.value, f"{cls.__name__} has no jvp, and its JVP cannot be derived "
-                                    f"from its vjp, which s2sgrad cannot differentiate: "
-                                    f"{exc.reason}",
+            raise core.err(s.value, f"{cls.__name__} has no jvp, and its JVP cannot be derived "
+                           f"from its vjp, which s2sgrad cannot differentiate: "
+                           f"{exc.reason}",
                            f"Define {cls.__name__}.jvp(ctx, *tangents) (PyTorch's name) for "
                            f"forward mode.") from None
         stem = f"{cls.__name__}_vjp"
-        fwd = self.names.fresh(f"{stem}_forward")
-        adj = self.names.fresh(f"{stem}_adjoint")
-        res = self.names.fresh(f"{stem}_residuals")
-        self.bindings[fwd] = pair.forward
-        self.bindings[adj] = pair.adjoint
-        self.compiled[fwd] = pair
+        fwd = core.names.fresh(f"{stem}_forward")
+        adj = core.names.fresh(f"{stem}_adjoint")
+        res = core.names.fresh(f"{stem}_residuals")
+        core.bindings[fwd] = pair.forward
+        core.bindings[adj] = pair.adjoint
+        core.compiled[fwd] = pair
         out: List[ast.stmt] = [comment(f"{cls.__name__}.apply: no jvp; its tangent is the "
                                        f"reverse mode of {cls.__name__}.vjp (linear in its "
                                        f"cotangent) applied to the input tangents")]
@@ -224,8 +231,8 @@ class CallTangents:
         slot_args = [name_node(v) for v in saved] + [name_node(slots[k]) for k in sorted(slots)]
         call_fwd = ast.Call(func=name_node(fwd), args=zeros + slot_args, keywords=[])
         n_in = len(site.arg_atoms)
-        grads = self.names.fresh(f"{cls.__name__}_grads")
-        unused = "_" if "_" not in self.names.taken else self.names.fresh("unused")
+        grads = core.names.fresh(f"{cls.__name__}_grads")
+        unused = "_" if "_" not in core.names.taken else core.names.fresh("unused")
         out.append(assign_node(ast.Tuple(elts=[name_node(grads if n_in == 1 else unused, True),
                                            name_node(res, True)], ctx=ast.Store()), call_fwd))
         # One input: the vjp returns its gradient bare or as a one-tuple (torch

@@ -26,13 +26,18 @@ class ControlFlowTangents:
     """Branches, loops, jumps and returns: where tangents that are zero on one path
     and not on another are materialised.
 
-    A part of `_Tangent` (transform.py), whose state its methods use."""
+    A part of the `Tangent` transform (transform.py), which owns the state these
+    methods read and write (`self.core`) and calls them as `self.control`."""
+
+    def __init__(self, core):
+        self.core = core   # the Tangent whose state (names, liveness, facts) this reads
 
     # -- blocks -----------------------------------------------------------------------------
     def block(self, stmts: Sequence[ast.stmt]) -> List[ast.stmt]:
+        core = self.core
         out: List[ast.stmt] = []
         for s in stmts:
-            if not self.state.reachable:
+            if not core.state.reachable:
                 break
             if isinstance(s, ast.If):
                 out += self.if_(s)
@@ -45,74 +50,77 @@ class ControlFlowTangents:
             elif isinstance(s, ast.Return):
                 out += self.return_(s)
             elif isinstance(s, (ast.Assign, ast.AugAssign)):
-                out += self.assign(s)
+                out += core.assign(s)
             elif isinstance(s, ast.Expr):
-                out += self.expression(s)
+                out += core.expression(s)
             else:
                 out.append(s)
         return out
 
     def if_(self, s: ast.If) -> List[ast.stmt]:
+        core = self.core
         out: List[ast.stmt] = []
-        before = self.state.copy()
-        last = self.last_line
+        before = core.state.copy()
+        last = core.last_line
         body = self.block(s.body)
-        sb = self.state
-        self.state, self.last_line = before.copy(), last
+        sb = core.state
+        core.state, core.last_line = before.copy(), last
         orelse = self.block(s.orelse)
-        se = self.state
-        self.last_line = None
+        se = core.state
+        core.last_line = None
         if sb.reachable and se.reachable:
             live = sb.live | se.live
             for var in sorted(live - sb.live):
-                self.materialize(var, body, sb.defined)
+                core.materialize(var, body, sb.defined)
                 sb.owned.add(var)
             for var in sorted(live - se.live):
-                self.materialize(var, orelse, se.defined)
+                core.materialize(var, orelse, se.defined)
                 se.owned.add(var)
             struct = merge_struct(sb, se)
-            self.state = State(live, sb.owned & se.owned, sb.defined & se.defined,
-                                struct=struct)
+            core.state = State(live, sb.owned & se.owned, sb.defined & se.defined,
+                               struct=struct)
         elif sb.reachable:
-            self.state = sb
+            core.state = sb
         elif se.reachable:
-            self.state = se
+            core.state = se
         else:
-            self.state = State(before.live, before.owned, before.defined, reachable=False)
+            core.state = State(before.live, before.owned, before.defined, reachable=False)
         node = ast.If(test=copy.deepcopy(s.test), body=body or [ast.Pass()], orelse=orelse)
         out.append(copy_location(node, s))
         return out
 
     def jump(self, s) -> List[ast.stmt]:
+        core = self.core
         out: List[ast.stmt] = []
-        loop = self.loop
+        loop = core.loop
         if loop is not None:
             if isinstance(s, ast.Break):
-                loop.breaks.append(self.state.copy())
+                loop.breaks.append(core.state.copy())
                 need = loop.exit_live
             else:
-                loop.continues.append(self.state.copy())
+                loop.continues.append(core.state.copy())
                 need = loop.entry
-            for var in sorted(need - self.state.live):
-                self.materialize(var, out)
-                self.set_live(var, owned=True)
+            for var in sorted(need - core.state.live):
+                core.materialize(var, out)
+                core.set_live(var, owned=True)
             if isinstance(s, ast.Continue):
-                for var in sorted(loop.owned_entry - self.state.owned):
-                    out.append(assign_node(self.dot(var),
-                                           helper_call("copy_value", name_node(self.dot(var)))))
+                for var in sorted(loop.owned_entry - core.state.owned):
+                    out.append(assign_node(core.dot(var),
+                                           helper_call("copy_value", name_node(core.dot(var)))))
         out.append(s)
-        self.state.reachable = False
+        core.state.reachable = False
         return out
 
     # -- loops --------------------------------------------------------------------------------
     def _loop(self, s, header) -> List[ast.stmt]:
         """Shared by for and while: `header(state)` sets the loop targets' tangents and
         returns (iter expression, target) for a for loop."""
+        core = self.core
         assigned = self._assigned(s)
         for var in assigned:
-            self.state.struct.pop(var, None)
-        before = self.state.copy()
-        written = {v for v in self.in_place if v in assigned}
+            core.state.struct.pop(var, None)
+        before = core.state.copy()
+        written = {v for v in core.in_place if v in assigned}
         entry = set(before.live)
         for _ in range(50):
             ctx = Loop(entry=set(entry), owned_entry=set())
@@ -147,48 +155,49 @@ class ControlFlowTangents:
         out: List[ast.stmt] = []
         for var in sorted(entry - before.live):
             if var in before.defined:
-                self.materialize(var, out, before.defined)
+                core.materialize(var, out, before.defined)
         for var in sorted(owned - before.owned):
             if var in before.live:
-                out.append(assign_node(self.dot(var),
-                                       helper_call("copy_value", name_node(self.dot(var)))))
+                out.append(assign_node(core.dot(var),
+                                       helper_call("copy_value", name_node(core.dot(var)))))
         owned = {v for v in owned if v in before.live or v in before.defined or
                  v not in entry}
-        self.state = State(set(entry), set(owned), set(before.defined),
-                            struct=dict(before.struct))
+        core.state = State(set(entry), set(owned), set(before.defined),
+                           struct=dict(before.struct))
         loop = Loop(entry=set(entry), owned_entry=set(owned), exit_live=set(exit_live))
-        outer, self.loop = self.loop, loop
-        self.last_line = None
-        head, body_prefix = header(self.state, emit=True)
+        outer, core.loop = core.loop, loop
+        core.last_line = None
+        head, body_prefix = header(core.state, emit=True)
         body = body_prefix + self.block(s.body)
-        if self.state.reachable:
-            for var in sorted(entry - self.state.live):
-                self.materialize(var, body)
-                self.set_live(var, owned=True)
-            for var in sorted(owned - self.state.owned):
-                if var in self.state.live:
-                    body.append(assign_node(self.dot(var),
-                                        helper_call("copy_value", name_node(self.dot(var)))))
-        self.loop = outer
+        if core.state.reachable:
+            for var in sorted(entry - core.state.live):
+                core.materialize(var, body)
+                core.set_live(var, owned=True)
+            for var in sorted(owned - core.state.owned):
+                if var in core.state.live:
+                    body.append(assign_node(core.dot(var),
+                                            helper_call("copy_value", name_node(core.dot(var)))))
+        core.loop = outer
         exit_owned = set(owned)
         for b in loop.breaks:
             exit_owned &= b.owned
-        self.state = State(exit_live, exit_owned, set(before.defined),
-                            struct=dict(before.struct))
-        self.last_line = None
+        core.state = State(exit_live, exit_owned, set(before.defined),
+                           struct=dict(before.struct))
+        core.last_line = None
         return out, head, body or [ast.Pass()]
 
     def _probe(self, s, header, entry, owned, before, ctx):
-        snap = self._snapshot()
+        core = self.core
+        snap = core.snapshot()
         try:
-            self.state = State(set(entry), set(owned), set(before.defined),
-                                struct=dict(before.struct))
-            self.loop = ctx
-            header(self.state, emit=False)
+            core.state = State(set(entry), set(owned), set(before.defined),
+                               struct=dict(before.struct))
+            core.loop = ctx
+            header(core.state, emit=False)
             self.block(s.body)
-            return self.state.copy(), ctx
+            return core.state.copy(), ctx
         finally:
-            self._restore(snap)
+            core.restore(snap)
 
     @staticmethod
     def _assigned(s) -> Set[str]:
@@ -206,7 +215,7 @@ class ControlFlowTangents:
 
     def while_(self, s: ast.While) -> List[ast.stmt]:
         out: List[ast.stmt] = []
-        self.mark_line(s, out)
+        self.core.mark_line(s, out)
 
         def header(state, emit):
             return None, []
@@ -215,10 +224,11 @@ class ControlFlowTangents:
         return out + pre + [copy_location(node, s)]
 
     def for_(self, s: ast.For) -> List[ast.stmt]:
+        core = self.core
         out: List[ast.stmt] = []
-        self.mark_line(s, out)
+        core.mark_line(s, out)
         leaves: List[Tuple[ast.expr, Optional[ast.expr], Optional[ast.expr]]] = []
-        iteration_leaves(s.target, s.iter, leaves, self.facts.exprs)
+        iteration_leaves(s.target, s.iter, leaves, core.facts.exprs)
         result = {}
 
         def header(state, emit):
@@ -229,24 +239,24 @@ class ControlFlowTangents:
                 names = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
                 for n in names:
                     state.defined.add(n)
-                wanted = any(n in self.act.active for n in names)
+                wanted = any(n in core.act.active for n in names)
                 if seq is not None and wanted and isinstance(seq, ast.Name) and \
                         seq.id in state.live:
                     walked = {seq.id} | {src for n, src in loop_item_sources(
-                        self.nf.node.body) if n == seq.id}
+                        core.nf.node.body) if n == seq.id}
                     if any(writes_items_of(n, s.body) for n in walked):
                         # The loop reads the items live, as they are written; the
                         # zipped tangent would be the one from before the loop.
-                        raise self.err(s.iter, f"forward mode cannot follow a loop over "
-                                               f"{seq.id!r} that writes into {seq.id!r}",
+                        raise core.err(s.iter, f"forward mode cannot follow a loop over "
+                                       f"{seq.id!r} that writes into {seq.id!r}",
                                        "Use reverse mode (grad, vjp), or loop over a copy.")
-                    seq_dot = rebuild(node, {seq: name_node(self.dot(seq.id))},
-                                      self.facts.exprs)
+                    seq_dot = rebuild(node, {seq: name_node(core.dot(seq.id))},
+                                      core.facts.exprs)
                     mapping_iter[node] = ast.Call(func=name_node("zip"),
                                                       args=[copy.deepcopy(node), seq_dot],
                                                       keywords=[])
                     mapping_target[target] = ast.Tuple(
-                        elts=[copy.deepcopy(target), tangent_target(target, self)],
+                        elts=[copy.deepcopy(target), tangent_target(target, core)],
                         ctx=ast.Store())
                     for n in names:
                         state.live.add(n)
@@ -259,8 +269,8 @@ class ControlFlowTangents:
                         state.owned.discard(n)
                         state.struct.pop(n, None)
             if emit:
-                result["iter"] = rebuild(s.iter, mapping_iter, self.facts.exprs)
-                result["target"] = rebuild(s.target, mapping_target, self.facts.exprs)
+                result["iter"] = rebuild(s.iter, mapping_iter, core.facts.exprs)
+                result["target"] = rebuild(s.target, mapping_target, core.facts.exprs)
                 store_ctx(result["target"])
             return None, []
         pre, _, body = self._loop(s, header)
@@ -269,29 +279,30 @@ class ControlFlowTangents:
         return out + pre + [copy_location(node, s)]
 
     def return_(self, s: ast.Return) -> List[ast.stmt]:
+        core = self.core
         out: List[ast.stmt] = []
         value = s.value
-        self.mark_line(s, out)
+        core.mark_line(s, out)
         if isinstance(value, ast.Tuple):
-            wanted = self.demand if self.demand is not None and \
-                len(self.demand) == len(value.elts) else (True,) * len(value.elts)
-            tangents = [self.tangent_of(e) if w else none()
+            wanted = core.demand if core.demand is not None and \
+                len(core.demand) == len(value.elts) else (True,) * len(value.elts)
+            tangents = [core.tangent_of(e) if w else none()
                         for e, w in zip(value.elts, wanted)]
-            self.output_live = tuple(self.liveness(e) if w else False
+            core.output_live = tuple(core.liveness(e) if w else False
                                      for e, w in zip(value.elts, wanted))
-            self.output_varied = tuple(isinstance(e, ast.Name) and e.id in self.act.varied
+            core.output_varied = tuple(isinstance(e, ast.Name) and e.id in core.act.varied
                                        for e in value.elts)
             tangent = ast.Tuple(elts=tangents, ctx=ast.Load())
         elif isinstance(value, ast.List):   # `return [a, b]`: a list of tangents
-            tangent = self.tangent_of(value)
-            self.output_live = any(any_live(self.liveness(e)) for e in value.elts)
-            self.output_varied = any(isinstance(e, ast.Name) and e.id in self.act.varied
+            tangent = core.tangent_of(value)
+            core.output_live = any(any_live(core.liveness(e)) for e in value.elts)
+            core.output_varied = any(isinstance(e, ast.Name) and e.id in core.act.varied
                                      for e in value.elts)
         else:
-            tangent = self.tangent_of(value)
-            self.output_live = self.liveness(value)
-            self.output_varied = isinstance(value, ast.Name) and value.id in self.act.varied
+            tangent = core.tangent_of(value)
+            core.output_live = core.liveness(value)
+            core.output_varied = isinstance(value, ast.Name) and value.id in core.act.varied
         out.append(copy_location(ast.Return(value=ast.Tuple(
             elts=[copy.deepcopy(value), tangent], ctx=ast.Load())), s))
-        self.state.reachable = False
+        core.state.reachable = False
         return out

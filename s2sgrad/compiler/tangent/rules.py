@@ -19,19 +19,24 @@ class RuleTangents:
     """Tangents of calls to rules of the table (jvp_rules): templates substituted,
     shapes and scalars handled.
 
-    A part of `_Tangent` (transform.py), whose state its methods use."""
+    A part of the `Tangent` transform (transform.py), which owns the state these
+    methods read (`self.core`) and calls them as `self.rules`."""
+
+    def __init__(self, core):
+        self.core = core   # the Tangent whose state (names, liveness, facts) this reads
 
     # -- rules ------------------------------------------------------------------------------
     def rule_tangent(self, s, op: Op, value: ast.expr, ans: ast.expr
                      ) -> Tuple[List[ast.stmt], Optional[ast.expr]]:
         """The tangent of one call to a table rule: (statements, expression) or (.., None)."""
+        core = self.core
         rule = op.rule
         jr = jvp_rules.lookup(rule)
         node = getattr(op.call, "func", None) or value
         if jr is None:
             why = jvp_rules.UNSUPPORTED.get(rule.name)
-            raise self.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label}"
-                                 + (f": {why}" if why else ""), HINT_RULE)
+            raise core.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label}"
+                           + (f": {why}" if why else ""), HINT_RULE)
         slots: List[Tuple[str, Optional[int], ast.expr]] = []
         for param in rule.differentiable():
             atom = op.bound.get(param)
@@ -39,9 +44,9 @@ class RuleTangents:
                 continue
             if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
                 for i, e in enumerate(atom.elts):
-                    if self.live_atom(e):
+                    if core.live_atom(e):
                         slots.append((param, i, e))
-            elif self.live_atom(atom):
+            elif core.live_atom(atom):
                 slots.append((param, None, atom))
         if not slots:
             return [], None
@@ -65,13 +70,13 @@ class RuleTangents:
                 if atom is None:
                     continue
                 self._tangent_mapping(rule, p, atom, mapping)
-            terms.append(rebuild(value, mapping, self.facts.exprs))
+            terms.append(rebuild(value, mapping, core.facts.exprs))
         if jr.multilinear:
             for p, _i, atom in slots:
                 if p in handled:
                     continue
-                terms.append(rebuild(value, {atom: name_node(self.dot(atom.id))},
-                                             self.facts.exprs))
+                terms.append(rebuild(value, {atom: name_node(core.dot(atom.id))},
+                                     core.facts.exprs))
         for p in live_params:
             if p in handled or p not in jr.parts:
                 continue
@@ -83,8 +88,8 @@ class RuleTangents:
         missing = [p for p in live_params if p not in handled and p not in jr.parts and
                    p not in jr.linear and p not in jr.joint_params and not jr.multilinear]
         if missing:
-            raise self.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label} with "
-                                 f"respect to its argument {missing[0]!r}", HINT_RULE)
+            raise core.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label} with "
+                           f"respect to its argument {missing[0]!r}", HINT_RULE)
         if not terms:
             return stmts, None
         expr = terms[0]
@@ -111,7 +116,7 @@ class RuleTangents:
         if isinstance(ans, ast.Name):
             for p in live_params:
                 atom = op.bound.get(p)
-                if isinstance(atom, ast.Name) and self.act.same_shape(atom, ans):
+                if isinstance(atom, ast.Name) and self.core.act.same_shape(atom, ans):
                     return True
         covered: Set[str] = set()
         for p in live_params:
@@ -137,17 +142,18 @@ class RuleTangents:
             return self._scalar(atom.operand)
         if isinstance(atom, ast.Name):
             from ..analyze import SCALAR
-            return atom.id in self.act.ints or self.act.shape_of(atom) == SCALAR
+            return atom.id in self.core.act.ints or self.core.act.shape_of(atom) == SCALAR
         return False
 
     def _tangent_mapping(self, rule, param, atom, mapping: Dict[int, ast.expr]) -> None:
         """Replace a differentiable argument (or each item of a sequence) by its tangent."""
+        core = self.core
         if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
             for e in atom.elts:
-                mapping[e] = self.tangent_of(e) if not isinstance(e, (ast.Tuple, ast.List)) \
-                    else self.zero_of(e)
+                mapping[e] = core.tangent_of(e) if not isinstance(e, (ast.Tuple, ast.List)) \
+                    else core.zero_of(e)
         else:
-            mapping[atom] = self.tangent_of(atom)
+            mapping[atom] = core.tangent_of(atom)
 
     def _expand(self, rule, op: Op, template: ast.expr, ans: ast.expr, out: List[ast.stmt],
                 prelude: List[ast.stmt]) -> ast.expr:
@@ -167,14 +173,14 @@ class RuleTangents:
             mapping[f"{param}_dot"] = self._param_tangent(rule, param, op.bound.get(param))
         for h in HELPERS:
             mapping.setdefault(h, name_node("_s2s_" + h))
-        mapping["np"] = name_node(self.np_name)
+        mapping["np"] = name_node(self.core.np_name)
         drop = set(rule.params) - given
         local: Dict[str, ast.expr] = {}
         for stmt in prelude:
             for sub in ast.walk(stmt):
                 if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and \
                         sub.id not in local:
-                    local[sub.id] = name_node(self.names.fresh(sub.id))
+                    local[sub.id] = name_node(self.core.names.fresh(sub.id))
         full = dict(mapping, **local)
         used = {n.id for n in ast.walk(template) if isinstance(n, ast.Name)}
         if used & set(local):
@@ -183,13 +189,14 @@ class RuleTangents:
 
     def _param_tangent(self, rule, param, atom) -> ast.expr:
         """A parameter's tangent in a template: None when it is not differentiated."""
+        core = self.core
         if atom is None or param not in rule.grads:
             return none()
         if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
-            if not any(self.live_atom(e) for e in atom.elts):
+            if not any(core.live_atom(e) for e in atom.elts):
                 return none()
-            return ast.List(elts=[name_node(self.dot(e.id)) if self.live_atom(e) else none()
+            return ast.List(elts=[name_node(core.dot(e.id)) if core.live_atom(e) else none()
                                   for e in atom.elts], ctx=ast.Load())
-        if self.live_atom(atom):
-            return name_node(self.dot(atom.id))
+        if core.live_atom(atom):
+            return name_node(core.dot(atom.id))
         return none()

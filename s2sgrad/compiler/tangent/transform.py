@@ -64,7 +64,7 @@ from .state import (
 )
 
 
-class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
+class Tangent:
     def op_of(self, s: ast.stmt) -> Op:
         """What the normal-form statement s does (ops.describe, once per statement)."""
         return describe(s, self.locals, self.facts)
@@ -72,6 +72,10 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
     def __init__(self, nf: NormalForm, activity: Activity, optimize_code: bool = True,
                  structure: Optional[Dict[int, Any]] = None,
                  demand: Optional[Tuple[bool, ...]] = None):
+        # Its parts, by what they differentiate (each reads this object's state).
+        self.control = ControlFlowTangents(self)
+        self.rules = RuleTangents(self)
+        self.calls = CallTangents(self)
         self.nf = nf
         self.facts = nf.facts   # what this compile's passes noted about its nodes
         self.act = activity
@@ -208,12 +212,12 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         return out
 
     # -- probing (loops) -------------------------------------------------------------------
-    def _snapshot(self):
+    def snapshot(self):
         return (set(self.names.taken), dict(self.tan), self.state.copy(), dict(self.bindings),
                 dict(self.late), list(self.inits), self.last_line, self.loop,
                 dict(self.sites), list(self.not_inlined))
 
-    def _restore(self, snap) -> None:
+    def restore(self, snap) -> None:
         (self.names.taken, self.tan, self.state, self.bindings, self.late, self.inits,
          self.last_line, self.loop, self.sites, self.not_inlined) = snap
 
@@ -229,7 +233,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             if p in self.act.active:
                 self.set_live(p, owned=False, struct=self.structure.get(i, True))
         body = list(fdef.body)
-        out = self.block(body)
+        out = self.control.block(body)
         new_args = self._arguments(fdef.args, tangent_params)
         inits = []
         for v in self.inits:
@@ -255,12 +259,12 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             if default is None:
                 kw_defaults.append(None)
             else:
-                kw_defaults.append(self._constant(kwdefaults.get(a.arg)))
+                kw_defaults.append(self.constant(kwdefaults.get(a.arg)))
         return ast.arguments(posonlyargs=[], args=positional + tangents, vararg=None,
                              kwonlyargs=[ast.arg(arg=a.arg) for a in args.kwonlyargs],
                              kw_defaults=kw_defaults, kwarg=None, defaults=[])
 
-    def _constant(self, value) -> ast.expr:
+    def constant(self, value) -> ast.expr:
         from ..transform import is_literal
         if is_literal(value):
             return ast.Constant(value=value) if not isinstance(value, tuple) else \
@@ -279,7 +283,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         return self.write_guards(op) + [s]
 
     def write_guards(self, op: Op) -> List[ast.stmt]:
-        """See transform._Reverse.write_guards: a callee writing into an argument
+        """See transform.forward_sweep's write_guards: a callee writing into an argument
         array would change a value behind the tangents' back."""
         return [ast.Expr(value=helper_call("unshared", name_node(arg),
                                        *[ast.Constant(value=f) for f in fields]))
@@ -300,10 +304,10 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
         elif op.kind == "pop":
             out += writes.pop(self, s, op)
         elif op.kind == "apply":
-            out += self.apply(s, op)
+            out += self.calls.apply(s, op)
         elif op.kind == "call":
             out += self.write_guards(op)
-            out += self.call(s, op)
+            out += self.calls.call(s, op)
         else:
             out += self.simple(s, op)
         self.state.defined.update(op.outputs)
@@ -398,7 +402,7 @@ class Tangent(ControlFlowTangents, RuleTangents, CallTangents):
             fresh, stmts = protect, []
         else:
             ans = tuple_or_name(ans_names) if len(ans_names) > 1 else name_node(ans_names[0])
-            stmts, expr = self.rule_tangent(s, op, value, ans)
+            stmts, expr = self.rules.rule_tangent(s, op, value, ans)
             if expr is None:
                 for o in op.outputs:
                     self.kill(o)

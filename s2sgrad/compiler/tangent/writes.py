@@ -92,7 +92,7 @@ def augassign(t, s: ast.AugAssign, op: Op) -> List[ast.stmt]:
                  bound=dict(zip(rule.params, [old, s.value])), label=op.label)
     value = ast.BinOp(left=old, op=s.op, right=s.value)
     ans_name = t.names.fresh(f"{var}_new")
-    stmts, expr = t.rule_tangent(s, rule_op, value, name_node(ans_name))
+    stmts, expr = t.rules.rule_tangent(s, rule_op, value, name_node(ans_name))
     uses_ans = expr is not None and any(isinstance(n, ast.Name) and n.id == ans_name
                                         for n in ast.walk(ast.Module(
                                             body=stmts + [ast.Expr(value=expr)],

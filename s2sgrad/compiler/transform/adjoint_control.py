@@ -18,9 +18,14 @@ class AdjointControl:
     """The adjoint's control flow: blocks walked backwards, branches replayed from
     the recorded test, loops run backwards over their saved trip counts.
 
-    A part of `_Reverse` (reverse.py), whose state its methods use."""
+    A part of `Reverse` (reverse.py), whose state it reads as `self.core`, and which
+    calls it as `self.control`."""
+
+    def __init__(self, core):
+        self.core = core
 
     def adjoint_block(self, stmts: Sequence[ast.stmt], in_loop: bool) -> List[ast.stmt]:
+        core = self.core
         out: List[ast.stmt] = []
         for s in reversed(stmts):
             if isinstance(s, ast.If):
@@ -28,22 +33,23 @@ class AdjointControl:
             elif isinstance(s, (ast.For, ast.While)):
                 out.extend(self.adjoint_loop(s))
             elif isinstance(s, (ast.Assign, ast.AugAssign)):
-                out.extend(self.adjoint_assign(s))
-            elif isinstance(s, ast.Expr) and self.op_of(s).kind == "append":
-                self.append_adjoint(s, self.op_of(s), out)
-            elif isinstance(s, ast.Expr) and self.op_of(s).kind == "ufunc_at":
-                self.ufunc_at_adjoint(s, self.op_of(s), out)
+                out.extend(core.adjoint.adjoint_assign(s))
+            elif isinstance(s, ast.Expr) and core.op_of(s).kind == "append":
+                core.adjoint.append_adjoint(s, core.op_of(s), out)
+            elif isinstance(s, ast.Expr) and core.op_of(s).kind == "ufunc_at":
+                core.adjoint.ufunc_at_adjoint(s, core.op_of(s), out)
         return out
 
     def adjoint_if(self, s: ast.If, in_loop: bool) -> List[ast.stmt]:
-        before = dict(self.state)
-        last = self.last_line
+        core = self.core
+        before = dict(core.state)
+        last = core.last_line
         body = self.adjoint_block(s.body, in_loop)
-        state_body = self.state
-        self.state, self.last_line = dict(before), last
+        state_body = core.state
+        core.state, core.last_line = dict(before), last
         orelse = self.adjoint_block(s.orelse, in_loop)
-        state_else = self.state
-        self.last_line = None
+        state_else = core.state
+        core.last_line = None
         merged = {}
         for b in sorted(set(state_body) | set(state_else)):
             var = self._var_of(b)
@@ -55,30 +61,31 @@ class AdjointControl:
                 state_else[b] = "owned"
             both_owned = state_body[b] == state_else[b] == "owned"
             merged[b] = "owned" if both_owned else "shared"
-        self.state = merged
+        core.state = merged
         if not body and not orelse:
             return []
         node = ast.If(test=clone(s.test), body=body or [ast.Pass()], orelse=orelse)
         return [node]
 
     def _var_of(self, bar: str) -> str:
-        return self.var_of_bar[bar]
+        return self.core.var_of_bar[bar]
 
     def _materialize_into(self, var: str, block: List[ast.stmt]) -> None:
-        block.append(assign_node(self.bar_of(var), self.zeros_for(var)))
+        block.append(assign_node(self.core.bar_of(var), self.core.zeros_for(var)))
 
     def reversed_body(self, s) -> List[ast.stmt]:
         """The adjoint of one iteration: the body backwards, then the item loads."""
-        info = self.loops.require(s)
-        outer = self.first_iteration
+        core = self.core
+        info = core.loops.require(s)
+        outer = core.first_iteration
         # (the same for the probes and the real run: asked once)
-        self.first_iteration = self.entry_facts.setdefault(s, lambda: self.entry_reads(s, info))
+        core.first_iteration = core.entry_facts.setdefault(s, lambda: self.entry_reads(s, info))
         try:
             body = self.adjoint_block(s.body, in_loop=True)
         finally:
-            self.first_iteration = outer
+            core.first_iteration = outer
         for b in reversed(info.item_assigns):
-            body += self.adjoint_assign(b)
+            body += core.adjoint.adjoint_assign(b)
         return body
 
     def entry_reads(self, s: ast.For, info: LoopInfo):
@@ -88,8 +95,9 @@ class AdjointControl:
         `for W, b in params: h = np.tanh(h @ W + b)`). In the first iteration
         those reads see that entry value, so what their adjoint contributes there
         is dead: it runs only when `test` (not the first iteration) holds."""
-        if self.pure or info.kind != "range" or not isinstance(info.target, ast.Name) or \
-                not any(st is s for st in self.nf.node.body):
+        core = self.core
+        if core.pure or info.kind != "range" or not isinstance(info.target, ast.Name) or \
+                not any(st is s for st in core.nf.node.body):
             return None
         written = {n.id for b in info.item_assigns for n in name_nodes(b.targets[0])}
         in_body = {n for b in s.body for n in stored_names(b)}
@@ -98,7 +106,7 @@ class AdjointControl:
         written.add(info.target.id)
         written |= in_body
         before = []   # (statement, names it stores) of every statement before the loop
-        for top in self.nf.node.body:
+        for top in core.nf.node.body:
             if top is s:
                 break
             before += [(st, stored_names(st)) for st, _ in iter_statements([top])]
@@ -124,82 +132,85 @@ class AdjointControl:
         """Whether every value `name` can hold when a top-level loop starts is
         free of the inputs: only assigned before it (`before`: the statements
         before the loop, with the names each stores) from values that do not vary."""
-        if name in getattr(self.nf, "written_in_place", ()):
+        core = self.core
+        if name in getattr(core.nf, "written_in_place", ()):
             return False   # an in-place write (to it or an alias) may carry the inputs in
-        params = set(self.nf.all_params)
-        if name in params and name in self.act.varied and \
-                self.nf.all_params.index(name) in self.act.wrt:
+        params = set(core.nf.all_params)
+        if name in params and name in core.act.varied and \
+                core.nf.all_params.index(name) in core.act.wrt:
             return False
         defined = False
         for st, stored in before:
             if name not in stored:
                 continue
-            op = self.op_of(st) if not isinstance(st, (ast.For, ast.If,
-                                                                  ast.While)) else None
-            if op is None or set(op.diff_inputs) & self.act.varied:
+            op = core.op_of(st) if not isinstance(st, (ast.For, ast.If,
+                                                       ast.While)) else None
+            if op is None or set(op.diff_inputs) & core.act.varied:
                 return False
             defined = True
         return defined or name in params
 
     def probe(self, s) -> Tuple[Set[str], Set[str]]:
         """Run the reversed body without keeping its code: (end state, in-place targets)."""
-        saved = (set(self.names.taken), dict(self.state), self.last_line, set(self.inplace),
-                 set(self.resets), self.probing)
-        self.inplace, self.resets, self.probing = set(), set(), True
+        core = self.core
+        saved = (set(core.names.taken), dict(core.state), core.last_line, set(core.inplace),
+                 set(core.resets), core.probing)
+        core.inplace, core.resets, core.probing = set(), set(), True
         try:
             self.reversed_body(s)
             # Accumulators (carried, never consumed in the body) are kept owned too,
             # so that they are added to in place.
-            accumulators = set(self.state) - self.resets
-            return set(self.state), set(self.inplace) | accumulators
+            accumulators = set(core.state) - core.resets
+            return set(core.state), set(core.inplace) | accumulators
         finally:
-            self.names.taken, self.state, self.last_line, inplace, resets, probing = saved
-            self.inplace, self.resets, self.probing = inplace, resets, probing
+            core.names.taken, core.state, core.last_line, inplace, resets, probing = saved
+            core.inplace, core.resets, core.probing = inplace, resets, probing
 
     def adjoint_loop(self, s) -> List[ast.stmt]:
         """Adjoints that one iteration hands to the previous one are live across
         the loop boundary: they are materialised before the loop, and an iteration
         that consumes one without writing it again leaves an explicit zero."""
-        info = self.loops.require(s)
+        core = self.core
+        info = core.loops.require(s)
         out: List[ast.stmt] = []
         end_state, inplace = self.probe(s)
-        carried = set(self.state) | end_state
+        carried = set(core.state) | end_state
         # A probe's end depends only on the state it starts from (names it picks are
         # dropped): when the first ends with no adjoint live that was not live at its
         # start, the next would start from that same state and end the same way.
-        while not end_state <= set(self.state):
+        while not end_state <= set(core.state):
             # An adjoint live at the start of an iteration can make more adjoints
             # live at its end (v = xs.pop() needs xs_bar once v_bar is live): iterate.
-            entry = self.state
-            self.state = {b: entry.get(b, "shared") for b in carried}
+            entry = core.state
+            core.state = {b: entry.get(b, "shared") for b in carried}
             more_end, more_inplace = self.probe(s)
-            self.state = entry
+            core.state = entry
             inplace |= more_inplace
             if more_end <= carried:
                 break
             carried |= more_end
-        for b in sorted(carried - set(self.state)):
-            self.materialize(self._var_of(b), out)
+        for b in sorted(carried - set(core.state)):
+            core.materialize(self._var_of(b), out)
         for b in sorted(carried & inplace):
-            if self.state.get(b) == "shared":
+            if core.state.get(b) == "shared":
                 out.append(assign_node(b, helper_call("copy_adjoint", name_node(b))))
-        self.state = {b: ("owned" if b in inplace else "shared") for b in carried}
+        core.state = {b: ("owned" if b in inplace else "shared") for b in carried}
         header: List[ast.stmt] = []
-        self.last_line = None
-        self.mark_line(s, header, force=True)
-        self.last_line = None
+        core.last_line = None
+        core.mark_line(s, header, force=True)
+        core.last_line = None
         body = self.reversed_body(s)
         for b in sorted(carried):
-            if b not in self.state:
-                self.materialize(self._var_of(b), body)
-            elif b in inplace and self.state[b] == "shared":
+            if b not in core.state:
+                core.materialize(self._var_of(b), body)
+            elif b in inplace and core.state[b] == "shared":
                 body.append(assign_node(b, helper_call("copy_adjoint", name_node(b))))
-        self.state = {b: ("owned" if b in inplace else "shared") for b in carried}
-        self.inplace |= inplace
-        self.last_line = None
+        core.state = {b: ("owned" if b in inplace else "shared") for b in carried}
+        core.inplace |= inplace
+        core.last_line = None
         if not any(not is_comment(b) for b in body):
-            for setup in reversed(self.loop_setups.get(s, [])):
-                self.restores(setup, out)
+            for setup in reversed(core.loop_setups.get(s, [])):
+                core.restores(setup, out)
             return out
         if info.kind == "range":
             rng: ast.expr = name_node(info.range_name)
@@ -211,16 +222,16 @@ class AdjointControl:
             target.ctx = ast.Store()
             # Pure code is differentiated again: its backwards iteration must be
             # recognisably non-differentiable (a range), not any reversed(...).
-            it = helper_call("backwards", rng) if self.pure else \
-                ast.Call(func=self.builtin("reversed"), args=[rng], keywords=[])
+            it = helper_call("backwards", rng) if core.pure else \
+                ast.Call(func=core.builtin("reversed"), args=[rng], keywords=[])
         else:
             # (`_` unless the function has a variable of that name: the user's `_`
             # read after this loop must keep its value)
-            target = name_node("_" if "_" not in self.names.taken else
-                               self.names.fresh("trip"), True)
-            it = ast.Call(func=self.builtin("range"), args=[name_node(info.trips)], keywords=[])
+            target = name_node("_" if "_" not in core.names.taken else
+                               core.names.fresh("trip"), True)
+            it = ast.Call(func=core.builtin("range"), args=[name_node(info.trips)], keywords=[])
         out += header
         out.append(ast.For(target=target, iter=it, body=body, orelse=[], type_comment=None))
-        for setup in reversed(self.loop_setups.get(s, [])):
-            self.restores(setup, out)
+        for setup in reversed(core.loop_setups.get(s, [])):
+            core.restores(setup, out)
         return out

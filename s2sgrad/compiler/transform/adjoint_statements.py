@@ -22,43 +22,50 @@ class AdjointStatements:
     """The adjoint of one statement: contributions to the adjoints of its inputs
     (rules, item reads and writes, list appends and pops, call sites).
 
-    A part of `_Reverse` (reverse.py), whose state its methods use."""
+    A part of `Reverse` (reverse.py), whose state it reads as `self.core`, and which
+    calls it as `self.adjoint`."""
+
+    def __init__(self, core):
+        self.core = core
 
     def ufunc_at_adjoint(self, s: ast.Expr, op: Op, out: List[ast.stmt]) -> None:
         """np.add.at(a, idx, b): a's cotangent passes through unchanged; b receives
         the cotangent of every element it was added to (a gather: repeated indices
         read the same element again), negated for np.subtract.at."""
+        core = self.core
         base = op.outputs[0]
         _, index, value = s.value.args
-        b = self.bar_of(base)
-        if base in self.act.active and b in self.state and \
-                isinstance(value, ast.Name) and value.id in self.act.active:
-            self.mark_line(s, out)
+        b = core.bar_of(base)
+        if base in core.act.active and b in core.state and \
+                isinstance(value, ast.Name) and value.id in core.act.active:
+            core.mark_line(s, out)
             gathered: ast.expr = ast.Subscript(value=name_node(b), slice=clone(index),
                                                ctx=ast.Load())
-            if UFUNC_AT_SIGNS[ufunc_at_kind(self.facts.exprs.of(s.value).callee)] < 0:
+            if UFUNC_AT_SIGNS[ufunc_at_kind(core.facts.exprs.of(s.value).callee)] < 0:
                 gathered = ast.UnaryOp(op=ast.USub(), operand=gathered)
-            part = self.names.fresh(f"{value.id}_bar_part")
+            part = core.names.fresh(f"{value.id}_bar_part")
             out.append(assign_node(part, helper_call("unbroadcast", gathered, name_node(value.id))))
-            self.accumulate(value.id, name_node(part), out)
+            core.accumulate(value.id, name_node(part), out)
         self._restore_items(s, base, index, out)
 
     def _restore_items(self, s, base: str, index, out: List[ast.stmt]) -> bool:
         """Put back the items of `base` that statement s overwrote (saved by the
         forward); whether there were any."""
+        core = self.core
         saved = self._saved_value(s, out)
         if saved is not None:
-            if self.pure:
+            if core.pure:
                 node = assign_node(base, helper_call("with_item", name_node(base), index, saved))
             else:
                 node = ast.Expr(value=helper_call("restore_item", name_node(base), index, saved))
-                self.marks.mark(node, restore_item=base)
-            out.append(self.marks.mark(node, restore_of=base,
-                                       slot=self.saves.require(s)[-1][2]))
+                core.marks.mark(node, restore_item=base)
+            out.append(core.marks.mark(node, restore_of=base,
+                                       slot=core.saves.require(s)[-1][2]))
         return saved is not None
 
     def adjoint_assign(self, s) -> List[ast.stmt]:
-        op = self.op_of(s)
+        core = self.core
+        op = core.op_of(s)
         out: List[ast.stmt] = []
         if op.kind == "setitem":
             self.setitem_adjoint(s, op, out)
@@ -69,8 +76,8 @@ class AdjointStatements:
         if op.kind == "pop":
             self.pop_adjoint(s, op, out)
             return out
-        active_outs = [o for o in op.outputs if o in self.act.active]
-        live = [o for o in active_outs if self.bar_of(o) in self.state]
+        active_outs = [o for o in op.outputs if o in core.act.active]
+        live = [o for o in active_outs if core.bar_of(o) in core.state]
         overwritten = set(active_outs) & set(op.diff_inputs)
         if overwritten and op.kind != "copy":
             # The contributions would be added into the adjoint the reset below
@@ -78,37 +85,38 @@ class AdjointStatements:
             raise InternalError(f"statement {ast.unparse(s)!r} reads the active "
                                 f"variable(s) {sorted(overwritten)} it overwrites")
         if live and op.kind in DIFFERENTIABLE_KINDS and \
-                any(n in self.act.active for n in op.diff_inputs):
-            self.mark_line(s, out)
+                any(n in core.act.active for n in op.diff_inputs):
+            core.mark_line(s, out)
             self.contributions(s, op, out)
         for o in active_outs:
-            self.reset(self.bar_of(o))
-        self.restores(s, out)
+            core.reset(core.bar_of(o))
+        core.restores(s, out)
         return out
 
     def contributions(self, s, op: Op, out: List[ast.stmt]) -> None:
+        core = self.core
         kind = op.kind
         if kind == "copy":
             src = op.diff_inputs[0]
-            if src in self.act.active:
-                g: ast.expr = name_node(self.bar_of(op.outputs[0]))
-                if src in self.nf.lists and op.outputs[0] not in self.nf.lists:
+            if src in core.act.active:
+                g: ast.expr = name_node(core.bar_of(op.outputs[0]))
+                if src in core.nf.lists and op.outputs[0] not in core.nf.lists:
                     g = helper_call("items_like", g, name_node(src))   # (see rule_contribution)
-                self.accumulate(src, g, out)
+                core.accumulate(src, g, out)
             return
-        g_name = self.bar_of(op.outputs[0]) if op.outputs else None
+        g_name = core.bar_of(op.outputs[0]) if op.outputs else None
         if kind == "pack":
             value = s.value
             items = list(zip(value.keys, value.values)) if isinstance(value, ast.Dict) else \
                 [(ast.Constant(value=i), e) for i, e in enumerate(value.elts)]
             for key, e in items:
-                if isinstance(e, ast.Name) and e.id in self.act.active:
+                if isinstance(e, ast.Name) and e.id in core.act.active:
                     if isinstance(value, ast.Dict):
                         item: ast.expr = helper_call("dict_item_grad", name_node(g_name),
                                                      clone(key), name_node(e.id))
                     else:
                         item = ast.Subscript(value=name_node(g_name), slice=key, ctx=ast.Load())
-                    self.accumulate(e.id, item, out)
+                    core.accumulate(e.id, item, out)
             return
         if kind in ("getitem", "field"):
             self.getitem_contribution(s, op, out)
@@ -123,148 +131,153 @@ class AdjointStatements:
 
     def _saved_value(self, s, out: List[ast.stmt]) -> Optional[ast.expr]:
         """The value the forward saved for statement s (popped from its stack)."""
-        saves = self.saves.get(s, [])
+        core = self.core
+        saves = core.saves.get(s, [])
         if not saves:
             return None
         var, kind, name = saves[-1]
         if kind == "slot":
             return name_node(name)
-        old = self.names.fresh(f"{var}_old")
+        old = core.names.fresh(f"{var}_old")
         pop = assign_node(old, ast.Call(func=ast.Attribute(value=name_node(name), attr="pop",
                                                         ctx=ast.Load()), args=[], keywords=[]))
-        out.append(self.marks.mark(pop, restore_of=old, slot=name))
+        out.append(core.marks.mark(pop, restore_of=old, slot=name))
         return name_node(old)
 
     def setitem_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
         """x[i] = v: v receives x_bar[i]; the overwritten items get no gradient."""
+        core = self.core
         target = s.targets[0]
         base = target.value.id
         index = index_expr(target.slice)
-        b = self.bar_of(base)
+        b = core.bar_of(base)
         zero_list = None
-        if base in self.act.active and b in self.state:
-            self.mark_line(s, out)
+        if base in core.act.active and b in core.state:
+            core.mark_line(s, out)
             value = s.value
             part = None
-            if isinstance(value, ast.Name) and value.id in self.act.active:
-                part = self.names.fresh(f"{value.id}_bar_part")
-                if basic_index(target.slice, self.act.ints):
+            if isinstance(value, ast.Name) and value.id in core.act.active:
+                part = core.names.fresh(f"{value.id}_bar_part")
+                if basic_index(target.slice, core.act.ints):
                     item = helper_call("copy_item", name_node(b), clone(index))
                     # A list's item is the value itself; an array's may broadcast it.
-                    grad = item if base in self.sequences else \
+                    grad = item if base in core.sequences else \
                         helper_call("unbroadcast", item, name_node(value.id))
                 else:  # an index array may repeat: only the last writer counts
                     grad = helper_call("written_grad", name_node(b), clone(index),
                                        name_node(value.id))
-                if base in self.act.complex_names and real_among_complex(self.act, value.id):
+                if base in core.act.complex_names and real_among_complex(core.act, value.id):
                     grad = helper_call("real_part", grad)   # a real value in a complex array
                 out.append(assign_node(part, grad))
-            if self.pure and base in self.sequences:
+            if core.pure and base in core.sequences:
                 zero_list = (b, index)    # once the old items are back (below)
-            elif self.pure:
+            elif core.pure:
                 out.append(assign_node(b, helper_call("with_zeroed", name_node(b),
                                                   clone(index))))
-                self.state[b] = "owned"
+                core.state[b] = "owned"
             else:
-                self.inplace.add(b)
-                if self.state[b] == "shared":
+                core.inplace.add(b)
+                if core.state[b] == "shared":
                     out.append(assign_node(b, helper_call("copy_adjoint", name_node(b))))
-                    self.state[b] = "owned"
-                if base in self.sequences:
+                    core.state[b] = "owned"
+                if base in core.sequences:
                     zero_list = (b, index)    # once the old items are back (below)
                 else:
                     out.append(ast.Expr(value=helper_call("zero_item", name_node(b),
                                                           clone(index))))
             if part is not None:
                 # After the zeroing: the value may be the array itself (x[i] = x).
-                self.accumulate(value.id, name_node(part), out)
+                core.accumulate(value.id, name_node(part), out)
         restored = self._restore_items(s, base, index, out)
         if zero_list is not None:
             b, index = zero_list
             like = [name_node(base)] if restored else []
-            if self.pure:
+            if core.pure:
                 out.append(assign_node(b, helper_call("with_zeroed", name_node(b),
                                                       clone(index), *like)))
-                self.state[b] = "owned"
+                core.state[b] = "owned"
             else:
                 out.append(ast.Expr(value=helper_call("zero_item", name_node(b),
                                                       clone(index), *like)))
 
     def augassign_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
         """x op= v reads like x_new = op(x_old, v), x_old being the saved copy."""
+        core = self.core
         var = s.target.id
         saved = self._saved_value(s, out)
-        b = self.bar_of(var)
-        if var in self.act.active and b in self.state and op.rule is not None:
-            self.mark_line(s, out)
+        b = core.bar_of(var)
+        if var in core.act.active and b in core.state and op.rule is not None:
+            core.mark_line(s, out)
             rule_op = Op("rule", [var], diff_inputs=op.diff_inputs, rule=op.rule,
                          bound=dict(zip(op.rule.params, [saved, s.value])))
             self.rule_contribution(s, rule_op, out, reset=[var], old={var: saved})
         else:
-            self.reset(b)
+            core.reset(b)
         if saved is not None:
-            out.append(self.marks.mark(assign_node(var, saved), restore_of=var,
-                                       slot=self.saves.require(s)[-1][2]))
+            out.append(core.marks.mark(assign_node(var, saved), restore_of=var,
+                                       slot=core.saves.require(s)[-1][2]))
 
     def append_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
         """xs.append(v): v receives the last item of xs_bar, which is removed."""
+        core = self.core
         xs = op.outputs[0]
         value = op.call.args[0]
-        b = self.bar_of(xs)
-        if xs in self.act.active and b in self.state:
-            self.mark_line(s, out)
+        b = core.bar_of(xs)
+        if xs in core.act.active and b in core.state:
+            core.mark_line(s, out)
             if not isinstance(value, ast.Name) and \
-                    any(n in self.act.active for n in names(value)):
+                    any(n in core.act.active for n in names(value)):
                 raise InternalError(f"the item appended to {xs!r} is not a variable "
                                     f"({ast.unparse(value)})")
-            wanted = isinstance(value, ast.Name) and value.id in self.act.active
-            part = self.names.fresh(f"{value.id}_bar_part") if wanted else None
-            if self.pure:
+            wanted = isinstance(value, ast.Name) and value.id in core.act.active
+            part = core.names.fresh(f"{value.id}_bar_part") if wanted else None
+            if core.pure:
                 if wanted:
                     out.append(assign_node(part, helper_call("last", name_node(b))))
                 out.append(assign_node(b, helper_call("drop_last", name_node(b))))
             else:
-                self.inplace.add(b)
-                if self.state[b] == "shared":
+                core.inplace.add(b)
+                if core.state[b] == "shared":
                     out.append(assign_node(b, helper_call("copy_adjoint", name_node(b))))
-                    self.state[b] = "owned"
+                    core.state[b] = "owned"
                 pop = ast.Call(func=ast.Attribute(value=name_node(b), attr="pop", ctx=ast.Load()),
                                args=[], keywords=[])
                 out.append(assign_node(part, pop) if wanted else ast.Expr(value=pop))
             if wanted:
-                self.accumulate(value.id, name_node(part), out)
-        if self.pure:
+                core.accumulate(value.id, name_node(part), out)
+        if core.pure:
             node = assign_node(xs, helper_call("drop_last", name_node(xs)))
         else:
             node = ast.Expr(value=ast.Call(func=ast.Attribute(value=name_node(xs), attr="pop",
                                                               ctx=ast.Load()),
                                            args=[], keywords=[]))
-            self.marks.mark(node, restore_item=xs)
-        out.append(self.marks.mark(node, restore_of=xs, slot=f"{xs}.append"))
+            core.marks.mark(node, restore_item=xs)
+        out.append(core.marks.mark(node, restore_of=xs, slot=f"{xs}.append"))
 
     def pop_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
         """v = xs.pop(): xs_bar gets v_bar back as its last item; xs gets v back."""
+        core = self.core
         v, xs = op.outputs
-        vb, xb = self.bar_of(v), self.bar_of(xs)
-        if xs in self.act.active and (vb in self.state or xb in self.state):
-            self.mark_line(s, out)
-            if xb not in self.state:
-                self.materialize(xs, out)
-            elif self.state[xb] == "shared" and not self.pure:
+        vb, xb = core.bar_of(v), core.bar_of(xs)
+        if xs in core.act.active and (vb in core.state or xb in core.state):
+            core.mark_line(s, out)
+            if xb not in core.state:
+                core.materialize(xs, out)
+            elif core.state[xb] == "shared" and not core.pure:
                 out.append(assign_node(xb, helper_call("copy_adjoint", name_node(xb))))
-                self.state[xb] = "owned"
-            item = name_node(vb) if vb in self.state else helper_call("zeros_like", name_node(v))
-            self.inplace.add(xb)
+                core.state[xb] = "owned"
+            item = name_node(vb) if vb in core.state else helper_call("zeros_like", name_node(v))
+            core.inplace.add(xb)
             self._push(xb, item, out)
-        self.reset(vb)
+        core.reset(vb)
         node = self._push(xs, name_node(v), out)
-        self.marks.mark(node, restore_of=xs, slot=f"{xs}.pop")
-        if not self.pure:
-            self.marks.mark(node, restore_item=xs)
-        self.restores(s, out)
+        core.marks.mark(node, restore_of=xs, slot=f"{xs}.pop")
+        if not core.pure:
+            core.marks.mark(node, restore_item=xs)
+        core.restores(s, out)
 
     def _push(self, xs: str, item: ast.expr, out: List[ast.stmt]) -> ast.stmt:
-        if self.pure:
+        if self.core.pure:
             node = assign_node(xs, helper_call("push", name_node(xs), item))
         else:
             node = ast.Expr(value=ast.Call(func=ast.Attribute(value=name_node(xs), attr="append",
@@ -275,24 +288,25 @@ class AdjointStatements:
 
     def getitem_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
         """v = x[i] (and v = p.W, the item of a namedtuple named W): x_bar[i] += v_bar."""
+        core = self.core
         base = s.value.value
-        if not (isinstance(base, ast.Name) and base.id in self.act.active):
+        if not (isinstance(base, ast.Name) and base.id in core.act.active):
             return
-        b = self.bar_of(base.id)
-        g = name_node(self.bar_of(op.outputs[0]))
+        b = core.bar_of(base.id)
+        g = name_node(core.bar_of(op.outputs[0]))
         index = field_index(s.value) if op.kind == "field" else index_expr(s.value.slice)
-        if self.pure:
-            if b not in self.state:
-                self.materialize(base.id, out)
+        if core.pure:
+            if b not in core.state:
+                core.materialize(base.id, out)
             out.append(assign_node(b, helper_call("scatter_add", name_node(b), index, g)))
-            self.state[b] = "owned"
+            core.state[b] = "owned"
             return
-        self.inplace.add(b)
-        if b not in self.state:
-            self.materialize(base.id, out)
-        elif self.state[b] == "shared":
+        core.inplace.add(b)
+        if b not in core.state:
+            core.materialize(base.id, out)
+        elif core.state[b] == "shared":
             out.append(assign_node(b, helper_call("copy_adjoint", name_node(b))))
-            self.state[b] = "owned"
+            core.state[b] = "owned"
         out.append(ast.Expr(value=helper_call("add_at", name_node(b), index, g)))
 
     def rule_contribution(self, s, op: Op, out: List[ast.stmt], reset: Sequence[str] = (),
@@ -300,8 +314,9 @@ class AdjointStatements:
         """Splice the rule's VJP. `reset` adjoints are consumed before the parts are
         added (x op= v, where the output and an input are the same variable); `old`
         names the saved value standing in for such an input."""
+        core = self.core
         rule = op.rule
-        complex_names = self.act.complex_names
+        complex_names = core.act.complex_names
         touches_complex = bool(complex_names) and any(
             n in complex_names for n in op.outputs + op.diff_inputs + op.other_inputs)
         if touches_complex:   # (the analysis refused an operation without such a rule)
@@ -318,40 +333,40 @@ class AdjointStatements:
                 continue
             if param in rule.sequence and isinstance(atom, (ast.Tuple, ast.List)):
                 for i, e in enumerate(atom.elts):
-                    if isinstance(e, ast.Name) and e.id in self.act.active:
+                    if isinstance(e, ast.Name) and e.id in core.act.active:
                         key = f"{param}[{i}]"
-                        wanted[key] = self.names.fresh(f"{e.id}_bar_part")
+                        wanted[key] = core.names.fresh(f"{e.id}_bar_part")
                         targets.append((e.id, wanted[key]))
                 continue
             if param in rule.sequence and isinstance(atom, ast.Name):
                 # A list built at run time: its adjoint is a list, added itemwise.
-                self.sequences.add(atom.id)
+                core.sequences.add(atom.id)
             var = var_for(atom, old)
-            if var is not None and var in self.act.active:
-                wanted[param] = self.names.fresh(f"{var}_bar_part")
+            if var is not None and var in core.act.active:
+                wanted[param] = core.names.fresh(f"{var}_bar_part")
                 targets.append((var, wanted[param]))
-                if param not in rule.sequence and var in self.nf.lists:
+                if param not in rule.sequence and var in core.nf.lists:
                     read_as_array.add(wanted[param])
         if not wanted:
             for v in reset:
-                self.reset(self.bar_of(v))
+                core.reset(core.bar_of(v))
             return
-        gs = [name_node(self.bar_of(o)) for o in op.outputs]
+        gs = [name_node(core.bar_of(o)) for o in op.outputs]
         if len(op.outputs) > 1:
             for o in op.outputs:
-                if self.bar_of(o) not in self.state:
-                    self.materialize(o, out)
+                if core.bar_of(o) not in core.state:
+                    core.materialize(o, out)
             g: ast.expr = ast.Tuple(elts=gs, ctx=ast.Load())
             ans: ast.expr = ast.Tuple(elts=[name_node(o) for o in op.outputs], ctx=ast.Load())
         else:
             g, ans = gs[0], name_node(op.outputs[0])
 
         def add(var: str, part: str, into: List[ast.stmt]) -> None:
-            if touches_complex and real_among_complex(self.act, var):
+            if touches_complex and real_among_complex(core.act, var):
                 # a real variable: the real part of what reaches it from complex values
                 into.append(assign_node(part, helper_call("real_part", name_node(part))))
-            self.accumulate(var, structured(part, var, read_as_array), into)
-        ctx = self.first_iteration
+            core.accumulate(var, structured(part, var, read_as_array), into)
+        ctx = core.first_iteration
         # Only where skipping pays for the test: products (matmul, dot, einsum), whose
         # adjoint is a product again; elementwise parts are cheaper than the branch.
         late = set(ctx[1].get(s, ())) if ctx is not None and not reset and \
@@ -374,34 +389,35 @@ class AdjointStatements:
             return
         out.append(self.rule_placeholder(rule, op.bound, g, ans, wanted, s))
         for v in reset:
-            self.reset(self.bar_of(v))
+            core.reset(core.bar_of(v))
         for var, part in targets:
             add(var, part, out)
 
     def rule_placeholder(self, rule, bound, g, ans, wanted: Dict[str, str], s) -> ast.stmt:
-        if self.probing:
+        if self.core.probing:
             return ast.Pass()
-        return sites.rule_placeholder(rule, bound, g, ans, wanted, s, self.facts)
+        return sites.rule_placeholder(rule, bound, g, ans, wanted, s, self.core.facts)
 
     def site_contribution(self, s, op: Op, out: List[ast.stmt]) -> None:
-        site = self.sites.require(s)
+        core = self.core
+        site = core.sites.require(s)
         for o in op.outputs:
-            if self.bar_of(o) not in self.state:
-                self.materialize(o, out)
-        gs = [name_node(self.bar_of(o)) for o in op.outputs]
+            if core.bar_of(o) not in core.state:
+                core.materialize(o, out)
+        gs = [name_node(core.bar_of(o)) for o in op.outputs]
         parts: List[Tuple[str, str]] = []
         wanted: Dict[int, str] = {}
         for i, arg in enumerate(site.arg_atoms):
-            if isinstance(arg, ast.Name) and arg.id in self.act.active and \
+            if isinstance(arg, ast.Name) and arg.id in core.act.active and \
                     i not in site.static_none:
-                wanted[i] = self.names.fresh(f"{arg.id}_bar_part")
+                wanted[i] = core.names.fresh(f"{arg.id}_bar_part")
                 parts.append((arg.id, wanted[i]))
         if not wanted:
             return
-        out.append(ast.Pass() if self.probing else site.adjoint_placeholder(gs, wanted, s,
-                                                                        self.facts))
+        out.append(ast.Pass() if core.probing else site.adjoint_placeholder(gs, wanted, s,
+                                                                            core.facts))
         for var, part in parts:
-            self.accumulate(var, name_node(part), out)
+            core.accumulate(var, name_node(part), out)
 
 
 def basic_index(index: ast.expr, ints) -> bool:

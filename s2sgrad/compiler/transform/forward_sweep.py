@@ -30,13 +30,17 @@ class ForwardSweep:
     """The forward sweep: the user's statements, and before each what the adjoint
     will need restored (a saved copy, or a stack inside loops); call sites.
 
-    A part of `_Reverse` (reverse.py), whose state its methods use."""
+    A part of `Reverse` (reverse.py), whose state it reads as `self.core`, and which
+    calls it as `self.forward`."""
+
+    def __init__(self, core):
+        self.core = core
 
     def forward_arguments(self, args: ast.arguments) -> ast.arguments:
         """The user's parameters; default values are the function's own (evaluated
         when it was defined), bound by name, not re-evaluated from their text."""
         args = clone(args)
-        fn = self.nf.parsed.fn
+        fn = self.core.nf.parsed.fn
         values = list(getattr(fn, "__defaults__", None) or ())
         args.defaults = [self._default(value) for value in values]
         kwdefaults = getattr(fn, "__kwdefaults__", None) or {}
@@ -51,59 +55,61 @@ class ForwardSweep:
         if is_literal(value):
             return ast.Constant(value=value) if not isinstance(value, tuple) else \
                 ast.parse(repr(value), mode="eval").body
-        name = self.names.fresh("default", reserved=True)
-        self.default_bindings[name] = value
+        name = self.core.names.fresh("default", reserved=True)
+        self.core.default_bindings[name] = value
         return name_node(name)
 
     def seed_output(self, ret: ast.Return) -> Tuple[str, List[ast.stmt]]:
+        core = self.core
         value = ret.value
-        if isinstance(value, ast.Name) and value.id in self.locals:
-            g = self.bar_of(value.id)
-            if value.id in self.act.active:
-                self.state[g] = "shared"
-            if real_among_complex(self.act, value.id):
+        if isinstance(value, ast.Name) and value.id in core.locals:
+            g = core.bar_of(value.id)
+            if value.id in core.act.active:
+                core.state[g] = "shared"
+            if real_among_complex(core.act, value.id):
                 return g, [assign_node(g, helper_call("real_part", name_node(g)))]
             return g, []
-        g = self.names.fresh("output_bar")
+        g = core.names.fresh("output_bar")
         out: List[ast.stmt] = []
         if isinstance(value, (ast.Tuple, ast.List)):
             for i, e in enumerate(value.elts):
-                if isinstance(e, ast.Name) and e.id in self.act.active:
+                if isinstance(e, ast.Name) and e.id in core.act.active:
                     item: ast.expr = ast.Subscript(value=name_node(g),
                                                    slice=ast.Constant(value=i), ctx=ast.Load())
-                    if real_among_complex(self.act, e.id):
+                    if real_among_complex(core.act, e.id):
                         item = helper_call("real_part", item)
-                    self.accumulate(e.id, item, out)
+                    core.accumulate(e.id, item, out)
         return g, out
 
     # -- forward ------------------------------------------------------------------
     def save_before(self, var: str, in_loop: bool, out: List[ast.stmt], key) -> None:
         """Keep the value an assignment is about to overwrite (pruned if unread)."""
-        if var not in self.overwritable:
+        if var not in self.core.overwritable:
             return
         self.save_value(var, in_loop, out, key, name_node(var))
 
     def save_value(self, var: str, in_loop: bool, out: List[ast.stmt], key,
                    value: ast.expr) -> None:
+        core = self.core
         if in_loop:
-            stack = self.stacks.get(var)
+            stack = core.stacks.get(var)
             if stack is None:
-                stack = self.stacks[var] = self.names.fresh(f"{var}_stack")
+                stack = core.stacks[var] = core.names.fresh(f"{var}_stack")
                 init = assign_node(stack, ast.List(elts=[], ctx=ast.Load()))
-                self.inits.append(self.marks.mark(init, stack_of=var, slot=stack))
+                core.inits.append(core.marks.mark(init, stack_of=var, slot=stack))
             node = ast.Expr(value=ast.Call(
                 func=ast.Attribute(value=name_node(stack), attr="append", ctx=ast.Load()),
                 args=[value], keywords=[]))
-            self.saves.setdefault(key, list).append((var, "stack", stack))
+            core.saves.setdefault(key, list).append((var, "stack", stack))
         else:
-            slot = self.names.fresh(f"{var}_prev")
+            slot = core.names.fresh(f"{var}_prev")
             node = assign_node(slot, value)
-            self.saves.setdefault(key, list).append((var, "slot", slot))
-        self.marks.mark(node, save_of=var, slot=self.saves.require(key)[-1][2])
-        if var not in self.nf.all_params and var not in self.initialised:
+            core.saves.setdefault(key, list).append((var, "slot", slot))
+        core.marks.mark(node, save_of=var, slot=core.saves.require(key)[-1][2])
+        if var not in core.nf.all_params and var not in core.initialised:
             init = assign_node(var, ast.Constant(value=None))
-            self.inits.append(self.marks.mark(init, init_of=var))
-            self.initialised.add(var)
+            core.inits.append(core.marks.mark(init, init_of=var))
+            core.initialised.add(var)
         out.append(node)
 
     def forward_block(self, stmts: Sequence[ast.stmt], in_loop: bool) -> List[ast.stmt]:
@@ -119,11 +125,11 @@ class ForwardSweep:
                 out.extend(self.forward_while(s, in_loop))
             elif isinstance(s, (ast.Assign, ast.AugAssign)):
                 out.extend(self.forward_assign(s, in_loop))
-            elif isinstance(s, ast.Expr) and self.op_of(s).kind == "ufunc_at":
+            elif isinstance(s, ast.Expr) and self.core.op_of(s).kind == "ufunc_at":
                 out.extend(self.forward_ufunc_at(s, in_loop))
             else:
                 if isinstance(s, ast.Expr):
-                    out += self.write_guards(self.op_of(s))
+                    out += self.write_guards(self.core.op_of(s))
                 out.append(s)
         return out
 
@@ -131,17 +137,18 @@ class ForwardSweep:
         """A called user function that writes into an argument array in place changes
         a value behind this adjoint's back: refused at run time when an array goes
         there (numbers are rebound, which is fine)."""
+        core = self.core
         return [ast.Expr(value=helper_call("unshared", name_node(arg),
                                            *[ast.Constant(value=f) for f in fields]))
-                for arg, fields in call_write_guards(op, self.act.ints, self.locals,
-                                                     self.nf.parsed)]
+                for arg, fields in call_write_guards(op, core.act.ints, core.locals,
+                                                     core.nf.parsed)]
 
     def forward_ufunc_at(self, s: ast.Expr, in_loop: bool) -> List[ast.stmt]:
         """np.add.at(a, idx, b): keep the items of a it changes (restored later)."""
-        op = self.op_of(s)
+        op = self.core.op_of(s)
         base, index = op.outputs[0], s.value.args[1]
         if in_loop:
-            self.overwritable.add(base)
+            self.core.overwritable.add(base)
         out: List[ast.stmt] = []
         self.save_value(base, in_loop, out, s,
                         helper_call("copy_item", name_node(base), clone(index)))
@@ -152,7 +159,8 @@ class ForwardSweep:
         """`a + b` / `a * n` on values that may be lists or tuples: concatenation
         and repetition are not differentiated, so they are refused where they run
         (at compile time when an operand is known to be a list or tuple)."""
-        if not may_build_sequence(value, self.act.leaves):
+        core = self.core
+        if not may_build_sequence(value, core.act.leaves):
             return []
         add = isinstance(value.op, ast.Add)
         words = ("concatenating lists or tuples that carry a gradient" if add else
@@ -160,28 +168,29 @@ class ForwardSweep:
         hint = "Build the list with append, extend or a comprehension."
 
         def known(node) -> bool:
-            return isinstance(node, ast.Name) and node.id in self.sequences
+            return isinstance(node, ast.Name) and node.id in core.sequences
 
         def integer(node) -> bool:
             return isinstance(node, ast.Constant) and type(node.value) is int
         if (add and known(value.left) and known(value.right)) or (not add and (
                 (known(value.left) and integer(value.right)) or
                 (known(value.right) and integer(value.left)))):
-            raise self.err(s, words, hint)
+            raise core.err(s, words, hint)
         guard = ast.Expr(value=helper_call(
             "no_sequence_arithmetic", clone(value.left), clone(value.right),
-            *[ast.Constant(value=f) for f in guard_fields(self.err(s, words, hint))]))
+            *[ast.Constant(value=f) for f in guard_fields(core.err(s, words, hint))]))
         return [copy_location(guard, s)]
 
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
-        op = self.op_of(s)
-        out: List[ast.stmt] = index_value_checks(s, op, self.act, self.err)
-        if op.kind == "rule" and set(op.diff_inputs) & self.act.active:
+        core = self.core
+        op = core.op_of(s)
+        out: List[ast.stmt] = index_value_checks(s, op, core.act, core.err)
+        if op.kind == "rule" and set(op.diff_inputs) & core.act.active:
             out += self.sequence_guard(s, s.value)
         if in_loop:
             # Inside a loop every assignment overwrites the previous iteration's
             # value, also the ones this pass adds (inner trip counts and ranges).
-            self.overwritable.update(op.outputs)
+            core.overwritable.update(op.outputs)
         if op.kind == "setitem":
             # x[i] = v: keep the items it overwrites (restored in the adjoint).
             base = s.targets[0].value.id
@@ -193,10 +202,10 @@ class ForwardSweep:
         if op.kind == "augassign":
             # x op= v: arrays change in place, so keep a copy of the old value.
             var = s.target.id
-            if var in self.act.active:
+            if var in core.act.active:
                 out += self.sequence_guard(s, ast.BinOp(left=name_node(var), op=s.op,
                                                         right=s.value))
-            guard = self.facts.stmts.of(s).guard
+            guard = core.facts.stmts.of(s).guard
             if guard is not None:
                 out.append(ast.Expr(value=helper_call("unshared", name_node(var),
                                                       *[ast.Constant(value=g) for g in guard])))
@@ -210,72 +219,74 @@ class ForwardSweep:
             return out
         if op.kind == "call":
             out += self.write_guards(op)
-        snapshot = self.facts.stmts.of(s).snapshot   # a later in-place write would see it
+        snapshot = core.facts.stmts.of(s).snapshot   # a later in-place write would see it
         outputs = list(op.outputs)
         site = None
-        if op.kind in ("apply", "call") and any(n in self.act.active for n in op.outputs):
+        if op.kind in ("apply", "call") and any(n in core.act.active for n in op.outputs):
             site = self.site_for(s, op)   # keyed by the statement the adjoint walks too
             outputs += site.slot_names
             if in_loop:
                 # A callee's residuals or a Function's saved values, once per iteration.
-                self.overwritable.update(site.slot_names)
+                core.overwritable.update(site.slot_names)
         for o in outputs:
             self.save_before(o, in_loop, out, key)
         if site is not None:
-            out.append(site.forward_statement(s, self.facts))
+            out.append(site.forward_statement(s, core.facts))
             if snapshot:
                 out.extend(assign_node(o, helper_call("snapshot", name_node(o)))
                            for o in op.outputs)
         elif snapshot:
-            copied = self.facts.shallow_copy(s)
+            copied = core.facts.shallow_copy(s)
             copied.value = helper_call("snapshot", s.value)
             out.append(copied)
         else:
             out.append(s)
-        return out + real_value_checks(s, op, self.act, self.err)
+        return out + real_value_checks(s, op, core.act, core.err)
 
     def site_for(self, s, op: Op):
         """The inlined Function (apply) or the separately compiled callee (call)."""
-        site = self.sites.get(s)
+        core = self.core
+        site = core.sites.get(s)
         if site is None:
             if op.kind == "apply":
-                needs = tuple(isinstance(a, ast.Name) and a.id in self.act.varied
+                needs = tuple(isinstance(a, ast.Name) and a.id in core.act.varied
                               for a in op.call.args)
-                site = sites.function_site(op.callee, op.call, op.outputs, needs, self.names,
-                                            self.nf, s)
+                site = sites.function_site(op.callee, op.call, op.outputs, needs, core.names,
+                                           core.nf, s)
             else:
-                site = sites.callee_site(op, s, self.act, self.names, self.nf)
-                self.callees[site.forward_name] = site
-            self.sites.record(s, site)
+                site = sites.callee_site(op, s, core.act, core.names, core.nf)
+                core.callees[site.forward_name] = site
+            core.sites.record(s, site)
         return site
 
     def setup_assign(self, loop, target: str, value: ast.expr, in_loop: bool) -> List[ast.stmt]:
         """A loop's range or trip counter. Inside an outer loop it is saved per
         iteration like any variable, and restored after the adjoint loop."""
         stmt = copy_location(assign_node(target, value), loop)
-        self.loop_setups.setdefault(loop, list).append(stmt)
+        self.core.loop_setups.setdefault(loop, list).append(stmt)
         return self.forward_assign(stmt, in_loop)
 
     def forward_for(self, s: ast.For, in_loop: bool) -> List[ast.stmt]:
+        core = self.core
         out: List[ast.stmt] = []
-        header = loop_header_op(s, self.facts.exprs)
+        header = loop_header_op(s, core.facts.exprs)
         has_break = any(isinstance(n, ast.Break) for n, _ in iter_statements(s.body))
         it = s.iter
-        callee = self.facts.exprs.of(it).callee
+        callee = core.facts.exprs.of(it).callee
         info: LoopInfo
         body_prefix: List[ast.stmt] = []
         if callee is range and isinstance(s.target, ast.Name):
             stem = s.target.id
-            rng = self.names.fresh(f"{stem}_range")
+            rng = core.names.fresh(f"{stem}_range")
             info = LoopInfo("range", range_name=rng, target=s.target)
             out += self.setup_assign(s, rng, it, in_loop)
             # The adjoint sets the variable from the range, and leaves it at the first
             # item: what it held before the loop is put back after (the adjoint of
             # the code before the loop may read it: `i = 1; y = x[i]; for i in ...`).
-            self.save_before(stem, in_loop, out, self.loop_setups.require(s)[-1])
+            self.save_before(stem, in_loop, out, core.loop_setups.require(s)[-1])
             loop_iter: ast.expr = name_node(rng)
             target = s.target
-        elif any(n in self.act.varied for n in header.diff_inputs):
+        elif any(n in core.act.varied for n in header.diff_inputs):
             # Iterating over a differentiated array or list: loop over indices so
             # the adjoint can scatter each item's gradient back.
             rng, target, body_prefix = self.index_loop(s, out, in_loop)
@@ -287,17 +298,17 @@ class ForwardSweep:
             target, body_prefix = self.item_target(s.target)
             has_break = True  # the trip count is unknown without len()
         if has_break:
-            info.trips = self.names.fresh("trips")
+            info.trips = core.names.fresh("trips")
             out += self.setup_assign(s, info.trips, ast.Constant(0), in_loop)
             incr = ast.AugAssign(target=name_node(info.trips, True), op=ast.Add(),
                                  value=ast.Constant(1))
             body_prefix = [incr] + body_prefix
         info.item_assigns = [b for b in body_prefix if isinstance(b, ast.Assign)]
-        copied = self.facts.stmts.of(s).snapshot_targets
+        copied = core.facts.stmts.of(s).snapshot_targets
         for b in info.item_assigns:   # loop targets a later in-place write would change
             if isinstance(b.targets[0], ast.Name) and b.targets[0].id in copied:
-                self.facts.stmts.note(b, snapshot=True)
-        self.loops.record(s, info)
+                core.facts.stmts.note(b, snapshot=True)
+        core.loops.record(s, info)
         body = list(body_prefix[:1]) if has_break else []
         for b in (body_prefix[1:] if has_break else body_prefix):
             body += self.forward_assign(b, True)
@@ -308,12 +319,13 @@ class ForwardSweep:
 
     def index_loop(self, s: ast.For, out: List[ast.stmt], in_loop: bool):
         """`for x in xs` -> `for k in range(len(xs)): x = xs[k]` (also zip/enumerate)."""
+        core = self.core
         pairs: List[Tuple[ast.expr, ast.expr]] = []   # (target, sequence) pairs
         backwards: Set[int] = set()                    # pairs read by reversed()
         index_targets: List[ast.expr] = []
 
         def flatten(target, it):
-            callee = self.facts.exprs.of(it).callee
+            callee = core.facts.exprs.of(it).callee
             if callee is enumerate and isinstance(target, ast.Tuple) and len(target.elts) == 2:
                 index_targets.append(target.elts[0])
                 flatten(target.elts[1], it.args[0])
@@ -326,22 +338,22 @@ class ForwardSweep:
                 backwards.add(len(pairs))
                 pairs.append((target, it.args[0]))
             elif isinstance(it, ast.Call):
-                raise self.err(it, "cannot iterate over this expression while "
-                                   "differentiating through it",
+                raise core.err(it, "cannot iterate over this expression while "
+                               "differentiating through it",
                                "Iterate over an array, a list, range(), zip() or enumerate().")
             else:
                 pairs.append((target, it))
         flatten(s.target, s.iter)
         first = pairs[0][1]
         stem = first.id if isinstance(first, ast.Name) else "item"
-        k = self.names.fresh(f"{stem}_index")
-        lengths = [ast.Call(func=self.builtin("len"), args=[clone(seq)], keywords=[])
+        k = core.names.fresh(f"{stem}_index")
+        lengths = [ast.Call(func=core.builtin("len"), args=[clone(seq)], keywords=[])
                    for _, seq in pairs]
-        n = lengths[0] if len(lengths) == 1 else ast.Call(func=self.builtin("min"), args=lengths,
-                                                           keywords=[])
-        rng = self.names.fresh(f"{k}_range")
-        range_call = ast.Call(func=self.builtin("range"), args=[n], keywords=[])
-        self.facts.exprs.note(range_call, callee=range)
+        n = lengths[0] if len(lengths) == 1 else ast.Call(func=core.builtin("min"), args=lengths,
+                                                          keywords=[])
+        rng = core.names.fresh(f"{k}_range")
+        range_call = ast.Call(func=core.builtin("range"), args=[n], keywords=[])
+        core.facts.exprs.note(range_call, callee=range)
         out += self.setup_assign(s, rng, range_call, in_loop)
         prefix: List[ast.stmt] = []
         for t in index_targets:
@@ -354,15 +366,15 @@ class ForwardSweep:
                 return
             if not isinstance(t, (ast.Tuple, ast.List)) or \
                     any(isinstance(e, ast.Starred) for e in t.elts):
-                raise self.err(s, "this loop target over a differentiated sequence",
+                raise core.err(s, "this loop target over a differentiated sequence",
                                "Unpack the item in the loop body.")
-            item = self.names.fresh(f"{stem}_item")
+            item = core.names.fresh(f"{stem}_item")
             prefix.append(copy_location(assign_node(item, value), s))
             # The item is new here, after the analysis: it carries a gradient exactly
             # when a target it is unpacked into does.
             parts = {n.id for n in name_nodes(t)}
-            self.locals.add(item)
-            for facts in (self.act.varied, self.act.useful, self.act.active):
+            core.locals.add(item)
+            for facts in (core.act.varied, core.act.useful, core.act.active):
                 if parts & facts:
                     facts.add(item)
             for j, e in enumerate(t.elts):
@@ -375,8 +387,8 @@ class ForwardSweep:
                 if i in backwards else name_node(k)
             unpack(t, ast.Subscript(value=clone(seq), slice=index, ctx=ast.Load()))
         for p in prefix:
-            self.facts.note_origin(p, s)
-            self.overwritable.add(p.targets[0].id)
+            core.facts.note_origin(p, s)
+            core.overwritable.add(p.targets[0].id)
         return rng, name_node(k, True), prefix
 
     def item_target(self, target) -> Tuple[ast.expr, List[ast.stmt]]:
@@ -385,18 +397,18 @@ class ForwardSweep:
 
         def visit(t):
             if isinstance(t, ast.Name):
-                item = self.names.fresh(f"{t.id}_item")
+                item = self.core.names.fresh(f"{t.id}_item")
                 a = copy_location(assign_node(t.id, name_node(item)), t)
                 prefix.append(a)
-                self.overwritable.add(t.id)
+                self.core.overwritable.add(t.id)
                 return name_node(item, True)
             return ast.Tuple(elts=[visit(e) for e in t.elts], ctx=ast.Store())
         return visit(target), prefix
 
     def forward_while(self, s: ast.While, in_loop: bool) -> List[ast.stmt]:
-        trips = self.names.fresh("trips")
+        trips = self.core.names.fresh("trips")
         info = LoopInfo("while", trips=trips)
-        self.loops.record(s, info)
+        self.core.loops.record(s, info)
         out = self.setup_assign(s, trips, ast.Constant(0), in_loop)
         incr = ast.AugAssign(target=name_node(trips, True), op=ast.Add(), value=ast.Constant(1))
         body = [incr] + self.forward_block(s.body, True)

@@ -15,7 +15,8 @@ next.
 Gradient rules and Function bodies appear here as placeholders
 (`_s2s_vjp(...)`, `_s2s_forward(...)`) that the inline pass expands.
 
-`_Reverse` is made of its forward sweep (forward_sweep.py), the adjoint of
+`Reverse` holds the transform's state and is made of parts, each an object
+that reads that state: its forward sweep (forward_sweep.py), the adjoint of
 each statement (adjoint_statements.py) and the adjoint's control flow
 (adjoint_control.py).
 """
@@ -75,8 +76,15 @@ def transform(nf: NormalForm, activity: Activity, pure: bool = False) -> Transfo
     return Reverse(nf, activity, pure).run()
 
 
-class Reverse(ForwardSweep, AdjointStatements, AdjointControl):
+class Reverse:
+    """The transform's state and driver; its forward sweep, the adjoints of
+    statements and the adjoint's control flow are its parts (`self.forward`,
+    `self.adjoint`, `self.control`)."""
+
     def __init__(self, nf: NormalForm, activity: Activity, pure: bool = False):
+        self.forward = ForwardSweep(self)
+        self.adjoint = AdjointStatements(self)
+        self.control = AdjointControl(self)
         self.pure = pure
         self.first_iteration = None   # see entry_reads
         self.nf = nf
@@ -192,17 +200,17 @@ class Reverse(ForwardSweep, AdjointStatements, AdjointControl):
         body = list(fdef.body)
         ret = body.pop()
         assert isinstance(ret, ast.Return)
-        fwd_body = self.forward_block(body, in_loop=False)
+        fwd_body = self.forward.forward_block(body, in_loop=False)
         residuals = self.names.fresh("residuals")
         fwd_ret = ast.Return(value=ast.Tuple(elts=[clone(ret.value), name_node(residuals)],
                                              ctx=ast.Load()))
         forward = ast.FunctionDef(
             name=self.names.fresh(f"{self.nf.parsed.name}_forward"),
-            args=self.forward_arguments(fdef.args), body=self.inits + fwd_body + [fwd_ret],
+            args=self.forward.forward_arguments(fdef.args), body=self.inits + fwd_body + [fwd_ret],
             decorator_list=[], returns=None, type_comment=None)
 
-        g_param, adj_body = self.seed_output(ret)
-        adj_body += self.adjoint_block(body, in_loop=False)
+        g_param, adj_body = self.forward.seed_output(ret)
+        adj_body += self.control.adjoint_block(body, in_loop=False)
         grads = []
         for i in self.act.wrt:
             p = self.nf.all_params[i]
