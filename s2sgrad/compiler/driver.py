@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import os
 import types
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from .callables import bound_call, packed_rest
 from .compiled import CompiledFunction
 from .loader import Emitted, bind_late, compile_emitted, distinct_filename, instantiate
 from .memory import LOCK, PAIRS, cache_key
+from .parse import ParsedFunction
 from .pipeline import deep_enough, emit_pair, parse_for, run_passes
 from .sites import FunctionSite
 
@@ -105,10 +106,46 @@ def discard(compiled: CompiledFunction) -> None:
 
 
 def _compile(fn, wrt, options, key, store=None, disk_key=None) -> CompiledFunction:
+    return generate_for(fn, wrt, options[5],
+                        lambda parsed: _generate(fn, wrt, options, key, store, disk_key, parsed))
+
+
+def generate_for(fn: Callable, wrt: Tuple[int, ...], statics: Tuple[Tuple[str, Any], ...],
+                 generate: Callable[[ParsedFunction], Any]) -> Any:
+    """Parse `fn` and run `generate` on it (either mode's passes), with an internal
+    error reported at the user's line and the recursion limit raised for deep code."""
     parsed = parse_for(fn, wrt)
-    parsed.statics = dict(options[5])
+    parsed.statics = dict(statics)
     with reporting_bugs(parsed.name, parsed), deep_enough(parsed):
-        return _generate(fn, wrt, options, key, store, disk_key, parsed)
+        return generate(parsed)
+
+
+def header(parsed: ParsedFunction, what: str) -> str:
+    """The first line of a generated module: the function it was generated from,
+    where, and what it computes (and for which functions it was specialised)."""
+    return (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
+            f"{parsed.node.lineno}), {what}{specialised_for(parsed.statics)}\n")
+
+
+class Loaded(NamedTuple):
+    emitted: Emitted
+    code: Any
+    closure_names: Any
+    functions: Dict[str, Any]
+
+
+def load(parsed: ParsedFunction, source: str, names: List[str], kind: str,
+         wrt: Tuple[int, ...], flags: str, free: Dict[str, Any]) -> Loaded:
+    """Compile a generated module (either mode's) under a file name of its own in
+    linecache: `<s2sgrad{kind} f@file.py:line wrt=(..){flags}>`, made distinct from
+    another text compiled under the same name (options the name does not show)."""
+    filename = distinct_filename(
+        f"<s2sgrad{kind} {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
+        f"wrt={wrt}{flags}{statics_tag(parsed.statics)}>", source)
+    emitted = Emitted(source=source, function_names=names, filename=filename,
+                      globals=parsed.globals, free=free, closure_cells=dict(parsed.closure))
+    code, closure_names = compile_emitted(emitted)
+    return Loaded(emitted, code, closure_names, instantiate(code, closure_names, emitted))
 
 
 def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunction:
@@ -117,29 +154,21 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
     # now, before the passes rewrite the tree (else the entry parses it again).
     chains = _entry.root_chains(parsed.node, unwrap(fn)) if store is not None else None
     t = run_passes(parsed, wrt, optimize_code, pure, scalars, structure, leaves, complexes)
-    header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
-              f"{parsed.node.lineno}), gradient with respect to "
-              f"{', '.join(parsed.all_params[i] for i in wrt)}"
-              f"{specialised_for(parsed.statics)}\n")
+    top = header(parsed, "gradient with respect to "
+                         f"{', '.join(parsed.all_params[i] for i in wrt)}")
     inlined = sorted({f"{s.cls.__name__} (its {s.vjp_name} at {s.vjp_location()})"
                       for s in _function_sites(t) if s.inlined})
     if inlined:
-        header += f"# s2sgrad: inlined Functions: {', '.join(inlined)}\n"
-    source = emit_pair(t, header)
-    filename = (f"<s2sgrad {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
-                f"wrt={wrt}{'' if optimize_code else ' unoptimized'}{' pure' if pure else ''}"
-                f"{' scalars' if scalars else ''}"
-                f"{statics_tag(parsed.statics)}>")
-    filename = distinct_filename(filename, source)
+        top += f"# s2sgrad: inlined Functions: {', '.join(inlined)}\n"
+    source = emit_pair(t, top)
     free = dict(getattr(t, "bindings", {}))
     for site in t.callees.values():
         free[site.forward_name] = None
         free[site.adjoint_name] = None
-    emitted = Emitted(source=source, function_names=[t.forward.name, t.adjoint.name],
-                      filename=filename, globals=parsed.globals, free=free,
-                      closure_cells=dict(parsed.closure))
-    code, closure_names = compile_emitted(emitted)
-    functions = instantiate(code, closure_names, emitted)
+    flags = (f"{'' if optimize_code else ' unoptimized'}{' pure' if pure else ''}"
+             f"{' scalars' if scalars else ''}")
+    loaded = load(parsed, source, [t.forward.name, t.adjoint.name], "", wrt, flags, free)
+    emitted, code, closure_names, functions = loaded
     sites = _function_sites(t)
     not_inlined = [f"{s.cls.__name__}: {s.reason}" for s in sites if not s.inlined]
     compiled = CompiledFunction(fn=fn, wrt=wrt, forward=functions[t.forward.name],

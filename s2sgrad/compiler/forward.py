@@ -9,30 +9,23 @@ calls. Forward-mode code is not stored on disk.
 from __future__ import annotations
 
 import inspect
-import os
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
 from .. import runtime
-from ..errors import reporting_bugs
 from . import bindings as _bindings
 from .analyze import Activity, analyze
 from .bindings import pair_bindings
 from .callables import bound_call, packed_rest
-from .driver import compile_function, specialised_for, statics_tag
+from .driver import compile_function, generate_for, header, load
 from .emit import joined_source, to_source
-from .loader import Emitted, bind_late, compile_emitted, instantiate
+from .loader import bind_late
 from .memory import LOCK, TANGENTS, cache_key
 from .normalize import normalize
 from .optimize import tidy
-from .pipeline import deep_enough, parse_for
 from .tangent import FunctionSite, Tangent, any_live, optimize_tangent, prune_zeros
 from .transform import fold_loop_items
-
-
-def _short(filename: str) -> str:
-    return os.path.basename(filename) if filename else "?"
 
 
 @dataclass
@@ -95,10 +88,6 @@ def _bind_call(fn, args, kwargs):
         elif p.kind is p.KEYWORD_ONLY:
             keywords[p.name] = bound.arguments[p.name]
     return positional, keywords
-
-
-
-
 
 
 _IN_PROGRESS: Set[tuple] = set()
@@ -165,10 +154,8 @@ def _inlined_classes(t) -> List[type]:
 
 def _compile(fn, wrt, optimize_code, key, structure=(), demand=None,
              statics=()) -> CompiledJvp:
-    parsed = parse_for(fn, wrt)
-    parsed.statics = dict(statics)
-    with reporting_bugs(parsed.name, parsed), deep_enough(parsed):
-        return _generate(fn, wrt, optimize_code, key, structure, demand, parsed)
+    return generate_for(fn, wrt, statics, lambda parsed: _generate(
+        fn, wrt, optimize_code, key, structure, demand, parsed))
 
 
 def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> CompiledJvp:
@@ -183,19 +170,12 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> Compile
         prune_zeros(fdef, t.materialized)
         fdef.body = tidy(fdef.body)
     what = ", ".join(parsed.all_params[i] for i in wrt) if wrt else "nothing"
-    header = (f"# s2sgrad: generated from {parsed.name} ({_short(parsed.filename)}:"
-              f"{parsed.node.lineno}), forward mode (tangents of {what})"
-              f"{specialised_for(parsed.statics)}\n")
-    source = to_source([fdef], header)
-    filename = (f"<s2sgrad jvp {parsed.name}@{_short(parsed.filename)}:{parsed.node.lineno} "
-                f"wrt={wrt}{'' if optimize_code else ' unoptimized'}{statics_tag(parsed.statics)}>")
+    source = to_source([fdef], header(parsed, f"forward mode (tangents of {what})"))
     free = dict(t.bindings)
     for name in t.late:
         free[name] = None
-    emitted = Emitted(source=source, function_names=[fdef.name], filename=filename,
-                      globals=parsed.globals, free=free, closure_cells=dict(parsed.closure))
-    code, closure_names = compile_emitted(emitted)
-    functions = instantiate(code, closure_names, emitted)
+    functions = load(parsed, source, [fdef.name], " jvp", wrt,
+                     "" if optimize_code else " unoptimized", free).functions
     compiled = CompiledJvp(fn=fn, wrt=wrt, jvp=functions[fdef.name], module_source=source,
                            activity=activity, params=parsed.params, name=parsed.name,
                            output_live=t.output_live, output_varied=t.output_varied,
