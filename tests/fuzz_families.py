@@ -1101,6 +1101,8 @@ class FamilyMixin:
             closed = self.let((), f"0.5 * np.tanh({s})", "s")
             body = self.rng.choice([f"np.sin(u) * {closed}", f"np.tanh(u * {closed}) + u",
                                     f"u * u * 0.5 + {closed} * np.cos(u)"])
+            if entry_closure and self.rng.random() < 0.3:
+                body = f"({body}) * k0"   # a variable of the factory around f too
             self.emit(f"{lam} = lambda u: {body}")
             if self.rng.random() < 0.3:   # late binding: the lambda sees the new value
                 self.emit(f"{closed} = {closed} * 0.5 + 0.1")
@@ -1236,6 +1238,11 @@ class FamilyMixin:
                                             (f"{w}, {act}", weights, listed)])
                     self.emit(f"for {pair[0]} in zip({pair[1]}, {pair[2]}):")
                     self.emit(f"    {v.name} = {act}({v.name} * 0.8) * {w} + 0.1 * {v.name}")
+                elif self.rng.random() < 0.3:   # enumerated: the index a number per step
+                    i = self.fresh("i")
+                    start = self.rng.choice(["", ", 1", ", start=2"])
+                    self.emit(f"for {i}, {act} in enumerate({listed}{start}):")
+                    self.emit(f"    {v.name} = {act}({v.name} * 0.8) + 0.1 * {i} * {v.name}")
                 else:
                     self.emit(f"for {act} in {listed}:")
                     self.emit(f"    {v.name} = {act}({v.name} * 0.8) + 0.1 * {v.name}")
@@ -1287,10 +1294,27 @@ class FamilyMixin:
                                ["def apply_default(v, fn=np.sin):", "    return fn(v) * 0.5"])
                     module += ["", ""]
                 arg = self.rng.choice(passable)
-                if self.rng.random() < 0.5:   # a def or lambda of this function, or inline
+                r = self.rng.random()
+                if r < 0.35:   # a def or lambda of this function, or inline
                     arg = self.rng.choice(pure_local + ["lambda u: np.cos(u) * 0.7 + u"])
+                elif r < 0.7:
+                    # one that reads variables of this function: the helper is copied
+                    # for it (its calls of fn call the closure, those variables passed)
+                    s = self.scalar_of(v.name, v.shape, 2) if v.shape else v.name
+                    arg = self.rng.choice(local + [f"lambda u: np.tanh(u * {s}) + u * 0.5"])
+                    if self.rng.random() < 0.4:
+                        helper = "apply_loop"
+                        if helper not in helpers_made:
+                            helpers_made.add(helper)
+                            module += ["def apply_loop(fn, v, *, n=2):", "    out = v",
+                                       "    for _ in range(n):",
+                                       "        out = fn(out) * 0.5 + out * 0.5",
+                                       "    return out", "", ""]
                 call = (f"apply_fn({arg}, {self.expr(v.shape, 1)}, {self.const()})"
                         if helper == "apply_fn" else
+                        self.rng.choice([f"apply_loop({arg}, {v.name})",
+                                         f"apply_loop({arg}, {v.name}, n=3)"])
+                        if helper == "apply_loop" else
                         self.rng.choice([f"apply_default({v.name})",
                                          f"apply_default({v.name}, {arg})"]))
                 if helper == "apply_fn" and self.rng.random() < 0.3:

@@ -43,7 +43,7 @@ class ExpressionRules:
                 raise core.err(expr, f"{expr.id}, a functools.partial made in this function, "
                                f"is used other than by calling it",
                                "Call it where it is made, or make it at module level.")
-            self.refuse_unsure_partial(expr)
+            core.calls.refuse_unsure_partial(expr)
             if expr.id in core.local_defs:
                 # A nested def used as a value is the function itself, lifted (refused
                 # if it reads this function's variables: its callers could not see them).
@@ -158,13 +158,6 @@ class ExpressionRules:
         if isinstance(expr, ast.Starred):
             raise core.err(expr, "starred expressions are not supported here")
         raise core.err(expr, f"unsupported expression ({type(expr).__name__})")
-
-    def refuse_unsure_partial(self, expr: ast.expr) -> None:
-        if isinstance(expr, ast.Name) and expr.id in self.core.partials_unsure:
-            raise self.core.err(expr, f"{expr.id} holds a functools.partial made in a branch or a "
-                                f"loop, and which one it holds here is not known",
-                                "Call the partial inside the branch or loop that makes it, or "
-                                "make one partial before it.")
 
     def comprehension(self, expr, out) -> ast.expr:
         """`[f(x) for x in xs if c]` (a generator expression alike, a dict
@@ -375,7 +368,7 @@ class ExpressionRules:
             if ok:
                 core.facts.exprs.note(node, callee=obj)
             return node
-        self.refuse_unsure_partial(func)
+        core.calls.refuse_unsure_partial(func)
         if isinstance(func, ast.Name) and func.id in core.partials:
             inner, args, keywords = core.partials[func.id]
             named = {k.arg: k for k in keywords}
@@ -399,6 +392,9 @@ class ExpressionRules:
                 return core.calls.record(expr, obj, out)
             rule = registry.lookup_function(obj)
             if rule is None and isinstance(obj, types.FunctionType):
+                copied = core.calls.closures_passed(expr, obj, out)
+                if copied is not None:
+                    return copied
                 expr = core.calls.functions_passed(expr)   # (a def or lambda of this function)
             opaque = rule is None and not registry.is_nondiff(obj) and \
                 not registry.is_constructor(obj)

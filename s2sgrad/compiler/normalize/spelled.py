@@ -69,14 +69,22 @@ def spread_known_keywords(n, expr: ast.Call) -> ast.Call:
             keywords.append(k)
         elif isinstance(k.value, ast.Dict):
             keywords += [ast.keyword(arg=key, value=v) for key, v in literal]
-        else:   # a module-level name (a function) as it is: the callee is compiled for it
-            keywords += [ast.keyword(arg=key, value=clone(v) if _static(n, v) else
+        else:   # a function as it is (module-level, or a def or lambda of this
+            # function): the callee is compiled for it
+            keywords += [ast.keyword(arg=key, value=clone(v) if _a_function(n, v) else
                                      ast.Subscript(value=clone(k.value),
                                                    slice=ast.Constant(value=key),
                                                    ctx=ast.Load()))
                          for key, v in literal]
     return copy_location(ast.Call(func=expr.func, args=expr.args, keywords=keywords),
                          expr)
+
+
+def _a_function(n, node: ast.expr) -> bool:
+    """A module-level function, or a def or lambda of this function bound once (a
+    lambda written in the dict reads its variables when called, as it would)."""
+    return _static(n, node) or isinstance(node, ast.Lambda) or (
+        isinstance(node, ast.Name) and (node.id in n.lambdas or node.id in n.local_defs))
 
 
 def _static(n, node: ast.expr) -> bool:
@@ -161,8 +169,8 @@ def unrolled_over_functions(n, s: ast.For) -> Optional[List[ast.stmt]]:
     """`for act in (np.tanh, relu): <body>` as Python runs it: `act = np.tanh`,
     the body, `act = relu`, the body (each call of act then a call of a known
     function). Only over functions_of_literal (or a zip of such and other
-    sequences, zipped_with_functions), and a body without break or continue;
-    else None."""
+    sequences, zipped_with_functions, or their enumerate, enumerated_functions),
+    and a body without break or continue; else None."""
     if s.orelse or any(isinstance(node, (ast.Break, ast.Continue)) for b in s.body
                        for node in ast.walk(b)):
         return None
@@ -171,7 +179,10 @@ def unrolled_over_functions(n, s: ast.For) -> Optional[List[ast.stmt]]:
         functions = functions_of_literal(n, s.iter)
         steps = None if functions is None else [[(s.target, f)] for f in functions]
     else:
-        steps, indexed = zipped_with_functions(n, s.target, s.iter) or (None, [])
+        steps = enumerated_functions(n, s.target, s.iter)
+        indexed: List[ast.Name] = []
+        if steps is None:
+            steps, indexed = zipped_with_functions(n, s.target, s.iter) or (None, [])
         out += [_not_a_dict(column, s) for column in indexed]   # (read by index below)
     if steps is None:
         return None
@@ -181,6 +192,29 @@ def unrolled_over_functions(n, s: ast.For) -> Optional[List[ast.stmt]]:
             out.append(ast.fix_missing_locations(copy_location(bind, s)))
         out.extend(clone(b) for b in s.body)
     return out
+
+
+def enumerated_functions(n, target: ast.expr, it: ast.expr):
+    """`for i, act in enumerate(ACTS)` (or `enumerate(ACTS, 1)`) over functions
+    (functions_of_literal): per step, `i = k` and `act = <the k-th function>`;
+    None for any other loop."""
+    if not (isinstance(target, ast.Tuple) and len(target.elts) == 2 and
+            isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and
+            1 <= len(it.args) + len(it.keywords) <= 2 and
+            all(k.arg == "start" for k in it.keywords) and
+            not any(isinstance(a, ast.Starred) for a in it.args)):
+        return None
+    ok, maker = n.resolver.static(it.func)
+    if not ok or maker is not enumerate or not it.args:
+        return None
+    functions = functions_of_literal(n, it.args[0])
+    start = (it.args[1:] + [k.value for k in it.keywords]) or [ast.Constant(value=0)]
+    if functions is None or not (isinstance(start[0], ast.Constant) and
+                                 type(start[0].value) is int):
+        return None
+    first = start[0].value
+    return [[(target.elts[0], ast.Constant(value=first + k)), (target.elts[1], f)]
+            for k, f in enumerate(functions)]
 
 
 def _not_a_dict(column: ast.Name, loop: ast.For) -> ast.stmt:
