@@ -1178,7 +1178,15 @@ class FamilyMixin:
                 f"np.abs(np.fft.fft({zc}) + 6.0)", f"{zc}.real * {zc}.imag",
                 # a real value (|z|, Re z) meeting complex ones again
                 f"np.real(np.abs({zc} + 3.0) * (0.5 + 0.5j) * {zc})",
-                f"np.imag(np.real({zc}) * np.exp(0.5j * {zc}))"])
+                f"np.imag(np.real({zc}) * np.exp(0.5j * {zc}))",
+                # Hermitian eigendecomposition and SVD of complex matrices made from it
+                # (distinct values; phase-free uses of the vectors)
+                f"0.1 * np.sum(np.linalg.eigvalsh(np.outer({zc}.ravel(), np.conj({zc}.ravel()))"
+                f" + np.diag(np.arange(1.0, {zc}.size + 1.0))))",
+                f"0.1 * np.sum(np.abs(np.linalg.eigh(np.outer({zc}.ravel(), np.conj("
+                f"{zc}.ravel())) + np.diag(np.arange(1.0, {zc}.size + 1.0)))[1][0]) ** 2)",
+                f"0.1 * np.sum(np.linalg.svd(np.outer({zc}.ravel(), {zc}.ravel()[::-1]) + "
+                f"np.diag(np.arange(1.0, {zc}.size + 1.0)), compute_uv=False))"])
             if self.rng.random() < 0.35:
                 # in a loop: complex values kept per step, a real one carried across
                 k, acc = self.fresh("k"), self.fresh("acc")
@@ -1330,6 +1338,9 @@ class FamilyMixin:
                     call = f"apply_fn(v={self.expr(v.shape, 1)}, **{spread})"
                 self.force.append(f"{self.const()} * np.sum({call})")
             elif form == "direct":
+                if self.rng.random() < 0.2:   # a lambda called where it is written
+                    s = self.scalar_of(v.name, v.shape, 2) if v.shape else v.name
+                    fn = f"(lambda u: np.sin(u) * {s} + u)"
                 self.force.append(f"{self.const()} * np.sum({fn}({self.expr(v.shape, 1)}))")
             elif form == "nested":
                 fn2 = self.rng.choice(pool)

@@ -76,6 +76,10 @@ def spread(W, x):
     return np.sum(apply(x=x, **{"times": 3, "fn": lambda z: np.tanh(z * W)}))
 
 
+def invoked(W, x):
+    return np.sum((lambda z: np.tanh(z * W) * z)(x))
+
+
 def keeps_it(fn, x):
     fns = [fn]
     return fns[0](x)
@@ -109,7 +113,8 @@ def _args(shapes, seed=0):
 
 @pytest.mark.parametrize("shapes", SHAPES)
 @pytest.mark.parametrize("name", ["def_closure", "keyword_closure", "two_closures",
-                                  "called_inside_a_lambda", "late_binding", "spread"])
+                                  "called_inside_a_lambda", "late_binding", "spread",
+                                  "invoked"])
 def test_a_closure_passed_to_a_helper_gets_its_variables_gradients(mod, name, shapes):
     check_vjp(getattr(mod, name), _args(shapes))
 

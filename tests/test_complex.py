@@ -99,7 +99,27 @@ CASES = [
     ("hfft n axis", "np.fft.hfft(w, n=7, axis=0, norm='ortho')", {"w": (4, 2)}),
     ("ihfft", "np.fft.ihfft(x) * z", {"x": (6,), "z": (4,)}),
     ("ihfft n axis", "np.fft.ihfft(x, n=5, axis=0, norm='forward')", {"x": (4, 3)}),
-]
+    # Hermitian eigendecompositions (of the lower triangle; phase-free losses of the
+    # vectors: |v|^2, v v^H), one batched
+    ("eigh", "np.linalg.eigh(z)[0] * x + np.sum(np.abs(np.linalg.eigh(w)[1]) ** 2 * x, 0)",
+     {"z": (3, 3), "w": (3, 3), "x": (3,)}),
+    ("eigh batched upper",
+     "np.linalg.eigvalsh(z, UPLO='U') + np.abs(np.linalg.eigh(z)[1][..., 0]) ** 2",
+     {"z": (2, 3, 3)}),
+    ("eigh projector",
+     "(lambda v: v[:, :1] @ np.conj(v[:, :1]).T)(np.linalg.eigh(z)[1])",
+     {"z": (3, 3)}),
+    # singular value decompositions (tall, wide, batched; |u|^2 and u s vh are free of
+    # the phase each pair of vectors shares)
+    ("svd", "np.linalg.svd(z, full_matrices=False)[1] * x + "
+            "np.sum(np.abs(np.linalg.svd(w, full_matrices=False)[0]) ** 2, 1)",
+     {"z": (4, 3), "w": (3, 5), "x": (3,)}),
+    ("svd product",
+     "(lambda r: r[0][..., :2] @ (r[1][..., :2, None] * r[2][..., :2, :]))("
+     "np.linalg.svd(z, full_matrices=False))", {"z": (2, 4, 3)}),
+    ("svd values", "np.linalg.svd(z, compute_uv=False) ** 2", {"z": (3, 4)}),
+] + ([("svdvals", "np.linalg.svdvals(z) * x", {"z": (2, 4, 3), "x": (3,)})]
+     if hasattr(np.linalg, "svdvals") else [])
 
 
 def _module(make_module, expr, params):
@@ -156,7 +176,8 @@ def test_complex_rule_matches_differences(label, expr, shapes, make_module):
 _AUTOGRAD_CASES = [c for c in CASES if c[0] in (
     "add", "subtract", "multiply", "multiply real", "divide", "divide real", "power",
     "power complex exponent", "exp", "log", "sin cos tan", "hyperbolic", "abs",
-    "sum mean prod", "cumsum", "matmul", "matmul real", "linalg", "fft", "fft2 fftn")] + [
+    "sum mean prod", "cumsum", "matmul", "matmul real", "linalg", "fft", "fft2 fftn",
+    "eigh", "svd")] + [
     ("real imag conj angle", "np.real(z) * np.imag(w) + np.conj(z) * np.angle(w)",
      {"z": (3,), "w": (3,)})]
 
@@ -228,13 +249,25 @@ def loss(z, t, y):
 @pytest.mark.parametrize("source, what", [
     ("np.linalg.norm(z)", "np.linalg.norm"),
     ("np.sum(np.maximum(np.abs(z), 1.0)) + np.sum(np.sort(z).real)", "np.sort"),
-    ("np.linalg.eigh(z)[0].sum()", "np.linalg.eigh"),
+    ("np.cumprod(z).sum()", "np.cumprod"),
 ])
 def test_functions_without_a_complex_rule_are_refused_at_their_line(make_module, source, what):
     m = make_module(f"import numpy as np\n\n\ndef f(z):\n    return np.real({source})\n")
     with pytest.raises(TransformError, match="not differentiated for complex values") as info:
         s2sgrad.grad(m.f)(np.array([1.0 + 1.0j, 2.0 - 0.5j]))
     assert what in info.value.reason and info.value.lineno == 5
+
+
+@pytest.mark.parametrize("source", ["np.sum(np.real(np.linalg.eigh(z)[1][:, 0]))",
+                                    "np.sum(np.imag(np.linalg.svd(z)[0][0]))",
+                                    "np.sum(np.real(np.linalg.svd(z)[2]))"])
+def test_a_loss_that_depends_on_a_vectors_phase_is_an_error(make_module, source):
+    """eigh and svd return complex vectors with an arbitrary phase each: a loss that
+    changes with it has no gradient, and says so rather than return one."""
+    m = make_module(f"import numpy as np\n\n\ndef f(z):\n    return {source}\n")
+    z = np.array([[2.0, 0.5 - 0.3j, 0.1j], [0.2 + 0.4j, 1.0, 0.3], [0.1, 0.6j, -1.5]])
+    with pytest.raises(np.linalg.LinAlgError, match="phase"):
+        s2sgrad.grad(m.f)(z)
 
 
 def test_forward_mode_refuses_complex_values(make_module):

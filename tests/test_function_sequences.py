@@ -85,6 +85,14 @@ def enumerated_from_one(x):
     return np.sum(y ** 2)
 
 
+def enumerated_local(x):
+    fns = [np.tanh, relu_ish]
+    y = x + 0.2 * fns[1](x)
+    for i, act in enumerate(fns, 1):
+        y = act(y * 0.8) + 0.1 * i * y
+    return np.sum(y)
+
+
 def numbers_not_functions(x):
     y = x
     for c in COEFFS:
@@ -101,6 +109,7 @@ def mod(make_module):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("name", ["over_tuple", "over_list", "by_index", "zipped_with_weights",
                                   "zipped_local", "enumerated", "enumerated_from_one",
+                                  "enumerated_local",
                                   "numbers_not_functions"])
 def test_gradient_matches_differences(mod, name, shape):
     x = np.random.default_rng(len(name)).uniform(-1.0, 1.0, shape)

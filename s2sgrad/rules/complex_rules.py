@@ -57,6 +57,16 @@ defcomplex(".conjugate()", "self", self="np.conj(g)")
 defvjp(np.angle, "z, deg=False", z="0.0 * g")   # 0 or pi on real values: constant
 defcomplex(np.angle, "z, deg=False", z="g * angle_direction(z, deg)")
 
+# --- Hermitian eigendecompositions: not holomorphic, but their real rules are written
+# for complex matrices too (eigh_grad: conj(V) (...) V^T made Hermitian; a loss that
+# depends on the arbitrary phase of a complex eigenvector is a LinAlgError there) ----------
+holomorphic(np.linalg.eigh, np.linalg.eigvalsh)
+# ... and so are the singular value decomposition's (svd_grad: U [...] V^H, conjugated;
+# its vectors share one phase per pair, which a loss must not depend on)
+holomorphic(np.linalg.svd)
+if hasattr(np.linalg, "svdvals"):
+    holomorphic(np.linalg.svdvals)
+
 # --- discrete Fourier transforms: linear, and the DFT matrix is symmetric, so each
 # one's cotangent is the same transform of g (cut or padded back to the input's
 # length where n or s changed it) ----------------------------------------------------------

@@ -1524,27 +1524,38 @@ def _degenerate_pairs(labels):
     return same & ~np.eye(len(labels), dtype=bool)
 
 
-def _gauge_check(inner, degenerate, what):
-    """Refuse a cotangent that depends on the arbitrary basis of repeated values."""
-    anti = inner - inner.T
+def _gauge_check(inner, degenerate, what, phases=True):
+    """Refuse a cotangent that depends on the arbitrary basis of repeated values
+    (and, for complex vectors, on the phase each vector is returned with): the
+    loss is invariant exactly when `inner` is Hermitian on those entries."""
+    anti = inner - np.conj(inner.T)
     scale = np.max(np.abs(inner)) if inner.size else 0.0
     if np.any(np.abs(anti[degenerate]) > 1e-8 * scale + 1e-300):
         raise np.linalg.LinAlgError(
             f"the gradient of {what} is undefined: repeated values make the vectors "
             "non-unique, and the result depends on their choice")
+    if phases and np.iscomplexobj(inner) and np.any(np.abs(np.imag(np.diagonal(inner))) >
+                                         1e-8 * scale + 1e-300):
+        raise np.linalg.LinAlgError(
+            f"the gradient of {what} is undefined: complex vectors are returned with an "
+            "arbitrary phase each, and the result depends on it (a loss of |v|, v v^H, or "
+            "the values is defined)")
 
 
 def _eigh_back(w, v, gw, gv, what):
-    """Symmetric cotangent of the input of a symmetric eigendecomposition."""
+    """Hermitian (for real input: symmetric) cotangent of the input of a Hermitian
+    eigendecomposition A = V diag(w) V^H: conj(V) (diag(gw) + F * V^T gv) V^T,
+    F the reciprocal gaps, made Hermitian (only one triangle of A is read)."""
     batch = w.shape[:-1]
     n = w.shape[-1]
-    out = np.zeros(batch + (n, n))
+    out = np.zeros_like(v, shape=batch + (n, n))   # (complex where v is)
     for idx in np.ndindex(batch):
         wi, vi = w[idx], v[idx]
         tol = np.max(np.abs(wi), initial=0.0) * n * np.finfo(wi.dtype).eps * 10
         labels = _clusters(wi, tol)
         degenerate = _degenerate_pairs(labels)
-        middle = np.diag(_cluster_mean(gw[idx], labels))
+        # (the values are real: the real part of their cotangent is what pairs with them)
+        middle = np.diag(_cluster_mean(np.real(gw[idx]), labels))
         if gv is not None:
             inner = vi.T @ gv[idx]
             _gauge_check(inner, degenerate, what)
@@ -1552,8 +1563,8 @@ def _eigh_back(w, v, gw, gv, what):
             off = ~np.eye(n, dtype=bool) & ~degenerate
             f = np.where(off, 1.0 / np.where(off, gap, 1.0), 0.0)
             middle = middle + f * inner
-        a_bar = vi @ middle @ vi.T
-        out[idx] = 0.5 * (a_bar + a_bar.T)
+        a_bar = np.conj(vi) @ middle @ vi.T
+        out[idx] = 0.5 * (a_bar + np.conj(a_bar.T))
     return out
 
 
@@ -1580,15 +1591,21 @@ def eigvalsh_grad(g, a, UPLO="L"):
 
 
 def _singular_values_back(u, s, vt, gs):
-    """U diag(gs) V^T with repeated singular values averaged and zero ones given 0."""
-    out = np.zeros(u.shape[:-2] + (u.shape[-2], vt.shape[-1]))
+    """conj(U diag(gs) V^H) with repeated singular values averaged and zero ones given
+    0 (the conjugate: a complex cotangent pairs with the change unconjugated)."""
+    out = np.zeros_like(u, shape=u.shape[:-2] + (u.shape[-2], vt.shape[-1]))
     for idx in np.ndindex(s.shape[:-1]):
         si = s[idx]
         tol = np.max(si, initial=0.0) * max(out.shape[-2:]) * np.finfo(si.dtype).eps * 10
         labels = _clusters(si, tol)
-        gi = np.where(si > tol, _cluster_mean(gs[idx], labels), 0.0)
+        gi = np.where(si > tol, _cluster_mean(np.real(gs[idx]), labels), 0.0)
         out[idx] = (u[idx] * gi[None, :]) @ vt[idx]
-    return out
+    return np.conj(out)
+
+
+def _H(x):
+    """The conjugate transpose of the last two axes."""
+    return np.conj(_T(x))
 
 
 @_helper
@@ -1618,40 +1635,46 @@ def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
         u, gu = u[..., :, :k], gu[..., :, :k]
         vt, gvt = vt[..., :k, :], gvt[..., :k, :]
     out = _singular_values_back(u, s, vt, gs)
-    vectors = np.zeros(out.shape)   # (the singular vectors' part, written per matrix)
+    # The singular vectors' part, written per matrix as the gradient of the conjugate
+    # pairing (gU = conj of U's cotangent, gV = V's; conjugated back at the end):
+    # U [F (J - J^H) S + S F (K - K^H) + i Im(diag J) / S] V^H, J = U^H gU, K = V^H gV
+    vectors = np.zeros_like(out)
     for idx in np.ndindex(s.shape[:-1]):
         ui, si, vti = u[idx], s[idx], vt[idx]
-        vi = vti.T
-        gui, gvi = gu[idx], gvt[idx].T
+        vi = _H(vti)
+        gui, gvi = np.conj(gu[idx]), _T(gvt[idx])
         tol = np.max(si, initial=0.0) * max(m, n) * np.finfo(si.dtype).eps * 10
         labels = _clusters(si, tol)
         degenerate = _degenerate_pairs(labels)
-        j = ui.T @ gui
-        kk = vi.T @ gvi
+        j = _H(ui) @ gui
+        kk = _H(vi) @ gvi
         pos = si > tol
         _gauge_check(j + kk, degenerate & pos[:, None] & pos[None, :], "np.linalg.svd")
         zero_pairs = degenerate & ~pos[:, None] & ~pos[None, :]
-        _gauge_check(j, zero_pairs, "np.linalg.svd")
-        _gauge_check(kk, zero_pairs, "np.linalg.svd")
+        _gauge_check(j, zero_pairs, "np.linalg.svd", phases=False)
+        _gauge_check(kk, zero_pairs, "np.linalg.svd", phases=False)
         s2 = si[None, :] ** 2 - si[:, None] ** 2
         off = ~np.eye(k, dtype=bool) & ~degenerate
         f = np.where(off, 1.0 / np.where(off, s2, 1.0), 0.0)
-        middle = (f * (j - j.T)) * si[None, :] + si[:, None] * (f * (kk - kk.T))
-        grad = ui @ middle @ vti
+        middle = (f * (j - _H(j))) * si[None, :] + si[:, None] * (f * (kk - _H(kk)))
         small = si <= tol
+        # the phase each pair shares, put on U's side: i Im(diag J) / S (0 if real)
+        phase = np.diagonal(j) - np.conj(np.diagonal(j))
+        middle = middle + np.diag(np.where(small, 0.0, phase / (2 * np.where(small, 1.0, si))))
+        grad = ui @ middle @ vti
         if m > k:
-            rest = gui - ui @ (ui.T @ gui)
+            rest = gui - ui @ (_H(ui) @ gui)
             if np.any(small & np.any(np.abs(rest) > tol, axis=0)):
                 raise np.linalg.LinAlgError("the gradient of np.linalg.svd is undefined "
                                             "for a rank-deficient non-square matrix")
             grad = grad + (rest / np.where(small, 1.0, si)[None, :]) @ vti
         if n > k:
-            rest = gvi - vi @ (vi.T @ gvi)
+            rest = gvi - vi @ (_H(vi) @ gvi)
             if np.any(small & np.any(np.abs(rest) > tol, axis=0)):
                 raise np.linalg.LinAlgError("the gradient of np.linalg.svd is undefined "
                                             "for a rank-deficient non-square matrix")
-            grad = grad + ui @ (rest / np.where(small, 1.0, si)[None, :]).T
-        vectors[idx] = grad
+            grad = grad + ui @ _H(rest / np.where(small, 1.0, si)[None, :])
+        vectors[idx] = np.conj(grad)
     return out + vectors
 
 

@@ -262,6 +262,10 @@ def add_at(adjoint, index, g):
     if isinstance(adjoint, dict):
         adjoint[index] = add_items(adjoint[index], g) if index in adjoint else g
         return
+    if np.iscomplexobj(g) and not np.iscomplexobj(adjoint):
+        # a real value's cotangent (an item of what a complex operation returned, such
+        # as svd's s): the real part pairs with its changes, which are real
+        g = np.real(g)
     if is_basic_index(index):
         adjoint[index] += g
     elif isinstance(index, np.ndarray) and index.dtype == bool:

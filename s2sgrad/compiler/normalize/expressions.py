@@ -376,8 +376,10 @@ class ExpressionRules:
             return self.call(copy_location(ast.Call(
                 func=clone(inner), args=[clone(a) for a in args] + list(expr.args),
                 keywords=list(named.values())), expr), out)
-        if isinstance(func, ast.Name) and func.id in core.lambdas:
-            return core.calls.lambda_call(expr, core.lambdas[func.id], out)
+        lam = func if isinstance(func, ast.Lambda) else \
+            core.lambdas.get(func.id) if isinstance(func, ast.Name) else None
+        if lam is not None:   # g(x) for g = lambda v: ..., or (lambda v: ...)(x)
+            return core.calls.lambda_call(expr, lam, out)
         if isinstance(func, ast.Name) and func.id in core.local_defs:
             return core.calls.def_call(expr, core.local_defs[func.id], out)
         if dotted(func) and not core.resolver.is_local_chain(func):

@@ -292,7 +292,8 @@ def _int_index(node: ast.expr) -> Optional[int]:
 def functions_of_literal(n, value: ast.expr) -> Optional[List[ast.expr]]:
     """The functions of a tuple or list literal of functions named statically
     (names_a_function), written there or bound once to a local name read only as
-    `for f in name` and `name[k](...)` (so nothing can change what it holds); or
+    `for f in name` (or in zip or enumerate there) and `name[k](...)` (so nothing
+    can change what it holds); or
     of a module-level (or closure) tuple or list of functions, each then a name
     of its own bound to it (module_functions)."""
     if dotted(value) and not n.resolver.is_local_chain(value):
@@ -302,8 +303,9 @@ def functions_of_literal(n, value: ast.expr) -> Optional[List[ast.expr]]:
         loops = [loop for loop in ast.walk(function) if isinstance(loop, ast.For)]
         allowed = {id(loop.iter) for loop in loops}
         allowed |= {id(a) for loop in loops if isinstance(loop.iter, ast.Call) and
-                    isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "zip"
-                    for a in loop.iter.args}   # (zip(fns, ...), which only reads them)
+                    isinstance(loop.iter.func, ast.Name) and
+                    loop.iter.func.id in ("zip", "enumerate")
+                    for a in loop.iter.args}   # (zip(fns, ...), enumerate(fns): they read)
         allowed |= {id(call.func.value) for call in ast.walk(function)
                     if isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript)
                     and _int_index(call.func.slice) is not None}
