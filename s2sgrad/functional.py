@@ -19,7 +19,7 @@ import numpy as np
 
 from . import api, compiler  # (the compiler's drivers and passes load at the first compile)
 from .api import pair_for
-from .arguments import check_differentiable, finalize
+from .arguments import check_differentiable, complex_parameters, finalize
 from .optimizer_check import checked_jvp
 from .runtime import ode
 from .runtime.array_api import namespace_among, namespace_of
@@ -38,10 +38,11 @@ def _pair(func: Callable, wrt: Tuple[int, ...], foreign: bool = False,
     return pair_for(func, wrt, leaves=wrt, foreign=foreign, xp=xp)
 
 
-def _jvp(func: Callable, wrt: Tuple[int, ...]):
-    """The tangent code of func (checked like _pair)."""
-    return checked_jvp(compiler.compile_jvp(func, wrt),
-                       lambda: compiler.compile_jvp(func, wrt, False))
+def _jvp(func: Callable, wrt: Tuple[int, ...], complexes: Tuple[str, ...] = ()):
+    """The tangent code of func (checked like _pair); `complexes`: the parameters
+    given complex values (a forward-mode pair of their own)."""
+    return checked_jvp(compiler.compile_jvp(func, wrt, complexes=complexes),
+                       lambda: compiler.compile_jvp(func, wrt, False, complexes=complexes))
 
 
 def _as_tuple_inputs(inputs: Any, fname: str) -> Tuple[bool, tuple]:
@@ -159,10 +160,10 @@ def _as_tuple(inp: Any, arg_name: str, fn_name: str) -> Tuple[bool, tuple]:
     return is_tuple, items
 
 
-def _inputs(inputs: Any, fn_name: str) -> Tuple[bool, tuple]:
+def _inputs(inputs: Any, fn_name: str, complex_ok: bool = False) -> Tuple[bool, tuple]:
     is_tuple, items = _as_tuple(inputs, "inputs", fn_name)
     for i, x in enumerate(items):
-        check_differentiable(x, f"input {i}" if is_tuple else "the input")
+        check_differentiable(x, f"input {i}" if is_tuple else "the input", complex_ok)
     return is_tuple, items
 
 
@@ -227,8 +228,8 @@ def _strict_independent(activity) -> None:
         raise RuntimeError(f"{message} {reason}" if reason else message)
 
 
-def _jvp_code(func: Callable, n: int):
-    return _jvp(func, tuple(range(n)))
+def _jvp_code(func: Callable, n: int, complexes: Tuple[str, ...] = ()):
+    return _jvp(func, tuple(range(n)), complexes)
 
 
 def jvp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
@@ -241,9 +242,15 @@ def jvp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     does not reach the output (decided from the code). create_graph=True gives
     the same values.
     """
-    is_inputs_tuple, items = _inputs(inputs, "jvp")
+    # (complex inputs, tangents and values in between: each rule's JVP for complex
+    # arguments, where it has one; the tangent of a real input is real)
+    is_inputs_tuple, items = _inputs(inputs, "jvp", complex_ok=True)
     vs = _validate_v_inputs(v, items, is_inputs_tuple, "jvp")
-    code = _jvp_code(func, len(items))
+    for i, (vi, xi) in enumerate(zip(vs, items)):
+        if np.iscomplexobj(vi) and not np.iscomplexobj(xi):
+            raise TypeError(f"v{f'[{i}]' if is_inputs_tuple else ''} is complex but its input "
+                            f"is real: the tangent of a real input is real")
+    code = _jvp_code(func, len(items), complex_parameters(func, items, {}))
     out, tangent = code.call(items, vs)
     is_outputs_tuple, outputs = _outputs(out, "jvp")
     if strict:

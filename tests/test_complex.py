@@ -270,10 +270,75 @@ def test_a_loss_that_depends_on_a_vectors_phase_is_an_error(make_module, source)
         s2sgrad.grad(m.f)(z)
 
 
-def test_forward_mode_refuses_complex_values(make_module):
+# eigh's and svd's JVPs are written for real matrices: forward mode refuses them on
+# complex ones (reverse mode differentiates them, above)
+_REAL_JVP_ONLY = ("eigh", "eigh batched upper", "eigh projector", "svd", "svd product",
+                  "svd values", "svdvals")
+
+
+@pytest.mark.parametrize("label, expr, shapes", CASES, ids=[c[0] for c in CASES])
+def test_forward_mode_matches_differences(label, expr, shapes, make_module):
+    """functional.jvp of each case along a random direction (complex for complex
+    arguments, real for real ones) against central differences along it."""
+    m, params, args, V = _case(label, expr, shapes, make_module)
+    rng = np.random.default_rng(zlib.crc32(label.encode()) + 1)
+    tangents = tuple(_draw(p, shapes[p], rng) * (1.0 if p != "x" else 1.0) for p in params)
+    f = lambda *a: m.f(*a, V)   # noqa: E731
+    if label in _REAL_JVP_ONLY:
+        with pytest.raises(TransformError, match="forward mode does not differentiate"):
+            s2sgrad.functional.jvp(m.f, tuple(args) + (V,), tangents + (0.0 * V,))
+        return
+    out, tangent = s2sgrad.functional.jvp(m.f, tuple(args) + (V,), tangents + (0.0 * V,))
+    up = f(*[a + H * t for a, t in zip(args, tangents)])
+    down = f(*[a - H * t for a, t in zip(args, tangents)])
+    np.testing.assert_allclose(out, f(*args), rtol=1e-12)
+    np.testing.assert_allclose(tangent, (up - down) / (2 * H), rtol=1e-5, atol=1e-6)
+
+
+def test_forward_mode_tangents_of_complex_outputs(make_module):
+    m = make_module("import numpy as np\n\n\ndef f(z, x):\n"
+                    "    return np.exp(z) * x + np.conj(z) ** 2\n")
+    z, x = np.array([0.3 + 0.4j, -0.2 + 1.0j]), np.array([0.5, 1.5])
+    tz, tx = np.array([1.0 - 0.5j, 0.2 + 0.1j]), np.array([0.3, -0.7])
+    _, tangent = s2sgrad.functional.jvp(m.f, (z, x), (tz, tx))
+    expected = np.exp(z) * tz * x + np.exp(z) * tx + 2 * np.conj(z) * np.conj(tz)
+    np.testing.assert_allclose(tangent, expected, rtol=1e-12)
+    with pytest.raises(TypeError, match="tangent of a real input is real"):
+        s2sgrad.functional.jvp(m.f, (z, x), (tz, tx * 1j))
+
+
+REAL_RESULTS = '''
+import numpy as np
+
+
+def values_into_real(x):
+    z = x * (0.3 - 1.1j) + np.exp(1j * x)
+    m = np.outer(z.ravel(), np.conj(z.ravel())) + np.diag(np.arange(1.0, z.size + 1.0))
+    x = x + 0.1 * np.sum(np.linalg.eigvalsh(m))
+    w, v = np.linalg.eigh(m)
+    u, s, vh = np.linalg.svd(m)
+    x = x * np.sum(w) * 0.05 + np.sum(s) * 0.02 + np.sum(np.abs(v[0]) ** 2)
+    return np.sum(np.tanh(x))
+'''
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_real_results_of_complex_decompositions_flow_into_real_variables(make_module, shape):
+    """eigvalsh's values, eigh's w and svd's s are real for a complex matrix: a real
+    variable computed from them keeps a real cotangent (once a crash: a complex
+    cotangent added into a real variable's)."""
+    m = make_module(REAL_RESULTS)
+    x = np.random.default_rng(12).uniform(-1.0, 1.0, shape)
+    g = s2sgrad.grad(m.values_into_real)(x)
+    np.testing.assert_allclose(g, _differences(m.values_into_real, [x], 0), rtol=1e-6,
+                               atol=1e-8)
+    assert g.dtype == np.float64
+
+
+def test_derivatives_of_derivatives_refuse_complex_values(make_module):
     m = make_module("import numpy as np\n\n\ndef f(x):\n    return np.abs(x * 1j + 1.0)\n")
     with pytest.raises(TransformError, match="complex values are not differentiated here"):
-        s2sgrad.functional.jvp(m.f, np.array([0.5, 1.0]), np.ones(2))
+        s2sgrad.functional.hvp(lambda x: np.sum(m.f(x)), np.array([0.5, 1.0]), np.ones(2))
     with pytest.raises(TypeError, match="complex"):
         s2sgrad.functional.vjp(m.f, np.array([0.5 + 1j, 1.0]))
 
@@ -330,6 +395,23 @@ def test_your_functions_are_compiled_for_the_complex_values_they_are_given(make_
     np.testing.assert_allclose(gz, _differences(m.caller, [z, x], 0), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(gx, _differences(m.caller, [z, x], 1), rtol=1e-6, atol=1e-8)
     assert gx.dtype == np.float64
+    # forward mode compiles the helpers' tangent code for the complex values too
+    tz, tx = _draw("z", shape, rng), _draw("x", shape[-1:], rng)
+    _, tangent = s2sgrad.functional.jvp(m.caller, (z, x), (tz, tx))
+    expected = (m.caller(z + H * tz, x + H * tx) - m.caller(z - H * tz, x - H * tx)) / (2 * H)
+    np.testing.assert_allclose(tangent, expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["build", "in_place"])
+def test_forward_mode_through_writes_into_complex_arrays(make_module, name):
+    m = make_module(WRITES)
+    rng = np.random.default_rng(9)
+    z, x = _draw("z", (3,), rng), _draw("x", (3,), rng)
+    tz, tx = _draw("z", (3,), rng), _draw("x", (3,), rng)
+    f = getattr(m, name)
+    _, tangent = s2sgrad.functional.jvp(f, (z, x), (tz, tx))
+    expected = (f(z + H * tz, x + H * tx) - f(z - H * tz, x - H * tx)) / (2 * H)
+    np.testing.assert_allclose(tangent, expected, rtol=1e-6, atol=1e-8)
 
 
 WRITES = '''

@@ -720,15 +720,19 @@ def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
     known: Dict[str, bool] = {}
     literal = {s: _complex_node(s, nf, known) for s, _ in ops}
     realising = realising_ops(ops)
+    real_items = _real_items()
     changed = True
     while changed:
         changed = False
         for s, op in ops:
             reads = op.diff_inputs + op.other_inputs
+            outputs = set(op.outputs)
+            if len(op.outputs) > 1 and op.rule is not None:   # w, v = np.linalg.eigh(a)
+                outputs -= {op.outputs[k] for k in real_items.get(id(op.rule), ())}
             if (literal[s] is not None or (any(n in complex_names for n in reads) and
                                            id(s) not in realising) or
-                    _makes_complex(op.callee)) and not set(op.outputs) <= complex_names:
-                complex_names |= set(op.outputs)
+                    _makes_complex(op.callee)) and not outputs <= complex_names:
+                complex_names |= outputs
                 changed = True
     for s, op in ops:
         if op.kind == "nondiff" and op.callee is np.sign and any(
@@ -786,12 +790,20 @@ def _makes_complex(callee) -> bool:
 _UNSEEN_DTYPE = frozenset({"unknown", "opaque", "method", "call"})
 
 
+def _real_items() -> Dict[int, Tuple[int, ...]]:
+    """The items that are real, whatever the argument, of results that are tuples:
+    eigh's values, svd's singular values (by the id of the function's rule)."""
+    return {id(registry.lookup_function(np.linalg.eigh)): (0,),
+            id(registry.lookup_function(np.linalg.svd)): (1,)}
+
+
 def realising_ops(ops) -> Set[int]:
     """The ids of the statements computing np.real(v), np.abs(v), abs(v), v.imag,
-    np.fft.irfft(v), ...: real whatever v is (what is complex, and what a run-time
-    check needs to go back to, stops there)."""
+    np.fft.irfft(v), np.linalg.eigvalsh(v), ...: real whatever v is (what is complex,
+    and what a run-time check needs to go back to, stops there)."""
     rules = {id(registry.lookup_function(f))
-             for f in (np.real, np.imag, np.absolute, np.angle, np.fft.irfft)}
+             for f in (np.real, np.imag, np.absolute, np.angle, np.fft.irfft,
+                       np.linalg.eigvalsh, getattr(np.linalg, "svdvals", np.real))}
     return {id(s) for s, op in ops if op.kind == "rule" and op.rule is not None and
             (op.label in (".real", ".imag") or id(op.rule) in rules)}
 

@@ -96,7 +96,8 @@ _IN_PROGRESS: Set[tuple] = set()
 def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                 structure: Tuple[Tuple[int, Any], ...] = (),
                 demand: Optional[Tuple[bool, ...]] = None, packed: bool = False,
-                statics: Tuple[Tuple[str, Any], ...] = ()) -> CompiledJvp:
+                statics: Tuple[Tuple[str, Any], ...] = (),
+                complexes: Tuple[str, ...] = ()) -> CompiledJvp:
     """The cached tangent (JVP) code of `fn` with respect to positions `wrt`.
 
     `structure` gives, for tuple-valued parameters, which items' tangents may be
@@ -105,20 +106,22 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
     for a function returning a tuple, which items' tangents the caller reads;
     the others are returned as None and not computed. `statics`: (parameter,
     function) pairs the caller passes (the code is compiled for those functions,
-    as compile_function's are).
+    as compile_function's are). `complexes`: the parameters given complex values
+    (their operations take the rules for complex arguments and their JVPs).
     """
     bound = None if type(fn) is types.FunctionType else bound_call(fn)
     if bound is not None:   # a bound method, callable object or partial: its function's
         inner = compile_jvp(bound.func, bound.shift(wrt), optimize_code,
                             tuple((i + len(bound.args), flags) for i, flags in structure),
-                            demand)
+                            demand, complexes=complexes)
         return bound.wrap(inner, fn, wrt, "jvp")
     rest = None if packed else packed_rest(fn)
     if rest is not None:   # `def f(x, *rest)`: see compile_function
-        inner = compile_jvp(fn, rest.inner(wrt), optimize_code, (), None, packed=True)
+        inner = compile_jvp(fn, rest.inner(wrt), optimize_code, (), None, packed=True,
+                            complexes=complexes)
         return rest.wrap_jvp(inner, fn, wrt, runtime.tangent.zero_tangent)
     key = cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure), demand,
-                                     tuple(statics)))
+                                     tuple(statics), tuple(sorted(complexes))))
     with LOCK:
         hit = TANGENTS.valid(key)
         if hit is not None:
@@ -127,7 +130,7 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
         TANGENTS.enter()
         try:
             return _compile(fn, tuple(wrt), bool(optimize_code), key, tuple(structure),
-                            demand, tuple(statics))
+                            demand, tuple(statics), tuple(sorted(complexes)))
         finally:
             _IN_PROGRESS.discard(key)
             TANGENTS.leave()
@@ -136,9 +139,11 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
 def in_progress(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
                 structure: Tuple[Tuple[int, Any], ...] = (),
                 demand: Optional[Tuple[bool, ...]] = None,
-                statics: Tuple[Tuple[str, Any], ...] = ()) -> bool:
+                statics: Tuple[Tuple[str, Any], ...] = (),
+                complexes: Tuple[str, ...] = ()) -> bool:
     return cache_key(fn, tuple(wrt), ("jvp", bool(optimize_code), tuple(structure),
-                                      demand, tuple(statics))) in _IN_PROGRESS
+                                      demand, tuple(statics),
+                                      tuple(sorted(complexes)))) in _IN_PROGRESS
 
 
 def clear_cache() -> None:
@@ -153,14 +158,17 @@ def _inlined_classes(t) -> List[type]:
 
 
 def _compile(fn, wrt, optimize_code, key, structure=(), demand=None,
-             statics=()) -> CompiledJvp:
+             statics=(), complexes=()) -> CompiledJvp:
     return generate_for(fn, wrt, statics, lambda parsed: _generate(
-        fn, wrt, optimize_code, key, structure, demand, parsed))
+        fn, wrt, optimize_code, key, structure, demand, parsed, complexes))
 
 
-def _generate(fn, wrt, optimize_code, key, structure, demand, parsed) -> CompiledJvp:
+def _generate(fn, wrt, optimize_code, key, structure, demand, parsed,
+              complexes=()) -> CompiledJvp:
     nf = normalize(parsed)
-    activity = analyze(nf, wrt)
+    # (complex values take the rules for complex arguments and their JVPs; a rule
+    # whose JVP is not written for them is refused at its line by the transform)
+    activity = analyze(nf, wrt, complex_params=complexes, allow_complex=True)
     nf.node.body = fold_loop_items(nf.node.body, activity)
     t = Tangent(nf, activity, optimize_code, dict(structure), demand)
     fdef = t.run()

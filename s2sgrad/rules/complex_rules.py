@@ -17,7 +17,10 @@ linear functional dw -> Re(g dw), so:
 
 Only the rules listed here differentiate complex values; any other operation
 on a complex value on the gradient path is refused at its line, never given
-a real-analysis gradient. Each entry is checked against central differences in
+a real-analysis gradient. Forward mode takes the same rules: a JVP derived from
+a holomorphic or linear rule holds for complex values; the others have their
+own below, and an operation whose JVP is written for real values only (eigh,
+svd) is refused there. Each entry is checked against central differences in
 the real and imaginary parts (tests/test_complex.py).
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numpy_rules  # noqa: F401 - the entries marked here
-from .jvp_rules import pointwise, unsupported
+from .jvp_rules import defjvp, linear, pointwise
 from .registry import defcomplex, defvjp, holomorphic
 
 # --- holomorphic, or linear: the real rules as they are -----------------------------
@@ -45,17 +48,26 @@ holomorphic(
     ".T",
 )
 
-# --- not holomorphic: rules of their own ---------------------------------------------------
-defcomplex(np.absolute, "x", x="g * abs_direction(x)")
-defcomplex(np.real, "val", val="g")
-defcomplex(".real", "self", self="g")
-defcomplex(np.imag, "val", val="-1j * g")
-defcomplex(".imag", "self", self="-1j * g")
-defcomplex(np.conjugate, "x", x="np.conj(g)")
-defcomplex(".conj()", "self", self="np.conj(g)")
-defcomplex(".conjugate()", "self", self="np.conj(g)")
+# --- not holomorphic: rules of their own, and JVPs of their own (forward mode: the
+# change of the value for a change z_dot of the argument; |z|: Re(conj(z) z_dot) / |z|,
+# 0 at 0; angle(z): Im(conj(z) z_dot) / |z|^2) --------------------------------------------
+def _with_jvp(rule, **jvp: str) -> None:
+    defjvp(rule.name, complex_ok=True, **jvp)
+
+
+_with_jvp(defcomplex(np.absolute, "x", x="g * abs_direction(x)"),
+          x="np.real(np.conj(x) * x_dot) / np.where(ans == 0, 1.0, ans)")
+_with_jvp(defcomplex(np.real, "val", val="g"), val="np.real(val_dot)")
+_with_jvp(defcomplex(".real", "self", self="g"), self="np.real(self_dot)")
+_with_jvp(defcomplex(np.imag, "val", val="-1j * g"), val="np.imag(val_dot)")
+_with_jvp(defcomplex(".imag", "self", self="-1j * g"), self="np.imag(self_dot)")
+_with_jvp(defcomplex(np.conjugate, "x", x="np.conj(g)"), x="np.conj(x_dot)")
+_with_jvp(defcomplex(".conj()", "self", self="np.conj(g)"), self="np.conj(self_dot)")
+_with_jvp(defcomplex(".conjugate()", "self", self="np.conj(g)"), self="np.conj(self_dot)")
 defvjp(np.angle, "z, deg=False", z="0.0 * g")   # 0 or pi on real values: constant
-defcomplex(np.angle, "z, deg=False", z="g * angle_direction(z, deg)")
+_with_jvp(defcomplex(np.angle, "z, deg=False", z="g * angle_direction(z, deg)"),
+          z="np.imag(np.conj(z) * z_dot) / np.where(z == 0, 1.0, np.abs(z) ** 2) * "
+            "(180.0 / np.pi if deg else 1.0)")
 
 # --- Hermitian eigendecompositions: not holomorphic, but their real rules are written
 # for complex matrices too (eigh_grad: conj(V) (...) V^T made Hermitian; a loss that
@@ -96,9 +108,9 @@ defvjp(np.fft.ihfft, "a, n=None, axis=-1, norm=None", a="ihfft_grad(g, a, n, axi
 holomorphic(np.fft.rfft, np.fft.irfft, np.fft.rfft2, np.fft.rfftn, np.fft.irfft2,
             np.fft.irfftn, np.fft.hfft, np.fft.ihfft)
 
-# Forward mode takes real values only: the transforms' results are complex.
-for _name in ("np.fft.fft", "np.fft.ifft", "np.fft.fft2", "np.fft.ifft2", "np.fft.fftn",
-              "np.fft.ifftn", "np.fft.rfft", "np.fft.irfft", "np.fft.rfft2", "np.fft.rfftn",
-              "np.fft.irfft2", "np.fft.irfftn", "np.fft.hfft", "np.fft.ihfft"):
-    unsupported(_name, "its result is complex, and forward mode takes real values only")
+# Forward mode: every transform is linear over the reals (irfft and hfft read only the
+# Hermitian part), so its tangent is the transform of the tangent.
+linear("np.fft.fft", "np.fft.ifft", "np.fft.fft2", "np.fft.ifft2", "np.fft.fftn",
+       "np.fft.ifftn", "np.fft.rfft", "np.fft.irfft", "np.fft.rfft2", "np.fft.rfftn",
+       "np.fft.irfft2", "np.fft.irfftn", "np.fft.hfft", "np.fft.ihfft")
 pointwise("np.angle")   # (0 on real values)

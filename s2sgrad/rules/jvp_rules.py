@@ -66,6 +66,11 @@ class JvpRule:
     cast: str = ""            # "dtype": cast when dtype= is given; "always"
     vjp: Optional[Rule] = None
     texts: Dict[str, str] = field(default_factory=dict)
+    # Holds for complex arguments too: a JVP derived from a rule that holds for them
+    # (holomorphic: its VJP is g f'(z), the JVP f'(z) z_dot; or R-linear), or a
+    # template declared so (`defjvp(..., complex_ok=True)`); else forward mode refuses
+    # the operation on complex values.
+    complex_ok: bool = False
 
     def params(self) -> List[str]:
         return list(self.vjp.params) if self.vjp is not None else []
@@ -111,7 +116,8 @@ def reduction(name: str, param: str = "a", axis: str = "axis", keepdims: str = "
 
 def defjvp(func_or_name: Union[str, Callable], *, prelude: str = "", linear: Iterable[str] = (),
            joint: Optional[str] = None, joint_params: Iterable[str] = (),
-           broadcast: bool = False, cast: str = "", **parts: str) -> None:
+           broadcast: bool = False, cast: str = "", complex_ok: bool = False,
+           **parts: str) -> None:
     """Register the JVP of a function that has a VJP rule.
 
     Each keyword gives one parameter's contribution to the output tangent, a
@@ -133,7 +139,8 @@ def defjvp(func_or_name: Union[str, Callable], *, prelude: str = "", linear: Ite
                              f"VJP first with s2sgrad.defvjp")
         name = rule.name
     _register([name], kind="template", prelude=prelude, linear=tuple(linear), joint=joint,
-              joint_params=tuple(joint_params), broadcast=broadcast, cast=cast, parts=parts)
+              joint_params=tuple(joint_params), broadcast=broadcast, cast=cast, parts=parts,
+              complex_ok=complex_ok)
 
 
 def unsupported(name: str, why: str) -> None:
@@ -163,7 +170,9 @@ def _build(rule: Rule) -> Optional[JvpRule]:
             return _from_spec(rule, spec)
         except _Mismatch:
             pass  # the VJP rule was replaced by one with other parameters
-    if _is_pointwise(rule):
+    if _is_pointwise(rule) and not rule.name.endswith(" (complex)"):
+        # (a rule for complex arguments that is not holomorphic, np.abs's say: its
+        # VJP's template with the tangent for g is not its JVP; it needs one of its own)
         return _pointwise(rule)
     return None
 
@@ -195,7 +204,8 @@ def _pointwise(rule: Rule) -> JvpRule:
         preludes[param] = [_rename(s, {"g": tangent}) for s in rule.prelude]
         texts[param] = ast.unparse(parts[param])
     return JvpRule(rule.name, "pointwise, from the VJP (g replaced by the tangent)",
-                   parts=parts, part_preludes=preludes, broadcast=True, vjp=rule, texts=texts)
+                   parts=parts, part_preludes=preludes, broadcast=True, vjp=rule, texts=texts,
+                   complex_ok=rule.holomorphic)
 
 
 def _parse(text: str, where: str) -> ast.expr:
@@ -217,10 +227,11 @@ def _from_spec(rule: Rule, spec: dict) -> JvpRule:
         return _pointwise(rule)
     if kind == "linear":
         return JvpRule(rule.name, "linear: the function applied to the tangents",
-                       linear=frozenset(rule.grads), cast=spec.get("cast", ""), vjp=rule)
+                       linear=frozenset(rule.grads), cast=spec.get("cast", ""), vjp=rule,
+                       complex_ok=True)
     if kind == "multilinear":
         return JvpRule(rule.name, "multilinear: once per operand, with its tangent",
-                       multilinear=True, vjp=rule)
+                       multilinear=True, vjp=rule, complex_ok=True)
     if kind == "reduction":
         param = spec["param"]
         if param not in rule.grads:
@@ -246,7 +257,7 @@ def _from_spec(rule: Rule, spec: dict) -> JvpRule:
             texts[p] = t
         out = JvpRule(rule.name, "reduction: the VJP of ones weighs each output's slice",
                       parts=parts, part_preludes=preludes, vjp=rule, texts=texts,
-                      broadcast=True)
+                      broadcast=True, complex_ok=rule.holomorphic)
         _check_names(out)
         return out
     # an explicit template
@@ -260,7 +271,7 @@ def _from_spec(rule: Rule, spec: dict) -> JvpRule:
     out = JvpRule(rule.name, "template", parts=parts, linear=frozenset(spec.get("linear", ())),
                   joint=joint, joint_params=frozenset(spec.get("joint_params", ())),
                   prelude=prelude, broadcast=spec.get("broadcast", False),
-                  cast=spec.get("cast", ""), vjp=rule,
+                  cast=spec.get("cast", ""), vjp=rule, complex_ok=spec.get("complex_ok", False),
                   texts=dict(spec.get("parts", {}), **({"joint": spec["joint"]}
                                                        if spec.get("joint") else {})))
     _check_names(out)
@@ -440,8 +451,9 @@ defjvp("np.arange", joint="arange_jvp(start_dot, step_dot, ans, stop)",
        joint_params=("start", "stop", "step"))
 
 # -- linear algebra -----------------------------------------------------------------------------
-defjvp("np.linalg.inv", a="-ans @ a_dot @ ans")
-defjvp("np.linalg.solve", joint="solve_jvp(a, b, a_dot, b_dot, ans)", joint_params=("a", "b"))
+defjvp("np.linalg.inv", a="-ans @ a_dot @ ans", complex_ok=True)
+defjvp("np.linalg.solve", joint="solve_jvp(a, b, a_dot, b_dot, ans)", joint_params=("a", "b"),
+       complex_ok=True)
 defjvp("np.linalg.slogdet", joint="slogdet_jvp(a, a_dot, ans)", joint_params=("a",))
 defjvp("np.linalg.cholesky", a="cholesky_jvp(a_dot, ans, upper)")
 defjvp("np.linalg.eigh", joint="eigh_jvp(a_dot, ans, UPLO)", joint_params=("a",))

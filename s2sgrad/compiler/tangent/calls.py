@@ -62,8 +62,11 @@ class CallTangents:
         core.read([atoms[i] for i in wrt], fresh=False)
         base = fn.__name__ if fn.__name__ != "<lambda>" else "lambda"
         statics = sites.function_arguments(params, atoms, core.nf)
+        complexes = tuple(sorted(p.name for p, a in zip(params, atoms)
+                                 if isinstance(a, ast.Name) and a.id in core.act.complex_names))
         recursive = fn is core.parsed.fn and wrt == tuple(core.act.wrt) and \
-            not core.structure and core.demand is None and dict(statics) == core.parsed.statics
+            not core.structure and core.demand is None and \
+            dict(statics) == core.parsed.statics and not complexes
         # Specialise the callee: which items of tuple arguments carry tangents, and
         # which outputs' tangents this code reads at all.
         structure = tuple((i, core.state.struct[atoms[i].id]) for i in wrt
@@ -71,7 +74,7 @@ class CallTangents:
         demand = None
         if len(op.outputs) > 1 and not all(o in core.act.active for o in op.outputs):
             demand = tuple(o in core.act.active for o in op.outputs)
-        spec = (structure, demand, statics)
+        spec = (structure, demand, statics, complexes)
         if recursive:
             name = core.own_name          # a recursive call calls this very function
         else:
@@ -84,14 +87,14 @@ class CallTangents:
         if recursive:
             pass
         elif not reentry.tangent_in_progress(fn, wrt, core.optimize_code, structure, demand,
-                                             statics):
+                                             statics, complexes):
             callee = reentry.compile_tangent(fn, wrt, core.optimize_code, structure, demand,
-                                             False, statics)
+                                             False, statics, complexes)
             core.bindings[name] = callee.jvp
             core.compiled[name] = callee
             live_out = callee.output_live
         else:
-            core.late[name] = (fn, wrt, "jvp", structure, demand, False, statics)
+            core.late[name] = (fn, wrt, "jvp", structure, demand, False, statics, complexes)
         outs = op.outputs
         target = s.targets[0]
         primal_target = copy.deepcopy(target)

@@ -31,12 +31,21 @@ class RuleTangents:
         """The tangent of one call to a table rule: (statements, expression) or (.., None)."""
         core = self.core
         rule = op.rule
-        jr = jvp_rules.lookup(rule)
         node = getattr(op.call, "func", None) or value
+        complex_names = core.act.complex_names
+        touches_complex = bool(complex_names) and any(
+            n in complex_names for n in op.outputs + op.diff_inputs + op.other_inputs)
+        if touches_complex:   # (the analysis refused an operation without such a rule)
+            rule = rule.for_complex()
+        jr = jvp_rules.lookup(rule)
         if jr is None:
             why = jvp_rules.UNSUPPORTED.get(rule.name)
             raise core.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label}"
                            + (f": {why}" if why else ""), HINT_RULE)
+        if touches_complex and not jr.complex_ok:
+            raise core.err(node, f"forward mode does not differentiate {op.label} of complex "
+                           f"values (its JVP is written for real ones)",
+                           "Use reverse mode (grad, vjp) for this function.")
         slots: List[Tuple[str, Optional[int], ast.expr]] = []
         for param in rule.differentiable():
             atom = op.bound.get(param)
