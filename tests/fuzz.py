@@ -144,6 +144,7 @@ FEATURES = {
     "list_build": 0.9,       # L = [a, b, c], P = (a, b)
     "nested_list": 0.4,      # for W, b in [(x, y), (x * 2, y)] / PL = [(a, b), (c, d)]
     "list_append": 0.6,      # L = []; L.append(e)
+    "helper_append": 0.3,    # push_to(L, e): a helper appending to the caller's list
     "tuple_unpack": 0.4,     # a, b = P
     "while": 0.7,            # counters, data-dependent exits
     "break": 0.5,            # inside loops, on data
@@ -202,6 +203,10 @@ G2 = np.array([0.4, -0.7])
 G3 = np.array([0.3, -0.2, 0.5])
 G4 = np.array([0.1, 0.6, -0.3, 0.2])
 G23 = np.array([[0.2, -0.5, 0.3], [0.6, 0.1, -0.4]])
+
+
+def push_to(L, v, c=0.5):
+    L.append(np.tanh(v) * c + v * C1)
 """
 
 Layer = collections.namedtuple("Layer", ["W", "b"])  # the programs' records, as inputs
@@ -1467,15 +1472,24 @@ class ProgramGenerator(FamilyMixin):
             self.indent += 1
             self.ints.append((i, n))
             self.scopes.append({})
-            self.emit(f"{name}.append({item(i)})")
+            self.emit(self.append_to(name, item(i)))
             self.scopes.pop()
             self.ints.pop()
             self.indent -= 1
         else:
             n = self.rng.choice([1, 2])
             for _ in range(n):
-                self.emit(f"{name}.append({item(None)})")
+                self.emit(self.append_to(name, item(None)))
         return n
+
+    def append_to(self, name, value) -> str:
+        """`name.append(value)`, or a call of the module's helper that appends it
+        (push_to: inlined at the call, the list being the caller's)."""
+        if self.on("helper_append") and self.rng.random() < 0.5:
+            self.used["helper_append"] += 1
+            c = f", {self.const()}" if self.rng.random() < 0.5 else ""
+            return f"push_to({name}, {value}{c})"
+        return f"{name}.append({value})"
 
     def s_tuple_unpack(self):
         Ls = [L for L in self.lists() if len(L.elems) in (2, 3)]

@@ -108,18 +108,24 @@ _OWN = ("__code__", "__defaults__")
 
 
 def pair_bindings(fn: Callable, facts: Sequence[Binding], classes: Iterable[type] = (),
-                  with_jvp: bool = False) -> List[Binding]:
+                  with_jvp: bool = False,
+                  functions: Iterable[Callable] = ()) -> List[Binding]:
     """The bindings of a pair generated from `fn`: the free names its resolver
     looked up (`facts`), the function's own code and defaults, and for every
     `Function` class whose body was inlined (`classes`) where its methods come
-    from and the names those bodies read in their own module."""
+    from and the names those bodies read in their own module; for every helper
+    whose body was inlined (`functions`), its code and defaults and the names it
+    reads in its own module."""
     root = unwrap(fn)
     out = list(facts)
-    if isinstance(root, types.FunctionType):
-        out += [Binding(root, attr, getattr(root, attr)) for attr in _OWN]
-        if root.__code__.co_kwonlyargcount:   # without keyword-only parameters, unused
-            out.append(Binding(root, "__kwdefaults__", root.__kwdefaults__))
     caller = getattr(root, "__globals__", None)
+    for own in [root, *functions]:
+        if isinstance(own, types.FunctionType):
+            out += [Binding(own, attr, getattr(own, attr)) for attr in _OWN]
+            if own.__code__.co_kwonlyargcount:   # without keyword-only parameters, unused
+                out.append(Binding(own, "__kwdefaults__", own.__kwdefaults__))
+            if own is not root:
+                out += body_bindings(own, caller)
     done: set = set()
     for cls in classes:
         if id(cls) not in done:

@@ -177,7 +177,8 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
                                 not_inlined=not_inlined, statics=tuple(parsed.statics.items()),
                                 tolerance=t.nf.facts.tolerance,
                                 bindings=pair_bindings(fn, t.nf.resolver.facts,
-                                                       [s.cls for s in sites if s.inlined]))
+                                                       [s.cls for s in sites if s.inlined],
+                                                       functions=t.nf.inlined))
     compiled.cached_as = ((key, store, disk_key),)
     PAIRS[key] = compiled
     try:
@@ -196,7 +197,7 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
     except BaseException:
         PAIRS.pop(key, None)
         raise
-    if store is not None:
+    if store is not None and not t.nf.inlined:   # (inlined helpers: memory only)
         try:
             payload = _entry.make_entry(disk_key, compiled, t, emitted, code, closure_names,
                                         sites, chains)

@@ -189,7 +189,7 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed,
                            output_live=t.output_live, output_varied=t.output_varied,
                            not_inlined=list(t.not_inlined),
                            bindings=pair_bindings(fn, nf.resolver.facts, _inlined_classes(t),
-                                                  with_jvp=True))
+                                                  with_jvp=True, functions=nf.inlined))
     for name in sorted(t.compiled):
         if name in t.bindings and t.compiled[name] not in compiled.callees:
             compiled.callees.append(t.compiled[name])

@@ -24,7 +24,6 @@ from ..aliases import AliasFacts
 from ..facts import FunctionFacts
 from ..hoist import hoist_invariants
 from ..names import (
-    BRANCHES_AND_LOOPS,
     NameRegistry,
     assign_node,
     clone,
@@ -41,6 +40,7 @@ from .control import ControlRules
 from .expressions import ExpressionRules
 from .scope import (
     SCOPES,
+    assigned_in_compound,
     assigned_names,
     defs_bound_once,
     ends_in_jump,
@@ -55,6 +55,7 @@ from .scope import (
     snapshot_definitions,
     walk_scope,
 )
+from .special_calls import SpecialCalls
 from .statements import StatementRules
 from .sugar import desugar, eager_generator
 
@@ -77,6 +78,9 @@ class NormalForm:
     # another name (a Function's saved input) must be a copy.
     written_in_place: Set[str] = field(default_factory=set)
     bindings: Dict[str, Callable] = field(default_factory=dict)  # extra closure names
+    # Helpers whose bodies were inlined (normalize.helper_inline): the pair rests on
+    # their code too, and is kept in memory only.
+    inlined: List[Callable] = field(default_factory=list)
     # What the passes of this compile note about its nodes (normalise's resolutions
     # of names and calls, statements' guards and copies, ...).
     facts: FunctionFacts = field(default_factory=FunctionFacts)
@@ -95,13 +99,14 @@ def normalize(parsed: ParsedFunction) -> NormalForm:
 class _Normalizer:
     """The pass's state and driver; what it does to statements, control flow,
     expressions and calls are its parts (`self.statements`, `self.control`,
-    `self.expressions`, `self.calls`), each in a module of its own."""
+    `self.expressions`, `self.calls`, `self.special`), each in a module of its own."""
 
     def __init__(self, parsed: ParsedFunction):
         self.statements = StatementRules(self)
         self.control = ControlRules(self)
         self.expressions = ExpressionRules(self)
         self.calls = CallRules(self)
+        self.special = SpecialCalls(self)
         self.p = parsed
         self.facts = FunctionFacts()   # what this compile's passes note about its nodes
         fdef = parsed.node
@@ -156,6 +161,8 @@ class _Normalizer:
         self.owned: Set[str] = set()
         self.origin: Optional[ast.stmt] = None
         self.loop_depth = 0
+        self.inlined: List[Callable] = []      # helpers inlined (normalize.helper_inline)
+        self.inlining: Set[Callable] = set()   # ... those being inlined now
 
     # -- helpers -------------------------------------------------------------
     def err(self, node, message, hint=None):
@@ -236,7 +243,7 @@ class _Normalizer:
             self.resolver.locals.add(collected[0].targets[0].id)
         plain = desugar(body, self.resolver)   # (a copy, where there is sugar to remove)
         body = self._lift_returns(plain if plain is not None else body)
-        self.unversioned = self._assigned_in_compound(body)
+        self.unversioned = assigned_in_compound(body)
         self.resolver.locals |= assigned_names(body)
         pristine = body   # never changed: a round that may be redone normalises a copy
         # Only an augmented assignment can make a round be redone (see below): without
@@ -275,7 +282,8 @@ class _Normalizer:
                           lists=set(self.lists), tuples=set(self.tuple_names),
                           dicts=set(self.dict_names),
                           written_in_place=names_written_in_place(aliases),
-                          bindings=dict(self.bindings), facts=self.facts)
+                          bindings=dict(self.bindings), facts=self.facts,
+                          inlined=list(self.inlined))
 
     def _protect_in_place_writes(self, aliases: AliasFacts, body: List[ast.stmt]) -> None:
         """User variables that would see an in-place write are an error; temporaries
@@ -316,18 +324,6 @@ class _Normalizer:
                             node.targets[0].id == name and \
                             isinstance(node.value, ast.Name) and node.value.id == other:
                         self.facts.stmts.note(node, snapshot=True)
-
-    @staticmethod
-    def _assigned_in_compound(body: List[ast.stmt]) -> Set[str]:
-        """Names assigned inside a branch or loop keep one name (no SSA versions)."""
-        out: Set[str] = set()
-        module = ast.Module(body=body, type_ignores=[])
-        for node in walk_scope(module):
-            if node.__class__ in BRANCHES_AND_LOOPS:
-                out |= assigned_names(node.body + node.orelse)
-                if isinstance(node, ast.For):
-                    out |= assigned_names([node.target])
-        return out
 
     def _lift_returns(self, body: List[ast.stmt]) -> List[ast.stmt]:
         """Give the function a single final `return`, moving early returns' tails."""

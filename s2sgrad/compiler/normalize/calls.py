@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import ast
 import inspect
-import types
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ...errors import TransformError
 from .. import reentry
 from ..loader import lift_def, lift_lambda
 from ..names import RESERVED_PREFIX, clone, copy_location, name_node, name_nodes
-from ..parse import parse_function
 from . import spelled
-from .closures import NotSpecialisable, Passed, bind_arguments, specialised
-from .scope import assigned_names, bind_functional, dotted, is_api, static_true
+from .scope import (
+    assigned_names,
+    bind_functional,
+    dotted,
+    is_api,
+    static_true,
+)
 
 
 class CallRules:
@@ -126,7 +128,7 @@ class CallRules:
                                 "*args or keyword-only parameters",
                                 "Give the lambda plain parameters, or define a function.")
         fn, free = self.differentiated_function(lam, expr)
-        return self._call_of(fn, [], {}, expr, free, out)
+        return self.call_of(fn, [], {}, expr, free, out)
 
     def functions_passed(self, expr: ast.Call) -> ast.Call:
         """`apply_twice(sq, x)` or `apply_twice(lambda z: ..., x)` to a function of
@@ -149,60 +151,6 @@ class CallRules:
                                       keywords=[ast.keyword(arg=k.arg, value=passed(k.value))
                                                 for k in expr.keywords]), expr)
 
-    def closures_passed(self, expr: ast.Call, helper: types.FunctionType,
-                        out) -> Optional[ast.expr]:
-        """`apply(act, x)` where `act` is a def or lambda of this function that reads
-        its variables: a call of a copy of `apply` made for it (normalize.closures),
-        the variables passed at the call; None when no argument is such a closure."""
-        core = self.core
-        try:
-            bound = bind_arguments(helper, expr)
-        except TypeError:
-            return None
-        passed: List[Passed] = []
-        for param, value in bound.arguments.items():
-            node = value
-            if isinstance(value, ast.Name) and value.id in core.lambdas:
-                node = core.lambdas[value.id]
-            elif not (isinstance(value, ast.Lambda) or
-                      (isinstance(value, ast.Name) and value.id in core.local_defs)):
-                continue
-            fn, free = self.differentiated_function(node, value)
-            if free:
-                passed.append(Passed(param, fn, tuple(free)))
-        if not passed:
-            return None
-        first = bound.arguments[passed[0].param]
-        try:
-            copied, kept = specialised(helper, parse_function(helper), passed)
-        except (NotSpecialisable, TransformError) as exc:
-            reason = exc.reason if isinstance(exc, TransformError) else str(exc)
-            raise core.err(first, f"this function, passed to {helper.__name__}, reads "
-                           f"{', '.join(passed[0].free)} of the function around it, and "
-                           f"{helper.__name__} cannot be compiled for it: {reason}",
-                           "Pass those values as arguments too, or define the function "
-                           "at module level.") from None
-        args = [self._argument(bound.arguments[name]) for name in kept]
-        removed = {p.param for p in passed}
-        keywords = [ast.keyword(arg=p.name, value=self._argument(bound.arguments[p.name]))
-                    for p in bound.signature.parameters.values()
-                    if p.kind is p.KEYWORD_ONLY and p.name not in removed]
-        call = self.functions_passed(copy_location(
-            ast.Call(func=expr.func, args=args, keywords=keywords), expr))
-        return self._call_of(copied, [], {}, call, [v for p in passed for v in p.free], out)
-
-    def _argument(self, value) -> ast.expr:
-        """An argument of a call as a node: itself, or the default value the helper
-        would use (a constant, or a name bound to it in the generated code)."""
-        if isinstance(value, ast.AST):
-            return value
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return ast.Constant(value=value)
-        name = self.core.names.fresh("default")
-        self.core.bindings[name] = value
-        self.core.resolver.bound[name] = value
-        return name_node(name)
-
     def refuse_unsure_partial(self, expr: ast.expr) -> None:
         if isinstance(expr, ast.Name) and expr.id in self.core.partials_unsure:
             raise self.core.err(expr, f"{expr.id} holds a functools.partial made in a branch or a "
@@ -222,7 +170,7 @@ class CallRules:
                                 "that are not constants",
                                 "Give it plain parameters, or define it at module level.")
         fn, free = self.differentiated_function(node, expr)
-        return self._call_of(fn, [], {}, expr, free, out)
+        return self.call_of(fn, [], {}, expr, free, out)
 
     def record(self, expr: ast.Call, cls, out) -> ast.expr:
         """`Layer(W, b=x)` of a namedtuple class: the tuple of its fields in order (a
@@ -272,9 +220,9 @@ class CallRules:
             name = core.names.fresh(f"bound_{key}")
             core.bindings[name] = value
             keywords[key] = name_node(name)
-        return self._call_of(bound.func, prefix, keywords, expr, [], out)
+        return self.call_of(bound.func, prefix, keywords, expr, [], out)
 
-    def _call_of(self, fn, prefix, keywords, expr: ast.Call, free, out) -> ast.expr:
+    def call_of(self, fn, prefix, keywords, expr: ast.Call, free, out) -> ast.expr:
         core = self.core
         name = core.names.fresh(fn.__name__ if fn.__name__ != "<lambda>" else "lambda")
         core.bindings[name] = fn

@@ -394,9 +394,9 @@ class ExpressionRules:
                 return core.calls.record(expr, obj, out)
             rule = registry.lookup_function(obj)
             if rule is None and isinstance(obj, types.FunctionType):
-                copied = core.calls.closures_passed(expr, obj, out)
-                if copied is not None:
-                    return copied
+                special = core.special.special_call(expr, obj, out)
+                if special is not None:
+                    return special
                 expr = core.calls.functions_passed(expr)   # (a def or lambda of this function)
             opaque = rule is None and not registry.is_nondiff(obj) and \
                 not registry.is_constructor(obj)

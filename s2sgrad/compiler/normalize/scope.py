@@ -14,7 +14,14 @@ from ...rules import registry
 from ..aliases import AliasFacts
 from ..callables import bound_call
 from ..facts import ExprFacts, NodeFacts, StmtFact
-from ..names import SIMPLE_STATEMENTS, child_fields, clone, copy_location, name_nodes
+from ..names import (
+    BRANCHES_AND_LOOPS,
+    SIMPLE_STATEMENTS,
+    child_fields,
+    clone,
+    copy_location,
+    name_nodes,
+)
 
 _OP_WORDS = {ast.Add: "plus", ast.Sub: "minus", ast.Mult: "times", ast.Div: "div",
              ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow",
@@ -415,3 +422,15 @@ def output_count(resolver, value: ast.expr) -> int:
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
         return 1
     return max(len(params) - 1, 1)
+
+
+def assigned_in_compound(body: List[ast.stmt]) -> Set[str]:
+    """Names assigned inside a branch or loop keep one name (no SSA versions)."""
+    out: Set[str] = set()
+    module = ast.Module(body=body, type_ignores=[])
+    for node in walk_scope(module):
+        if node.__class__ in BRANCHES_AND_LOOPS:
+            out |= assigned_names(node.body + node.orelse)
+            if isinstance(node, ast.For):
+                out |= assigned_names([node.target])
+    return out

@@ -54,7 +54,8 @@ class StatementRules:
             if spelled.extend_as_appends(core, s, value, out):
                 return
             call = core.expressions.call(value, out)
-            core.emit(out, ast.Expr(value=call), s)
+            if not isinstance(call, ast.Constant):   # (an inlined helper's None: nothing)
+                core.emit(out, ast.Expr(value=call), s)
         else:
             core.emit(out, ast.Expr(value=core.rename_loads(value)), s)
 
