@@ -112,6 +112,18 @@ def check_vjp(f, args, wrt=None, seed=0, rtol=1e-6, atol=1e-7):
     return grads
 
 
+def check_jvp(f, args, tangents, eps=EPS, rtol=1e-6, atol=1e-8):
+    """functional.jvp of f at args along tangents against central differences along
+    them (and its output against f's)."""
+    from s2sgrad import functional
+    out, tangent = functional.jvp(f, tuple(args), tuple(tangents))
+    up = f(*[a + eps * t for a, t in zip(args, tangents)])
+    down = f(*[a - eps * t for a, t in zip(args, tangents)])
+    np.testing.assert_allclose(out, f(*args), rtol=1e-12)
+    np.testing.assert_allclose(tangent, (up - down) / (2 * eps), rtol=rtol, atol=atol)
+    return tangent
+
+
 def import_source(directory, name: str, source: str):
     """Write `source` to directory/name.py and import it as module `name`
     (s2sgrad reads functions' source, so test cases live in real files)."""

@@ -8,7 +8,7 @@ derivative too; uses of the parameter other than calls keep the refusal.
 """
 import numpy as np
 import pytest
-from conftest import check_vjp, numeric_grad
+from conftest import check_jvp, check_vjp, numeric_grad
 
 import s2sgrad
 from s2sgrad import functional
@@ -137,14 +137,7 @@ def test_the_helper_is_a_copy_made_for_the_closure(mod):
 
 @pytest.mark.parametrize("shapes", SHAPES)
 def test_forward_mode_through_the_copy(mod, shapes):
-    W, x = _args(shapes, seed=1)
-    tW, tx = _args(shapes, seed=2)
-    out, tangent = functional.jvp(mod.def_closure, (W, x), (tW, tx))
-    eps = 1e-6
-    expected = (mod.def_closure(W + eps * tW, x + eps * tx)
-                - mod.def_closure(W - eps * tW, x - eps * tx)) / (2 * eps)
-    np.testing.assert_allclose(out, mod.def_closure(W, x), rtol=1e-12)
-    np.testing.assert_allclose(tangent, expected, rtol=1e-6, atol=1e-8)
+    check_jvp(mod.def_closure, _args(shapes, seed=1), _args(shapes, seed=2))
 
 
 def test_a_second_derivative_through_the_copy(mod):

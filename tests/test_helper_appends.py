@@ -8,7 +8,7 @@ a Hessian-vector product too; what cannot be inlined exactly is refused.
 """
 import numpy as np
 import pytest
-from conftest import check_vjp, numeric_grad
+from conftest import check_jvp, check_vjp, numeric_grad
 
 import s2sgrad
 from s2sgrad import functional
@@ -123,12 +123,7 @@ def test_the_helper_body_stands_at_the_call_with_its_own_names(mod):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_forward_mode_and_a_second_derivative(mod, shape):
     W, x = _args(shape, seed=1)
-    tW, tx = _args(shape, seed=2)
-    _, tangent = functional.jvp(mod.looped, (W, x), (tW, tx))
-    eps = 1e-6
-    expected = (mod.looped(W + eps * tW, x + eps * tx)
-                - mod.looped(W - eps * tW, x - eps * tx)) / (2 * eps)
-    np.testing.assert_allclose(tangent, expected, rtol=1e-6, atol=1e-8)
+    check_jvp(mod.looped, [W, x], _args(shape, seed=2))
     grad_W = s2sgrad.grad(mod.layers, wrt=0)
     v = np.random.default_rng(3).standard_normal(W.shape)
     _, hv = functional.hvp(lambda w: mod.layers(w, x), W, v)
