@@ -145,6 +145,7 @@ FEATURES = {
     "nested_list": 0.4,      # for W, b in [(x, y), (x * 2, y)] / PL = [(a, b), (c, d)]
     "list_append": 0.6,      # L = []; L.append(e)
     "helper_append": 0.3,    # push_to(L, e): a helper appending to the caller's list
+    "fused_softmax": 0.3,    # z - max(z); z - log(sum(exp(z))): softmax & co. written out
     "tuple_unpack": 0.4,     # a, b = P
     "while": 0.7,            # counters, data-dependent exits
     "break": 0.5,            # inside loops, on data
@@ -1043,6 +1044,7 @@ class ProgramGenerator(FamilyMixin):
             ("nested_list", 1.0 if nested_ok else 0.0, self.s_nested_list),
             ("list_append", 1.0 if nested_ok else 0.0, self.s_list_append),
             ("tuple_unpack", 1.0, self.s_tuple_unpack),
+            ("fused_softmax", 1.0, self.s_fused_softmax),
             ("while", 1.0 if nested_ok else 0.0, self.s_while),
             ("early_return", 1.0 if not self.loop_depth else 0.0, self.s_early_return),
             ("multi_output_apply", 1.0, self.s_sincos),
@@ -1490,6 +1492,33 @@ class ProgramGenerator(FamilyMixin):
             c = f", {self.const()}" if self.rng.random() < 0.5 else ""
             return f"push_to({name}, {value}{c})"
         return f"{name}.append({value})"
+
+    def s_fused_softmax(self):
+        """Softmax, log-softmax or logsumexp written out with the maximum subtracted
+        (recognised as one call: normalize/fused.py), now and then in a form the
+        recognition must leave alone (the shifted value read again)."""
+        shape = self.rng.choice([(2, 3), (3,), (4,)])
+        v = self.fresh("sm")
+        axis = self.rng.choice([-1, len(shape) - 1] if len(shape) == 2 else [0, -1])
+        ax = f"axis={axis}, keepdims=True"
+        self.emit(f"{v} = {self.expr(shape, 1)}")
+        form = self.rng.choice(["log_softmax", "softmax", "logsumexp", "reread"])
+        if form in ("log_softmax", "reread"):
+            self.emit(f"{v} = {v} - np.max({v}, {ax})")
+            self.emit(f"{v}_l = {v} - np.log(np.sum(np.exp({v}), {ax}))")
+            out = f"{v}_l * 0.5" + (f" + {v} * 0.1" if form == "reread" else "")
+        elif form == "softmax":
+            self.emit(f"{v} = {v} - np.max({v}, {ax})")
+            self.emit(f"{v}_p = np.exp({v})")
+            self.emit(f"{v}_p = {v}_p / np.sum({v}_p, {ax})")
+            out = f"{v}_p"
+        else:
+            self.emit(f"{v}_m = np.max({v}, {ax})")
+            self.emit(f"{v}_l = {v}_m + np.log(np.sum(np.exp({v} - {v}_m), {ax}))")
+            out = f"{v}_l"
+        o = self.fresh("sm")
+        self.emit(f"{o} = np.tanh({out})")
+        self.declare(Var(o, shape, True))
 
     def s_tuple_unpack(self):
         Ls = [L for L in self.lists() if len(L.elems) in (2, 3)]

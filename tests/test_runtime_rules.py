@@ -17,6 +17,7 @@ from s2sgrad.runtime.reverse import split_as_items as sai
 from s2sgrad.runtime.arrays import as_array as aa
 from s2sgrad.runtime.shapes import swap_last_axes as sla, sum_to_shape as sts
 from s2sgrad.runtime.tangent import like_returned as lr, unlike_returned as ul
+from s2sgrad.runtime.fused import log_softmax as lsm, softmax as sm, logsumexp as lse
 from s2sgrad.runtime.inplace import (copy_value as cv, snapshot as sn, add as ad,
                                      copy_item as ci, scatter_add as sa, with_zeroed as wz,
                                      with_item as wi, push, last, drop_last,
@@ -124,6 +125,15 @@ def f_last_grad(x, y):
     grads = lg(x * y, [y, y * 2.0, x])
     return grads[2] * 3.0 + grads[0]
 
+def f_log_softmax(x, w):
+    return lsm(x * 1.5, 1) * w + lsm(np.sin(x), -1)
+
+def f_softmax(x, w):
+    return sm(x, 0) * w + sm(x * x, -1)
+
+def f_logsumexp(x, w):
+    return lse(x * 2.0, 1, False, True) * np.sum(w) + np.sum(lse(np.sin(x), 0, True, False))
+
 def f_lists(x, y):
     items = [x * 2.0, y]
     more = push(items, x * y)
@@ -138,6 +148,12 @@ def m(tmp_path_factory):
 
 # (function, argument shapes, positions differentiated, rules exercised)
 CASES = [
+    ("f_log_softmax", [(2, 3), (2, 3)], [0], ["_s2s_log_softmax"]),
+    ("f_log_softmax", [(3, 4), (4,)], [0, 1], ["_s2s_log_softmax"]),
+    ("f_softmax", [(2, 3), (2, 3)], [0], ["_s2s_softmax"]),
+    ("f_softmax", [(3, 2), (2,)], [0, 1], ["_s2s_softmax"]),
+    ("f_logsumexp", [(2, 3), (2,)], [0], ["_s2s_logsumexp"]),
+    ("f_logsumexp", [(3, 4), (1,)], [0, 1], ["_s2s_logsumexp"]),
     ("f_unbroadcast", [(2, 3), (3,)], [0], ["_s2s_unbroadcast"]),
     ("f_unbroadcast", [(4, 1), (1, 1)], [0], ["_s2s_unbroadcast"]),
     ("f_unbroadcast_matmul", [(2, 4), (4, 3), (3,)], [0], ["_s2s_unbroadcast_matmul"]),

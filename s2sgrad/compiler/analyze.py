@@ -255,8 +255,11 @@ def _rule_makes_leaf(op: Op, leaves: Set[str]) -> bool:
         # would concatenate or repeat) is refused where it runs (sequence_guard).
         return True
     if op.callee is not None:
-        module = (getattr(op.callee, "__module__", "") or "").split(".")[0]
-        return module in ("numpy", "scipy") and not registry.returns_an_argument(op.callee)
+        full = getattr(op.callee, "__module__", "") or ""
+        if full == "s2sgrad.runtime.fused":   # (softmax & co., recognised: an array)
+            return True
+        return full.split(".")[0] in ("numpy", "scipy") and \
+            not registry.returns_an_argument(op.callee)
     return all(n in leaves for n in op.diff_inputs)   # a method or attribute of leaves
 
 

@@ -467,6 +467,12 @@ defjvp("np.linalg.matrix_power", a="matrix_power_jvp(a_dot, a, n)")
 defjvp("np.linalg.eig", joint="eig_jvp(a_dot, ans)", joint_params=("a",))
 defjvp("np.linalg.eigvals", a="eigvals_jvp(a_dot, a)")
 
+# -- softmax, log-softmax and logsumexp written out (normalize/fused.py) ----------------------
+defjvp("_s2s_log_softmax", x="x_dot - np.sum(np.exp(ans) * x_dot, axis=axis, keepdims=True)")
+defjvp("_s2s_softmax", x="ans * (x_dot - np.sum(ans * x_dot, axis=axis, keepdims=True))")
+defjvp("_s2s_logsumexp", x="np.sum(np.exp(x - expand_reduced(ans, x, axis, keepdims)) * x_dot, "
+                          "axis=axis, keepdims=keepdims)")
+
 # -- scipy.special (the rules exist only when SciPy imports) -----------------------------------
 defjvp("scipy.special.softmax", x="ans * (x_dot - np.sum(x_dot * ans, axis=axis, keepdims=True))")
 defjvp("scipy.special.log_softmax",

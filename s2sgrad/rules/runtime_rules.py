@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import runtime
 from ..runtime import arrays as runtime_arrays
+from ..runtime import fused as runtime_fused
 from ..runtime import inplace as runtime_inplace
 from ..runtime import reverse as runtime_reverse
 from ..runtime import shapes as runtime_shapes
@@ -97,3 +98,13 @@ defvjp(runtime_shapes.sum_to_shape, "value, shape",
 nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.backwards,
         runtime.keys, runtime.detached, runtime_arrays.size_of)
 constructors(runtime.zeros_like, runtime.ones_like, runtime.seed, runtime.unit)
+
+# -- softmax, log-softmax and logsumexp written out (normalize/fused.py) -------------------------
+defvjp(runtime_fused.log_softmax, "x, axis",
+       x="g - np.exp(ans) * np.sum(g, axis=axis, keepdims=True)", name="_s2s_log_softmax")
+defvjp(runtime_fused.softmax, "x, axis",
+       x="ans * (g - np.sum(g * ans, axis=axis, keepdims=True))", name="_s2s_softmax")
+defvjp(runtime_fused.logsumexp, "x, axis, keepdims, max_first",
+       x="np.exp(x - expand_reduced(ans, x, axis, keepdims)) * "
+         "expand_reduced(g, x, axis, keepdims)",
+       name="_s2s_logsumexp")

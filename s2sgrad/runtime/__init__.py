@@ -10,6 +10,7 @@ One module per topic; importing the package registers every helper in
 - `tangent`: forward mode's zero tangents, casts and decompositions;
 - `numpy_grads`: the helpers the NumPy rules' templates call;
 - `complex_grads`: those of the rules for complex arguments;
+- `fused`: softmax, log-softmax and logsumexp written out, as one operation each;
 - `ode`: scipy.integrate.odeint's adjoint method and forward sensitivities;
 - `second_order`: their Hessian-vector products and transposes (grad of grad).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from . import (  # noqa: F401
     complex_grads,
+    fused,
     inplace,
     numpy_grads,
     ode,

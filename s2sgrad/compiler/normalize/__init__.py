@@ -38,6 +38,7 @@ from ..resolve import Resolver
 from .calls import CallRules
 from .control import ControlRules
 from .expressions import ExpressionRules
+from .fused import fuse_reductions
 from .scope import (
     SCOPES,
     assigned_in_compound,
@@ -254,6 +255,7 @@ class _Normalizer:
         while True:
             out: List[ast.stmt] = []
             self.statements.block(pristine if in_place else clone(pristine), out)
+            out = fuse_reductions(out, self.facts)   # (softmax & co. written out: one call)
             aliases = AliasFacts(out, self.resolver.locals | self.names.taken,
                                  self.lists | self.dict_names, self.facts.exprs)
             redo = {u for u in self.rebound_augassign if aliases.shared_with_user(u,
