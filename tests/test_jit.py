@@ -62,6 +62,19 @@ def reductions(x, w):
     return np.mean(y * np.log(s)) + np.sum(x.T @ x) * 0.01
 
 
+def stable_softmaxes(z, w):
+    # softmax, log-softmax and logsumexp written out (one call each: normalize/fused.py)
+    s = z - np.max(z, axis=-1, keepdims=True)
+    p = np.exp(s)
+    p = p / np.sum(p, axis=-1, keepdims=True)
+    t = z * w
+    t = t - np.max(t, axis=1, keepdims=True)
+    logp = t - np.log(np.sum(np.exp(t), axis=1, keepdims=True))
+    m = np.max(z, axis=1, keepdims=True)
+    ll = m[:, 0] + np.log(np.sum(np.exp(z - m), axis=1))
+    return np.sum(p * logp) + np.sum(ll ** 2)
+
+
 def broadcasting(x, row, c):
     y = x * row + c                             # (3, 4) * (4,) + scalar
     return np.sum(np.sin(y) * y) / x.shape[0]
@@ -231,6 +244,17 @@ def test_new_arrays_and_reductions_of_expressions_call_cached_helpers():
         assert helper in source, source
     _check(new_arrays_and_reductions, (x,), 0)
     _check(new_arrays_and_reductions, (_rng().standard_normal((2, 7)),), 0)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (2, 7)])
+def test_softmax_and_logsumexp_have_numba_versions(shape):
+    pytest.importorskip("numba")
+    rng = _rng()
+    args = (rng.standard_normal(shape) * 2.0, rng.standard_normal(shape[-1]))
+    source = jit_source(stable_softmaxes, *args, wrt=(0, 1))
+    for helper in ("_nb_softmax(", "_nb_log_softmax(", "_nb_logsumexp("):
+        assert helper in source, source
+    _check(stable_softmaxes, args, (0, 1))
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (2, 7)])

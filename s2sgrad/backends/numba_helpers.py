@@ -1100,6 +1100,92 @@ for _name, _op, _mean in (("reduce_sum", 0, False), ("reduce_max", 1, False),
     overload(_stub(_make_stub), prefer_literal=True)(_reduce_overload(_op, _mean))
 
 
+# -- softmax, log-softmax and logsumexp (runtime/fused.py), along the last axis --------
+def _last_axis(x, axis) -> bool:
+    """A float array and a constant axis naming its last one (other axes: the NumPy
+    backend)."""
+    k = _literal(axis)
+    if not (_arr(x) and isinstance(x.dtype, types.Float) and x.ndim >= 1 and
+            isinstance(k, int) and k % x.ndim == x.ndim - 1):
+        raise TypingError("along the last axis of a float array only")
+    return True
+
+
+@register_jitable
+def _rows(x):
+    n = x.shape[-1]
+    return np.ascontiguousarray(x).reshape((-1, n)), n
+
+
+@_stub
+def log_softmax(x, axis):
+    pass
+
+
+@overload(log_softmax, prefer_literal=True)
+def _log_softmax(x, axis):
+    _last_axis(x, axis)
+
+    def impl(x, axis):
+        rows, n = _rows(x)
+        out = np.empty_like(rows)
+        for i in range(rows.shape[0]):
+            m = np.max(rows[i])
+            for j in range(n):
+                out[i, j] = rows[i, j] - m
+            out[i] -= np.log(np.sum(np.exp(out[i])))
+        return out.reshape(x.shape)
+    return impl
+
+
+@_stub
+def softmax(x, axis):
+    pass
+
+
+@overload(softmax, prefer_literal=True)
+def _softmax(x, axis):
+    _last_axis(x, axis)
+
+    def impl(x, axis):
+        rows, n = _rows(x)
+        out = np.empty_like(rows)
+        for i in range(rows.shape[0]):
+            m = np.max(rows[i])
+            for j in range(n):
+                out[i, j] = np.exp(rows[i, j] - m)
+            out[i] /= np.sum(out[i])
+        return out.reshape(x.shape)
+    return impl
+
+
+@_stub
+def logsumexp(x, axis, keepdims, max_first):
+    pass
+
+
+@overload(logsumexp, prefer_literal=True)
+def _logsumexp(x, axis, keepdims, max_first):
+    _last_axis(x, axis)
+    keep = _literal(keepdims)
+    if not isinstance(keep, bool):
+        raise TypingError("keepdims must be a constant")
+
+    def rows_of(x):
+        rows, n = _rows(x)
+        out = np.empty(rows.shape[0], dtype=rows.dtype)
+        for i in range(rows.shape[0]):
+            m = np.max(rows[i])
+            out[i] = m + np.log(np.sum(np.exp(rows[i] - m)))
+        return out
+    rows_of = register_jitable(rows_of)
+    if keep:
+        return lambda x, axis, keepdims, max_first: rows_of(x).reshape(x.shape[:-1] + (1,))
+    if x.ndim == 1:
+        return lambda x, axis, keepdims, max_first: rows_of(x)[0]
+    return lambda x, axis, keepdims, max_first: rows_of(x).reshape(x.shape[:-1])
+
+
 # -- specialised helpers: what the rewrite calls when it knows the argument kinds ----
 # Each is one cached function (numba compiles it per signature, once per machine);
 # the generic overloads above remain for kinds the rewrite could not infer.

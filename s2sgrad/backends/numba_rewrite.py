@@ -59,6 +59,7 @@ NUMBA_HELPERS = frozenset({
     "dot_grad_a", "dot_grad_b", "balanced_max_mask", "safe_log", "clip_grads", "clip_grad_a",
     "real_only", "add_at", "copy_item", "restore_item", "zero_item", "accumulate",
     "add", "transpose_grad", "extremum_grad", "safe_divide", "none_to_zero",
+    "log_softmax", "softmax", "logsumexp",
 })
 
 # Run-time checks that a value is not a list, tuple or dict, or not complex
