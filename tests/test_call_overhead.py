@@ -189,3 +189,26 @@ def test_vjp_fast_path_follows_code_defaults_and_names(m):
     m.helper = lambda x: x * 3.0            # a name the pair was generated for
     _, pullback = s2sgrad.vjp(m.calls_helper, y)
     np.testing.assert_allclose(pullback(1.0)[0], 18.0 * y)
+
+
+def test_a_loop_keeps_one_shared_description_per_shape_not_an_array_per_step():
+    """What the adjoint keeps of a value it reads only for its shape is the one
+    ArrayMeta of that shape and dtype: a loop that keeps one per step holds a
+    pointer per step (small arrays were once kept whole), and the gradient is the
+    same (against differences, on two shapes)."""
+    from conftest import check_vjp
+
+    from s2sgrad.runtime import ArrayMeta, meta
+    a, b = np.ones(8), np.zeros(8)
+    assert meta(a) is meta(b) and isinstance(meta(a), ArrayMeta)
+    assert meta(np.ones(8, dtype=np.float32)) is not meta(a)
+    assert meta(2.5) == 2.5 and meta([a]) == [a]
+
+    def steps(y, W):
+        for _ in range(5):
+            k = np.tanh(W @ y)
+            y = y + 0.1 * k * 0.5
+        return np.sum(y ** 2)
+    for n in (3, 8):
+        rng = np.random.default_rng(n)
+        check_vjp(steps, [rng.standard_normal(n), rng.standard_normal((n, n)) * 0.5])

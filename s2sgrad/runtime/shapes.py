@@ -27,7 +27,8 @@ def shape_of(x: Any) -> Tuple[int, ...]:
 
 
 class ArrayMeta:
-    """Shape and dtype of an array the adjoint needs only for its shape.
+    """Shape and dtype of an array the adjoint needs only for its shape (shared
+    between arrays of one shape and dtype: never changed once made).
 
     The forward keeps this instead of the array when no rule reads the values,
     so intermediate arrays are not held alive just to undo broadcasting.
@@ -53,14 +54,23 @@ class ArrayMeta:
 helper(size_of)   # generated code's `_s2s_size_of(x)`: np.size(x), in any array library
 
 
+# One description per shape and dtype, shared: a loop that keeps one per step keeps a
+# pointer per step, not an object (nor the array itself, as small arrays once were).
+_METAS: dict = {}
+
+
 @helper
 def meta(x):
-    """What the adjoint keeps of a value it reads only for shape and dtype.
-
-    Small arrays are kept as they are (cheaper than describing them).
-    """
-    if type(x) is np.ndarray and x.size > _SMALL:
-        return ArrayMeta(x.shape, x.dtype)
+    """What the adjoint keeps of a value it reads only for shape and dtype: the
+    shared ArrayMeta of its shape and dtype (an ndarray's; anything else as it is)."""
+    if type(x) is np.ndarray:
+        key = (x.shape, x.dtype)
+        known = _METAS.get(key)
+        if known is None:
+            if len(_METAS) >= 4096:   # (shapes without end: start again)
+                _METAS.clear()
+            known = _METAS[key] = ArrayMeta(x.shape, x.dtype)
+        return known
     return x
 
 
