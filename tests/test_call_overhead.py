@@ -203,6 +203,10 @@ def test_a_loop_keeps_one_shared_description_per_shape_not_an_array_per_step():
     assert meta(a) is meta(b) and isinstance(meta(a), ArrayMeta)
     assert meta(np.ones(8, dtype=np.float32)) is not meta(a)
     assert meta(2.5) == 2.5 and meta([a]) == [a]
+    # ... and the zero cotangent of a structure's items: one read-only view per shape
+    zeros = s2sgrad.runtime.zeros_like([a, (b, np.ones((2, 2)))])
+    assert zeros[0] is zeros[1][0] and not zeros[0].flags.writeable
+    assert zeros[1][1].shape == (2, 2) and not np.any(zeros[1][1])
 
     def steps(y, W):
         for _ in range(5):

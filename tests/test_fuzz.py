@@ -63,8 +63,12 @@ def test_fixed_seed_batch_has_no_wrong_gradients_and_no_crashes(tmp_path):
     (reverse mode, optimised and plain, and forward mode) agrees with finite
     differences, nothing crashes or hangs, and at most 5 % are refused (the default
     mix: the construct generator and the program families)."""
+    # (A program that hangs is one that runs for many times the 10 s a program may
+    # take; the optimizer-check mode compiles every pair twice and compares the two,
+    # and a third derivative's compiles take a few seconds alone: there, 30 s.)
+    per_program = "30" if os.environ.get("S2SGRAD_CHECK_OPTIMIZER") else "10"
     counts, out = run_fuzz("--n", "300", "--seed", "20261201", "--jobs", "2",
-                           "--keep", str(tmp_path), timeout=300)
+                           "--timeout", per_program, "--keep", str(tmp_path), timeout=300)
     assert counts["programs"] == 300
     assert counts["wrong"] == 0 and counts["crashed"] == 0, out[-6000:]
     assert counts["timeout"] == 0, out[-3000:]

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("numba")
 
 
-@pytest.mark.parametrize("plan, seed", [("loops", 9), ("always", 7)])
+@pytest.mark.parametrize("plan, seed", [("loops", 9), ("always", 11)])
 def test_fuzzer_programs_give_numpys_gradients_under_jit(monkeypatch, tmp_path, plan, seed):
     monkeypatch.setenv("S2SGRAD_JIT_PLAN", plan)
     monkeypatch.setenv("S2SGRAD_CACHE", "0")

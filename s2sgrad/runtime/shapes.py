@@ -183,13 +183,20 @@ def zeros_like(x, items=None):
 # The items of a structure's zero cotangent are read-only views of one 0-d zero:
 # no memory is written until something reaches them (add_items then takes the
 # contribution as it is), and nothing can update them in place by mistake.
+# One view per shape and dtype, shared (made once: np.broadcast_to costs microseconds,
+# and a structure's zero cotangent is made in every call of a helper in a loop).
 _ZERO_BASES: dict = {}
 ZERO_IDS: set = set()
+_ZERO_VIEWS: dict = {}
 
 
 def _zero_item(item):
     if isinstance(item, (list, tuple, dict)) or not isinstance(item, (np.ndarray, ArrayMeta)):
         return zeros_like(item)
+    key = (item.shape, item.dtype)
+    view = _ZERO_VIEWS.get(key)
+    if view is not None:
+        return view
     dtype = item.dtype if np.issubdtype(item.dtype, np.inexact) else np.dtype(np.float64)
     base = _ZERO_BASES.get(dtype)
     if base is None:
@@ -197,7 +204,10 @@ def _zero_item(item):
         base.flags.writeable = False
         _ZERO_BASES[dtype] = base
         ZERO_IDS.add(id(base))
-    return np.broadcast_to(base, item.shape)
+    if len(_ZERO_VIEWS) >= 4096:   # (shapes without end: start again)
+        _ZERO_VIEWS.clear()
+    view = _ZERO_VIEWS[key] = np.broadcast_to(base, item.shape)
+    return view
 
 
 @helper
