@@ -35,13 +35,19 @@ def add_two(acts, W, shift):
     return len(acts)
 
 
+def add_undefined(acts, W):
+    acts.append(acts[-1] @ W * NOT_HERE)   # (a NameError when Python runs it)
+
+
 def add_pair(acts, W):
     acts.extend([acts[-1] * 0.5, np.cos(acts[-1] @ W)])
 '''
 
 MODULE = '''
 import numpy as np
-from {helpers} import add_layer, add_two, add_pair
+from {helpers} import add_layer, add_two, add_pair, add_undefined
+
+NOT_HERE = 2.0       # (the caller's name: the helper's module has none)
 
 SCALE = 3.0          # (not the helpers' SCALE: theirs is what they read)
 
@@ -87,6 +93,12 @@ def aliased(W, x):
     return np.sum(acts[-1]) * n
 
 
+def reads_what_its_module_lacks(W, x):
+    acts = [x]
+    add_undefined(acts, W)
+    return np.sum(acts[-1])
+
+
 def into_an_item(W, x):
     state = [[x]]
     add_layer(state[0], W)
@@ -116,7 +128,8 @@ def test_appending_helpers_are_differentiated(mod, name, shape):
 def test_the_helper_body_stands_at_the_call_with_its_own_names(mod):
     text = s2sgrad.source(mod.layers, wrt=(0, 1))
     assert "add_layer" not in text.split("def ")[1].split("\n")[1]   # (inlined, not called)
-    assert "# line 10: add_layer(acts, W)" in text
+    line = MODULE.splitlines().index("    add_layer(acts, W)") + 1
+    assert f"# line {line}: add_layer(acts, W)" in text
     assert "acts.append(" in text
 
 
@@ -135,6 +148,13 @@ def test_a_helper_that_cannot_be_inlined_exactly_is_refused_at_the_call(mod):
     with pytest.raises(s2sgrad.TransformError,
                        match="appends to the list passed as acts.*returns other than"):
         s2sgrad.grad(mod.uses_early)(*_args((3,)))
+
+
+def test_a_name_the_helpers_module_lacks_is_not_read_from_the_caller(mod):
+    """Python raises NameError in the helper; inlined, the caller's NOT_HERE would be
+    read instead: refused at the call, never a gradient of other code."""
+    with pytest.raises(s2sgrad.TransformError, match="NOT_HERE, which its module"):
+        s2sgrad.grad(mod.reads_what_its_module_lacks, wrt=(0, 1))(*_args((3,)))
 
 
 def test_a_name_in_the_helper_that_would_see_the_append_is_refused(mod):

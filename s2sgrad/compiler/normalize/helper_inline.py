@@ -40,6 +40,10 @@ _REFUSED = (ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await, ast.T
             ast.With, ast.AsyncWith, ast.AsyncFor, ast.Delete)
 
 
+class NotInlinable(Exception):
+    """Why the body cannot stand at the call as Python would run it."""
+
+
 @dataclass
 class Inlined:
     """The statements standing for the call, and the expression of its result."""
@@ -124,8 +128,9 @@ def inline(helper: types.FunctionType, node: ast.FunctionDef, call: ast.Call,
     for sub in ast.walk(node):   # names of the helper's module (and builtins)
         if isinstance(sub, ast.Name) and sub.id not in rename and sub.id not in locals_:
             value = _module_value(helper, sub.id)
-            if value is _MISSING:
-                continue   # (Python would raise NameError: so does the inlined code)
+            if value is _MISSING:   # (Python would raise NameError; the caller may
+                # define the name, which the inlined code would read instead)
+                raise NotInlinable(f"it reads {sub.id}, which its module does not define")
             if not readable(sub.id, value):
                 rename[sub.id] = bind(sub.id, value)
     body = [copy.deepcopy(s) for s in node.body]

@@ -12,7 +12,7 @@ from ...errors import TransformError
 from ..names import copy_location, name_node
 from ..parse import parse_function
 from .closures import NotSpecialisable, Passed, bind_arguments, specialised
-from .helper_inline import appended_parameters, inline, why_not
+from .helper_inline import NotInlinable, appended_parameters, inline, why_not
 from .scope import assigned_in_compound, assigned_names
 
 
@@ -77,7 +77,13 @@ class SpecialCalls:
                 return True
             return False
 
-        done = inline(helper, parsed.node, expr, set(grown), core.names, bind, readable)
+        try:
+            done = inline(helper, parsed.node, expr, set(grown), core.names, bind, readable)
+        except NotInlinable as exc:
+            raise core.err(expr, f"{helper.__name__} appends to the list passed as "
+                           f"{sorted(passed)[0]}, and its body cannot be inlined here: {exc}",
+                           f"Return the new items from {helper.__name__} and extend the "
+                           f"list in the caller.") from None
         own = assigned_names(done.body)
         resolver.locals |= own
         core.user_names |= own   # (a write a local of the helper would see: refused)
