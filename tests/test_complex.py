@@ -12,6 +12,7 @@ import zlib
 
 import numpy as np
 import pytest
+from conftest import check_vjp
 
 import s2sgrad
 from s2sgrad import TransformError
@@ -318,6 +319,10 @@ def values_into_real(x):
     w, v = np.linalg.eigh(m)
     u, s, vh = np.linalg.svd(m)
     x = x * np.sum(w) * 0.05 + np.sum(s) * 0.02 + np.sum(np.abs(v[0]) ** 2)
+    x = x + 0.03 * np.sum(np.linalg.svd(m, compute_uv=False))
+    x = x + 0.2 * np.sin(x)
+    for k in (0.5, 1.5):
+        x = np.tanh(x * 0.8) * k + 0.1 * x
     return np.sum(np.tanh(x))
 '''
 
@@ -333,6 +338,82 @@ def test_real_results_of_complex_decompositions_flow_into_real_variables(make_mo
     np.testing.assert_allclose(g, _differences(m.values_into_real, [x], 0), rtol=1e-6,
                                atol=1e-8)
     assert g.dtype == np.float64
+
+
+# The fuzzer's program (seed 950, index 108) that crashed: svd(..., compute_uv=False) of
+# a complex matrix, its values added into a real variable read again by helpers.
+FUZZ_SVD_VALUES = '''
+import collections
+import functools
+import math
+
+import numpy as np
+
+import s2sgrad
+
+Layer = collections.namedtuple("Layer", ["W", "b"])
+C1 = 0.7
+C2 = -0.4
+G2 = np.array([0.4, -0.7])
+G3 = np.array([0.3, -0.2, 0.5])
+G4 = np.array([0.1, 0.6, -0.3, 0.2])
+G23 = np.array([[0.2, -0.5, 0.3], [0.6, 0.1, -0.4]])
+
+
+def push_to(L, v, c=0.5):
+    L.append(np.tanh(v) * c + v * C1)
+
+
+def make0(c):
+    def act0(u):
+        return np.sin(u) * c + np.tanh(u) * (1.0 - c)
+    return act0
+
+
+act0 = make0(0.8)
+
+
+def cmix5(u, k):
+    r = np.abs(u + 3.0)
+    return u * np.exp(0.3j * u) * k + r * u, r
+
+
+FNS9 = [np.sin, act0]
+
+
+
+def f(x, y):
+    s1 = 0.5 * np.tanh(np.sum(x))
+    g0 = lambda u: np.tanh(u * s1) + u
+    s1 = s1 * 0.5 + 0.1
+    s3 = 0.5 * np.tanh(s1)
+    g2 = lambda u: np.tanh(u * s3) + u
+    zc4 = x * (0.3 - 1.1j) + np.exp(1j * x * 0.5)
+    zc4, r6 = cmix5(zc4, x)
+    zc4 = zc4 + r6 * (0.5 - 0.2j)
+    zw7 = zc4 * 1.0
+    zw7[0] = zw7[0] * 0.5 + np.abs(zc4[0] + 3.0) * x[0]
+    zc4 = zw7 + zc4 * 0.5
+    x = x + 0.3 * 0.1 * np.sum(np.linalg.svd(np.outer(zc4.ravel(), zc4.ravel()[::-1]) +\
+ np.diag(np.arange(1.0, zc4.size + 1.0)), compute_uv=False))
+    x = x + 0.2 * FNS9[1](x)
+    for w10, act8 in zip([1.5, 1.5], FNS9):
+        x = act8(x * 0.8) * w10 + 0.1 * x
+    v11 = v12 = -1.2 * G4 * (s3 * G4)
+    return np.mean((s3 - y if (np.maximum(np.mean(v12), s1)) > -0.1291 else np.sqrt(1.0 + y **\
+ 2))) + 1.5 * np.sum(np.tanh(v11)) + 1.5 * np.sum(np.tanh(s3)) + 0.5 * np.sum(np.tanh(v12)) +\
+ 0.3 * np.sum(g0((y * x)[0])) + 0.3 * np.sum(g2(g2(y) * 0.5))
+
+
+'''
+
+
+def test_singular_values_of_a_complex_matrix_are_real(make_module):
+    """svd(a, compute_uv=False) gives real values: the real variable they reach keeps a
+    real cotangent (once a complex one, added in place into a real array: a crash)."""
+    m = make_module(FUZZ_SVD_VALUES)
+    args = [np.array([0.9409985965970344, 0.0862751311230936, 0.8760011055995156]).reshape((3,)), np.array([-0.3417271563567563, 0.1293148082728095, -0.8677728594271243, 0.3265245053272392, -0.08621621937143176, -0.2594674573786291]).reshape((2, 3))]  # noqa: E501
+    check_vjp(m.f, args, wrt=(0,), rtol=1e-5, atol=1e-7)
 
 
 def test_derivatives_of_derivatives_refuse_complex_values(make_module):

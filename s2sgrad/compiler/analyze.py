@@ -807,8 +807,15 @@ def realising_ops(ops) -> Set[int]:
     rules = {id(registry.lookup_function(f))
              for f in (np.real, np.imag, np.absolute, np.angle, np.fft.irfft,
                        np.linalg.eigvalsh, getattr(np.linalg, "svdvals", np.real))}
+    svd = id(registry.lookup_function(np.linalg.svd))
     return {id(s) for s, op in ops if op.kind == "rule" and op.rule is not None and
-            (op.label in (".real", ".imag") or id(op.rule) in rules)}
+            (op.label in (".real", ".imag") or id(op.rule) in rules or
+             (id(op.rule) == svd and _constant_false(op.bound.get("compute_uv"))))}
+
+
+def _constant_false(node) -> bool:
+    """A literal False (np.linalg.svd(a, compute_uv=False): the singular values only)."""
+    return isinstance(node, ast.Constant) and node.value is False
 
 
 def unseen_dtypes(ops, active: Set[str]) -> Set[str]:
