@@ -1117,6 +1117,18 @@ def _rows(x):
     return np.ascontiguousarray(x).reshape((-1, n)), n
 
 
+@register_jitable
+def _shifted_rows(x):
+    """x as rows, each less its maximum: what softmax and log-softmax start from."""
+    rows, n = _rows(x)
+    out = np.empty_like(rows)
+    for i in range(rows.shape[0]):
+        m = np.max(rows[i])
+        for j in range(n):
+            out[i, j] = rows[i, j] - m
+    return out
+
+
 @_stub
 def log_softmax(x, axis):
     pass
@@ -1127,12 +1139,8 @@ def _log_softmax(x, axis):
     _last_axis(x, axis)
 
     def impl(x, axis):
-        rows, n = _rows(x)
-        out = np.empty_like(rows)
-        for i in range(rows.shape[0]):
-            m = np.max(rows[i])
-            for j in range(n):
-                out[i, j] = rows[i, j] - m
+        out = _shifted_rows(x)
+        for i in range(out.shape[0]):
             out[i] -= np.log(np.sum(np.exp(out[i])))
         return out.reshape(x.shape)
     return impl
@@ -1148,12 +1156,8 @@ def _softmax(x, axis):
     _last_axis(x, axis)
 
     def impl(x, axis):
-        rows, n = _rows(x)
-        out = np.empty_like(rows)
-        for i in range(rows.shape[0]):
-            m = np.max(rows[i])
-            for j in range(n):
-                out[i, j] = np.exp(rows[i, j] - m)
+        out = np.exp(_shifted_rows(x))
+        for i in range(out.shape[0]):
             out[i] /= np.sum(out[i])
         return out.reshape(x.shape)
     return impl

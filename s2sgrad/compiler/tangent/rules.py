@@ -12,6 +12,7 @@ from ...runtime import HELPERS
 from .. import sites
 from ..names import helper_call, name_node
 from ..ops import Op
+from ..transform import rule_for
 from .state import HINT_RULE, none, rebuild
 
 
@@ -30,13 +31,8 @@ class RuleTangents:
                      ) -> Tuple[List[ast.stmt], Optional[ast.expr]]:
         """The tangent of one call to a table rule: (statements, expression) or (.., None)."""
         core = self.core
-        rule = op.rule
         node = getattr(op.call, "func", None) or value
-        complex_names = core.act.complex_names
-        touches_complex = bool(complex_names) and any(
-            n in complex_names for n in op.outputs + op.diff_inputs + op.other_inputs)
-        if touches_complex:   # (the analysis refused an operation without such a rule)
-            rule = rule.for_complex()
+        rule, touches_complex = rule_for(op, core.act)
         jr = jvp_rules.lookup(rule)
         if jr is None:
             why = jvp_rules.UNSUPPORTED.get(rule.name)

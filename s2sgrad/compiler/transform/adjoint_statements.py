@@ -14,6 +14,7 @@ from .records import (
     DIFFERENTIABLE_KINDS,
     field_index,
     real_among_complex,
+    rule_for,
     var_for,
 )
 
@@ -315,12 +316,7 @@ class AdjointStatements:
         added (x op= v, where the output and an input are the same variable); `old`
         names the saved value standing in for such an input."""
         core = self.core
-        rule = op.rule
-        complex_names = core.act.complex_names
-        touches_complex = bool(complex_names) and any(
-            n in complex_names for n in op.outputs + op.diff_inputs + op.other_inputs)
-        if touches_complex:   # (the analysis refused an operation without such a rule)
-            rule = rule.for_complex()
+        rule, touches_complex = rule_for(op, core.act)
         wanted: Dict[str, str] = {}
         targets: List[Tuple[str, str]] = []
         # Parts for a list built here that the rule read as an array (np.sum(xs)):

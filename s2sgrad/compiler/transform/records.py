@@ -17,6 +17,15 @@ from ..ops import Op
 DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
 
 
+def rule_for(op: Op, act: Activity):
+    """(the rule an operation takes, whether it touches complex values): the rule for
+    complex arguments where it does (the analysis refused an operation without one)."""
+    complex_names = act.complex_names
+    touches = bool(complex_names) and any(
+        n in complex_names for n in op.outputs + op.diff_inputs + op.other_inputs)
+    return (op.rule.for_complex() if touches else op.rule), touches
+
+
 def real_among_complex(act: Activity, name: str) -> bool:
     """A real variable of code with complex values (one that is differentiated): the
     real part of what reaches it is its cotangent (the rules for complex arguments
