@@ -1196,6 +1196,8 @@ class FamilyMixin:
                 self.emit(f"    {v.name} = {v.name} * 0.8 + 0.1 * np.abs({acc} + 3.0)")
                 form = f"np.real({acc} * np.conj({zc}))"
             self.emit(f"{v.name} = {v.name} + 0.3 * {form}")
+        if arrays and self.rng.random() < 0.2:   # complex values a helper returns
+            self.complex_step(arrays, module)
         if len(local) < 2 and self.rng.random() < 0.3:   # two local lambdas on one line
             a, b = self.fresh("g"), self.fresh("g")
             self.emit(f"{a} = lambda u: np.sin(u) * 0.5; {b} = lambda u: np.tanh(u) * u")
@@ -1631,6 +1633,8 @@ def doubled(fn):
         self.fam_begin(f"def g({', '.join(names)}):", declared)
         self.stmt_budget = self.rng.choice([0, 1, 2])
         self.block(self.stmt_budget)
+        if self.rng.random() < 0.35:   # complex values inside what is differentiated again
+            self.complex_step([d for d in declared if d.shape], module)
         self.fam_end()
         module += self.lines
         x, sx = names[0], shapes[0]
@@ -1687,6 +1691,38 @@ def doubled(fn):
         module.append(f"FUZZ_ALSO = {also!r}")
         module += ["", ""]
         return self.assemble(header, module, self.lines), kinds
+
+    def complex_step(self, arrays, module):
+        """Complex values made from a real array v and a real result added to it: made
+        here or returned by a module-level helper (whole, as a pair with a real item
+        that meets np.maximum, or a tuple read by index), then |z|, Re, angle, fft."""
+        if not arrays:
+            return
+        v = self.rng.choice(arrays)
+        zc, helper = self.fresh("zc"), self.fresh("cmake")
+        how = self.rng.choice(["here", "whole", "pair", "indexed"])
+        if how == "here":
+            self.emit(f"{zc} = {v.name} * (0.6 + 0.8j) + np.exp(1j * {v.name} * 0.5)")
+        elif how == "whole":
+            module += [f"def {helper}(u):", "    return np.exp(0.7j * u) * (u + 1.5)", "", ""]
+            self.emit(f"{zc} = {helper}({v.name})")
+        else:
+            module += [f"def {helper}(u):",
+                       "    return np.exp(0.7j * u) * (u + 1.5), np.cos(u) - 0.2", "", ""]
+            r = self.fresh("r")
+            if how == "pair":
+                self.emit(f"{zc}, {r} = {helper}({v.name})")
+            else:
+                t = self.fresh("t")
+                self.emit(f"{t} = {helper}({v.name})")
+                self.emit(f"{zc} = {t}[0]")
+                self.emit(f"{r} = {t}[1]")
+            self.emit(f"{v.name} = {v.name} + 0.2 * np.maximum({r}, 0.0)")
+        form = self.rng.choice([
+            f"np.abs({zc} + 3.0) ** 2 * 0.1", f"np.real({zc} * np.conj({zc}) * 0.3)",
+            f"np.angle({zc} + 3.0)", f"np.imag(np.exp({zc} * 0.4))",
+            f"np.abs(np.fft.fft({zc}) + 6.0) * 0.2", f"{zc}.real * {zc}.imag"])
+        self.emit(f"{v.name} = {v.name} + 0.3 * {form}")
 
     def grad_projection(self, spec, G):
         """A scalar from every float leaf of a gradient structure G of spec."""

@@ -54,6 +54,23 @@ CASES = [
     ("sum mean prod", "np.sum(z, axis=0) + np.mean(w) + np.prod(z, axis=0)",
      {"z": (2, 3), "w": (3,)}),
     ("cumsum", "np.cumsum(z, axis=1)", {"z": (2, 3)}),
+    ("cumprod", "np.cumprod(z, axis=0) + z.cumprod(axis=1)", {"z": (3, 2)}),
+    # rearrangements and products, linear or holomorphic
+    ("pad rot90 flips", "np.pad(z, ((1, 0), (0, 2)))[1:, :2] + np.rot90(w) + "
+                        "np.flipud(z) * np.fliplr(w)", {"z": (2, 2), "w": (2, 2)}),
+    ("diff", "np.diff(z, axis=1) * np.diff(x, n=2)", {"z": (2, 4), "x": (5,)}),
+    ("atleast", "np.atleast_1d(z) + np.atleast_2d(w) + np.atleast_3d(z)[0, :, 0]",
+     {"z": (3,), "w": (1, 3)}),
+    ("stacks", "np.column_stack([z, w])[:, 0] + np.dstack([z, x])[0, :, 1]",
+     {"z": (3,), "w": (3,), "x": (3,)}),
+    ("more methods", "z.cumsum(axis=0)[0] + z.flatten()[:2] + w.squeeze() + "
+                     "z.swapaxes(0, 1)[0] + z.copy()[1] + z.diagonal() * w.trace() + "
+                     "z.repeat(2)[:2] + z.take([0, 3])", {"z": (2, 2), "w": (1, 2)}),
+    ("astype", "z.astype(np.complex128) * x.astype(complex) + z.real.astype(complex)" +
+     (" + np.astype(w, np.complex128)" if hasattr(np, "astype") else ""),
+     {"z": (3,), "x": (3,), "w": (3,)}),
+    ("kron tensordot", "np.kron(z, w)[:3] + np.tensordot(z, w, axes=0)[0]",
+     {"z": (3,), "w": (3,)}),
     ("matmul", "z @ w", {"z": (2, 3), "w": (3, 2)}),
     ("matmul real", "x @ z", {"x": (2, 3), "z": (3,)}),
     ("dot outer inner", "np.dot(z, w) + np.sum(np.outer(z, w)) + np.inner(z, x)",
@@ -250,7 +267,7 @@ def loss(z, t, y):
 @pytest.mark.parametrize("source, what", [
     ("np.linalg.norm(z)", "np.linalg.norm"),
     ("np.sum(np.maximum(np.abs(z), 1.0)) + np.sum(np.sort(z).real)", "np.sort"),
-    ("np.cumprod(z).sum()", "np.cumprod"),
+    ("np.max(z)", "np.max"),
 ])
 def test_functions_without_a_complex_rule_are_refused_at_their_line(make_module, source, what):
     m = make_module(f"import numpy as np\n\n\ndef f(z):\n    return np.real({source})\n")
@@ -416,12 +433,12 @@ def test_singular_values_of_a_complex_matrix_are_real(make_module):
     check_vjp(m.f, args, wrt=(0,), rtol=1e-5, atol=1e-7)
 
 
-def test_derivatives_of_derivatives_refuse_complex_values(make_module):
+def test_functional_higher_derivatives_take_real_inputs_only(make_module):
+    """Derivatives of derivatives of complex code are computed (test_complex_higher.py);
+    their inputs are real: complex ones are refused with the remedy."""
     m = make_module("import numpy as np\n\n\ndef f(x):\n    return np.abs(x * 1j + 1.0)\n")
-    with pytest.raises(TransformError, match="complex values are not differentiated here"):
-        s2sgrad.functional.hvp(lambda x: np.sum(m.f(x)), np.array([0.5, 1.0]), np.ones(2))
     with pytest.raises(TypeError, match="complex"):
-        s2sgrad.functional.vjp(m.f, np.array([0.5 + 1j, 1.0]))
+        s2sgrad.functional.hvp(lambda x: np.sum(m.f(x)), np.array([0.5 + 1j, 1.0]), np.ones(2))
 
 
 def test_every_rule_for_complex_values_has_a_case():
@@ -434,6 +451,9 @@ def test_every_rule_for_complex_values_has_a_case():
     text = " ".join(expr for _, expr, _ in CASES)
     missing = set()
     for rule in rules:
+        if rule.name.startswith("_s2s_") or rule.name == "np.bincount":
+            continue   # (s2sgrad's own helpers: tests/test_complex_higher.py; NumPy
+            # refuses complex weights in np.bincount, see complex_rules.py)
         if rule.holomorphic or rule.on_complex is not None:
             name = rule.name
             token = ("." + name.split(".", 1)[1]) if name.startswith("ndarray.") else \

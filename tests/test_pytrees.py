@@ -464,3 +464,39 @@ def test_namedtuples_built_inside_and_their_fields(shape):
     check_tree_grad(builds_records, (x,))
     _, tangent = s2sgrad.functional.jvp(builds_records, x, np.ones(shape))
     np.testing.assert_allclose(tangent, np.sum(tree_fd(builds_records, (x,), 0)), rtol=1e-5)
+
+
+THIRD_THROUGH_DICTS = '''
+import numpy as np
+import s2sgrad
+
+
+def g(x, y):
+    L = [{"a": np.sum(np.tanh(y)), "b": x}]
+    return np.tanh(L[0]["a"]) * x + np.sum(L[0]["b"] * y)
+
+
+def h1(x, y):
+    return np.sum(s2sgrad.grad(g, wrt=1)(x, y) * np.cos(y))
+
+
+def h2(x, y):
+    return np.sum(s2sgrad.grad(h1, wrt=1)(x, y) * np.cos(y))
+'''
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_third_derivative_through_a_list_of_dicts(make_module, shape):
+    """The cotangent of a dict broadcast back (the transpose of unbroadcast, in the
+    derivatives of an adjoint) was a 0-d object array: a term of the third
+    derivative was lost (found by the fuzzer, seed 4101)."""
+    m = make_module(THIRD_THROUGH_DICTS)
+    x, y = 0.17, np.linspace(-0.6, 0.8, int(np.prod(shape))).reshape(shape)
+    got = s2sgrad.grad(m.h2, wrt=1)(x, y)
+    eps = 1e-5
+    expected = np.zeros(shape)
+    for k in np.ndindex(shape):
+        e = np.zeros(shape)
+        e[k] = eps
+        expected[k] = (m.h2(x, y + e) - m.h2(x, y - e)) / (2 * eps)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-8)

@@ -18,6 +18,7 @@ from s2sgrad.runtime.arrays import as_array as aa
 from s2sgrad.runtime.shapes import swap_last_axes as sla, sum_to_shape as sts
 from s2sgrad.runtime.tangent import like_returned as lr, unlike_returned as ul
 from s2sgrad.runtime.fused import log_softmax as lsm, softmax as sm, logsumexp as lse
+from s2sgrad.runtime.complex_grads import real_part as rp
 from s2sgrad.runtime.inplace import (copy_value as cv, snapshot as sn, add as ad,
                                      copy_item as ci, scatter_add as sa, with_zeroed as wz,
                                      with_item as wi, push, last, drop_last,
@@ -34,6 +35,10 @@ def f_dict_item_transpose(c, x):
 def f_split_as_items(c, x):
     parts = sai(c * c, [x, x])
     return parts[0] * np.sin(parts[1]) * x
+
+def f_real_part(x, y):
+    return rp(x * (1.0 + 2.0j) * y) * np.sin(x) + rp((x, y * y))[1] * x
+
 
 def f_as_array(x):
     return aa(x * x) * np.sin(x)
@@ -207,6 +212,8 @@ CASES = [
     ("f_dict_item_transpose", [(2, 3), (2, 3)], [0, 1], []),
     ("f_split_as_items", [(2, 3), (3,)], [0, 1], ["_s2s_split_as_items"]),
     ("f_split_as_items", [(2, 2, 2), (2, 2)], [0, 1], []),
+    ("f_real_part", [(3,), (3,)], [0, 1], ["_s2s_real_part"]),
+    ("f_real_part", [(2, 3), (3,)], [0, 1], []),
     ("f_as_array", [(3,)], [0], ["_s2s_as_array"]),
     ("f_as_array", [(2, 3)], [0], []),
     ("f_swap_last_axes", [(2, 3)], [0], ["_s2s_swap_last_axes"]),

@@ -19,12 +19,7 @@ EPS = 1e-5
 # Rules whose third derivative s2sgrad refuses (TransformError), and why: each names
 # where the mathematics is still written by hand or what the compiler does not read
 # yet. A case here that starts to differentiate fails the test below: move it out.
-_FFT = "complex intermediate values: derivatives above the second of complex code"
 REFUSED = {
-    **{name: _FFT for name in ("np.fft.fft", "np.fft.fft2", "np.fft.fftn", "np.fft.ifft",
-                               "np.fft.ifft2", "np.fft.ifftn", "np.fft.rfft", "np.fft.rfft2",
-                               "np.fft.rfftn", "np.fft.irfft", "np.fft.irfft2",
-                               "np.fft.irfftn", "np.fft.hfft", "np.fft.ihfft")},
     "np.einsum": "einsum_grads makes its cotangents lazily (lambdas); hvp hand-written",
     "np.power": "power_slope runs under `with np.errstate(...)`",
     "scipy.integrate.odeint": "no second-order rule for the adjoint method",

@@ -69,6 +69,23 @@ class Activity:
     # complex arguments (Rule.for_complex), and the real variables among their
     # inputs the real part of their cotangents.
     complex_names: Set[str] = field(default_factory=set)
+    # For tuple-valued names among those: which items hold the complex values (paths
+    # of item numbers, see complex_seeds); a name not here holds them anywhere.
+    complex_paths: Dict[str, Set[Tuple[int, ...]]] = field(default_factory=dict)
+    # Where the returned value holds complex values (paths; () is all of it): a caller
+    # takes the rules for complex arguments for those (driver.complex_returns).
+    result_complex: Set[Tuple[int, ...]] = field(default_factory=set)
+
+    @property
+    def returns_complex(self) -> bool:
+        return bool(self.result_complex)
+
+    def complex_entries(self, name: str, as_name: Optional[str] = None) -> List[str]:
+        """complex_seeds' entries saying where `name` holds complex values (none if
+        it holds none), for `as_name` (a callee's parameter given `name`)."""
+        if name not in self.complex_names:
+            return []
+        return path_entries(as_name or name, self.complex_paths.get(name, {()}))
 
     def same_shape(self, a: ast.expr, b: ast.expr) -> bool:
         ra, rb = self.shape_of(a), self.shape_of(b)
@@ -113,8 +130,7 @@ def loop_header_op(s: ast.For, exprs: ExprFacts) -> Op:
 
 def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (),
             structure: Sequence[Tuple[int, Tuple[bool, ...]]] = (),
-            leaf_params: Sequence[int] = (), complex_params: Sequence[str] = (),
-            allow_complex: bool = False) -> Activity:
+            leaf_params: Sequence[int] = (), complex_params: Sequence[str] = ()) -> Activity:
     """Activity, independence reasons and shape facts.
 
     `scalar_params` names parameters known to be Python numbers at run time
@@ -124,11 +140,11 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     ((position, (True, False, ...)), ...): `p[i]` of a False item is a constant.
     `leaf_params`: positions of parameters the caller passes arrays or numbers
     (any other may hold a list, tuple or dict: see `leaf_names`).
-    `complex_params`: parameters the caller passes complex values (or structures
-    holding some): a pair specialised to that. `allow_complex`: complex values on
-    the gradient path take the rules for complex arguments (rules/complex_rules.py),
-    and any operation without one is refused; else every one is refused (forward
-    mode, and code that is differentiated again).
+    `complex_params`: where the caller passes complex values (complex_seeds'
+    entries: parameters, items of tuple parameters, names a callee returned complex
+    values into): a pair specialised to that. Complex values on the gradient path
+    take the rules for complex arguments (rules/complex_rules.py), and any operation
+    without one is refused.
     """
     local_names = nf.resolver.locals | nf.names.taken
     stmts = [s for s, _ in iter_statements(nf.node.body)]
@@ -151,9 +167,8 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
             independent.append(i)
             reasons[i] = _why_independent(name, ops, reach_all, nf)
     _check_supported(ops, active, varied, useful, nf)
-    complex_names = _check_complex(ops, active, varied, nf, set(complex_params),
-                                   allow_complex)
-    real_checks = unseen_dtypes(ops, active)
+    complex_names, complex_paths = _check_complex(ops, active, varied, nf, complex_params)
+    real_checks = unseen_dtypes(ops, active, outputs) - complex_names
     definitions = _definition_counts(nf.node.body)   # (for both questions below)
     shapes = shape_classes(nf.node.body, ops, ints, nf.params, definitions)
     for n in scalar_names(ops, ints, set(scalar_params), set(nf.params)):
@@ -164,7 +179,10 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
                     zero_d=zero_d_names(nf.node.body, ops, ints, nf.params, definitions),
                     leaves=leaf_names(nf, ops, leaf_params),
                     output_items=output_items(nf, varied, item_flags),
-                    real_checks=real_checks, complex_names=complex_names)
+                    real_checks=real_checks, complex_names=complex_names,
+                    complex_paths=complex_paths,
+                    result_complex=result_paths(ret.value if isinstance(ret, ast.Return)
+                                                else None, complex_names, complex_paths))
 
 
 # Ops whose outputs are leaves when their inputs are: indexing an array gives an
@@ -708,18 +726,22 @@ def _holds_complex(nf: NormalForm, name: ast.Name) -> bool:
 
 
 # Operations that move values without computing (a complex one moves as it is).
-_MOVES = frozenset({"copy", "pack", "getitem", "field", "setitem"})
+_MOVES = frozenset({"copy", "pack", "getitem", "field", "setitem", "append", "pop", "const",
+                    "return", "iterate"})
 
 
 def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
-                   complex_params: Set[str], allow: bool) -> Set[str]:
+                   complex_params: Sequence[str]) -> Tuple[Set[str], Dict[str, "Paths"]]:
     """The names holding complex values: those of complex literals, dtypes and
     constants, of the parameters given complex values, of the functions that make
     complex arrays (np.fft.fft, ...), and what is computed from them (np.abs and
-    np.real make real values again). On the gradient path, an operation touching
-    one needs a rule for complex arguments (and `allow`): else it is refused at its
-    line, since the rules of real analysis would give it a wrong gradient."""
-    complex_names: Set[str] = set(complex_params)
+    np.real make real values again), with where tuples hold them (paths of their
+    items). On the gradient path, an operation touching one needs a rule for complex
+    arguments: else it is refused at its line, since the rules of real analysis
+    would give it a wrong gradient. A call to a function of yours is not assumed to
+    return complex values: it is compiled for what it is given, and what it
+    returns is known then (complex_returns)."""
+    whole, paths = complex_seeds(complex_params)
     known: Dict[str, bool] = {}
     literal = {s: _complex_node(s, nf, known) for s, _ in ops}
     realising = realising_ops(ops)
@@ -728,15 +750,32 @@ def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
     while changed:
         changed = False
         for s, op in ops:
+            moved = _followed_items(s, whole, paths)
+            if moved is not None:   # items of tuples: complex where theirs are
+                for target, found in moved:
+                    if not found or target in whole or found <= paths.get(target, set()):
+                        continue
+                    if () in found:
+                        whole.add(target)
+                        paths.pop(target, None)
+                    else:
+                        paths.setdefault(target, set()).update(found)
+                    changed = True
+                continue
             reads = op.diff_inputs + op.other_inputs
             outputs = set(op.outputs)
             if len(op.outputs) > 1 and op.rule is not None:   # w, v = np.linalg.eigh(a)
                 outputs -= {op.outputs[k] for k in real_items.get(id(op.rule), ())}
-            if (literal[s] is not None or (any(n in complex_names for n in reads) and
-                                           id(s) not in realising) or
-                    _makes_complex(op.callee)) and not outputs <= complex_names:
-                complex_names |= outputs
+            # (a function of yours is compiled for the complex values it is given, and
+            # what it returns is known once it is: complex_returns)
+            complex_read = op.kind != "call" and any(n in whole or n in paths for n in reads)
+            if (literal[s] is not None or (complex_read and id(s) not in realising) or
+                    _makes_complex(op.callee)) and not outputs <= whole:
+                whole.update(outputs)
+                for o in outputs:
+                    paths.pop(o, None)
                 changed = True
+    complex_names = whole | set(paths)
     for s, op in ops:
         if op.kind == "nondiff" and op.callee is np.sign and any(
                 n in complex_names and n in varied for n in op.other_inputs):
@@ -751,11 +790,8 @@ def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
         if node is None and not touched and not _makes_complex(op.callee):
             continue
         where = node if node is not None else getattr(s, "value", s)
-        if not allow:
-            raise error_at(where, "complex values are not differentiated here", nf.parsed,
-                           "Forward mode and derivatives of derivatives take real values "
-                           "only: keep real and imaginary parts in separate float arrays.")
-        if op.kind in _MOVES or op.kind == "call" or (
+        if op.kind in _MOVES or op.kind == "call" or op.label in ("np.add.at",
+                                                                   "np.subtract.at") or (
                 op.rule is not None and op.rule.for_complex() is not None
                 and op.kind in ("rule", "augassign")) or (
                 op.kind == "nondiff" and op.callee is not np.sign):
@@ -770,7 +806,121 @@ def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
                        "in the README's complex section (arithmetic, exp/log/trig, np.abs, "
                        "np.real, np.imag, np.conj, np.angle, sums, products, np.fft); "
                        "elsewhere keep real and imaginary parts in separate float arrays.")
-    return complex_names
+    return complex_names, paths
+
+
+# -- complex values in tuples: which items hold them ------------------------------------------
+# A path is a tuple of item numbers into a value; () is the value itself. A tuple whose
+# complex items are known (a callee's residuals, what a call returns) is followed item by
+# item where the code reads its items with constant numbers, so that its real items keep
+# the rules of real analysis (np.maximum, np.sign, ...), which complex values lack.
+Paths = Set[Tuple[int, ...]]
+
+
+def complex_seeds(entries: Sequence[str]) -> Tuple[Set[str], Dict[str, Paths]]:
+    """The names a compile is told hold complex values: `name` (the value, or every
+    item of it) or `name[1][0]` (that item only), as path_entries writes them."""
+    whole: Set[str] = set()
+    paths: Dict[str, Paths] = {}
+    for entry in entries:
+        name, bracket, rest = entry.partition("[")
+        if not bracket:
+            whole.add(name)
+            continue
+        path = tuple(int(k) for k in rest.rstrip("]").split("]["))
+        paths.setdefault(name, set()).add(path)
+    for name in whole:
+        paths.pop(name, None)
+    return whole, paths
+
+
+def path_entries(name: str, found: Paths) -> List[str]:
+    """complex_seeds' entries for `name` holding complex values at `found`."""
+    if () in found:
+        return [name]
+    return [name + "".join(f"[{k}]" for k in path) for path in sorted(found)]
+
+
+def _item_moves(s: ast.stmt) -> Optional[Tuple[str, List[Tuple[str, Optional[int]]]]]:
+    """(source, [(target, item number), ...]) for `v = t[k]` with a constant k and for
+    `a, b = t`; the number is None where it cannot be known (a negative one)."""
+    if not (isinstance(s, ast.Assign) and len(s.targets) == 1):
+        return None
+    target, value = s.targets[0], s.value
+    if isinstance(target, ast.Name) and isinstance(value, ast.Subscript) and \
+            isinstance(value.value, ast.Name) and isinstance(value.slice, ast.Constant) and \
+            type(value.slice.value) is int:
+        k = value.slice.value
+        return value.value.id, [(target.id, k if k >= 0 else None)]
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Name) and \
+            all(isinstance(e, ast.Name) for e in target.elts):
+        return value.id, [(e.id, k) for k, e in enumerate(target.elts)]
+    return None
+
+
+def _followed_items(s: ast.stmt, whole: Set[str], paths: Dict[str, Paths]
+                    ) -> Optional[List[Tuple[str, Paths]]]:
+    """For `t = (a, b)`, and for `v = t[k]` and `a, b = t` where t is a tuple whose
+    complex items are known: (target, where it holds complex values), ...; None for
+    any other statement."""
+    if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+            isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Tuple):
+        return [(s.targets[0].id, result_paths(s.value, whole | set(paths), paths))]
+    items = _item_moves(s)
+    if items is None or items[0] not in paths:
+        return None
+    return list(moved_paths(paths[items[0]], items[1]))
+
+
+def moved_paths(found: Paths, moves) -> Iterator[Tuple[str, Paths]]:
+    """The paths each target of an item read gets from its source's (`moves`:
+    (target, item number or None), ...)."""
+    for target, k in moves:
+        if k is None:
+            if found:
+                yield target, {()}
+            continue
+        sub = {p[1:] for p in found if p and p[0] == k}
+        if () in found:   # (the source as a whole: every item)
+            sub.add(())
+        if sub:
+            yield target, sub
+
+
+def complex_returns(calls, activity: "Activity") -> Set[str]:
+    """complex_seeds' entries for the names a function assigns from calls to
+    functions returning complex values, where its analysis took them for real
+    ones (`calls`: (the names a call assigns, the callee's Activity), ...). The
+    analysis sees a callee's result only once the callee is compiled; where one is
+    complex the function is compiled again with these among its complex names
+    (each round adds entries, so this ends), so that what it computes from them
+    takes the rules for complex arguments, never the real ones."""
+    out: Set[str] = set()
+    for assigned_names, callee in calls:
+        found = callee.result_complex
+        if not found:
+            continue
+        assigned = [(assigned_names[0], found)] if len(assigned_names) == 1 else \
+            moved_paths(found, [(n, k) for k, n in enumerate(assigned_names)])
+        for name, where in assigned:
+            known = activity.complex_paths.get(name, {()}) \
+                if name in activity.complex_names else set()
+            if () not in known and not where <= known:
+                out.update(path_entries(name, where))
+    return out
+
+
+def result_paths(value: Optional[ast.expr], complex_names: Set[str],
+                 paths: Dict[str, Paths]) -> Paths:
+    """Where a returned value (an atom or a tuple of atoms) holds complex values."""
+    if isinstance(value, ast.Tuple):
+        return {(k,) + p for k, e in enumerate(value.elts)
+                for p in result_paths(e, complex_names, paths)}
+    if isinstance(value, ast.Constant):
+        return {()} if isinstance(value.value, complex) else set()
+    if isinstance(value, ast.Name) and value.id in complex_names:
+        return set(paths.get(value.id, {()}))
+    return set()
 
 
 def _makes_complex(callee) -> bool:
@@ -804,13 +954,24 @@ def realising_ops(ops) -> Set[int]:
     """The ids of the statements computing np.real(v), np.abs(v), abs(v), v.imag,
     np.fft.irfft(v), np.linalg.eigvalsh(v), ...: real whatever v is (what is complex,
     and what a run-time check needs to go back to, stops there)."""
-    rules = {id(registry.lookup_function(f))
-             for f in (np.real, np.imag, np.absolute, np.angle, np.fft.irfft,
-                       np.linalg.eigvalsh, getattr(np.linalg, "svdvals", np.real))}
-    svd = id(registry.lookup_function(np.linalg.svd))
-    return {id(s) for s, op in ops if op.kind == "rule" and op.rule is not None and
-            (op.label in (".real", ".imag") or id(op.rule) in rules or
-             (id(op.rule) == svd and _constant_false(op.bound.get("compute_uv"))))}
+    return {id(s) for s, op in ops if is_realising(op)}
+
+
+def is_realising(op: Op) -> bool:
+    """Whether the operation's result is real whatever its arguments are."""
+    if op.kind != "rule" or op.rule is None:
+        return False
+    if op.label in (".real", ".imag"):
+        return True
+    if op.rule is registry.lookup_function(np.linalg.svd):
+        return _constant_false(op.bound.get("compute_uv"))
+    return any(op.rule is registry.lookup_function(f) for f in _REALISING)
+
+
+# Functions whose result is real whatever their arguments.
+_REALISING = (np.real, np.imag, np.absolute, np.angle, np.fft.irfft, np.linalg.eigvalsh,
+              runtime.complex_grads.real_part) + \
+    ((np.linalg.svdvals,) if hasattr(np.linalg, "svdvals") else ())
 
 
 def _constant_false(node) -> bool:
@@ -818,12 +979,14 @@ def _constant_false(node) -> bool:
     return isinstance(node, ast.Constant) and node.value is False
 
 
-def unseen_dtypes(ops, active: Set[str]) -> Set[str]:
+def unseen_dtypes(ops, active: Set[str], outputs: Sequence[str] = ()) -> Set[str]:
     """The names made by an operation of an unseen dtype (see _UNSEEN_DTYPE) that
     no gradient passes through, which the gradient path reads, directly or through
     other values no gradient passes through: each is checked at run time, where it
-    is made, not to be complex (`Activity.real_checks`)."""
-    feeds: Set[str] = set()
+    is made, not to be complex (`Activity.real_checks`). What the function returns
+    counts as read (a caller may differentiate it: it takes the rules for complex
+    arguments only where `returns_complex` says so)."""
+    feeds: Set[str] = set(outputs)
     for _, op in ops:
         if any(o in active for o in op.outputs):
             feeds.update(op.diff_inputs + op.other_inputs)

@@ -20,7 +20,7 @@ from ..errors import TransformError, error_at, reporting_bugs
 from ..introspect import unwrap
 from . import bindings as _bindings
 from . import entry as _entry
-from .analyze import any_varies, iter_statements, output_items
+from .analyze import any_varies, complex_returns, iter_statements, output_items
 from .bindings import pair_bindings
 from .callables import bound_call, packed_rest
 from .compiled import CompiledFunction
@@ -197,6 +197,12 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
     except BaseException:
         PAIRS.pop(key, None)
         raise
+    returned = complex_returns(((site.out_names, made[site.call].activity)
+                                for site in t.callees.values()), t.activity)
+    if returned:   # compiled again, knowing which of its callees return complex values
+        PAIRS.pop(key, None)
+        options = options[:6] + (tuple(sorted(set(complexes) | returned)),)
+        return _compile(fn, wrt, options, key, store, disk_key)
     if store is not None and not t.nf.inlined:   # (inlined helpers: memory only)
         try:
             payload = _entry.make_entry(disk_key, compiled, t, emitted, code, closure_names,

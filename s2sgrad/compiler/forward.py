@@ -11,11 +11,11 @@ from __future__ import annotations
 import inspect
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import runtime
 from . import bindings as _bindings
-from .analyze import Activity, analyze
+from .analyze import Activity, analyze, complex_returns
 from .bindings import pair_bindings
 from .callables import bound_call, packed_rest
 from .driver import compile_function, generate_for, header, load
@@ -168,10 +168,14 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed,
     nf = normalize(parsed)
     # (complex values take the rules for complex arguments and their JVPs; a rule
     # whose JVP is not written for them is refused at its line by the transform)
-    activity = analyze(nf, wrt, complex_params=complexes, allow_complex=True)
+    activity = analyze(nf, wrt, complex_params=complexes)
     nf.node.body = fold_loop_items(nf.node.body, activity)
     t = Tangent(nf, activity, optimize_code, dict(structure), demand)
     fdef = t.run()
+    if t.complex_returns:   # again, knowing which callees return complex values
+        return _compile(fn, wrt, optimize_code, key, structure, demand,
+                        tuple(parsed.statics.items()),
+                        tuple(sorted(set(complexes) | t.complex_returns)))
     if optimize_code:
         optimize_tangent(fdef, nf, t)
     else:
@@ -194,6 +198,7 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed,
         if name in t.bindings and t.compiled[name] not in compiled.callees:
             compiled.callees.append(t.compiled[name])
     TANGENTS[key] = compiled
+    late: Dict[str, Any] = {}
     try:
         for name, (callee_fn, callee_wrt, kind, *spec) in sorted(t.late.items()):
             if kind == "jvp":
@@ -202,10 +207,17 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed,
             else:  # a Function's vjp as a function, for a derived JVP: its reverse mode
                 callee = compile_function(callee_fn, callee_wrt)
                 value = callee.forward if kind == "forward" else callee.adjoint
+            late[name] = callee
             if callee not in compiled.callees:
                 compiled.callees.append(callee)
             bind_late(functions, name, value)
     except BaseException:
         TANGENTS.pop(key, None)
         raise
+    returned = complex_returns([(outputs, (late[name] if name else compiled).activity)
+                                for outputs, name in t.unseen_returns], activity)
+    if returned:   # a recursive call, or one to a function compiled only now
+        TANGENTS.pop(key, None)
+        return _compile(fn, wrt, optimize_code, key, structure, demand,
+                        tuple(parsed.statics.items()), tuple(sorted(set(complexes) | returned)))
     return compiled

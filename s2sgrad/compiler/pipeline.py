@@ -77,7 +77,7 @@ def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool
                leaves: Tuple[int, ...] = (), complexes: Tuple[str, ...] = ()):
     """Every pass from normalise to optimise; returns the Transformed record."""
     nf = normalize(parsed)
-    activity = analyze(nf, wrt, scalars, structure, leaves, complexes, allow_complex=not pure)
+    activity = analyze(nf, wrt, scalars, structure, leaves, complexes)
     t = transform(nf, activity, pure)
     t = inline(t)
     if optimize_code:

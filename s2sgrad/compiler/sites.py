@@ -632,16 +632,17 @@ def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
                       leaves=tuple(i for i, a in enumerate(atoms) if _is_leaf(a, activity)),
                       mutable=set(getattr(nf, "written_in_place", ())),
                       statics=function_arguments(params, atoms, nf),
-                      complexes=tuple(p.name for p, a in zip(params, atoms)
-                                      if _is_complex(a, activity)))
+                      complexes=tuple(entry for p, a in zip(params, atoms)
+                                      for entry in _complex_entries(a, p.name, activity)))
     return site
 
 
-def _is_complex(atom: Optional[ast.expr], activity) -> bool:
-    """An argument holding a complex value (a complex name, a complex constant)."""
+def _complex_entries(atom: Optional[ast.expr], param: str, activity) -> List[str]:
+    """What the callee is told of its parameter `param` given `atom`: where it holds
+    complex values (a complex name, or items of one; a complex constant)."""
     if isinstance(atom, ast.Constant):
-        return isinstance(atom.value, complex)
-    return isinstance(atom, ast.Name) and atom.id in activity.complex_names
+        return [param] if isinstance(atom.value, complex) else []
+    return activity.complex_entries(atom.id, param) if isinstance(atom, ast.Name) else []
 
 
 def function_arguments(params, atoms, nf) -> Tuple[Tuple[str, Any], ...]:

@@ -43,10 +43,22 @@ holomorphic(
     np.moveaxis, np.broadcast_to, np.concatenate, np.stack, np.vstack, np.hstack,
     np.flip, np.roll, np.tile, np.repeat, np.take, np.where, np.copy, np.array, np.asarray,
     np.linalg.inv, np.linalg.solve, np.linalg.det,
-    np.fft.fftshift, np.fft.ifftshift,
+    np.fft.fftshift, np.fft.ifftshift, np.pad, np.rot90, np.flipud, np.fliplr, np.diff,
+    np.atleast_1d, np.atleast_2d, np.atleast_3d, np.column_stack, np.dstack, np.kron,
+    np.tensordot, np.cumprod,
     ".sum()", ".mean()", ".prod()", ".dot()", ".reshape()", ".transpose()", ".ravel()",
+    ".cumsum()", ".cumprod()", ".flatten()", ".squeeze()", ".swapaxes()", ".copy()",
+    ".diagonal()", ".trace()", ".repeat()", ".take()", ".astype()",
     ".T",
 )
+
+# np.bincount's weights enter linearly: its rule (a gather) holds for complex weights
+# as written. NumPy refuses complex weights, so no case runs it; it is marked so that a
+# helper choosing np.bincount for real values and np.add.at for complex ones (the
+# compiler sees both branches) is differentiated again.
+holomorphic(np.bincount)
+if hasattr(np, "astype"):   # (NumPy >= 2; a cast's cotangent is g cast back)
+    holomorphic(np.astype)
 
 # --- not holomorphic: rules of their own, and JVPs of their own (forward mode: the
 # change of the value for a change z_dot of the argument; |z|: Re(conj(z) z_dot) / |z|,

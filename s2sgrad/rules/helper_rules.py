@@ -22,9 +22,10 @@ runtime/second_order.py).
 """
 from __future__ import annotations
 
+from ..runtime import complex_grads as cg
 from ..runtime import numpy_grads as nh
 from . import jvp_rules
-from .registry import defvjp, differentiate_source_of, nondiff
+from .registry import defvjp, differentiate_source_of, holomorphic, nondiff
 
 
 def _rule(fn, params, **grads):
@@ -41,9 +42,14 @@ jvp_rules.pointwise(
     _rule(nh.power_slope, "x, y, k=1", x="g * power_slope(x, y, k + 1)",
           y="g * power_slope_dy(x, y, k)", broadcast=True))
 # (power_slope_dy has no rule: a third derivative mixing x and y in x ** y is refused)
+holomorphic(nh.power_slope)   # (the slopes of a holomorphic power)
 nondiff(nh.unsupported)     # raises; its result never carries a gradient
 nondiff(nh._numbers)        # element numbers: integers, no gradient
 differentiate_source_of(nh)
+# The complex rules' helpers too (for derivatives of derivatives of complex code);
+# the axes a transform runs over are numbers, never differentiated.
+nondiff(cg._fft_axes)
+differentiate_source_of(cg)
 
 # -- linear in the cotangent, no curvature: the rule of `cot` is the transpose -----------------
 _REDUCE = "reduce_tangent({w}, g, axis=axis, keepdims=keepdims)"
@@ -65,7 +71,8 @@ def _curved(fn, params, joint, joint_params, **grads):
     """A helper with a Hessian part: its tangent is one template for its cotangent and
     primal arguments together (`*_jvp` in runtime/second_order.py)."""
     name = _rule(fn, params, **grads)
-    jvp_rules.defjvp(name, joint=joint, joint_params=joint_params)
+    jvp_rules.defjvp(name, joint=joint, joint_params=joint_params, complex_ok=True)
+    holomorphic(fn)   # (products: no conjugate anywhere, so complex values take them)
 
 
 # -- products: bilinear (the cotangent of one operand is the other's rule at g) -------------

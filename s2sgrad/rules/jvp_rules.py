@@ -378,15 +378,15 @@ linear("np.reshape", "np.transpose", "ndarray.reshape", "ndarray.transpose", "nd
        "_s2s_last_grad", "_s2s_items_like", "_s2s_items_joined", "_s2s_like_returned",
        "_s2s_unlike_returned", "_s2s_as_array", "_s2s_swap_last_axes",
        "_s2s_sum_to_shape", "_s2s_dict_item_grad", "_s2s_dict_item_transpose",
-       "_s2s_split_as_items")
+       "_s2s_split_as_items", "_s2s_real_part")
 defjvp("builtins.sorted", iterable="sorted_like(iterable_dot, iterable, key, reverse)")
 defjvp("np.nansum", a="np.sum(np.where(np.isnan(a), 0.0, a_dot), axis=axis, keepdims=keepdims)",
        cast="dtype")
 defjvp("np.nancumsum", a="np.cumsum(np.where(np.isnan(a), 0.0, a_dot), axis=axis)",
        cast="dtype")
 defjvp("np.pad", joint="pad_jvp(array_dot, constant_values_dot, pad_width, mode, reflect_type)",
-       joint_params=("array", "constant_values"))
-defjvp("ndarray.astype", self="cast_tangent(self_dot, ans)")
+       joint_params=("array", "constant_values"), complex_ok=True)
+defjvp("ndarray.astype", self="cast_tangent(self_dot, ans)", complex_ok=True)
 
 # -- reductions (the VJP of ones weighs each output's slice) -----------------------------------
 for _name in ("np.max", "np.min"):
@@ -420,15 +420,15 @@ defjvp("np.average", joint="average_jvp(a, weights, a_dot, weights_dot, ans, axi
        joint_params=("a", "weights"))
 
 # -- cumulative products and sorting ----------------------------------------------------------
-defjvp("np.cumprod", a="cumprod_jvp(a_dot, a, axis)")
-defjvp("ndarray.cumprod", self="cumprod_jvp(self_dot, self, axis)")
+defjvp("np.cumprod", a="cumprod_jvp(a_dot, a, axis)", complex_ok=True)
+defjvp("ndarray.cumprod", self="cumprod_jvp(self_dot, self, axis)", complex_ok=True)
 defjvp("np.nancumprod", a="cumprod_jvp(np.where(np.isnan(a), 0.0, a_dot), "
                           "np.where(np.isnan(a), 1.0, a), axis)")
 defjvp("np.cumulative_prod", x="cumulative_prod_jvp(x_dot, x, axis, include_initial)")
 defjvp("np.sort", a="sort_jvp(a_dot, a, axis)")
 defjvp("np.partition", a="partition_jvp(a_dot, a, ans, axis)")
 defjvp("np.gradient", linear=("f",))
-defjvp("np.astype", x="cast_tangent(x_dot, ans)")
+defjvp("np.astype", x="cast_tangent(x_dot, ans)", complex_ok=True)
 
 # -- statistics ---------------------------------------------------------------------------------
 defjvp("np.cov", joint="cov_jvp(m, y, m_dot, y_dot, rowvar, bias, ddof, fweights, aweights, "
@@ -468,10 +468,13 @@ defjvp("np.linalg.eig", joint="eig_jvp(a_dot, ans)", joint_params=("a",))
 defjvp("np.linalg.eigvals", a="eigvals_jvp(a_dot, a)")
 
 # -- softmax, log-softmax and logsumexp written out (normalize/fused.py) ----------------------
-defjvp("_s2s_log_softmax", x="x_dot - np.sum(np.exp(ans) * x_dot, axis=axis, keepdims=True)")
-defjvp("_s2s_softmax", x="ans * (x_dot - np.sum(ans * x_dot, axis=axis, keepdims=True))")
+# (holomorphic: the templates hold for complex values, like the VJPs)
+defjvp("_s2s_log_softmax", x="x_dot - np.sum(np.exp(ans) * x_dot, axis=axis, keepdims=True)",
+       complex_ok=True)
+defjvp("_s2s_softmax", x="ans * (x_dot - np.sum(ans * x_dot, axis=axis, keepdims=True))",
+       complex_ok=True)
 defjvp("_s2s_logsumexp", x="np.sum(np.exp(x - expand_reduced(ans, x, axis, keepdims)) * x_dot, "
-                          "axis=axis, keepdims=keepdims)")
+                          "axis=axis, keepdims=keepdims)", complex_ok=True)
 
 # -- scipy.special (the rules exist only when SciPy imports) -----------------------------------
 defjvp("scipy.special.softmax", x="ans * (x_dot - np.sum(x_dot * ans, axis=axis, keepdims=True))")

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from .. import runtime
 from ..runtime import arrays as runtime_arrays
+from ..runtime import complex_grads as runtime_complex
 from ..runtime import fused as runtime_fused
 from ..runtime import inplace as runtime_inplace
 from ..runtime import reverse as runtime_reverse
 from ..runtime import shapes as runtime_shapes
 from ..runtime import tangent as runtime_tangent
-from .registry import constructors, defvjp, nondiff
+from .registry import constructors, defvjp, holomorphic, nondiff
 
 # -- the reductions and broadcasting helpers the NumPy rules use ----------------
 defvjp(runtime.unbroadcast, "value, like", value="broadcast_like(g, value)",
@@ -108,3 +109,25 @@ defvjp(runtime_fused.logsumexp, "x, axis, keepdims, max_first",
        x="np.exp(x - expand_reduced(ans, x, axis, keepdims)) * "
          "expand_reduced(g, x, axis, keepdims)",
        name="_s2s_logsumexp")
+
+# The real part of a real variable's cotangent (its rule: the cotangent as it is,
+# np.real's for complex arguments; a value it makes is real, analyze.realising_ops).
+defvjp(runtime_complex.real_part, "v", v="g", name="_s2s_real_part")
+
+# Every helper above is linear in its cotangent with real coefficients, or a
+# holomorphic function (softmax, logsumexp, safe_log): its template holds for
+# complex values as written, so the adjoint of complex code is differentiated again.
+holomorphic(
+    runtime.unbroadcast, runtime.broadcast_like, runtime.unbroadcast_matmul,
+    runtime.expand_reduced, runtime.transpose_grad, runtime.safe_log,
+    runtime.matmul_grad_a, runtime.matmul_grad_b, runtime.dot_grad_a, runtime.dot_grad_b,
+    runtime.copy_adjoint, runtime_inplace.copy_value, runtime_inplace.snapshot,
+    runtime.none_to_zero, runtime_tangent.like_returned, runtime_tangent.unlike_returned,
+    runtime_reverse.items_like, runtime_reverse.items_joined, runtime_inplace.add,
+    runtime_inplace.copy_item, runtime_inplace.scatter_add, runtime_inplace.with_zeroed,
+    runtime_inplace.with_item, runtime_inplace.written_grad, runtime_inplace.push,
+    runtime_reverse.split_as_items, runtime_reverse.dict_item_grad,
+    runtime_reverse.dict_item_transpose, runtime_inplace.last, runtime_inplace.last_grad,
+    runtime_inplace.drop_last, runtime_arrays.as_array, runtime_shapes.swap_last_axes,
+    runtime_shapes.sum_to_shape, runtime_fused.log_softmax, runtime_fused.softmax,
+    runtime_fused.logsumexp, runtime_complex.real_part)

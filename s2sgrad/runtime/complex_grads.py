@@ -14,10 +14,8 @@ from .registry import helper
 
 @helper
 def abs_direction(x):
-    """d|z| as a cotangent factor: conj(z) / |z| for complex z (0 at z == 0, the
-    zero subgradient, like np.sign for real z); np.sign(x) for real x."""
-    if not np.iscomplexobj(x):
-        return np.sign(x)
+    """d|z| as a cotangent factor: conj(z) / |z| (0 at z == 0, the zero subgradient),
+    which is np.sign(x) for real x; one formula, so that its derivative is derived."""
     size = np.abs(x)
     return np.where(size == 0, 0.0, np.conj(x) / np.where(size == 0, 1.0, size))
 
@@ -35,7 +33,12 @@ def angle_direction(z, deg=False):
 
 @helper
 def real_part(v):
-    """The cotangent of a real variable from complex parts: their real part."""
+    """The cotangent of a real variable from complex parts: their real part (item by
+    item for the cotangent of a list or tuple; None, a zero, stays None)."""
+    if isinstance(v, (list, tuple)):
+        return type(v)(real_part(item) for item in v)
+    if v is None:
+        return None
     return np.real(v) if np.iscomplexobj(v) else v
 
 
@@ -71,7 +74,10 @@ def fft_grad(g, a, transform, s, axes, norm):
         s = None
     axes = _fft_axes(a.ndim, s, axes)
     inverse = transform in (np.fft.ifft, np.fft.ifft2, np.fft.ifftn)
-    out = (np.fft.ifftn if inverse else np.fft.fftn)(g, axes=axes, norm=norm)
+    if inverse:
+        out = np.fft.ifftn(g, axes=axes, norm=norm)
+    else:
+        out = np.fft.fftn(g, axes=axes, norm=norm)
     return _fit(out, a.shape, axes)
 
 

@@ -1076,10 +1076,14 @@ def item_grad(g, a, args):
 
 @_helper
 def astype_grad(g, x, dtype):
-    """Cotangent through a.astype(dtype): 0 for an integer or boolean dtype."""
+    """Cotangent through a.astype(dtype): 0 for an integer or boolean dtype; a real
+    `a` cast to a complex dtype takes the real part of its cotangent."""
     if not np.issubdtype(np.dtype(dtype), np.inexact):
         return np.zeros(np.shape(x))
-    return as_array(g).astype(np.result_type(x, np.float32), copy=False)
+    g = as_array(g)
+    if not np.iscomplexobj(x):
+        g = np.real(g) if np.iscomplexobj(g) else g
+    return g.astype(np.result_type(x, np.float32), copy=False)
 
 
 # -- constructors whose values depend on their arguments -------------------------------

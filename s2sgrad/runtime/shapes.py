@@ -88,6 +88,9 @@ def unbroadcast(value, like):
                 # derivatives): item by item.
                 return type(value)(v if v is None else unbroadcast(v, item)
                                    for v, item in zip(value, like))
+            if isinstance(value, dict) and isinstance(like, dict):
+                return {k: v if v is None or k not in like else unbroadcast(v, like[k])
+                        for k, v in value.items()}
             shape = np.shape(like)  # a list or tuple taken as an array
     vshape = getattr(value, "shape", ())
     if vshape == shape:
@@ -102,6 +105,9 @@ def broadcast_like(cot, value):
     if isinstance(value, (list, tuple)) and isinstance(cot, (list, tuple)) and \
             len(cot) == len(value):
         return type(cot)(c if c is None else broadcast_like(c, v) for c, v in zip(cot, value))
+    if isinstance(cot, dict) and isinstance(value, dict):
+        return {k: c if c is None or k not in value else broadcast_like(c, value[k])
+                for k, c in cot.items()}
     return np.broadcast_to(cot, np.shape(value))
 
 

@@ -124,7 +124,10 @@ def cast_tangent(t, ans):
     if not np.issubdtype(dtype, np.inexact):
         return np.zeros(np.shape(ans))
     if getattr(t, "dtype", dtype) != dtype:
-        return np.asarray(t).astype(dtype)
+        t = np.asarray(t)
+        if np.iscomplexobj(t) and not np.issubdtype(dtype, np.complexfloating):
+            t = np.real(t)   # (a complex value cast to a real dtype keeps its real part)
+        return t.astype(dtype)
     return t
 
 

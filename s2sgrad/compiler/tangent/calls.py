@@ -10,6 +10,7 @@ from typing import Any, List
 
 from ...errors import TransformError
 from .. import reentry, sites
+from ..analyze import complex_returns
 from ..marks import comment
 from ..names import assign_node, helper_call, name_node
 from ..ops import Op
@@ -62,8 +63,9 @@ class CallTangents:
         core.read([atoms[i] for i in wrt], fresh=False)
         base = fn.__name__ if fn.__name__ != "<lambda>" else "lambda"
         statics = sites.function_arguments(params, atoms, core.nf)
-        complexes = tuple(sorted(p.name for p, a in zip(params, atoms)
-                                 if isinstance(a, ast.Name) and a.id in core.act.complex_names))
+        complexes = tuple(sorted(entry for p, a in zip(params, atoms)
+                                 if isinstance(a, ast.Name)
+                                 for entry in core.act.complex_entries(a.id, p.name)))
         recursive = fn is core.parsed.fn and wrt == tuple(core.act.wrt) and \
             not core.structure and core.demand is None and \
             dict(statics) == core.parsed.statics and not complexes
@@ -85,16 +87,18 @@ class CallTangents:
                 core.sites[key] = name
         live_out: Any = True
         if recursive:
-            pass
+            core.unseen_returns.append((op.outputs, None))   # (its own result: seen after)
         elif not reentry.tangent_in_progress(fn, wrt, core.optimize_code, structure, demand,
                                              statics, complexes):
             callee = reentry.compile_tangent(fn, wrt, core.optimize_code, structure, demand,
                                              False, statics, complexes)
             core.bindings[name] = callee.jvp
             core.compiled[name] = callee
+            core.complex_returns |= complex_returns([(op.outputs, callee.activity)], core.act)
             live_out = callee.output_live
         else:
             core.late[name] = (fn, wrt, "jvp", structure, demand, False, statics, complexes)
+            core.unseen_returns.append((op.outputs, name))
         outs = op.outputs
         target = s.targets[0]
         primal_target = copy.deepcopy(target)

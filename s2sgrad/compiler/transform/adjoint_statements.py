@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 from ...errors import InternalError
 from ...rules import registry
 from .. import sites
+from ..analyze import is_realising
 from ..names import assign_node, clone, copy_location, helper_call, index_expr, name_node
 from ..ops import UFUNC_AT_SIGNS, Op, names, ufunc_at_kind
 from .records import (
@@ -356,12 +357,15 @@ class AdjointStatements:
             ans: ast.expr = ast.Tuple(elts=[name_node(o) for o in op.outputs], ctx=ast.Load())
         else:
             g, ans = gs[0], name_node(op.outputs[0])
+            if op.outputs[0] in core.act.complex_names and is_realising(op):
+                g = helper_call("real_part", g)   # (a real result held complex elsewhere)
 
         def add(var: str, part: str, into: List[ast.stmt]) -> None:
+            value = structured(part, var, read_as_array)
             if touches_complex and real_among_complex(core.act, var):
                 # a real variable: the real part of what reaches it from complex values
-                into.append(assign_node(part, helper_call("real_part", name_node(part))))
-            core.accumulate(var, structured(part, var, read_as_array), into)
+                value = core.real_part_of(var, value, into)
+            core.accumulate(var, value, into)
         ctx = core.first_iteration
         # Only where skipping pays for the test: products (matmul, dot, einsum), whose
         # adjoint is a product again; elementwise parts are cheaper than the branch.
@@ -412,8 +416,9 @@ class AdjointStatements:
             return
         out.append(ast.Pass() if core.probing else site.adjoint_placeholder(gs, wanted, s,
                                                                             core.facts))
-        for var, part in parts:
-            core.accumulate(var, name_node(part), out)
+        for var, part in parts:   # (a callee may compute with complex values: real parts)
+            core.accumulate(var, core.real_part_of(var, name_node(part), out)
+                            if real_among_complex(core.act, var) else name_node(part), out)
 
 
 def basic_index(index: ast.expr, ints) -> bool:

@@ -243,6 +243,14 @@ class Reverse:
         self.state.pop(bar, None)
         self.resets.add(bar)
 
+    def real_part_of(self, var: str, value: ast.expr, out: List[ast.stmt]) -> ast.expr:
+        """`<var>_bar_real = _s2s_real_part(value)`: the real part of a contribution to
+        a real variable's cotangent, in a fresh name (a name holding a complex value
+        and then a real one would be complex to a derivative of this code)."""
+        real = self.names.fresh(f"{var}_bar_real")
+        out.append(assign_node(real, helper_call("real_part", value)))
+        return name_node(real)
+
     def accumulate(self, var: str, value: ast.expr, out: List[ast.stmt]) -> None:
         b = self.bar_of(var)
         if b in self.state:
