@@ -274,3 +274,48 @@ def g(x, k=3.0, *, c=1.0):
     mod.f.__code__ = mod.g.__code__
     np.testing.assert_allclose(grad_f(x), 2.0 * np.cos(x + 5), rtol=1e-12)
     np.testing.assert_allclose(grad_f(x), numeric_grad(mod.f, [x], 0), rtol=1e-6)
+
+
+REBOUND_TWO_LEVELS = '''
+import numpy as np
+import s2sgrad
+
+V = np.array([0.3, -0.5, 0.9])
+
+
+def f1(x):
+    return np.sum(np.sin(x) ** 2)
+
+
+def f2(x):
+    return np.sum(np.exp(x) * x)
+
+
+F = f1
+
+
+def hv(x):
+    return np.sum(s2sgrad.grad(F)(x) * V)
+
+
+def vhv(x):
+    return np.sum(s2sgrad.grad(hv)(x) * V)
+'''
+
+
+@pytest.mark.parametrize("x", [np.array([0.1, 0.5, -0.3]), np.array([-0.4, 0.2, 0.7])])
+def test_rebinding_what_a_derivative_inside_a_derivative_calls(make_module, x):
+    """vhv's code calls the derivative of hv, whose code calls the derivative of F: a
+    new F makes every level stale, also the pairs compiled from the generated code
+    (their only link to F is the pair they were generated from)."""
+    m = make_module(REBOUND_TWO_LEVELS)
+    eps = 1e-6
+
+    def numeric(fn):
+        return np.array([(fn(x + eps * e) - fn(x - eps * e)) / (2 * eps) for e in np.eye(3)])
+    for f in (m.f1, m.f2, m.f1):
+        m.F = f
+        expected = numeric(m.vhv)
+        np.testing.assert_allclose(s2sgrad.grad(m.vhv)(x), expected, rtol=1e-5, atol=1e-7)
+        _, tangent = s2sgrad.functional.jvp(m.vhv, x, m.V)
+        np.testing.assert_allclose(tangent, expected @ m.V, rtol=1e-5, atol=1e-7)

@@ -225,7 +225,7 @@ def current(compiled, seen: Optional[set] = None) -> bool:
         checks = compiled._flat_checks = (compiled.bindings, _flatten(compiled.bindings))
     if not _hold(*checks[1]):
         return False
-    callees = compiled.callees
+    callees = _depends_on(compiled)
     if not callees:
         return True
     if seen is None:
@@ -235,6 +235,15 @@ def current(compiled, seen: Optional[set] = None) -> bool:
         if id(sub) not in seen and not current(sub, seen):
             return False
     return True
+
+
+def _depends_on(compiled) -> list:
+    """The pairs whose bindings a pair's code depends on: those it calls, and, for the
+    code of a derivative (higher.derived: `grad_f` calling f's generated pair), the
+    pair it was written from, whose bindings (a global f reads) its own text does
+    not name."""
+    origin = getattr(compiled.fn, "__s2sgrad_pair__", None)
+    return compiled.callees if origin is None else [*compiled.callees, origin]
 
 
 def flat_bindings(compiled) -> tuple:
@@ -250,7 +259,7 @@ def flat_bindings(compiled) -> tuple:
         seen.add(id(c))
         for b in c.bindings:
             found.setdefault((id(b.namespace), b.name), b)
-        for sub in c.callees:
+        for sub in _depends_on(c):
             if id(sub) not in seen:
                 visit(sub)
     visit(compiled)
