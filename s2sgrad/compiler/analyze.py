@@ -763,14 +763,24 @@ def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
                     changed = True
                 continue
             reads = op.diff_inputs + op.other_inputs
-            outputs = set(op.outputs)
-            if len(op.outputs) > 1 and op.rule is not None:   # w, v = np.linalg.eigh(a)
-                outputs -= {op.outputs[k] for k in real_items.get(id(op.rule), ())}
             # (a function of yours is compiled for the complex values it is given, and
             # what it returns is known once it is: complex_returns)
             complex_read = op.kind != "call" and any(n in whole or n in paths for n in reads)
-            if (literal[s] is not None or (complex_read and id(s) not in realising) or
-                    _makes_complex(op.callee)) and not outputs <= whole:
+            if not (literal[s] is not None or (complex_read and id(s) not in realising) or
+                    _makes_complex(op.callee)):
+                continue
+            outputs = set(op.outputs)
+            real = real_items.get(id(op.rule), ()) if op.rule is not None else ()
+            if len(op.outputs) > 1:   # w, v = np.linalg.eigh(a)
+                outputs -= {op.outputs[k] for k in real}
+            elif real:   # r = np.linalg.svd(a): r[1] is real
+                items = {(k,) for k in range(op.rule.outputs or 0) if k not in real}
+                target = op.outputs[0]
+                if target not in whole and not items <= paths.get(target, set()):
+                    paths.setdefault(target, set()).update(items)
+                    changed = True
+                continue
+            if not outputs <= whole:
                 whole.update(outputs)
                 for o in outputs:
                     paths.pop(o, None)

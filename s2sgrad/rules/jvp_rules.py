@@ -457,10 +457,10 @@ defjvp("np.linalg.solve", joint="solve_jvp(a, b, a_dot, b_dot, ans)", joint_para
 defjvp("np.linalg.slogdet", joint="slogdet_jvp(a, a_dot, ans)", joint_params=("a",))
 defjvp("np.linalg.cholesky", a="cholesky_jvp(a_dot, ans, upper)")
 defjvp("np.linalg.eigh", joint="eigh_jvp(a_dot, ans, UPLO)", joint_params=("a",))
-defjvp("np.linalg.eigvalsh", a="eigvalsh_jvp(a_dot, a, UPLO)")
+defjvp("np.linalg.eigvalsh", a="eigvalsh_jvp(a_dot, a, UPLO)", complex_ok=True)
 defjvp("np.linalg.svd", joint="svd_jvp(a_dot, a, ans, full_matrices, compute_uv, hermitian)",
        joint_params=("a",))
-defjvp("np.linalg.svdvals", x="svdvals_jvp(x_dot, x)")
+defjvp("np.linalg.svdvals", x="svdvals_jvp(x_dot, x)", complex_ok=True)
 defjvp("np.linalg.pinv", a="pinv_jvp(a_dot, a, ans, hermitian)")
 defjvp("np.linalg.qr", joint="qr_jvp(a_dot, a, ans, mode)", joint_params=("a",))
 defjvp("np.linalg.matrix_power", a="matrix_power_jvp(a_dot, a, n)")

@@ -1475,8 +1475,8 @@ def det_grad(g, a):
     products = _exclusive_products(s, -1)[..., None, :]
     if np.iscomplexobj(u):   # a = U S V^H: the cofactors are det(U V^H) conj(U) P conj(V^H)
         cof = phase[..., None, None] * ((np.conj(u) * products) @ np.conj(vt))
-    else:
-        cof = np.sign(phase)[..., None, None] * ((u * products) @ vt)
+    else:   # (phase is +-1; its real part, since the compiler sees both branches)
+        cof = np.sign(np.real(phase))[..., None, None] * ((u * products) @ vt)
     return as_array(g)[..., None, None] * cof
 
 
@@ -1627,8 +1627,9 @@ def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
     if not compute_uv:
         u, s, vt = np.linalg.svd(a, full_matrices=False)
         return _singular_values_back(u, s, vt, as_array(g))
-    u, s, vt = (as_array(t) for t in ans)
-    gu, gs, gvt = (as_array(t) for t in g)
+    # (item by item: s is real, and the compiler follows which items are complex)
+    u, s, vt = as_array(ans[0]), as_array(ans[1]), as_array(ans[2])
+    gu, gs, gvt = as_array(g[0]), as_array(g[1]), as_array(g[2])
     m, n = a.shape[-2:]
     k = min(m, n)
     if full_matrices and m != n:

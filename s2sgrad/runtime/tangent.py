@@ -443,11 +443,20 @@ def geomspace_jvp(start, stop, start_dot, stop_dot, ans, num=50, endpoint=True, 
 
 # -- linear algebra ------------------------------------------------------------------------
 def _from_triangle(d, lower):
-    """The symmetric matrix that cholesky/eigh actually see: one triangle, mirrored."""
+    """The symmetric (Hermitian) matrix that cholesky/eigh actually see: one triangle,
+    mirrored (conjugated), the diagonal's real part (its imaginary part is ignored)."""
     d = np.asarray(d)
     if lower:
-        return np.tril(d) + _T(np.tril(d, -1))
-    return np.triu(d) + _T(np.triu(d, 1))
+        out = np.tril(d, -1) + _H(np.tril(d, -1))
+    else:
+        out = np.triu(d, 1) + _H(np.triu(d, 1))
+    diagonal = np.diagonal(d, axis1=-2, axis2=-1)
+    return out + np.real(diagonal)[..., None] * np.eye(d.shape[-1])
+
+
+def _H(x):
+    """The conjugate transpose of the last two axes (the transpose of real ones)."""
+    return np.conj(_T(x)) if np.iscomplexobj(x) else _T(x)
 
 
 @_helper
@@ -528,7 +537,7 @@ def eigvalsh_jvp(a_dot, a, UPLO="L"):
     """np.linalg.eigvalsh: diag(V^T A_dot V), averaged over repeated eigenvalues."""
     w, v = np.linalg.eigh(a, UPLO=UPLO)
     d = _from_triangle(a_dot, UPLO.upper() == "L")
-    dw = np.array(np.diagonal(_T(v) @ d @ v, axis1=-2, axis2=-1))
+    dw = np.array(np.real(np.diagonal(_H(v) @ d @ v, axis1=-2, axis2=-1)))
     for idx in np.ndindex(*w.shape[:-1]):
         _, labels, _ = _cluster_info(w[idx], np.abs(w[idx]), w.shape[-1])
         dw[idx] = _nh._cluster_mean(dw[idx], labels)
@@ -536,9 +545,9 @@ def eigvalsh_jvp(a_dot, a, UPLO="L"):
 
 
 def _singular_values_dot(u, s, v, a_dot):
-    """diag(U^T A_dot V), averaged over repeated singular values, 0 at zero ones."""
-    p = _T(u) @ np.asarray(a_dot) @ v
-    ds = np.array(np.diagonal(p, axis1=-2, axis2=-1))
+    """Re diag(U^H A_dot V), averaged over repeated singular values, 0 at zero ones."""
+    p = _H(u) @ np.asarray(a_dot) @ v
+    ds = np.array(np.real(np.diagonal(p, axis1=-2, axis2=-1)))
     for idx in np.ndindex(*s.shape[:-1]):
         si = s[idx]
         tol, labels, _ = _cluster_info(si, si, max(u.shape[-2], v.shape[-2]))
@@ -556,7 +565,7 @@ def svd_jvp(a_dot, a, ans, full_matrices=True, compute_uv=True, hermitian=False)
     a = np.asarray(a)
     if not compute_uv:
         u, s, vt = np.linalg.svd(a, full_matrices=False)
-        return _singular_values_dot(u, s, _T(vt), a_dot)[1]
+        return _singular_values_dot(u, s, _H(vt), a_dot)[1]
     u, s, vt = (np.asarray(t) for t in ans)
     m, n = a.shape[-2:]
     k = min(m, n)
@@ -602,7 +611,7 @@ def svd_jvp(a_dot, a, ans, full_matrices=True, compute_uv=True, hermitian=False)
 def svdvals_jvp(x_dot, x):
     """np.linalg.svdvals: diag(U^T X_dot V), repeated values averaged, 0 at zero ones."""
     u, s, vt = np.linalg.svd(np.asarray(x), full_matrices=False)
-    return _singular_values_dot(u, s, _T(vt), x_dot)[1]
+    return _singular_values_dot(u, s, _H(vt), x_dot)[1]
 
 
 @_helper

@@ -10,10 +10,17 @@ from typing import Dict, List, Optional, Set, Tuple
 from ...rules import jvp_rules
 from ...runtime import HELPERS
 from .. import sites
+from ..analyze import is_realising
 from ..names import helper_call, name_node
 from ..ops import Op
 from ..transform import rule_for
 from .state import HINT_RULE, none, rebuild
+
+# Why forward mode refuses a rule for complex values, where it is not that its JVP
+# is written for real ones.
+_PHASE = ("a complex vector comes back with an arbitrary phase, and a function of "
+          "it may depend on that, which a tangent cannot show; reverse mode checks it")
+_COMPLEX_WHY = {"np.linalg.eigh": _PHASE, "np.linalg.svd": _PHASE}
 
 
 class RuleTangents:
@@ -38,9 +45,11 @@ class RuleTangents:
             why = jvp_rules.UNSUPPORTED.get(rule.name)
             raise core.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label}"
                            + (f": {why}" if why else ""), HINT_RULE)
-        if touches_complex and not jr.complex_ok:
+        if touches_complex and not jr.complex_ok and not is_realising(op):
+            # (svd(a, compute_uv=False) is: its JVP's values part holds for complex a)
+            why = _COMPLEX_WHY.get(rule.name, "its JVP is written for real ones")
             raise core.err(node, f"forward mode does not differentiate {op.label} of complex "
-                           f"values (its JVP is written for real ones)",
+                           f"values ({why})",
                            "Use reverse mode (grad, vjp) for this function.")
         slots: List[Tuple[str, Optional[int], ast.expr]] = []
         for param in rule.differentiable():
