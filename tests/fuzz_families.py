@@ -1429,6 +1429,11 @@ class FamilyMixin:
             if spec.const:
                 args.append(self.const())
             call = f"{spec.name}.apply({', '.join(args)})"
+            if self.rng.random() < 0.2:   # its arguments spread from a tuple or list
+                packed = self.fresh("args")
+                bracket = "[{}]" if self.rng.random() < 0.5 else "({},)"
+                self.emit(f"{packed} = {bracket.format(', '.join(args))}")
+                call = f"{spec.name}.apply(*{packed})"
             outs = [self.fresh("o") for _ in range(spec.n_out)]
             form = self.rng.choice(["unpack", "unpack", "index", "whole", "partial", "loop"])
             if form == "unpack":

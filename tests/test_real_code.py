@@ -147,6 +147,20 @@ def spread_arguments(x, w):
     return pair(*args) + pair(*(w, x)) + np.sum(np.maximum(*[x, w]))
 
 
+def spread_from_a_list(x, w):
+    args = [x, w * 2.0]                # (a list only read as a tuple is read)
+    total = pair(*args)
+    for a in args:
+        total = total + np.sum(a * args[1]) * len(args)
+    return total
+
+
+def spread_from_a_changed_list(x, w):
+    args = [x]
+    args.append(w)                     # its length is then known only when it runs
+    return pair(*args)
+
+
 def partial_used_as_a_value(x):
     h = functools.partial(scaled, a=2.0)
     fs = [h]
@@ -325,13 +339,21 @@ def test_a_pair_made_for_a_function_says_so(m):
     assert "(for nonlinearity=np.tanh)" in text and "(for nonlinearity=softplus)" in text
 
 
-@pytest.mark.parametrize("name", ["partial_made_here", "partial_in_a_loop", "spread_arguments"])
+@pytest.mark.parametrize("name", ["partial_made_here", "partial_in_a_loop", "spread_arguments",
+                                  "spread_from_a_list"])
 @pytest.mark.parametrize("shape", [(3,), (2, 3)])
 def test_partials_made_inside_and_spread_arguments(m, name, shape, rng):
     """`h = functools.partial(f, a=w)` then `h(x)`: the call of f with the values
     the partial was given; `f(*args)` of a tuple or list literal, or of a name
-    bound to a tuple literal: the call with the items spelled out."""
+    bound to a tuple literal, or to a list literal only read as a tuple is: the call
+    with the items spelled out."""
     check_vjp(getattr(m, name), [rng.standard_normal(shape), rng.standard_normal(shape)])
+
+
+def test_spreading_a_list_whose_length_changes_is_refused_at_the_call(m):
+    with pytest.raises(s2sgrad.TransformError, match=r"\*args") as info:
+        s2sgrad.grad(m.spread_from_a_changed_list)(np.ones(3), np.ones(3))
+    assert "pair(*args)" in info.value.text
 
 
 @pytest.mark.parametrize("shape", [(3,), (2, 3)])

@@ -52,6 +52,7 @@ from .scope import (
     lift_jumps,
     names_written_in_place,
     read_after,
+    read_only_lists,
     scope_statements,
     snapshot_definitions,
     walk_scope,
@@ -142,6 +143,7 @@ class _Normalizer:
         self.rebound_augassign: Set[str] = set()
         self.lists: Set[str] = set()
         self.tuple_names: Set[str] = set()   # names bound to tuple literals
+        self.read_only_lists = read_only_lists(fdef)   # ... and list literals read as ones
         self.dict_names: Set[str] = set()    # names bound to dict literals
         self.bindings: Dict[str, Callable] = {}   # names the generated code must see
         # Local names bound once to a lambda: calls of them are calls of the lambda.

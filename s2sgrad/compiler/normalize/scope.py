@@ -36,6 +36,47 @@ SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 
+def read_only_lists(fdef: ast.FunctionDef) -> Set[str]:
+    """Names bound once, in the function's top-level statements, to a list literal
+    (no `*`), and otherwise only read the way a tuple is read: spread into a call
+    (`f(*xs)`), indexed, measured (`len`), walked (`for`, a comprehension,
+    `enumerate`, `zip`). Such a list is a tuple to every statement that sees it, so
+    the normaliser binds it as one (its items then known: `f(*xs)` spelled out)."""
+    literal = {s.targets[0].id for s in fdef.body
+               if isinstance(s, ast.Assign) and len(s.targets) == 1 and
+               isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.List) and
+               not any(isinstance(e, ast.Starred) for e in s.value.elts)}
+    if not literal:
+        return set()
+    parents: Dict[int, ast.AST] = {}
+    for node in ast.walk(fdef):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    stores: Dict[str, int] = {}
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Name) and node.id in literal:
+            if not isinstance(node.ctx, ast.Load):
+                stores[node.id] = stores.get(node.id, 0) + 1
+            elif not _read_as_a_tuple(node, parents):
+                literal.discard(node.id)
+        elif isinstance(node, SCOPES[:3]) and node is not fdef:
+            literal -= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n for n in literal if stores.get(n) == 1}
+
+
+def _read_as_a_tuple(name: ast.Name, parents: Dict[int, ast.AST]) -> bool:
+    parent = parents.get(id(name))
+    if isinstance(parent, ast.Starred):
+        return isinstance(parents.get(id(parent)), ast.Call)
+    if isinstance(parent, ast.Subscript):
+        return parent.value is name and isinstance(parent.ctx, ast.Load)
+    if isinstance(parent, (ast.For, ast.comprehension)):
+        return parent.iter is name
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name):
+        return parent.func.id in ("len", "enumerate", "zip") and name in parent.args
+    return False
+
+
 def is_atom(node: ast.AST, exprs: ExprFacts) -> bool:
     if isinstance(node, (ast.Name, ast.Constant)):
         return True

@@ -160,6 +160,8 @@ class StatementRules:
         core = self.core
         if spelled.bind_partial(core, user_name, value, out):
             return
+        if isinstance(value, ast.List) and user_name in core.read_only_lists:
+            value = copy_location(ast.Tuple(elts=value.elts, ctx=ast.Load()), value)
         if isinstance(value, (ast.Tuple, ast.List)) and all(
                 not isinstance(e, ast.Starred) for e in value.elts):
             elts = [self.element(e, out) for e in value.elts]
