@@ -790,6 +790,14 @@ else:
              {"x": ("wellcond", (3, 3)), "y": (3, 2)}),
             ("scipy.linalg.solve_triangular(x, y, lower=True, unit_diagonal=True)",
              {"x": ("wellcond", (3, 3)), "y": (3,)})],
+        # (a band of 4 added to the diagonal's row: a matrix far from singular)
+        "scipy.linalg.solve_banded": [
+            ("scipy.linalg.solve_banded((1, 1), x + np.array([[0.0], [4.0], [0.0]]), y)",
+             {"x": (3, 4), "y": (4,)}),
+            ("scipy.linalg.solve_banded((2, 0), x + np.array([[4.0], [0.0], [0.0]]), y)",
+             {"x": (3, 5), "y": (5, 2)}),
+            ("scipy.linalg.solve_banded((0, 1), x + np.array([[0.0], [4.0]]), y)",
+             {"x": (2, 3), "y": (3,)})],
         "scipy.linalg.cholesky": [("scipy.linalg.cholesky(x)", {"x": ("spd", (3, 3))}),
                                   ("scipy.linalg.cholesky(x, lower=True)",
                                    {"x": ("spd", (2, 2))})],

@@ -137,6 +137,13 @@ _rule(nh.scipy_solve_triangular, "a, b, trans=0, lower=False, unit_diagonal=Fals
 jvp_rules.defjvp("_s2s_scipy_solve_triangular",
                  joint="solve_triangular_jvp(a, b, a_dot, b_dot, ans, trans, lower, "
                        "unit_diagonal)", joint_params=("a", "b"))
+_rule(nh.scipy_solve_banded, "l_and_u, ab, b",
+      prelude="l = l_and_u[0]; u = l_and_u[1]; "
+              "gb = scipy_solve_banded((u, l), band_transposed(ab, l, u), g)",
+      ab="-band_outer(gb, ans, l, u)", b="gb")
+jvp_rules.defjvp("_s2s_scipy_solve_banded",
+                 joint="solve_banded_jvp(l_and_u, ab, ab_dot, b_dot, ans)",
+                 joint_params=("ab", "b"))
 _CHO_SOLVE_C = ("transpose_if(triangle_part(sym @ triangle_part(transpose_if(c, not lower), "
                 "True), True), not lower)")
 _rule(nh.scipy_cho_solve, "c, lower, b",

@@ -511,6 +511,8 @@ defjvp("scipy.special.multigammaln",
 defjvp("scipy.linalg.solve_triangular",
        joint="solve_triangular_jvp(a, b, a_dot, b_dot, ans, trans, lower, unit_diagonal)",
        joint_params=("a", "b"))
+defjvp("scipy.linalg.solve_banded", joint="solve_banded_jvp(l_and_u, ab, ab_dot, b_dot, ans)",
+       joint_params=("ab", "b"))
 defjvp("scipy.linalg.cholesky", a="cholesky_jvp(a_dot, ans, not lower)")
 defjvp("scipy.linalg.cho_factor", joint="cho_factor_jvp(a_dot, ans)", joint_params=("a",))
 defjvp("scipy.linalg.cho_solve", joint="cho_solve_pair_jvp(c_and_lower, b, c_and_lower_dot, "

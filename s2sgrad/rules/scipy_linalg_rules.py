@@ -21,6 +21,13 @@ defvjp(linalg.solve_triangular, "a, b, trans=0, lower=False, unit_diagonal=False
          "np.swapaxes(as_columns(ans, np.shape(a)[-1]), -1, -2), is_transposed(trans)), "
          "lower, unit_diagonal)",
        b="gb", name="scipy.linalg.solve_triangular")
+# LAPACK's band storage: the transpose's system gives b's cotangent; ab's holds the
+# entries of -gb x^T that the band holds
+defvjp(linalg.solve_banded, "l_and_u, ab, b, overwrite_ab=False, overwrite_b=False, "
+                            "check_finite=True",
+       prelude="l = l_and_u[0]; u = l_and_u[1]; "
+               "gb = scipy_solve_banded((u, l), band_transposed(ab, l, u), g)",
+       ab="-band_outer(gb, ans, l, u)", b="gb", name="scipy.linalg.solve_banded")
 defvjp(linalg.cholesky, f"a, lower=False, {_OPTS}", a="cholesky_grad(g, ans, not lower)",
        name="scipy.linalg.cholesky")
 # cho_factor's c holds the factor in one triangle and a's own entries in the other

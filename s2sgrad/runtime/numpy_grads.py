@@ -1929,6 +1929,56 @@ def scipy_cho_solve(c, lower, b):
 
 
 @_helper
+def scipy_solve_banded(l_and_u, ab, b):
+    """scipy.linalg.solve_banded, for templates."""
+    from scipy import linalg
+    return linalg.solve_banded(l_and_u, ab, b)
+
+
+def _band_entries(n, below, above):
+    """(band rows, rows, columns): where LAPACK's storage of a band of `below`
+    subdiagonals and `above` superdiagonals keeps each entry of the n x n matrix it
+    holds (ab[band_rows, columns] = a[rows, columns])."""
+    r = np.arange(below + above + 1)[:, None]
+    i = np.arange(n)[None, :] + r - above
+    band_rows, cols = np.nonzero((i >= 0) & (i < n))
+    return band_rows, cols + band_rows - above, cols
+
+
+@_helper
+def band_transposed(ab, below, above):
+    """The band storage of a^T (below and above swapped) from that of a."""
+    ab = as_array(ab)
+    band_rows, rows, cols = _band_entries(ab.shape[-1], below, above)
+    out = np.zeros_like(ab)
+    out[below + cols - rows, rows] = ab[band_rows, cols]
+    return out
+
+
+@_helper
+def band_outer(gb, x, below, above):
+    """The entries of gb x^T (vectors or columns of n rows) that the band holds, in
+    band storage: -band_outer(gb, x, ...) is ab's cotangent in solve_banded."""
+    n = np.shape(gb)[0]
+    gc, xc = as_columns(gb, n), as_columns(x, n)
+    band_rows, rows, cols = _band_entries(n, below, above)
+    out = np.zeros((below + above + 1, n), dtype=np.result_type(gc, xc))
+    out[band_rows, cols] = np.sum(gc[rows] * xc[cols], axis=-1)
+    return out
+
+
+@_helper
+def band_matvec(ab, x, below, above):
+    """a @ x for the matrix a that band storage ab holds (x a vector or columns)."""
+    ab, x = as_array(ab), as_array(x)
+    band_rows, rows, cols = _band_entries(ab.shape[-1], below, above)
+    values = np.reshape(ab[band_rows, cols], (-1,) + (1,) * (x.ndim - 1)) * x[cols]
+    out = np.zeros(x.shape, dtype=values.dtype)
+    np.add.at(out, rows, values)
+    return out
+
+
+@_helper
 def scipy_solve_sylvester(a, b, q):
     """The X of a X + X b = q (scipy.linalg.solve_sylvester), for templates."""
     from scipy import linalg

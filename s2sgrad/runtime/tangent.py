@@ -747,6 +747,15 @@ def solve_triangular_jvp(a, b, a_dot, b_dot, ans, trans=0, lower=False, unit_dia
 
 
 @_helper
+def solve_banded_jvp(l_and_u, ab, ab_dot, b_dot, ans):
+    """scipy.linalg.solve_banded: x' = A^-1 (b' - A' x), A' of ab_dot's band."""
+    rhs = np.zeros(np.shape(ans)) if b_dot is None else np.broadcast_to(b_dot, np.shape(ans))
+    if ab_dot is not None:
+        rhs = rhs - _nh.band_matvec(ab_dot, ans, l_and_u[0], l_and_u[1])
+    return _nh.scipy_solve_banded(l_and_u, ab, rhs)
+
+
+@_helper
 def cho_solve_jvp(c, lower, b, c_dot, b_dot, ans):
     """scipy.linalg.cho_solve: x' = A^-1 (b' - A' x), A = L L^T from c's triangle."""
     rhs = np.zeros(np.shape(ans)) if b_dot is None else np.broadcast_to(b_dot, np.shape(ans))
