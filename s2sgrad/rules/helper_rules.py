@@ -13,7 +13,10 @@ The rules below are the exceptions, each for a reason the compiler does not yet
 differentiate the helper's code (or a helper it calls): lazily made cotangents
 (`_Lazy` thunks: einsum, inner, kron, tensordot), SciPy's special functions called
 with *args, `from scipy import ...` inside the helper, `with np.errstate(...)`
-(power_slope), a `*args` call (np.gradient).
+(power_slope), a `*args` call (np.gradient). Most are rules in the table's form
+whose derivatives are the same helpers again (digamma's is polygamma's; x ** y's
+mixed slopes are power_slope_mixed one order up), so they too hold to every order;
+the products' Hessian parts are the hand-written rest (runtime/second_order.py).
 
 Each helper h(g, x) is linear in its cotangent argument (named `cot` here, since
 `g` is the template's own cotangent): `cot`'s rule is the transpose of h in g; a
@@ -38,10 +41,11 @@ def _rule(fn, params, **grads):
 # -- elementwise ---------------------------------------------------------------------------------
 jvp_rules.pointwise(
     _rule(nh.scipy_digamma, "x", x="g * scipy_trigamma(x)"),
-    _rule(nh.scipy_trigamma, "x", x="g * scipy_tetragamma(x)"),
+    _rule(nh.scipy_trigamma, "x", x="g * scipy_polygamma(2, x)"),
     _rule(nh.power_slope, "x, y, k=1", x="g * power_slope(x, y, k + 1)",
-          y="g * power_slope_dy(x, y, k)", broadcast=True))
-# (power_slope_dy has no rule: a third derivative mixing x and y in x ** y is refused)
+          y="g * power_slope_mixed(x, y, k, 1)", broadcast=True),
+    _rule(nh.power_slope_mixed, "x, y, k=1, m=1", x="g * power_slope_mixed(x, y, k + 1, m)",
+          y="g * power_slope_mixed(x, y, k, m + 1)", broadcast=True))
 holomorphic(nh.power_slope)   # (the slopes of a holomorphic power)
 nondiff(nh.unsupported)     # raises; its result never carries a gradient
 nondiff(nh._numbers)        # element numbers: integers, no gradient

@@ -12,6 +12,7 @@ of returning a value.
 """
 from __future__ import annotations
 
+import math
 import numbers
 import string
 from collections import Counter
@@ -85,16 +86,22 @@ def power_slope(x, y, k=1):
 
 
 @_helper
-def power_slope_dy(x, y, k=1):
-    """d/dy of power_slope(x, y, k) (the mixed second derivatives of x ** y)."""
-    factor, slope = 1.0, 0.0
-    for i in range(k):   # the product rule over the falling factorial's factors
-        slope = slope * (y - i) + factor
-        factor = factor * (y - i)
+def power_slope_mixed(x, y, k=1, m=1):
+    """d^k/dx^k d^m/dy^m of x ** y: the sum over j of C(m, j) P^(j)(y) log(x)^(m - j)
+    x ** (y - k), P(y) = y (y - 1) ... (y - k + 1), each term 0 where its P^(j) is
+    (as in power_slope). Its rule is itself one order up in x or in y: the mixed
+    derivatives of x ** y of every order from this one definition."""
+    slopes = [1.0] + [0.0] * m   # P and its derivatives in y, one factor at a time
+    for i in range(k):
+        slopes = [slopes[j] * (y - i) + (j * slopes[j - 1] if j else 0.0)
+                  for j in range(m + 1)]
+    log_x = safe_log(x)
+    out = 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
         power = np.power(x, y - float(k))
-        out = slope * power + np.where(np.equal(factor, 0), 0.0,
-                                       factor * power * safe_log(x))
+        for j in range(m + 1):
+            out = out + math.comb(m, j) * np.where(np.equal(slopes[j], 0), 0.0,
+                                                   slopes[j] * power * log_x ** (m - j))
     return out[()] if np.ndim(out) == 0 else out
 
 

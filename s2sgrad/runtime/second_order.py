@@ -7,8 +7,7 @@ and differentiates like a user's function (`registry.differentiate_source_of`),
 so their derivatives of every order come from their one definition. The rest,
 here, keep a rule written by hand because their code holds a construct the
 compiler does not differentiate yet, named in `helper_rules.py` beside each
-(lazy cotangents made by lambdas, a view updated in place, a function passed with
-variables it closes over, SciPy's special functions called with *args). Each is
+(lazy cotangents made by lambdas: the bilinear products and einsum). Each is
 checked against differences in tests/test_second_order_rules.py; differentiating
 one of these derivatives again raises TransformError (no rule), never a guess.
 
@@ -47,16 +46,6 @@ def _plus(a, b):
 def _is_float(ans):
     dtype = getattr(ans, "dtype", None)
     return dtype is None or np.issubdtype(dtype, np.inexact)
-
-
-# =============================================================================================
-# Elementwise
-# =============================================================================================
-@_helper
-def scipy_tetragamma(x):
-    """d/dx trigamma(x) = polygamma(2, x)."""
-    from scipy import special
-    return special.polygamma(2, x)
 
 
 # =============================================================================================
