@@ -11,12 +11,13 @@ mathematics, as autograd's rules are themselves differentiable).
 
 The rules below are the exceptions, each for a reason the compiler does not yet
 differentiate the helper's code (or a helper it calls): lazily made cotangents
-(`_Lazy` thunks: einsum, inner, kron, tensordot), SciPy's special functions called
+(`_Lazy` thunks: einsum; inner, kron and tensordot have one plain helper per
+operand, differentiated from source), SciPy's special functions called
 with *args, `from scipy import ...` inside the helper, `with np.errstate(...)`
 (power_slope), a `*args` call (np.gradient). Most are rules in the table's form
 whose derivatives are the same helpers again (digamma's is polygamma's; x ** y's
 mixed slopes are power_slope_mixed one order up), so they too hold to every order;
-the products' Hessian parts are the hand-written rest (runtime/second_order.py).
+einsum's Hessian part is the hand-written rest (runtime/second_order.py).
 
 Each helper h(g, x) is linear in its cotangent argument (named `cot` here, since
 `g` is the template's own cotangent): `cot`'s rule is the transpose of h in g; a
@@ -49,6 +50,7 @@ jvp_rules.pointwise(
 holomorphic(nh.power_slope)   # (the slopes of a holomorphic power)
 nondiff(nh.unsupported)     # raises; its result never carries a gradient
 nondiff(nh._numbers)        # element numbers: integers, no gradient
+nondiff(nh._kron_shapes)    # shapes
 differentiate_source_of(nh)
 # The complex rules' helpers too (for derivatives of derivatives of complex code);
 # the axes a transform runs over are numbers, never differentiated.
@@ -79,16 +81,6 @@ def _curved(fn, params, joint, joint_params, **grads):
     holomorphic(fn)   # (products: no conjugate anywhere, so complex values take them)
 
 
-# -- products: bilinear (the cotangent of one operand is the other's rule at g) -------------
-for _fn, _params, _f, _extra in (
-        (nh.inner_grads, "cot, a, b", "np.inner", ""),
-        (nh.kron_grads, "cot, a, b", "np.kron", ""),
-        (nh.tensordot_grads, "cot, a, b, axes=2", "np.tensordot", ", axes")):
-    _curved(_fn, _params,
-            f"{_fn.__name__}_jvp(cot, a, b{_extra}, cot_dot, a_dot, b_dot)", ("cot", "a", "b"),
-            cot=f"{_f}(g[0], b{_extra}) + {_f}(a, g[1]{_extra})",
-            a=f"{_fn.__name__}(cot, a, g[1]{_extra})[0]",
-            b=f"{_fn.__name__}(cot, g[0], b{_extra})[1]", outputs=2)
 _curved(nh.einsum_grads, "cot, operands", "einsum_grads_jvp(cot, operands, cot_dot, operands_dot)",
         ("cot", "operands"),
         cot="einsum_transpose(g, operands)", operands="einsum_hvp(cot, operands, g)",

@@ -343,14 +343,14 @@ defvjp(np.correlate, "a, v, mode='valid'", prelude="parts = correlate_grads(g, a
 
 # --- products and linear algebra --------------------------------------------------
 defvjp(np.vdot, "a, b", a="np.reshape(g * b, np.shape(a))", b="np.reshape(g * a, np.shape(b))")
-defvjp(np.inner, "a, b", prelude="parts = inner_grads(g, a, b)", a="parts[0]", b="parts[1]")
+defvjp(np.inner, "a, b", a="inner_grad_a(g, a, b)", b="inner_grad_b(g, a, b)")
 defvjp(np.outer, "a, b, out=None", a="np.reshape(np.dot(g, np.ravel(b)), np.shape(a))",
        b="np.reshape(np.dot(np.ravel(a), g), np.shape(b))")
-defvjp(np.tensordot, "a, b, axes=2", prelude="parts = tensordot_grads(g, a, b, axes)",
-       a="parts[0]", b="parts[1]")
+defvjp(np.tensordot, "a, b, axes=2", a="tensordot_grad_a(g, a, b, axes)",
+       b="tensordot_grad_b(g, a, b, axes)")
 defvjp(np.einsum, "*operands, out=None, optimize=False, dtype=None, order='K', casting='safe'",
        operands="einsum_grads(g, operands)", sequence=("operands",))
-defvjp(np.kron, "a, b", prelude="parts = kron_grads(g, a, b)", a="parts[0]", b="parts[1]")
+defvjp(np.kron, "a, b", a="kron_grad_a(g, a, b)", b="kron_grad_b(g, a, b)")
 defvjp(np.cross, "a, b, axisa=-1, axisb=-1, axisc=-1, axis=None",
        prelude="parts = cross_grads(g, a, b, axisa, axisb, axisc, axis)",
        a="parts[0]", b="parts[1]")

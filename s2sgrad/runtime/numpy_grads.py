@@ -95,9 +95,9 @@ def power_slope_mixed(x, y, k=1, m=1):
     for i in range(k):
         slopes = [slopes[j] * (y - i) + (j * slopes[j - 1] if j else 0.0)
                   for j in range(m + 1)]
-    log_x = safe_log(x)
     out = 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
+        log_x = safe_log(x)   # (nan for x < 0: where the terms are 0, as x ** y's are)
         power = np.power(x, y - float(k))
         for j in range(m + 1):
             out = out + math.comb(m, j) * np.where(np.equal(slopes[j], 0), 0.0,
@@ -1256,15 +1256,25 @@ def correlate_grads(g, a, v, mode="valid"):
 
 # -- products ------------------------------------------------------------------------------
 @_helper
-def inner_grads(g, a, b):
-    """Cotangents of (a, b) in np.inner (sum over the last axes)."""
+def inner_grad_a(g, a, b):
+    """The cotangent of a in np.inner (a sum over the last axes). One helper per
+    operand, plain NumPy: only the operands differentiated are computed, and the
+    compiler differentiates each again (derivatives of every order)."""
     a, b, g = as_array(a), as_array(b), as_array(g)
     if a.ndim == 0 or b.ndim == 0:
-        return unbroadcast(g * b, a), unbroadcast(g * a, b)
+        return unbroadcast(g * b, a)
     na, nb = a.ndim - 1, b.ndim - 1
-    return _Lazy([
-        lambda: np.tensordot(g, b, axes=(list(range(na, na + nb)), list(range(nb)))),
-        lambda: np.moveaxis(np.tensordot(a, g, axes=(list(range(na)), list(range(na)))), 0, -1)])
+    return np.tensordot(g, b, axes=(list(range(na, na + nb)), list(range(nb))))
+
+
+@_helper
+def inner_grad_b(g, a, b):
+    """The cotangent of b in np.inner."""
+    a, b, g = as_array(a), as_array(b), as_array(g)
+    if a.ndim == 0 or b.ndim == 0:
+        return unbroadcast(g * a, b)
+    na = a.ndim - 1
+    return np.moveaxis(np.tensordot(a, g, axes=(list(range(na)), list(range(na)))), 0, -1)
 
 
 def _tensordot_axes(axes, nda, ndb):
@@ -1278,36 +1288,63 @@ def _tensordot_axes(axes, nda, ndb):
     return [int(i) % nda for i in ax_a], [int(j) % ndb for j in ax_b]
 
 
-@_helper
-def tensordot_grads(g, a, b, axes=2):
-    """Cotangents of (a, b) in np.tensordot."""
-    a, b, g = as_array(a), as_array(b), as_array(g)
-    ax_a, ax_b = _tensordot_axes(axes, a.ndim, b.ndim)
-    free_a = [i for i in range(a.ndim) if i not in ax_a]
-    free_b = [j for j in range(b.ndim) if j not in ax_b]
-    nfa = len(free_a)
+def _tensordot_orders(axes, nda, ndb):
+    """(free axes of a, of b, a's axes in the order g and b give them, b's in the
+    order a and g give them) for np.tensordot(a, b, axes)."""
+    ax_a, ax_b = _tensordot_axes(axes, nda, ndb)
+    free_a = [i for i in range(nda) if i not in ax_a]
+    free_b = [j for j in range(ndb) if j not in ax_b]
     order_a = free_a + [ax_a[ax_b.index(j)] for j in sorted(ax_b)]
     order_b = [ax_b[ax_a.index(i)] for i in sorted(ax_a)] + free_b
-    return _Lazy([
-        lambda: np.transpose(np.tensordot(g, b, axes=(list(range(nfa, g.ndim)), free_b)),
-                             _inverse(order_a)),
-        lambda: np.transpose(np.tensordot(a, g, axes=(free_a, list(range(nfa)))),
-                             _inverse(order_b))])
+    return free_a, free_b, order_a, order_b
 
 
 @_helper
-def kron_grads(g, a, b):
-    """Cotangents of (a, b) in np.kron."""
+def tensordot_grad_a(g, a, b, axes=2):
+    """The cotangent of a in np.tensordot (one helper per operand, as inner's)."""
     a, b, g = as_array(a), as_array(b), as_array(g)
-    nd = max(a.ndim, b.ndim)
-    sa = (1,) * (nd - a.ndim) + a.shape
-    sb = (1,) * (nd - b.ndim) + b.shape
-    blocks = g.reshape([n for pair in zip(sa, sb) for n in pair])
-    even = list(range(0, 2 * nd, 2))
-    odd = list(range(1, 2 * nd, 2))
-    return _Lazy([
-        lambda: np.tensordot(blocks, b.reshape(sb), axes=(odd, list(range(nd)))).reshape(a.shape),
-        lambda: np.tensordot(blocks, a.reshape(sa), axes=(even, list(range(nd)))).reshape(b.shape)])
+    free_a, free_b, order_a, _ = _tensordot_orders(axes, a.ndim, b.ndim)
+    nfa = len(free_a)
+    return np.transpose(np.tensordot(g, b, axes=(list(range(nfa, g.ndim)), free_b)),
+                        _inverse(order_a))
+
+
+@_helper
+def tensordot_grad_b(g, a, b, axes=2):
+    """The cotangent of b in np.tensordot."""
+    a, b, g = as_array(a), as_array(b), as_array(g)
+    free_a, _, _, order_b = _tensordot_orders(axes, a.ndim, b.ndim)
+    nfa = len(free_a)
+    return np.transpose(np.tensordot(a, g, axes=(free_a, list(range(nfa)))),
+                        _inverse(order_b))
+
+
+def _kron_shapes(a, b):
+    """(a's shape and b's, padded with ones to the same length, and that length)."""
+    nd = max(np.ndim(a), np.ndim(b))
+    return (1,) * (nd - np.ndim(a)) + np.shape(a), (1,) * (nd - np.ndim(b)) + np.shape(b), nd
+
+
+@_helper
+def kron_grad_a(g, a, b):
+    """The cotangent of a in np.kron: g's blocks, each weighed by b."""
+    a, b, g = as_array(a), as_array(b), as_array(g)
+    sa, sb, nd = _kron_shapes(a, b)
+    blocks = np.reshape(g, [n for pair in zip(sa, sb) for n in pair])
+    return np.reshape(np.tensordot(blocks, np.reshape(b, sb),
+                                   axes=(list(range(1, 2 * nd, 2)), list(range(nd)))),
+                      np.shape(a))
+
+
+@_helper
+def kron_grad_b(g, a, b):
+    """The cotangent of b in np.kron."""
+    a, b, g = as_array(a), as_array(b), as_array(g)
+    sa, sb, nd = _kron_shapes(a, b)
+    blocks = np.reshape(g, [n for pair in zip(sa, sb) for n in pair])
+    return np.reshape(np.tensordot(blocks, np.reshape(a, sa),
+                                   axes=(list(range(0, 2 * nd, 2)), list(range(nd)))),
+                      np.shape(b))
 
 
 _LETTERS = string.ascii_uppercase + string.ascii_lowercase

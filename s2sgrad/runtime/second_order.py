@@ -7,7 +7,7 @@ and differentiates like a user's function (`registry.differentiate_source_of`),
 so their derivatives of every order come from their one definition. The rest,
 here, keep a rule written by hand because their code holds a construct the
 compiler does not differentiate yet, named in `helper_rules.py` beside each
-(lazy cotangents made by lambdas: the bilinear products and einsum). Each is
+(einsum's lazy cotangents, made by lambdas). Each is
 checked against differences in tests/test_second_order_rules.py; differentiating
 one of these derivatives again raises TransformError (no rule), never a guess.
 
@@ -25,13 +25,6 @@ from . import numpy_grads as nh
 from .registry import new_helper as _helper
 
 
-def _zero(t, like):
-    """A tangent or cotangent that may be None (not differentiated): zeros then."""
-    if t is None:
-        return np.zeros(np.shape(like))
-    return np.asarray(t)
-
-
 def _plus(a, b):
     """a + b for tangents that may be None (zero) or lists of them."""
     if a is None:
@@ -43,43 +36,10 @@ def _plus(a, b):
     return a + b
 
 
-def _is_float(ans):
-    dtype = getattr(ans, "dtype", None)
-    return dtype is None or np.issubdtype(dtype, np.inexact)
-
-
 # =============================================================================================
-# Products: bilinear and multilinear functions
+# einsum: its cotangents are made lazily (only the operands differentiated), so the
+# Hessian part and the transpose are written here
 # =============================================================================================
-# For f bilinear in (a, b), h(g, a, b) = (grad_a, grad_b) with grad_a depending on b only
-# and grad_b on a only; so the Hessian part of h's tangent is h(g, a_dot, b_dot), and
-# a's cotangent for (u_a, u_b) is grad_a with b replaced by u_b.
-def _bilinear_jvp(h, g, a, b, g_dot, a_dot, b_dot, *args):
-    out = None
-    if g_dot is not None:
-        out = list(h(g_dot, a, b, *args))
-    if a_dot is not None or b_dot is not None:
-        ta = _zero(a_dot, a)
-        tb = _zero(b_dot, b)
-        out = _plus(out, list(h(g, ta, tb, *args)))
-    return out
-
-
-@_helper
-def inner_grads_jvp(g, a, b, g_dot, a_dot, b_dot):
-    return _bilinear_jvp(nh.inner_grads, g, a, b, g_dot, a_dot, b_dot)
-
-
-@_helper
-def tensordot_grads_jvp(g, a, b, axes, g_dot, a_dot, b_dot):
-    return _bilinear_jvp(nh.tensordot_grads, g, a, b, g_dot, a_dot, b_dot, axes)
-
-
-@_helper
-def kron_grads_jvp(g, a, b, g_dot, a_dot, b_dot):
-    return _bilinear_jvp(nh.kron_grads, g, a, b, g_dot, a_dot, b_dot)
-
-
 def _einsum_arrays(operands):
     """Positions of the array operands of einsum (not the subscripts)."""
     if isinstance(operands[0], str):
