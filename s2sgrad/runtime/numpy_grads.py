@@ -1328,23 +1328,25 @@ def _kron_shapes(a, b):
 @_helper
 def kron_grad_a(g, a, b):
     """The cotangent of a in np.kron: g's blocks, each weighed by b."""
-    a, b, g = as_array(a), as_array(b), as_array(g)
-    sa, sb, nd = _kron_shapes(a, b)
-    blocks = np.reshape(g, [n for pair in zip(sa, sb) for n in pair])
-    return np.reshape(np.tensordot(blocks, np.reshape(b, sb),
-                                   axes=(list(range(1, 2 * nd, 2)), list(range(nd)))),
-                      np.shape(a))
+    return _kron_contracted(g, a, b, 1)
 
 
 @_helper
 def kron_grad_b(g, a, b):
-    """The cotangent of b in np.kron."""
+    """The cotangent of b in np.kron: g's blocks weighed by a's entries, summed."""
+    return _kron_contracted(g, a, b, 0)
+
+
+def _kron_contracted(g, a, b, first):
+    """g as blocks (a's axes interleaved with b's) contracted with b over b's axes
+    (first = 1: a's cotangent) or with a over a's (first = 0: b's)."""
     a, b, g = as_array(a), as_array(b), as_array(g)
     sa, sb, nd = _kron_shapes(a, b)
     blocks = np.reshape(g, [n for pair in zip(sa, sb) for n in pair])
-    return np.reshape(np.tensordot(blocks, np.reshape(a, sa),
-                                   axes=(list(range(0, 2 * nd, 2)), list(range(nd)))),
-                      np.shape(b))
+    other, shape = (np.reshape(b, sb), np.shape(a)) if first else (np.reshape(a, sa),
+                                                                   np.shape(b))
+    return np.reshape(np.tensordot(blocks, other, axes=(list(range(first, 2 * nd, 2)),
+                                                        list(range(nd)))), shape)
 
 
 _LETTERS = string.ascii_uppercase + string.ascii_lowercase
