@@ -236,3 +236,57 @@ def test_a_name_real_on_one_path_and_complex_on_another(make_module, shape, sign
         return np.sum(s.grad(second)(y) * v)
     np.testing.assert_allclose(s.grad(third)(x), _numeric_grad(third, x), rtol=1e-5,
                                atol=1e-7)
+
+
+FUNCTIONS = '''
+import numpy as np
+import s2sgrad
+
+
+class Rotate(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * (0.6 + 0.8j)
+
+    @staticmethod
+    def vjp(ctx, g):
+        return np.real(g * (0.6 + 0.8j))
+
+
+class Square(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 2
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        return 2.0 * x * g
+
+
+def rotated(x):
+    y = Rotate.apply(x)
+    return np.sum(np.abs(y + 1.0) ** 2)
+
+
+def squared(x):
+    return np.sum(np.abs(Square.apply(x) - 0.5))
+'''
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_a_function_whose_forward_makes_complex_values_is_refused_where_it_is_used(
+        make_module, shape):
+    """A Function's forward that may make complex values (a complex literal here) has
+    its results checked where they are made: the rules after it are real analysis's,
+    so a complex result is refused at that line, not given a wrong gradient. One of
+    NumPy arithmetic needs no check (and its generated code has none)."""
+    m = make_module(FUNCTIONS)
+    x = np.linspace(0.3, 0.9, int(np.prod(shape))).reshape(shape)
+    with pytest.raises(s2sgrad.TransformError, match="complex value") as info:
+        s2sgrad.grad(m.rotated)(x)
+    assert info.value.lineno == 29
+    np.testing.assert_allclose(s2sgrad.grad(m.squared)(x), _numeric_grad(m.squared, x),
+                               rtol=1e-6, atol=1e-8)
+    assert "_s2s_real_value" not in s2sgrad.source(m.squared)

@@ -1013,8 +1013,55 @@ def unseen_dtypes(ops, active: Set[str], outputs: Sequence[str] = ()) -> Set[str
                 if new:
                     feeds |= new
                     changed = True
-    return {o for _, op in ops if (op.kind in _UNSEEN_DTYPE or _complex_at_times(op.callee))
-            and not any(x in active for x in op.outputs) for o in op.outputs if o in feeds}
+    checked = {o for _, op in ops if (op.kind in _UNSEEN_DTYPE or _complex_at_times(op.callee))
+               and not any(x in active for x in op.outputs) for o in op.outputs if o in feeds}
+    return checked | {o for _, op in ops if op.kind == "apply" and
+                      _forward_may_be_complex(op.callee) for o in op.outputs
+                      if o in active or o in feeds}
+
+
+def _forward_may_be_complex(cls) -> bool:
+    """Whether a Function's forward may return complex values for real arguments
+    (its results are then checked where they are made): a complex literal or dtype,
+    a NumPy function that makes complex arrays, or a call of anything but NumPy, a
+    method or a builtin that makes no complex value (whose result's dtype is unseen).
+    A forward of NumPy arithmetic, the common case, needs no check."""
+    tree = _forward_tree(cls)
+    if tree is None:
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and (isinstance(node.value, complex) or (
+                isinstance(node.value, str) and node.value.lower() in _COMPLEX_DTYPES)):
+            return True
+        if isinstance(node, (ast.Name, ast.Attribute)) and \
+                getattr(node, "id", getattr(node, "attr", "")) in _COMPLEX_DTYPES:
+            return True
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                if func.id not in _REAL_BUILTINS:
+                    return True
+            elif isinstance(func, ast.Attribute):
+                text = ast.unparse(func)
+                if text.startswith(("np.fft", "numpy.fft", "np.emath", "np.lib.scimath",
+                                    "np.roots", "scipy")):
+                    return True
+    return False
+
+
+# Builtins a Function's forward may call without making a complex value.
+_REAL_BUILTINS = frozenset({"len", "float", "int", "range", "abs", "min", "max", "sum",
+                            "tuple", "list", "isinstance", "enumerate", "zip", "round"})
+
+
+def _forward_tree(cls) -> Optional[ast.AST]:
+    """The syntax tree of a Function class's forward (None where it has no source)."""
+    import inspect
+    import textwrap
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return None
 
 
 def _complex_at_times(callee) -> bool:

@@ -102,6 +102,7 @@ def holds_complex(value: Any) -> bool:
     if kind is dict:
         return any(holds_complex(v) for v in value.values())
     dtype = getattr(value, "dtype", None)
-    if dtype is not None:
-        return getattr(dtype, "kind", "") == "c"
+    if dtype is not None:   # (an array API standard dtype may have no kind: its name)
+        kind = getattr(dtype, "kind", None)
+        return kind == "c" if kind is not None else "complex" in str(dtype)
     return isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real)
