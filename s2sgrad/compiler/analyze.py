@@ -12,6 +12,8 @@ exact for straight-line SSA code and conservative inside loops.
 from __future__ import annotations
 
 import ast
+import inspect
+import textwrap
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -1056,8 +1058,6 @@ _REAL_BUILTINS = frozenset({"len", "float", "int", "range", "abs", "min", "max",
 
 def _forward_tree(cls) -> Optional[ast.AST]:
     """The syntax tree of a Function class's forward (None where it has no source)."""
-    import inspect
-    import textwrap
     try:
         return ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
     except (OSError, TypeError, SyntaxError):

@@ -172,10 +172,6 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed,
     nf.node.body = fold_loop_items(nf.node.body, activity)
     t = Tangent(nf, activity, optimize_code, dict(structure), demand)
     fdef = t.run()
-    if t.complex_returns:   # again, knowing which callees return complex values
-        return _compile(fn, wrt, optimize_code, key, structure, demand,
-                        tuple(parsed.statics.items()),
-                        tuple(sorted(set(complexes) | t.complex_returns)))
     if optimize_code:
         optimize_tangent(fdef, nf, t)
     else:
@@ -214,9 +210,11 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed,
     except BaseException:
         TANGENTS.pop(key, None)
         raise
-    returned = complex_returns([(outputs, (late[name] if name else compiled).activity)
-                                for outputs, name in t.unseen_returns], activity)
-    if returned:   # a recursive call, or one to a function compiled only now
+    callees = {**t.compiled, **late}   # (a loop's probe may have named one it dropped)
+    returned = complex_returns([(outputs, (callees[name] if name else compiled).activity)
+                                for outputs, name in t.call_results
+                                if name is None or name in callees], activity)
+    if returned:   # compiled again, knowing which of its callees return complex values
         TANGENTS.pop(key, None)
         return _compile(fn, wrt, optimize_code, key, structure, demand,
                         tuple(parsed.statics.items()), tuple(sorted(set(complexes) | returned)))

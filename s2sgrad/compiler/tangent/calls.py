@@ -10,7 +10,6 @@ from typing import Any, List
 
 from ...errors import TransformError
 from .. import reentry, sites
-from ..analyze import complex_returns
 from ..marks import comment
 from ..names import assign_node, helper_call, name_node
 from ..ops import Op
@@ -86,19 +85,18 @@ class CallTangents:
                 name = core.names.fresh(f"{base}_jvp")
                 core.sites[key] = name
         live_out: Any = True
+        core.call_results.append((op.outputs, None if recursive else name))
         if recursive:
-            core.unseen_returns.append((op.outputs, None))   # (its own result: seen after)
+            pass
         elif not reentry.tangent_in_progress(fn, wrt, core.optimize_code, structure, demand,
                                              statics, complexes):
             callee = reentry.compile_tangent(fn, wrt, core.optimize_code, structure, demand,
                                              False, statics, complexes)
             core.bindings[name] = callee.jvp
             core.compiled[name] = callee
-            core.complex_returns |= complex_returns([(op.outputs, callee.activity)], core.act)
             live_out = callee.output_live
         else:
             core.late[name] = (fn, wrt, "jvp", structure, demand, False, statics, complexes)
-            core.unseen_returns.append((op.outputs, name))
         outs = op.outputs
         target = s.targets[0]
         primal_target = copy.deepcopy(target)

@@ -96,13 +96,11 @@ class Tangent:
         self.np_name = sites.numpy_alias(nf)
         self.sites: Dict[Any, Any] = {}
         self.compiled: Dict[str, Any] = {}        # callees compiled already, by bound name
-        # Names assigned from callees that return complex values, which the analysis
-        # took for real ones: the function is compiled again knowing them
-        # (analyze.complex_returns).
-        self.complex_returns: Set[str] = set()
-        # (the names a call assigns, the late callee's bound name or None for a call of
-        # this very function): calls whose callee's result is known only after the run.
-        self.unseen_returns: List[Tuple[List[str], Optional[str]]] = []
+        # (the names a call of a function of the user's assigns, the callee's bound
+        # name; None for a call of this very function): where a callee returns complex
+        # values the analysis took for real ones, the function is compiled again
+        # knowing them (analyze.complex_returns, once every callee is compiled).
+        self.call_results: List[Tuple[List[str], Optional[str]]] = []
         self.not_inlined: List[str] = []
         self.structure = dict(structure or {})
         self.demand = demand
