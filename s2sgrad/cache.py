@@ -883,7 +883,7 @@ def _wrappers_fingerprint(fn: Callable) -> Optional[str]:
             parts += [os.path.basename(code.co_filename), text, _code_fingerprint(code),
                       _names_fingerprint(code, fn), _defaults_fingerprint(fn)]
         else:   # functools' caches and other C-level wrappers: by kind
-            parts.append(_describe(fn) + f" of type {type(fn).__qualname__}")
+            parts.append(describe_value(fn) + f" of type {type(fn).__qualname__}")
         fn = fn.__wrapped__
     return _hash(parts) if parts else ""
 
@@ -895,9 +895,9 @@ def dependency_fingerprint(kind: str, obj: Any, root: Callable) -> str:
         for meth in function_methods(obj):
             target = unwrap(getattr(obj, meth))
             parts.append(meth)
-            parts.append(function_fingerprint(target, root) or _describe(target))
+            parts.append(function_fingerprint(target, root) or describe_value(target))
         return _hash(parts)
-    return function_fingerprint(obj) or _hash([_describe(obj)])
+    return function_fingerprint(obj) or _hash([describe_value(obj)])
 
 
 def source_text(fn: Callable) -> Optional[str]:
@@ -970,7 +970,7 @@ def _names_fingerprint(code: types.CodeType, fn: Callable) -> str:
             value = builtins_ns[name]
         else:
             continue
-        parts.append(f"{name}={_describe(value)}")
+        parts.append(f"{name}={describe_value(value)}")
     return _hash(parts)
 
 
@@ -978,8 +978,8 @@ def _defaults_fingerprint(fn: Callable) -> str:
     """Default values: not in the source text when they are computed (`k=k`)."""
     defaults = getattr(fn, "__defaults__", None) or ()
     kwdefaults = getattr(fn, "__kwdefaults__", None) or {}
-    return _hash([_describe(v) for v in defaults]
-                 + [f"{k}={_describe(v)}" for k, v in sorted(kwdefaults.items())])
+    return _hash([describe_value(v) for v in defaults]
+                 + [f"{k}={describe_value(v)}" for k, v in sorted(kwdefaults.items())])
 
 
 def _global_names(code: types.CodeType, out: set) -> None:
@@ -993,14 +993,14 @@ def _global_names(code: types.CodeType, out: set) -> None:
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 
 
-def _describe(value: Any, depth: int = 0) -> str:
+def describe_value(value: Any, depth: int = 0) -> str:
     """A deterministic description of what a name is bound to."""
     if isinstance(value, types.ModuleType):
         return f"module {value.__name__}"
     if isinstance(value, _SCALARS):
         return f"{type(value).__name__} {value!r}"
     if isinstance(value, (tuple, list)) and depth < 2 and len(value) <= 64:
-        inner = ", ".join(_describe(v, depth + 1) for v in value)
+        inner = ", ".join(describe_value(v, depth + 1) for v in value)
         return f"{type(value).__name__}[{inner}]"
     bound = _describe_bound(value, depth)
     if bound is not None:
@@ -1032,15 +1032,15 @@ def _describe_bound(value: Any, depth: int) -> Optional[str]:
     if isinstance(value, functools.partial):
         if depth >= 4:
             return f"<partial nested too deep #{os.getpid()}:{id(value)}>"
-        args = ", ".join(_describe(v, depth + 1) for v in value.args)
-        keywords = ", ".join(f"{k}={_describe(v, depth + 1)}"
+        args = ", ".join(describe_value(v, depth + 1) for v in value.args)
+        keywords = ", ".join(f"{k}={describe_value(v, depth + 1)}"
                              for k, v in sorted(value.keywords.items()))
-        return f"functools.partial({_describe(value.func, depth + 1)}; {args}; {keywords})"
+        return f"functools.partial({describe_value(value.func, depth + 1)}; {args}; {keywords})"
     if isinstance(value, types.MethodType):
         if depth >= 4:
             return f"<method nested too deep #{os.getpid()}:{id(value)}>"
-        return (f"method {_describe(value.__func__, depth + 1)} of "
-                f"{_describe(value.__self__, depth + 1)}")
+        return (f"method {describe_value(value.__func__, depth + 1)} of "
+                f"{describe_value(value.__self__, depth + 1)}")
     return None
 
 
@@ -1097,8 +1097,8 @@ def rules_fingerprint() -> str:
                     changes.append(f"{name}: {_describe_rule_entry(old)} -> "
                                    f"{_describe_rule_entry(new)}")
         elif now != before:
-            changes.append(f"{name}: {sorted(map(_describe, before))} -> "
-                           f"{sorted(map(_describe, now))}")
+            changes.append(f"{name}: {sorted(map(describe_value, before))} -> "
+                           f"{sorted(map(describe_value, now))}")
     digest = _hash(sorted(changes))
     _RULES_MEMO = (state, digest)
     return digest
@@ -1114,8 +1114,8 @@ def _describe_rule_entry(entry: Any) -> str:
         return repr((entry.name, str(entry.signature), sorted(entry.texts.items()),
                      [ast.dump(s) for s in entry.prelude], entry.broadcast,
                      sorted(entry.sequence), entry.outputs, entry.view,
-                     _describe(entry.func), sorted(entry.extra_names)))
-    return _describe(entry)
+                     describe_value(entry.func), sorted(entry.extra_names)))
+    return describe_value(entry)
 
 
 # -- dotted names the compiler resolved ------------------------------------------------
@@ -1159,7 +1159,7 @@ def describe_chain(fn: Callable, chain: str) -> str:
             obj = getattr(obj, part)
         except Exception:  # noqa: BLE001 - as the compiler's resolver: not static
             obj = _MISSING
-    return "<missing>" if obj is _MISSING else _describe(obj)
+    return "<missing>" if obj is _MISSING else describe_value(obj)
 
 
 # -- finding dependencies again in a new process ----------------------------------------

@@ -51,7 +51,7 @@ def test_a_users_rule_for_a_scipy_function_wins(make_module, restore_registry):
 def test_bound_methods_are_one_key():
     import scipy.stats
     a, b = scipy.stats.norm.pdf, scipy.stats.norm.pdf
-    assert a is not b and registry._key(a) == registry._key(b)
+    assert a is not b and registry.rule_key(a) == registry.rule_key(b)
     assert registry.lookup_function(a) is registry.lookup_function(b) is not None
     assert registry.lookup_function(scipy.stats.t.pdf).name == "scipy.stats.t.pdf"
 
@@ -77,7 +77,7 @@ def f(x):
     try:
         np.testing.assert_allclose(s2sgrad.grad(m.f)(np.array([1.0, 2.0])), [18.0, 36.0])
     finally:
-        registry.REGISTRY.functions.pop(registry._key(m.S.apply), None)
+        registry.REGISTRY.functions.pop(registry.rule_key(m.S.apply), None)
 
 
 # -- refused, never a silent zero ----------------------------------------------------------

@@ -427,6 +427,6 @@ def test_a_partials_arguments_are_described_by_value():
         return a * x
 
     two, three = functools.partial(h, a=2), functools.partial(h, a=3)
-    assert cache._describe(two) != cache._describe(three)
-    assert cache._describe(two) == cache._describe(functools.partial(h, a=2))
+    assert cache.describe_value(two) != cache.describe_value(three)
+    assert cache.describe_value(two) == cache.describe_value(functools.partial(h, a=2))
     assert cache.locate(2, h) is None   # a value is never found by identity

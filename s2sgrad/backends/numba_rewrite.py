@@ -135,7 +135,7 @@ _REDUCTIONS = {"sum": "sum", "max": "max", "amax": "max", "min": "min", "amin": 
                "prod": "prod", "mean": "mean"}
 
 # Names numba knows as builtins; anything else read as a global must be bound.
-_BUILTINS = frozenset(dir(builtins))
+BUILTINS = frozenset(dir(builtins))
 
 
 class Unsupported(Exception):

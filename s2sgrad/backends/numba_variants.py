@@ -105,7 +105,7 @@ def free_names(state, state_of: Callable[[Any], Any]) -> FreeNames:
         elif name in module_globals:
             value = module_globals[name]
             reader = functools.partial(module_globals.__getitem__, name)
-        elif name in rw._BUILTINS:
+        elif name in rw.BUILTINS:
             continue
         else:
             raise rw.Unsupported(f"the name {name!r} is not defined")

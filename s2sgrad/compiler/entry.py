@@ -26,7 +26,7 @@ error means the entry is regenerated.
 
 A partial or bound method the code calls (`act = functools.partial(h, a=2)`,
 `act = model.act`) is one of the pair's bindings, described with what it
-binds (`cache._describe`: the function, and each bound value by value, dtype
+binds (`cache.describe_value`: the function, and each bound value by value, dtype
 and shape, or class). The values its call passes (`a`, `self`) and the
 function it runs are found again through it -- ("bound", index of that
 binding, "arg", i | "kw", name | "func") -- never by searching a namespace
@@ -183,7 +183,7 @@ def _chain_facts(root, objects, deps, chains: Optional[List[str]] = None) -> Lis
 
 # -- the pair's bindings, found again ----------------------------------------------------
 def _description(value) -> str:
-    return "<missing>" if value is MISSING else disk_cache._describe(value)
+    return "<missing>" if value is MISSING else disk_cache.describe_value(value)
 
 
 def _method(objects, i, meth):

@@ -21,6 +21,7 @@ from ..errors import TransformError, deliberate, error_at
 from ..rules.registry import Rule
 from .facts import FunctionFacts
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
+from .normalize.scope import is_docstring
 from .resolve import FUNCTION_TYPES
 
 
@@ -226,7 +227,7 @@ def _fallback(site: FunctionSite, names: NameRegistry, reason: str) -> FunctionS
     return site
 
 
-def _parse_method(fn, cls, what: str):
+def parse_method(fn, cls, what: str):
     from .parse import parse_function
     try:
         return parse_function(fn)
@@ -235,7 +236,7 @@ def _parse_method(fn, cls, what: str):
                            f"({exc.reason})") from None
 
 
-def _local_names(fdef: ast.FunctionDef) -> Set[str]:
+def local_names(fdef: ast.FunctionDef) -> Set[str]:
     out = set()
     for node in ast.walk(fdef):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -249,7 +250,7 @@ def _local_names(fdef: ast.FunctionDef) -> Set[str]:
     return out
 
 
-def _single_return(body: List[ast.stmt], what: str) -> Tuple[List[ast.stmt], ast.expr]:
+def single_return(body: List[ast.stmt], what: str) -> Tuple[List[ast.stmt], ast.expr]:
     returns = [n for s in body for n in ast.walk(s) if isinstance(n, ast.Return)]
     if len(returns) != 1 or not body or body[-1] is not returns[0]:
         raise NotInlinable(f"{what} does not end in its only return statement")
@@ -257,7 +258,7 @@ def _single_return(body: List[ast.stmt], what: str) -> Tuple[List[ast.stmt], ast
     return body[:-1], value
 
 
-class _CtxRewriter(ast.NodeTransformer):
+class CtxRewriter(ast.NodeTransformer):
     """ctx.<attr> / ctx.saved_tensors / ctx.needs_input_grad become plain values."""
 
     def __init__(self, ctx: str, slots: Dict[str, str], saved: List[str],
@@ -287,15 +288,15 @@ def bind_forward(site, cls, names: NameRegistry, nf) -> tuple:
     forward mode alike): (ctx's name, its body, its returned expression, the
     mapping of its parameters and locals to fresh names or the call's
     arguments, the assignments copying arguments forward rebinds)."""
-    fwd = _parse_method(cls.forward, cls, "forward")
+    fwd = parse_method(cls.forward, cls, "forward")
     fparams = [a.arg for a in fwd.node.args.posonlyargs + fwd.node.args.args]
     if fwd.node.args.vararg or fwd.node.args.kwarg or len(fparams) != len(site.arg_atoms) + 1:
         raise NotInlinable("forward's parameters do not match the call")
-    site.bindings.update(_foreign_globals(fwd, nf, names, site))
+    site.bindings.update(foreign_globals(fwd, nf, names, site))
     ctx, *inputs = fparams
-    body, result = _single_return([s for s in fwd.node.body if not _is_docstring(s)],
+    body, result = single_return([s for s in fwd.node.body if not is_docstring(s)],
                                   "forward")
-    local = _local_names(fwd.node) - {ctx}
+    local = local_names(fwd.node) - {ctx}
     mapping: Dict[str, ast.expr] = {}
     prologue: List[ast.stmt] = []
     for param, atom in zip(inputs, site.arg_atoms):
@@ -312,16 +313,16 @@ def bind_forward(site, cls, names: NameRegistry, nf) -> tuple:
 
 
 def _inline_function(site: FunctionSite, cls, vjp_fn, names: NameRegistry, nf) -> None:
-    vjp = _parse_method(vjp_fn, cls, site.vjp_name)
+    vjp = parse_method(vjp_fn, cls, site.vjp_name)
     ctx, body, result, mapping, prologue = bind_forward(site, cls, names, nf)
-    site.bindings.update(_foreign_globals(vjp, nf, names, site))
+    site.bindings.update(foreign_globals(vjp, nf, names, site))
     slots: Dict[str, str] = {}
     saved: List[str] = []
     out: List[ast.stmt] = list(prologue)
     mutable = getattr(nf, "written_in_place", set())
     for s in body:
         out += _forward_statement(s, ctx, mapping, slots, saved, site, names, mutable)
-    result = _CtxRewriter(ctx, slots, saved, site.needs, "forward").visit(
+    result = CtxRewriter(ctx, slots, saved, site.needs, "forward").visit(
         substitute(result, mapping))
     if len(site.out_names) > 1 and isinstance(result, ast.Tuple) and \
             len(result.elts) == len(site.out_names):
@@ -343,7 +344,7 @@ def _kept(value: ast.expr, mutable) -> ast.expr:
 
 def _forward_statement(s, ctx, mapping, slots, saved, site, names,
                        mutable=frozenset()) -> List[ast.stmt]:
-    rewrite = _CtxRewriter(ctx, slots, saved, site.needs, "forward")
+    rewrite = CtxRewriter(ctx, slots, saved, site.needs, "forward")
     if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
             isinstance(s.value.func, ast.Attribute) and \
             isinstance(s.value.func.value, ast.Name) and s.value.func.value.id == ctx:
@@ -384,17 +385,17 @@ def _inline_vjp(site: FunctionSite, vjp, slots, saved, names: NameRegistry) -> N
     if vjp.node.args.vararg or vjp.node.args.kwarg:
         raise NotInlinable(f"{site.vjp_name} takes *args")
     ctx, *grads = vparams
-    body, result = _single_return([s for s in vjp.node.body if not _is_docstring(s)],
+    body, result = single_return([s for s in vjp.node.body if not is_docstring(s)],
                                   site.vjp_name)
-    local = _local_names(vjp.node) - {ctx}
+    local = local_names(vjp.node) - {ctx}
     mapping: Dict[str, ast.expr] = {}
     for n in sorted(local | set(grads)):
         mapping[n] = name_node(names.fresh(n))
     mapping.update(site.foreign)
-    rewrite = _CtxRewriter(ctx, slots, saved, site.needs, site.vjp_name)
+    rewrite = CtxRewriter(ctx, slots, saved, site.needs, site.vjp_name)
     stmts = [rewrite.visit(substitute(s, mapping)) for s in body]
-    stmts = _fold(_split_tuple_assigns(stmts))
-    result = _fold_expr(rewrite.visit(substitute(result, mapping)))
+    stmts = fold_statements(split_tuple_assigns(stmts))
+    result = fold_expression(rewrite.visit(substitute(result, mapping)))
     site.vjp_grad_names = [mapping[g].id for g in grads]
     site.vjp_body = stmts
     site.vjp_result = result
@@ -447,7 +448,7 @@ def _last_values(stmts) -> Dict[str, Any]:
     return last
 
 
-def _split_tuple_assigns(stmts: List[ast.stmt]) -> List[ast.stmt]:
+def split_tuple_assigns(stmts: List[ast.stmt]) -> List[ast.stmt]:
     """`a, b = (s0, s1)` -> `a = s0; b = s1` (right-hand sides are fresh slot names)."""
     out = []
     for s in stmts:
@@ -473,7 +474,7 @@ def _static_value(expr):
         return False, None
 
 
-def _fold_expr(expr):
+def fold_expression(expr):
     """Fold (True, False)[0] and friends, left by constant needs_input_grad."""
     class Folder(ast.NodeTransformer):
         def visit_Subscript(self, node):
@@ -503,27 +504,22 @@ def _fold_expr(expr):
     return Folder().visit(expr)
 
 
-def _fold(stmts: List[ast.stmt]) -> List[ast.stmt]:
+def fold_statements(stmts: List[ast.stmt]) -> List[ast.stmt]:
     out = []
     for s in stmts:
-        s = _fold_expr(s)
+        s = fold_expression(s)
         if isinstance(s, ast.If):
             ok, value = _static_value(s.test)
             if ok:
-                out += _fold(s.body if value else s.orelse)
+                out += fold_statements(s.body if value else s.orelse)
                 continue
-            s.body = _fold(s.body) or [ast.Pass()]
-            s.orelse = _fold(s.orelse)
+            s.body = fold_statements(s.body) or [ast.Pass()]
+            s.orelse = fold_statements(s.orelse)
         out.append(s)
     return out
 
 
-def _is_docstring(s) -> bool:
-    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and \
-        isinstance(s.value.value, str)
-
-
-def _foreign_globals(parsed, nf, names: NameRegistry, site: FunctionSite) -> Dict[str, Any]:
+def foreign_globals(parsed, nf, names: NameRegistry, site: FunctionSite) -> Dict[str, Any]:
     """Globals of a Function's body that the caller's module resolves differently.
 
     They are bound under reserved names; the ones that agree are reserved so no
@@ -531,7 +527,7 @@ def _foreign_globals(parsed, nf, names: NameRegistry, site: FunctionSite) -> Dic
     """
     from .resolve import MISSING, Resolver
     bindings = {}
-    assigned = _local_names(parsed.node)
+    assigned = local_names(parsed.node)
     params = {a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args}
     for node in ast.walk(parsed.node):
         if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):

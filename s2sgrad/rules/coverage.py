@@ -57,7 +57,7 @@ def _name(func: Callable) -> Optional[str]:
             (isinstance(func, np.ufunc) and getattr(np, func.__name__, None) is not func):
         return _scipy_name(func)
     if isinstance(func, np.ufunc) or mod.startswith("numpy"):
-        return registry._display_name(func)
+        return registry.display_name(func)
     return None
 
 
@@ -65,7 +65,7 @@ def s2sgrad_functions() -> Dict[object, Tuple[str, registry.Rule]]:
     """key -> (name, rule) for every NumPy/SciPy function with a rule (aliases too)."""
     registry.load_scipy_rules()
     out = {}
-    for table in (registry.REGISTRY, registry._LAZY):
+    for table in (registry.REGISTRY, registry.LAZY):
         for store in (table.functions, table.aliases):
             for key, (func, rule) in store.items():
                 if rule.name.startswith("_s2s_") or key in out:
@@ -101,15 +101,15 @@ def autograd_functions() -> Optional[Dict[object, Tuple[str, str]]]:
             func = scipy.signal.convolve
         name = _name(func)
         if name is not None:
-            out[registry._key(func)] = (name, "yes")
+            out[registry.rule_key(func)] = (name, "yes")
     import autograd.numpy as anp
     for attr, value in vars(anp).items():
         func = getattr(np, attr, None)
         if isinstance(value, types.FunctionType) and callable(func) and \
                 value.__module__ == "autograd.numpy.numpy_wrapper":
             name = _name(func)
-            if name is not None and registry._key(func) not in out:
-                out[registry._key(func)] = (name, "composed")
+            if name is not None and registry.rule_key(func) not in out:
+                out[registry.rule_key(func)] = (name, "composed")
     return out
 
 
@@ -125,7 +125,7 @@ def rows() -> Tuple[List[Tuple[str, bool, object, str]], Optional[int]]:
             "none: " + jvp_rules.UNSUPPORTED.get(rule.name, "no JVP rule")
         out.append((name, True, None if theirs is None else
                     (theirs[key][1] if key in theirs else False), how))
-    nondiff = set(registry.REGISTRY.nondiff_functions) | set(registry._LAZY.nondiff_functions)
+    nondiff = set(registry.REGISTRY.nondiff_functions) | set(registry.LAZY.nondiff_functions)
     for key, (name, kind) in (theirs or {}).items():
         if key in nondiff:
             out.append((name, "zero", kind, "zero gradient (piecewise constant)"))

@@ -49,12 +49,12 @@ jvp_rules.pointwise(
           y="g * power_slope_mixed(x, y, k, m + 1)", broadcast=True))
 holomorphic(nh.power_slope)   # (the slopes of a holomorphic power)
 nondiff(nh.unsupported)     # raises; its result never carries a gradient
-nondiff(nh._numbers)        # element numbers: integers, no gradient
-nondiff(nh._kron_shapes)    # shapes
+nondiff(nh.element_numbers)        # element numbers: integers, no gradient
+nondiff(nh.kron_shapes)    # shapes
 differentiate_source_of(nh)
 # The complex rules' helpers too (for derivatives of derivatives of complex code);
 # the axes a transform runs over are numbers, never differentiated.
-nondiff(cg._fft_axes)
+nondiff(cg.fft_axes)
 differentiate_source_of(cg)
 
 # -- linear in the cotangent, no curvature: the rule of `cot` is the transpose -----------------

@@ -105,7 +105,7 @@ REGISTRY = Registry()
 # once its module is), or when the whole table is listed (all_rules, count). They live
 # in a registry of their own, so that the cache's fingerprint of the built-in table
 # does not change when they load; a user's defvjp of the same function wins.
-_LAZY = Registry()
+LAZY = Registry()
 # SciPy module -> the rules module that registers its rules.
 _PENDING: Dict[str, str] = {"scipy.special": "scipy_rules",
                             "scipy.stats": "scipy_stats_rules",
@@ -115,7 +115,7 @@ _PENDING: Dict[str, str] = {"scipy.special": "scipy_rules",
 _TARGET: List[Registry] = [REGISTRY]   # where defvjp/alias/nondiff write (a stack)
 
 
-def _key(func: Callable):
+def rule_key(func: Callable):
     """Registry key of a callable. A bound method (`scipy.stats.norm.pdf`) is a new
     object at every attribute read, so it is keyed by its instance and function."""
     if isinstance(func, types.MethodType):
@@ -148,16 +148,16 @@ def _load_lazy(all_available: bool = False) -> bool:
         if not all_available and module not in sys.modules:
             continue
         _PENDING.pop(module)
-        before = set(_LAZY.functions)
+        before = set(LAZY.functions)
         shipping, _SHIPPING = _SHIPPING, True
         try:
-            with _writing_to(_LAZY):
+            with _writing_to(LAZY):
                 importlib.import_module(f"{__package__}.{rules}")
         except ImportError:
             continue   # SciPy (or this module of it) is not installed
         finally:
             _SHIPPING = shipping
-        new = [rule for key, (_, rule) in _LAZY.functions.items() if key not in before]
+        new = [rule for key, (_, rule) in LAZY.functions.items() if key not in before]
         _SHIPPED.extend(new)
         _SHIPPED_IDS.update(id(rule) for rule in new)
         loaded = True
@@ -331,7 +331,7 @@ def check_shipped_names() -> int:
     return len(_UNCHECKED)
 
 
-def _display_name(func: Callable) -> str:
+def display_name(func: Callable) -> str:
     mod = getattr(func, "__module__", None) or ""
     name = getattr(func, "__name__", repr(func))
     if isinstance(func, np.ufunc) and getattr(np, name, None) is not func and not mod:
@@ -371,7 +371,7 @@ def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False
     """
     if not callable(func):
         raise TypeError(f"defvjp: {func!r} is not callable")
-    rule_name = name or _display_name(func)
+    rule_name = name or display_name(func)
     extra: Dict[str, Callable] = {}
     if callable(params) and not isinstance(params, str):
         if grads:
@@ -394,9 +394,9 @@ def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False
                      sequence=sequence, outputs=outputs, view=view, func=func,
                      extra_names=extra, tolerance=tolerance)
     target = _TARGET[-1]
-    target.functions[_key(func)] = (func, rule)
-    target.nondiff_functions.pop(_key(func), None)
-    target.constructors.pop(_key(func), None)
+    target.functions[rule_key(func)] = (func, rule)
+    target.nondiff_functions.pop(rule_key(func), None)
+    target.constructors.pop(rule_key(func), None)
     return rule
 
 
@@ -465,7 +465,7 @@ def alias(func: Callable, like: Callable) -> Rule:
     rule = lookup_function(like)
     if rule is None:
         raise ValueError(f"alias {func}: {like} has no rule")
-    _TARGET[-1].aliases[_key(func)] = (func, rule)
+    _TARGET[-1].aliases[rule_key(func)] = (func, rule)
     return rule
 
 
@@ -559,21 +559,21 @@ def sequence_results(*funcs: Callable) -> None:
     for f in funcs:
         rule = lookup_function(f)
         if rule is None:
-            raise ValueError(f"sequence_results: {_display_name(f)} has no rule")
+            raise ValueError(f"sequence_results: {display_name(f)} has no rule")
         rule.sequence_result = True
 
 
 def nondiff(*funcs: Callable) -> None:
     """Functions whose result carries no gradient (floor, sign, comparisons, argmax)."""
     for f in funcs:
-        _TARGET[-1].nondiff_functions[_key(f)] = f
+        _TARGET[-1].nondiff_functions[rule_key(f)] = f
 
 
 def constructors(*funcs: Callable) -> None:
     """Array constructors: no gradient, and they return fresh arrays."""
     for f in funcs:
-        _TARGET[-1].nondiff_functions[_key(f)] = f
-        _TARGET[-1].constructors[_key(f)] = f
+        _TARGET[-1].nondiff_functions[rule_key(f)] = f
+        _TARGET[-1].constructors[rule_key(f)] = f
 
 
 def nondiff_methods(*names: str) -> None:
@@ -603,27 +603,27 @@ def differentiated_from_source(func: Callable) -> bool:
 
 
 def lookup_function(func: Callable) -> Optional[Rule]:
-    key = _key(func)
+    key = rule_key(func)
     entry = REGISTRY.functions.get(key) or REGISTRY.aliases.get(key)
     if entry is None:
-        entry = _LAZY.functions.get(key) or _LAZY.aliases.get(key)
+        entry = LAZY.functions.get(key) or LAZY.aliases.get(key)
         if entry is None and _PENDING and _load_lazy():
-            entry = _LAZY.functions.get(key) or _LAZY.aliases.get(key)
+            entry = LAZY.functions.get(key) or LAZY.aliases.get(key)
     return entry[1] if entry is not None and _same_callable(entry[0], func) else None
 
 
 def is_nondiff(func: Callable) -> bool:
-    key = _key(func)
+    key = rule_key(func)
     stored = REGISTRY.nondiff_functions.get(key)
     if stored is None and key not in REGISTRY.functions:
-        stored = _LAZY.nondiff_functions.get(key)
+        stored = LAZY.nondiff_functions.get(key)
         if stored is None and _PENDING and _load_lazy():
-            stored = _LAZY.nondiff_functions.get(key)
+            stored = LAZY.nondiff_functions.get(key)
     return stored is not None and _same_callable(stored, func)
 
 
 def is_constructor(func: Callable) -> bool:
-    return REGISTRY.constructors.get(_key(func)) is func
+    return REGISTRY.constructors.get(rule_key(func)) is func
 
 
 def count() -> int:
@@ -674,7 +674,7 @@ def is_elementwise(rule: Rule) -> bool:
 def _function_entries() -> List[Tuple[Callable, Rule]]:
     """The function rules: the table's, then SciPy's loaded ones a user has not replaced."""
     return list(REGISTRY.functions.values()) + \
-        [entry for key, entry in _LAZY.functions.items() if key not in REGISTRY.functions]
+        [entry for key, entry in LAZY.functions.items() if key not in REGISTRY.functions]
 
 
 def all_rules() -> List[Rule]:

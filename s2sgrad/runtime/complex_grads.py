@@ -56,7 +56,7 @@ def _fit(x, shape, axes):
     return np.pad(x, pads) if any(p != (0, 0) for p in pads) else x
 
 
-def _fft_axes(ndim, s, axes):
+def fft_axes(ndim, s, axes):
     """The axes an n-d transform runs over (NumPy's rule: all, or the last len(s))."""
     if axes is None:
         return tuple(range(ndim - len(s), ndim)) if s is not None else tuple(range(ndim))
@@ -72,7 +72,7 @@ def fft_grad(g, a, transform, s, axes, norm):
     a = np.asarray(a)
     if s is not None and all(n is None for n in s):
         s = None
-    axes = _fft_axes(a.ndim, s, axes)
+    axes = fft_axes(a.ndim, s, axes)
     inverse = transform in (np.fft.ifft, np.fft.ifft2, np.fft.ifftn)
     if inverse:
         out = np.fft.ifftn(g, axes=axes, norm=norm)
@@ -112,7 +112,7 @@ def rfftn_grad(g, a, s, axes, norm):
                                   "discards the imaginary part): use np.fft.fftn")
     if s is not None and all(n is None for n in s):
         s = None
-    axes = _fft_axes(a.ndim, s, axes)
+    axes = fft_axes(a.ndim, s, axes)
     lengths = [a.shape[ax] for ax in axes] if s is None else list(s)
     full = list(np.shape(g))
     full[axes[-1]] = lengths[-1]
@@ -161,7 +161,7 @@ def irfftn_grad(g, a, s, axes, norm):
     a = np.asarray(a)
     if s is not None and all(n is None for n in s):
         s = None
-    axes = _fft_axes(a.ndim, s, axes)
+    axes = fft_axes(a.ndim, s, axes)
     shape = list(a.shape)   # (of the spectrum irfft reads: the others' lengths from s)
     if s is not None:
         for ax, n in zip(axes[:-1], s[:-1]):

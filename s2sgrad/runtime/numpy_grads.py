@@ -26,7 +26,7 @@ from .reverse import balanced_max_mask, safe_log, split_as_items
 from .shapes import expand_reduced, normalize_axes, reduced_count, sum_to_shape, unbroadcast
 from .shapes import swap_last_axes as _T
 
-_NUMPY2 = int(np.__version__.split(".")[0]) >= 2
+NUMPY2 = int(np.__version__.split(".")[0]) >= 2
 
 
 
@@ -304,7 +304,7 @@ def nanmean_grad(g, a, axis=None, keepdims=False):
     return np.where(valid, expand_reduced(g, a, axis=axis, keepdims=keepdims) / count, 0.0)
 
 
-def _weights_like(w, a, axis):
+def weights_like(w, a, axis):
     """Weights of np.average broadcast against `a` (1-d weights lie along `axis`)."""
     w = as_array(w)
     if w.shape == a.shape:
@@ -325,7 +325,7 @@ def average_grads(g, a, axis=None, weights=None, returned=False, keepdims=False)
     ge = expand_reduced(g, a, axis=axis, keepdims=keepdims)
     if weights is None:
         return ge / reduced_count(a, axis=axis), None
-    w = _weights_like(weights, a, axis)
+    w = weights_like(weights, a, axis)
     wsum = np.sum(np.broadcast_to(w, a.shape), axis=axis, keepdims=True)
     avg = np.sum(a * w, axis=axis, keepdims=True) / wsum
     g_a = ge * w / wsum
@@ -687,10 +687,10 @@ def _gather_vjp(g, build, *inputs):
     element then names its source, and the cotangent is summed back with
     bincount, so repeated sources accumulate.
     """
-    return _summed_back(g, as_array(build(*_numbers(*inputs))), inputs)
+    return _summed_back(g, as_array(build(*element_numbers(*inputs))), inputs)
 
 
-def _numbers(*inputs):
+def element_numbers(*inputs):
     """Arrays of 1-based element numbers, one of each input's shape (integers: a
     function that only copies elements around, applied to them, says where each
     element of its result came from)."""
@@ -705,7 +705,7 @@ def _numbers(*inputs):
 
 def _summed_back(g, source, inputs):
     """The cotangents of `inputs` (a tuple) where each element of g came from the
-    element `source` numbers (see _numbers): summed back with bincount. Written without a
+    element `source` numbers (see element_numbers): summed back with bincount. Written without a
     function passed in, so that the compiler differentiates it (a gather's
     derivatives of every order)."""
     sizes = [int(size_of(x)) for x in inputs]
@@ -729,27 +729,27 @@ def _summed_back(g, source, inputs):
 @_helper
 def take_grad(g, a, indices, axis=None, mode="raise"):
     """Cotangent of `a` in np.take (repeated indices accumulate)."""
-    return _summed_back(g, np.take(_numbers(a)[0], indices, axis=axis, mode=mode), (a,))
+    return _summed_back(g, np.take(element_numbers(a)[0], indices, axis=axis, mode=mode), (a,))
 
 
 @_helper
 def take_along_axis_grad(g, arr, indices, axis):
-    return _summed_back(g, np.take_along_axis(_numbers(arr)[0], indices, axis), (arr,))
+    return _summed_back(g, np.take_along_axis(element_numbers(arr)[0], indices, axis), (arr,))
 
 
 @_helper
 def compress_grad(g, condition, a, axis=None):
-    return _summed_back(g, np.compress(condition, _numbers(a)[0], axis=axis), (a,))
+    return _summed_back(g, np.compress(condition, element_numbers(a)[0], axis=axis), (a,))
 
 
 @_helper
 def extract_grad(g, condition, arr):
-    return _summed_back(g, np.extract(condition, _numbers(arr)[0]), (arr,))
+    return _summed_back(g, np.extract(condition, element_numbers(arr)[0]), (arr,))
 
 
 @_helper
 def diagonal_grad(g, a, offset=0, axis1=0, axis2=1):
-    return _summed_back(g, np.diagonal(_numbers(a)[0], offset, axis1, axis2), (a,))
+    return _summed_back(g, np.diagonal(element_numbers(a)[0], offset, axis1, axis2), (a,))
 
 
 @_helper
@@ -762,49 +762,49 @@ def trace_grad(g, a, offset=0, axis1=0, axis2=1):
 
 @_helper
 def diag_grad(g, v, k=0):
-    return _summed_back(g, np.diag(_numbers(v)[0], k), (v,))
+    return _summed_back(g, np.diag(element_numbers(v)[0], k), (v,))
 
 
 @_helper
 def diagflat_grad(g, v, k=0):
-    return _summed_back(g, np.diagflat(_numbers(v)[0], k), (v,))
+    return _summed_back(g, np.diagflat(element_numbers(v)[0], k), (v,))
 
 
 @_helper
 def repeat_grad(g, a, repeats, axis=None):
-    return _summed_back(g, np.repeat(_numbers(a)[0], repeats, axis=axis), (a,))
+    return _summed_back(g, np.repeat(element_numbers(a)[0], repeats, axis=axis), (a,))
 
 
 @_helper
 def tile_grad(g, A, reps):
-    return _summed_back(g, np.tile(_numbers(A)[0], reps), (A,))
+    return _summed_back(g, np.tile(element_numbers(A)[0], reps), (A,))
 
 
 @_helper
 def resize_grad(g, a, new_shape):
-    return _summed_back(g, np.resize(_numbers(a)[0], new_shape), (a,))
+    return _summed_back(g, np.resize(element_numbers(a)[0], new_shape), (a,))
 
 
 @_helper
 def delete_grad(g, arr, obj, axis=None):
-    return _summed_back(g, np.delete(_numbers(arr)[0], obj, axis=axis), (arr,))
+    return _summed_back(g, np.delete(element_numbers(arr)[0], obj, axis=axis), (arr,))
 
 
 @_helper
 def insert_grads(g, arr, obj, values, axis=None):
     """Cotangents of (arr, values) in np.insert."""
-    numbers = _numbers(arr, values)
+    numbers = element_numbers(arr, values)
     return _summed_back(g, np.insert(numbers[0], obj, numbers[1], axis=axis), (arr, values))
 
 
 @_helper
 def append_grads(g, arr, values, axis=None):
     """Cotangents of (arr, values) in np.append."""
-    numbers = _numbers(arr, values)
+    numbers = element_numbers(arr, values)
     return _summed_back(g, np.append(numbers[0], numbers[1], axis=axis), (arr, values))
 
 
-_PAD_MOVES = ("constant", "edge", "reflect", "symmetric", "wrap")
+PAD_MOVES = ("constant", "edge", "reflect", "symmetric", "wrap")
 
 
 @_helper
@@ -814,12 +814,12 @@ def pad_grads(g, array, pad_width, mode="constant", constant_values=0, reflect_t
     Modes that copy elements ('constant', 'edge', 'reflect', 'symmetric',
     'wrap' with reflect_type='even') are exact; the statistical modes raise.
     """
-    if mode not in _PAD_MOVES or reflect_type != "even":
+    if mode not in PAD_MOVES or reflect_type != "even":
         unsupported(f"np.pad with mode={mode!r}, reflect_type={reflect_type!r}")
     if mode == "constant":
-        source = np.pad(_numbers(array)[0], pad_width, constant_values=0)
+        source = np.pad(element_numbers(array)[0], pad_width, constant_values=0)
     else:
-        source = np.pad(_numbers(array)[0], pad_width, mode=mode)
+        source = np.pad(element_numbers(array)[0], pad_width, mode=mode)
     g_arr = _summed_back(g, source, (array,))
     g_const = None
     if mode == "constant":
@@ -1319,7 +1319,7 @@ def tensordot_grad_b(g, a, b, axes=2):
                         _inverse(order_b))
 
 
-def _kron_shapes(a, b):
+def kron_shapes(a, b):
     """(a's shape and b's, padded with ones to the same length, and that length)."""
     nd = max(np.ndim(a), np.ndim(b))
     return (1,) * (nd - np.ndim(a)) + np.shape(a), (1,) * (nd - np.ndim(b)) + np.shape(b), nd
@@ -1341,7 +1341,7 @@ def _kron_contracted(g, a, b, first):
     """g as blocks (a's axes interleaved with b's) contracted with b over b's axes
     (first = 1: a's cotangent) or with a over a's (first = 0: b's)."""
     a, b, g = as_array(a), as_array(b), as_array(g)
-    sa, sb, nd = _kron_shapes(a, b)
+    sa, sb, nd = kron_shapes(a, b)
     blocks = np.reshape(g, [n for pair in zip(sa, sb) for n in pair])
     other, shape = (np.reshape(b, sb), np.shape(a)) if first else (np.reshape(a, sa),
                                                                    np.shape(b))
@@ -1499,7 +1499,7 @@ def cross_grads(g, a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
 def solve_grads(g, a, b, ans):
     """Cotangents of (a, b) in np.linalg.solve: b_bar = solve(a.T, g), a_bar = -b_bar x.T."""
     a, g, x = as_array(a), as_array(g), as_array(ans)
-    vector = np.ndim(b) == 1 if _NUMPY2 else np.ndim(b) == a.ndim - 1
+    vector = np.ndim(b) == 1 if NUMPY2 else np.ndim(b) == a.ndim - 1
     if vector:
         gb = np.linalg.solve(_T(a), g[..., None])[..., 0]
         ga = -gb[..., :, None] * x[..., None, :]
@@ -1555,12 +1555,12 @@ def cholesky_grad(g, L, upper=False):
     return _lower_triangle_grad(sym, lower=not upper)
 
 
-def _clusters(values, tol):
+def clusters(values, tol):
     """Label runs of (sorted) values closer than tol: equal labels = repeated values."""
     return np.concatenate([[0], np.cumsum(np.abs(np.diff(values)) > tol)])
 
 
-def _cluster_mean(gv, labels):
+def cluster_mean(gv, labels):
     """Replace each entry by the mean over its cluster (ties split equally)."""
     out = np.array(gv, dtype=float)
     for c in np.unique(labels):
@@ -1569,7 +1569,7 @@ def _cluster_mean(gv, labels):
     return out
 
 
-def _degenerate_pairs(labels):
+def degenerate_pairs(labels):
     same = labels[:, None] == labels[None, :]
     return same & ~np.eye(len(labels), dtype=bool)
 
@@ -1602,10 +1602,10 @@ def _eigh_back(w, v, gw, gv, what):
     for idx in np.ndindex(batch):
         wi, vi = w[idx], v[idx]
         tol = np.max(np.abs(wi), initial=0.0) * n * np.finfo(wi.dtype).eps * 10
-        labels = _clusters(wi, tol)
-        degenerate = _degenerate_pairs(labels)
+        labels = clusters(wi, tol)
+        degenerate = degenerate_pairs(labels)
         # (the values are real: the real part of their cotangent is what pairs with them)
-        middle = np.diag(_cluster_mean(np.real(gw[idx]), labels))
+        middle = np.diag(cluster_mean(np.real(gw[idx]), labels))
         if gv is not None:
             inner = vi.T @ gv[idx]
             _gauge_check(inner, degenerate, what)
@@ -1647,8 +1647,8 @@ def _singular_values_back(u, s, vt, gs):
     for idx in np.ndindex(s.shape[:-1]):
         si = s[idx]
         tol = np.max(si, initial=0.0) * max(out.shape[-2:]) * np.finfo(si.dtype).eps * 10
-        labels = _clusters(si, tol)
-        gi = np.where(si > tol, _cluster_mean(np.real(gs[idx]), labels), 0.0)
+        labels = clusters(si, tol)
+        gi = np.where(si > tol, cluster_mean(np.real(gs[idx]), labels), 0.0)
         out[idx] = (u[idx] * gi[None, :]) @ vt[idx]
     return np.conj(out)
 
@@ -1695,8 +1695,8 @@ def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
         vi = _H(vti)
         gui, gvi = np.conj(gu[idx]), _T(gvt[idx])
         tol = np.max(si, initial=0.0) * max(m, n) * np.finfo(si.dtype).eps * 10
-        labels = _clusters(si, tol)
-        degenerate = _degenerate_pairs(labels)
+        labels = clusters(si, tol)
+        degenerate = degenerate_pairs(labels)
         j = _H(ui) @ gui
         kk = _H(vi) @ gvi
         pos = si > tol

@@ -212,8 +212,8 @@ def average_jvp(a, weights, a_dot, weights_dot, ans, axis=None, returned=False,
         t = t + np.average(a_dot, axis=axis, weights=weights, keepdims=keepdims)
     if weights_dot is not None:
         a_arr = np.asarray(a)
-        w = _nh._weights_like(weights, a_arr, axis)
-        wd = _nh._weights_like(np.broadcast_to(weights_dot, np.shape(weights)), a_arr, axis)
+        w = _nh.weights_like(weights, a_arr, axis)
+        wd = _nh.weights_like(np.broadcast_to(weights_dot, np.shape(weights)), a_arr, axis)
         wsum = np.sum(np.broadcast_to(w, a_arr.shape), axis=axis, keepdims=True)
         mean = np.sum(a_arr * w, axis=axis, keepdims=True) / wsum
         full = np.broadcast_to(wd, a_arr.shape)
@@ -298,7 +298,7 @@ def logsumexp_jvp(a, b, a_dot, b_dot, ans, axis=None, keepdims=False, return_sig
 def pad_jvp(array_dot, constant_values_dot, pad_width, mode="constant", reflect_type="even"):
     """np.pad copies values in the modes the cotangent rule supports, so it is linear
     in the array (and in the constant); the statistical modes raise like there."""
-    if mode not in _nh._PAD_MOVES or reflect_type != "even":
+    if mode not in _nh.PAD_MOVES or reflect_type != "even":
         _nh.unsupported(f"np.pad with mode={mode!r}, reflect_type={reflect_type!r}")
     if mode == "constant":
         if constant_values_dot is not None and np.ndim(constant_values_dot) != 0:
@@ -463,7 +463,7 @@ def _H(x):
 def solve_jvp(a, b, a_dot, b_dot, ans):
     """np.linalg.solve: x = a^-1 b, so x_dot = a^-1 (b_dot - a_dot x)."""
     a, x = np.asarray(a), np.asarray(ans)
-    vector = np.ndim(b) == 1 if _nh._NUMPY2 else np.ndim(b) == a.ndim - 1
+    vector = np.ndim(b) == 1 if _nh.NUMPY2 else np.ndim(b) == a.ndim - 1
     rhs = 0.0
     if b_dot is not None:
         rhs = rhs + np.asarray(b_dot)
@@ -500,8 +500,8 @@ def cholesky_jvp(a_dot, L, upper=False):
 
 def _cluster_info(values, scale_of, n):
     tol = np.max(scale_of, initial=0.0) * n * np.finfo(np.asarray(values).dtype).eps * 10
-    labels = _nh._clusters(values, tol)
-    return tol, labels, _nh._degenerate_pairs(labels)
+    labels = _nh.clusters(values, tol)
+    return tol, labels, _nh.degenerate_pairs(labels)
 
 
 def _undefined(inner, degenerate):
@@ -523,7 +523,7 @@ def eigh_jvp(a_dot, ans, UPLO="L"):
     for idx in np.ndindex(*w.shape[:-1]):
         wi, pi = w[idx], p[idx]
         _, labels, degenerate = _cluster_info(wi, np.abs(wi), n)
-        dw[idx] = _nh._cluster_mean(dw[idx], labels)
+        dw[idx] = _nh.cluster_mean(dw[idx], labels)
         gap = wi[None, :] - wi[:, None]
         off = ~np.eye(n, dtype=bool) & ~degenerate
         f = np.where(off, 1.0 / np.where(off, gap, 1.0), 0.0)
@@ -540,7 +540,7 @@ def eigvalsh_jvp(a_dot, a, UPLO="L"):
     dw = np.array(np.real(np.diagonal(_H(v) @ d @ v, axis1=-2, axis2=-1)))
     for idx in np.ndindex(*w.shape[:-1]):
         _, labels, _ = _cluster_info(w[idx], np.abs(w[idx]), w.shape[-1])
-        dw[idx] = _nh._cluster_mean(dw[idx], labels)
+        dw[idx] = _nh.cluster_mean(dw[idx], labels)
     return dw
 
 
@@ -551,7 +551,7 @@ def _singular_values_dot(u, s, v, a_dot):
     for idx in np.ndindex(*s.shape[:-1]):
         si = s[idx]
         tol, labels, _ = _cluster_info(si, si, max(u.shape[-2], v.shape[-2]))
-        ds[idx] = np.where(si > tol, _nh._cluster_mean(ds[idx], labels), 0.0)
+        ds[idx] = np.where(si > tol, _nh.cluster_mean(ds[idx], labels), 0.0)
     return p, ds
 
 

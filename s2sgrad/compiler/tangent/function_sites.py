@@ -11,6 +11,7 @@ from ...errors import deliberate
 from .. import sites
 from ..loader import Emitted, load
 from ..names import NameRegistry, assign_node, name_node, names_in
+from ..normalize.scope import is_docstring
 from ..sites import store_targets
 from .state import none
 
@@ -74,7 +75,7 @@ def _inline_forward(site: FunctionSite, cls, names: NameRegistry, nf) -> None:
     saved_fwd: List[str] = []
     for s in body:
         out += _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names)
-    rewrite = sites._CtxRewriter(ctx, slots, saved, site.needs, "forward")
+    rewrite = sites.CtxRewriter(ctx, slots, saved, site.needs, "forward")
     result = rewrite.visit(sites.substitute(result, mapping))
     if len(site.out_names) > 1 and isinstance(result, ast.Tuple) and \
             len(result.elts) == len(site.out_names):
@@ -91,7 +92,7 @@ def _inline_forward(site: FunctionSite, cls, names: NameRegistry, nf) -> None:
 
 
 def _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names) -> List[ast.stmt]:
-    rewrite = sites._CtxRewriter(ctx, slots, saved, site.needs, "forward")
+    rewrite = sites.CtxRewriter(ctx, slots, saved, site.needs, "forward")
     if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
             isinstance(s.value.func, ast.Attribute) and \
             isinstance(s.value.func.value, ast.Name) and s.value.func.value.id == ctx:
@@ -129,8 +130,8 @@ def _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names) ->
 
 
 def _inline_jvp(site, cls, jvp_fn, slots, saved, names, nf) -> None:
-    parsed = sites._parse_method(jvp_fn, cls, "jvp")
-    site.bindings.update(sites._foreign_globals(parsed, nf, names, site))
+    parsed = sites.parse_method(jvp_fn, cls, "jvp")
+    site.bindings.update(sites.foreign_globals(parsed, nf, names, site))
     params = [a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args]
     if parsed.node.args.vararg or parsed.node.args.kwarg:
         raise sites.NotInlinable("jvp takes *args")
@@ -139,17 +140,17 @@ def _inline_jvp(site, cls, jvp_fn, slots, saved, names, nf) -> None:
         raise deliberate(TypeError(f"{cls.__name__}.jvp takes {len(grads)} tangent(s) but "
                                    f"{cls.__name__}.forward takes {len(site.arg_atoms)} "
                                    f"input(s)"))
-    body, result = sites._single_return(
-        [s for s in parsed.node.body if not sites._is_docstring(s)], "jvp")
-    local = sites._local_names(parsed.node) - {ctx}
+    body, result = sites.single_return(
+        [s for s in parsed.node.body if not is_docstring(s)], "jvp")
+    local = sites.local_names(parsed.node) - {ctx}
     mapping: Dict[str, ast.expr] = {}
     for n in sorted(local | set(grads)):
         mapping[n] = name_node(names.fresh(n))
     mapping.update(site.foreign)
-    rewrite = sites._CtxRewriter(ctx, slots, saved, site.needs, "jvp")
+    rewrite = sites.CtxRewriter(ctx, slots, saved, site.needs, "jvp")
     stmts = [rewrite.visit(sites.substitute(s, mapping)) for s in body]
-    site.jvp_body = sites._fold(sites._split_tuple_assigns(stmts))
-    site.jvp_result = sites._fold_expr(rewrite.visit(sites.substitute(result, mapping)))
+    site.jvp_body = sites.fold_statements(sites.split_tuple_assigns(stmts))
+    site.jvp_result = sites.fold_expression(rewrite.visit(sites.substitute(result, mapping)))
     site.jvp_grads = [mapping[g].id for g in grads]
     written = {n.id for s in site.jvp_body for n in ast.walk(s)
                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
@@ -173,7 +174,7 @@ def vjp_as_function(cls, slots: Dict[str, str], saved: List[str], needs, n_out: 
     if hit is not None:
         return hit
     what = "vjp" if vjp_fn is getattr(cls, "vjp", None) else "backward"
-    parsed = sites._parse_method(vjp_fn, cls, what)
+    parsed = sites.parse_method(vjp_fn, cls, what)
     params = [a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args]
     if parsed.node.args.vararg or parsed.node.args.kwarg:
         raise sites.NotInlinable(f"{what} takes *args")
@@ -184,10 +185,10 @@ def vjp_as_function(cls, slots: Dict[str, str], saved: List[str], needs, n_out: 
     reg = NameRegistry(taken)
     saved_params = [reg.fresh(f"saved_{i}") for i in range(len(saved))]
     attr_params = {attr: reg.fresh(f"ctx_{attr}") for attr in sorted(slots)}
-    body = [s for s in parsed.node.body if not sites._is_docstring(s)]
-    rewrite = sites._CtxRewriter(ctx, attr_params, saved_params, tuple(needs), what)
+    body = [s for s in parsed.node.body if not is_docstring(s)]
+    rewrite = sites.CtxRewriter(ctx, attr_params, saved_params, tuple(needs), what)
     body = [rewrite.visit(copy.deepcopy(s)) for s in body]
-    body = sites._fold(body)
+    body = sites.fold_statements(body)
     fdef = ast.FunctionDef(
         name=f"{cls.__name__}_{what}",
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in
