@@ -181,3 +181,37 @@ def test_top_level_create_graph_values_equal(m, rng):
     a = functional.vjp(m.rosenbrock, x)
     b = functional.vjp(m.rosenbrock, x, create_graph=True)
     np.testing.assert_array_equal(a[1], b[1])
+
+
+AUGMENTED_LOOP = '''
+import numpy as np
+import s2sgrad
+
+G = np.array([0.4, -0.7, 0.2])
+
+
+def g(x):
+    acc = G * 1.0
+    for t in [x * 0.5, x, np.sin(x)]:
+        acc += 0.3 * np.tanh(t * acc)
+        acc = np.tanh(acc * -0.7 + x)
+    return acc[1] + 0.3 * np.sum(np.tanh(acc))
+
+
+def f(x):
+    return np.sum(s2sgrad.grad(g)(x) * G)
+'''
+
+
+@pytest.mark.parametrize("n", [3, 1])
+def test_second_derivative_of_a_loop_updating_in_place(make_module, n):
+    # The first-order code stacks `acc` and then binds it anew at the end of each
+    # iteration: the next iteration's `acc += ...` changes the new array, not the
+    # stacked one (once refused as an in-place write into the stack).
+    from conftest import numeric_grad
+    module = make_module(AUGMENTED_LOOP.replace("G = np.array([0.4, -0.7, 0.2])",
+                                                "G = np.array([0.4, -0.7, 0.2])[:%d]" % n)
+                         .replace("acc[1]", "acc[0]"))
+    x = np.array([0.3, -0.8, 1.1])[:n]
+    got = s2sgrad.grad(module.f)(x)
+    np.testing.assert_allclose(got, numeric_grad(module.f, (x,), 0), rtol=1e-6, atol=1e-8)

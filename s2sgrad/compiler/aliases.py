@@ -59,6 +59,23 @@ def _walk(body: List[ast.stmt]):
                 yield from _walk(inner)
 
 
+def _runs_to_the_end(loop: ast.stmt) -> bool:
+    """Whether every iteration of the loop runs its body to the end (or leaves the
+    function): no break or continue of its own, no try (whose handler may)."""
+    todo = list(loop.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Break, ast.Continue, ast.Try)) or \
+                type(node).__name__ == "TryStar":
+            return False
+        if isinstance(node, (ast.For, ast.While)):
+            todo += node.orelse   # (its body's break and continue are its own)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                   ast.ClassDef)):
+            todo += [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)]
+    return True
+
+
 def _names(node: Optional[ast.AST], local: Set[str]) -> List[str]:
     if node is None:
         return []
@@ -86,15 +103,19 @@ class AliasFacts:
         # name -> (position, loops) of assignments that bind it to a new object on
         # every pass through their loop body (not inside an if): see affected.
         self.fresh: Dict[str, List[Tuple[int, frozenset]]] = {}
+        # name -> (position, innermost loop) of those assignments that are in a loop's
+        # body whose iterations always run to its end (no break, continue or try)
+        self.fresh_in_loop: Dict[str, List[Tuple[int, ast.stmt]]] = {}
         self._position = 0
         self._conditional = False
-        self._visit(body, frozenset())
+        self._visit(body, frozenset(), None)
 
-    def _visit(self, body: List[ast.stmt], loops: frozenset) -> None:
+    def _visit(self, body: List[ast.stmt], loops: frozenset, loop: Optional[ast.stmt]) -> None:
         for s in body:
             self._position += 1
             self.where.record(s, (self._position, loops))
             self._here = (self._position, loops)
+            self._loop = loop
             self._statement(s)
             looping = isinstance(s, (ast.For, ast.While))
             inner = loops | {s} if looping else loops
@@ -103,7 +124,7 @@ class AliasFacts:
                 if isinstance(block, list) and not isinstance(s, ast.Expr):
                     saved = self._conditional
                     self._conditional = not (looping and attr == "body")
-                    self._visit(block, inner)
+                    self._visit(block, inner, s if looping and attr == "body" else loop)
                     self._conditional = saved
 
     def _share(self, a: str, b: str) -> None:
@@ -138,8 +159,9 @@ class AliasFacts:
             base = s.value.func.value
             if isinstance(base, ast.Name) and base.id in local:
                 self.writes.append((base.id, s))
-                for item in _names(ast.Tuple(elts=s.value.args, ctx=ast.Load()), local):
-                    self._contain(base.id, item)
+                for arg in s.value.args:
+                    for item in self._held(arg):
+                        self._contain(base.id, item)
             return
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args and \
                 ufunc_at_kind(self.exprs.of(s.value).callee) is not None:
@@ -169,6 +191,9 @@ class AliasFacts:
                 isinstance(value, (ast.List, ast.Dict, ast.Tuple, ast.Call)) and \
                 not self._conditional:
             self.fresh.setdefault(outs[0], []).append(self._here)
+            if self._loop is not None and _runs_to_the_end(self._loop):
+                self.fresh_in_loop.setdefault(outs[0], []).append(
+                    (self._position, self._loop))
         for o in outs:
             for src, kind in sources:
                 if kind == "share":
@@ -177,6 +202,14 @@ class AliasFacts:
                     self._contain(o, src)
                 else:  # "item": o is an item of the list src
                     self._item(src, o)
+
+    def _held(self, arg: ast.expr) -> List[str]:
+        """The names an appended value may hold: those a call's result may refer to
+        (none for a copy or a rule's new array: `xs.append(copy_value(x))` keeps x
+        out of xs), or every name in any other expression."""
+        if isinstance(arg, ast.Call):
+            return [n for n, _ in self._sources(arg)]
+        return _names(arg, self.local)
 
     def _sources(self, value: ast.expr) -> Iterable[Tuple[str, str]]:
         """(name, relation) pairs: what the assigned value may refer to.
@@ -237,12 +270,19 @@ class AliasFacts:
         # `name` was tied to in an earlier iteration is not what the write changes.
         rebinds = [(q, q_loops) for q, q_loops in self.fresh.get(name, ())
                    if q < pos and q_loops <= loops]
+        # Bound to a new object later in a loop's body that every iteration runs to its
+        # end: a relation made earlier in that body, after the write if the write is in
+        # the loop too, is gone by the time the write runs (again).
+        later = [(q, loop) for q, loop in self.fresh_in_loop.get(name, ())
+                 if loop not in loops or q > pos]
         for kind, a, b, p, edge_loops in self.edges:
             if not (p < pos or loops & edge_loops):
                 continue
-            if name in (a, b) and kind != "item" and any(
+            if name in (a, b) and kind != "item" and (any(
                     (p < q or p >= pos) and not edge_loops & (loops - q_loops)
-                    for q, q_loops in rebinds):
+                    for q, q_loops in rebinds) or any(
+                    p < q and loop in edge_loops and (loop not in loops or pos < p)
+                    for q, loop in later)):
                 continue   # every way from that relation to the write rebinds `name`
             if kind == "share":
                 shares.union(a, b)
