@@ -192,3 +192,15 @@ def test_modes(value, expected, monkeypatch):
     assert witness.mode(value) == expected
     with pytest.raises(ValueError, match="witness="):
         witness.mode("sometimes")
+
+
+def test_signatures_tell_apart_what_the_long_form_does():
+    # The short form (arrays and Python numbers) and the long one give one key per
+    # kind of arguments: shape, dtype, int/float/bool, structure.
+    a3, a4 = np.zeros(3), np.zeros(4)
+    calls = [((a3,), {}), ((a4,), {}), ((a3.astype(np.float32),), {}), ((1.0,), {}),
+             ((1,), {}), ((True,), {}), ((a3, 1.0), {}), (((a3, 1.0),), {}),
+             (([a3, 1.0],), {}), ((a3,), {"k": 1.0}), ((np.float64(1.0),), {}), ((), {})]
+    keys = [witness.signature(args, kwargs) for args, kwargs in calls]
+    assert len(set(keys)) == len(keys)
+    assert witness.signature((np.ones(3),), {}) == keys[0]

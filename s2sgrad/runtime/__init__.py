@@ -40,6 +40,7 @@ from .reverse import (  # noqa: F401 - the names generated code and rules use
     dict_item_grad,
     dot_grad_a,
     dot_grad_b,
+    items_cotangent,
     keys,
     loop_items,
     loop_items_tangent,

@@ -13,7 +13,7 @@ import numpy as np
 
 from .arrays import is_array, is_foreign_array
 from .registry import helper
-from .shapes import ZERO_IDS, unbroadcast, zeros_like
+from .shapes import ZERO_IDS, unbroadcast, zero_cotangent_item, zeros_like
 
 
 @helper
@@ -202,7 +202,14 @@ def items_joined(items, cotangent):
 def add_items(total, contribution):
     """total + contribution, item by item where the adjoints are lists or tuples
     (the adjoint of a list of arrays is a list; `+` would concatenate)."""
-    if type(total) is np.ndarray and id(total.base) in ZERO_IDS:
+    t = type(total)
+    if t is type(contribution):   # (the usual meetings first: two arrays, two lists)
+        if t is np.ndarray and id(total.base) not in ZERO_IDS and \
+                id(contribution.base) not in ZERO_IDS:
+            return total + contribution
+        if t is list and len(total) == len(contribution):
+            return [add_items(a, b) for a, b in zip(total, contribution)]
+    if t is np.ndarray and id(total.base) in ZERO_IDS:
         if np.shape(contribution) == total.shape and isinstance(contribution, np.ndarray):
             return contribution    # (a cotangent the adjoint no longer updates)
         if _symbolic_zero(contribution):
@@ -243,6 +250,37 @@ def add_items(total, contribution):
 def _symbolic_zero(value) -> bool:
     """The 0.0 (or None) standing for a cotangent nothing has reached yet."""
     return value is None or (type(value) in (int, float) and value == 0)
+
+
+@helper
+def items_cotangent(x, *pairs):
+    """zeros_like(x), then add_at(cotangent, k, v) for each (k, v) of `pairs`, in one
+    call: the cotangent of a list or tuple whose items' cotangents the adjoint has
+    (an unpacked tuple of parameters). Where the pairs name each item once, each is
+    what add_at would make of it in a zero item, made without the zeros."""
+    n = len(pairs)
+    if (type(x) is list or type(x) is tuple) and len(x) == n:
+        out = [None] * n
+        for k, v in pairs:
+            k = k + n if type(k) is int and -n <= k < 0 else k
+            if type(k) is not int or not 0 <= k < n or out[k] is not None:
+                break
+            out[k] = _added_to_zero(x[k], v)
+        else:
+            return out
+    out = zeros_like(x)
+    for k, v in pairs:
+        add_at(out, k, v)
+    return out
+
+
+def _added_to_zero(item, v):
+    """add_items(zero_cotangent_item(item), v), without making the zero first."""
+    if type(v) is np.ndarray and type(item) is np.ndarray and v.shape == item.shape:
+        return v
+    if type(v) is list and (type(item) is list or type(item) is tuple) and len(v) == len(item):
+        return [_added_to_zero(a, b) for a, b in zip(item, v)]
+    return add_items(zero_cotangent_item(item), v)
 
 
 @helper

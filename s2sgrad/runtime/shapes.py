@@ -167,12 +167,12 @@ def zeros_like(x, items=None):
     if isinstance(x, (float, int)) and not isinstance(x, (bool, np.generic)):
         return 0.0
     if isinstance(x, dict):   # the cotangent of a dict is a dict with its keys
-        return {k: _zero_item(v) for k, v in x.items()}
+        return {k: zero_cotangent_item(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         if items is not None:
             return [zeros_like(item, flag) if isinstance(flag, tuple) else
-                    (_zero_item(item) if flag else 0.0) for item, flag in zip(x, items)]
-        return [_zero_item(item) for item in x]
+                    (zero_cotangent_item(item) if flag else 0.0) for item, flag in zip(x, items)]
+        return [zero_cotangent_item(item) for item in x]
     if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
         # A lazy sequence of cotangents (numpy_grads._Lazy): None stays None.
         return [None if item is None else zeros_like(item) for item in x]
@@ -196,7 +196,7 @@ ZERO_IDS: set = set()
 _ZERO_VIEWS: dict = {}
 
 
-def _zero_item(item):
+def zero_cotangent_item(item):
     if isinstance(item, (list, tuple, dict)) or not isinstance(item, (np.ndarray, ArrayMeta)):
         return zeros_like(item)
     key = (item.shape, item.dtype)

@@ -18,6 +18,7 @@ from ..transform import Transformed
 from .copies import propagate_copies, substitute_single_use
 from .folding import fold_block, fold_statement, tidy
 from .fusion import fuse_adjoint_temporaries, fuse_forward_temporaries
+from .items import collect_item_cotangents
 from .liveness import eliminate_dead
 from .residuals import drop_needless_inits, link_residuals, private_copies, prune_saves
 from .shapes import (
@@ -30,7 +31,8 @@ from .shapes import (
 from .statements import NameIndex, Names, fwd_params, param_list
 
 __all__ = [
-    "optimize", "collapse_unbroadcast_chains", "drop_needless_inits", "eliminate_dead",
+    "optimize", "collapse_unbroadcast_chains", "collect_item_cotangents", "drop_needless_inits",
+    "eliminate_dead",
     "elide_scalar_broadcasts", "fold_block", "fuse_adjoint_temporaries",
     "fuse_forward_temporaries", "fwd_params", "link_residuals", "param_list",
     "private_copies", "product_shapes_from_operands", "propagate_copies", "prune_saves",
@@ -47,6 +49,7 @@ def optimize(t: Transformed) -> Transformed:
     user_names = set(t.nf.resolver.locals)
     for fdef in (t.forward, t.adjoint):
         fdef.body = fold_block(fdef.body)
+    t.adjoint.body = collect_item_cotangents(t.adjoint.body, t.activity.leaves)
     index = NameIndex()   # the statements' names, for every step (see NameIndex)
     # The adjoint reads forward values by name, so a renaming applies to both.
     propagate_copies(t.forward, user_names, also=(t.adjoint,), marks=t.marks, index=index)

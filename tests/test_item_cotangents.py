@@ -1,0 +1,123 @@
+"""Cotangents of unpacked lists and tuples folded into one call (optimize/items.py,
+runtime items_cotangent): the same values as zeros_like and add_at, and the
+gradients of code unpacking nested parameters against differences."""
+import ast
+
+import numpy as np
+import pytest
+from conftest import numeric_grad
+
+import s2sgrad
+from s2sgrad.compiler.optimize.items import collect_item_cotangents
+from s2sgrad.runtime import add_at, items_cotangent, zeros_like
+
+
+def _fold(text, leaves=()):
+    body = collect_item_cotangents(ast.parse(text).body, set(leaves))
+    return ast.unparse(ast.fix_missing_locations(ast.Module(body, [])))
+
+
+def test_a_run_of_adds_becomes_one_call_where_the_last_add_was():
+    text = ("p_bar = _s2s_zeros_like(p)\n_s2s_add_at(p_bar, 1, b_bar)\nx = y + 1\n"
+            "_s2s_add_at(p_bar, 0, W_bar)\nz = p_bar\n")
+    assert _fold(text) == ("x = y + 1\np_bar = _s2s_items_cotangent(p, (1, b_bar), (0, W_bar))\n"
+                           "z = p_bar")
+
+
+@pytest.mark.parametrize("between", [
+    "q = p_bar",              # the cotangent read: the adds so far come first
+    "b_bar = 2.0 * w",        # an added value rebound
+    "b_bar += 1.0",           # ... or updated in place
+    "p = restore()",          # the container rebound
+    "if c:\n    pass",        # a branch: no fold across it
+])
+def test_a_run_stops_before_a_statement_it_may_not_move_past(between):
+    text = (f"p_bar = _s2s_zeros_like(p)\n_s2s_add_at(p_bar, 1, b_bar)\n{between}\n"
+            f"_s2s_add_at(p_bar, 0, W_bar)\n")
+    folded = _fold(text)
+    assert folded.index("_s2s_items_cotangent(p, (1, b_bar))") < folded.index(between[:6])
+    assert "_s2s_add_at(p_bar, 0, W_bar)" in folded
+
+
+def test_arrays_and_other_indices_are_left_alone():
+    assert "_s2s_add_at" in _fold("a_bar = _s2s_zeros_like(a)\n_s2s_add_at(a_bar, 0, v)\n",
+                                  leaves=["a"])
+    text = "p_bar = _s2s_zeros_like(p)\n_s2s_add_at(p_bar, i, v)\n"
+    assert _fold(text) == text.strip()
+
+
+def test_a_cotangent_added_into_another_is_complete_first():
+    text = ("B1 = _s2s_zeros_like(X1)\n_s2s_add_at(B1, 0, v)\nB2 = _s2s_zeros_like(X2)\n"
+            "_s2s_add_at(B2, 0, B1)\n_s2s_add_at(B1, 1, w)\n")
+    folded = _fold(text).splitlines()
+    assert folded == ["B1 = _s2s_items_cotangent(X1, (0, v))",
+                      "B2 = _s2s_items_cotangent(X2, (0, B1))", "_s2s_add_at(B1, 1, w)"]
+
+
+def _plain(x, *pairs):
+    out = zeros_like(x)
+    for k, v in pairs:
+        add_at(out, k, v)
+    return out
+
+
+def _same(a, b):
+    assert type(a) is type(b)
+    if isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for p, q in zip(a, b):
+            _same(p, q)
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_items_cotangent_is_zeros_then_adds(case):
+    rng = np.random.default_rng(case)
+    W, b = rng.standard_normal((3, 2)), rng.standard_normal(3)
+    x = [(W, b), (W, b)]
+    cases = [
+        ((W, b), (0, W * 2), (1, b + 1)),                        # every item once
+        ((W, b), (1, b + 1)),                                     # one item of two
+        ((W, b), (-1, b + 1), (0, W)),                            # a negative index
+        ((W, b), (0, W), (0, W * 3)),                             # an item twice
+        (x, (1, [W, b]), (0, [W * 0.5, b])),                      # nested lists
+        ((W, b), (0, 2.0), (1, b)),                               # a number into an array item
+        ([1.0, b], (0, 0.5), (1, np.ones((2, 3)))),               # a broadcast cotangent
+    ]
+    x, *pairs = cases[case]
+    _same(items_cotangent(x, *pairs), _plain(x, *pairs))
+
+
+NESTED = '''
+import numpy as np
+
+
+def cell(params, h):
+    (W, b), (V, c) = params
+    return np.tanh(W @ h + b) * np.sin(V @ h + c)
+
+
+def loss(params, hs):
+    total = 0.0
+    for h in hs:
+        total = total + np.sum(cell(params, h) ** 2)
+    return total
+'''
+
+
+@pytest.mark.parametrize("n, m", [(3, 2), (1, 4)])
+def test_gradient_of_nested_unpacked_parameters(make_module, n, m):
+    module = make_module(NESTED)
+    rng = np.random.default_rng(n)
+    params = [(rng.standard_normal((n, m)), rng.standard_normal(n)),
+              (rng.standard_normal((n, m)), rng.standard_normal(1))]   # c broadcasts
+    hs = rng.standard_normal((3, m))
+    got = s2sgrad.grad(module.loss)(params, hs)
+    flat = [params[0][0], params[0][1], params[1][0], params[1][1]]
+
+    def of_flat(*items):
+        return module.loss([(items[0], items[1]), (items[2], items[3])], hs)
+    for k, (i, j) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+        np.testing.assert_allclose(got[i][j], numeric_grad(of_flat, flat, k),
+                                   rtol=1e-6, atol=1e-8)
