@@ -17,6 +17,7 @@ from s2sgrad.compiler.emit import to_source
 from s2sgrad.compiler.loader import Emitted, compile_emitted, free_names
 from s2sgrad.compiler.marks import comment
 from s2sgrad.compiler.names import clone
+from s2sgrad.compiler.ops import OpKind
 
 # Internals by module (the package's `normalize` and `optimize` are pass functions).
 names_mod = importlib.import_module("s2sgrad.compiler.names")
@@ -397,7 +398,7 @@ def test_activity_closures_are_the_fixpoints():
         while changed:
             changed = False
             for op in ops:
-                if op.kind == "control" and not diff_only:
+                if op.kind == OpKind.CONTROL and not diff_only:
                     continue
                 inputs = op.diff_inputs + ([] if diff_only else op.other_inputs)
                 if set(op.outputs) & out and not set(inputs) <= out:
@@ -408,7 +409,8 @@ def test_activity_closures_are_the_fixpoints():
     rng = random.Random(3)
     names = [f"v{i}" for i in range(12)]
     for _ in range(200):
-        ops = [Op(rng.choice(["rule", "copy", "control"]), rng.sample(names, rng.randint(0, 2)),
+        kinds = [OpKind.RULE, OpKind.COPY, OpKind.CONTROL]
+        ops = [Op(rng.choice(kinds), rng.sample(names, rng.randint(0, 2)),
                   diff_inputs=rng.sample(names, rng.randint(0, 3)),
                   other_inputs=rng.sample(names, rng.randint(0, 2)))
                for _ in range(rng.randint(1, 10))]

@@ -132,3 +132,21 @@ def f(x):
     message = str(info.value)
     assert isinstance(info.value.__cause__, MissingFact)
     assert "no call site was recorded" in message and "y = helper(x)" in message
+
+
+def test_operation_kinds_are_members_never_strings():
+    # A kind compared with a string would be silently false: it raises instead,
+    # and an Op is never made with a string for its kind.
+    import pytest
+
+    from s2sgrad.compiler.ops import Op, OpKind
+    op = Op(OpKind.RULE, ["y"])
+    assert op.kind == OpKind.RULE and op.kind != OpKind.CALL
+    assert op.kind in (OpKind.RULE, OpKind.COPY) and op.kind in {OpKind.RULE}
+    with pytest.raises(TypeError):
+        op.kind == "rule"   # noqa: B015
+    with pytest.raises(TypeError):
+        op.kind in ("call", "rule")   # noqa: B015
+    with pytest.raises(TypeError):
+        Op("rule", ["y"])
+    assert "rule" not in {OpKind.RULE: 1}   # (a string's hash differs: no comparison)

@@ -402,7 +402,9 @@ def test_every_hint_of_the_unsupported_constructs_is_in_the_table():
     there needs a row here)."""
     from s2sgrad.compiler import analyze
     shown = " ".join(hint for _, _, hint, _ in ROWS.values())
-    for kind, text in analyze._UNSUPPORTED_HINTS.items():
+    hints = {kind.value: text for kind, text in analyze._UNSUPPORTED_HINTS.items()}
+    hints["mutate_call"] = analyze.MUTATING_CALL_HINT
+    for kind, text in hints.items():
         first = {"unknown": "Register a rule", "opaque": "g(s[0], s[1])",
                  "method": "Model.method(self, ...)", "mutate": "Compute a new value",
                  "mutate_call": "Compute the value as a result"}[kind]

@@ -27,7 +27,7 @@ from ..runtime.arrays import holds_complex
 from .facts import ExprFacts, FunctionFacts
 from .names import name_nodes, stored_names, walk_values
 from .normalize import NormalForm
-from .ops import Op, describe, names
+from .ops import Op, OpKind, describe, names
 
 SCALAR = "()"
 
@@ -115,7 +115,7 @@ def statement_op(s: ast.stmt, local_names, facts: FunctionFacts) -> Optional[Op]
         return loop_header_op(s, facts.exprs)
     if isinstance(s, (ast.If, ast.While, ast.Break, ast.Continue, ast.Pass)):
         test = getattr(s, "test", None)
-        return Op("control", [], other_inputs=names(test)) if test is not None else None
+        return Op(OpKind.CONTROL, [], other_inputs=names(test)) if test is not None else None
     return describe(s, local_names, facts)
 
 
@@ -124,10 +124,10 @@ def loop_header_op(s: ast.For, exprs: ExprFacts) -> Op:
     it = s.iter
     callee = exprs.of(it).callee
     if callee is range:
-        return Op("iterate", targets, other_inputs=names(it), label="range")
+        return Op(OpKind.ITERATE, targets, other_inputs=names(it), label="range")
     if callee is not None and registry.is_nondiff(callee):
-        return Op("iterate", targets, other_inputs=names(it), label="indices")
-    return Op("iterate", targets, diff_inputs=names(it), label="iteration")
+        return Op(OpKind.ITERATE, targets, other_inputs=names(it), label="indices")
+    return Op(OpKind.ITERATE, targets, diff_inputs=names(it), label="iteration")
 
 
 def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (),
@@ -189,7 +189,8 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
 
 # Ops whose outputs are leaves when their inputs are: indexing an array gives an
 # array or a number, and so do arithmetic and methods on them.
-_LEAF_IF_INPUTS = {"copy", "getitem", "augassign", "augitem", "setitem", "ufunc_at"}
+_LEAF_IF_INPUTS = {OpKind.COPY, OpKind.GETITEM, OpKind.AUGASSIGN, OpKind.AUGITEM, OpKind.SETITEM,
+                   OpKind.UFUNC_AT}
 
 
 def leaf_names(nf: NormalForm, ops, leaf_params: Sequence[int]) -> Set[str]:
@@ -239,7 +240,7 @@ _NUMERIC_BUILTINS = (len, int, float, bool, round, isinstance, abs, range)
 def _makes_leaf(op: Optional[Op], leaves: Set[str]) -> bool:
     if op is None:
         return False
-    if op.kind == "nondiff":
+    if op.kind == OpKind.NONDIFF:
         # Operators and comparisons give numbers or arrays; a call does where it is
         # known to (NumPy, math, len); zeros_like(xs) is a leaf where xs is. Any other
         # call may return a list, whose cotangent `+` would concatenate.
@@ -251,10 +252,10 @@ def _makes_leaf(op: Optional[Op], leaves: Set[str]) -> bool:
         module = (getattr(callee, "__module__", "") or "").split(".")[0]
         return module in _NUMERIC_MODULES or isinstance(callee, np.ufunc) or \
             any(callee is f for f in _NUMERIC_BUILTINS)
-    if op.kind in ("const", "control") or \
-            (op.kind == "iterate" and op.label in ("range", "indices")):
+    if op.kind in (OpKind.CONST, OpKind.CONTROL) or \
+            (op.kind == OpKind.ITERATE and op.label in ("range", "indices")):
         return True
-    if op.kind == "rule":
+    if op.kind == OpKind.RULE:
         return _rule_makes_leaf(op, leaves)
     if op.kind in _LEAF_IF_INPUTS:
         return all(n in leaves for n in op.diff_inputs)
@@ -392,17 +393,17 @@ def scalar_names(ops, ints: Set[str], scalar_params: Set[str], params: Set[str])
         return False
 
     def scalar_def(s, op: Op) -> bool:
-        if op.kind == "iterate":
+        if op.kind == OpKind.ITERATE:
             return op.label == "range"
         if isinstance(s, ast.AugAssign):
             return scalar_atom(s.target) and scalar_atom(s.value)
         if not isinstance(s, ast.Assign) or len(op.outputs) != 1:
             return False
-        if op.kind in ("copy", "const"):
+        if op.kind in (OpKind.COPY, OpKind.CONST):
             return scalar_atom(s.value)
-        if op.kind == "rule" and registry.is_elementwise(op.rule):
+        if op.kind == OpKind.RULE and registry.is_elementwise(op.rule):
             return all(scalar_atom(v) for v in op.bound.values())
-        if op.kind == "rule" and op.rule.name.split(".")[-1] in _FULL_REDUCTIONS:
+        if op.kind == OpKind.RULE and op.rule.name.split(".")[-1] in _FULL_REDUCTIONS:
             axis = op.bound.get("axis")
             whole = axis is None or (isinstance(axis, ast.Constant) and axis.value is None)
             return whole and not _true(op.bound.get("keepdims"))
@@ -486,7 +487,7 @@ def zero_d_names(body, ops, ints: Set[str], params: Sequence[str] = (),
         return isinstance(node, ast.Name) and (node.id in out or node.id in ints)
 
     for s, op in ops:
-        if op.kind != "rule" or len(op.outputs) != 1 or not isinstance(s, ast.Assign) or \
+        if op.kind != OpKind.RULE or len(op.outputs) != 1 or not isinstance(s, ast.Assign) or \
                 counts.get(op.outputs[0]) != 1:
             continue
         if op.rule.name in _FULL_REDUCTIONS and set(op.bound) <= {"a", "self"}:
@@ -511,7 +512,7 @@ def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = (),
     for p in params:  # a parameter is assigned by the call
         counts[p] = counts.get(p, 0) + 1
     for _, op in ops:   # a list that grows or shrinks has no one shape
-        if op.kind in ("append", "pop"):
+        if op.kind in (OpKind.APPEND, OpKind.POP):
             for n in op.outputs:
                 counts[n] = counts.get(n, 0) + 2
     parent: Dict[str, str] = {}
@@ -548,13 +549,13 @@ def shape_classes(body, ops, ints: Set[str], params: Sequence[str] = (),
         target = op.outputs[0]
         parent.setdefault(target, target)
         operands: List[ast.expr] = []
-        if op.kind == "copy":
+        if op.kind == OpKind.COPY:
             operands = [s.value]
-        elif op.kind == "const":
+        elif op.kind == OpKind.CONST:
             if klass(s.value) == SCALAR:
                 union(SCALAR, target)
             continue
-        elif op.kind == "rule" and registry.is_elementwise(op.rule) and \
+        elif op.kind == OpKind.RULE and registry.is_elementwise(op.rule) and \
                 not op.rule.outputs:   # (parts = np.modf(x): a tuple of x's shapes)
             operands = list(op.bound.values())
         else:
@@ -586,7 +587,7 @@ def _backward_closure(seeds: Set[str], ops, diff_only: bool) -> Set[str]:
     when diff_only: a branch's test decides no value's derivative)."""
     writers: Dict[str, List[List[str]]] = {}   # output name -> inputs of the ops writing it
     for _, op in ops:
-        if op.kind == "control" and not diff_only:
+        if op.kind == OpKind.CONTROL and not diff_only:
             continue
         inputs = op.diff_inputs if diff_only else op.diff_inputs + op.other_inputs
         for o in op.outputs:
@@ -619,7 +620,7 @@ def _int_names(ops, exprs: ExprFacts) -> Set[str]:
 
 
 def _int_valued(s, op: Op, exprs: ExprFacts) -> bool:
-    if op.kind == "iterate":
+    if op.kind == OpKind.ITERATE:
         return op.label == "range" and isinstance(s.target, ast.Name)
     value = getattr(s, "value", None)
     if isinstance(value, ast.Constant):
@@ -636,10 +637,10 @@ def _why_independent(name: str, ops, reach_all: Set[str], nf: NormalForm) -> str
     from_input = _forward_closure({name}, ops, diff_only=True)
     for s, op in ops:
         crosses = any(n in from_input for n in op.other_inputs) or (
-            op.kind == "nondiff" and any(n in from_input for n in op.diff_inputs))
-        if crosses and (any(o in reach_all for o in op.outputs) or op.kind == "control"):
+            op.kind == OpKind.NONDIFF and any(n in from_input for n in op.diff_inputs))
+        if crosses and (any(o in reach_all for o in op.outputs) or op.kind == OpKind.CONTROL):
             what = op.label or "a non-differentiable operation"
-            if op.kind == "control":
+            if op.kind == OpKind.CONTROL:
                 what = "a branch or loop condition"
             return (f"'{name}' only reaches the output through {what} at line "
                     f"{getattr(s, 'lineno', '?')}, which has no gradient.")
@@ -647,22 +648,24 @@ def _why_independent(name: str, ops, reach_all: Set[str], nf: NormalForm) -> str
 
 
 _UNSUPPORTED_HINTS = {
-    "unknown": "Register a rule with s2sgrad.defvjp, or wrap the computation in an "
-               "s2sgrad.Function with a vjp rule.",
-    "opaque": "Rewrite it: a call with *args or **kwargs with its arguments spelled out "
-              "(g(s[0], s[1]) for g(*s)); a set or set comprehension as a list (a for loop "
-              "that appends to it) or one vectorised NumPy expression; and/or on values as "
-              "if/else. Or wrap the computation in an s2sgrad.Function with a vjp rule.",
-    "method": "For a method of your own class, call it through the class: "
-              "Model.method(self, ...) (s2sgrad reads its source); for another object's "
-              "method, call the NumPy function instead (np.f(x)), register a rule with "
-              "s2sgrad.defvjp, or wrap it in an s2sgrad.Function.",
-    "mutate": "Compute a new value instead of modifying one in place.",
-    "mutate_call": "Compute the value as a result instead: y = np.exp(x) rather than "
-                   "np.exp(x, y) or out=y; an item assignment (y[idx] = v, which s2sgrad "
-                   "differentiates) or np.take_along_axis rather than np.put_along_axis, "
-                   "np.put or np.copyto.",
+    OpKind.UNKNOWN: "Register a rule with s2sgrad.defvjp, or wrap the computation in an "
+                    "s2sgrad.Function with a vjp rule.",
+    OpKind.OPAQUE: "Rewrite it: a call with *args or **kwargs with its arguments spelled out "
+                   "(g(s[0], s[1]) for g(*s)); a set or set comprehension as a list (a for "
+                   "loop that appends to it) or one vectorised NumPy expression; and/or on "
+                   "values as if/else. Or wrap the computation in an s2sgrad.Function with a "
+                   "vjp rule.",
+    OpKind.METHOD: "For a method of your own class, call it through the class: "
+                   "Model.method(self, ...) (s2sgrad reads its source); for another object's "
+                   "method, call the NumPy function instead (np.f(x)), register a rule with "
+                   "s2sgrad.defvjp, or wrap it in an s2sgrad.Function.",
+    OpKind.MUTATE: "Compute a new value instead of modifying one in place.",
 }
+# (a call writing into one of its arguments: the hint of OpKind.MUTATE for calls)
+MUTATING_CALL_HINT = ("Compute the value as a result instead: y = np.exp(x) rather than "
+                      "np.exp(x, y) or out=y; an item assignment (y[idx] = v, which s2sgrad "
+                      "differentiates) or np.take_along_axis rather than np.put_along_axis, "
+                      "np.put or np.copyto.")
 
 
 def _check_supported(ops, active, varied, useful, nf: NormalForm) -> None:
@@ -671,18 +674,18 @@ def _check_supported(ops, active, varied, useful, nf: NormalForm) -> None:
         if op.kind not in _UNSUPPORTED_HINTS:
             continue
         touches = any(n in varied for n in op.diff_inputs + op.other_inputs)
-        if op.kind == "mutate":
+        if op.kind == OpKind.MUTATE:
             bad = touches
         else:
             bad = touches and any(o in useful for o in op.outputs)
         if bad:
             node = getattr(op.call, "func", None) or getattr(s, "value", s)
             hint = _UNSUPPORTED_HINTS[op.kind]
-            if op.kind == "mutate" and op.callee is not None:
+            if op.kind == OpKind.MUTATE and op.callee is not None:
                 message = (f"{op.label} writes into one of its arguments in place, and a "
                            f"differentiated value takes part in the write")
-                hint = _UNSUPPORTED_HINTS["mutate_call"]
-            elif op.kind == "mutate":
+                hint = MUTATING_CALL_HINT
+            elif op.kind == OpKind.MUTATE:
                 message = f"{op.label or 'this call'} modifies a differentiated value in place"
             else:
                 message = f"s2sgrad has no gradient rule for {op.label}"
@@ -728,8 +731,8 @@ def _holds_complex(nf: NormalForm, name: ast.Name) -> bool:
 
 
 # Operations that move values without computing (a complex one moves as it is).
-_MOVES = frozenset({"copy", "pack", "getitem", "field", "setitem", "append", "pop", "const",
-                    "return", "iterate"})
+_MOVES = frozenset({OpKind.COPY, OpKind.PACK, OpKind.GETITEM, OpKind.FIELD, OpKind.SETITEM,
+                    OpKind.APPEND, OpKind.POP, OpKind.CONST, OpKind.RETURN, OpKind.ITERATE})
 
 
 def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
@@ -767,7 +770,7 @@ def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
             reads = op.diff_inputs + op.other_inputs
             # (a function of yours is compiled for the complex values it is given, and
             # what it returns is known once it is: complex_returns)
-            complex_read = op.kind != "call" and any(n in whole or n in paths for n in reads)
+            complex_read = op.kind != OpKind.CALL and any(n in whole or n in paths for n in reads)
             if not (literal[s] is not None or (complex_read and id(s) not in realising) or
                     _makes_complex(op.callee)):
                 continue
@@ -789,7 +792,7 @@ def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
                 changed = True
     complex_names = whole | set(paths)
     for s, op in ops:
-        if op.kind == "nondiff" and op.callee is np.sign and any(
+        if op.kind == OpKind.NONDIFF and op.callee is np.sign and any(
                 n in complex_names and n in varied for n in op.other_inputs):
             # z / |z| of a complex z varies with it: not a function without a gradient
             raise error_at(getattr(s, "value", s), "np.sign of a complex value is not "
@@ -802,11 +805,11 @@ def _check_complex(ops, active: Set[str], varied: Set[str], nf: NormalForm,
         if node is None and not touched and not _makes_complex(op.callee):
             continue
         where = node if node is not None else getattr(s, "value", s)
-        if op.kind in _MOVES or op.kind == "call" or op.label in ("np.add.at",
+        if op.kind in _MOVES or op.kind == OpKind.CALL or op.label in ("np.add.at",
                                                                    "np.subtract.at") or (
                 op.rule is not None and op.rule.for_complex() is not None
-                and op.kind in ("rule", "augassign")) or (
-                op.kind == "nondiff" and op.callee is not np.sign):
+                and op.kind in (OpKind.RULE, OpKind.AUGASSIGN)) or (
+                op.kind == OpKind.NONDIFF and op.callee is not np.sign):
             # (a function of yours is compiled for the complex values it is given; a
             # function without a gradient stays one: np.zeros(n, dtype=complex), and
             # np.round, np.argmax, comparisons of complex values are piecewise
@@ -952,7 +955,7 @@ def _makes_complex(callee) -> bool:
 # Kinds of operation whose result's dtype the compiler does not see: a call it does
 # not differentiate (no rule, a method, a user function the gradient does not pass
 # through) or an expression it keeps whole.
-_UNSEEN_DTYPE = frozenset({"unknown", "opaque", "method", "call"})
+_UNSEEN_DTYPE = frozenset({OpKind.UNKNOWN, OpKind.OPAQUE, OpKind.METHOD, OpKind.CALL})
 
 
 def _real_items() -> Dict[int, Tuple[int, ...]]:
@@ -971,7 +974,7 @@ def realising_ops(ops) -> Set[int]:
 
 def is_realising(op: Op) -> bool:
     """Whether the operation's result is real whatever its arguments are."""
-    if op.kind != "rule" or op.rule is None:
+    if op.kind != OpKind.RULE or op.rule is None:
         return False
     if op.label in (".real", ".imag"):
         return True
@@ -1007,7 +1010,7 @@ def unseen_dtypes(ops, active: Set[str], outputs: Sequence[str] = ()) -> Set[str
     while changed:     # through values no gradient passes through, back to their sources
         changed = False
         for s, op in ops:
-            if op.kind in ("control", "iterate"):
+            if op.kind in (OpKind.CONTROL, OpKind.ITERATE):
                 continue
             if not any(o in active for o in op.outputs) and id(s) not in realising and \
                     any(o in feeds for o in op.outputs):
@@ -1017,7 +1020,7 @@ def unseen_dtypes(ops, active: Set[str], outputs: Sequence[str] = ()) -> Set[str
                     changed = True
     checked = {o for _, op in ops if (op.kind in _UNSEEN_DTYPE or _complex_at_times(op.callee))
                and not any(x in active for x in op.outputs) for o in op.outputs if o in feeds}
-    return checked | {o for _, op in ops if op.kind == "apply" and
+    return checked | {o for _, op in ops if op.kind == OpKind.APPLY and
                       _forward_may_be_complex(op.callee) for o in op.outputs
                       if o in active or o in feeds}
 

@@ -7,6 +7,7 @@ and by which rule — so the answer is computed here, once, as an `Op`.
 from __future__ import annotations
 
 import ast
+import enum
 import functools
 import inspect
 import types
@@ -39,11 +40,51 @@ _READING_EFFECTS = frozenset({"save", "savez", "savez_compressed", "savetxt", "s
                               "seterr", "seed", "printoptions", "errstate", "info"})
 
 
+class OpKind(enum.Enum):
+    """What a normal-form statement does, as differentiation sees it (Op.kind).
+
+    Compared only with members: comparing with a string raises, so that no test
+    of a kind can silently be false."""
+
+    RULE = "rule"              # an operator or a call with a gradient rule
+    CALL = "call"              # a call of a function of yours: compiled as a callee
+    APPLY = "apply"            # Function.apply: its vjp inlined, or called
+    METHOD = "method"          # a method call without a rule
+    NONDIFF = "nondiff"        # no gradient by nature: comparisons, integer operators, ...
+    UNKNOWN = "unknown"        # no rule: refused where a gradient would pass
+    OPAQUE = "opaque"          # an expression kept whole (a comprehension, a *args call)
+    MUTATE = "mutate"          # a write into an argument or a value in place
+    EFFECT = "effect"          # a statement run for its effect, only reading values
+    COPY = "copy"              # y = x (and a loop's item of an iterable)
+    CONST = "const"            # a literal or a value the compiler knows
+    PACK = "pack"              # a tuple, list or dict literal
+    GETITEM = "getitem"        # y = x[i]
+    FIELD = "field"            # y = p.W, a namedtuple's field
+    SETITEM = "setitem"        # x[i] = v
+    AUGASSIGN = "augassign"    # x op= v
+    AUGITEM = "augitem"        # x[i] op= v
+    APPEND = "append"          # xs.append(v)
+    POP = "pop"                # v = xs.pop()
+    UFUNC_AT = "ufunc_at"      # np.add.at(a, i, b): a scatter-add
+    RETURN = "return"          # return v
+    ITERATE = "iterate"        # a for loop binding its target
+    CONTROL = "control"        # the test of an if or a while
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            raise TypeError(f"an operation kind compared with the string {other!r}: "
+                            f"use OpKind members")
+        return self is other
+
+    def __hash__(self) -> int:
+        return hash((OpKind, self.value))   # (never a string's: no comparison with one)
+
+
 @dataclass
 class Op:
     """One statement's differentiation-relevant facts."""
 
-    kind: str
+    kind: OpKind
     outputs: List[str]
     diff_inputs: List[str] = field(default_factory=list)
     other_inputs: List[str] = field(default_factory=list)
@@ -52,6 +93,10 @@ class Op:
     callee: object = None
     label: str = ""
     call: Optional[ast.Call] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, OpKind):
+            raise TypeError(f"Op kind {self.kind!r} is not an OpKind")
 
 
 def names(node: Optional[ast.AST]) -> List[str]:
@@ -65,7 +110,7 @@ def names(node: Optional[ast.AST]) -> List[str]:
     return out
 
 
-_UNSUPPORTED = ("unknown", "opaque", "method")
+_UNSUPPORTED = (OpKind.UNKNOWN, OpKind.OPAQUE, OpKind.METHOD)
 
 
 def describe(stmt: ast.stmt, local_names, facts: FunctionFacts) -> Op:
@@ -101,7 +146,7 @@ def _describe(stmt: ast.stmt, local_names, exprs: ExprFacts) -> Op:
         target = stmt.targets[0]
         if isinstance(target, ast.Subscript):
             base = target.value.id
-            return Op("setitem", [base], diff_inputs=[base] + names(stmt.value),
+            return Op(OpKind.SETITEM, [base], diff_inputs=[base] + names(stmt.value),
                       other_inputs=names(target.slice), label="item assignment")
         outs = _targets(stmt)
         value = stmt.value
@@ -110,20 +155,20 @@ def _describe(stmt: ast.stmt, local_names, exprs: ExprFacts) -> Op:
                 not value.keywords and isinstance(value.func.value, ast.Name) and \
                 value.func.value.id in local_names:
             base = value.func.value.id
-            return Op("pop", [outs[0], base], diff_inputs=[base], label="list.pop",
+            return Op(OpKind.POP, [outs[0], base], diff_inputs=[base], label="list.pop",
                       call=value)
         op = _value_op(value, outs, local_names, exprs)
         if writes_output(value, op.callee):
-            op.kind = "mutate"
+            op.kind = OpKind.MUTATE
         return op
     if isinstance(stmt, ast.AugAssign):
         target = stmt.target
         if isinstance(target, ast.Subscript):
             base = target.value.id
-            return Op("augitem", [base], diff_inputs=[base] + names(stmt.value),
+            return Op(OpKind.AUGITEM, [base], diff_inputs=[base] + names(stmt.value),
                       other_inputs=names(target.slice), label="augmented item assignment",
                       rule=registry.REGISTRY.operators.get(type(stmt.op)))
-        return Op("augassign", [target.id], diff_inputs=[target.id] + names(stmt.value),
+        return Op(OpKind.AUGASSIGN, [target.id], diff_inputs=[target.id] + names(stmt.value),
                   label="augmented assignment",
                   rule=registry.REGISTRY.operators.get(type(stmt.op)))
     if isinstance(stmt, ast.Expr):
@@ -132,26 +177,27 @@ def _describe(stmt: ast.stmt, local_names, exprs: ExprFacts) -> Op:
                 isinstance(call.func.value, ast.Name) and call.func.value.id in local_names \
                 and len(call.args) == 1 and not call.keywords:
             base = call.func.value.id
-            return Op("append", [base], diff_inputs=[base] + names(call.args[0]),
+            return Op(OpKind.APPEND, [base], diff_inputs=[base] + names(call.args[0]),
                       label="list.append", call=call)
         scatter = _ufunc_at(call, local_names, exprs)
         if scatter is not None:
             return scatter
         op = _value_op(stmt.value, [], local_names, exprs)
-        if op.kind == "method" and exprs.of(call).method in _MUTATING_METHODS:
-            op.kind = "mutate"
-        elif op.kind in ("unknown", "rule", "nondiff") and writes_output(call, op.callee):
-            op.kind = "mutate"
+        if op.kind == OpKind.METHOD and exprs.of(call).method in _MUTATING_METHODS:
+            op.kind = OpKind.MUTATE
+        elif op.kind in (OpKind.UNKNOWN, OpKind.RULE, OpKind.NONDIFF) and \
+                writes_output(call, op.callee):
+            op.kind = OpKind.MUTATE
         elif op.callee is not None and id(op.callee) in _MUTATORS:
-            op.kind = "mutate"
-        elif op.kind in ("unknown", "nondiff") and _numpy_effect(op.callee):
-            op.kind = "mutate"
+            op.kind = OpKind.MUTATE
+        elif op.kind in (OpKind.UNKNOWN, OpKind.NONDIFF) and _numpy_effect(op.callee):
+            op.kind = OpKind.MUTATE
         else:
-            op.kind = "effect"
+            op.kind = OpKind.EFFECT
         return op
     if isinstance(stmt, ast.Return):
-        return Op("return", [], diff_inputs=names(stmt.value))
-    return Op("effect", [], other_inputs=names(stmt))
+        return Op(OpKind.RETURN, [], diff_inputs=names(stmt.value))
+    return Op(OpKind.EFFECT, [], other_inputs=names(stmt))
 
 
 # ufunc.at(a, indices, b) that s2sgrad differentiates: a[indices] op= b, unbuffered
@@ -178,8 +224,8 @@ def _ufunc_at(call, local_names, exprs: ExprFacts) -> Optional[Op]:
     base = args[0] if args else None
     if kind not in UFUNC_AT_SIGNS or len(args) != 3 or call.keywords or \
             not (isinstance(base, ast.Name) and base.id in local_names):
-        return Op("mutate", [], other_inputs=names(call), label=f"np.{kind}.at", call=call)
-    return Op("ufunc_at", [base.id], diff_inputs=[base.id] + names(args[2]),
+        return Op(OpKind.MUTATE, [], other_inputs=names(call), label=f"np.{kind}.at", call=call)
+    return Op(OpKind.UFUNC_AT, [base.id], diff_inputs=[base.id] + names(args[2]),
               other_inputs=names(args[1]), label=f"np.{kind}.at", call=call)
 
 
@@ -244,19 +290,19 @@ def _in_numpy(callee) -> bool:
 def _value_op(value: ast.expr, outs: List[str], local_names, exprs: ExprFacts) -> Op:
     if isinstance(value, ast.Name):
         if value.id in local_names:
-            return Op("copy", outs, diff_inputs=[value.id])
-        return Op("const", outs)
+            return Op(OpKind.COPY, outs, diff_inputs=[value.id])
+        return Op(OpKind.CONST, outs)
     if isinstance(value, ast.Constant) or exprs.of(value).static:
-        return Op("const", outs)
+        return Op(OpKind.CONST, outs)
     if isinstance(value, (ast.Tuple, ast.List)):
         flat = [e.id for e in value.elts if isinstance(e, ast.Name)]
-        return Op("pack", outs, diff_inputs=flat, other_inputs=names(value))
+        return Op(OpKind.PACK, outs, diff_inputs=flat, other_inputs=names(value))
     if isinstance(value, ast.Dict) and all(k is not None for k in value.keys):
         flat = [e.id for e in value.values if isinstance(e, ast.Name)]
-        return Op("pack", outs, diff_inputs=flat,
+        return Op(OpKind.PACK, outs, diff_inputs=flat,
                   other_inputs=names(ast.Tuple(elts=list(value.keys), ctx=ast.Load())))
     if exprs.of(value).opaque:
-        kind = "nondiff" if _is_flag(value) else "opaque"
+        kind = OpKind.NONDIFF if _is_flag(value) else OpKind.OPAQUE
         label = {ast.Compare: "a comparison", ast.BoolOp: "an and/or expression",
                  ast.ListComp: "a list comprehension", ast.GeneratorExp: "a generator expression",
                  ast.SetComp: "a set comprehension", ast.DictComp: "a dict comprehension",
@@ -265,17 +311,17 @@ def _value_op(value: ast.expr, outs: List[str], local_names, exprs: ExprFacts) -
             type(value), f"a {type(value).__name__} expression")
         return Op(kind, outs, other_inputs=names(value), label=label)
     if isinstance(value, ast.BoolOp) and _is_flag(value):
-        return Op("nondiff", outs, other_inputs=names(value), label="a condition")
+        return Op(OpKind.NONDIFF, outs, other_inputs=names(value), label="a condition")
     if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.Not, ast.Invert)):
-        return Op("nondiff", outs, other_inputs=names(value), label="a logical operator")
+        return Op(OpKind.NONDIFF, outs, other_inputs=names(value), label="a logical operator")
     if isinstance(value, ast.BinOp):
         rule = registry.REGISTRY.operators.get(type(value.op))
         label = f"the operator {OPERATOR_SYMBOLS[type(value.op)]}"
         if rule is None:
             if isinstance(value.op, (ast.FloorDiv, ast.BitAnd, ast.BitOr, ast.BitXor,
                                      ast.LShift, ast.RShift)):
-                return Op("nondiff", outs, other_inputs=names(value), label=label)
-            return Op("unknown", outs, other_inputs=names(value), label=label)
+                return Op(OpKind.NONDIFF, outs, other_inputs=names(value), label=label)
+            return Op(OpKind.UNKNOWN, outs, other_inputs=names(value), label=label)
         bound = _bind_positional(rule, [value.left, value.right])
         return _rule_op(rule, bound, outs, label)
     if isinstance(value, ast.UnaryOp):
@@ -283,23 +329,23 @@ def _value_op(value: ast.expr, outs: List[str], local_names, exprs: ExprFacts) -
         return _rule_op(rule, _bind_positional(rule, [value.operand]), outs,
                         "unary " + ("-" if isinstance(value.op, ast.USub) else "+"))
     if isinstance(value, ast.Subscript):
-        return Op("getitem", outs, diff_inputs=names(value.value),
+        return Op(OpKind.GETITEM, outs, diff_inputs=names(value.value),
                   other_inputs=names(value.slice), label="indexing")
     if isinstance(value, ast.Attribute):
         base = names(value.value)
         attr = value.attr
         if attr in registry.REGISTRY.nondiff_attributes:
-            return Op("nondiff", outs, other_inputs=base, label=f".{attr}")
+            return Op(OpKind.NONDIFF, outs, other_inputs=base, label=f".{attr}")
         rule = registry.REGISTRY.attributes.get(attr)
         if rule is not None:
             return _rule_op(rule, {"self": value.value}, outs, f".{attr}")
         if isinstance(value.value, ast.Name) and value.value.id in local_names:
             # A field of a namedtuple (params.W): its item, found by name at run time.
-            return Op("field", outs, diff_inputs=base, label=f"the attribute .{attr}")
-        return Op("unknown", outs, other_inputs=base, label=f"the attribute .{attr}")
+            return Op(OpKind.FIELD, outs, diff_inputs=base, label=f"the attribute .{attr}")
+        return Op(OpKind.UNKNOWN, outs, other_inputs=base, label=f"the attribute .{attr}")
     if isinstance(value, ast.Call):
         return _call_op(value, outs, local_names, exprs)
-    return Op("unknown", outs, other_inputs=names(value), label=type(value).__name__)
+    return Op(OpKind.UNKNOWN, outs, other_inputs=names(value), label=type(value).__name__)
 
 
 def _is_flag(node: ast.expr) -> bool:
@@ -321,7 +367,7 @@ def _rule_op(rule: Rule, bound: Dict[str, ast.expr], outs, label) -> Op:
     diff, other = [], []
     for param, value in bound.items():
         (diff if param in rule.grads else other).extend(names(value))
-    return Op("rule", outs, diff_inputs=diff, other_inputs=other, rule=rule, bound=bound,
+    return Op(OpKind.RULE, outs, diff_inputs=diff, other_inputs=other, rule=rule, bound=bound,
               label=label)
 
 
@@ -351,55 +397,55 @@ def _call_op(call: ast.Call, outs, local_names, exprs: ExprFacts) -> Op:
         base = call.func.value
         label = f"the method .{method}()"
         if method in registry.REGISTRY.nondiff_methods:
-            return Op("nondiff", outs, other_inputs=everything, label=label)
+            return Op(OpKind.NONDIFF, outs, other_inputs=everything, label=label)
         rule = registry.REGISTRY.methods.get(method)
         if rule is not None and not exprs.of(call).opaque:
             bound = bind(rule, call, skip_first=base)
             if bound is None:
-                return Op("unknown", outs, other_inputs=everything,
+                return Op(OpKind.UNKNOWN, outs, other_inputs=everything,
                           label=f"{label} with these arguments")
             op = _rule_op(rule, bound, outs, label)
             op.call = call
             return op
-        return Op("method", outs, other_inputs=everything, label=f"the method .{method}()")
+        return Op(OpKind.METHOD, outs, other_inputs=everything, label=f"the method .{method}()")
     callee = exprs.of(call).callee
     if callee is None:
-        return Op("unknown", outs, other_inputs=everything,
+        return Op(OpKind.UNKNOWN, outs, other_inputs=everything,
                   label=f"the call {ast.unparse(call.func)}(...)")
     if callee is runtime.loop_items or callee is runtime.record:
         # What a loop walks, a namedtuple of its items: copies, for differentiation.
         source = names(call.args[-1])
         if not source:
-            return Op("nondiff", outs, other_inputs=everything, label="a record")
-        return Op("copy", outs, diff_inputs=source, label="iteration")
+            return Op(OpKind.NONDIFF, outs, other_inputs=everything, label="a record")
+        return Op(OpKind.COPY, outs, diff_inputs=source, label="iteration")
     label = _callable_name(callee, call)
     if isinstance(callee, types.MethodType) and is_function_class(callee.__self__) and \
             callee.__func__.__name__ == "apply":
-        return Op("apply", outs, diff_inputs=names(ast.Tuple(elts=call.args, ctx=ast.Load())),
+        return Op(OpKind.APPLY, outs, diff_inputs=names(ast.Tuple(elts=call.args, ctx=ast.Load())),
                   other_inputs=everything, callee=callee.__self__, label=label, call=call)
     rule = registry.lookup_function(callee)
     if rule is not None and not exprs.of(call).opaque:
         bound = bind(rule, call)
         if bound is None:
-            return Op("unknown", outs, other_inputs=everything, callee=callee,
+            return Op(OpKind.UNKNOWN, outs, other_inputs=everything, callee=callee,
                       label=f"{label} with these arguments")
         op = _rule_op(rule, bound, outs, label)
         op.callee, op.call = callee, call
         return op
     if registry.is_nondiff(callee):
-        return Op("nondiff", outs, other_inputs=everything, callee=callee, label=label)
+        return Op(OpKind.NONDIFF, outs, other_inputs=everything, callee=callee, label=label)
     if getattr(callee, "__s2sgrad_derived__", None) is not None:
         # A call to s2sgrad.grad(f) & co. inside differentiated code: its code.
         callee = reentry.readable(callee)
-        return Op("call", outs, diff_inputs=names(ast.Tuple(
+        return Op(OpKind.CALL, outs, diff_inputs=names(ast.Tuple(
             elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
             other_inputs=everything, callee=callee, label=label, call=call)
     if isinstance(callee, types.FunctionType) and (
             not _is_library(callee) or registry.differentiated_from_source(callee)):
-        return Op("call", outs, diff_inputs=names(ast.Tuple(
+        return Op(OpKind.CALL, outs, diff_inputs=names(ast.Tuple(
             elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
             other_inputs=everything, callee=callee, label=label, call=call)
-    return Op("unknown", outs, other_inputs=everything, callee=callee, label=label)
+    return Op(OpKind.UNKNOWN, outs, other_inputs=everything, callee=callee, label=label)
 
 
 def _is_library(fn) -> bool:

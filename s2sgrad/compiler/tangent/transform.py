@@ -46,7 +46,7 @@ from ..analyze import Activity, call_write_guards, iter_statements
 from ..marks import line_comment
 from ..names import assign_node, copy_location, helper_call, name_node
 from ..normalize import NormalForm
-from ..ops import Op, describe
+from ..ops import Op, OpKind, describe
 from ..parse import ParsedFunction
 from ..sites import store_targets
 from ..transform import field_index, index_value_checks, real_value_checks
@@ -200,8 +200,8 @@ class Tangent:
                 out.add(s.target.id)
             elif isinstance(s, (ast.Assign, ast.Expr)):
                 op = self.op_of(s)
-                if op.kind in ("append", "pop"):
-                    out.add(op.outputs[-1] if op.kind == "pop" else op.outputs[0])
+                if op.kind in (OpKind.APPEND, OpKind.POP):
+                    out.add(op.outputs[-1] if op.kind == OpKind.POP else op.outputs[0])
         return out
 
     def _appended(self, body) -> Set[str]:
@@ -210,9 +210,9 @@ class Tangent:
         for s, _ in iter_statements(body):
             if isinstance(s, (ast.Assign, ast.Expr)):
                 op = self.op_of(s)
-                if op.kind == "append":
+                if op.kind == OpKind.APPEND:
                     out.add(op.outputs[0])
-                elif op.kind == "pop":
+                elif op.kind == OpKind.POP:
                     out.add(op.outputs[1])
         return out
 
@@ -281,9 +281,9 @@ class Tangent:
     # -- statements ----------------------------------------------------------------------------
     def expression(self, s: ast.Expr) -> List[ast.stmt]:
         op = self.op_of(s)
-        if op.kind == "append":
+        if op.kind == OpKind.APPEND:
             return writes.append(self, s, op)
-        if op.kind == "ufunc_at":
+        if op.kind == OpKind.UFUNC_AT:
             return writes.ufunc_at(self, s, op)
         return self.write_guards(op) + [s]
 
@@ -300,17 +300,17 @@ class Tangent:
         out: List[ast.stmt] = []
         self.mark_line(s, out)
         out += index_value_checks(s, op, self.act, self.err)
-        if op.kind == "setitem":
+        if op.kind == OpKind.SETITEM:
             out += writes.setitem(self, s, op)
-        elif op.kind == "augassign":
+        elif op.kind == OpKind.AUGASSIGN:
             out += writes.augassign(self, s, op)
-        elif op.kind == "augitem":
+        elif op.kind == OpKind.AUGITEM:
             raise self.err(s, "an augmented item assignment the compiler did not expand")
-        elif op.kind == "pop":
+        elif op.kind == OpKind.POP:
             out += writes.pop(self, s, op)
-        elif op.kind == "apply":
+        elif op.kind == OpKind.APPLY:
             out += self.calls.apply(s, op)
-        elif op.kind == "call":
+        elif op.kind == OpKind.CALL:
             out += self.write_guards(op)
             out += self.calls.call(s, op)
         else:
@@ -328,7 +328,8 @@ class Tangent:
     def simple(self, s, op: Op) -> List[ast.stmt]:
         active = [o for o in op.outputs if o in self.act.active]
         kind = op.kind
-        if not active or kind not in ("copy", "pack", "getitem", "field", "rule"):
+        if not active or kind not in (OpKind.COPY, OpKind.PACK, OpKind.GETITEM, OpKind.FIELD,
+                                      OpKind.RULE):
             out = [self._primal(s)]
             for o in op.outputs:
                 self.kill(o)
@@ -354,29 +355,29 @@ class Tangent:
             post.append(assign_node(store_targets(op.outputs), tuple_or_name(temps)))
             ans_names = temps
         struct: Any = True
-        if kind == "copy" and isinstance(value, ast.Call) and \
+        if kind == OpKind.COPY and isinstance(value, ast.Call) and \
                 getattr(value.func, "id", None) == "_s2s_loop_items":
             expr = helper_call("loop_items_tangent", name_node(self.dot(inputs_live[0])),
                            name_node(inputs_live[0]))
             fresh, stmts = False, []
-        elif kind == "copy" and isinstance(value, ast.Call):   # _s2s_record(cls, items)
+        elif kind == OpKind.COPY and isinstance(value, ast.Call):   # _s2s_record(cls, items)
             expr, fresh = name_node(self.dot(inputs_live[0])), False
             struct = self.liveness(name_node(inputs_live[0]))
             stmts = []
-        elif kind == "copy":
+        elif kind == OpKind.COPY:
             expr, fresh = name_node(self.dot(inputs_live[0])), False
             struct = self.liveness(name_node(inputs_live[0]))
             stmts: List[ast.stmt] = []
-        elif kind == "pack" and isinstance(value, ast.Dict):
+        elif kind == OpKind.PACK and isinstance(value, ast.Dict):
             expr = ast.Dict(keys=copy.deepcopy(value.keys),
                             values=[self.tangent_of(e) for e in value.values])
             fresh, stmts = True, []
-        elif kind == "pack":
+        elif kind == OpKind.PACK:
             expr = type(value)(elts=[self.tangent_of(e) for e in value.elts], ctx=ast.Load())
             fresh, stmts = isinstance(value, ast.List), []
             if isinstance(value, ast.Tuple):
                 struct = tuple(self.liveness(e) for e in value.elts)
-        elif kind == "field":   # p.W of a namedtuple: the tangent's item of that name
+        elif kind == OpKind.FIELD:   # p.W of a namedtuple: the tangent's item of that name
             if not self.live_atom(value.value):
                 for o in op.outputs:
                     self.kill(o)
@@ -384,7 +385,7 @@ class Tangent:
             expr = ast.Subscript(value=name_node(self.dot(value.value.id)),
                                  slice=field_index(value), ctx=ast.Load())
             fresh, stmts = False, []
-        elif kind == "getitem":
+        elif kind == OpKind.GETITEM:
             base = value.value
             if not self.live_atom(base):
                 for o in op.outputs:

@@ -12,7 +12,7 @@ import copy
 from typing import List
 
 from ..names import assign_node, helper_call, index_expr, name_node
-from ..ops import UFUNC_AT_SIGNS, Op, ufunc_at_kind
+from ..ops import UFUNC_AT_SIGNS, Op, OpKind, ufunc_at_kind
 from .state import HINT_RULE, is_fresh
 
 
@@ -88,7 +88,7 @@ def augassign(t, s: ast.AugAssign, op: Op) -> List[ast.stmt]:
         raise t.err(s, f"s2sgrad has no forward-mode rule for {op.label}", HINT_RULE)
     # The tangent reads the old value: it is computed before the update.
     old = name_node(var)
-    rule_op = Op("rule", [var], diff_inputs=op.diff_inputs, rule=rule,
+    rule_op = Op(OpKind.RULE, [var], diff_inputs=op.diff_inputs, rule=rule,
                  bound=dict(zip(rule.params, [old, s.value])), label=op.label)
     value = ast.BinOp(left=old, op=s.op, right=s.value)
     ans_name = t.names.fresh(f"{var}_new")

@@ -11,6 +11,7 @@ from ..analyze import (
 from ..facts import StatementFacts
 from ..marks import is_comment
 from ..names import assign_node, clone, helper_call, name_node, name_nodes, stored_names
+from ..ops import OpKind
 from .records import LoopInfo
 
 
@@ -34,9 +35,9 @@ class AdjointControl:
                 out.extend(self.adjoint_loop(s))
             elif isinstance(s, (ast.Assign, ast.AugAssign)):
                 out.extend(core.adjoint.adjoint_assign(s))
-            elif isinstance(s, ast.Expr) and core.op_of(s).kind == "append":
+            elif isinstance(s, ast.Expr) and core.op_of(s).kind == OpKind.APPEND:
                 core.adjoint.append_adjoint(s, core.op_of(s), out)
-            elif isinstance(s, ast.Expr) and core.op_of(s).kind == "ufunc_at":
+            elif isinstance(s, ast.Expr) and core.op_of(s).kind == OpKind.UFUNC_AT:
                 core.adjoint.ufunc_at_adjoint(s, core.op_of(s), out)
         return out
 

@@ -10,7 +10,7 @@ from ...rules import registry
 from .. import sites
 from ..analyze import is_realising
 from ..names import assign_node, clone, copy_location, helper_call, index_expr, name_node
-from ..ops import UFUNC_AT_SIGNS, Op, names, ufunc_at_kind
+from ..ops import UFUNC_AT_SIGNS, Op, OpKind, names, ufunc_at_kind
 from .records import (
     DIFFERENTIABLE_KINDS,
     field_index,
@@ -69,19 +69,19 @@ class AdjointStatements:
         core = self.core
         op = core.op_of(s)
         out: List[ast.stmt] = []
-        if op.kind == "setitem":
+        if op.kind == OpKind.SETITEM:
             self.setitem_adjoint(s, op, out)
             return out
-        if op.kind == "augassign":
+        if op.kind == OpKind.AUGASSIGN:
             self.augassign_adjoint(s, op, out)
             return out
-        if op.kind == "pop":
+        if op.kind == OpKind.POP:
             self.pop_adjoint(s, op, out)
             return out
         active_outs = [o for o in op.outputs if o in core.act.active]
         live = [o for o in active_outs if core.bar_of(o) in core.state]
         overwritten = set(active_outs) & set(op.diff_inputs)
-        if overwritten and op.kind != "copy":
+        if overwritten and op.kind != OpKind.COPY:
             # The contributions would be added into the adjoint the reset below
             # consumes: the normaliser writes such statements through temporaries.
             raise InternalError(f"statement {ast.unparse(s)!r} reads the active "
@@ -98,7 +98,7 @@ class AdjointStatements:
     def contributions(self, s, op: Op, out: List[ast.stmt]) -> None:
         core = self.core
         kind = op.kind
-        if kind == "copy":
+        if kind == OpKind.COPY:
             src = op.diff_inputs[0]
             if src in core.act.active:
                 g: ast.expr = name_node(core.bar_of(op.outputs[0]))
@@ -107,7 +107,7 @@ class AdjointStatements:
                 core.accumulate(src, g, out)
             return
         g_name = core.bar_of(op.outputs[0]) if op.outputs else None
-        if kind == "pack":
+        if kind == OpKind.PACK:
             value = s.value
             items = list(zip(value.keys, value.values)) if isinstance(value, ast.Dict) else \
                 [(ast.Constant(value=i), e) for i, e in enumerate(value.elts)]
@@ -120,13 +120,13 @@ class AdjointStatements:
                         item = ast.Subscript(value=name_node(g_name), slice=key, ctx=ast.Load())
                     core.accumulate(e.id, item, out)
             return
-        if kind in ("getitem", "field"):
+        if kind in (OpKind.GETITEM, OpKind.FIELD):
             self.getitem_contribution(s, op, out)
             return
-        if kind == "rule":
+        if kind == OpKind.RULE:
             self.rule_contribution(s, op, out)
             return
-        if kind in ("apply", "call"):
+        if kind in (OpKind.APPLY, OpKind.CALL):
             self.site_contribution(s, op, out)
             return
         raise AssertionError(kind)  # pragma: no cover
@@ -210,7 +210,7 @@ class AdjointStatements:
         b = core.bar_of(var)
         if var in core.act.active and b in core.state and op.rule is not None:
             core.mark_line(s, out)
-            rule_op = Op("rule", [var], diff_inputs=op.diff_inputs, rule=op.rule,
+            rule_op = Op(OpKind.RULE, [var], diff_inputs=op.diff_inputs, rule=op.rule,
                          bound=dict(zip(op.rule.params, [saved, s.value])))
             self.rule_contribution(s, rule_op, out, reset=[var], old={var: saved})
         else:
@@ -296,7 +296,7 @@ class AdjointStatements:
             return
         b = core.bar_of(base.id)
         g = name_node(core.bar_of(op.outputs[0]))
-        index = field_index(s.value) if op.kind == "field" else index_expr(s.value.slice)
+        index = field_index(s.value) if op.kind == OpKind.FIELD else index_expr(s.value.slice)
         if core.pure:
             if b not in core.state:
                 core.materialize(base.id, out)

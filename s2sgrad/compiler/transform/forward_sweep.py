@@ -22,7 +22,7 @@ from ..names import (
     name_node,
     name_nodes,
 )
-from ..ops import Op
+from ..ops import Op, OpKind
 from .records import LoopInfo, index_value_checks, is_literal, real_among_complex, real_value_checks
 
 
@@ -125,7 +125,7 @@ class ForwardSweep:
                 out.extend(self.forward_while(s, in_loop))
             elif isinstance(s, (ast.Assign, ast.AugAssign)):
                 out.extend(self.forward_assign(s, in_loop))
-            elif isinstance(s, ast.Expr) and self.core.op_of(s).kind == "ufunc_at":
+            elif isinstance(s, ast.Expr) and self.core.op_of(s).kind == OpKind.UFUNC_AT:
                 out.extend(self.forward_ufunc_at(s, in_loop))
             else:
                 if isinstance(s, ast.Expr):
@@ -185,13 +185,13 @@ class ForwardSweep:
         core = self.core
         op = core.op_of(s)
         out: List[ast.stmt] = index_value_checks(s, op, core.act, core.err)
-        if op.kind == "rule" and set(op.diff_inputs) & core.act.active:
+        if op.kind == OpKind.RULE and set(op.diff_inputs) & core.act.active:
             out += self.sequence_guard(s, s.value)
         if in_loop:
             # Inside a loop every assignment overwrites the previous iteration's
             # value, also the ones this pass adds (inner trip counts and ranges).
             core.overwritable.update(op.outputs)
-        if op.kind == "setitem":
+        if op.kind == OpKind.SETITEM:
             # x[i] = v: keep the items it overwrites (restored in the adjoint).
             base = s.targets[0].value.id
             self.save_value(base, in_loop, out, s,
@@ -199,7 +199,7 @@ class ForwardSweep:
                                         index_expr(s.targets[0].slice)))
             out.append(s)
             return out
-        if op.kind == "augassign":
+        if op.kind == OpKind.AUGASSIGN:
             # x op= v: arrays change in place, so keep a copy of the old value.
             var = s.target.id
             if var in core.act.active:
@@ -213,16 +213,16 @@ class ForwardSweep:
             out.append(s)
             return out
         key = s
-        if op.kind == "pop":
+        if op.kind == OpKind.POP:
             self.save_before(op.outputs[0], in_loop, out, key)
             out.append(s)
             return out
-        if op.kind == "call":
+        if op.kind == OpKind.CALL:
             out += self.write_guards(op)
         snapshot = core.facts.stmts.of(s).snapshot   # a later in-place write would see it
         outputs = list(op.outputs)
         site = None
-        if op.kind in ("apply", "call") and any(n in core.act.active for n in op.outputs):
+        if op.kind in (OpKind.APPLY, OpKind.CALL) and any(n in core.act.active for n in op.outputs):
             site = self.site_for(s, op)   # keyed by the statement the adjoint walks too
             outputs += site.slot_names
             if in_loop:
@@ -248,7 +248,7 @@ class ForwardSweep:
         core = self.core
         site = core.sites.get(s)
         if site is None:
-            if op.kind == "apply":
+            if op.kind == OpKind.APPLY:
                 needs = tuple(isinstance(a, ast.Name) and a.id in core.act.varied
                               for a in op.call.args)
                 site = sites.function_site(op.callee, op.call, op.outputs, needs, core.names,

@@ -12,9 +12,10 @@ from ..analyze import (
     Activity,
 )
 from ..names import clone, copy_location, helper_call, index_expr, name_node, stored_names
-from ..ops import Op
+from ..ops import Op, OpKind
 
-DIFFERENTIABLE_KINDS = {"copy", "pack", "rule", "getitem", "field", "apply", "call"}
+DIFFERENTIABLE_KINDS = {OpKind.COPY, OpKind.PACK, OpKind.RULE, OpKind.GETITEM, OpKind.FIELD,
+                        OpKind.APPLY, OpKind.CALL}
 
 
 def rule_for(op: Op, act: Activity):
@@ -60,7 +61,7 @@ def index_value_checks(s: ast.stmt, op: Op, act: Activity,
     passed as a parameter, a class of the user's) may compute with a float index,
     whose gradient s2sgrad cannot see: refused there, at the user's line."""
     index_names = [n for n in op.other_inputs if n in act.varied and n not in act.ints]
-    if op.kind != "getitem" or not index_names or not isinstance(s.value, ast.Subscript):
+    if op.kind != OpKind.GETITEM or not index_names or not isinstance(s.value, ast.Subscript):
         return []
     base = ast.unparse(s.value.value)
     fields = guard_fields(err(s, f"indexing {base} with values that carry a gradient: "
