@@ -121,3 +121,42 @@ def test_gradient_of_nested_unpacked_parameters(make_module, n, m):
     for k, (i, j) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
         np.testing.assert_allclose(got[i][j], numeric_grad(of_flat, flat, k),
                                    rtol=1e-6, atol=1e-8)
+
+
+STRUCTURED = '''
+import numpy as np
+
+
+def loss(params, X):
+    h = X
+    for W, b in params[:-1]:
+        h = np.tanh(h @ W + b)
+    W, b = params[-1]
+    return np.sum((h @ W + b) ** 2)
+'''
+
+
+def test_jit_spells_the_fold_out_for_numba(make_module):
+    # numba has zeros_like and add_at, not items_cotangent: jit=True must not fall
+    # back to NumPy because of the fold (it spells it out again), and agree with it.
+    # (Arrays of 10,000 elements and more: numba runs the loops, NumPy the rest.)
+    pytest.importorskip("numba")
+    import warnings
+
+    from s2sgrad.backends import JitWarning, numba_backend
+    module = make_module(STRUCTURED)
+    rng = np.random.default_rng(3)
+    params = [(rng.standard_normal((3, 4)), rng.standard_normal(4)),
+              (rng.standard_normal((4, 2)), rng.standard_normal(2))]
+    X = rng.standard_normal((4000, 3))
+    numba_backend.reset()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", JitWarning)
+            got = s2sgrad.grad(module.loss, jit=True)(params, X)
+    finally:
+        numba_backend.reset()
+    want = s2sgrad.grad(module.loss)(params, X)
+    for g_pair, w_pair in zip(got, want):
+        for g, w in zip(g_pair, w_pair):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)

@@ -189,6 +189,29 @@ def _method_call(node: ast.AST, method: str) -> Optional[Tuple[str, List[ast.exp
     return None
 
 
+def _spell_out_item_cotangents(body: List[ast.stmt]) -> None:
+    """`c_bar = _s2s_items_cotangent(c, (k, v), ...)` back into what it stands for,
+    `c_bar = _s2s_zeros_like(c)` and `_s2s_add_at(c_bar, k, v)` per pair: the helpers
+    numba has (optimize/items.py folds them for NumPy's sake)."""
+    for i in range(len(body) - 1, -1, -1):
+        s = body[i]
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                _spell_out_item_cotangents(inner)
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and \
+                _is_call(s.value, HELPER_PREFIX + "items_cotangent"):
+            bar, (container, *pairs) = s.targets[0].id, s.value.args
+            body[i:i + 1] = [ast.Assign(
+                targets=[ast.Name(id=bar, ctx=ast.Store())], type_comment=None,
+                value=ast.Call(func=ast.Name(id=HELPER_PREFIX + "zeros_like", ctx=ast.Load()),
+                               args=[container], keywords=[]))] + [
+                ast.Expr(value=ast.Call(func=ast.Name(id=HELPER_PREFIX + "add_at", ctx=ast.Load()),
+                                        args=[ast.Name(id=bar, ctx=ast.Load()), *pair.elts],
+                                        keywords=[])) for pair in pairs]
+
+
 def parse_pair(source: str, forward_name: str, adjoint_name: str) -> Pair:
     """Find the forward and adjoint in the generated text and read their layout."""
     tree = ast.parse(source)
@@ -196,6 +219,7 @@ def parse_pair(source: str, forward_name: str, adjoint_name: str) -> Pair:
     if forward_name not in fns or adjoint_name not in fns:
         raise Unsupported("the generated module does not define the forward and adjoint")
     fwd, adj = fns[forward_name], fns[adjoint_name]
+    _spell_out_item_cotangents(adj.body)
     a = fwd.args
     if a.vararg or a.kwarg:
         raise Unsupported("*args/**kwargs parameters")
