@@ -7,6 +7,7 @@ they belong to.
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence, Tuple, Union
@@ -27,6 +28,7 @@ from .arguments import (
 )
 from .compiler import FUNCTION_TYPES, all_hold, flat_bindings
 from .errors import TransformError
+from .introspect import unwrap
 from .optimizer_check import checked_pair
 from .runtime.array_api import namespace_among
 from .runtime.arrays import any_foreign
@@ -292,9 +294,6 @@ def functions_given(f: Callable, args: tuple, kwargs: dict,
 def _refuse_a_generator(f: Callable) -> None:
     """A generator function has no value to differentiate (it returns a generator):
     what it yields has, in the function that consumes it."""
-    import inspect
-
-    from .introspect import unwrap
     inner = unwrap(f)
     if inspect.isgeneratorfunction(inner):
         code = inner.__code__

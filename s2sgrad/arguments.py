@@ -6,11 +6,13 @@ backend never imports the API it serves.
 """
 from __future__ import annotations
 
+import inspect
 import numbers
 from typing import Any, Callable, List, Sequence, Tuple, Union
 
 import numpy as np
 
+from .errors import InternalError
 from .runtime.array_api import namespace_of
 from .runtime.arrays import holds_complex, is_foreign_array
 
@@ -215,7 +217,6 @@ def _finalize_structure(grad: Any, like: Any, avoid) -> Any:
         return {k: _finalize_leaf(got.get(k, 0.0), v, avoid) for k, v in like.items()}
     if isinstance(grad, (list, tuple)):
         if len(grad) != len(like):
-            from .errors import InternalError
             raise InternalError(f"the gradient of a {type(like).__name__} of {len(like)} "
                                 f"items has {len(grad)}")
         got = grad
@@ -247,7 +248,6 @@ def _as_array_shape(like: Any):
 
 
 def _structure_mismatch(grad: Any, like: Any) -> Exception:
-    from .errors import InternalError
     return InternalError(f"the gradient of a {type(like).__name__} came back as a "
                          f"{type(grad).__name__} of shape {np.shape(grad)}")
 
@@ -281,7 +281,6 @@ def leaf_positions(args: tuple) -> Tuple[int, ...]:
 
 
 def parameter_names(f: Callable) -> List[str]:
-    import inspect
     try:
         params = inspect.signature(f).parameters.values()
     except (TypeError, ValueError):
@@ -334,7 +333,6 @@ def complex_parameters(f: Callable, args: tuple, kwargs: dict) -> Tuple[str, ...
     named = [k for k, v in kwargs.items() if holds_complex(v)]
     if not complex_at and not named:
         return ()
-    import inspect
     try:
         params = list(inspect.signature(f).parameters.values())
     except (TypeError, ValueError):

@@ -51,6 +51,7 @@ see them and whatever else sits at an entry path.
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import functools
 import hashlib
@@ -65,9 +66,10 @@ import sys
 import time
 import types
 import warnings
+from dataclasses import fields
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import trust
+from . import trust, version
 from .introspect import function_methods, last_source_line, unwrap
 from .rules import REGISTRY as _REGISTRY
 
@@ -829,11 +831,10 @@ def _scan_sources(path: str, rel: str, out: List[Tuple[str, int, int]]) -> None:
 
 def function_key(fn: Callable, wrt: Sequence[int], options: tuple) -> Optional[str]:
     """The disk key of `fn` differentiated w.r.t. `wrt`, or None (no source)."""
-    from .version import __version__
     fingerprint = function_fingerprint(fn)
     if fingerprint is None:
         return None
-    return _hash([str(FORMAT), __version__, environment(), rules_fingerprint(), fingerprint,
+    return _hash([str(FORMAT), version.__version__, environment(), rules_fingerprint(), fingerprint,
                   repr(tuple(wrt)), repr(tuple(options))])
 
 
@@ -1058,7 +1059,6 @@ _RULES_MEMO: Optional[Tuple[Dict[str, Any], str]] = None
 
 
 def _registry_state() -> Dict[str, Any]:
-    from dataclasses import fields
     state = {}
     for f in fields(_REGISTRY):
         value = getattr(_REGISTRY, f.name)
@@ -1110,7 +1110,6 @@ def _describe_rule_entry(entry: Any) -> str:
     if isinstance(entry, tuple):
         return "(" + ", ".join(_describe_rule_entry(e) for e in entry) + ")"
     if type(entry).__name__ == "Rule":
-        import ast
         return repr((entry.name, str(entry.signature), sorted(entry.texts.items()),
                      [ast.dump(s) for s in entry.prelude], entry.broadcast,
                      sorted(entry.sequence), entry.outputs, entry.view,
@@ -1126,7 +1125,6 @@ def attribute_chains(node: Any, local_names: Sequence[str]) -> List[str]:
     `ops.Cube.apply`) to pick gradient rules; what they resolve to is checked
     again before an entry is used.
     """
-    import ast
     local = set(local_names)
     chains = set()
     stack, AST, Attribute = [node], ast.AST, ast.Attribute

@@ -1,7 +1,9 @@
 """Compare a compiled gradient with central finite differences (`s2sgrad check`)."""
 from __future__ import annotations
 
+import ast
 import inspect
+import typing
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -100,7 +102,6 @@ def _annotation_shape(annotation) -> Tuple[str, Optional[Tuple[int, ...]]]:
         if _is_dims(meta):
             return "shape", tuple(int(d) for d in meta)
     if isinstance(annotation, str):   # from __future__ import annotations
-        import ast
         text = annotation.strip()
         try:
             node = ast.parse(text, mode="eval").body
@@ -143,7 +144,6 @@ def _is_dims(value) -> bool:
 
 def _annotations(fn: Callable) -> dict:
     """Parameter annotations, evaluated where that works (Annotated keeps its extras)."""
-    import typing
     try:
         return typing.get_type_hints(fn, include_extras=True)
     except Exception:  # noqa: BLE001 - a name the annotations use is not importable

@@ -243,3 +243,40 @@ print(np.allclose(s2sgrad.grad(outer)(x), 9.0 * x ** 2))
                          timeout=120, env={**os.environ, "S2SGRAD_CACHE": "0"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+# Imported inside functions on purpose: heavy or optional, wanted by few calls.
+LAZY_IMPORTS = {"scipy", "scipy.integrate", "numba", "autograd", "autograd.core",
+                "autograd.numpy", "scipy.signal", "astor", "numpy", "tempfile"}
+
+
+def local_imports(sources, allowed=frozenset(LAZY_IMPORTS)):
+    """(module, imported) for each import inside a function that is not one of the
+    allowed lazy imports: a module the code needs is imported where the module's
+    other imports are, so its layers show in one place."""
+    found = []
+    for module, text in sources.items():
+        for fn in ast.walk(ast.parse(text)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    found += [(module, a.name) for a in node.names if a.name not in allowed]
+                elif isinstance(node, ast.ImportFrom) and \
+                        (node.level or node.module not in allowed):
+                    found.append((module, "." * node.level + (node.module or "")))
+    return found
+
+
+def test_the_compiler_and_the_runtime_import_at_the_top():
+    sources = {name: open(path).read() for name, path in _modules().items()
+               if name.startswith(("s2sgrad.compiler.", "s2sgrad.runtime."))
+               and name != "s2sgrad.compiler"}   # (its drivers load lazily: PEP 562)
+    assert len(sources) > 40
+    assert local_imports(sources) == []
+
+
+def test_the_local_import_check_can_fail():
+    text = ("import os\n\ndef f():\n    import scipy\n    from scipy import linalg\n"
+            "    from .errors import InternalError\n    import inspect\n")
+    assert local_imports({"m": text}) == [("m", ".errors"), ("m", "inspect")]

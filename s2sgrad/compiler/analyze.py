@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+import types
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -24,10 +25,12 @@ from ..errors import error_at, guard_fields
 from ..introspect import unwrap
 from ..rules import registry
 from ..runtime.arrays import holds_complex
+from .aliases import AliasFacts
 from .facts import ExprFacts, FunctionFacts
 from .names import name_nodes, stored_names, walk_values
-from .normalize import NormalForm
+from .normalize import NormalForm, normalize
 from .ops import Op, OpKind, describe, names
+from .parse import parse_function
 
 SCALAR = "()"
 
@@ -1089,9 +1092,6 @@ def parameter_writes(fn) -> Optional[Dict[int, tuple]]:
 
     The caller's adjoint would not see such a write: the generated forward checks
     at run time that no array goes to these positions (numbers are rebound, fine)."""
-    from .aliases import AliasFacts
-    from .normalize import normalize
-    from .parse import parse_function
     # (The code of the function parsed, decorators peeled: a decorator's wrapper code
     # is shared by every function it wraps.)
     key = getattr(unwrap(fn), "__code__", fn)
@@ -1123,8 +1123,6 @@ def parameter_writes(fn) -> Optional[Dict[int, tuple]]:
 def call_write_guards(op: Op, ints: Set[str], local_names, parsed) -> List[Tuple[str, tuple]]:
     """(argument name, guard fields) for each local passed to a parameter the called
     user function may write into (see parameter_writes)."""
-    import inspect
-    import types
     call = op.call
     fn = op.callee
     if call is None or not isinstance(fn, types.FunctionType):

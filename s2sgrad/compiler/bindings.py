@@ -30,6 +30,7 @@ import types
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from ..introspect import function_methods, unwrap
+from .parse import parse_function
 
 MISSING = object()   # the value of a name that is not bound (also resolve.MISSING)
 
@@ -163,7 +164,6 @@ def body_bindings(fn: types.FunctionType, caller_globals) -> List[Binding]:
     reads in the caller's very module are read live, like Python does, and
     are not recorded.
     """
-    from .parse import parse_function
     try:
         node = parse_function(fn).node
     except Exception:  # noqa: BLE001 - no source: called, not inlined

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import ast
 import copy
+import importlib
 import inspect
 from typing import Any, Dict, List, Optional, Set
 
 from ..runtime import HELPERS
+from .analyze import SCALAR
 from .marks import comment
 from .names import (
     NameRegistry,
@@ -122,7 +124,6 @@ def _has_result_shape(p: RuleVjp, param: str, shapes) -> bool:
         return False
     if isinstance(p.ans, ast.Name) and shapes.same_shape(p.bound[param], p.ans):
         return True
-    from .analyze import SCALAR
 
     def number(node: ast.expr) -> bool:  # 0.1, -1.0, or a name the analysis knows is 0-d
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -143,7 +144,6 @@ def _scalar_math(expr: ast.expr, np_name: str, math_name: str, shapes) -> ast.ex
     """In a gradient template, np.cos(x) on a value known to be a Python number
     becomes math.cos(x): a Python float instead of a NumPy scalar, ten times
     cheaper. (Only in the adjoint: the forward computes what the user wrote.)"""
-    from .analyze import SCALAR
     for node in walk_values(expr):   # (most templates have no such call: nothing to rebuild)
         if isinstance(node, ast.Call) and _math_twin(node, np_name, shapes, SCALAR):
             return _MathSwap(np_name, math_name, shapes, SCALAR).visit(expr)
@@ -270,7 +270,6 @@ def _expand_block(stmts, facts, names, np_name, bindings, shapes,
 
 def module_alias(nf, module_name: str) -> str:
     """The user's name for a module (math) if it has one, else _s2s_<module>."""
-    import importlib
     module = importlib.import_module(module_name)
     if module_name not in nf.resolver.locals and nf.resolver.lookup(module_name) is module:
         return module_name

@@ -17,12 +17,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+import numpy
+
 from ..errors import TransformError, deliberate, error_at
 from ..rules.registry import Rule
 from .facts import FunctionFacts
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
 from .normalize.scope import is_docstring
-from .resolve import FUNCTION_TYPES
+from .parse import parse_function
+from .resolve import FUNCTION_TYPES, MISSING, Resolver
 
 
 def store_targets(names: Sequence[str]) -> ast.expr:
@@ -228,7 +231,6 @@ def _fallback(site: FunctionSite, names: NameRegistry, reason: str) -> FunctionS
 
 
 def parse_method(fn, cls, what: str):
-    from .parse import parse_function
     try:
         return parse_function(fn)
     except TransformError as exc:
@@ -525,7 +527,6 @@ def foreign_globals(parsed, nf, names: NameRegistry, site: FunctionSite) -> Dict
     They are bound under reserved names; the ones that agree are reserved so no
     generated temporary can shadow them.
     """
-    from .resolve import MISSING, Resolver
     bindings = {}
     assigned = local_names(parsed.node)
     params = {a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args}
@@ -676,7 +677,6 @@ def _callee_name(names: NameRegistry, stem: str, nf) -> str:
 
 def numpy_alias(nf) -> str:
     """The name generated code uses for NumPy: the user's `np` when it is NumPy."""
-    import numpy
     for candidate in ("np", "numpy"):
         if candidate not in nf.resolver.locals and nf.resolver.lookup(candidate) is numpy:
             return candidate

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import TransformError
 from .arrays import holds_complex, is_array
 from .registry import helper
-from .reverse import add_items, is_basic_index
+from .reverse import add_at, add_items, is_basic_index
 from .shapes import unbroadcast, zeros_like
 
 
@@ -140,7 +141,6 @@ def unshared(value, filename, lineno, col, message, hint, text) -> None:
     place, which would change the other variable behind the adjoint's back.
     """
     if isinstance(value, (np.ndarray, list, dict)):
-        from ..errors import TransformError
         raise TransformError(message, filename, lineno, col, hint, text)
 
 
@@ -157,7 +157,6 @@ def no_sequence_arithmetic(left, right, filename, lineno, col, message, hint, te
         built = (isinstance(left, seq) and type(right) is int) or \
             (isinstance(right, seq) and type(left) is int)
     if built:
-        from ..errors import TransformError
         raise TransformError(message, filename, lineno, col, hint, text)
 
 
@@ -170,7 +169,6 @@ def indexed_by_values(base, index, filename, lineno, col, message, hint, text) -
     if is_array(base) or isinstance(base, (list, tuple, dict, str)):
         return
     if _inexact_leaf(index):
-        from ..errors import TransformError
         raise TransformError(message, filename, lineno, col, hint, text)
 
 
@@ -193,7 +191,6 @@ def real_value(value, filename, lineno, col, message, hint, text) -> None:
     differentiate) reaches the gradient path: refused at its line if it is complex,
     or a structure holding a complex value (the rules are those of real analysis)."""
     if holds_complex(value):
-        from ..errors import TransformError
         raise TransformError(message, filename, lineno, col, hint, text)
 
 
@@ -205,7 +202,6 @@ def field_index(value, name: str) -> int:
     fields = getattr(type(value), "_fields", None)
     if isinstance(value, tuple) and fields is not None and name in fields:
         return fields.index(name)
-    from ..errors import TransformError
     raise TransformError(f"s2sgrad has no gradient rule for the attribute .{name} of a "
                          f"{type(value).__name__}",
                          hint="Differentiate with respect to arrays, numbers and lists, "
@@ -216,7 +212,6 @@ def field_index(value, name: str) -> int:
 @helper
 def scatter_add(adjoint, index, g):
     """adjoint with g added at index (repeated indices accumulate), as a new value."""
-    from .reverse import add_at
     out = copy_value(adjoint)
     add_at(out, index, g)
     return out

@@ -11,6 +11,7 @@ import numbers
 
 import numpy as np
 
+from ..errors import InternalError
 from .arrays import is_array, is_foreign_array
 from .registry import helper
 from .shapes import ZERO_IDS, unbroadcast, zero_cotangent_item, zeros_like
@@ -231,7 +232,6 @@ def add_items(total, contribution):
                 total.shape[:1] == (len(contribution),):
             total = split_as_items(total, contribution)
         elif not (seq_total and seq_contribution) or len(total) != len(contribution):
-            from ..errors import InternalError
             raise InternalError(f"cotangents of different structures meet: "
                                 f"{type(total).__name__} and {type(contribution).__name__}")
         return [add_items(a, b) for a, b in zip(total, contribution)]

@@ -8,6 +8,7 @@ import ast
 import inspect
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ... import runtime
 from .. import reentry
 from ..loader import lift_def, lift_lambda
 from ..names import RESERVED_PREFIX, clone, copy_location, name_node, name_nodes
@@ -111,7 +112,6 @@ class CallRules:
         node = ast.Call(func=name_node(name), args=args, keywords=keywords)
         core.facts.exprs.note(node, callee=fn)
         if detach:   # create_graph=False: values, not a graph the outer derivative sees
-            from ... import runtime
             node = ast.Call(func=name_node("_s2s_detached"), args=[node],
                             keywords=[])
             core.facts.exprs.note(node, callee=runtime.detached)
@@ -195,7 +195,6 @@ class CallRules:
             elts.append(value)
         items = core.statements.operand(
             copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), expr), out)
-        from ... import runtime
         kind = core.names.fresh(cls.__name__)
         core.bindings[kind] = cls
         call = ast.Call(func=name_node("_s2s_record"),

@@ -10,6 +10,7 @@ from typing import List, Optional, Set
 
 import numpy as np
 
+from ... import runtime
 from ..names import assign_node, clone, copy_location, name_node, stored_names
 from . import spelled
 from .scope import (
@@ -284,7 +285,6 @@ class ControlRules:
         core = self.core
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 it.func.id == "_s2s_keys":
-            from ... import runtime
             call = ast.Call(func=name_node(it.func.id),
                             args=[core.expressions.atom(a, out) for a in it.args], keywords=[])
             core.facts.exprs.note(call, callee=runtime.keys)
@@ -315,7 +315,6 @@ class ControlRules:
                 and atom.id not in core.lists | core.tuple_names | core.dict_names:
             # Maybe a dict (an argument, an item of one): Python walks its keys. The
             # transform makes this a plain copy where the value is proven an array.
-            from ... import runtime
             name = core.names.fresh(f"{atom.id}_items")
             core.resolver.locals.add(name)
             call = ast.Call(func=name_node("_s2s_loop_items"),

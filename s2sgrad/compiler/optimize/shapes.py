@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Set
 
 import numpy as np
 
+from ..analyze import SCALAR
 from ..marks import is_comment
 from ..names import name_node, walk_values
 from ..transform import Transformed
@@ -78,7 +79,6 @@ def share_shape_witnesses(t: Transformed, index: Optional[NameIndex] = None,
     need not be kept at all. Returns the statements it changed (None for one it
     cannot name), which the caller tells the index about.
     """
-    from ..analyze import SCALAR
     shapes = t.activity.shapes
     changed: Set[Optional[ast.stmt]] = set()
     if not shapes:

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from ...rules import jvp_rules
 from ...runtime import HELPERS
 from .. import sites
-from ..analyze import is_realising
+from ..analyze import SCALAR, is_realising
 from ..names import helper_call, name_node
 from ..ops import Op
 from ..transform import rule_for
@@ -155,7 +155,6 @@ class RuleTangents:
         if isinstance(atom, ast.UnaryOp) and isinstance(atom.operand, ast.Constant):
             return self._scalar(atom.operand)
         if isinstance(atom, ast.Name):
-            from ..analyze import SCALAR
             return atom.id in self.core.act.ints or self.core.act.shape_of(atom) == SCALAR
         return False
 

@@ -49,7 +49,7 @@ from ..normalize import NormalForm
 from ..ops import Op, OpKind, describe
 from ..parse import ParsedFunction
 from ..sites import store_targets
-from ..transform import field_index, index_value_checks, real_value_checks
+from ..transform import field_index, index_value_checks, is_literal, real_value_checks
 from . import writes
 from .calls import CallTangents
 from .control import ControlFlowTangents
@@ -270,7 +270,6 @@ class Tangent:
                              kw_defaults=kw_defaults, kwarg=None, defaults=[])
 
     def constant(self, value) -> ast.expr:
-        from ..transform import is_literal
         if is_literal(value):
             return ast.Constant(value=value) if not isinstance(value, tuple) else \
                 ast.parse(repr(value), mode="eval").body

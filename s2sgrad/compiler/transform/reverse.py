@@ -23,6 +23,7 @@ each statement (adjoint_statements.py) and the adjoint's control flow
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -139,7 +140,6 @@ class Reverse:
         unless the function has a variable of that name; then through a bound one."""
         if name not in self.locals:
             return name_node(name)
-        import builtins
         alias = f"_s2s_builtin_{name}"
         self.default_bindings[alias] = getattr(builtins, name)
         return name_node(alias)
