@@ -8,8 +8,11 @@ reach the gradient path unnoticed, wherever they come from:
   pair is specialised to it, and the operations on it take the rules for
   complex arguments (rules/complex_rules.py) or are refused at their line;
 - np.fft.fft of a constant and the like: known complex, likewise;
-- a value whose dtype the compiler cannot see (a helper it does not
-  differentiate): checked where it is made, at run time.
+- a value a function of yours returns where no gradient passes through the call:
+  the function is compiled for its result's kind, and complex values take the
+  rules for complex arguments like the others;
+- a value whose dtype the compiler cannot see (a function without source, a
+  method of another library's object): checked where it is made, at run time.
 
 Before these checks, `np.sum(np.abs(x * c))` returned a wrong gradient with
 only a ComplexWarning, and `np.abs(1j * x)` through a helper a wrong *real* one.
@@ -38,6 +41,16 @@ def real_weights(n):
 
 def imaginary_weights(n):
     return 1j * real_weights(n)
+
+
+# a function the compiler cannot read (made by eval, no source): its result's dtype
+# is unseen
+unseen_weights = eval("lambda n: np.exp(1j * np.arange(n))", {"np": np})
+
+
+def unseen_made(x):
+    c = unseen_weights(x.shape[-1])
+    return np.sum(np.abs(x * c))
 
 
 def abs_of_product(x, c):
@@ -169,17 +182,30 @@ def test_a_complex_argument_off_the_gradient_path_is_fine(mod, rng, shape):
                                rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("name", ["helper_made", "helper_made_imaginary"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_complex_value_from_a_helper_is_refused_where_it_is_made(mod, rng, name, shape):
+def test_an_unseen_complex_value_is_refused_where_it_is_made(mod, rng, shape):
     x = rng.standard_normal(shape)
-    f = getattr(mod, name)
     with pytest.raises(TransformError, match="a complex value reaches the gradient path") \
             as info:
-        s2sgrad.grad(f)(x)
+        s2sgrad.grad(mod.unseen_made)(x)
     assert "c = " in info.value.text
     with pytest.raises(TransformError, match="a complex value reaches the gradient path"):
-        functional.jvp(f, x, np.ones_like(x))
+        functional.jvp(mod.unseen_made, x, np.ones_like(x))
+
+
+@pytest.mark.parametrize("name", ["helper_made", "helper_made_imaginary"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_complex_value_from_a_helper_takes_the_complex_rules(mod, rng, name, shape):
+    # (np.abs(x * c) with c complex: the real rule's g * sign(x * c) is wrong here)
+    x = rng.standard_normal(shape)
+    f = getattr(mod, name)
+    np.testing.assert_allclose(s2sgrad.grad(f)(x), numeric_grad(f, (x,), 0),
+                               rtol=1e-6, atol=1e-8)
+    check_vjp(f, (x,))
+    v = rng.standard_normal(shape)
+    _, tangent = functional.jvp(f, x, v)
+    np.testing.assert_allclose(tangent, np.sum(numeric_grad(f, (x,), 0) * v),
+                               rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("name", ["helper_made_real", "helper_made_realised"])

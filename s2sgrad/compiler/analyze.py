@@ -16,7 +16,7 @@ import inspect
 import textwrap
 import types
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -69,6 +69,11 @@ class Activity:
     # (the rules are those of real analysis: a complex value would get a wrong
     # gradient, e.g. np.abs(1j * x)).
     real_checks: Set[str] = field(default_factory=set)
+    # Calls of functions of yours no gradient passes through whose results are among
+    # those ((the names a call assigns, the function), ...): what a function returns
+    # is seen by compiling it (driver.checked_call_results), and complex values it
+    # returns then take the rules for complex arguments instead of the check's refusal.
+    checked_calls: Tuple[Tuple[Tuple[str, ...], Any], ...] = ()
     # Names that hold complex values (complex literals, constants and arguments, and
     # what is computed from them): operations touching them take the rules for
     # complex arguments (Rule.for_complex), and the real variables among their
@@ -174,6 +179,10 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     _check_supported(ops, active, varied, useful, nf)
     complex_names, complex_paths = _check_complex(ops, active, varied, nf, complex_params)
     real_checks = unseen_dtypes(ops, active, outputs) - complex_names
+    checked_calls = tuple((tuple(op.outputs), op.callee) for _, op in ops
+                          if op.kind == OpKind.CALL and isinstance(op.callee, types.FunctionType)
+                          and real_checks.intersection(op.outputs) and not complex_names.
+                          intersection(op.diff_inputs + op.other_inputs))
     definitions = _definition_counts(nf.node.body)   # (for both questions below)
     shapes = shape_classes(nf.node.body, ops, ints, nf.params, definitions)
     for n in scalar_names(ops, ints, set(scalar_params), set(nf.params)):
@@ -184,7 +193,8 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
                     zero_d=zero_d_names(nf.node.body, ops, ints, nf.params, definitions),
                     leaves=leaf_names(nf, ops, leaf_params),
                     output_items=output_items(nf, varied, item_flags),
-                    real_checks=real_checks, complex_names=complex_names,
+                    real_checks=real_checks, checked_calls=checked_calls,
+                    complex_names=complex_names,
                     complex_paths=complex_paths,
                     result_complex=result_paths(ret.value if isinstance(ret, ast.Return)
                                                 else None, complex_names, complex_paths))

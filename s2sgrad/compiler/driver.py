@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import os
 import types
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -198,7 +198,8 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
         PAIRS.pop(key, None)
         raise
     returned = complex_returns(((site.out_names, made[site.call].activity)
-                                for site in t.callees.values()), t.activity)
+                                for site in t.callees.values()), t.activity) | \
+        complex_returns(checked_call_results(t.activity, bool(optimize_code)), t.activity)
     if returned:   # compiled again, knowing which of its callees return complex values
         PAIRS.pop(key, None)
         options = options[:6] + (tuple(sorted(set(complexes) | returned)),)
@@ -212,6 +213,22 @@ def _generate(fn, wrt, options, key, store, disk_key, parsed) -> CompiledFunctio
         if payload is not None:
             store.write(disk_key, payload)
     return compiled
+
+
+def checked_call_results(activity, optimize_code: bool = True) -> List[Tuple[Sequence[str], Any]]:
+    """(names assigned, the callee's Activity) for the calls whose results the analysis
+    checks at run time (Activity.checked_calls): each callee compiled for nothing but
+    what it returns, so that a complex result takes the rules for complex arguments
+    where it meets the gradient path, as an active call's does, instead of being
+    refused there at run time. A callee that does not compile keeps its check."""
+    out = []
+    for names_assigned, fn in activity.checked_calls:
+        try:
+            callee = compile_function(fn, (), optimize_code)
+        except TransformError:
+            continue
+        out.append((names_assigned, callee.activity))
+    return out
 
 
 def specialised_for(statics: Dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from . import bindings as _bindings
 from .analyze import Activity, analyze, complex_returns
 from .bindings import pair_bindings
 from .callables import bound_call, packed_rest
-from .driver import compile_function, generate_for, header, load
+from .driver import checked_call_results, compile_function, generate_for, header, load
 from .emit import joined_source, to_source
 from .loader import bind_late
 from .memory import LOCK, TANGENTS, cache_key
@@ -213,7 +213,8 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed,
     callees = {**t.compiled, **late}   # (a loop's probe may have named one it dropped)
     returned = complex_returns([(outputs, (callees[name] if name else compiled).activity)
                                 for outputs, name in t.call_results
-                                if name is None or name in callees], activity)
+                                if name is None or name in callees], activity) | \
+        complex_returns(checked_call_results(activity, optimize_code), activity)
     if returned:   # compiled again, knowing which of its callees return complex values
         TANGENTS.pop(key, None)
         return _compile(fn, wrt, optimize_code, key, structure, demand,
