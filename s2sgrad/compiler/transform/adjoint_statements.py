@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+import numpy as np
+
 from ...errors import InternalError
 from ...rules import registry
 from .. import sites
@@ -359,13 +361,14 @@ class AdjointStatements:
             g, ans = gs[0], name_node(op.outputs[0])
             if op.outputs[0] in core.act.complex_names and is_realising(op):
                 g = helper_call("real_part", g)   # (a real result held complex elsewhere)
+        g, square_of = _square_once(rule, op, wanted, targets, g)
 
         def add(var: str, part: str, into: List[ast.stmt]) -> None:
             value = structured(part, var, read_as_array)
             if touches_complex and real_among_complex(core.act, var):
                 # a real variable: the real part of what reaches it from complex values
                 value = core.real_part_of(var, value, into)
-            core.accumulate(var, value, into)
+            core.accumulate(var, value, into, fresh=var == square_of)
         ctx = core.first_iteration
         # Only where skipping pays for the test: products (matmul, dot, einsum), whose
         # adjoint is a product again; elementwise parts are cheaper than the branch.
@@ -442,3 +445,17 @@ def structured(part: str, var: str, read_as_array: Set[str]) -> ast.expr:
     if part in read_as_array:
         return helper_call("items_like", name_node(part), name_node(var))
     return name_node(part)
+
+
+def _square_once(rule, op: Op, wanted: Dict[str, str], targets: List[Tuple[str, str]],
+                 g: ast.expr) -> Tuple[ast.expr, Optional[str]]:
+    """`v * v` (np.multiply of a name by itself, both parts wanted): both parts are
+    g * v, so the part of 2 * g is taken once, for v (a product: a new array). The
+    cotangent, and the name it goes to (None: not a square); wanted and targets lose
+    the second part."""
+    x, y = op.bound.get("x"), op.bound.get("y")
+    if not (rule.func is np.multiply and set(wanted) == {"x", "y"} and
+            isinstance(x, ast.Name) and isinstance(y, ast.Name) and x.id == y.id):
+        return g, None
+    targets.remove((y.id, wanted.pop("y")))
+    return ast.BinOp(left=g, op=ast.Mult(), right=ast.Constant(value=2.0)), x.id

@@ -251,7 +251,9 @@ class Reverse:
         out.append(assign_node(real, helper_call("real_part", value)))
         return name_node(real)
 
-    def accumulate(self, var: str, value: ast.expr, out: List[ast.stmt]) -> None:
+    def accumulate(self, var: str, value: ast.expr, out: List[ast.stmt],
+                   fresh: bool = False) -> None:
+        """var's cotangent += value (fresh: value is a new array, as a product's is)."""
         b = self.bar_of(var)
         if b in self.state:
             if var in self.sequences or var not in self.act.leaves:
@@ -271,7 +273,7 @@ class Reverse:
             out.append(assign_node(b, value))
             # Arithmetic makes a new array (or an immutable number): nothing else
             # refers to it. Anything else (a name, a view, a helper) may be shared.
-            fresh = isinstance(value, (ast.BinOp, ast.UnaryOp)) and not self.pure
+            fresh = (fresh or isinstance(value, (ast.BinOp, ast.UnaryOp))) and not self.pure
             self.state[b] = "owned" if fresh else "shared"
 
     def materialize(self, var: str, out: List[ast.stmt]) -> None:
