@@ -247,23 +247,40 @@ def _finite(value) -> bool:
         return True
 
 
-def _first_run(fn: Callable, args: list, scalars: list, ranges: dict):
-    """fn on the drawn inputs, twice: a function that fails for want of shapes, gives
-    two results (random numbers) or NaN is a CheckError saying what to give."""
+def drawn_inputs(fn: Callable, shapes: Dict[str, Tuple[int, ...]], rng: np.random.Generator,
+                 command: str = "check") -> list:
+    """random_inputs that fn runs on: a function that fails on them (for want of a
+    --shape, say) is a CheckError saying what to give (`command` drew them)."""
+    args, _, scalars = _draw(fn, shapes, rng, {})
+    _run_drawn(fn, args, scalars, command)
+    return args
+
+
+def _run_drawn(fn: Callable, args: list, scalars: list, command: str = "check"):
+    """fn on the drawn inputs; a failure is a CheckError naming the arguments drawn as
+    numbers for want of a shape."""
     name = getattr(fn, "__name__", "the function")
     try:
         with np.errstate(all="ignore"):
-            first = fn(*_copies(args))
+            return fn(*_copies(args))
     except Exception as exc:  # noqa: BLE001 - the user's function failed on these inputs
         what = " ".join(f"{type(exc).__name__}: {exc}".split())
         if scalars:
             example = " ".join(f"--shape {n}=3" for n in scalars)
             raise CheckError(
-                f"{name} failed on the inputs check drew ({what}); the arguments without "
-                f"--shape ({', '.join(scalars)}) were random numbers: give the shape of "
-                f"each array argument (NAME=D1,D2,...), e.g. {example}, or annotate "
-                f"it (x: Annotated[np.ndarray, (3,)])") from None
-        raise CheckError(f"{name} failed on the inputs check drew: {what}") from None
+                f"{name} failed on the inputs {command} drew ({what}); the arguments "
+                f"without --shape ({', '.join(scalars)}) were random numbers: give the "
+                f"shape of each array argument (NAME=D1,D2,...), e.g. {example}, or "
+                f"annotate it (x: Annotated[np.ndarray, (3,)]); arguments that are lists, "
+                f"tuples or dicts cannot be drawn: call the API with real ones") from None
+        raise CheckError(f"{name} failed on the inputs {command} drew: {what}") from None
+
+
+def _first_run(fn: Callable, args: list, scalars: list, ranges: dict):
+    """fn on the drawn inputs, twice: a function that fails for want of shapes, gives
+    two results (random numbers) or NaN is a CheckError saying what to give."""
+    name = getattr(fn, "__name__", "the function")
+    first = _run_drawn(fn, args, scalars)
     with np.errstate(all="ignore"):
         second = fn(*_copies(args))
     difference = _largest_difference(first, second)

@@ -263,8 +263,8 @@ def _jit_report(fn: Callable, wrt: Tuple[int, ...], shapes: dict) -> str:
         return text
     import numpy as np
 
-    from .check import random_inputs
-    args, _ = random_inputs(fn, shapes, np.random.default_rng(0))
+    from .check import drawn_inputs
+    args = drawn_inputs(fn, shapes, np.random.default_rng(0), "show --jit")
     if any(i >= len(args) for i in wrt):
         raise CliError(f"--wrt {','.join(map(str, wrt))}: give --shape for the arguments "
                        f"up to position {max(wrt)}")

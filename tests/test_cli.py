@@ -393,3 +393,13 @@ def test_the_readme_shows_what_show_prints():
     proc = run("show", "examples/square.py:loss")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == shown[0].output.text
+
+
+def test_show_jit_shapes_that_leave_a_structure_undrawn_say_what_to_give():
+    # mlp_structured's params is a list of (W, b): --shape cannot draw it, and the
+    # function fails on the number drawn in its place: said in one line, naming it.
+    proc = run("show", "benchmarks/workloads/mlp_structured.py:mlp_loss", "--jit",
+               "--shape", "X=4,3")
+    assert_one_line_error(proc, "params")
+    assert "show --jit drew" in proc.stderr and "(params, Y)" in proc.stderr
+    assert "lists, tuples or dicts" in proc.stderr
