@@ -179,10 +179,11 @@ def analyze(nf: NormalForm, wrt: Sequence[int], scalar_params: Sequence[str] = (
     _check_supported(ops, active, varied, useful, nf)
     complex_names, complex_paths = _check_complex(ops, active, varied, nf, complex_params)
     real_checks = unseen_dtypes(ops, active, outputs) - complex_names
-    checked_calls = tuple((tuple(op.outputs), op.callee) for _, op in ops
-                          if op.kind == OpKind.CALL and isinstance(op.callee, types.FunctionType)
-                          and real_checks.intersection(op.outputs) and not complex_names.
-                          intersection(op.diff_inputs + op.other_inputs))
+    checked_calls = tuple(
+        (tuple(op.outputs), op.callee) for _, op in ops
+        if op.kind == OpKind.CALL and isinstance(op.callee, types.FunctionType)
+        and real_checks.intersection(op.outputs)
+        and complex_names.isdisjoint(op.diff_inputs + op.other_inputs))
     definitions = _definition_counts(nf.node.body)   # (for both questions below)
     shapes = shape_classes(nf.node.body, ops, ints, nf.params, definitions)
     for n in scalar_names(ops, ints, set(scalar_params), set(nf.params)):

@@ -275,7 +275,9 @@ def items_cotangent(x, *pairs):
 
 
 def _added_to_zero(item, v):
-    """add_items(zero_cotangent_item(item), v), without making the zero first."""
+    """add_items(zero_cotangent_item(item), v), without making the zero first (a helper
+    cell in a loop makes these every step: through add_items, lstm_helper's gradient
+    took 2.8 ms instead of 2.3)."""
     if type(v) is np.ndarray and type(item) is np.ndarray and v.shape == item.shape:
         return v
     if type(v) is list and (type(item) is list or type(item) is tuple) and len(v) == len(item):
