@@ -6,6 +6,7 @@ import ast
 
 import numpy as np
 
+import s2sgrad
 from s2sgrad.compiler.aliases import AliasFacts
 from s2sgrad.compiler.facts import ExprFacts
 from s2sgrad.runtime import inplace
@@ -109,3 +110,58 @@ def test_a_binding_in_an_inner_loop_ends_a_relation_made_before_it_there():
     # a relation made after the inner loop has no binding after it
     text = NESTED.format(inner="pass") + "    stack.append(acc)\n"
     assert _affected(text) == {"stack"}
+
+
+BRANCH = """
+stack = []
+acc = x * 1.0
+for i in range(3):
+    if c:
+        {bind}
+        acc += x
+    stack.append(acc)
+"""
+
+
+def test_a_binding_before_the_write_in_its_own_branch_ends_the_relation():
+    # each time the write runs, acc was bound anew just before it, in the same branch:
+    # the stacked acc of an earlier iteration is not the array it changes
+    assert _affected(BRANCH.format(bind="acc = tanh(x)")) == set()
+    # bound in the other branch, or in a branch the write is not in: the relation holds
+    other = BRANCH.replace("        acc += x", "    else:\n        acc += x")
+    assert _affected(other.format(bind="acc = tanh(x)")) == {"stack"}
+    before = BRANCH.replace("    if c:\n        {bind}", "    if d:\n        {bind}\n    if c:")
+    assert _affected(before.format(bind="acc = tanh(x)")) == {"stack"}
+    # bound after the write in the branch: the write still changes the stacked array
+    after = BRANCH.replace("        {bind}\n        acc += x", "        acc += x\n        {bind}")
+    assert _affected(after.format(bind="acc = tanh(acc)")) == {"stack"}
+
+
+def test_a_dict_comprehension_updated_in_a_branch_of_a_loop_is_differentiated():
+    # the pattern fuzz seed 4301 found refused: `d = {k: ... for ...}; d[key] = ...`
+    # inside a branch of a loop (the comprehension's dict is bound anew just before);
+    # bias takes the branch, b (its sum negative) the other
+    def f(params):
+        acc = params["b"] * 1.0
+        for _, v in params.items():
+            if np.sum(v) > 0.0:
+                d = {k2: v2 * 0.25 for k2, v2 in params.items()}
+                d["bias"] = 0.5 * d["bias"] + 0.5 * np.tanh(d["bias"])
+                acc = acc + d["bias"] * d["b"]
+            else:
+                acc *= 2.0
+        return np.sum(np.tanh(acc))
+
+    for shape in [(2, 3), (4,)]:
+        p = {"bias": 0.3, "b": np.linspace(-1.0, 0.5, int(np.prod(shape))).reshape(shape)}
+        got = s2sgrad.grad(f)(p)
+        eps = 1e-6
+        fd_bias = (f({**p, "bias": p["bias"] + eps}) -
+                   f({**p, "bias": p["bias"] - eps})) / (2 * eps)
+        fd_b = np.zeros(shape)
+        for i in np.ndindex(shape):
+            e = np.zeros(shape)
+            e[i] = eps
+            fd_b[i] = (f({**p, "b": p["b"] + e}) - f({**p, "b": p["b"] - e})) / (2 * eps)
+        np.testing.assert_allclose(got["bias"], fd_bias, rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(got["b"], fd_b, rtol=1e-6, atol=1e-8)

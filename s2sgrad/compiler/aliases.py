@@ -100,20 +100,25 @@ class AliasFacts:
         self.where: StatementFacts[Tuple[int, frozenset]] = StatementFacts("alias position")
         self.local = local
         self.lists = lists
-        # name -> (position, loops) of assignments that bind it to a new object on
-        # every pass through their loop body (not inside an if): see affected.
-        self.fresh: Dict[str, List[Tuple[int, frozenset]]] = {}
+        # name -> (position, loops, blocks) of assignments that bind it to a new
+        # object: see affected. `blocks` are the (statement, field) pairs of the
+        # blocks around it, so that a write inside all of them comes after it.
+        self.fresh: Dict[str, List[Tuple[int, frozenset, tuple]]] = {}
         # name -> (position, innermost loop) of those assignments that are in a loop's
         # body whose iterations always run to its end (no break, continue or try)
         self.fresh_in_loop: Dict[str, List[Tuple[int, ast.stmt]]] = {}
         self._position = 0
         self._conditional = False
+        self._blocks: tuple = ()
+        # statement -> the blocks around it (as in `fresh`)
+        self.blocks_of: StatementFacts[tuple] = StatementFacts("alias blocks")
         self._visit(body, frozenset(), None)
 
     def _visit(self, body: List[ast.stmt], loops: frozenset, loop: Optional[ast.stmt]) -> None:
         for s in body:
             self._position += 1
             self.where.record(s, (self._position, loops))
+            self.blocks_of.record(s, self._blocks)
             self._here = (self._position, loops)
             self._loop = loop
             self._statement(s)
@@ -122,10 +127,11 @@ class AliasFacts:
             for attr in ("body", "orelse"):
                 block = getattr(s, attr, None)
                 if isinstance(block, list) and not isinstance(s, ast.Expr):
-                    saved = self._conditional
+                    saved = self._conditional, self._blocks
                     self._conditional = not (looping and attr == "body")
+                    self._blocks += ((s, attr),)
                     self._visit(block, inner, s if looping and attr == "body" else loop)
-                    self._conditional = saved
+                    self._conditional, self._blocks = saved
 
     def _share(self, a: str, b: str) -> None:
         self.edges.append(("share", a, b) + self._here)
@@ -188,10 +194,10 @@ class AliasFacts:
             self.writes.append((value.func.value.id, s))
         sources = self._sources(value)
         if not sources and len(outs) == 1 and isinstance(target, ast.Name) and \
-                isinstance(value, (ast.List, ast.Dict, ast.Tuple, ast.Call)) and \
-                not self._conditional:
-            self.fresh.setdefault(outs[0], []).append(self._here)
-            if self._loop is not None and _runs_to_the_end(self._loop):
+                isinstance(value, (ast.List, ast.Dict, ast.Tuple, ast.Call)):
+            self.fresh.setdefault(outs[0], []).append(self._here + (self._blocks,))
+            if not self._conditional and self._loop is not None and \
+                    _runs_to_the_end(self._loop):
                 self.fresh_in_loop.setdefault(outs[0], []).append(
                     (self._position, self._loop))
         for o in outs:
@@ -266,10 +272,12 @@ class AliasFacts:
         shares = _Sets()
         contains: Dict[str, Set[str]] = {}
         items: List[Tuple[str, str]] = []
-        # Bound to a new object earlier in every iteration that runs the write: what
-        # `name` was tied to in an earlier iteration is not what the write changes.
-        rebinds = [(q, q_loops) for q, q_loops in self.fresh.get(name, ())
-                   if q < pos and q_loops <= loops]
+        # Bound to a new object earlier in every block the write is in (so on every
+        # way to the write, in every iteration that runs it): what `name` was tied to
+        # in an earlier iteration is not what the write changes.
+        blocks = self.blocks_of.require(write)
+        rebinds = [(q, q_loops) for q, q_loops, q_blocks in self.fresh.get(name, ())
+                   if q < pos and blocks[:len(q_blocks)] == q_blocks]
         # Bound to a new object later in a loop's body that every iteration runs to its
         # end: a relation made earlier in that body, after the write if the write is in
         # the loop too, is gone by the time the write runs (again).
