@@ -29,13 +29,21 @@ is read when a function is first called with jit=True.
 Per loop: a call left to NumPy here, of a function that loops, may still have
 numba run its loops (`numba_outline`, `outlined_plan`): the limits above then
 apply to the arrays the loops are given, decided at each call.
+
+Measured: the size rule is a guess from facts of the code; a variant the rule
+compiles is then timed (`Trial`). When its compiled calls take a millisecond or
+more, the next calls alternate between numba and NumPy (each returns its own
+result: both are the gradient) and a variant numba runs clearly slower leaves
+calls of its size and larger to NumPy from then on (a stencil of slices, where
+numba's slicing costs more than NumPy's kernels). `S2SGRAD_JIT_PLAN=always`
+measures nothing.
 """
 from __future__ import annotations
 
 import ast
 import os
-from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Iterable, List, Optional
 
 import numpy as np
 
@@ -46,6 +54,10 @@ LOOP_PRODUCT_LIMIT = 10_000   # ... and loops that multiply matrices, over small
 STRAIGHT_LIMIT = 500       # elements: straight-line code over smaller arrays is compiled
 VJP_MIN_OPERATIONS = 16    # straight-line code under vjp: compiled from this many operations
 FUSED_MIN_STATEMENTS = 2   # elementwise code of this many statements: compiled at every size
+
+TRIAL_RUNS = 2             # timed calls of each backend before the measured decision
+TRIAL_MIN_SECONDS = 1e-3   # compiled calls faster than this are not measured against NumPy
+TRIAL_MARGIN = 1.2         # numba is left when slower than NumPy by more than this factor
 
 _PRODUCTS = {"dot", "matmul", "einsum", "tensordot", "inner", "outer", "vdot", "kron",
              "_s2s_unbroadcast_matmul"}
@@ -73,6 +85,50 @@ class JitPlan:
     reason: str
     largest: int = 0
     outlined: bool = False   # not compiled whole: numba runs its loops inside NumPy's code
+
+
+@dataclass
+class Trial:
+    """The measured decision of one compiled variant (see the module's docstring).
+
+    After the variant's first result is checked, its calls are timed: TRIAL_RUNS
+    under numba, then, if those took TRIAL_MIN_SECONDS or more, TRIAL_RUNS under
+    NumPy. numba slower than NumPy by more than TRIAL_MARGIN (best times) leaves
+    calls whose largest array has at least half as many elements as the measured
+    ones to NumPy; smaller calls, where numba's advantage grows, keep the rule."""
+
+    numba: List[float] = field(default_factory=list)
+    numpy: List[float] = field(default_factory=list)
+    largest: int = 0
+    decided: bool = False
+    numpy_from: Optional[float] = None   # the verdict: calls this large run NumPy
+
+    def runs_numba(self, largest: int) -> bool:
+        """Whether this call runs the compiled variant (False: NumPy's pair)."""
+        if self.decided:
+            return self.numpy_from is None or largest < self.numpy_from
+        return len(self.numba) < TRIAL_RUNS
+
+    def record(self, compiled: bool, seconds: float, largest: int) -> None:
+        """One timed call; the verdict once both backends have their runs."""
+        (self.numba if compiled else self.numpy).append(seconds)
+        self.largest = max(self.largest, largest)
+        if len(self.numba) == TRIAL_RUNS and not self.numpy and \
+                min(self.numba) < TRIAL_MIN_SECONDS:
+            self.decided = True      # too fast to lose much: the size rule stands
+        elif len(self.numpy) == TRIAL_RUNS:
+            self.decided = True
+            if min(self.numba) > TRIAL_MARGIN * min(self.numpy):
+                self.numpy_from = self.largest / 2
+
+    def plan(self, largest: int) -> Optional[JitPlan]:
+        """The plan when the measurement leaves this call to NumPy, else None."""
+        if self.numpy_from is None or largest < self.numpy_from:
+            return None
+        return JitPlan(False, f"left to NumPy: measured slower under numba "
+                              f"({min(self.numba) * 1e3:.3g} ms a call against "
+                              f"{min(self.numpy) * 1e3:.3g} ms on NumPy, over arrays of "
+                              f"{self.largest:,} elements)", largest)
 
 
 def code_facts(functions: Iterable[ast.FunctionDef], callees: Iterable[CodeFacts] = (),

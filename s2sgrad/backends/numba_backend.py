@@ -233,6 +233,28 @@ class _CompiledPullback:
         return self.numpy(cot)
 
 
+def _measured_to_numpy(state: "JitFunction", v: numba_variants.Variant, call: tuple,
+                       live: tuple) -> bool:
+    """Whether the measurement (`jit_policy.Trial`) gives this grad call to NumPy: one
+    of the trial's timed NumPy calls, or its verdict for arrays this large."""
+    trial = v.trial
+    if state.force == "always" or (trial.decided and trial.numpy_from is None):
+        return False
+    return not trial.runs_numba(jit_policy.largest_array(call + live))
+
+
+def _numpy_timed(state: "JitFunction", v: numba_variants.Variant, values: tuple, args,
+                 kwargs):
+    """The NumPy backend's result of a grad call, timed while the trial measures."""
+    started = time.perf_counter()
+    out, residuals = state.compiled.forward(*args, **kwargs)
+    result = out, state.compiled.adjoint(residuals, seed_of(out))
+    if not v.trial.decided:
+        v.trial.record(False, time.perf_counter() - started,
+                       jit_policy.largest_array(values))
+    return result
+
+
 class JitFunction:
     """The numba backend for one function and one wrt."""
 
@@ -383,10 +405,17 @@ class JitFunction:
             if v is not None and v.check is not None and \
                     still_compiling(self, v, "fused", call, live):
                 return self._numpy_first(v, call, args, kwargs)
+            if v is not None and v.check is None and _measured_to_numpy(self, v, call, live):
+                return _numpy_timed(self, v, call + live, args, kwargs)
             if v is not None:
                 try:
-                    if v.check is None:
+                    if v.check is None and (v.trial.decided or self.force == "always"):
                         result = v.fused(*call, *live)
+                    elif v.check is None:   # timed for the measured decision
+                        started = time.perf_counter()
+                        result = v.fused(*call, *live)
+                        v.trial.record(True, time.perf_counter() - started,
+                                       jit_policy.largest_array(call + live))
                     else:   # the first call: numba compiles, and the result is checked
                         reference = self._reference(v, call)
                         result = v.fused(*call, *live)
@@ -510,8 +539,10 @@ class JitFunction:
                 return plan
             if self.numba_ready():
                 failed = self.variants.get(_variant_key(call, live, "fused"))
-                if failed is None or failed.failed is None:
+                if failed is None:
                     return plan   # (whether numba can compile it shows at the first call)
+                if failed.failed is None:   # compiled: as measured, if it was
+                    return (None if vjp else failed.trial.plan(plan.largest)) or plan
                 return jit_policy.JitPlan(False, f"runs on NumPy: numba could not compile it "
                                                  f"({failed.failed})", plan.largest)
         return jit_policy.JitPlan(False, f"runs on NumPy: {self.disabled}")

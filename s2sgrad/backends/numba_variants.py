@@ -60,6 +60,7 @@ class Variant:
     source: str = ""
     failed: Optional[str] = None
     module: Optional[str] = None   # its module's file in the disk cache (rejections go beside)
+    trial: jit_policy.Trial = field(default_factory=jit_policy.Trial)   # grad's calls timed
 
     def functions(self, kind: str) -> list:
         """The numba functions a call of `kind` ("fused": grad, "vjp", "loops") runs."""

@@ -1,0 +1,125 @@
+"""jit=True decides from a measurement where the size rule guessed wrong.
+
+A compiled variant's calls are timed after its first result is checked
+(`jit_policy.Trial`): numba clearly slower than NumPy leaves calls of that size to
+NumPy (the stencil benchmark: numba's slicing took 4x NumPy's time). The logic is
+checked alone; then on a real function whose compiled code is made slow, that the
+calls move to NumPy, that `jit_plan` says why, that smaller calls keep numba, and
+that every result is the gradient (central differences, two shapes).
+"""
+import time
+import warnings
+
+import numpy as np
+import pytest
+from conftest import numeric_grad
+
+import s2sgrad
+from s2sgrad.backends import JitWarning, jit_plan, numba_backend
+from s2sgrad.backends.jit_policy import TRIAL_MIN_SECONDS, TRIAL_RUNS, Trial
+
+pytest.importorskip("numba")
+
+
+def recurrence(v, a):
+    for _ in range(4):
+        v = np.tanh(v * a) + 0.1 * v
+    return np.sum(v * v)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv("S2SGRAD_JIT_PLAN", raising=False)
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "0")   # compiled at the first call
+    numba_backend.reset()
+    yield
+    numba_backend.reset()
+
+
+def test_the_trial_alone():
+    slow = Trial()
+    for _ in range(TRIAL_RUNS):
+        assert slow.runs_numba(1000)
+        slow.record(True, 0.05, 1000)
+    for _ in range(TRIAL_RUNS):
+        assert not slow.runs_numba(1000)    # NumPy's timed calls
+        slow.record(False, 0.01, 1000)
+    assert slow.decided and slow.numpy_from == 500
+    assert not slow.runs_numba(1000) and not slow.runs_numba(500)
+    assert slow.runs_numba(499)             # smaller calls keep the rule
+    assert "measured slower" in slow.plan(1000).reason and slow.plan(10) is None
+
+    close = Trial()   # slower, but within the margin: numba stays
+    for seconds, compiled in [(0.011, True)] * TRIAL_RUNS + [(0.01, False)] * TRIAL_RUNS:
+        close.record(compiled, seconds, 1000)
+    assert close.decided and close.numpy_from is None and close.runs_numba(10**9)
+
+    fast = Trial()    # compiled calls under TRIAL_MIN_SECONDS: NumPy is never timed
+    for _ in range(TRIAL_RUNS):
+        fast.record(True, TRIAL_MIN_SECONDS / 10, 1000)
+    assert fast.decided and fast.numpy_from is None and not fast.numpy
+
+
+def _fused(f):
+    state = numba_backend.known_state(f, (0, 1))
+    assert state is not None
+    (variant,) = [v for k, v in state.variants.items() if k[-1] != "loops"]
+    return variant
+
+
+def _expected(f, args):
+    return [numeric_grad(f, args, i) for i in range(2)]
+
+
+@pytest.mark.parametrize("shape", [(40,), (6, 8)])
+def test_a_variant_measured_slower_leaves_its_calls_to_numpy(shape):
+    v0 = np.linspace(-1.0, 1.0, int(np.prod(shape))).reshape(shape)
+    a = np.linspace(0.5, 0.9, shape[-1])     # broadcast against v
+    g = s2sgrad.grad(recurrence, wrt=(0, 1), jit=True)
+    want = _expected(recurrence, (v0, a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        first = g(v0, a)                      # compiles; its result is checked
+        variant = _fused(recurrence)
+        assert variant.check is None and variant.failed is None
+        compiled, ran = variant.fused, []
+
+        def slow(*args):          # numba's code, made slower than NumPy's
+            ran.append(args)
+            time.sleep(0.02)
+            return compiled(*args)
+
+        variant.fused = slow
+        results = [first] + [g(v0, a) for _ in range(2 * TRIAL_RUNS + 3)]
+    assert len(ran) == TRIAL_RUNS, "after the trial, calls of this size run NumPy"
+    assert variant.trial.decided and variant.trial.numpy_from is not None
+    plan = jit_plan(recurrence, v0, a, wrt=(0, 1))
+    assert not plan.compile and "measured slower under numba" in plan.reason
+    for got in results:
+        for g_i, w_i in zip(got, want):
+            np.testing.assert_allclose(g_i, w_i, rtol=1e-6, atol=1e-8)
+    # a call of much smaller arrays (same types) keeps the compiled code
+    small_v, small_a = v0.reshape(-1)[:2].reshape((2,) + (1,) * (len(shape) - 1)), a[:1]
+    got = g(small_v, small_a)
+    assert len(ran) == TRIAL_RUNS + 1
+    for g_i, w_i in zip(got, _expected(recurrence, (small_v, small_a))):
+        np.testing.assert_allclose(g_i, w_i, rtol=1e-6, atol=1e-8)
+
+
+def test_fast_compiled_code_is_not_measured_against_numpy_and_always_measures_nothing(
+        monkeypatch):
+    v0, a = np.linspace(-1.0, 1.0, 30), np.linspace(0.5, 0.9, 30)
+    g = s2sgrad.grad(recurrence, wrt=(0, 1), jit=True)
+    for _ in range(TRIAL_RUNS + 3):
+        g(v0, a)
+    trial = _fused(recurrence).trial
+    assert trial.decided and not trial.numpy and trial.numpy_from is None
+
+    numba_backend.reset()
+    monkeypatch.setenv("S2SGRAD_JIT_PLAN", "always")
+    g = s2sgrad.grad(recurrence, wrt=(0, 1), jit=True)
+    for _ in range(TRIAL_RUNS + 3):
+        got = g(v0, a)
+    assert not _fused(recurrence).trial.numba
+    for g_i, w_i in zip(got, _expected(recurrence, (v0, a))):
+        np.testing.assert_allclose(g_i, w_i, rtol=1e-6, atol=1e-8)
