@@ -112,6 +112,7 @@ FEATURES = {
     "index": 1.5,            # v[k], M[i, j], M[i], v[i] with a loop index
     "slice": 1.0,            # v[1:], v[::-1], M[:, j]
     "outer": 0.3,            # np.outer, v[:, None] * w
+    "einsum": 0.3,           # np.einsum: contractions, outer products, traces of rows
     "concatenate": 0.2,      # np.concatenate([a, b])
     "stack": 0.3,            # np.stack(list_var)
     "builtin_minmax": 0.15,  # max(a, b) / min(a, b) on numbers
@@ -591,6 +592,9 @@ class ProgramGenerator(FamilyMixin):
                 ("np_max", 1.0, lambda: f"np.{self.rng.choice(['max', 'min'])}("
                                         f"{E(self.rng.choice(SHAPES[:3]), sub)})"),
                 ("matmul", 1.0, lambda: self.vecvec(sub)),
+                ("einsum", 1.0, lambda: self.rng.choice(
+                    [f"np.einsum('ij,ij->', {E((2, 3), sub)}, {E((2, 3), sub)})",
+                     f"np.einsum('i,i', {E((3,), sub)}, {E((3,), sub)})"])),
                 ("theta_theta", 1.0, lambda: self.theta_theta()),
                 ("index", 1.0, lambda: self.index_scalar(sub)),
                 ("builtin_minmax", 1.0, lambda: f"{self.rng.choice(['max', 'min'])}("
@@ -615,6 +619,8 @@ class ProgramGenerator(FamilyMixin):
                                              f"{E((2, 3), sub)}, axis=0)"),
                 ("matmul", 1.0, lambda: f"{self.paren(E((2,), sub))} @ "
                                         f"{self.paren(E((2, 3), sub))}"),
+                ("einsum", 1.0, lambda: f"np.einsum('ij,i->j', {E((2, 3), sub)}, "
+                                        f"{E((2,), sub)})"),
                 ("concatenate", 1.0, lambda: f"np.concatenate([{E((2,), sub)}, "
                                              f"{self.paren(E((3,), sub))}[:1]])"),
             ]
@@ -628,6 +634,9 @@ class ProgramGenerator(FamilyMixin):
                                              f"{E((2, 3), sub)}, axis=1)"),
                 ("matmul", 1.0, lambda: f"{self.paren(E((2, 3), sub))} @ "
                                         f"{self.paren(E((3,), sub))}"),
+                ("einsum", 1.0, lambda: self.rng.choice(
+                    [f"np.einsum('ij,j->i', {E((2, 3), sub)}, {E((3,), sub)})",
+                     f"np.einsum('ij->i', {E((2, 3), sub)})"])),
             ]
         if shape == (4,):
             opts += [
@@ -637,6 +646,9 @@ class ProgramGenerator(FamilyMixin):
             ]
         if shape == (2, 3):
             opts += [
+                ("einsum", 1.0, lambda: self.rng.choice(
+                    [f"np.einsum('i,j->ij', {E((2,), sub)}, {E((3,), sub)})",
+                     f"np.einsum('ij,j->ij', {E((2, 3), sub)}, {E((3,), sub)})"])),
                 ("outer", 1.0, lambda: self.rng.choice(
                     [f"np.outer({E((2,), sub)}, {E((3,), sub)})",
                      f"{self.paren(E((2,), sub))}[:, None] * {self.paren(E((3,), sub))}"])),
@@ -3691,7 +3703,7 @@ def construct_tags(src):
                 if n.keywords:
                     tags.add("keyword-argument")
             elif src_f in ("np.where", "np.maximum", "np.minimum", "np.concatenate",
-                           "np.stack", "np.outer", "np.max", "np.min"):
+                           "np.stack", "np.outer", "np.einsum", "np.max", "np.min"):
                 tags.add(src_f)
             if any(k.arg == "keepdims" for k in n.keywords):
                 tags.add("keepdims")

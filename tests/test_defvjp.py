@@ -6,6 +6,7 @@ import pytest
 from conftest import check_vjp
 
 import s2sgrad
+from s2sgrad.runtime.shapes import unbroadcast
 
 # A "third-party" library: its functions are opaque to s2sgrad (a try statement,
 # which the compiler refuses), so only a registered rule can differentiate them.
@@ -33,6 +34,12 @@ def powsum(x, y, n=2):
 def hypot_like(x, y):
     try:
         return np.sqrt(x * x + y * y)
+    finally:
+        pass
+
+def weighted(xs, w):
+    try:
+        return sum(wk * x for wk, x in zip(w, xs))
     finally:
         pass
 '''
@@ -117,6 +124,41 @@ def test_defvjp_rejects_bad_rules(lib):
         s2sgrad.defvjp(lib.cube, "x", x="g * undefined_name")
     with pytest.raises(ValueError, match="unknown parameters"):
         s2sgrad.defvjp(lib.cube, "x", z="g")
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_per_item_templates_compute_only_the_items_with_a_gradient(make_module, lib, rng,
+                                                                   shape):
+    whole = []
+
+    def all_items(g, ans, xs, w):
+        whole.append(len(xs))
+        return [unbroadcast(g * w[k], xs[k]) for k in range(len(xs))]
+
+    s2sgrad.defvjp(lib.weighted, "xs, w", xs=all_items, sequence=("xs",),
+                   per_item=dict(xs="unbroadcast(g * w[item], xs[item])"))
+    m = make_module(f"import numpy as np\nimport {lib.__name__} as mylib\n\n"
+                    "def f(x, y, w):\n"
+                    "    return np.sin(mylib.weighted([x, np.ones(x.shape[-1]), y * y], w))\n\n"
+                    "def g(x, y, w):\n"
+                    "    xs = [x, np.ones(x.shape[-1])]\n"
+                    "    xs.append(y * y)\n"
+                    "    return np.sin(mylib.weighted(xs, w))\n")
+    x, y, w = rng.standard_normal(shape), rng.standard_normal(shape[-1]), rng.standard_normal(3)
+    check_vjp(m.f, [x, y, w], wrt=(0, 1))   # the items written out: one template each
+    assert whole == []
+    text = s2sgrad.source(m.f, wrt=(0, 1))
+    assert "w[0]" in text and "w[2]" in text and "w[1]" not in text
+    check_vjp(m.g, [x, y, w], wrt=(0, 1))   # a list built apart: the whole template
+    assert whole and set(whole) == {3}
+
+
+def test_per_item_templates_are_checked(lib):
+    with pytest.raises(ValueError, match="per-item templates are for sequence parameters"):
+        s2sgrad.defvjp(lib.weighted, "xs, w", xs="g", per_item=dict(xs="g * w[item]"))
+    with pytest.raises(ValueError, match="unknown name"):
+        s2sgrad.defvjp(lib.weighted, "xs, w", xs="g", sequence=("xs",),
+                       per_item=dict(xs="g * w[position]"))
 
 
 def test_rule_count_includes_at_least_150_numpy_entries():

@@ -167,10 +167,6 @@ def _products(f, args, vs):
     return _flat(hv), _flat(vh)
 
 
-# Helpers whose cotangents are a lazy sequence (numpy_grads._Lazy). The second-order
-# adjoint materialises a zero cotangent for such a value with _s2s_zeros_like, which does
-# not accept a _Lazy whose items differ in shape (runtime.zeros_like converts it with
-# np.asarray); those cases are expected to fail until it does.
 def _check(got, expected, what, rtol=1e-5, atol=1e-6):
     scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
     np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol * scale, err_msg=what)

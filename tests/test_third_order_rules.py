@@ -20,7 +20,6 @@ EPS = 1e-5
 # where the mathematics is still written by hand or what the compiler does not read
 # yet. A case here that starts to differentiate fails the test below: move it out.
 REFUSED = {
-    "np.einsum": "einsum_grads makes its cotangents lazily (lambdas); hvp hand-written",
     "scipy.integrate.odeint": "no second-order rule for the adjoint method",
 }
 # Cases of a REFUSED rule that differentiate (the refused construct is not reached).

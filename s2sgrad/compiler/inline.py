@@ -76,10 +76,15 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
     parts: Dict[str, ast.expr] = {}
     for key in p.wanted:
         param = key.split("[")[0]
-        if param not in parts:
+        if "[" in key and param in rule.per_item:
+            index = int(key.split("[")[1].rstrip("]"))
+            parts[key] = substitute(rule.per_item[param], dict(full, item=constant(index)),
+                                    drop, HELPERS)
+            param = key
+        elif param not in parts:
             parts[param] = substitute(rule.grads[param], full, drop, HELPERS)
-            if local_names and any(n.id in local_names for n in name_nodes(parts[param])):
-                needed_prelude = True
+        if local_names and any(n.id in local_names for n in name_nodes(parts[param])):
+            needed_prelude = True
     if needed_prelude:
         out += [substitute(s, full, drop, HELPERS) for s in rule.prelude]
     sequences: Dict[str, str] = {}
@@ -96,7 +101,9 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
         return parts[param]
     for key, target in p.wanted.items():
         param = key.split("[")[0]
-        if "[" in key:
+        if "[" in key and key in parts:      # one item's own template
+            expr = place(key)
+        elif "[" in key:
             if param not in sequences:
                 sequences[param] = names.fresh(f"{param}_bar_parts")
                 out.append(assign_node(sequences[param], place(param)))

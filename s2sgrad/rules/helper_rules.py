@@ -10,19 +10,17 @@ every order, in both modes, come from its one definition (one source of the
 mathematics, as autograd's rules are themselves differentiable).
 
 The rules below are the exceptions, each for a reason the compiler does not yet
-differentiate the helper's code (or a helper it calls): lazily made cotangents
-(`_Lazy` thunks: einsum; inner, kron and tensordot have one plain helper per
-operand, differentiated from source), SciPy's special functions called
-with *args, `from scipy import ...` inside the helper, `with np.errstate(...)`
-(power_slope), a `*args` call (np.gradient). Most are rules in the table's form
-whose derivatives are the same helpers again (digamma's is polygamma's; x ** y's
-mixed slopes are power_slope_mixed one order up), so they too hold to every order;
-einsum's Hessian part is the hand-written rest (runtime/second_order.py).
+differentiate the helper's code (or a helper it calls): SciPy's special functions
+called with *args, `from scipy import ...` inside the helper, `with
+np.errstate(...)` (power_slope), a `*args` call (np.gradient, and np.einsum
+itself: `einsum_list` is einsum with its arrays as one list, the form its
+cotangents take). Each is a rule in the table's form whose derivatives are the
+same helpers again (digamma's is polygamma's; x ** y's mixed slopes are
+power_slope_mixed one order up; einsum's cotangents are einsum_lists), so they
+too hold to every order. No derivative of a helper is written by hand.
 
 Each helper h(g, x) is linear in its cotangent argument (named `cot` here, since
-`g` is the template's own cotangent): `cot`'s rule is the transpose of h in g; a
-primal argument's rule is the Hessian of <g, f> applied to g (`*_hvp` in
-runtime/second_order.py).
+`g` is the template's own cotangent): `cot`'s rule is the transpose of h in g.
 """
 from __future__ import annotations
 
@@ -72,19 +70,16 @@ _LINEAR = [
 jvp_rules.linear(*_LINEAR)
 
 
-# -- curvature: the rule of a primal argument is a Hessian-vector product --------------------------
-def _curved(fn, params, joint, joint_params, **grads):
-    """A helper with a Hessian part: its tangent is one template for its cotangent and
-    primal arguments together (`*_jvp` in runtime/second_order.py)."""
-    name = _rule(fn, params, **grads)
-    jvp_rules.defjvp(name, joint=joint, joint_params=joint_params, complex_ok=True)
-    holomorphic(fn)   # (products: no conjugate anywhere, so complex values take them)
-
-
-_curved(nh.einsum_grads, "cot, operands", "einsum_grads_jvp(cot, operands, cot_dot, operands_dot)",
-        ("cot", "operands"),
-        cot="einsum_transpose(g, operands)", operands="einsum_hvp(cot, operands, g)",
-        sequence=("operands",), view=True)
+# -- einsum with its arrays as one list: the function einsum's cotangents call, so that
+# they are einsums again and differentiate from source to any order
+jvp_rules.defjvp(
+    _rule(nh.einsum_list, "subscripts, operands",
+          operands="einsum_list_grads(g, subscripts, operands)", sequence=("operands",),
+          per_item=dict(operands="einsum_operand_grad(g, subscripts, operands, item)")),
+    joint="einsum_list_jvp(subscripts, operands, operands_dot)", joint_params=("operands",),
+    complex_ok=True)
+holomorphic(nh.einsum_list)   # (a product: no conjugate anywhere)
+nondiff(nh.einsum_form, nh.einsum_operand_plan)   # labels and positions
 
 # -- the helpers of the SciPy rules and of issue 34's NumPy rules ------------------------------
 # Pointwise: SciPy's special functions, whose derivatives are the same helpers again.

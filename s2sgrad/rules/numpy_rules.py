@@ -349,7 +349,8 @@ defvjp(np.outer, "a, b, out=None", a="np.reshape(np.dot(g, np.ravel(b)), np.shap
 defvjp(np.tensordot, "a, b, axes=2", a="tensordot_grad_a(g, a, b, axes)",
        b="tensordot_grad_b(g, a, b, axes)")
 defvjp(np.einsum, "*operands, out=None, optimize=False, dtype=None, order='K', casting='safe'",
-       operands="einsum_grads(g, operands)", sequence=("operands",))
+       operands="einsum_grads(g, operands)", sequence=("operands",),
+       per_item=dict(operands="einsum_item_grad(g, operands, item)"))
 defvjp(np.kron, "a, b", a="kron_grad_a(g, a, b)", b="kron_grad_b(g, a, b)")
 defvjp(np.cross, "a, b, axisa=-1, axisb=-1, axisc=-1, axis=None",
        prelude="parts = cross_grads(g, a, b, axisa, axisb, axisc, axis)",

@@ -55,6 +55,10 @@ class Rule:
     # A list or tuple for some arguments (np.split, np.meshgrid, np.average's
     # returned=True): never taken for one array, whose cotangents add with `+`.
     sequence_result: bool = False
+    # Per-item templates of sequence parameters written out as a list (`item`: the
+    # item's position): only the items that carry a gradient are computed, each by
+    # code the compiler can differentiate again (np.einsum's operands).
+    per_item: Mapping[str, ast.expr] = field(default_factory=dict)
 
     def for_complex(self) -> Optional["Rule"]:
         """The rule for an operation with a complex argument or result, or None
@@ -275,10 +279,11 @@ class Templates(collections.abc.Mapping):
 def _check_names(rule: Rule, local_names: Iterable[str]) -> None:
     allowed = (set(rule.params) | {"g", "ans", "np"} | set(runtime.HELPERS)
                | set(local_names) | TEMPLATE_BUILTINS | set(rule.extra_names))
-    nodes = list(rule.grads.values()) + list(rule.prelude)
-    for node in nodes:
+    nodes = [(node, allowed) for node in list(rule.grads.values()) + list(rule.prelude)]
+    nodes += [(node, allowed | {"item"}) for node in rule.per_item.values()]
+    for node, known in nodes:
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Name) and sub.id not in allowed:
+            if isinstance(sub, ast.Name) and sub.id not in known:
                 raise ValueError(f"gradient template for {rule.name} uses unknown name "
                                  f"{sub.id!r}; known: parameters, g, ans, np and the helpers "
                                  f"in s2sgrad.runtime")
@@ -289,23 +294,29 @@ def make_rule(name: str, params, grads: Dict[str, str], *, prelude: str = "",
               outputs: Optional[int] = None, view: bool = False,
               func: Optional[Callable] = None,
               extra_names: Optional[Dict[str, Callable]] = None,
-              tolerance: Optional[float] = None) -> Rule:
+              tolerance: Optional[float] = None,
+              per_item: Optional[Dict[str, str]] = None) -> Rule:
     sig = _signature(params)
     unknown = set(grads) - set(sig.parameters)
     if unknown:
         raise ValueError(f"rule {name}: gradients given for unknown parameters {sorted(unknown)}")
+    if not set(per_item or ()) <= set(sequence) & set(grads):
+        raise ValueError(f"rule {name}: per-item templates are for sequence parameters with a "
+                         f"gradient, not {sorted(set(per_item) - set(sequence))}")
     reserved = {"g", "ans"} & set(sig.parameters)
     if reserved:   # (a template's `g` would read the parameter, not the cotangent)
         raise ValueError(f"rule {name}: a parameter may not be named {sorted(reserved)}, "
                          f"which templates use for the cotangent and the result; rename it")
     pre = ast.parse(prelude).body if prelude.strip() else []
     templates = Templates(name, dict(grads))
+    items = Templates(f"{name} per item", dict(per_item or {}))
     if not _SHIPPING:
         templates.parse_all()   # (a user's template that does not parse: said now)
+        items.parse_all()
     rule = Rule(name=name, signature=sig, grads=templates,
                 texts=dict(grads), prelude=pre, broadcast=broadcast,
                 sequence=frozenset(sequence), outputs=outputs, view=view, func=func,
-                extra_names=dict(extra_names or {}), tolerance=tolerance)
+                extra_names=dict(extra_names or {}), tolerance=tolerance, per_item=items)
     sig.rule = rule
     local_names = {n.id for s in pre for n in ast.walk(s)
                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
@@ -347,7 +358,8 @@ def display_name(func: Callable) -> str:
 
 def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False,
            sequence: Iterable[str] = (), outputs: Optional[int] = None, view: bool = False,
-           name: Optional[str] = None, tolerance: Optional[float] = None, **grads) -> Rule:
+           name: Optional[str] = None, tolerance: Optional[float] = None,
+           per_item: Optional[Dict[str, str]] = None, **grads) -> Rule:
     """Register the VJP of `func` (also public as `s2sgrad.defvjp`).
 
     Template form: `params` is the parameter list as text and each keyword
@@ -367,7 +379,10 @@ def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False
     Generated code calls a user callable as a helper named after `func`
     (`_s2s_vjp_mylib_f`). Register rules before the first gradient request.
     `tolerance`: the relative accuracy of a gradient a numerical method computes
-    (an ODE solver's), which s2sgrad's self-check then allows.
+    (an ODE solver's), which s2sgrad's self-check then allows. `per_item`: for a
+    `sequence` parameter, a template of one item's gradient (`item` its position),
+    used where the call writes the items out, so that only the items that carry a
+    gradient are computed.
     """
     if not callable(func):
         raise TypeError(f"defvjp: {func!r} is not callable")
@@ -392,7 +407,7 @@ def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False
                                 f"string or a callable")
     rule = make_rule(rule_name, params, grads, prelude=prelude, broadcast=broadcast,
                      sequence=sequence, outputs=outputs, view=view, func=func,
-                     extra_names=extra, tolerance=tolerance)
+                     extra_names=extra, tolerance=tolerance, per_item=per_item)
     target = _TARGET[-1]
     target.functions[rule_key(func)] = (func, rule)
     target.nondiff_functions.pop(rule_key(func), None)

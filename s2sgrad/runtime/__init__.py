@@ -11,8 +11,10 @@ One module per topic; importing the package registers every helper in
 - `numpy_grads`: the helpers the NumPy rules' templates call;
 - `complex_grads`: those of the rules for complex arguments;
 - `fused`: softmax, log-softmax and logsumexp written out, as one operation each;
-- `ode`: scipy.integrate.odeint's adjoint method and forward sensitivities;
-- `second_order`: their Hessian-vector products and transposes (grad of grad).
+- `ode`: scipy.integrate.odeint's adjoint method and forward sensitivities.
+
+No derivative of a helper is written by hand: grad of grad differentiates the
+helpers' own source (rules/helper_rules.py).
 """
 from __future__ import annotations
 
@@ -23,7 +25,6 @@ from . import (  # noqa: F401
     numpy_grads,
     ode,
     reverse,
-    second_order,
     shapes,
     tangent,
 )

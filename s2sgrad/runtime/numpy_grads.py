@@ -16,7 +16,6 @@ import math
 import numbers
 import string
 from collections import Counter
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -29,31 +28,6 @@ from .shapes import swap_last_axes as _T
 NUMPY2 = int(np.__version__.split(".")[0]) >= 2
 
 
-
-
-class _Lazy(Sequence):
-    """Cotangents of several arguments, each computed when first read.
-
-    The adjoint indexes the result once per differentiated argument, so the
-    cotangents of constant arguments (often most operands of an einsum) are
-    never computed.
-    """
-
-    def __init__(self, thunks):
-        self._thunks = list(thunks)
-        self._done = {}
-
-    def __len__(self):
-        return len(self._thunks)
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        index = range(len(self))[index]
-        if index not in self._done:
-            thunk = self._thunks[index]
-            self._done[index] = None if thunk is None else thunk()
-        return self._done[index]
 
 
 # -- errors and small arithmetic ------------------------------------------------
@@ -1404,52 +1378,143 @@ def _einsum_spec(operands):
     return labels, out_labels, arrays, positions, free
 
 
+# einsum's cotangents are einsums again, written so that the compiler differentiates
+# them like any helper (every order from this one definition): the arrays as one list
+# (`einsum_list`, since the compiler differentiates no call with *args), the label
+# bookkeeping in helpers without a gradient (`einsum_form`, `einsum_operand_plan`).
 @_helper
-def einsum_grads(g, operands):
-    """One cotangent per array operand of np.einsum (any subscripts, explicit or
-    implicit output, ellipses, repeated labels, broadcasting); None for the
-    subscripts."""
-    labels, out_labels, arrays, positions, free = _einsum_spec(operands)
+def einsum_list(subscripts, operands):
+    """np.einsum(subscripts, *operands): einsum with its arrays as one list."""
+    return np.einsum(subscripts, *operands)
+
+
+# The labels' bookkeeping of an einsum, by its subscripts and its operands' shapes: an
+# einsum in a loop, and each of its cotangents, would read its subscripts again each step.
+_EINSUM_PLANS: dict = {}
+
+
+def _einsum_memo(key, make):
+    plan = _EINSUM_PLANS.get(key)
+    if plan is None:
+        if len(_EINSUM_PLANS) > 512:
+            _EINSUM_PLANS.clear()
+        plan = _EINSUM_PLANS[key] = make()
+    return plan
+
+
+def _einsum_key(operands) -> tuple:
+    return tuple(x if type(x) is str else ("sublist", tuple(x)) if type(x) in (list, tuple)
+                 else np.shape(x) for x in operands)
+
+
+@_helper
+def einsum_form(operands):
+    """(subscripts, positions of the arrays in `operands`) of np.einsum's arguments,
+    in either form (interleaved sublists become letters). No gradient: strings."""
+    def make():
+        labels, out_labels, _, positions, _ = _einsum_spec(operands)
+        return (",".join("".join(ls) for ls in labels) + "->" + "".join(out_labels),
+                tuple(positions))
+    subscripts, positions = _einsum_memo(("form",) + _einsum_key(operands), make)
+    return subscripts, list(positions)
+
+
+@_helper
+def einsum_operand_plan(subscripts, operands, k):
+    """(spec, others, extras) for the cotangent of operands[k] of
+    einsum_list(subscripts, operands): einsum_list(spec, [g] + [operands[j] for j
+    in others] + extras), where the constant `extras` sum over a broadcast axis
+    (ones of 1), put a repeated label's gradient on the diagonal (an identity) or
+    spread it along a label only operands[k] has (ones, read-only). No gradient: labels."""
+    spec, others, extras = _einsum_memo(
+        ("plan", subscripts, k) + _einsum_key(operands),
+        lambda: _einsum_operand_plan(subscripts, operands, k))
+    return spec, list(others), list(extras)
+
+
+def _einsum_operand_plan(subscripts, operands, k):
+    labels, out_labels, arrays, _, free = _einsum_spec((subscripts,) + tuple(operands))
     sizes = {}
     for ls, x in zip(labels, arrays):
         for c, n in zip(ls, np.shape(x)):
             sizes[c] = max(sizes.get(c, 1), n)
-    thunks = [None] * len(operands)
-    for k, pos in enumerate(positions):
-        thunks[pos] = (lambda k=k: _einsum_operand_grad(g, k, labels, out_labels, arrays,
-                                                        sizes, free))
-    return _Lazy(thunks)
-
-
-def _einsum_operand_grad(g, k, labels, out_labels, arrays, sizes, free):
-    """The cotangent of the k-th array operand of an einsum: one more einsum."""
     fresh = iter(free)
     present = set(out_labels)
     for j, ls in enumerate(labels):
         if j != k:
             present.update(ls)
-    target, extra_specs, extra_ops, seen = [], [], [], set()
+    target, extra_specs, extras, seen = [], [], [], set()
     for c, n in zip(labels[k], np.shape(arrays[k])):
         if n == 1 and sizes[c] > 1:  # broadcast along c: sum over it
             f = next(fresh)
             target.append(f)
             extra_specs.append(f)
-            extra_ops.append(np.ones(1))
+            extras.append(np.ones(1))
         elif c in seen:  # repeated label: the gradient lives on the diagonal
             f = next(fresh)
             target.append(f)
             extra_specs.append(c + f)
-            extra_ops.append(np.eye(n))
+            extras.append(np.eye(n))
         else:
             seen.add(c)
             target.append(c)
             if c not in present:  # summed within this operand only
                 extra_specs.append(c)
-                extra_ops.append(np.ones(n))
+                extras.append(np.ones(n))
     specs = ["".join(out_labels)] + ["".join(ls) for j, ls in enumerate(labels) if j != k]
-    spec = ",".join(specs + extra_specs) + "->" + "".join(target)
-    ops = [g] + [x for j, x in enumerate(arrays) if j != k] + extra_ops
-    return np.einsum(spec, *ops)
+    others = tuple(j for j in range(len(labels)) if j != k)
+    for e in extras:
+        e.flags.writeable = False   # (kept for the next call of this plan)
+    return ",".join(specs + extra_specs) + "->" + "".join(target), others, tuple(extras)
+
+
+@_helper
+def einsum_operand_grad(g, subscripts, operands, k):
+    """The cotangent of operands[k] of einsum_list(subscripts, operands): one more
+    einsum, of g and the other operands."""
+    spec, others, extras = einsum_operand_plan(subscripts, operands, k)
+    ops = [g]
+    for j in others:
+        ops.append(operands[j])
+    for e in extras:
+        ops.append(e)
+    return einsum_list(spec, ops)
+
+
+@_helper
+def einsum_list_grads(g, subscripts, operands):
+    """The cotangent of every operand of einsum_list (for a list not written out)."""
+    return [einsum_operand_grad(g, subscripts, operands, k) for k in range(len(operands))]
+
+
+@_helper
+def einsum_item_grad(g, operands, item):
+    """The cotangent of the argument at position `item` (an array) of np.einsum."""
+    subscripts, positions = einsum_form(operands)
+    arrays = [operands[p] for p in positions]
+    return einsum_operand_grad(g, subscripts, arrays, positions.index(item))
+
+
+@_helper
+def einsum_grads(g, operands):
+    """One cotangent per argument of np.einsum (None for the subscripts): for
+    arguments not written out as a list, `np.einsum(*args)`."""
+    _, positions = einsum_form(operands)
+    return [einsum_item_grad(g, operands, j) if j in positions else None
+            for j in range(len(operands))]
+
+
+@_helper
+def einsum_list_jvp(subscripts, operands, tangents):
+    """The tangent of einsum_list: one einsum per operand with a tangent, that
+    operand replaced by it (multilinear); a None tangent is a constant operand."""
+    total = None
+    for k in range(len(operands)):
+        if tangents[k] is not None:
+            ops = [tangents[k] if j == k else operands[j] for j in range(len(operands))]
+            term = einsum_list(subscripts, ops)
+            total = term if total is None else total + term
+    return total
 
 
 @_helper

@@ -174,7 +174,7 @@ def zeros_like(x, items=None):
                     (zero_cotangent_item(item) if flag else 0.0) for item, flag in zip(x, items)]
         return [zero_cotangent_item(item) for item in x]
     if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
-        # A lazy sequence of cotangents (numpy_grads._Lazy): None stays None.
+        # Another sequence (a range): one zero per item; None stays None.
         return [None if item is None else zeros_like(item) for item in x]
     if isinstance(x, ArrayMeta):
         return np.zeros(x.shape, x.dtype if np.issubdtype(x.dtype, np.inexact) else np.float64)
