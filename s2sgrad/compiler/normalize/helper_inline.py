@@ -32,6 +32,7 @@ import types
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Set
 
+from ...introspect import unwrap
 from ..names import NameRegistry, copy_location
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
@@ -50,6 +51,23 @@ class Inlined:
 
     body: List[ast.stmt]
     result: ast.expr
+
+
+def may_append(helper: types.FunctionType) -> bool:
+    """Whether the helper's code (nested code included) names an `append` or `extend`
+    attribute at all: a cheap test before its source is parsed (most calls of a
+    user's function, or of generated code, append to nothing). True where the code
+    parsed would not be this function's own (a wrapper, s2sgrad.grad(f) & co.)."""
+    fn = unwrap(helper)
+    if not isinstance(fn, types.FunctionType) or hasattr(fn, "__s2sgrad_derived__"):
+        return True
+    todo = [fn.__code__]
+    while todo:
+        code = todo.pop()
+        if "append" in code.co_names or "extend" in code.co_names:
+            return True
+        todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return False
 
 
 def appended_parameters(node: ast.FunctionDef) -> Set[str]:

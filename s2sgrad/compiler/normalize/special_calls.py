@@ -12,7 +12,7 @@ from ...errors import TransformError
 from ..names import copy_location, name_node
 from ..parse import parse_function
 from .closures import NotSpecialisable, Passed, bind_arguments, specialised
-from .helper_inline import NotInlinable, appended_parameters, inline, why_not
+from .helper_inline import NotInlinable, appended_parameters, inline, may_append, why_not
 from .scope import assigned_in_compound, assigned_names
 
 
@@ -37,6 +37,8 @@ class SpecialCalls:
         """`add_layer(acts, W)` where add_layer appends to its parameter: its body,
         inlined here (normalize.helper_inline); None where it appends to nothing."""
         core = self.core
+        if not may_append(helper):
+            return None
         try:
             parsed = parse_function(helper)
         except TransformError:
