@@ -106,6 +106,48 @@ def test_numpy_runs_while_a_worker_compiles_then_the_cached_code(shape):
                                    rtol=1e-6, atol=1e-8)
 
 
+def rate(v, a):
+    return -a * np.sin(v) - 0.1 * v * v
+
+
+def step(v, a, h):
+    k1 = rate(v, a)
+    k2 = rate(v + 0.5 * h * k1, a)
+    return v + h * k2
+
+
+def stepped(v, a, n):
+    for _ in range(n):
+        v = step(v, a, 0.1)
+    return np.sum(v * v)
+
+
+@pytest.mark.parametrize("shape", [(6,), (3, 5)])   # a broadcasts along the last axis
+def test_a_function_calling_helpers_compiles_in_a_worker_too(shape):
+    """Its callees' split modules are on disk like its own: a worker rebuilds them (a
+    helper calling a helper), the first call runs NumPy instead of waiting for
+    numba (rk4's took 7.6 s), and the machine code is loaded from the cache."""
+    rng = np.random.default_rng(3)
+    args = (rng.uniform(-1, 1, shape), rng.uniform(0.5, 1.5, shape[-1:]), 15)
+    g = s2sgrad.grad(stepped, (0, 1), jit=True)
+    want = s2sgrad.grad(stepped, (0, 1))(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        first = g(*args)
+        v = _variant(stepped, (0, 1))
+        assert v.worker is not None and v.check is not None     # compiling elsewhere
+        for got, w in zip(first, want):
+            np.testing.assert_array_equal(got, w)                # the NumPy backend's
+        assert jit_wait(stepped)
+        assert v.worker is None and v.failed is None
+        second = g(*args)
+    assert v.check is None and _loaded_from_cache(v.fused) == 1   # not compiled here
+    for i, got in enumerate(second):
+        np.testing.assert_allclose(got, want[i], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(got, numeric_grad(stepped, list(args), i),
+                                   rtol=1e-6, atol=1e-8)
+
+
 def loop_beside_a_product(A, B, xs):
     C = A @ B
     h = np.zeros(C.shape[0])
@@ -308,26 +350,30 @@ def test_reset_stops_the_workers():
     assert worker.done()
 
 
-def test_the_next_process_loads_the_code_without_a_worker(tmp_path):
+@pytest.mark.parametrize("function", [damped, stepped])
+def test_the_next_process_loads_the_code_without_a_worker(tmp_path, function):
     """A worker's machine code stays in the disk cache: a new process finds it, loads
-    it at its first call (no worker), and checks it."""
+    it at its first call (no worker), and checks it; for a function calling helpers
+    too (its callees' modules are on disk: before, every process compiled it)."""
     code = tmp_path / "code"
     code.mkdir()
     (code / "worker_case.py").write_text(
-        "import numpy as np\n\n\n" + textwrap.dedent(inspect.getsource(damped)))
+        "import numpy as np\n\n\n" + "\n\n".join(
+            textwrap.dedent(inspect.getsource(f)) for f in (damped, rate, step, stepped)))
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(code)!r})
         import numpy as np, s2sgrad
         from s2sgrad.backends import jit_wait, numba_backend
-        from worker_case import damped
+        from worker_case import {function.__name__} as f
         rng = np.random.default_rng(0)
         args = (rng.uniform(-1, 1, 6), rng.uniform(0.5, 1.5, 6), rng.uniform(0.1, 0.3, 6), 12)
-        got = s2sgrad.grad(damped, jit=True)(*args)
-        v = next(iter(numba_backend.known_state(damped, (0,)).variants.values()))
+        args = args if f.__name__ == "damped" else (args[0], args[1], 12)
+        got = s2sgrad.grad(f, jit=True)(*args)
+        v = next(iter(numba_backend.known_state(f, (0,)).variants.values()))
         print("worker" if v.worker is not None else "loaded" if v.check is None else "?")
         jit_wait()
-        want = s2sgrad.grad(damped)(*args)
+        want = s2sgrad.grad(f)(*args)
         print(float(np.max(np.abs(got - want))))
         """)
     env = dict(os.environ, S2SGRAD_CACHE_DIR=str(tmp_path / "cache"),

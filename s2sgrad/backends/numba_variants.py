@@ -182,7 +182,7 @@ def build(state, args, live, key, need, old: Optional[Variant]) -> Variant:
                              float_stacks=float_stacks(state.pair, residuals))
         ns = module_namespace(state, blas, residuals)
         ns, cache = load_module(out_src.source, ns, state.pair.name,
-                                disk=not state.callees)
+                                disk=callees_on_disk(state))
         v.on_disk, v.blas, v.module = cache, blas, ns.get("__file__") if cache else None
         jit = functools.partial(numba_module().njit, cache=cache)
         if need == "fused":
@@ -278,10 +278,11 @@ def infer_kinds(pair: rw.Pair, seeds, residuals, cotangent):
     for name, value in zip(pair.residual_names, residuals):
         if name is None:
             continue
-        if isinstance(value, list):
-            items = [rw.kind_of(x) for x in value if x is not None]
-            if items and items[-1] is not None:
-                stacks[name] = items[-1]
+        if isinstance(value, list):   # a stack: the kind of its last item
+            last = next((x for x in reversed(value) if x is not None), None)
+            kind = None if last is None else rw.kind_of(last)
+            if kind is not None:
+                stacks[name] = kind
         else:
             kind = rw.kind_of(value)
             if kind is not None:
@@ -347,13 +348,41 @@ def split_functions(state, residuals: Optional[tuple] = None) -> tuple:
             src = rw.rewrite(state.pair, placeholders, [b.name for b in state.live],
                              ["split"], fwd_kinds, adj_kinds, False, state.call_extra)
             ns = module_namespace(state, False, residuals)
-            exec(compile(src.source, f"<s2sgrad-numba {state.pair.name}>", "exec"), ns)
-            jit = numba_module().njit
+            ns, cache = load_module(src.source, ns, state.pair.name,
+                                    disk=callees_on_disk(state))
+            jit = functools.partial(numba_module().njit, cache=cache)
             state.split = (jit(ns[state.pair.name + "_nb_forward"]),
-                           jit(ns[state.pair.name + "_nb_adjoint"]))
+                           jit(ns[state.pair.name + "_nb_adjoint"]),
+                           _as_callee(state, ns) if cache else None)
             return state.split
         finally:
             state.building = False
+
+
+def callees_on_disk(state) -> bool:
+    """Whether every function state's code calls has its split module on disk (so that
+    numba may keep state's machine code, and a worker rebuild its module)."""
+    return all(sub.split is not None and sub.split[2] is not None
+               for sub, _ in state.callees.values())
+
+
+def _as_callee(state, ns: dict):
+    """The worker's record of state's split module (numba_worker.Callee), or None where
+    another process could not rebuild it (a name bound to other than numpy and math)."""
+    from .numba_worker import MODULES, Callee
+    if any(not isinstance(c, types.ModuleType) or c.__name__ not in MODULES
+           for c in state.constants.values()):
+        return None
+    return Callee(ns["__file__"], ns["__name__"], ns.get("__s2sgrad_sha256__", ""),
+                  {name: c.__name__ for name, c in state.constants.items()},
+                  callee_records(state))
+
+
+def callee_records(state) -> dict:
+    """name in state's code -> (the callee's numba_worker.Callee, its function's name)."""
+    return {name: (sub.split[2], sub.pair.name + ("_nb_forward" if half == "forward"
+                                                  else "_nb_adjoint"))
+            for name, (sub, half) in state.callees.items()}
 
 
 def split_pair(state) -> rw.Pair:
@@ -396,7 +425,8 @@ def worker_job(state, v: Variant, kind: str, call: tuple, live: tuple):
     names objects other than the modules numba knows)."""
     from .numba_worker import MODULES, Job
     if not v.on_disk or any(not isinstance(c, types.ModuleType) or
-                            c.__name__ not in MODULES for c in state.constants.values()):
+                            c.__name__ not in MODULES for c in state.constants.values()) \
+            or not callees_on_disk(state):
         return None
     numba = numba_module()
     functions = v.functions(kind)
@@ -412,7 +442,7 @@ def worker_job(state, v: Variant, kind: str, call: tuple, live: tuple):
         job = Job(path, first.__module__, v.blas,
                   {name: c.__name__ for name, c in state.constants.items()},
                   [(first.__name__, signature)],
-                  module.__dict__.get("__s2sgrad_sha256__", ""))
+                  module.__dict__.get("__s2sgrad_sha256__", ""), callee_records(state))
         if kind == "vjp":
             out, _ = state.compiled.forward(*copies(call))
             cotangent = unit_cotangent(out)

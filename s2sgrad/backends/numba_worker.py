@@ -34,6 +34,19 @@ MODULES = ("numpy", "math", "cmath")
 
 
 @dataclass
+class Callee:
+    """The module of a function a job's code calls (its forward and adjoint, split for
+    callers), on disk like the job's own: a worker imports it first and binds the
+    caller's names to its functions, as the calling process did."""
+
+    path: str
+    module_name: str
+    sha256: str
+    modules: Dict[str, str]
+    callees: Dict[str, Tuple["Callee", str]] = field(default_factory=dict)
+
+
+@dataclass
 class Job:
     """What a worker compiles: one generated module file, some of its functions."""
 
@@ -43,6 +56,8 @@ class Job:
     modules: Dict[str, str]                      # name in the code -> module imported
     signatures: List[Tuple[str, Any]] = field(default_factory=list)   # (function, numba sig)
     sha256: str = ""                             # of the file the calling process wrote
+    # name in the code -> (the callee's module, the function of it the name is bound to)
+    callees: Dict[str, Tuple[Callee, str]] = field(default_factory=dict)
 
 
 def import_file(path: str, module_name: str, names: dict, text: str) -> types.ModuleType:
@@ -186,13 +201,24 @@ class Worker:
 def compile_job(job: Job) -> None:
     """(In the worker.) Compile the job's functions into numba's disk cache."""
     import numba
-
-    from .numba_helpers import namespace
-    names = namespace(job.blas, {name: importlib.import_module(module)
-                                 for name, module in job.modules.items()})
-    module = import_file(job.path, job.module_name, names, checked_module_text(job))
+    module = _imported(job, job.blas, {})
     for function, signature in job.signatures:
         numba.njit(cache=True)(getattr(module, function)).compile(signature)
+
+
+def _imported(job, blas: bool, done: Dict[str, types.ModuleType]) -> types.ModuleType:
+    """(In the worker.) The job's module (or a callee's), its callees' first, each with
+    its names bound as the calling process bound them."""
+    import numba
+
+    from .numba_helpers import namespace
+    names = namespace(blas, {name: importlib.import_module(module)
+                             for name, module in job.modules.items()})
+    for name, (callee, function) in job.callees.items():
+        if callee.module_name not in done:
+            done[callee.module_name] = _imported(callee, False, done)
+        names[name] = numba.njit(cache=True)(getattr(done[callee.module_name], function))
+    return import_file(job.path, job.module_name, names, checked_module_text(job))
 
 
 def main() -> int:
