@@ -219,7 +219,9 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     complexes = () if leaves is None else complex_parameters(f, args, {})
     if jit and not complexes:   # (the numba pair is not specialised to complex values)
         backends = _backends()
-        if not backends.numpy_runs_vjp(f, positions):
+        if (leaves is None or len(leaves) == len(args) or
+                not backends.structured_vjp(f, positions, args)) and \
+                not backends.numpy_runs_vjp(f, positions):
             return backends.jit_vjp(f, args, positions, single)
     xp = None if leaves is None else namespace_among(args)
     foreign = xp is None and leaves is not None and any_foreign(args)

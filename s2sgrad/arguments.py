@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
-from typing import Any, Callable, List, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -278,6 +278,13 @@ def leaf_positions(args: tuple) -> Tuple[int, ...]:
                   not isinstance(a, (list, tuple, dict)) and
                   (isinstance(a, (np.ndarray, np.generic, numbers.Number)) or
                    is_foreign_array(a) or namespace_of(a) is not None)])
+
+
+def structured(args: tuple, kwargs: Optional[dict] = None) -> bool:
+    """Whether an argument is a list, tuple or dict (or another non-leaf): jit=True's
+    pair is compiled for arrays and numbers, whose cotangents add with `+`."""
+    values = tuple(args) + tuple((kwargs or {}).values())
+    return len(leaf_positions(values)) != len(values)
 
 
 def parameter_names(f: Callable) -> List[str]:

@@ -25,6 +25,21 @@ def test_fuzzer_programs_give_numpys_gradients_under_jit(monkeypatch, tmp_path, 
     assert os.listdir(tmp_path)
 
 
+def test_fuzzer_programs_with_structures_and_keyword_only_give_numpys_gradients_under_jit(
+        monkeypatch, tmp_path):
+    """The constructs the jit fuzzer otherwise leaves out, structured arguments
+    differentiated too: jit=True's pair is compiled for arrays, so they run the NumPy
+    backend (a list of (W, b) once ended in InternalError), and a keyword-only
+    parameter's default was passed by position (TypeError)."""
+    monkeypatch.setenv("S2SGRAD_JIT_PLAN", "always")
+    monkeypatch.setenv("S2SGRAD_CACHE", "0")
+    results = [fuzz_jit.check_program(13, index, str(tmp_path), structures=True)
+               for index in range(8)]
+    bad = [(i, detail) for i, (status, detail) in enumerate(results)
+           if status in ("wrong", "crashed")]
+    assert not bad, bad
+
+
 def test_a_partial_entry_and_a_helper_given_a_function_run_numpy_under_jit(make_module,
                                                                           monkeypatch):
     """Two kinds of pair the numba backend does not compile (a partial's, and one

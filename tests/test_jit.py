@@ -558,3 +558,111 @@ def test_a_wrong_compiled_vjp_is_caught_on_the_first_pullback(monkeypatch):
     assert out == want_out
     for g, w in zip(got, want_pullback(1.0)):
         np.testing.assert_array_equal(g, w)
+
+
+def cell(params, h, x):
+    (W, b), (U, c) = params
+    h = np.tanh(W @ h + U @ x + b)
+    return h * c
+
+
+def cells(params, xs, weights):
+    h = np.zeros(params[0][1].shape[0])
+    for x in xs:
+        h = cell(params, h, x)
+    return np.sum(h * h) + np.sum(weights["w"] * h)
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_a_list_of_tuples_accumulated_in_a_loop_runs_the_numpy_backend(small):
+    """jit=True's pair is compiled for arrays and numbers, whose cotangents add with
+    `+`: the LSTM benchmark's list of (W, b) tuples, whose cotangent a loop
+    accumulates (`params_bar += part`), ended in InternalError ("the gradient of a
+    list of 4 items has 124": the lists were concatenated). Its first call is checked
+    against the NumPy backend's pair for lists, disagrees, and runs that; one
+    JitWarning says why; gradients against differences (small) and NumPy's."""
+    pytest.importorskip("numba")
+    from benchmarks.workloads import lstm_helper
+    params, xs, target = lstm_helper.make_inputs(small=small)
+    f = lstm_helper.lstm_loss
+    with pytest.warns(JitWarning):   # (one per function: numba's reason, or the lists')
+        got = s2sgrad.grad(f, jit=True)(params, xs, target)
+    again = s2sgrad.grad(f, jit=True)(params, xs, target)
+    want = s2sgrad.grad(f)(params, xs, target)
+    _, pullback = s2sgrad.vjp(f, params, xs, target, wrt=0, jit=True)
+    from_vjp = pullback(1.0)
+    eps = 1e-6
+    for i, pair in enumerate(params):
+        for k, leaf in enumerate(pair):
+            for g in (got, again, from_vjp):
+                np.testing.assert_allclose(g[i][k], want[i][k], rtol=1e-12, atol=1e-14)
+            if small:
+                fd = np.zeros_like(leaf)
+                for idx in np.ndindex(leaf.shape):
+                    leaf[idx] += eps
+                    up = f(params, xs, target)
+                    leaf[idx] -= 2 * eps
+                    down = f(params, xs, target)
+                    leaf[idx] += eps
+                    fd[idx] = (up - down) / (2 * eps)
+                np.testing.assert_allclose(got[i][k], fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.filterwarnings("ignore:(?s).*type .reflected list.")
+@pytest.mark.parametrize("hidden, inp", [(3, 2), (5, 4)])
+def test_lists_tuples_and_dicts_of_arrays_under_jit(hidden, inp):
+    """A list of (W, b) tuples and a dict: jit=True's gradient is NumPy's (against
+    differences), whatever runs it."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(7)
+    params = [(rng.standard_normal((hidden, hidden)) * 0.4, rng.standard_normal(hidden) * 0.1),
+              (rng.standard_normal((hidden, inp)) * 0.4, rng.standard_normal(hidden))]
+    xs, weights = rng.standard_normal((4, inp)), {"w": rng.standard_normal(hidden)}
+    with pytest.warns(JitWarning):   # (numba cannot type the structures here)
+        got = s2sgrad.grad(cells, wrt=(0, 2), jit=True)(params, xs, weights)
+    want = s2sgrad.grad(cells, wrt=(0, 2))(params, xs, weights)
+    _, pullback = s2sgrad.vjp(cells, params, xs, weights, wrt=0, jit=True)
+    from_vjp = pullback(1.0)
+    eps = 1e-6
+    for i, (W, b) in enumerate(params):
+        for k, leaf in enumerate((W, b)):
+            fd = np.zeros_like(leaf)
+            for idx in np.ndindex(leaf.shape):
+                leaf[idx] += eps
+                up = cells(params, xs, weights)
+                leaf[idx] -= 2 * eps
+                down = cells(params, xs, weights)
+                leaf[idx] += eps
+                fd[idx] = (up - down) / (2 * eps)
+            np.testing.assert_allclose(got[0][i][k], want[0][i][k], rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(from_vjp[i][k], want[0][i][k], rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(got[0][i][k], fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(got[1]["w"], want[1]["w"], rtol=1e-12, atol=1e-14)
+
+
+def damped_steps(x, a, *, steps=6, rate=0.3):
+    for _ in range(steps):
+        x = x - rate * np.sin(a * x)
+    return np.sum(x * x)
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 3)])
+def test_keyword_only_parameters_under_jit(shape):
+    """A keyword-only parameter's default was passed to the NumPy forward by position
+    when jit=True built its variant (TypeError); given by name, or left to its
+    default, the gradient is NumPy's (and the differences')."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(11)
+    x, a = rng.uniform(-1, 1, shape), rng.uniform(0.5, 1.5, shape[-1:])
+    for kwargs in ({}, {"steps": 3}, {"rate": 0.2, "steps": 4}):
+        def f(x, a, kw=kwargs):
+            return damped_steps(x, a, **kw)
+
+        got = s2sgrad.grad(damped_steps, wrt=(0, 1), jit=True)(x, a, **kwargs)
+        _, pullback = s2sgrad.vjp(damped_steps, x, a, wrt=(0, 1), jit=True)
+        from_vjp = pullback(1.0)
+        for i in range(2):
+            fd = numeric_grad(f, [x, a], i)
+            np.testing.assert_allclose(got[i], fd, rtol=1e-6, atol=1e-8)
+            if not kwargs:
+                np.testing.assert_allclose(from_vjp[i], fd, rtol=1e-6, atol=1e-8)

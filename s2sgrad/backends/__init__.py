@@ -16,39 +16,86 @@ Nothing here imports numba until a jit=True function is first called.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
-from ..arguments import check_args, check_cotangent, finalize, leaves_of, normalize_wrt, pack, seed
+from ..arguments import (
+    check_args,
+    check_cotangent,
+    finalize,
+    leaf_positions,
+    leaves_of,
+    normalize_wrt,
+    pack,
+    seed,
+    structured,
+)
 from ..runtime.arrays import holds_complex
 from .jit_policy import JitPlan
-from .numba_backend import JitWarning, known_state, reset, state_for, wait
+from .numba_backend import STRUCTURED, JitWarning, known_state, mismatch, reset, state_for, wait
 
 __all__ = ["JitPlan", "JitWarning", "jit_plan", "jit_rule", "jit_value_and_grad", "jit_vjp",
-           "jit_source", "jit_wait", "numpy_runs_vjp", "reset"]
+           "jit_source", "jit_wait", "numpy_runs_vjp", "pair_holds", "reset", "structured_vjp"]
 
 
 def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
                        numpy_path: Callable) -> Callable:
     """The body of value_and_grad(f, wrt, jit=True); `numpy_path` (the NumPy
     backend's) takes the calls given complex values (the numba pair is not
-    specialised to them: see s2sgrad.arguments.complex_parameters)."""
+    specialised to them: see s2sgrad.arguments.complex_parameters), and those given
+    lists, tuples or dicts where jit=True's pair is not theirs (see pair_holds)."""
     states: list = []
+    verdicts: Dict[tuple, bool] = {}   # structured call's leaves -> jit's pair holds
 
     def value_and_grad_f(*args, **kwargs):
         if any(holds_complex(a) for a in args) or \
                 any(holds_complex(a) for a in kwargs.values()):
             return numpy_path(*args, **kwargs)
         check_args(f, args, positions)
+        pattern = held = None
+        if structured(args, kwargs):
+            pattern = (leaf_positions(args), tuple(sorted(kwargs)))
+            held = verdicts.get(pattern)
+            if held is False:
+                return numpy_path(*args, **kwargs)
+            if held is None and pair_holds(f, positions, args, kwargs):
+                verdicts[pattern] = held = True
         if not states:
             states.append(state_for(f, positions))
         elif states[0].compiled is not None and not states[0].compiled.current():
             states[0] = state_for(f, positions)  # a name it was built for was rebound
-        out, grads = states[0].value_and_grad(args, kwargs)
-        seed(out)                       # a non-scalar output: the API's ValueError
-        grads = pack(grads, positions)
-        grads = tuple(finalize(g, args[i]) for g, i in zip(grads, positions))
-        return out, (grads[0] if single else grads)
+        if held is None and pattern is not None:
+            return _verified(states[0], verdicts, pattern, single, positions, numpy_path,
+                             args, kwargs)
+        return _jit_call(states[0], single, positions, args, kwargs)
     return value_and_grad_f
+
+
+def _jit_call(state, single: bool, positions: Tuple[int, ...], args: tuple, kwargs: dict):
+    out, grads = state.value_and_grad(args, kwargs)
+    seed(out)                       # a non-scalar output: the API's ValueError
+    grads = pack(grads, positions)
+    grads = tuple(finalize(g, args[i]) for g, i in zip(grads, positions))
+    return out, (grads[0] if single else grads)
+
+
+def _verified(state, verdicts: dict, pattern: tuple, single: bool,
+              positions: Tuple[int, ...], numpy_path: Callable, args: tuple, kwargs: dict):
+    """The first call given lists, tuples or dicts in this pattern, where jit=True's pair
+    (compiled for arrays and numbers) is not the text of theirs: its result is compared
+    with the NumPy backend's (on copies of the arguments); the same values, and the
+    pattern's later calls run jit=True's pair; else they run the NumPy backend, and
+    the JitWarning says why (a list's cotangent accumulated with `+=` concatenates)."""
+    from .numba_variants import copies
+    want = numpy_path(*copies(args), **kwargs)   # (the user's error, if any, from here)
+    try:
+        got = _jit_call(state, single, positions, args, kwargs)
+    except Exception:  # noqa: BLE001 - the pair is not this call's: NumPy's result
+        got = None
+    verdicts[pattern] = got is not None and mismatch(got, want) is None
+    if not verdicts[pattern]:
+        state.warn(STRUCTURED)
+        return want
+    return got
 
 
 def jit_vjp(f: Callable, args: tuple, positions: Tuple[int, ...], single: bool):
@@ -61,6 +108,33 @@ def jit_vjp(f: Callable, args: tuple, positions: Tuple[int, ...], single: bool):
         grads = tuple(finalize(g, args[i], avoid=leaves_of(v)) for g, i in zip(grads, positions))
         return grads[0] if single else grads
     return out, pullback
+
+
+def pair_holds(f: Callable, positions: Tuple[int, ...], args: tuple,
+               kwargs: Optional[dict] = None) -> bool:
+    """Whether jit=True's pair, compiled for arrays and numbers (whose cotangents add
+    with `+`), is the text of the pair compiled for what a call given lists, tuples or
+    dicts is given (where a structure's cotangent accumulates it is not:
+    `params_bar += part` would concatenate lists)."""
+    from ..compiler import compile_function
+    state = state_for(f, positions)
+    state.ensure_prepared()
+    if state.compiled is None or any(structured((v,)) for v in (kwargs or {}).values()):
+        return False
+    leaves = set(leaf_positions(args))
+    count = max(len(args), state.nparams)
+    compiled = compile_function(f, positions, leaves=tuple(
+        i for i in range(count) if i >= len(args) or i in leaves))
+    return compiled.module_source == state.compiled.module_source
+
+
+def structured_vjp(f: Callable, positions: Tuple[int, ...], args: tuple) -> bool:
+    """Whether vjp(f, ..., jit=True) given lists, tuples or dicts runs the NumPy backend
+    (jit=True's pair is not theirs: see pair_holds); the JitWarning says so."""
+    if pair_holds(f, positions, args):
+        return False
+    state_for(f, positions).warn(STRUCTURED)
+    return True
 
 
 def numpy_runs_vjp(f: Callable, positions: Tuple[int, ...]) -> bool:

@@ -212,7 +212,7 @@ class _CompiledPullback:
                 if self.reference is not None:   # the first pullback: numba compiled it
                     want = state.compiled.adjoint(self.reference, cot)
                     self.reference = None
-                    problem = _mismatch(grads, want)
+                    problem = mismatch(grads, want)
                     if problem is not None:
                         v.failed = (f"the compiled gradient differs from the NumPy "
                                     f"backend's ({problem})")
@@ -224,13 +224,19 @@ class _CompiledPullback:
                 if load.is_numba_error(exc):
                     state.fail(call, self.live, exc, v)
                 else:
-                    _, residuals = state.compiled.forward(*call)
+                    _, residuals = numba_variants.numpy_forward(state, call)
                     result = state.compiled.adjoint(residuals, cot)   # NumPy's error?
                     state.warn(f"the compiled pullback raised {load.first_line(exc)} "
                                f"where NumPy did not")
                     return result
                 self.numpy = state.numpy_vjp(call)[1]
         return self.numpy(cot)
+
+
+# Why a call given lists, tuples or dicts runs the NumPy backend where jit=True's pair,
+# compiled for arrays and numbers (whose cotangents add with `+`), is not theirs.
+STRUCTURED = ("an argument is a list, tuple or dict, whose cotangent this function's "
+              "code for arrays would not accumulate right")
 
 
 def _measured_to_numpy(state: "JitFunction", v: numba_variants.Variant, call: tuple,
@@ -474,7 +480,7 @@ class JitFunction:
         arguments: from the run that built the variant when it was this call's."""
         built_for, out, residuals, seed = v.check
         if built_for is not call:       # built by jit_source, or by a call since
-            out, residuals = self.compiled.forward(*numba_variants.copies(call))
+            out, residuals = numba_variants.numpy_forward(self, numba_variants.copies(call))
             seed = seed_of(out)
         return out, self.compiled.adjoint(residuals, seed)
 
@@ -566,7 +572,7 @@ class JitFunction:
         warning says so. Never a wrong value silently.
         """
         v.check = None
-        problem = _mismatch(result, want)
+        problem = mismatch(result, want)
         if problem is None:
             return result
         v.failed = f"the compiled gradient differs from the NumPy backend's ({problem})"
@@ -615,8 +621,9 @@ class JitFunction:
         if not v.vjp_checked:
             # The first vjp of a variant is compared with the NumPy backend's.
             v.vjp_checked = True
-            want_out, reference = self.compiled.forward(*numba_variants.copies(call))
-            problem = _mismatch(out, want_out)
+            want_out, reference = numba_variants.numpy_forward(
+                self, numba_variants.copies(call))
+            problem = mismatch(out, want_out)
             if problem is not None:
                 v.failed = f"the compiled output differs from the NumPy backend's ({problem})"
                 self.warn(v.failed)
@@ -624,7 +631,7 @@ class JitFunction:
         return out, _CompiledPullback(self, v, call, live, reference)
 
     def numpy_vjp(self, args):
-        out, residuals = self.compiled.forward(*args)
+        out, residuals = numba_variants.numpy_forward(self, args)
         return out, (lambda cot: self.compiled.adjoint(residuals, cot))
 
     def source(self, args: tuple, kwargs: Optional[dict] = None) -> str:
@@ -644,13 +651,13 @@ class JitFunction:
 
 
 
-def _mismatch(got: Any, want: Any, rtol: float = 1e-7) -> Optional[str]:
+def mismatch(got: Any, want: Any, rtol: float = 1e-7) -> Optional[str]:
     """None if got equals want up to rounding (same structure, shapes, NaNs), else why."""
     if isinstance(want, (tuple, list)):
         if not isinstance(got, (tuple, list)) or len(got) != len(want):
             return "a different structure"
         for g, w in zip(got, want):
-            problem = _mismatch(g, w, rtol)
+            problem = mismatch(g, w, rtol)
             if problem is not None:
                 return problem
         return None

@@ -153,12 +153,27 @@ def free_names(state, state_of: Callable[[Any], Any]) -> FreeNames:
     return FreeNames(live, constants, callees, call_extra)
 
 
+def numpy_forward(state, call: tuple) -> tuple:
+    """The NumPy forward of a bound call (`JitFunction.bind`: every parameter, defaults
+    applied, in the pair's order), its keyword-only parameters given by name."""
+    signature = state.signature
+    if signature is None:
+        return state.compiled.forward(*call)
+    positional = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                     for p in signature.parameters.values())
+    if len(call) <= positional:
+        return state.compiled.forward(*call)
+    return state.compiled.forward(*call[:positional],
+                                  **dict(zip(state.pair.params[positional:],
+                                             call[positional:])))
+
+
 def build(state, args, live, key, need, old: Optional[Variant]) -> Variant:
     """Learn kinds from one NumPy run, rewrite, exec, njit (numba compiles at the call)."""
     v = old or Variant()
     # The NumPy run on copies: the call that follows writes into the arguments
     # (if the function does) once, as without jit.
-    out, residuals = state.compiled.forward(*copies(args))
+    out, residuals = numpy_forward(state, copies(args))
     if need in ("fused", "loops"):
         seed = seed_of(out)     # a non-scalar output: the API's ValueError, now
         v.check = (args, out, residuals, seed)
@@ -444,7 +459,7 @@ def worker_job(state, v: Variant, kind: str, call: tuple, live: tuple):
                   [(first.__name__, signature)],
                   module.__dict__.get("__s2sgrad_sha256__", ""), callee_records(state))
         if kind == "vjp":
-            out, _ = state.compiled.forward(*copies(call))
+            out, _ = numpy_forward(state, copies(call))
             cotangent = unit_cotangent(out)
             if cotangent is None:
                 return None
