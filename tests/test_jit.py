@@ -573,6 +573,20 @@ def cells(params, xs, weights):
     return np.sum(h * h) + np.sum(weights["w"] * h)
 
 
+def _leaf_differences(f, args, leaf, eps=1e-6):
+    """Central differences of f(*args) in each element of `leaf`, an array inside args
+    (changed in place and restored)."""
+    fd = np.zeros_like(leaf)
+    for idx in np.ndindex(leaf.shape):
+        leaf[idx] += eps
+        up = f(*args)
+        leaf[idx] -= 2 * eps
+        down = f(*args)
+        leaf[idx] += eps
+        fd[idx] = (up - down) / (2 * eps)
+    return fd
+
+
 @pytest.mark.parametrize("small", [True, False])
 def test_a_list_of_tuples_accumulated_in_a_loop_runs_the_numpy_backend(small):
     """jit=True's pair is compiled for arrays and numbers, whose cotangents add with
@@ -591,20 +605,12 @@ def test_a_list_of_tuples_accumulated_in_a_loop_runs_the_numpy_backend(small):
     want = s2sgrad.grad(f)(params, xs, target)
     _, pullback = s2sgrad.vjp(f, params, xs, target, wrt=0, jit=True)
     from_vjp = pullback(1.0)
-    eps = 1e-6
     for i, pair in enumerate(params):
         for k, leaf in enumerate(pair):
             for g in (got, again, from_vjp):
                 np.testing.assert_allclose(g[i][k], want[i][k], rtol=1e-12, atol=1e-14)
             if small:
-                fd = np.zeros_like(leaf)
-                for idx in np.ndindex(leaf.shape):
-                    leaf[idx] += eps
-                    up = f(params, xs, target)
-                    leaf[idx] -= 2 * eps
-                    down = f(params, xs, target)
-                    leaf[idx] += eps
-                    fd[idx] = (up - down) / (2 * eps)
+                fd = _leaf_differences(f, (params, xs, target), leaf)
                 np.testing.assert_allclose(got[i][k], fd, rtol=1e-6, atol=1e-8)
 
 
@@ -623,17 +629,9 @@ def test_lists_tuples_and_dicts_of_arrays_under_jit(hidden, inp):
     want = s2sgrad.grad(cells, wrt=(0, 2))(params, xs, weights)
     _, pullback = s2sgrad.vjp(cells, params, xs, weights, wrt=0, jit=True)
     from_vjp = pullback(1.0)
-    eps = 1e-6
     for i, (W, b) in enumerate(params):
         for k, leaf in enumerate((W, b)):
-            fd = np.zeros_like(leaf)
-            for idx in np.ndindex(leaf.shape):
-                leaf[idx] += eps
-                up = cells(params, xs, weights)
-                leaf[idx] -= 2 * eps
-                down = cells(params, xs, weights)
-                leaf[idx] += eps
-                fd[idx] = (up - down) / (2 * eps)
+            fd = _leaf_differences(cells, (params, xs, weights), leaf)
             np.testing.assert_allclose(got[0][i][k], want[0][i][k], rtol=1e-12, atol=1e-14)
             np.testing.assert_allclose(from_vjp[i][k], want[0][i][k], rtol=1e-12, atol=1e-14)
             np.testing.assert_allclose(got[0][i][k], fd, rtol=1e-6, atol=1e-8)
