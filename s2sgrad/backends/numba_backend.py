@@ -278,7 +278,7 @@ class JitFunction:
         self.blas = False
         self.callees: Dict[str, Tuple["JitFunction", str]] = {}
         self.call_extra: Dict[str, List[Tuple[str, str]]] = {}
-        self.split: Optional[tuple] = None      # (forward, adjoint) dispatchers, for callers
+        self.split: Optional[tuple] = None      # (forward, adjoint, its Callee or None)
         self.facts = jit_policy.CodeFacts()       # loops and products: what jit_policy decides on
         self.force = jit_policy.forced()          # S2SGRAD_JIT_PLAN, read once
         self.size_limit: float = 0                # calls over smaller arrays are compiled

@@ -381,12 +381,19 @@ def callees_on_disk(state) -> bool:
                for sub, _ in state.callees.values())
 
 
+def modules_only(state) -> bool:
+    """Whether state's code reads no object but the modules a worker imports (numpy,
+    math): else another process could not rebuild its module."""
+    from .numba_worker import MODULES
+    return all(isinstance(c, types.ModuleType) and c.__name__ in MODULES
+               for c in state.constants.values())
+
+
 def _as_callee(state, ns: dict):
     """The worker's record of state's split module (numba_worker.Callee), or None where
-    another process could not rebuild it (a name bound to other than numpy and math)."""
-    from .numba_worker import MODULES, Callee
-    if any(not isinstance(c, types.ModuleType) or c.__name__ not in MODULES
-           for c in state.constants.values()):
+    another process could not rebuild it (see modules_only)."""
+    from .numba_worker import Callee
+    if not modules_only(state):
         return None
     return Callee(ns["__file__"], ns["__name__"], ns.get("__s2sgrad_sha256__", ""),
                   {name: c.__name__ for name, c in state.constants.items()},
@@ -438,10 +445,8 @@ def worker_job(state, v: Variant, kind: str, call: tuple, live: tuple):
     """The worker's job for v's functions of `kind` at these arguments' types, or
     None when another process could not rebuild its module (not on disk, or it
     names objects other than the modules numba knows)."""
-    from .numba_worker import MODULES, Job
-    if not v.on_disk or any(not isinstance(c, types.ModuleType) or
-                            c.__name__ not in MODULES for c in state.constants.values()) \
-            or not callees_on_disk(state):
+    from .numba_worker import Job
+    if not v.on_disk or not modules_only(state) or not callees_on_disk(state):
         return None
     numba = numba_module()
     functions = v.functions(kind)
