@@ -253,8 +253,7 @@ def _numpy_timed(state: "JitFunction", v: numba_variants.Variant, values: tuple,
                  kwargs):
     """The NumPy backend's result of a grad call, timed while the trial measures."""
     started = time.perf_counter()
-    out, residuals = state.compiled.forward(*args, **kwargs)
-    result = out, state.compiled.adjoint(residuals, seed_of(out))
+    result = state.numpy_value_and_grad(args, kwargs)
     if not v.trial.decided:
         v.trial.record(False, time.perf_counter() - started,
                        jit_policy.largest_array(values))
@@ -399,14 +398,14 @@ class JitFunction:
         """(output, gradients as the adjoint returns them)."""
         self.ensure_prepared()
         if not self.size_limit and self.disabled is None and self.force != "loops":
-            return self._numpy_value_and_grad(args, kwargs)   # the plan leaves every call
+            return self.numpy_value_and_grad(args, kwargs)   # the plan leaves every call
         if self.disabled is None:
             call = self.bind(args, kwargs)
             live = self.live_values()
             if not self._compiles(call, live):
                 if self._outlines(call, live):
                     return self._outlined(call, live, args, kwargs)
-                return self._numpy_value_and_grad(args, kwargs)
+                return self.numpy_value_and_grad(args, kwargs)
             v = self.variant(call, live, "fused")
             if v is not None and v.check is not None and \
                     still_compiling(self, v, "fused", call, live):
@@ -436,7 +435,7 @@ class JitFunction:
                     return self._first_result(v, result, reference)
         else:
             self.warn(self.disabled)
-        return self._numpy_value_and_grad(args, kwargs)
+        return self.numpy_value_and_grad(args, kwargs)
 
     def _outlines(self, call: tuple, live: tuple) -> bool:
         """Whether a call the plan leaves to NumPy for its size runs outlined: numba's
@@ -458,7 +457,7 @@ class JitFunction:
         to numba or to NumPy (`_LoopRunner`); a first compiled run is checked."""
         v = self.variant(call, live, "loops")
         if v is None:
-            return self._numpy_value_and_grad(args, kwargs)
+            return self.numpy_value_and_grad(args, kwargs)
         runner = _LoopRunner(self, v)
         try:
             result = v.host(*call, *live, runner)
@@ -467,7 +466,7 @@ class JitFunction:
                 v.failed = load.first_line(exc)
                 load.record_rejection(v.module, v.failed)
                 self.warn(v.failed)
-                return self._numpy_value_and_grad(args, kwargs)
+                return self.numpy_value_and_grad(args, kwargs)
             # The user's error as the NumPy backend raises it (the host runs the
             # statements in another order), or NumPy's value and a warning.
             return self._numpy_after(exc, args, kwargs, v)
@@ -489,7 +488,7 @@ class JitFunction:
         reuses the run that built the variant), unless the function writes into its
         arguments, which the reference's runs do on copies."""
         if self.mutates:
-            return self._numpy_value_and_grad(args, kwargs)
+            return self.numpy_value_and_grad(args, kwargs)
         return self._reference(v, call)
 
     def _compiles(self, call: tuple, live: tuple, vjp: bool = False) -> bool:
@@ -553,13 +552,14 @@ class JitFunction:
                                                  f"({failed.failed})", plan.largest)
         return jit_policy.JitPlan(False, f"runs on NumPy: {self.disabled}")
 
-    def _numpy_value_and_grad(self, args, kwargs):
+    def numpy_value_and_grad(self, args, kwargs):
+        """The NumPy backend's (output, gradients) of a grad call."""
         out, residuals = self.compiled.forward(*args, **kwargs)
         return out, self.compiled.adjoint(residuals, seed_of(out))
 
     def _numpy_after(self, exc: BaseException, args, kwargs, v: numba_variants.Variant):
         """The compiled code raised: NumPy decides (its error, or its value and a warning)."""
-        result = self._numpy_value_and_grad(args, kwargs)   # raises the user's error
+        result = self.numpy_value_and_grad(args, kwargs)   # raises the user's error
         v.failed = f"the compiled code raised {load.first_line(exc)} where NumPy did not"
         self.warn(v.failed)
         return result

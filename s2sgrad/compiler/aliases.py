@@ -108,7 +108,7 @@ class AliasFacts:
         # body whose iterations always run to its end (no break, continue or try)
         self.fresh_in_loop: Dict[str, List[Tuple[int, ast.stmt]]] = {}
         self._position = 0
-        self._conditional = False
+        # the (statement, field) pairs of the blocks around the statement visited
         self._blocks: tuple = ()
         # statement -> the blocks around it (as in `fresh`)
         self.blocks_of: StatementFacts[tuple] = StatementFacts("alias blocks")
@@ -127,11 +127,10 @@ class AliasFacts:
             for attr in ("body", "orelse"):
                 block = getattr(s, attr, None)
                 if isinstance(block, list) and not isinstance(s, ast.Expr):
-                    saved = self._conditional, self._blocks
-                    self._conditional = not (looping and attr == "body")
+                    saved = self._blocks
                     self._blocks += ((s, attr),)
                     self._visit(block, inner, s if looping and attr == "body" else loop)
-                    self._conditional, self._blocks = saved
+                    self._blocks = saved
 
     def _share(self, a: str, b: str) -> None:
         self.edges.append(("share", a, b) + self._here)
@@ -196,7 +195,7 @@ class AliasFacts:
         if not sources and len(outs) == 1 and isinstance(target, ast.Name) and \
                 isinstance(value, (ast.List, ast.Dict, ast.Tuple, ast.Call)):
             self.fresh.setdefault(outs[0], []).append(self._here + (self._blocks,))
-            if not self._conditional and self._loop is not None and \
+            if self._loop is not None and self._blocks[-1] == (self._loop, "body") and \
                     _runs_to_the_end(self._loop):
                 self.fresh_in_loop.setdefault(outs[0], []).append(
                     (self._position, self._loop))
