@@ -4,8 +4,10 @@ A temporary computed in a loop from values the loop never changes (`-a`,
 `dt * b`, `W.T`) is computed once before the loop. Beyond saving the work,
 this keeps the forward from saving the same value once per iteration for the
 adjoint. Only compiler temporaries move, and only operations that cannot
-raise or have effects (no division, power or calls outside NumPy's pure
-functions), so a loop that runs zero times behaves as before.
+raise or have effects, whatever the shapes (a negation, a product with a
+number, a transpose, a one-argument ufunc, a whole-array sum), so a loop that
+runs zero times behaves as before: `w * G2` moved out of a `while` whose test
+was false raised on shapes the user's code never multiplied (fuzz seed 4318).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from ..rules import registry
 from .facts import ExprFacts
 from .names import copy_location, name_nodes, walk_values
 
-_SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.MatMult)
+_SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult)
 _SAFE_UNARY = (ast.USub, ast.UAdd)
 
 
@@ -128,21 +130,28 @@ def _invariant(s, changed: Set[str], defs, user_names, exprs: ExprFacts) -> bool
 
 
 def _pure(value: ast.expr, exprs: ExprFacts) -> bool:
+    """An operation that raises on no array or number: no two arrays meet (their
+    shapes may not broadcast), no axis is named (it may not exist)."""
     if isinstance(value, ast.BinOp):
-        return isinstance(value.op, _SAFE_BINOPS)
+        return isinstance(value.op, _SAFE_BINOPS) and (_number(value.left) or _number(value.right))
     if isinstance(value, ast.UnaryOp):
         return isinstance(value.op, _SAFE_UNARY)
     if isinstance(value, ast.Attribute):
-        return value.attr in ("T", "mT", "real", "imag", "shape", "ndim", "size", "dtype")
+        return value.attr in ("T", "real", "imag", "shape", "ndim", "size", "dtype")
     if isinstance(value, ast.Call):
         callee = exprs.of(value).callee
-        if callee is None or exprs.of(value).opaque:
+        if callee is None or exprs.of(value).opaque or value.keywords or \
+                len(value.args) != 1 or registry.lookup_function(callee) is None:
             return False
-        rule = registry.lookup_function(callee)
-        if rule is None:
-            return False
-        # NumPy's ufuncs never raise on values (they warn); views and plain
-        # reductions do not either. Anything else stays where the user put it.
-        elementwise = isinstance(callee, np.ufunc) and callee.signature is None
-        return elementwise or rule.view or callee in (np.sum, np.mean)
+        # One-argument ufuncs never raise on values (they warn); nor does a sum or
+        # mean of the whole array. Anything else stays where the user put it.
+        return (isinstance(callee, np.ufunc) and callee.nin == 1 and
+                callee.signature is None) or callee in (np.sum, np.mean)
     return False
+
+
+def _number(node: ast.expr) -> bool:
+    """A numeric literal (-1.0 included): broadcast against any shape."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, _SAFE_UNARY):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
