@@ -102,8 +102,9 @@ def report(fn: Callable, wrt: Tuple[int, ...]) -> List[str]:
     lines = []
     for which in ("value", "derivative"):
         reason = notes.get(which)
+        scope = notes.get(f"{which}_scope")
         lines.append(f"{which} witness: not run ({reason})" if reason else
-                     f"{which} witness: passed")
+                     f"{which} witness: passed" + (f" ({scope})" if scope else ""))
     return lines
 
 
@@ -244,6 +245,10 @@ def _value_and_tangent(compiled: Any, fn: Callable, name: str, copies, out: Any,
     except TransformError as exc:
         notes["derivative"] = f"forward mode refuses it: {exc.reason}"
         return None
+    derived = code.transposed_rules()
+    if derived:   # (their JVP is their VJP: for those, the two transforms agree by making)
+        notes["derivative_scope"] = f"not of {', '.join(derived)}, whose JVP is derived " \
+            f"from its VJP"
     tangents = tuple(_zeros_where_none(t, args[i]) for t, i in zip(u, wrt))
     try:
         _, tangent = code.call(list(args), tangents, kwargs)

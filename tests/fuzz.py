@@ -117,6 +117,7 @@ FEATURES = {
     "stack": 0.3,            # np.stack(list_var)
     "builtin_minmax": 0.15,  # max(a, b) / min(a, b) on numbers
     "apply": 0.8,            # s2sgrad.Function subclasses via .apply
+    "user_rule": 0.4,        # within apply: functions given a rule by s2sgrad.defvjp
     "helper_call": 1.5,      # calls of user helpers (keyword arguments, defaults)
     "list_index": 0.5,       # L[k] of a local list
     "global_const": 0.6,     # module globals (floats and small arrays)
@@ -277,6 +278,22 @@ class SinCos(s2sgrad.Function):
     def vjp(ctx, gs, gc):
         x, = ctx.saved_tensors
         return gs * np.cos(x) - gc * np.sin(x)
+''',
+    # Rules given with s2sgrad.defvjp alone (the compiler does not read the functions'
+    # code): forward mode has no JVP for them and transposes their VJPs.
+    "user_revcumsum": '''\
+def user_revcumsum(x):
+    return np.cumsum(x[..., ::-1], axis=-1)[..., ::-1]
+
+
+s2sgrad.defvjp(user_revcumsum, "x", x="np.cumsum(g, axis=-1)")
+''',
+    "user_softsign": '''\
+def user_softsign(x):
+    return x / (1.0 + np.abs(x))
+
+
+s2sgrad.defvjp(user_softsign, "x", x="g / (1.0 + np.abs(x)) ** 2", broadcast=True)
 ''',
 }
 
@@ -860,8 +877,15 @@ class ProgramGenerator(FamilyMixin):
         def sincos():
             self.classes.add("SinCos")
             return f"SinCos.apply({self.expr(shape, d)})[{self.rng.randrange(2)}]"
+
+        def user_rule():   # (reversing the last axis: not for a number)
+            name = "user_revcumsum" if shape != () and self.rng.random() < 0.5 else \
+                "user_softsign"
+            self.classes.add(name)
+            return f"{name}({self.expr(shape, d)})"
         return self.choose([(None, 1.0, cube), (None, 1.0, softplus), (None, 1.0, scale),
-                            (None, 1.0, mul), ("multi_output_apply", 1.0, sincos)])
+                            (None, 1.0, mul), ("multi_output_apply", 1.0, sincos),
+                            ("user_rule", 1.0, user_rule)])
 
     def derivative_expr(self, shape, d):
         """A derivative computed inside the program: the compiler reads it as code

@@ -109,7 +109,10 @@ def test_integer_results_have_zero_tangent(make_module):
     np.testing.assert_array_equal(t, np.zeros(3))
 
 
-def test_a_rule_without_jvp_raises_at_the_users_line(make_module, restore_registry):
+@pytest.mark.parametrize("n", [3, 6])
+def test_a_rule_without_jvp_gets_its_vjp_transposed(make_module, restore_registry, n, rng):
+    # One line of VJP is the whole rule: forward mode differentiates the VJP (linear
+    # in g) with respect to g, and its reverse mode is the JVP.
     m = make_module('''
 import numpy as np
 import s2sgrad
@@ -117,17 +120,79 @@ import s2sgrad
 def opaque(x):
     return np.cumsum(x)[::-1]
 
-s2sgrad.defvjp(opaque, "x", x="np.cumsum(g[::-1][::-1])")
+s2sgrad.defvjp(opaque, "x", x="np.cumsum(g)[::-1]")
 
 def f(x):
     y = np.sin(x)
-    return opaque(y)
+    return opaque(y) * x
+''')
+    assert jvp_rules.lookup(s2sgrad.rules.registry.lookup_function(m.opaque)).transposed
+    check_jvp(m.f, [rng.standard_normal(n)])
+    code = compile_jvp(m.f, (0,))
+    assert "opaque: the transpose of its VJP" in code.module_source
+    assert code.transposed_rules() == ["opaque"]
+
+
+def test_a_transposed_jvp_follows_the_vjp_it_is_given(make_module, restore_registry, rng):
+    # The JVP is the VJP's transpose, so a VJP and its JVP agree by construction:
+    # a wrong VJP gives the transpose of that wrong map (the derivative witness
+    # says it does not check such a rule; see test_witness.py).
+    m = make_module('''
+import numpy as np
+import s2sgrad
+
+def doubled(x):
+    return 2.0 * x
+
+s2sgrad.defvjp(doubled, "x", x="3.0 * g")
+
+def f(x):
+    return doubled(x)
+''')
+    x, u = rng.standard_normal(4), rng.standard_normal(4)
+    _, tangent = functional.jvp(m.f, x, u)
+    np.testing.assert_allclose(tangent, 3.0 * u)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_a_transposed_jvp_of_a_list_parameter_with_constant_items(make_module,
+                                                                  restore_registry, shape, rng):
+    m = make_module('''
+import numpy as np
+import s2sgrad
+
+def stacked(xs, w):
+    return np.stack(xs) * w
+
+s2sgrad.defvjp(stacked, "xs, w", xs="list(g * w)", w="np.sum(g * np.stack(xs), axis=0)",
+               sequence=("xs",))
+
+def f(a, w):
+    return stacked([np.sin(a), np.ones(a.shape), a * w], w)
+''')
+    check_jvp(m.f, [rng.standard_normal(shape), rng.standard_normal(shape[-1:])])
+
+
+def test_a_rule_whose_vjp_cannot_be_transposed_raises_at_the_users_line(
+        make_module, restore_registry):
+    m = make_module('''
+import numpy as np
+import s2sgrad
+
+def joined(*xs):
+    return np.concatenate(xs)[::-1]
+
+s2sgrad.defvjp(joined, "*xs", xs="[g[::-1][:3], g[::-1][3:]]", sequence=("xs",))
+
+def f(x):
+    y = np.sin(x)
+    return joined(y, x)
 ''')
     with pytest.raises(s2sgrad.TransformError) as info:
         compile_jvp(m.f, (0,))
     message = str(info.value)
-    assert "no forward-mode (JVP) rule for opaque" in message
-    assert "return opaque(y)" in message and "^" in message
+    assert "no forward-mode (JVP) rule for joined" in message
+    assert "return joined(y, x)" in message and "^" in message
     # reverse mode still works
     s2sgrad.vjp(m.f, np.ones(3))
 
@@ -150,7 +215,9 @@ def f(x):
     check_jvp(m.f, [np.array([0.3, -1.2, 2.0])])
 
 
-def test_user_broadcasting_rule_needs_a_declaration(make_module, restore_registry):
+@pytest.mark.parametrize("shapes", [((2, 3), (2, 3)), ((2, 3), (3,))])
+def test_a_user_broadcasting_rule_gets_its_vjp_transposed(make_module, restore_registry,
+                                                         shapes, rng):
     m = make_module('''
 import numpy as np
 import s2sgrad
@@ -170,13 +237,17 @@ def f(x, y):
 def g(x, y):
     return rowdot(x, y)
 ''')
-    # broadcast=True does not make a function elementwise (rowdot reduces): no guess
+    # broadcast=True does not make a function elementwise (rowdot reduces), so
+    # neither gets the pointwise JVP; both get their VJP transposed, which
+    # unbroadcasts each cotangent to its argument as reverse mode does.
+    args = [rng.standard_normal(s) for s in shapes]
     for fn in (m.f, m.g):
-        with pytest.raises(s2sgrad.TransformError, match="no forward-mode"):
-            compile_jvp(fn, (0, 1))
+        check_jvp(fn, args)
     name = s2sgrad.rules.registry.lookup_function(m.scale).name
-    jvp_rules.pointwise(name)
-    check_jvp(m.f, [np.array([[0.3], [-1.2]]), np.array([1.0, 2.0, 3.0])])
+    jvp_rules.pointwise(name)   # (declared elementwise: its template, the tangent for g)
+    s2sgrad.compiler.forward.clear_cache()
+    check_jvp(m.f, args)
+    assert "transpose" not in compile_jvp(m.f, (0, 1)).module_source
 
 
 # -- language constructs -----------------------------------------------------------------------

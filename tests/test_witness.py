@@ -36,6 +36,18 @@ def uses_opaque(x):
     return np.sum(np.sin(opaque(x)) ** 2)
 
 
+def joined(*xs):
+    return np.concatenate(xs)[::-1]
+
+
+s2sgrad.defvjp(joined, "*xs", xs="[g[::-1][:len(xs[0])], g[::-1][len(xs[0]):]]",
+               sequence=("xs",))
+
+
+def uses_joined(x):
+    return np.sum(np.sin(joined(x, x * 2.0)) ** 2)
+
+
 def in_place(x):
     out = np.zeros(3)
     for i in range(3):
@@ -131,17 +143,32 @@ def test_random_numbers_are_noted_not_failed(m, rng):
     assert "other values on each call" in " ".join(witness.report(m.noisy, (0,)))
 
 
+def _differences(f, x, eps=1e-6):
+    return [(f(x + eps * e) - f(x - eps * e)) / (2 * eps) for e in np.eye(x.size)]
+
+
 def test_a_construct_forward_mode_refuses_is_noted(m, rng):
     x = rng.standard_normal(4)
-    g = s2sgrad.grad(m.uses_opaque, witness="always")(x)
-    eps = 1e-6
-    expected = [(m.uses_opaque(x + eps * e) - m.uses_opaque(x - eps * e)) / (2 * eps)
-                for e in np.eye(4)]
-    np.testing.assert_allclose(g, expected, rtol=1e-6, atol=1e-8)
-    lines = witness.report(m.uses_opaque, (0,))
+    g = s2sgrad.grad(m.uses_joined, witness="always")(x)
+    np.testing.assert_allclose(g, _differences(m.uses_joined, x), rtol=1e-6, atol=1e-8)
+    lines = witness.report(m.uses_joined, (0,))
     assert lines[0] == "value witness: passed"
     assert "derivative witness: not run (forward mode refuses" in lines[1]
-    assert witness.forward_mode_gap(m.uses_opaque, (0,)) is not None
+    assert witness.forward_mode_gap(m.uses_joined, (0,)) is not None
+
+
+def test_a_rule_whose_jvp_is_its_vjp_transposed_is_noted_as_unchecked(m, rng):
+    # opaque has no JVP of its own: forward mode transposes its VJP, so the two
+    # transforms agree on it by construction. The witness still checks the rest
+    # of the function, and says which rule it does not.
+    x = rng.standard_normal(5)
+    g = s2sgrad.grad(m.uses_opaque, witness="always")(x)
+    np.testing.assert_allclose(g, _differences(m.uses_opaque, x), rtol=1e-6, atol=1e-8)
+    lines = witness.report(m.uses_opaque, (0,))
+    assert lines[0] == "value witness: passed"
+    assert lines[1] == ("derivative witness: passed (not of opaque, whose JVP is derived "
+                        "from its VJP)")
+    assert witness.forward_mode_gap(m.uses_opaque, (0,)) is None
 
 
 def test_the_witness_runs_once_per_kind_of_arguments(m, rng, monkeypatch):

@@ -51,6 +51,8 @@ class CompiledJvp:
     callees: List[Any] = field(default_factory=list)
     not_inlined: List[str] = field(default_factory=list)
     bindings: List[Any] = field(default_factory=list)   # see CompiledFunction.current
+    # The rules (by label) whose JVP here is their VJP transposed, this function's own.
+    transposed: Tuple[str, ...] = ()
 
     def current(self) -> bool:
         return _bindings.current(self, set())
@@ -66,6 +68,21 @@ class CompiledJvp:
     def source(self) -> str:
         """This function's tangent code followed by that of everything it calls."""
         return joined_source(self)
+
+    def transposed_rules(self) -> List[str]:
+        """The rules whose JVP is their VJP transposed, here and in the forward-mode
+        code of the functions this calls."""
+        out: List[str] = []
+        seen: Set[int] = set()
+        todo: List[Any] = [self]
+        while todo:
+            code = todo.pop()
+            if id(code) in seen:
+                continue
+            seen.add(id(code))
+            out += [r for r in getattr(code, "transposed", ()) if r not in out]
+            todo += [c for c in code.callees if isinstance(c, CompiledJvp)]
+        return out
 
     def call(self, args: Sequence[Any], tangents: Sequence[Any], kwargs=None):
         """Run the jvp on a call's arguments (defaults of omitted ones filled in)."""
@@ -188,6 +205,7 @@ def _generate(fn, wrt, optimize_code, key, structure, demand, parsed,
                            activity=activity, params=parsed.params, name=parsed.name,
                            output_live=t.output_live, output_varied=t.output_varied,
                            not_inlined=list(t.not_inlined),
+                           transposed=tuple(sorted(t.transposed)),
                            bindings=pair_bindings(fn, nf.resolver.facts, _inlined_classes(t),
                                                   with_jvp=True, functions=nf.inlined))
     for name in sorted(t.compiled):

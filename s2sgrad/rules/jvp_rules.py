@@ -71,6 +71,9 @@ class JvpRule:
     # template declared so (`defjvp(..., complex_ok=True)`); else forward mode refuses
     # the operation on complex values.
     complex_ok: bool = False
+    # No template: the transpose of the VJP, which the compiler derives by reverse
+    # mode with respect to g (compiler/tangent/transposed.py).
+    transposed: bool = False
 
     def params(self) -> List[str]:
         return list(self.vjp.params) if self.vjp is not None else []
@@ -174,7 +177,23 @@ def _build(rule: Rule) -> Optional[JvpRule]:
         # (a rule for complex arguments that is not holomorphic, np.abs's say: its
         # VJP's template with the tangent for g is not its JVP; it needs one of its own)
         return _pointwise(rule)
+    if transposable(rule) and not rule.name.endswith(" (complex)"):
+        # (the transpose is taken in real arithmetic: a rule for complex arguments
+        # keeps a template of its own)
+        return JvpRule(name=rule.name, how=TRANSPOSED, vjp=rule, transposed=True)
     return None
+
+
+TRANSPOSED = "transposed: the reverse mode of the VJP, which is linear in g"
+
+
+def transposable(rule: Rule) -> bool:
+    """Whether the rule's VJP reads as a plain function of its cotangent and
+    parameters (no *args or **kwargs, no per-item templates)."""
+    kinds = {p.kind for p in rule.signature.parameters.values()}
+    return inspect.Parameter.VAR_POSITIONAL not in kinds and \
+        inspect.Parameter.VAR_KEYWORD not in kinds and not rule.per_item and \
+        not {"g", "ans"} & set(rule.params)
 
 
 class _Mismatch(Exception):

@@ -7,13 +7,16 @@ import copy
 import inspect
 from typing import Dict, List, Optional, Set, Tuple
 
+from ...errors import TransformError
 from ...rules import jvp_rules
 from ...runtime import HELPERS
-from .. import sites
+from .. import reentry, sites
 from ..analyze import SCALAR, is_realising
-from ..names import helper_call, name_node
+from ..marks import comment
+from ..names import assign_node, helper_call, name_node
 from ..ops import Op
 from ..transform import rule_for
+from . import transposed
 from .state import HINT_RULE, none, rebuild
 
 # Why forward mode refuses a rule for complex values, where it is not that its JVP
@@ -99,6 +102,10 @@ class RuleTangents:
         if jr.joint is not None and any(p in jr.joint_params for p in live_params
                                         if p not in handled):
             terms.append(self._expand(rule, op, jr.joint, ans, stmts, jr.prelude))
+        if jr.transposed and any(p not in handled for p in live_params):
+            terms.append(self._transposed(rule, op, node, ans, stmts,
+                                          [p for p in live_params if p not in handled]))
+            handled.update(live_params)
         missing = [p for p in live_params if p not in handled and p not in jr.parts and
                    p not in jr.linear and p not in jr.joint_params and not jr.multilinear]
         if missing:
@@ -118,6 +125,47 @@ class RuleTangents:
         if jr.cast == "always" or (jr.cast == "dtype" and "dtype" in op.bound):
             expr = helper_call("cast_tangent", expr, copy.deepcopy(ans))
         return stmts, expr
+
+    def _transposed(self, rule, op: Op, node, ans: ast.expr, out: List[ast.stmt],
+                    params: List[str]) -> ast.expr:
+        """The transpose of the rule's VJP applied to the tangents of `params`: the
+        reverse mode (with respect to g) of the VJP as a function, run at g = 0,
+        its cotangent the tangents (transposed.py)."""
+        core = self.core
+        try:
+            pair = transposed.pair_for(rule, params, reentry.compile_pair)
+        except TransformError as exc:
+            raise core.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label}, and "
+                           f"cannot derive one from its VJP: {exc.reason}", HINT_RULE) from None
+        core.transposed.add(op.label)
+        stem = transposed.stem_of(rule)
+        fwd = core.names.fresh(f"{stem}_vjp_forward")
+        adj = core.names.fresh(f"{stem}_vjp_adjoint")
+        res = core.names.fresh(f"{stem}_vjp_residuals")
+        core.bindings[fwd] = pair.forward
+        core.bindings[adj] = pair.adjoint
+        core.compiled[fwd] = pair
+        args = [helper_call("zero_tangent", copy.deepcopy(ans)), copy.deepcopy(ans)]
+        for param in rule.params:
+            if param in op.bound:
+                args.append(copy.deepcopy(op.bound[param]))
+            else:
+                default = rule.signature.parameters[param].default
+                args.append(sites.constant(None if default is inspect.Parameter.empty
+                                           else default))
+        unused = "_" if "_" not in core.names.taken else core.names.fresh("unused")
+        out.append(comment(f"{op.label}: the transpose of its VJP (reverse mode in g)"))
+        out.append(assign_node(ast.Tuple(elts=[name_node(unused, True), name_node(res, True)],
+                                         ctx=ast.Store()),
+                               ast.Call(func=name_node(fwd), args=args, keywords=[])))
+        tangents = ast.Tuple(elts=[self._param_tangent(rule, p, op.bound.get(p))
+                                   for p in params], ctx=ast.Load())
+        for t, p in zip(tangents.elts, params):   # (a list's constant items: zeros)
+            if isinstance(t, ast.List):
+                t.elts = [helper_call("zero_tangent", copy.deepcopy(atom))
+                          if isinstance(e, ast.Constant) and e.value is None else e
+                          for e, atom in zip(t.elts, op.bound[p].elts)]
+        return ast.Call(func=name_node(adj), args=[name_node(res), tangents], keywords=[])
 
     def _full_shape(self, op: Op, jr, live_params, handled, ans) -> bool:
         """Does the sum of pointwise contributions provably have the result's shape?

@@ -102,6 +102,9 @@ class Tangent:
         # knowing them (analyze.complex_returns, once every callee is compiled).
         self.call_results: List[Tuple[List[str], Optional[str]]] = []
         self.not_inlined: List[str] = []
+        # Rules whose JVP is their VJP transposed (no template of their own): the
+        # derivative witness does not check those rules (witness.py).
+        self.transposed: Set[str] = set()
         self.structure = dict(structure or {})
         self.demand = demand
         self.output_live: Any = True
