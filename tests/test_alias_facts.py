@@ -5,6 +5,7 @@ the method calls marked as normalise marks them."""
 import ast
 
 import numpy as np
+import pytest
 
 import s2sgrad
 from s2sgrad.compiler.aliases import AliasFacts
@@ -165,3 +166,43 @@ def test_a_dict_comprehension_updated_in_a_branch_of_a_loop_is_differentiated():
             fd_b[i] = (f({**p, "b": p["b"] + e}) - f({**p, "b": p["b"] - e})) / (2 * eps)
         np.testing.assert_allclose(got["bias"], fd_bias, rtol=1e-6, atol=1e-8)
         np.testing.assert_allclose(got["b"], fd_b, rtol=1e-6, atol=1e-8)
+
+
+def test_an_item_of_a_tuple_may_be_any_object_the_tuple_holds():
+    # `for t in (y, z)` and `t = xs[0]`: t is one of the tuple's items (fuzz seed 5203:
+    # only "a view of the tuple" was recorded, and `t -= ...` changed the argument y
+    # behind the adjoint's back, silently without the value witness)
+    for text in ["xs = (y, z)\nfor t in xs:\n    t -= tanh(t)\n",
+                 "xs = (y, z)\nt = xs[0]\nt -= tanh(t)\n"]:
+        facts = _facts(text, lists=())
+        (name, write), = [(n, w) for n, w in facts.writes if n == "t"]
+        assert facts.affected(name, write) == {"xs", "y", "z"}
+    # a new object bound to t first: the tuple's items are not what the write changes
+    text = "xs = (y, z)\nfor t in xs:\n    t = tanh(t)\n    t[0] = c\n"
+    facts = _facts(text, lists=())
+    (name, write), = [(n, w) for n, w in facts.writes if n == "t"]
+    assert facts.affected(name, write) == set()
+
+
+def _updates_items(y):
+    xs = [y, 2.0 * y]
+    total = 0.0
+    for t in xs:
+        t -= 0.3 * np.tanh(t)
+        total = total + np.sum(t * t)
+    return total + np.sum(xs[0]) + np.sum(y)
+
+
+def test_an_in_place_update_of_a_loop_variable_over_a_tuple_of_arguments():
+    # arrays (0-d or not): the update changes y itself, which the function reads
+    # after it: refused at its line, never a gradient of other code than runs
+    for y in (np.array(0.4), np.array([0.4, -0.2, 0.1])):
+        with pytest.raises(s2sgrad.TransformError) as info:
+            s2sgrad.grad(_updates_items)(y.copy())
+        assert "in-place update of 't' also changes 'y'" in str(info.value)
+        assert "t -= 0.3 * np.tanh(t)" in str(info.value)
+    # a Python float: `-=` binds a new number, and the gradient is differentiated
+    eps = 1e-6
+    for y in (0.4, -1.3):
+        expected = (_updates_items(y + eps) - _updates_items(y - eps)) / (2 * eps)
+        np.testing.assert_allclose(s2sgrad.grad(_updates_items)(y), expected, rtol=1e-6)

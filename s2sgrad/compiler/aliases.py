@@ -149,10 +149,9 @@ class AliasFacts:
             for t in _names(s.target, local):
                 self.defined_at.setdefault(t, s)
                 for src in _names(s.iter, local):
-                    if src in self.lists:
-                        self._item(src, t)      # an item of a list
-                    else:
+                    if src not in self.lists:
                         self._share(t, src)     # a row of an array is a view
+                    self._item(src, t)          # an item of a list or tuple
             return
         if isinstance(s, ast.AugAssign):
             target = s.target.value if isinstance(s.target, ast.Subscript) else s.target
@@ -230,9 +229,11 @@ class AliasFacts:
         if isinstance(value, ast.Dict):
             return [(n, "holds") for v in value.values for n in _names(v, local)]
         if isinstance(value, ast.Subscript):
+            # an item of a list; of a tuple, or a view of an array (unknown: both)
             base = _names(value.value, local)
-            kind = "item" if base and base[0] in self.lists else "share"
-            return [(n, kind) for n in base]
+            if base and base[0] in self.lists:
+                return [(n, "item") for n in base]
+            return [(n, kind) for n in base for kind in ("share", "item")]
         if isinstance(value, ast.Attribute):
             return [(n, "share") for n in _names(value.value, local)]
         if isinstance(value, ast.Call):
@@ -285,7 +286,7 @@ class AliasFacts:
         for kind, a, b, p, edge_loops in self.edges:
             if not (p < pos or loops & edge_loops):
                 continue
-            if name in (a, b) and kind != "item" and (any(
+            if (name == b if kind == "item" else name in (a, b)) and (any(
                     (p < q or p >= pos) and not edge_loops & (loops - q_loops)
                     for q, q_loops in rebinds) or any(
                     p < q and loop in edge_loops and (loop not in loops or pos < p)
