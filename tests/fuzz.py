@@ -892,8 +892,12 @@ class ProgramGenerator(FamilyMixin):
         and differentiates it again (create_graph=True, so finite differences of
         the program see the same function)."""
         E = self.expr
-        bodies = ["np.sin(u) * u", "np.tanh(u) * u", "u * u * 0.5", "np.exp(-u * u)"]
+        bodies = ["np.sin(u) * u", "np.tanh(u) * u", "u * u * 0.5", "np.exp(-u * u)",
+                  "Cube.apply(np.tanh(u)) * u", "user_softsign(u) * u"]
         body = self.rng.choice(bodies)
+        for needed in ("Cube", "user_softsign"):   # (forward mode derives their JVPs)
+            if needed + ("." if needed == "Cube" else "(") in body:
+                self.classes.add(needed)
         F = "s2sgrad.functional"
 
         def grad():

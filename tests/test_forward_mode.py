@@ -173,6 +173,50 @@ def f(a, w):
     check_jvp(m.f, [rng.standard_normal(shape), rng.standard_normal(shape[-1:])])
 
 
+@pytest.mark.parametrize("shape", [(4,), (2, 3)])
+def test_derived_jvps_differentiate_again(make_module, restore_registry, shape, rng):
+    # The gradient of a jvp taken with create_graph=True, where the JVPs are derived
+    # from VJPs (a rule's transposed, a Function's without jvp): the tangent code's
+    # zero cotangent (zero_tangent) carries no gradient.
+    m = make_module('''
+import numpy as np
+import s2sgrad
+from s2sgrad import functional
+
+def revcumsum(x):
+    return np.cumsum(x[..., ::-1], axis=-1)[..., ::-1]
+
+s2sgrad.defvjp(revcumsum, "x", x="np.cumsum(g, axis=-1)")
+
+class Cube(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        return 3.0 * x ** 2 * g
+
+def f(x):
+    return np.sin(revcumsum(x)) * Cube.apply(x)
+
+def squared_jvp(x, v):
+    return np.sum(functional.jvp(f, x, v, create_graph=True)[1] ** 2)
+''')
+    x, v = rng.standard_normal(shape), rng.standard_normal(shape)
+    got = s2sgrad.grad(m.squared_jvp)(x, v)
+    eps = 1e-6
+    expected = np.zeros(x.size)
+    for k in range(x.size):
+        e = np.zeros(x.size)
+        e[k] = eps
+        e = e.reshape(shape)
+        expected[k] = (m.squared_jvp(x + e, v) - m.squared_jvp(x - e, v)) / (2 * eps)
+    np.testing.assert_allclose(got.ravel(), expected, rtol=1e-6, atol=1e-8)
+
+
 def test_a_rule_whose_vjp_cannot_be_transposed_raises_at_the_users_line(
         make_module, restore_registry):
     m = make_module('''

@@ -109,7 +109,8 @@ _rule(runtime_shapes.sum_to_shape, "value, shape",
 # -- no gradient: shapes, masks, counts, constructors ---------------------------------
 nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.backwards,
         runtime.keys, runtime.detached, runtime_arrays.size_of)
-constructors(runtime.zeros_like, runtime.ones_like, runtime.seed, runtime.unit)
+constructors(runtime.zeros_like, runtime.ones_like, runtime.seed, runtime.unit,
+             runtime_tangent.zero_tangent)
 
 # -- softmax, log-softmax and logsumexp written out (normalize/fused.py) -------------------------
 _rule(runtime_fused.log_softmax, "x, axis",
