@@ -135,8 +135,9 @@ FEATURES = {
     "add_at": 0.3,           # np.add.at(y, [0, 0, 2], e)
     "call_write": 0.3,       # writes made by a function: np.put_along_axis(y, i, e),
                              # np.exp(y, y), np.multiply(e, 2.0, out=y), np.copyto(y, e)
-                             # into a local or a fresh constant buffer (refused when a
-                             # differentiated value takes part, run as is otherwise)
+                             # into a local or a fresh constant buffer (put_along_axis
+                             # refused when a differentiated value takes part; the
+                             # others written as y[...] = e and differentiated)
     "if": 1.5,               # if / elif / else on data
     "walrus": 0.4,           # if (w := e) > t:
     "for_range": 1.5,

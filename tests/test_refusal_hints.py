@@ -301,14 +301,14 @@ ROWS = {
             out[order] = x * 2.0
             return np.sum(out * np.arange(3.0))
         """),
-    "positional out": ("""
+    "out= with where=": ("""
         def f(x):
             y = np.zeros(3)
-            np.exp(x, y)
+            np.exp(x, out=y, where=x > 0.0)
             return np.sum(y * np.arange(3.0))
         """, "np.exp with these arguments writes into one of its arguments", "np.exp(x)", """
         def f(x):
-            y = np.exp(x)
+            y = np.where(x > 0.0, np.exp(x), 0.0)
             return np.sum(y * np.arange(3.0))
         """),
     "array .sort()": ("""

@@ -14,7 +14,7 @@ from s2sgrad.runtime import (unbroadcast as ub, expand_reduced as er, transpose_
 from s2sgrad.runtime.reverse import items_like as il, items_joined as ij
 from s2sgrad.runtime.reverse import dict_item_grad as dig, dict_item_transpose as dit
 from s2sgrad.runtime.reverse import split_as_items as sai
-from s2sgrad.runtime.arrays import as_array as aa
+from s2sgrad.runtime.arrays import as_array as aa, cast_into as cinto
 from s2sgrad.runtime.shapes import swap_last_axes as sla, sum_to_shape as sts
 from s2sgrad.runtime.tangent import like_returned as lr, unlike_returned as ul
 from s2sgrad.runtime.fused import log_softmax as lsm, softmax as sm, logsumexp as lse
@@ -42,6 +42,9 @@ def f_real_part(x, y):
 
 def f_as_array(x):
     return aa(x * x) * np.sin(x)
+
+def f_cast_into(x, like):
+    return cinto(x * x, like) * np.sin(like)
 
 def f_swap_last_axes(x):
     return sla(x * x) * 2.0
@@ -216,6 +219,8 @@ CASES = [
     ("f_real_part", [(2, 3), (3,)], [0, 1], []),
     ("f_as_array", [(3,)], [0], ["_s2s_as_array"]),
     ("f_as_array", [(2, 3)], [0], []),
+    ("f_cast_into", [(3,), (3,)], [0, 1], ["_s2s_cast_into"]),
+    ("f_cast_into", [(2, 3), (3,)], [0, 1], []),
     ("f_swap_last_axes", [(2, 3)], [0], ["_s2s_swap_last_axes"]),
     ("f_swap_last_axes", [(4, 2, 3)], [0], []),
     ("f_sum_to_shape", [(2, 3), (3,)], [0, 1], ["_s2s_sum_to_shape"]),

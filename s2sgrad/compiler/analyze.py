@@ -676,10 +676,10 @@ _UNSUPPORTED_HINTS = {
     OpKind.MUTATE: "Compute a new value instead of modifying one in place.",
 }
 # (a call writing into one of its arguments: the hint of OpKind.MUTATE for calls)
-MUTATING_CALL_HINT = ("Compute the value as a result instead: y = np.exp(x) rather than "
-                      "np.exp(x, y) or out=y; an item assignment (y[idx] = v, which s2sgrad "
-                      "differentiates) or np.take_along_axis rather than np.put_along_axis, "
-                      "np.put or np.copyto.")
+MUTATING_CALL_HINT = ("Compute the value as a result instead (y = np.exp(x)), or write it "
+                      "with an item assignment (y[idx] = v), which s2sgrad differentiates, "
+                      "as it does np.copyto(y, x) and a ufunc's out=y without other "
+                      "keywords; np.take_along_axis rather than np.put_along_axis or np.put.")
 
 
 def _check_supported(ops, active, varied, useful, nf: NormalForm) -> None:

@@ -101,6 +101,7 @@ _rule(runtime_inplace.drop_last, "items", items="push(g, zeros_like(items[-1]))"
       name="_s2s_drop_last")
 
 _rule(runtime_arrays.as_array, "value, dtype=None", value="g", name="_s2s_as_array")
+_rule(runtime_arrays.cast_into, "value, target", value="g", name="_s2s_cast_into")
 _rule(runtime_shapes.swap_last_axes, "x", x="np.swapaxes(g, -1, -2)", name="_s2s_swap_last_axes")
 _rule(runtime_shapes.sum_to_shape, "value, shape",
       value="unbroadcast(np.broadcast_to(g, np.broadcast_shapes(np.shape(g), np.shape(value))), "

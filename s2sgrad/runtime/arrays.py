@@ -40,6 +40,17 @@ def size_of(value: Any) -> int:
     return int(size) if isinstance(size, (int, np.integer)) else int(np.size(value))
 
 
+def cast_into(value: Any, target: Any) -> Any:
+    """value, for writing into `target` where NumPy would (np.copyto, a ufunc's out=):
+    a TypeError as NumPy gives where its 'same_kind' casting rule refuses the dtype
+    (an item assignment, which the compiler writes instead, would cast silently)."""
+    have, want = np.result_type(value), np.result_type(target)
+    if not np.can_cast(have, want, casting="same_kind"):
+        raise TypeError(f"Cannot cast array data from {have!r} to {want!r} according to "
+                        f"the rule 'same_kind'")
+    return value
+
+
 def as_array(value: Any, dtype: Any = None) -> Any:
     """np.asarray(value, dtype), except that another library's array stays in that
     library (cast with `astype` where a dtype is asked for)."""

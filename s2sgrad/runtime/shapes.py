@@ -12,7 +12,7 @@ from typing import Any, Tuple
 
 import numpy as np
 
-from .arrays import as_array, is_foreign_array, size_of
+from .arrays import as_array, cast_into, is_foreign_array, size_of
 from .registry import helper
 
 
@@ -52,6 +52,7 @@ class ArrayMeta:
 
 
 helper(size_of)   # generated code's `_s2s_size_of(x)`: np.size(x), in any array library
+helper(cast_into)   # np.copyto(y, x) and out=y written as y[...] = _s2s_cast_into(x, y)
 
 
 # One description per shape and dtype, shared: a loop that keeps one per step keeps a

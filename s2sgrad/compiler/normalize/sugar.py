@@ -9,23 +9,44 @@ normaliser already differentiates (before it runs):
 
 Only where the name is Python's own builtin (the resolver says so) and the call
 has exactly these forms; anything else is left for the normaliser to judge.
+
+Writes NumPy makes into an array it is given, as the item assignments the
+normaliser differentiates (statements whose call is NumPy's own function):
+
+    np.copyto(y, x)               ->  y[...] = _s2s_cast_into(x, y)
+    np.exp(x, out=y), np.exp(x, y) ->  y[...] = _s2s_cast_into(np.exp(x), y)
+    z = np.add(a, b, out=y)       ->  y[...] = _s2s_cast_into(np.add(a, b), y); z = y
+
+(`cast_into` refuses what NumPy's 'same_kind' casting refuses, as NumPy does;
+a ufunc with one output, no other keyword; anything else keeps its refusal.)
 """
 from __future__ import annotations
 
 import ast
 from typing import List, Optional
 
+import numpy as np
+
+from ...runtime.arrays import cast_into
 from ..names import clone, copy_location
 from .scope import walk_scope
+
+_CAST = "_s2s_cast_into"
 
 
 def desugar(body: List[ast.stmt], resolver) -> Optional[List[ast.stmt]]:
     """A copy of body with the constructors above rewritten, or None where there
     is none (the caller keeps its tree)."""
     rewriter = _Sugar(resolver)
-    if not any(rewriter.replacement(n) is not None for n in _calls(body)):
+    if not any(rewriter.replacement(n) is not None or rewriter.written(n) is not None
+               for n in _calls(body)):
         return None
-    return [ast.fix_missing_locations(rewriter.visit(clone(s))) for s in body]
+    out: List[ast.stmt] = []
+    for s in body:
+        new = rewriter.visit(clone(s))
+        for n in new if isinstance(new, list) else [new]:
+            out.append(ast.fix_missing_locations(n))
+    return out
 
 
 def _calls(body: List[ast.stmt]):
@@ -43,6 +64,61 @@ class _Sugar(ast.NodeTransformer):
         self.generic_visit(node)
         new = self.replacement(node)
         return node if new is None else copy_location(new, node)
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        write = self.written(node.value) if isinstance(node.value, ast.Call) else None
+        if write is None:
+            return self.generic_visit(node)
+        return self.write_into(*write, node)
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        write = self.written(node.value) if isinstance(node.value, ast.Call) and \
+            len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) else None
+        if write is None:
+            return self.generic_visit(node)
+        target, _ = write
+        rebind = copy_location(ast.Assign(targets=[clone(node.targets[0])], value=clone(target)),
+                               node)
+        return self.write_into(*write, node) + [rebind]
+
+    def write_into(self, target: ast.Name, value: ast.expr, at: ast.stmt) -> List[ast.stmt]:
+        """`target[...] = _s2s_cast_into(value, target)` (the sugar of value visited)."""
+        self.resolver.bound[_CAST] = cast_into
+        checked = ast.Call(func=ast.Name(id=_CAST, ctx=ast.Load()),
+                           args=[self.visit(value), clone(target)], keywords=[])
+        store = ast.Subscript(value=ast.Name(id=target.id, ctx=ast.Store()),
+                              slice=ast.Constant(value=Ellipsis), ctx=ast.Store())
+        store.value.ctx = ast.Load()
+        return [copy_location(ast.Assign(targets=[store], value=checked), at)]
+
+    def written(self, node: ast.Call):
+        """(the array written into, the value written) for np.copyto(y, x) and a ufunc
+        with one output given `out`; None for any other call."""
+        func, args, keywords = node.func, node.args, node.keywords
+        if any(isinstance(a, ast.Starred) for a in args) or \
+                any(k.arg is None for k in keywords) or \
+                not isinstance(func, (ast.Name, ast.Attribute)) or \
+                (isinstance(func, ast.Name) and func.id in self.resolver.locals):
+            return None
+        ok, obj = self.resolver.static(func)
+        if not ok:
+            return None
+        if obj is np.copyto and len(args) == 2 and not keywords and \
+                isinstance(args[0], ast.Name):
+            return args[0], clone(args[1])
+        if not isinstance(obj, np.ufunc) or obj.nout != 1:
+            return None
+        if len(args) == obj.nin + 1 and not keywords:
+            out, inputs = args[-1], args[:-1]
+        elif len(args) == obj.nin and len(keywords) == 1 and keywords[0].arg == "out":
+            out, inputs = keywords[0].value, args
+            if isinstance(out, ast.Tuple) and len(out.elts) == 1:
+                out = out.elts[0]
+        else:
+            return None
+        if not isinstance(out, ast.Name):
+            return None
+        return out, ast.Call(func=clone(func), args=[clone(a) for a in inputs], keywords=[])
 
     def builtin(self, func: ast.expr, obj) -> bool:
         if not (isinstance(func, ast.Name) and func.id not in self.resolver.locals):
