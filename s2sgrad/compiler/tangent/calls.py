@@ -14,7 +14,7 @@ from ..marks import comment
 from ..names import assign_node, helper_call, name_node
 from ..ops import Op
 from .function_sites import FunctionSite, forward_site, vjp_as_function
-from .state import any_live, maybe_none
+from .state import any_live, bind_pair, maybe_none
 
 
 class CallTangents:
@@ -222,13 +222,7 @@ class CallTangents:
                            f"{exc.reason}",
                            f"Define {cls.__name__}.jvp(ctx, *tangents) (PyTorch's name) for "
                            f"forward mode.") from None
-        stem = f"{cls.__name__}_vjp"
-        fwd = core.names.fresh(f"{stem}_forward")
-        adj = core.names.fresh(f"{stem}_adjoint")
-        res = core.names.fresh(f"{stem}_residuals")
-        core.bindings[fwd] = pair.forward
-        core.bindings[adj] = pair.adjoint
-        core.compiled[fwd] = pair
+        fwd, adj, res = bind_pair(core, f"{cls.__name__}_vjp", pair)
         out: List[ast.stmt] = [comment(f"{cls.__name__}.apply: no jvp; its tangent is the "
                                        f"reverse mode of {cls.__name__}.vjp (linear in its "
                                        f"cotangent) applied to the input tangents")]

@@ -17,7 +17,7 @@ from ..names import assign_node, helper_call, name_node
 from ..ops import Op
 from ..transform import rule_for
 from . import transposed
-from .state import HINT_RULE, none, rebuild
+from .state import HINT_RULE, bind_pair, none, rebuild
 
 # Why forward mode refuses a rule for complex values, where it is not that its JVP
 # is written for real ones.
@@ -138,13 +138,7 @@ class RuleTangents:
             raise core.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label}, and "
                            f"cannot derive one from its VJP: {exc.reason}", HINT_RULE) from None
         core.transposed.add(op.label)
-        stem = transposed.stem_of(rule)
-        fwd = core.names.fresh(f"{stem}_vjp_forward")
-        adj = core.names.fresh(f"{stem}_vjp_adjoint")
-        res = core.names.fresh(f"{stem}_vjp_residuals")
-        core.bindings[fwd] = pair.forward
-        core.bindings[adj] = pair.adjoint
-        core.compiled[fwd] = pair
+        fwd, adj, res = bind_pair(core, f"{transposed.stem_of(rule)}_vjp", pair)
         args = [helper_call("zero_tangent", copy.deepcopy(ans)), copy.deepcopy(ans)]
         for param in rule.params:
             if param in op.bound:

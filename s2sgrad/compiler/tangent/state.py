@@ -14,6 +14,19 @@ HINT_RULE = ("Use reverse mode (s2sgrad.grad / functional.vjp) for this function
               "register a JVP with s2sgrad.rules.jvp_rules.defjvp.")
 
 
+def bind_pair(core, stem: str, pair) -> Tuple[str, str, str]:
+    """Names for a reverse-mode pair the tangent code calls (a derived JVP's: a
+    Function's vjp, or a rule's VJP, as a function of its cotangent), bound in the
+    generated module: (forward, adjoint, residuals)."""
+    fwd = core.names.fresh(f"{stem}_forward")
+    adj = core.names.fresh(f"{stem}_adjoint")
+    res = core.names.fresh(f"{stem}_residuals")
+    core.bindings[fwd] = pair.forward
+    core.bindings[adj] = pair.adjoint
+    core.compiled[fwd] = pair
+    return fwd, adj, res
+
+
 def any_live(struct: Any) -> bool:
     """Can any part of a value with this liveness structure be nonzero?"""
     if isinstance(struct, tuple):
