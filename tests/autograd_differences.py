@@ -228,6 +228,10 @@ AUTOGRAD_DIFFERENT = {
     'np.einsum-2': NO_ARGS,  # np.einsum('ii->', x)
     'np.einsum-3': NO_ARGS,  # np.einsum('ii->i', x)
     'np.einsum-10': NO_ARGS,  # np.einsum('iij->j', x)
+    'np.einsum-14': "autograd's cotangent of x has y's length 1 where y's label is "
+                    "broadcast (its shape is wrong)",  # np.einsum('i,i', x, y)
+    'np.einsum-15': "autograd's cotangent of x has y's length 1 where y's label is "
+                    "broadcast (its shape is wrong)",  # np.einsum('ij,j->i', x, y)
     'np.cross-1': 'autograd does not undo broadcasting',  # np.cross(x, y)
     'np.cross-3': NO_VJP,  # np.linalg.cross(x, y)
     'np.linalg.solve-2': 'autograd does not undo broadcasting of b',  # np.linalg.solve(a, b)

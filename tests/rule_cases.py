@@ -443,7 +443,11 @@ CASES.update({
                   ("np.einsum('iij->j', x)", {"x": (2, 2, 3)}),
                   ("np.einsum('Ba,aC', x, y)", {"x": (2, 3), "y": (3, 2)}),
                   ("np.einsum(x, [0, 1], y, [1, 2], [0, 2])", {"x": (2, 3), "y": (3, 2)}),
-                  ("np.einsum('i,->i', x, y)", {"x": (3,), "y": ()})],
+                  ("np.einsum('i,->i', x, y)", {"x": (3,), "y": ()}),
+                  # a label of size 1 in one operand, broadcast to the other's: the
+                  # larger operand's cotangent has its length (fuzz seed 5402)
+                  ("np.einsum('i,i', x, y)", {"x": (3,), "y": (1,)}),
+                  ("np.einsum('ij,j->i', x, y)", {"x": (2, 3), "y": (1,)})],
     "np.kron": [("np.kron(x, y)", {"x": (2, 2), "y": (3, 2)}),
                 ("np.kron(x, y)", {"x": (3,), "y": (2, 2)})],
     "np.cross": [("np.cross(x, y)", {"x": (3,), "y": (3,)}),

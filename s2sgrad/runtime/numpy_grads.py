@@ -1440,9 +1440,14 @@ def _einsum_operand_plan(subscripts, operands, k):
             sizes[c] = max(sizes.get(c, 1), n)
     fresh = iter(free)
     present = set(out_labels)
+    # the size each label has in what the cotangent's einsum reads (g has the
+    # broadcast sizes of the output's labels)
+    given = {c: sizes[c] for c in out_labels}
     for j, ls in enumerate(labels):
         if j != k:
             present.update(ls)
+            for c, n in zip(ls, np.shape(arrays[j])):
+                given[c] = max(given.get(c, 1), n)
     target, extra_specs, extras, seen = [], [], [], set()
     for c, n in zip(labels[k], np.shape(arrays[k])):
         if n == 1 and sizes[c] > 1:  # broadcast along c: sum over it
@@ -1458,7 +1463,9 @@ def _einsum_operand_plan(subscripts, operands, k):
         else:
             seen.add(c)
             target.append(c)
-            if c not in present:  # summed within this operand only
+            if c not in present or given[c] < n:
+                # summed within this operand only, or the others have it of size 1
+                # (broadcast to this operand's): ones give the cotangent its length
                 extra_specs.append(c)
                 extras.append(np.ones(n))
     specs = ["".join(out_labels)] + ["".join(ls) for j, ls in enumerate(labels) if j != k]
