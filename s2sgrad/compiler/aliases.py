@@ -50,6 +50,38 @@ class _Sets:
         return {m for m in list(self.parent) if self.find(m) == root}
 
 
+class _Views:
+    """Which names may be views of which: `add(a, b)` says a's array may be b's (or a
+    view of it: `a = b`, `a = b[1:]`, a call's result that may return its argument).
+    A name's memory is its own or any of its sources' (transitively); an in-place write
+    changes every name whose memory may overlap the written one's. Directional: two
+    names a call's result may be (`r = f(x, acc)`) are not thereby views of each other
+    (a symmetric union of the three made every write to acc change x)."""
+
+    def __init__(self):
+        self.sources: Dict[str, Set[str]] = {}
+
+    def add(self, a: str, b: str) -> None:
+        self.sources.setdefault(a, set()).add(b)
+        self.sources.setdefault(b, set())
+
+    def memory(self, name: str) -> Set[str]:
+        """The name and every name it may be a view of (its own object included: it
+        may have been bound to a new array on another path)."""
+        seen, todo = set(), [name]
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(self.sources.get(n, ()))
+        return seen
+
+    def overlapping(self, name: str) -> Set[str]:
+        """Every name whose memory may overlap `name`'s (itself included)."""
+        mine = self.memory(name)
+        return {n for n in set(self.sources) | {name} if self.memory(n) & mine}
+
+
 def _walk(body: List[ast.stmt]):
     for s in body:
         yield s
@@ -269,7 +301,7 @@ class AliasFacts:
     def affected(self, name: str, write: ast.stmt) -> Set[str]:
         """Every name whose value the in-place write to `name` may change."""
         pos, loops = self.where.require(write)
-        shares = _Sets()
+        views = _Views()
         contains: Dict[str, Set[str]] = {}
         items: List[Tuple[str, str]] = []
         # Bound to a new object earlier in every block the write is in (so on every
@@ -293,7 +325,7 @@ class AliasFacts:
                     for q, loop in later)):
                 continue   # every way from that relation to the write rebinds `name`
             if kind == "share":
-                shares.union(a, b)
+                views.add(a, b)
             else:
                 contains.setdefault(a, set()).add(b)
                 if kind == "item":
@@ -308,15 +340,15 @@ class AliasFacts:
                     continue
                 seen.add(held)
                 if held != item:
-                    shares.union(item, held)
+                    views.add(item, held)
                 todo.extend(contains.get(held, ()))
-        out = set(shares.members(name))
+        out = views.overlapping(name)
         changed = True
         while changed:
             changed = False
             for container, items in contains.items():
                 if container not in out and items & out:
-                    out |= shares.members(container)
+                    out |= views.overlapping(container)
                     changed = True
         out.discard(name)
         return out
