@@ -17,6 +17,7 @@ import s2sgrad
 
 SOURCE = '''
 import numpy as np
+from numpy import copyto as copy_into, tanh
 
 W = np.arange(5.0)
 
@@ -83,6 +84,13 @@ def copyto_broadcast(x):
         np.sum(y * x)
 
 
+def imported_by_name(x):
+    y = np.zeros(x.shape)
+    copy_into(y, np.sin(x))
+    tanh(y, out=y)
+    return np.sum(y * W * x)
+
+
 def ufunc_out_chain(x):
     y = np.empty_like(x)
     np.tanh(x, out=y)
@@ -124,7 +132,7 @@ def nan_to_num_copied(x):
 REFUSED = ["put_along_axis", "ufunc_out_where", "copyto_where", "reduction_positional_out",
            "clip_positional_out", "shuffle", "generator_shuffle", "nan_to_num_in_place"]
 WRITTEN = ["ufunc_positional_out", "ufunc_out_assigned", "keyword_out_assigned", "copyto",
-           "copyto_broadcast", "ufunc_out_chain"]
+           "copyto_broadcast", "ufunc_out_chain", "imported_by_name"]
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ a ufunc with one output, no other keyword; anything else keeps its refusal.)
 from __future__ import annotations
 
 import ast
+import types
 from typing import List, Optional
 
 import numpy as np
@@ -86,9 +87,8 @@ class _Sugar(ast.NodeTransformer):
         self.resolver.bound[_CAST] = cast_into
         checked = ast.Call(func=ast.Name(id=_CAST, ctx=ast.Load()),
                            args=[self.visit(value), clone(target)], keywords=[])
-        store = ast.Subscript(value=ast.Name(id=target.id, ctx=ast.Store()),
+        store = ast.Subscript(value=ast.Name(id=target.id, ctx=ast.Load()),
                               slice=ast.Constant(value=Ellipsis), ctx=ast.Store())
-        store.value.ctx = ast.Load()
         return [copy_location(ast.Assign(targets=[store], value=checked), at)]
 
     def written(self, node: ast.Call):
@@ -96,13 +96,9 @@ class _Sugar(ast.NodeTransformer):
         with one output given `out`; None for any other call."""
         func, args, keywords = node.func, node.args, node.keywords
         if any(isinstance(a, ast.Starred) for a in args) or \
-                any(k.arg is None for k in keywords) or \
-                not isinstance(func, (ast.Name, ast.Attribute)) or \
-                (isinstance(func, ast.Name) and func.id in self.resolver.locals):
+                any(k.arg is None for k in keywords):
             return None
-        ok, obj = self.resolver.static(func)
-        if not ok:
-            return None
+        obj = self.numpy_function(func)
         if obj is np.copyto and len(args) == 2 and not keywords and \
                 isinstance(args[0], ast.Name):
             return args[0], clone(args[1])
@@ -119,6 +115,19 @@ class _Sugar(ast.NodeTransformer):
         if not isinstance(out, ast.Name):
             return None
         return out, ast.Call(func=clone(func), args=[clone(a) for a in inputs], keywords=[])
+
+    def numpy_function(self, func: ast.expr):
+        """What `np.name` or a plain name (`from numpy import exp`) is, read from a
+        module without touching any other object; None for anything else."""
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+                func.value.id not in self.resolver.locals:
+            ok, module = self.resolver.static(func.value)
+            if not (ok and isinstance(module, types.ModuleType)):
+                return None
+        elif not (isinstance(func, ast.Name) and func.id not in self.resolver.locals):
+            return None
+        ok, obj = self.resolver.static(func)
+        return obj if ok else None
 
     def builtin(self, func: ast.expr, obj) -> bool:
         if not (isinstance(func, ast.Name) and func.id not in self.resolver.locals):
