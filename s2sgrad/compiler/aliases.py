@@ -60,26 +60,34 @@ class _Views:
 
     def __init__(self):
         self.sources: Dict[str, Set[str]] = {}
+        self.users: Dict[str, Set[str]] = {}   # the reverse: who may be a view of whom
 
     def add(self, a: str, b: str) -> None:
         self.sources.setdefault(a, set()).add(b)
-        self.sources.setdefault(b, set())
-
-    def memory(self, name: str) -> Set[str]:
-        """The name and every name it may be a view of (its own object included: it
-        may have been bound to a new array on another path)."""
-        seen, todo = set(), [name]
-        while todo:
-            n = todo.pop()
-            if n not in seen:
-                seen.add(n)
-                todo.extend(self.sources.get(n, ()))
-        return seen
+        self.users.setdefault(b, set()).add(a)
 
     def overlapping(self, name: str) -> Set[str]:
-        """Every name whose memory may overlap `name`'s (itself included)."""
-        mine = self.memory(name)
-        return {n for n in set(self.sources) | {name} if self.memory(n) & mine}
+        """Every name whose memory may overlap `name`'s (itself included): the name and
+        every name it may be a view of (its own object too: it may have been bound to
+        a new array on another path), and every name that may be a view of those."""
+        mine = _reach(name, self.sources)
+        out: Set[str] = set()
+        for n in mine:
+            out |= _reach(n, self.users, out)
+        return out
+
+
+def _reach(start: str, edges: Dict[str, Set[str]], seen: Optional[Set[str]] = None
+           ) -> Set[str]:
+    """start and every name reachable from it along edges (none of `seen` again)."""
+    found: Set[str] = set()
+    todo = [start]
+    while todo:
+        n = todo.pop()
+        if n not in found and (seen is None or n not in seen):
+            found.add(n)
+            todo.extend(edges.get(n, ()))
+    return found
 
 
 def _walk(body: List[ast.stmt]):
@@ -331,17 +339,16 @@ class AliasFacts:
                 if kind == "item":
                     items.append((a, b))
         # An item taken out of a container may be any object the container holds,
-        # and (a record in a list) any object held by those, as deep as they go.
-        for container, item in items:
-            seen, todo = set(), list(contains.get(container, ()))
-            while todo:
-                held = todo.pop()
-                if held in seen:
-                    continue
-                seen.add(held)
-                if held != item:
-                    views.add(item, held)
-                todo.extend(contains.get(held, ()))
+        # and (a record in a list) any object held by those, as deep as they go: the
+        # item may be a view of the container's contents (a name of its own, with a
+        # space no variable has), which may be any held object or its contents.
+        for container, item in set(items):
+            views.add(item, container + " items")
+        for container, held in contains.items():
+            for h in held:
+                views.add(container + " items", h)
+                if h in contains:
+                    views.add(container + " items", h + " items")
         out = views.overlapping(name)
         changed = True
         while changed:
@@ -351,7 +358,7 @@ class AliasFacts:
                     out |= views.overlapping(container)
                     changed = True
         out.discard(name)
-        return out
+        return {n for n in out if " " not in n}
 
     def shared_with_user(self, name: str, user_names: Set[str]) -> bool:
         """Does `name` share memory with another user variable anywhere (copies, views)?"""
