@@ -144,17 +144,23 @@ def _one_line(pieces) -> str:
     return "".join(pieces)
 
 
-def joined_source(root) -> str:
-    """The generated text of a compiled function (anything with `module_source`
-    and `callees`) followed by that of each function it calls, once each."""
-    parts, seen = [], set()
+def with_callees(root) -> list:
+    """A compiled function (anything with `callees`) and every function it calls,
+    directly or not, once each, in the order a depth-first walk meets them."""
+    out, seen = [], set()
 
     def visit(c) -> None:
         if id(c) in seen:
             return
         seen.add(id(c))
-        parts.append(c.module_source)
+        out.append(c)
         for sub in c.callees:
             visit(sub)
     visit(root)
-    return "\n\n".join(parts)
+    return out
+
+
+def joined_source(root) -> str:
+    """The generated text of a compiled function (anything with `module_source`
+    and `callees`) followed by that of each function it calls, once each."""
+    return "\n\n".join(c.module_source for c in with_callees(root))

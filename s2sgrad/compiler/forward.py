@@ -19,7 +19,7 @@ from .analyze import Activity, analyze, complex_returns
 from .bindings import pair_bindings
 from .callables import bound_call, packed_rest
 from .driver import checked_call_results, compile_function, generate_for, header, load
-from .emit import joined_source, to_source
+from .emit import joined_source, to_source, with_callees
 from .loader import bind_late
 from .memory import LOCK, TANGENTS, cache_key
 from .normalize import normalize
@@ -73,15 +73,8 @@ class CompiledJvp:
         """The rules whose JVP is their VJP transposed, here and in the forward-mode
         code of the functions this calls."""
         out: List[str] = []
-        seen: Set[int] = set()
-        todo: List[Any] = [self]
-        while todo:
-            code = todo.pop()
-            if id(code) in seen:
-                continue
-            seen.add(id(code))
+        for code in with_callees(self):
             out += [r for r in getattr(code, "transposed", ()) if r not in out]
-            todo += [c for c in code.callees if isinstance(c, CompiledJvp)]
         return out
 
     def call(self, args: Sequence[Any], tangents: Sequence[Any], kwargs=None):

@@ -139,14 +139,8 @@ class RuleTangents:
                            f"cannot derive one from its VJP: {exc.reason}", HINT_RULE) from None
         core.transposed.add(op.label)
         fwd, adj, res = bind_pair(core, f"{transposed.stem_of(rule)}_vjp", pair)
-        args = [helper_call("zero_tangent", copy.deepcopy(ans)), copy.deepcopy(ans)]
-        for param in rule.params:
-            if param in op.bound:
-                args.append(copy.deepcopy(op.bound[param]))
-            else:
-                default = rule.signature.parameters[param].default
-                args.append(sites.constant(None if default is inspect.Parameter.empty
-                                           else default))
+        args = [helper_call("zero_tangent", copy.deepcopy(ans)), copy.deepcopy(ans)] + \
+            [copy.deepcopy(self._argument(rule, op, param)) for param in rule.params]
         unused = "_" if "_" not in core.names.taken else core.names.fresh("unused")
         out.append(comment(f"{op.label}: the transpose of its VJP (reverse mode in g)"))
         out.append(assign_node(ast.Tuple(elts=[name_node(unused, True), name_node(res, True)],
@@ -216,15 +210,7 @@ class RuleTangents:
         mapping: Dict[str, ast.expr] = {"ans": ans}
         given = set(op.bound)
         for param in rule.params:
-            if param in op.bound:
-                mapping[param] = op.bound[param]
-            else:
-                parameter = rule.signature.parameters[param]
-                default = parameter.default
-                if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-                    default = ()
-                mapping[param] = sites.constant(None if default is inspect.Parameter.empty
-                                                  else default)
+            mapping[param] = self._argument(rule, op, param)
             mapping[f"{param}_dot"] = self._param_tangent(rule, param, op.bound.get(param))
         for h in HELPERS:
             mapping.setdefault(h, name_node("_s2s_" + h))
@@ -241,6 +227,17 @@ class RuleTangents:
         if used & set(local):
             out += [sites.substitute(p, full, drop) for p in prelude]
         return sites.substitute(template, full, drop)
+
+    @staticmethod
+    def _argument(rule, op: Op, param: str) -> ast.expr:
+        """What the call passes for a parameter of the rule: its argument, or the
+        default as a constant (() for *args)."""
+        if param in op.bound:
+            return op.bound[param]
+        parameter = rule.signature.parameters[param]
+        default = () if parameter.kind is inspect.Parameter.VAR_POSITIONAL else \
+            parameter.default
+        return sites.constant(None if default is inspect.Parameter.empty else default)
 
     def _param_tangent(self, rule, param, atom) -> ast.expr:
         """A parameter's tangent in a template: None when it is not differentiated."""

@@ -19,24 +19,17 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-import threading
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy
 
-from ...errors import TransformError
-from ...rules.jvp_rules import transposable
 from ...rules.registry import Rule
 from ...runtime import HELPERS
 from ..loader import Emitted, load
 
+# (read and written under the compiler's lock: forward mode compiles hold it)
 _FUNCTIONS: Dict[Tuple[int, Tuple[str, ...]], Tuple[Rule, Callable]] = {}
-_LOCK = threading.Lock()
 _COUNTER = itertools.count()   # (each text its own file name: a rule may be replaced)
-
-
-class NotTransposable(Exception):
-    """Why a rule's VJP cannot be read as a function of its cotangent."""
 
 
 def stem_of(rule: Rule) -> str:
@@ -47,22 +40,18 @@ def stem_of(rule: Rule) -> str:
 def vjp_function(rule: Rule, params: Sequence[str]) -> Callable:
     """The rule's VJP for `params` as a plain function of (g, ans, every parameter of
     the rule), returning the tuple of their cotangents (memoised per rule and
-    parameters; the rule object is part of the key, so a replaced rule is another)."""
+    parameters; the rule object is part of the key, so a replaced rule is another).
+    The rule is one jvp_rules.transposable accepts (its JvpRule says `transposed`)."""
     key = (id(rule), tuple(params))
-    with _LOCK:
-        hit = _FUNCTIONS.get(key)
-        if hit is not None and hit[0] is rule:
-            return hit[1]
+    hit = _FUNCTIONS.get(key)
+    if hit is not None and hit[0] is rule:
+        return hit[1]
     fn = _build(rule, tuple(params))
-    with _LOCK:
-        _FUNCTIONS[key] = (rule, fn)
+    _FUNCTIONS[key] = (rule, fn)
     return fn
 
 
 def _build(rule: Rule, params: Tuple[str, ...]) -> Callable:
-    if not transposable(rule):
-        raise NotTransposable("it takes *args, or has per-item templates or a parameter "
-                              "named g or ans")
     names = list(rule.params)
     stem = stem_of(rule)
     body: List[str] = [ast.unparse(s) for s in rule.prelude]
@@ -88,9 +77,5 @@ def _build(rule: Rule, params: Tuple[str, ...]) -> Callable:
 
 def pair_for(rule: Rule, params: Sequence[str], compile_pair: Callable) -> Any:
     """The reverse-mode pair of the rule's VJP with respect to g (TransformError
-    saying why where it cannot be had)."""
-    try:
-        fn = vjp_function(rule, params)
-    except NotTransposable as exc:
-        raise TransformError(str(exc)) from None
-    return compile_pair(fn, (0,))
+    where the compiler cannot differentiate it)."""
+    return compile_pair(vjp_function(rule, params), (0,))
