@@ -2,13 +2,17 @@
 
     python tests/fuzz_jit.py --n 60 --seed 1                 # outlined loops (the default)
     python tests/fuzz_jit.py --n 60 --seed 1 --plan always   # whole functions compiled
+    python tests/fuzz_jit.py --n 60 --seed 1 --background    # built behind the first call
 
 Each program of `tests/fuzz.py` (same --seed, same programs) runs with
 `S2SGRAD_JIT_PLAN` set to --plan: `loops` outlines every function that loops
 (numba runs the loops at every size, NumPy the code around them), `always`
 compiles every function whole. For every argument, `grad(f, wrt=i, jit=True)`
 is compared with `grad(f, wrt=i)`; the NumPy backend itself is checked
-against finite differences by `tests/fuzz.py`. A program is
+against finite differences by `tests/fuzz.py`. With --background, the first call
+runs NumPy while a thread builds (and, with no disk cache, compiles) the variant
+behind it, as by default outside the tests; `jit_wait` waits for it, and the
+second call runs numba's code. A program is
 
   pass       the same gradients, and numba ran (the loops, or the whole function)
   numpy      numba did not run: the rewrite or the outline refused (no loop, a
@@ -84,13 +88,15 @@ def _same(got, want) -> bool:
     return True
 
 
-def check_program(seed: int, index: int, workdir: str, structures: bool = False) -> tuple:
+def check_program(seed: int, index: int, workdir: str, structures: bool = False,
+                  background: bool = False) -> tuple:
     """(status, detail) of one program (see the module's docstring); `structures`:
-    with lists, tuples and dicts, differentiated too (see numba_weights)."""
+    with lists, tuples and dicts, differentiated too (see numba_weights);
+    `background`: built behind the first call (S2SGRAD_JIT_BACKGROUND=1)."""
     import fuzz
 
     import s2sgrad
-    from s2sgrad.backends import JitWarning, numba_backend
+    from s2sgrad.backends import JitWarning, jit_wait, numba_backend
     src, kinds, _ = fuzz.generate(seed, index, 0, numba_weights(structures))
     modname = f"fzj_{seed}_{index}".replace("-", "m")
     path = os.path.join(workdir, modname + ".py")
@@ -111,6 +117,8 @@ def check_program(seed: int, index: int, workdir: str, structures: bool = False)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", JitWarning)
                 got = s2sgrad.grad(module.f, wrt=i, jit=True)(*fuzz.copies(args))
+                if background:
+                    jit_wait(module.f)
                 again = s2sgrad.grad(module.f, wrt=i, jit=True)(*fuzz.copies(args))
         except Exception as exc:  # noqa: BLE001
             return "crashed", f"{path} wrt={i}: {traceback.format_exception_only(exc)[-1]}"
@@ -138,15 +146,18 @@ def main(argv=None) -> int:
     parser.add_argument("--plan", choices=("loops", "always"), default="loops")
     parser.add_argument("--structures", action="store_true",
                         help="lists, tuples and dicts too (they must run the NumPy backend)")
+    parser.add_argument("--background", action="store_true",
+                        help="the first call runs NumPy while a thread builds the variant")
     args = parser.parse_args(argv)
     os.environ["S2SGRAD_JIT_PLAN"] = args.plan
-    os.environ["S2SGRAD_JIT_BACKGROUND"] = "0"
+    os.environ["S2SGRAD_JIT_BACKGROUND"] = "1" if args.background else "0"
     os.environ["S2SGRAD_CACHE"] = "0"
     counts = {"pass": 0, "numpy": 0, "wrong": 0, "crashed": 0}
     reasons: dict = {}
     with tempfile.TemporaryDirectory() as workdir:
         for index in range(args.n):
-            status, detail = check_program(args.seed, index, workdir, args.structures)
+            status, detail = check_program(args.seed, index, workdir, args.structures,
+                                           args.background)
             counts[status] += 1
             if status == "numpy":
                 reasons[detail[:90]] = reasons.get(detail[:90], 0) + 1

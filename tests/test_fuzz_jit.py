@@ -25,6 +25,23 @@ def test_fuzzer_programs_give_numpys_gradients_under_jit(monkeypatch, tmp_path, 
     assert os.listdir(tmp_path)
 
 
+@pytest.mark.parametrize("plan, seed", [("loops", 9), ("always", 11)])
+def test_fuzzer_programs_built_behind_the_first_call_give_numpys_gradients(
+        monkeypatch, tmp_path, plan, seed):
+    """As by default outside the tests: the first call runs NumPy while a thread builds
+    the variant (with no disk cache, the thread compiles it too); the call after
+    jit_wait runs numba's code, checked against NumPy's."""
+    monkeypatch.setenv("S2SGRAD_JIT_PLAN", plan)
+    monkeypatch.setenv("S2SGRAD_CACHE", "0")
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "1")
+    results = [fuzz_jit.check_program(seed, index, str(tmp_path), background=True)
+               for index in range(6)]
+    bad = [(i, detail) for i, (status, detail) in enumerate(results)
+           if status in ("wrong", "crashed")]
+    assert not bad, bad
+    assert sum(status == "pass" for status, _ in results) >= 2, results
+
+
 def test_fuzzer_programs_with_structures_and_keyword_only_give_numpys_gradients_under_jit(
         monkeypatch, tmp_path):
     """The constructs the jit fuzzer otherwise leaves out, structured arguments

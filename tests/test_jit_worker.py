@@ -74,7 +74,10 @@ def _inputs(shape, seed=0):
 
 def _variant(f, positions):
     state = numba_backend.known_state(f, positions)
-    assert state is not None and len(state.variants) == 1
+    assert state is not None
+    if state.behind is not None:   # the first call's variant is built behind it
+        state.behind.join()
+    assert len(state.variants) == 1
     return next(iter(state.variants.values()))
 
 
@@ -165,11 +168,16 @@ def test_outlined_loops_compile_in_a_worker_while_numpy_runs_them(n):
     want = s2sgrad.grad(loop_beside_a_product, (0, 1, 2))(*args)
     with warnings.catch_warnings():
         warnings.simplefilter("error", JitWarning)
-        first = g(*args)
-        state = numba_backend.known_state(loop_beside_a_product, (0, 1, 2))
-        (key, v), = state.variants.items()
-        assert key[-1] == "loops" and v.worker is not None and v.check is not None
+        first = g(*args)           # NumPy, while a thread builds the outlined variant
         for got, w in zip(first, want):
+            np.testing.assert_array_equal(got, w)
+        v = _variant(loop_beside_a_product, (0, 1, 2))
+        state = numba_backend.known_state(loop_beside_a_product, (0, 1, 2))
+        (key, _), = state.variants.items()
+        assert key[-1] == "loops" and v.worker is None and v.check is not None
+        host = g(*args)            # the host's call of its loops starts the worker
+        assert v.worker is not None and v.check is not None
+        for got, w in zip(host, want):
             np.testing.assert_array_equal(got, w)         # the NumPy loops ran
         assert jit_wait(loop_beside_a_product)
         second = g(*args)
@@ -276,13 +284,25 @@ def test_a_worker_that_crashes_leaves_the_compile_to_this_process(monkeypatch):
     np.testing.assert_allclose(got, s2sgrad.grad(damped)(*args), rtol=1e-12)
 
 
-def test_without_a_disk_cache_the_first_call_compiles(monkeypatch):
+@pytest.mark.parametrize("shape", [(5,), (2, 3)])
+def test_without_a_disk_cache_the_thread_behind_the_first_call_compiles(monkeypatch, shape):
+    """No worker can load a module that is not on disk: the thread that built the
+    variant compiles it, while the user's calls run NumPy; the next call runs the
+    machine code, checked against the NumPy backend's result."""
     monkeypatch.setenv("S2SGRAD_JIT_CACHE", "0")
-    args = _inputs((5,))
-    got = s2sgrad.grad(damped, jit=True)(*args)
-    v = _variant(damped, (0,))
-    assert v.worker is None and v.check is None      # a worker could not load it
-    np.testing.assert_allclose(got, numeric_grad(damped, list(args), 0), rtol=1e-6, atol=1e-8)
+    args = _inputs(shape)
+    g = s2sgrad.grad(damped, (0, 1), jit=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        first = g(*args)
+        v = _variant(damped, (0, 1))
+        assert v.worker is None and v.check is not None and len(v.fused.signatures) == 1
+        second = g(*args)
+    assert v.check is None and v.failed is None           # ran, and agreed with NumPy
+    for i, (a, b) in enumerate(zip(first, second)):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(b, numeric_grad(damped, list(args), i), rtol=1e-6,
+                                   atol=1e-8)
 
 
 def test_a_function_writing_into_its_arguments_writes_once_while_compiling():
@@ -387,3 +407,58 @@ def test_the_next_process_loads_the_code_without_a_worker(tmp_path, function):
         assert float(err) < 1e-12
         seen.append(how)
     assert seen == ["worker", "loaded"]
+
+
+def test_numba_is_imported_behind_the_first_call_not_in_the_users_thread(tmp_path):
+    """The first call costs what the NumPy backend's first call costs: the pair's
+    layout, numba's import and the rewrite are a thread's, behind the user's."""
+    code = textwrap.dedent("""
+        import builtins, sys, threading
+        import numpy as np
+        import s2sgrad
+        from s2sgrad.backends import jit_wait
+        from s2sgrad.backends.numba_backend import known_state
+        importers = []
+        real_import = builtins.__import__
+        def spy(name, *args, **kwargs):
+            if name == "numba" and "numba" not in sys.modules:
+                importers.append(threading.current_thread().name)
+            return real_import(name, *args, **kwargs)
+        builtins.__import__ = spy
+        def f(x):
+            for _ in range(3):
+                x = np.sin(x) * x
+            return np.sum(x)
+        x = np.linspace(0.1, 1.0, 7)
+        first = s2sgrad.grad(f, jit=True)(x)
+        behind = known_state(f, (0,)).behind is not None
+        assert jit_wait(f)
+        second = s2sgrad.grad(f, jit=True)(x)
+        np.testing.assert_allclose(second, first, rtol=1e-12)
+        print(behind, importers)
+    """)
+    script = tmp_path / "first_call.py"
+    script.write_text(code)
+    env = dict(os.environ, S2SGRAD_CACHE_DIR=str(tmp_path), S2SGRAD_JIT_BACKGROUND="1")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "['s2sgrad-jit", "f']"], proc.stdout
+
+
+def test_a_warning_of_the_thread_behind_is_given_in_the_users_thread(monkeypatch):
+    """numba rejects the code the thread compiles (no disk cache: no worker): the
+    JitWarning waits for the user's next call (or jit_wait), raised there."""
+    monkeypatch.setenv("S2SGRAD_JIT_CACHE", "0")
+    x = np.random.default_rng(4).uniform(-1, 1, (3, 4))
+    g = s2sgrad.grad(flipped, jit=True)
+    want = s2sgrad.grad(flipped)(x, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        np.testing.assert_array_equal(g(x, 3), want)     # NumPy, no warning from the thread
+        v = _variant(flipped, (0,))
+        assert v.failed is not None and "flip" in v.failed
+    with pytest.warns(JitWarning, match="flip") as caught:
+        np.testing.assert_array_equal(g(x, 3), want)
+    assert caught[0].filename == __file__                # the user's line
+    np.testing.assert_allclose(want, numeric_grad(flipped, [x, 3], 0), rtol=1e-6, atol=1e-8)

@@ -31,7 +31,18 @@ from ..arguments import (
 )
 from ..runtime.arrays import holds_complex
 from .jit_policy import JitPlan
-from .numba_backend import STRUCTURED, JitWarning, known_state, mismatch, reset, state_for, wait
+from .numba_backend import (
+    STRUCTURED,
+    JitWarning,
+    known_state,
+    mismatch,
+    plan_of,
+    reset,
+    rule_of,
+    source_of,
+    state_for,
+    wait,
+)
 
 __all__ = ["JitPlan", "JitWarning", "jit_plan", "jit_rule", "jit_value_and_grad", "jit_vjp",
            "jit_source", "jit_wait", "numpy_runs_vjp", "pair_holds", "reset", "structured_vjp"]
@@ -118,11 +129,11 @@ def pair_holds(f: Callable, positions: Tuple[int, ...], args: tuple,
     `params_bar += part` would concatenate lists)."""
     from ..compiler import compile_function
     state = state_for(f, positions)
-    state.ensure_prepared()
+    state.ensure_compiled()     # (not its layout for numba: a thread reads that)
     if state.compiled is None or any(structured((v,)) for v in (kwargs or {}).values()):
         return False
     leaves = set(leaf_positions(args))
-    count = max(len(args), state.nparams)
+    count = max(len(args), len(state.signature.parameters) if state.signature else 0)
     compiled = compile_function(f, positions, leaves=tuple(
         i for i in range(count) if i >= len(args) or i in leaves))
     return compiled.module_source == state.compiled.module_source
@@ -150,14 +161,14 @@ def numpy_runs_vjp(f: Callable, positions: Tuple[int, ...]) -> bool:
 def jit_source(f: Callable, *args: Any, wrt=0, **kwargs) -> str:
     """The numba-subset code jit=True compiles for f at these arguments' types."""
     positions, _ = normalize_wrt(wrt, len(args))
-    return state_for(f, positions).source(args, kwargs)
+    return source_of(state_for(f, positions), args, kwargs)
 
 
 def jit_rule(f: Callable, wrt=0) -> Tuple[str, bool]:
     """How jit=True decides for f, in words (loops, matrix products, the size limit),
     and whether the size of the call's arrays decides (see jit_plan for a call)."""
     positions, _ = normalize_wrt(wrt, None, f=f)
-    return state_for(f, positions).rule()
+    return rule_of(state_for(f, positions))
 
 
 def jit_plan(f: Callable, *args: Any, wrt=0, vjp: bool = False, **kwargs) -> JitPlan:
@@ -166,7 +177,7 @@ def jit_plan(f: Callable, *args: Any, wrt=0, vjp: bool = False, **kwargs) -> Jit
     size of the largest array). vjp=True: for `s2sgrad.vjp(f, *args, jit=True)`, else
     for grad and value_and_grad."""
     positions, _ = normalize_wrt(wrt, len(args))
-    return state_for(f, positions).plan(args, kwargs, vjp)
+    return plan_of(state_for(f, positions), args, kwargs, vjp)
 
 
 def jit_wait(f: Optional[Callable] = None, timeout: Optional[float] = None) -> bool:

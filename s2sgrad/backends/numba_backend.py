@@ -13,11 +13,16 @@ argument types (the rewrite's placeholders depend on the types, see
 
 numba's compile takes a second or more. By default another process does it
 (`numba_worker`), when the generated module is on disk: until it is done,
-calls of that type signature run the NumPy backend, so a first call costs
-what a NumPy call costs; the call after it loads the machine code from
-numba's cache, and its result is compared with the NumPy backend's as any
-first compiled result is. `S2SGRAD_JIT_BACKGROUND=0` compiles at the first
-call, which waits; `jit_wait` waits for the workers.
+calls of that type signature run the NumPy backend; the call after it loads
+the machine code from numba's cache, and its result is compared with the NumPy
+backend's as any first compiled result is. What comes before the compile
+(reading the pair's layout, importing numba: a quarter of a second, the
+rewrite for the call's types, starting the worker) is done by a thread
+behind the user's (`_build_behind`), from the NumPy run the call makes
+anyway: a first call costs what the NumPy backend's first call costs. Its
+warnings are given at the next call (or `jit_wait`), in the user's thread.
+`S2SGRAD_JIT_BACKGROUND=0` does all of it at the first call, which waits;
+`jit_wait` waits for the threads and the workers.
 
 A grad call the plan leaves to NumPy for its size, of a function that loops,
 may run outlined (`numba_outline`): its straight-line code on NumPy (a host
@@ -66,6 +71,8 @@ _LOCK = threading.RLock()
 _WORKERS: List[Tuple["JitFunction", "numba_variants.Variant"]] = []
 _MAX_WORKERS = max(2, os.cpu_count() or 2)   # each is a Python with numba (150 MB)
 _INSTANCES: "weakref.WeakSet[JitFunction]" = weakref.WeakSet()   # for a forked child
+_BUILDERS: List[Tuple["JitFunction", threading.Thread]] = []   # building behind the user
+_BUILDING = threading.local()   # .state: the JitFunction this thread builds behind the user
 
 
 def _after_fork_in_child() -> None:
@@ -80,6 +87,9 @@ def _after_fork_in_child() -> None:
         v.worker = None
         v.sent.clear()
     _WORKERS.clear()
+    for state, _ in _BUILDERS:   # the threads are the parent's: the child builds at a call
+        state.behind = None
+    _BUILDERS.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -97,10 +107,19 @@ def wait(fn: Optional[Callable] = None, timeout: Optional[float] = None) -> bool
     and take their outcomes (a JitWarning for code numba rejected). Whether all of
     them finished (False: the timeout came first)."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    finished = True
+    with _LOCK:
+        builders = [(state, t) for state, t in _BUILDERS
+                    if fn is None or _function_key(state.fn) == _function_key(fn)]
+    for state, thread in builders:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            finished = False
+        else:
+            state.settle()
     with _LOCK:
         jobs = [(state, v) for state, v in _WORKERS
                 if fn is None or _function_key(state.fn) == _function_key(fn)]
-    finished = True
     for state, v in jobs:
         worker = v.worker
         if worker is None:
@@ -116,6 +135,11 @@ def wait(fn: Optional[Callable] = None, timeout: Optional[float] = None) -> bool
 def reset() -> None:
     """Forget every compiled variant (tests; also after s2sgrad.compiler.clear_cache)."""
     with _LOCK:
+        builders = [t for _, t in _BUILDERS]
+    for thread in builders:     # (a second at most: nothing waits in them)
+        thread.join()
+    with _LOCK:
+        _BUILDERS.clear()
         for _, v in _WORKERS:
             if v.worker is not None:
                 v.worker.stop()
@@ -127,7 +151,8 @@ def reset() -> None:
 
 
 def still_compiling(state: "JitFunction", v: numba_variants.Variant, kind: str = "",
-                    call: tuple = (), live: tuple = ()) -> bool:
+                    call: tuple = (), live: tuple = (),
+                    out: Any = numba_variants.UNSEEN) -> bool:
     """Whether a worker process is compiling v, so that this call runs the NumPy
     backend; given `kind` ("fused" or "vjp"), one is started when it can be.
 
@@ -155,7 +180,7 @@ def still_compiling(state: "JitFunction", v: numba_variants.Variant, kind: str =
     with _LOCK:
         if sum(not w.worker.done() for _, w in _WORKERS if w.worker) >= _MAX_WORKERS:
             return False      # as many as there are cores: compiled at this call
-    job = numba_variants.worker_job(state, v, kind, call, live)
+    job = numba_variants.worker_job(state, v, kind, call, live, out)
     if job is None:
         return False
     from .numba_worker import Worker, cached
@@ -260,6 +285,85 @@ def _numpy_timed(state: "JitFunction", v: numba_variants.Variant, values: tuple,
     return result
 
 
+def _numpy_then_build(state: "JitFunction", args: tuple, kwargs: dict, vjp: bool):
+    """The NumPy backend's result of this call, and a thread that builds its variant
+    behind the user's (from this call's NumPy run: the user's function runs once, in
+    the user's thread). The thread's containers are copies: the adjoint pops stacks."""
+    state.ensure_compiled()
+    out, residuals = state.compiled.forward(*args, **kwargs)
+    ran = (out, numba_variants.skeleton(residuals))
+    if vjp:
+        result = out, (lambda cot: state.compiled.adjoint(residuals, cot))
+    else:
+        result = out, state.compiled.adjoint(residuals, seed_of(out))
+    thread = threading.Thread(target=_build_behind, args=(state, args, kwargs, ran, vjp),
+                              name=f"s2sgrad-jit {getattr(state.fn, '__name__', '')}",
+                              daemon=True)
+    with _LOCK:
+        state.behind = thread
+        _BUILDERS.append((state, thread))
+    thread.start()
+    return result
+
+
+def _build_behind(state: "JitFunction", args: tuple, kwargs: dict, ran: tuple,
+                  vjp: bool) -> None:
+    """What a first call of a variant needs before numba compiles it, in a thread
+    behind the user's: the pair's layout, numba's import, the rewrite for the
+    call's types, and a worker started (or, without one, a compile at the next
+    call). Its warnings wait in `state.pending` for the user's next call."""
+    _BUILDING.state = state
+    try:
+        state.ensure_prepared()
+        if state.disabled is not None:
+            state.warn(state.disabled)
+            return
+        call, live = state.bind(args, kwargs), state.live_values()
+        if vjp:
+            if not state.vjp_size_limit or state.mutates or \
+                    not state._compiles(call, live, vjp=True):
+                return
+            need = "vjp"
+        elif not state.size_limit and state.force != "loops":
+            return
+        elif state._compiles(call, live):
+            need = "fused"
+        elif state._outlines(call, live):
+            need = "loops"
+        else:
+            return
+        key = _variant_key(call, live, need)
+        with state.lock:
+            v = state.variants.get(key)
+            if v is None or (v.failed is None and not state._has(v, need)):
+                v = numba_variants.build(state, call, live, key, need, v, ran)
+        if v.failed is None and need != "loops":   # (loops: a worker at the host's call)
+            still_compiling(state, v, need, call, live, out=ran[0])
+            if v.worker is None:
+                _compile_behind(state, v, need, call, live, ran[0])
+    except Exception as exc:  # noqa: BLE001 - a bug here: NumPy from now on, and say so
+        state.disabled = f"internal error of the numba backend: {load.first_line(exc)}"
+        state.warn(state.disabled)
+    finally:
+        _BUILDING.state = None
+
+
+def _compile_behind(state: "JitFunction", v: numba_variants.Variant, need: str,
+                    call: tuple, live: tuple, out: Any) -> None:
+    """numba's compile of v (or its load from numba's disk cache) in the thread behind
+    the user's, when no worker took it: the user's calls run NumPy meanwhile, and
+    the first compiled result is checked at the call as ever."""
+    signatures = numba_variants.call_signatures(state, v, need, call, live, out)
+    if signatures is None:
+        return           # compiled at the call, where numba types the values itself
+    try:
+        for function, signature in signatures:
+            function.compile(signature)
+    except Exception as exc:  # noqa: BLE001 - numba's rejection fails v; else: at the call
+        if load.is_numba_error(exc):
+            state.fail(call, live, exc, v)
+
+
 class JitFunction:
     """The numba backend for one function and one wrt."""
 
@@ -287,11 +391,14 @@ class JitFunction:
         self.outline: Optional[Tuple[Tuple[int, ...], float]] = None   # outline_facts
         self.split_calls: Optional[rw.Pair] = None                      # split_pair
         self.lock = threading.RLock()
+        self.laid_out = False                     # _lay_out ran
+        self.behind: Optional[threading.Thread] = None   # building behind the user's thread
+        self.pending: list = []                   # ... its warnings: [(state, why)]
         _INSTANCES.add(self)
 
     # -- set-up ------------------------------------------------------------------
-    def _prepare(self) -> None:
-        """Compile the NumPy pair and read its layout (once)."""
+    def _compile(self) -> None:
+        """Compile the NumPy pair: what the NumPy backend runs."""
         import inspect
 
         from ..compiler import compile_function
@@ -299,11 +406,21 @@ class JitFunction:
             count = len(inspect.signature(self.fn).parameters)
         except (TypeError, ValueError):
             count = 0
-        self.compiled = compile_function(self.fn, self.positions, leaves=tuple(range(count)))
-        if self.disabled is None and not isinstance(self.compiled.forward, types.FunctionType):
+        compiled = compile_function(self.fn, self.positions, leaves=tuple(range(count)))
+        if self.disabled is None and not isinstance(compiled.forward, types.FunctionType):
             # A partial, bound method or callable object: its pair calls the function's
             # own with the bound arguments, a wrapper the rewrite does not read.
             self.disabled = f"{type(self.fn).__name__} entries run the NumPy backend"
+        try:
+            self.signature = inspect.signature(compiled.forward)
+        except (TypeError, ValueError):
+            self.signature = None
+        self.compiled = compiled
+
+    def _lay_out(self) -> None:
+        """Read the pair's layout for numba (once): its free names and callees, the
+        facts jit_policy decides on, whether the rewrite takes its statements."""
+        self.laid_out = True
         if self.disabled is not None:
             return
         try:   # (numba itself is imported only once a call is to be compiled: see plan)
@@ -327,24 +444,48 @@ class JitFunction:
                        call_extra=self.call_extra)
         except rw.Unsupported as exc:
             self.disabled = str(exc)
-        try:
-            self.signature = inspect.signature(self.compiled.forward)
-        except (TypeError, ValueError):
-            self.signature = None
         self.nparams = len(self.pair.params) if self.pair is not None else 0
 
-    def ensure_prepared(self) -> None:
+    def ensure_compiled(self) -> None:
         if self.compiled is None:
             with self.lock:
                 if self.compiled is None:
-                    self._prepare()
+                    self._compile()
+
+    def ensure_prepared(self) -> None:
+        if not self.laid_out:
+            with self.lock:
+                if self.compiled is None:
+                    self._compile()
+                if not self.laid_out:
+                    self._lay_out()
+
+    def settle(self) -> bool:
+        """Whether no thread builds behind the user's now; the warnings of one that
+        finished are given here, in the user's thread."""
+        behind = self.behind
+        if behind is not None:
+            if behind.is_alive():
+                return False
+            self.behind = None
+            with _LOCK:
+                if (self, behind) in _BUILDERS:
+                    _BUILDERS.remove((self, behind))
+        while self.pending:
+            state, why = self.pending.pop(0)
+            state.warn(why)
+        return True
 
     def warned(self) -> bool:
         """Whether the JitWarning for this function was given."""
         return _function_key(self.fn) in _WARNED
 
     def warn(self, reason: str) -> None:
-        """One JitWarning per function (whatever its wrt), at the user's call."""
+        """One JitWarning per function (whatever its wrt), at the user's call (from a
+        thread behind it, at the next call)."""
+        if getattr(_BUILDING, "state", None) is not None:
+            _BUILDING.state.pending.append((self, reason))
+            return
         key = _function_key(self.fn)
         with _LOCK:
             if key in _WARNED:
@@ -396,6 +537,10 @@ class JitFunction:
     # -- the entry points the API calls ---------------------------------------
     def value_and_grad(self, args: tuple, kwargs: dict):
         """(output, gradients as the adjoint returns them)."""
+        if not self.settle():
+            return self.numpy_value_and_grad(args, kwargs)   # built behind, meanwhile
+        if not self.laid_out and compiles_behind():
+            return _numpy_then_build(self, args, kwargs, vjp=False)
         self.ensure_prepared()
         if not self.size_limit and self.disabled is None and self.force != "loops":
             return self.numpy_value_and_grad(args, kwargs)   # the plan leaves every call
@@ -404,8 +549,12 @@ class JitFunction:
             live = self.live_values()
             if not self._compiles(call, live):
                 if self._outlines(call, live):
+                    if self._unbuilt(call, live, "loops"):
+                        return _numpy_then_build(self, args, kwargs, vjp=False)
                     return self._outlined(call, live, args, kwargs)
                 return self.numpy_value_and_grad(args, kwargs)
+            if self._unbuilt(call, live, "fused"):
+                return _numpy_then_build(self, args, kwargs, vjp=False)
             v = self.variant(call, live, "fused")
             if v is not None and v.check is not None and \
                     still_compiling(self, v, "fused", call, live):
@@ -491,6 +640,14 @@ class JitFunction:
             return self.numpy_value_and_grad(args, kwargs)
         return self._reference(v, call)
 
+    def _unbuilt(self, call: tuple, live: tuple, need: str) -> bool:
+        """In the background mode, whether this call's variant is yet to be built:
+        a thread builds it (`_build_behind`) while the call runs NumPy."""
+        if not compiles_behind():
+            return False
+        v = self.variants.get(_variant_key(call, live, need))
+        return v is None or (v.failed is None and not self._has(v, need))
+
     def _compiles(self, call: tuple, live: tuple, vjp: bool = False) -> bool:
         """Whether this call goes to numba (jit_policy), and numba is there to take it.
         A call left to NumPy by the plan is no failure: no warning."""
@@ -513,44 +670,6 @@ class JitFunction:
         if self.disabled is None and load.numba_module() is None:
             self.disabled = load.missing_reason()
         return self.disabled is None
-
-    def rule(self) -> Tuple[str, bool]:
-        """(how jit=True decides for this function, whether the arrays' size decides)."""
-        self.ensure_prepared()
-        if self.disabled is not None:
-            return f"runs on NumPy: {self.disabled}", False
-        outline = numba_variants.outline_facts(self) if self.facts.has_loops else None
-        limit = outline[1] if outline is not None and outline[1] < float("inf") else None
-        return jit_policy.describe_rule(self.facts, limit), \
-            0 < self.size_limit < float("inf")
-
-    def plan(self, args: tuple, kwargs: Optional[dict] = None,
-             vjp: bool = False) -> jit_policy.JitPlan:
-        """What a call with these arguments does (vjp: a call of s2sgrad.vjp, else of
-        grad or value_and_grad): compiled by numba, or NumPy and why."""
-        self.ensure_prepared()
-        if self.disabled is None:
-            call = self.bind(args, kwargs or {})
-            live = self.live_values()
-            plan = jit_policy.decide(self.facts, jit_policy.largest_array(call + live),
-                                     self.force, vjp, jit_policy.float64_arrays(call + live))
-            if not plan.compile and not vjp and self._outlines(call, live):
-                v = self.variant(call, live, "loops")
-                if v is None:
-                    why = self.variants[_variant_key(call, live, "loops")].failed
-                    return jit_policy.JitPlan(False, f"{plan.reason}; {why}", plan.largest)
-                return jit_policy.outlined_plan(plan, v.loops_limit)
-            if not plan.compile:
-                return plan
-            if self.numba_ready():
-                failed = self.variants.get(_variant_key(call, live, "fused"))
-                if failed is None:
-                    return plan   # (whether numba can compile it shows at the first call)
-                if failed.failed is None:   # compiled: as measured, if it was
-                    return (None if vjp else failed.trial.plan(plan.largest)) or plan
-                return jit_policy.JitPlan(False, f"runs on NumPy: numba could not compile it "
-                                                 f"({failed.failed})", plan.largest)
-        return jit_policy.JitPlan(False, f"runs on NumPy: {self.disabled}")
 
     def numpy_value_and_grad(self, args, kwargs):
         """The NumPy backend's (output, gradients) of a grad call."""
@@ -587,6 +706,10 @@ class JitFunction:
         stacks cheaply, nor type an empty one). The arrays given are copied,
         so the pullback sees the values the output was computed from.
         """
+        if not self.settle():
+            return self.numpy_vjp(args)   # built behind, meanwhile
+        if not self.laid_out and compiles_behind():
+            return _numpy_then_build(self, args, {}, vjp=True)
         self.ensure_prepared()
         if not self.vjp_size_limit and self.disabled is None:
             return self.numpy_vjp(args)   # the plan leaves every vjp call to NumPy
@@ -601,6 +724,8 @@ class JitFunction:
         call = self.bind(args, {})
         if not self._compiles(call, live, vjp=True):
             return self.numpy_vjp(args)
+        if self._unbuilt(call, live, "vjp"):
+            return _numpy_then_build(self, args, {}, vjp=True)
         call = tuple(a.copy() if type(a) is np.ndarray else a for a in call)
         v = self.variant(call, live, "vjp")
         if v is None:
@@ -634,21 +759,63 @@ class JitFunction:
         out, residuals = numba_variants.numpy_forward(self, args)
         return out, (lambda cot: self.compiled.adjoint(residuals, cot))
 
-    def source(self, args: tuple, kwargs: Optional[dict] = None) -> str:
-        """The numba-subset source for these arguments' types (builds it if needed)."""
-        self.ensure_prepared()
-        if not self.numba_ready():
-            raise RuntimeError(self.disabled)
-        call = self.bind(args, kwargs or {})
-        live = self.live_values()
-        need = "loops" if not self._compiles(call, live) and self._outlines(call, live) \
-            else "fused"
-        v = self.variant(call, live, need)
-        if v is None:
-            raise RuntimeError(self.variants[_variant_key(call, live, need)].failed)
-        return v.source
 
 
+
+# -- what jit=True does with a function, in words (jit_rule, jit_plan, jit_source) --
+def rule_of(state: "JitFunction") -> Tuple[str, bool]:
+    """(how jit=True decides for this function, whether the arrays' size decides)."""
+    state.ensure_prepared()
+    if state.disabled is not None:
+        return f"runs on NumPy: {state.disabled}", False
+    outline = numba_variants.outline_facts(state) if state.facts.has_loops else None
+    limit = outline[1] if outline is not None and outline[1] < float("inf") else None
+    return jit_policy.describe_rule(state.facts, limit), \
+        0 < state.size_limit < float("inf")
+
+
+def plan_of(state: "JitFunction", args: tuple, kwargs: Optional[dict] = None,
+            vjp: bool = False) -> jit_policy.JitPlan:
+    """What a call with these arguments does (vjp: a call of s2sgrad.vjp, else of
+    grad or value_and_grad): compiled by numba, or NumPy and why."""
+    state.ensure_prepared()
+    if state.disabled is None:
+        call = state.bind(args, kwargs or {})
+        live = state.live_values()
+        plan = jit_policy.decide(state.facts, jit_policy.largest_array(call + live),
+                                 state.force, vjp, jit_policy.float64_arrays(call + live))
+        if not plan.compile and not vjp and state._outlines(call, live):
+            v = state.variant(call, live, "loops")
+            if v is None:
+                why = state.variants[_variant_key(call, live, "loops")].failed
+                return jit_policy.JitPlan(False, f"{plan.reason}; {why}", plan.largest)
+            return jit_policy.outlined_plan(plan, v.loops_limit)
+        if not plan.compile:
+            return plan
+        if state.numba_ready():
+            failed = state.variants.get(_variant_key(call, live, "fused"))
+            if failed is None:
+                return plan   # (whether numba can compile it shows at the first call)
+            if failed.failed is None:   # compiled: as measured, if it was
+                return (None if vjp else failed.trial.plan(plan.largest)) or plan
+            return jit_policy.JitPlan(False, f"runs on NumPy: numba could not compile it "
+                                             f"({failed.failed})", plan.largest)
+    return jit_policy.JitPlan(False, f"runs on NumPy: {state.disabled}")
+
+
+def source_of(state: "JitFunction", args: tuple, kwargs: Optional[dict] = None) -> str:
+    """The numba-subset source for these arguments' types (builds it if needed)."""
+    state.ensure_prepared()
+    if not state.numba_ready():
+        raise RuntimeError(state.disabled)
+    call = state.bind(args, kwargs or {})
+    live = state.live_values()
+    need = "loops" if not state._compiles(call, live) and state._outlines(call, live) \
+        else "fused"
+    v = state.variant(call, live, need)
+    if v is None:
+        raise RuntimeError(state.variants[_variant_key(call, live, need)].failed)
+    return v.source
 
 
 def mismatch(got: Any, want: Any, rtol: float = 1e-7) -> Optional[str]:

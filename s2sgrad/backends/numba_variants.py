@@ -40,6 +40,9 @@ class Binding:
 
 
 # -- one compiled variant -----------------------------------------------------------
+UNSEEN = object()   # Variant.check's call when no NumPy run of the checked call is kept
+
+
 @dataclass
 class Variant:
     """The numba functions of one type signature (built as they are first needed)."""
@@ -168,15 +171,25 @@ def numpy_forward(state, call: tuple) -> tuple:
                                              call[positional:])))
 
 
-def build(state, args, live, key, need, old: Optional[Variant]) -> Variant:
-    """Learn kinds from one NumPy run, rewrite, exec, njit (numba compiles at the call)."""
+def build(state, args, live, key, need, old: Optional[Variant],
+          ran: Optional[tuple] = None) -> Variant:
+    """Learn kinds from one NumPy run, rewrite, exec, njit (numba compiles at the call).
+
+    `ran`: (output, residuals) of the NumPy run the user's thread made of this call
+    (`skeleton` of them), when the variant is built behind it; else the run is made
+    here, and its values are the reference the first compiled result is checked with.
+    """
     v = old or Variant()
-    # The NumPy run on copies: the call that follows writes into the arguments
-    # (if the function does) once, as without jit.
-    out, residuals = numpy_forward(state, copies(args))
+    if ran is None:
+        # The NumPy run on copies: the call that follows writes into the arguments
+        # (if the function does) once, as without jit.
+        out, residuals = numpy_forward(state, copies(args))
+        built_for = args
+    else:
+        (out, residuals), built_for = ran, UNSEEN   # the reference: run again when checked
     if need in ("fused", "loops"):
         seed = seed_of(out)     # a non-scalar output: the API's ValueError, now
-        v.check = (args, out, residuals, seed)
+        v.check = (built_for, out, residuals, seed)
     if need == "loops":
         build_loops(state, v, args, live, residuals, seed)
         state.variants[key] = v
@@ -441,38 +454,50 @@ def outline_facts(state) -> Optional[Tuple[Tuple[int, ...], float]]:
     return state.outline or None
 
 
-def worker_job(state, v: Variant, kind: str, call: tuple, live: tuple):
+def call_signatures(state, v: Variant, kind: str, call: tuple, live: tuple,
+                    out: Any = UNSEEN) -> Optional[list]:
+    """[(numba function, its signature)] of v's functions of `kind` ("fused", "vjp")
+    at these arguments' types, or None when numba cannot type one of them. `out`:
+    the call's output, when a NumPy run made it (a vjp's cotangent has its type)."""
+    numba = numba_module()
+    functions = v.functions(kind)
+    try:
+        signature = tuple(numba.typeof(a) for a in tuple(call) + tuple(live))
+        if kind != "vjp":
+            return [(functions[0], signature)]
+        if out is UNSEEN:
+            out, _ = numpy_forward(state, copies(call))
+        cotangent = unit_cotangent(out)
+        if cotangent is None:
+            return None
+        return [(functions[0], signature),
+                (functions[1], signature + (numba.typeof(cotangent),))]
+    except Exception:  # noqa: BLE001 - a value numba cannot type: compiled at the call
+        return None
+
+
+def worker_job(state, v: Variant, kind: str, call: tuple, live: tuple,
+               out: Any = UNSEEN):
     """The worker's job for v's functions of `kind` at these arguments' types, or
     None when another process could not rebuild its module (not on disk, or it
-    names objects other than the modules numba knows)."""
+    names objects other than the modules numba knows) or numba cannot type them."""
     from .numba_worker import Job
     if not v.on_disk or not modules_only(state) or not callees_on_disk(state):
         return None
-    numba = numba_module()
-    functions = v.functions(kind)
-    first = functions[0].py_func
+    first = v.functions(kind)[0].py_func
     module = sys.modules.get(first.__module__)
     path = getattr(module, "__file__", None)
     from .numba_helpers import namespace
     if path is None or not rebuilt_alike(module.__dict__,
                                          namespace(v.blas, state.constants)):
         return None
-    try:
-        signature = tuple(numba.typeof(a) for a in tuple(call) + tuple(live))
-        job = Job(path, first.__module__, v.blas,
-                  {name: c.__name__ for name, c in state.constants.items()},
-                  [(first.__name__, signature)],
-                  module.__dict__.get("__s2sgrad_sha256__", ""), callee_records(state))
-        if kind == "vjp":
-            out, _ = numpy_forward(state, copies(call))
-            cotangent = unit_cotangent(out)
-            if cotangent is None:
-                return None
-            job.signatures.append((functions[1].py_func.__name__,
-                                   signature + (numba.typeof(cotangent),)))
-    except Exception:  # noqa: BLE001 - a value numba cannot type: compiled at the call
+    signatures = call_signatures(state, v, kind, call, live, out)
+    if signatures is None:
         return None
-    return job
+    return Job(path, first.__module__, v.blas,
+               {name: c.__name__ for name, c in state.constants.items()},
+               [(f.py_func.__name__, sig) for f, sig in signatures],
+               module.__dict__.get("__s2sgrad_sha256__", ""), callee_records(state))
 
 
 def float_stacks(pair: rw.Pair, residuals: Sequence[Any]) -> set:
@@ -507,6 +532,19 @@ def python_namespace(*functions: Callable) -> dict:
         except ValueError:      # not set: a read fails as it would in the pair
             pass
     return ns
+
+
+def skeleton(value: Any) -> Any:
+    """The containers of a NumPy run's residuals copied (their arrays and numbers
+    shared): what kinds are learnt from, while the adjoint in the user's thread
+    pops the stacks it was given."""
+    if type(value) is list:
+        return [skeleton(x) for x in value]
+    if type(value) is tuple:
+        return tuple(skeleton(x) for x in value)
+    if type(value) is dict:
+        return {k: skeleton(x) for k, x in value.items()}
+    return value
 
 
 def copies(args: Sequence[Any]) -> tuple:
