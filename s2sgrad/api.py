@@ -150,7 +150,7 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
         from .backends import jit_value_and_grad
         return Derived(_derived_from(f, "value_and_grad", positions, not single)(
             jit_value_and_grad(f, positions, single,
-                               value_and_grad(f, wrt, witness=witness))), remake)
+                               value_and_grad(f, wrt, witness=witness), witness)), remake)
 
     # The compiled pair per kind of call (which arguments are Python numbers) with
     # the bindings it was generated for, flattened: later calls skip the cache
@@ -220,9 +220,9 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     if jit and not complexes:   # (the numba pair is not specialised to complex values)
         backends = _backends()
         if (leaves is None or len(leaves) == len(args) or
-                not backends.structured_vjp(f, positions, args)) and \
-                not backends.numpy_runs_vjp(f, positions):
-            return backends.jit_vjp(f, args, positions, single)
+                not backends.structured_vjp(f, positions, args, witness)) and \
+                not backends.numpy_runs_vjp(f, positions, witness):
+            return backends.jit_vjp(f, args, positions, single, witness)
     xp = None if leaves is None else namespace_among(args)
     foreign = xp is None and leaves is not None and any_foreign(args)
     compiled = _known_pair(f, positions, numbers_at,

@@ -48,6 +48,13 @@ def uses_joined(x):
     return np.sum(np.sin(joined(x, x * 2.0)) ** 2)
 
 
+def looped(W, x):
+    h = x
+    for _ in range(3):
+        h = np.tanh(W @ h)
+    return np.sum(h ** 2)
+
+
 def in_place(x):
     out = np.zeros(3)
     for i in range(3):
@@ -120,6 +127,40 @@ def test_a_wrong_rule_is_caught_through_the_api_and_never_cached(m, rng, monkeyp
     eps = 1e-6
     expected = [(m.loss(W, x + eps * e) - m.loss(W, x - eps * e)) / (2 * eps)
                 for e in np.eye(4)]
+    np.testing.assert_allclose(g, expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("background", ["0", "1"])
+@pytest.mark.parametrize("name", ["loss", "looped"])
+def test_jit_true_runs_the_witnesses_on_its_numpy_runs(m, rng, monkeypatch, tmp_path,
+                                                      background, name):
+    """jit=True's pair is the NumPy pair rewritten for numba, and numba's first result
+    is checked against that pair's: so the NumPy runs of that pair (the first calls,
+    while numba compiles, and the reference) are witnessed like the NumPy backend's.
+    A wrong rule is caught by grad and by vjp, whether the first call prepares numba's
+    code itself (S2SGRAD_JIT_BACKGROUND=0) or a thread does behind it."""
+    import warnings
+    monkeypatch.setenv("S2SGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", background)
+    right = runtime.HELPERS["matmul_grad_b"]
+    monkeypatch.setitem(runtime.HELPERS, "matmul_grad_b",
+                        lambda g, a, b: right(g, a, b) * 1.01)
+    f = getattr(m, name)
+    W, x = rng.standard_normal((4, 4)) / 2, rng.standard_normal(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # (a JitWarning where numba has no helper)
+        with pytest.raises(witness.WitnessError, match="derivative witness"):
+            s2sgrad.grad(f, wrt=1, jit=True, witness=True)(W, x)
+        with pytest.raises(witness.WitnessError, match="derivative witness"):
+            _, pullback = s2sgrad.vjp(f, W, x, wrt=1, jit=True, witness=True)
+            pullback(1.0)
+        s2sgrad.backends.jit_wait()
+    monkeypatch.setitem(runtime.HELPERS, "matmul_grad_b", right)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = s2sgrad.grad(f, wrt=1, jit=True, witness=True)(W, x)
+    eps = 1e-6
+    expected = [(f(W, x + eps * e) - f(W, x - eps * e)) / (2 * eps) for e in np.eye(4)]
     np.testing.assert_allclose(g, expected, rtol=1e-6, atol=1e-8)
 
 

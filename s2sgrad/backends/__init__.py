@@ -49,11 +49,12 @@ __all__ = ["JitPlan", "JitWarning", "jit_plan", "jit_rule", "jit_value_and_grad"
 
 
 def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
-                       numpy_path: Callable) -> Callable:
+                       numpy_path: Callable, witness: Any = None) -> Callable:
     """The body of value_and_grad(f, wrt, jit=True); `numpy_path` (the NumPy
     backend's) takes the calls given complex values (the numba pair is not
     specialised to them: see s2sgrad.arguments.complex_parameters), and those given
-    lists, tuples or dicts where jit=True's pair is not theirs (see pair_holds)."""
+    lists, tuples or dicts where jit=True's pair is not theirs (see pair_holds).
+    `witness`: the mode of the witnesses on the NumPy runs of jit=True's pair."""
     states: list = []
     verdicts: Dict[tuple, bool] = {}   # structured call's leaves -> jit's pair holds
 
@@ -68,12 +69,13 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
             held = verdicts.get(pattern)
             if held is False:
                 return numpy_path(*args, **kwargs)
-            if held is None and pair_holds(f, positions, args, kwargs):
+            if held is None and pair_holds(f, positions, args, kwargs, witness):
                 verdicts[pattern] = held = True
         if not states:
-            states.append(state_for(f, positions))
-        elif states[0].compiled is not None and not states[0].compiled.current():
-            states[0] = state_for(f, positions)  # a name it was built for was rebound
+            states.append(state_for(f, positions, witness))
+        elif states[0].discarded or (states[0].compiled is not None and
+                                     not states[0].compiled.current()):
+            states[0] = state_for(f, positions, witness)  # a name it was bound to changed
         if held is None and pattern is not None:
             return _verified(states[0], verdicts, pattern, single, positions, numpy_path,
                              args, kwargs)
@@ -109,9 +111,10 @@ def _verified(state, verdicts: dict, pattern: tuple, single: bool,
     return got
 
 
-def jit_vjp(f: Callable, args: tuple, positions: Tuple[int, ...], single: bool):
+def jit_vjp(f: Callable, args: tuple, positions: Tuple[int, ...], single: bool,
+            witness: Any = None):
     """The body of vjp(f, *args, wrt, jit=True) after the arguments are checked."""
-    out, adjoint = state_for(f, positions).vjp(args)
+    out, adjoint = state_for(f, positions, witness).vjp(args)
 
     def pullback(v):
         check_cotangent(v, out)
@@ -122,13 +125,13 @@ def jit_vjp(f: Callable, args: tuple, positions: Tuple[int, ...], single: bool):
 
 
 def pair_holds(f: Callable, positions: Tuple[int, ...], args: tuple,
-               kwargs: Optional[dict] = None) -> bool:
+               kwargs: Optional[dict] = None, witness: Any = None) -> bool:
     """Whether jit=True's pair, compiled for arrays and numbers (whose cotangents add
     with `+`), is the text of the pair compiled for what a call given lists, tuples or
     dicts is given (where a structure's cotangent accumulates it is not:
     `params_bar += part` would concatenate lists)."""
     from ..compiler import compile_function
-    state = state_for(f, positions)
+    state = state_for(f, positions, witness)
     state.ensure_compiled()     # (not its layout for numba: a thread reads that)
     if state.compiled is None or any(structured((v,)) for v in (kwargs or {}).values()):
         return False
@@ -139,20 +142,21 @@ def pair_holds(f: Callable, positions: Tuple[int, ...], args: tuple,
     return compiled.module_source == state.compiled.module_source
 
 
-def structured_vjp(f: Callable, positions: Tuple[int, ...], args: tuple) -> bool:
+def structured_vjp(f: Callable, positions: Tuple[int, ...], args: tuple,
+                   witness: Any = None) -> bool:
     """Whether vjp(f, ..., jit=True) given lists, tuples or dicts runs the NumPy backend
     (jit=True's pair is not theirs: see pair_holds); the JitWarning says so."""
-    if pair_holds(f, positions, args):
+    if pair_holds(f, positions, args, witness=witness):
         return False
-    state_for(f, positions).warn(STRUCTURED)
+    state_for(f, positions, witness).warn(STRUCTURED)
     return True
 
 
-def numpy_runs_vjp(f: Callable, positions: Tuple[int, ...]) -> bool:
+def numpy_runs_vjp(f: Callable, positions: Tuple[int, ...], witness: Any = None) -> bool:
     """Whether every vjp(f, ..., jit=True) call is known to run the NumPy backend (the
     plan leaves them all to NumPy, or numba cannot run f and has said so): the API
     then takes its own NumPy path, without the backend's per-call work."""
-    state = known_state(f, positions)
+    state = known_state(f, positions, witness)
     return state is not None and state.compiled is not None and (
         state.disabled is not None and state.warned() or
         state.disabled is None and not state.vjp_size_limit)

@@ -54,6 +54,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..arguments import seed as seed_of
+from ..witness import mode as witness_mode
+from ..witness import plain_residuals, witnessed_pair
 from . import jit_policy, numba_variants
 from . import numba_load as load
 from . import numba_rewrite as rw
@@ -235,7 +237,7 @@ class _CompiledPullback:
             try:
                 grads = v.pullback(*call, *self.live, cot)[1]
                 if self.reference is not None:   # the first pullback: numba compiled it
-                    want = state.compiled.adjoint(self.reference, cot)
+                    want = state.numpy.adjoint(self.reference, cot)
                     self.reference = None
                     problem = mismatch(grads, want)
                     if problem is not None:
@@ -250,7 +252,7 @@ class _CompiledPullback:
                     state.fail(call, self.live, exc, v)
                 else:
                     _, residuals = numba_variants.numpy_forward(state, call)
-                    result = state.compiled.adjoint(residuals, cot)   # NumPy's error?
+                    result = state.numpy.adjoint(residuals, cot)   # NumPy's error?
                     state.warn(f"the compiled pullback raised {load.first_line(exc)} "
                                f"where NumPy did not")
                     return result
@@ -290,12 +292,12 @@ def _numpy_then_build(state: "JitFunction", args: tuple, kwargs: dict, vjp: bool
     behind the user's (from this call's NumPy run: the user's function runs once, in
     the user's thread). The thread's containers are copies: the adjoint pops stacks."""
     state.ensure_compiled()
-    out, residuals = state.compiled.forward(*args, **kwargs)
-    ran = (out, numba_variants.skeleton(residuals))
+    out, residuals = state.numpy.forward(*args, **kwargs)
+    ran = (out, numba_variants.skeleton(plain_residuals(residuals)))
     if vjp:
-        result = out, (lambda cot: state.compiled.adjoint(residuals, cot))
+        result = out, (lambda cot: state.numpy.adjoint(residuals, cot))
     else:
-        result = out, state.compiled.adjoint(residuals, seed_of(out))
+        result = out, state.numpy.adjoint(residuals, seed_of(out))
     thread = threading.Thread(target=_build_behind, args=(state, args, kwargs, ran, vjp),
                               name=f"s2sgrad-jit {getattr(state.fn, '__name__', '')}",
                               daemon=True)
@@ -364,13 +366,28 @@ def _compile_behind(state: "JitFunction", v: numba_variants.Variant, need: str,
             state.fail(call, live, exc, v)
 
 
+def _discard(state: "JitFunction", compiled) -> None:
+    """A witness failed on state's pair: out of the compiler's caches and of this
+    backend's, so that the next call compiles anew."""
+    from .. import compiler
+    compiler.discard(compiled)
+    state.discarded = True
+    with _LOCK:
+        for table in (_STATES, _BY_FUNCTION):
+            for key in [k for k, value in table.items() if value is state]:
+                del table[key]
+
+
 class JitFunction:
     """The numba backend for one function and one wrt."""
 
-    def __init__(self, fn: Callable, positions: Tuple[int, ...]):
+    def __init__(self, fn: Callable, positions: Tuple[int, ...], witness: str = "off"):
         self.fn = fn
         self.positions = positions
-        self.compiled = None
+        self.witness = witness                    # the witness mode of its NumPy runs
+        self.compiled = None                      # the generated pair, and as NumPy runs it:
+        self.numpy = None                         # ... the witnesses on (s2sgrad.witness)
+        self.discarded = False                    # a witness failed: the next call compiles
         self.pair: Optional[rw.Pair] = None
         self.disabled: Optional[str] = None   # why the backend cannot run this function
         self.variants: Dict[tuple, numba_variants.Variant] = {}
@@ -415,6 +432,8 @@ class JitFunction:
             self.signature = inspect.signature(compiled.forward)
         except (TypeError, ValueError):
             self.signature = None
+        self.numpy = witnessed_pair(compiled, self.fn, self.witness,
+                                    lambda pair: _discard(self, pair))
         self.compiled = compiled
 
     def _lay_out(self) -> None:
@@ -428,7 +447,7 @@ class JitFunction:
                                       self.compiled.forward.__name__,
                                       self.compiled.adjoint.__name__)
             bound = numba_variants.free_names(
-                self, lambda callee: state_for(callee.fn, callee.wrt))
+                self, lambda callee: state_for(callee.fn, callee.wrt, self.witness))
             self.live, self.constants = bound.live, bound.constants
             self.callees, self.call_extra = bound.callees, bound.call_extra
             from ..introspect import unwrap
@@ -630,7 +649,7 @@ class JitFunction:
         if built_for is not call:       # built by jit_source, or by a call since
             out, residuals = numba_variants.numpy_forward(self, numba_variants.copies(call))
             seed = seed_of(out)
-        return out, self.compiled.adjoint(residuals, seed)
+        return out, self.numpy.adjoint(residuals, seed)
 
     def _numpy_first(self, v: numba_variants.Variant, call, args, kwargs):
         """The NumPy backend's result while a worker compiles: the reference (which
@@ -673,8 +692,8 @@ class JitFunction:
 
     def numpy_value_and_grad(self, args, kwargs):
         """The NumPy backend's (output, gradients) of a grad call."""
-        out, residuals = self.compiled.forward(*args, **kwargs)
-        return out, self.compiled.adjoint(residuals, seed_of(out))
+        out, residuals = self.numpy.forward(*args, **kwargs)
+        return out, self.numpy.adjoint(residuals, seed_of(out))
 
     def _numpy_after(self, exc: BaseException, args, kwargs, v: numba_variants.Variant):
         """The compiled code raised: NumPy decides (its error, or its value and a warning)."""
@@ -738,7 +757,7 @@ class JitFunction:
             if load.is_numba_error(exc):
                 self.fail(call, live, exc, v)
             else:
-                self.compiled.forward(*args)      # the user's error, if any
+                self.numpy.forward(*args)      # the user's error, if any
                 self.warn(f"the compiled forward raised {load.first_line(exc)} where NumPy "
                           f"did not")
             return self.numpy_vjp(args)
@@ -757,7 +776,7 @@ class JitFunction:
 
     def numpy_vjp(self, args):
         out, residuals = numba_variants.numpy_forward(self, args)
-        return out, (lambda cot: self.compiled.adjoint(residuals, cot))
+        return out, (lambda cot: self.numpy.adjoint(residuals, cot))
 
 
 
@@ -894,31 +913,37 @@ def _kinds(values: Sequence[Any]) -> tuple:
 
 
 
-def known_state(fn: Callable, positions: Tuple[int, ...]) -> Optional[JitFunction]:
+def known_state(fn: Callable, positions: Tuple[int, ...],
+                witness: Any = None) -> Optional[JitFunction]:
     """The JitFunction of (fn, positions) if one was made, without any check."""
     try:
-        return _BY_FUNCTION.get((fn, positions))
+        return _BY_FUNCTION.get((fn, positions, witness_mode(witness)))
     except TypeError:                   # an unhashable callable
         return None
 
 
-def state_for(fn: Callable, positions: Tuple[int, ...]) -> JitFunction:
-    """The JitFunction of (fn, positions), shared by every jit=True wrapper of fn."""
+def state_for(fn: Callable, positions: Tuple[int, ...], witness: Any = None) -> JitFunction:
+    """The JitFunction of (fn, positions), shared by every jit=True wrapper of fn with
+    the same witness mode (`witness`: the API's argument, see s2sgrad.witness.mode)."""
+    how = witness_mode(witness)
     try:
-        state = _BY_FUNCTION.get((fn, positions))
+        state = _BY_FUNCTION.get((fn, positions, how))
     except TypeError:                   # an unhashable callable
         state = None
-    # A state whose pair was generated for names since rebound is rebuilt.
-    if state is not None and (state.compiled is None or state.compiled.current()):
+    # A state whose pair was generated for names since rebound (or failed a witness)
+    # is rebuilt.
+    if state is not None and not state.discarded and (
+            state.compiled is None or state.compiled.current()):
         return state
     from ..compiler import cache_key
-    key = cache_key(fn, tuple(positions), ("numba",))
+    key = cache_key(fn, tuple(positions), ("numba", how))
     with _LOCK:
         state = _STATES.get(key)
-        if state is None or (state.compiled is not None and not state.compiled.current()):
-            state = _STATES[key] = JitFunction(fn, tuple(positions))
+        if state is None or state.discarded or (
+                state.compiled is not None and not state.compiled.current()):
+            state = _STATES[key] = JitFunction(fn, tuple(positions), how)
         try:
-            _BY_FUNCTION[(fn, positions)] = state
+            _BY_FUNCTION[(fn, positions, how)] = state
         except TypeError:
             pass
         return state

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..arguments import seed as seed_of
+from ..witness import plain_residuals
 from . import jit_policy
 from . import numba_rewrite as rw
 from .numba_load import RecordedRejection, first_line, load_module, numba_module
@@ -161,12 +162,12 @@ def numpy_forward(state, call: tuple) -> tuple:
     applied, in the pair's order), its keyword-only parameters given by name."""
     signature = state.signature
     if signature is None:
-        return state.compiled.forward(*call)
+        return state.numpy.forward(*call)
     positional = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
                      for p in signature.parameters.values())
     if len(call) <= positional:
-        return state.compiled.forward(*call)
-    return state.compiled.forward(*call[:positional],
+        return state.numpy.forward(*call)
+    return state.numpy.forward(*call[:positional],
                                   **dict(zip(state.pair.params[positional:],
                                              call[positional:])))
 
@@ -183,13 +184,14 @@ def build(state, args, live, key, need, old: Optional[Variant],
     if ran is None:
         # The NumPy run on copies: the call that follows writes into the arguments
         # (if the function does) once, as without jit.
-        out, residuals = numpy_forward(state, copies(args))
-        built_for = args
+        out, witnessed = numpy_forward(state, copies(args))
+        residuals, built_for = plain_residuals(witnessed), args
     else:
         (out, residuals), built_for = ran, UNSEEN   # the reference: run again when checked
+        witnessed = residuals
     if need in ("fused", "loops"):
         seed = seed_of(out)     # a non-scalar output: the API's ValueError, now
-        v.check = (built_for, out, residuals, seed)
+        v.check = (built_for, out, witnessed, seed)   # (its adjoint completes the witness)
     if need == "loops":
         build_loops(state, v, args, live, residuals, seed)
         state.variants[key] = v
