@@ -117,6 +117,7 @@ FEATURES = {
     "stack": 0.3,            # np.stack(list_var)
     "builtin_minmax": 0.15,  # max(a, b) / min(a, b) on numbers
     "apply": 0.8,            # s2sgrad.Function subclasses via .apply
+    "star_numpy": 1.0,       # `from numpy import *` in half the modules: min, max, abs, ...
     "user_rule": 0.4,        # within apply: functions given a rule by s2sgrad.defvjp
     "helper_call": 1.5,      # calls of user helpers (keyword arguments, defaults)
     "list_index": 0.5,       # L[k] of a local list
@@ -2238,10 +2239,16 @@ class ProgramGenerator(FamilyMixin):
         self.function("f", params, (), self.rng.choice([2, 3, 4, 5, 6]), kwonly=kwonly)
         body_lines += self.lines
         classes = [CLASSES[c] for c in CLASSES if c in self.classes]
-        src = header + "import collections\nimport math\n\nimport numpy as np\n\n" \
-            "import s2sgrad\n\n" + \
-            GLOBALS_SRC + "\n\n" + "\n\n".join(classes) + ("\n\n" if classes else "") + \
-            "\n".join(body_lines)
+        rest = "import s2sgrad\n\n" + GLOBALS_SRC + "\n\n" + "\n\n".join(classes) + \
+            ("\n\n" if classes else "") + "\n".join(body_lines)
+        # The star import binds min, max, abs, ... to NumPy's: the code the compiler
+        # writes must still read the builtins (a program calling one itself is left out).
+        star = self.on("star_numpy") and self.rng.random() < 0.5 and not re.search(
+            r"(?<![\w.])(min|max|abs|round|sum|all|any|pow)\(", rest)
+        if star:
+            self.used["star_numpy"] += 1
+        src = header + "import collections\nimport math\n\nimport numpy as np\n" + \
+            ("from numpy import *  # noqa: F401,F403\n" if star else "") + "\n" + rest
         return src.rstrip() + "\n", kinds
 
 

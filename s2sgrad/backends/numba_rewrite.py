@@ -160,6 +160,7 @@ class Pair:
     ranges: Set[str] = field(default_factory=set)               # forward names holding ranges
     range_stacks: Set[str] = field(default_factory=set)
     free: List[str] = field(default_factory=list)   # globals/closure names read
+    unaliased: Set[str] = field(default_factory=set)   # builtins read through an alias
 
 
 def _names_stored(fn: ast.FunctionDef) -> Set[str]:
@@ -167,6 +168,28 @@ def _names_stored(fn: ast.FunctionDef) -> Set[str]:
     for node in ast.walk(fn):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             out.add(node.id)
+    return out
+
+
+# Builtins numba compiles itself. Generated code reads them through a bound alias
+# (`_s2s_builtin_range`) where the user's function has a variable of that name.
+_NATIVE_BUILTINS = frozenset({"range", "len", "min", "max", "abs", "float", "int"})
+
+
+def _unalias_builtins(fns: Sequence[ast.FunctionDef]) -> Set[str]:
+    """Read `_s2s_builtin_<name>` as <name> where neither function of the pair binds
+    <name> (numba's code is the two in one function); the names so read. An alias of
+    a name the pair binds stays, and the rewrite refuses it."""
+    stored = set().union(*(_names_stored(fn) for fn in fns))
+    prefix = HELPER_PREFIX + "builtin_"
+    out = set()
+    for fn in fns:
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Name) and node.id.startswith(prefix):
+                name = node.id[len(prefix):]
+                if name in _NATIVE_BUILTINS and name not in stored:
+                    node.id = name
+                    out.add(name)
     return out
 
 
@@ -220,6 +243,7 @@ def parse_pair(source: str, forward_name: str, adjoint_name: str) -> Pair:
         raise Unsupported("the generated module does not define the forward and adjoint")
     fwd, adj = fns[forward_name], fns[adjoint_name]
     _spell_out_item_cotangents(adj.body)
+    unaliased = _unalias_builtins((fwd, adj))
     a = fwd.args
     if a.vararg or a.kwarg:
         raise Unsupported("*args/**kwargs parameters")
@@ -267,7 +291,7 @@ def parse_pair(source: str, forward_name: str, adjoint_name: str) -> Pair:
     pair = Pair(forward=fwd, adjoint=adj, name=forward_name[:-len("_forward")]
                 if forward_name.endswith("_forward") else forward_name,
                 params=params, out_expr=out_expr, residual_elts=elts, residual_names=names,
-                adjoint_targets=targets, cotangent=cot)
+                adjoint_targets=targets, cotangent=cot, unaliased=unaliased)
     _read_forward(pair)
     stored = _names_stored(fwd) | _names_stored(adj)
     free = sorted((_names_loaded(fwd) | _names_loaded(adj)) - stored - {res_param, cot})

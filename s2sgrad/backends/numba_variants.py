@@ -9,6 +9,7 @@ they build; `numba_backend` decides when to build, call and fall back.
 """
 from __future__ import annotations
 
+import builtins
 import functools
 import sys
 import types
@@ -114,6 +115,9 @@ def free_names(state, state_of: Callable[[Any], Any]) -> FreeNames:
             continue
         else:
             raise rw.Unsupported(f"the name {name!r} is not defined")
+        if name in state.pair.unaliased and value is not getattr(builtins, name):
+            raise rw.Unsupported(f"the code reads the builtin {name} and another "
+                                 f"{name!r} of the user's")
         if id(value) in callee_fns:
             callee, half = callee_fns[id(value)]
             if callee.statics:

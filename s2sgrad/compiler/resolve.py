@@ -56,6 +56,14 @@ class Resolver:
             return builtins_ns.get(name, _MISSING)
         return getattr(builtins_ns, name, _MISSING)
 
+    def shadows_builtin(self, name: str) -> bool:
+        """Whether the function, its closure or its module binds `name` to something
+        other than the builtin (`from numpy import *` binds min, max, abs, round, ...):
+        code the compiler writes then reads the builtin through an alias."""
+        if name in self.locals or name in self.closure or name in self.bound:
+            return True
+        return name in self.globals and self.globals[name] is not getattr(builtins, name, None)
+
     def _note(self, namespace, name: str, value: Any) -> None:
         if callable(value) or isinstance(value, types.ModuleType):
             self.facts.append(Binding(namespace, name, value))

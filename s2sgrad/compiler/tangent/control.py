@@ -252,7 +252,7 @@ class ControlFlowTangents:
                                        "Use reverse mode (grad, vjp), or loop over a copy.")
                     seq_dot = rebuild(node, {seq: name_node(core.dot(seq.id))},
                                       core.facts.exprs)
-                    mapping_iter[node] = ast.Call(func=name_node("zip"),
+                    mapping_iter[node] = ast.Call(func=core.builtin("zip"),
                                                       args=[copy.deepcopy(node), seq_dot],
                                                       keywords=[])
                     mapping_target[target] = ast.Tuple(

@@ -37,6 +37,7 @@ write in place are functions of it (writes.py), and clean.py tidies its output.
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -271,6 +272,15 @@ class Tangent:
         return ast.arguments(posonlyargs=[], args=positional + tangents, vararg=None,
                              kwonlyargs=[ast.arg(arg=a.arg) for a in args.kwonlyargs],
                              kw_defaults=kw_defaults, kwarg=None, defaults=[])
+
+    def builtin(self, name: str) -> ast.Name:
+        """A builtin the tangent code calls (zip): by its own name, unless the function,
+        its closure or its module binds that name; then through a bound one."""
+        if name not in self.locals and not self.nf.resolver.shadows_builtin(name):
+            return name_node(name)
+        alias = f"_s2s_builtin_{name}"
+        self.bindings[alias] = getattr(builtins, name)
+        return name_node(alias)
 
     def constant(self, value) -> ast.expr:
         if is_literal(value):

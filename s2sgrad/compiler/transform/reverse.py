@@ -137,8 +137,9 @@ class Reverse:
 
     def builtin(self, name: str) -> ast.Name:
         """A builtin the generated code calls (len, range, ...): by its own name,
-        unless the function has a variable of that name; then through a bound one."""
-        if name not in self.locals:
+        unless the function, its closure or its module binds that name; then
+        through a bound one."""
+        if name not in self.locals and not self.nf.resolver.shadows_builtin(name):
             return name_node(name)
         alias = f"_s2s_builtin_{name}"
         self.default_bindings[alias] = getattr(builtins, name)
