@@ -1235,6 +1235,14 @@ class ProgramGenerator(FamilyMixin):
     def s_call_write(self, arrays):
         # Mostly a write that runs as it is (constants into a buffer of constants); a
         # differentiated value taking part is refused, which a program shows rarely.
+        if self.rng.random() < 0.2:   # into a 0-d array (its adjoint's arithmetic: scalars)
+            target = self.fresh("total")
+            e = self.expr((3,), 1)
+            self.note_assignment(e)
+            self.emit(f"{target} = np.zeros(())")
+            self.emit(f"np.copyto({target}, np.tanh(np.sum({e}) * 0.5 + {target}))")
+            self.new_var((), f"{target} * 1.0", "w")
+            return
         vs = [v.name for v in arrays if v.shape == (3,)]
         fresh = not vs or self.rng.random() < 0.85
         if fresh:   # a buffer of constants, written below and read once, as a copy

@@ -14,6 +14,7 @@ import pytest
 from conftest import numeric_grad
 
 import s2sgrad
+from s2sgrad.functional import hvp
 
 SOURCE = '''
 import numpy as np
@@ -127,12 +128,36 @@ def constant_write_then_product(x):
 def nan_to_num_copied(x):
     y = np.nan_to_num(x * 2.0, copy=True)
     return np.sum(y * W)
+
+
+def zero_d_target(x):
+    total = np.zeros(())
+    for i in range(3):
+        np.copyto(total, np.tanh(np.sum(x) * 0.7 + total))
+    return np.sum(total ** 2) + np.sum(x * x)
+
+
+def zero_d_ellipsis(x):
+    total = np.zeros(())
+    total[...] = np.tanh(np.sum(x * x) + total)
+    return np.sum(total ** 2)
+
+
+def copyto_in_a_loop(x):
+    buf = np.zeros(x.shape)
+    for i in range(3):
+        np.copyto(buf, np.tanh(x * W[:x.shape[-1]] + buf))
+        np.multiply(buf, 0.9, out=buf)
+    return np.sum(buf ** 2)
 '''
 
 REFUSED = ["put_along_axis", "ufunc_out_where", "copyto_where", "reduction_positional_out",
            "clip_positional_out", "shuffle", "generator_shuffle", "nan_to_num_in_place"]
+# (a 0-d target: NumPy's arithmetic gives its adjoint as a scalar, which the item
+# write's adjoint then zeroes: "'numpy.float64' object does not support item assignment")
 WRITTEN = ["ufunc_positional_out", "ufunc_out_assigned", "keyword_out_assigned", "copyto",
-           "copyto_broadcast", "ufunc_out_chain", "imported_by_name"]
+           "copyto_broadcast", "ufunc_out_chain", "imported_by_name", "zero_d_target",
+           "zero_d_ellipsis", "copyto_in_a_loop"]
 
 
 @pytest.fixture(scope="module")
@@ -197,3 +222,52 @@ def f(x):
     with pytest.raises(s2sgrad.TransformError) as info:
         s2sgrad.grad(m.f)(np.ones(4))
     assert "in-place update of 'v' also changes 'y'" in str(info.value)
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 5)])
+@pytest.mark.parametrize("name", ["copyto_in_a_loop", "zero_d_target"])
+def test_numba_compiles_copyto_and_out_in_a_loop(m, name, shape, rng, monkeypatch):
+    """`y[...] = _s2s_cast_into(v, y)` in numba's code: the whole-array index as a
+    slice (numba has no Ellipsis index), cast_into checked when numba types it; a 0-d
+    target is numba's typing error, and the NumPy backend runs it, with a warning."""
+    pytest.importorskip("numba")
+    import warnings
+
+    from s2sgrad.backends import JitWarning, numba_backend
+    monkeypatch.setenv("S2SGRAD_JIT_PLAN", "always")
+    numba_backend.reset()           # (no variant or warning of another shape's test)
+    f = getattr(m, name)
+    x = rng.standard_normal(shape)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", JitWarning)
+        got = s2sgrad.grad(f, jit=True)(x.copy())
+    failed = [v.failed for v in numba_backend.known_state(f, (0,)).variants.values()]
+    if name == "copyto_in_a_loop":
+        assert failed == [None] and not caught       # numba ran it
+    else:
+        assert failed[0] is not None and caught
+    np.testing.assert_allclose(got, numeric_grad(f, [x], 0), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 5)])
+def test_a_write_into_a_0d_numpy_array_beside_dask_arrays_is_refused(m, shape, rng):
+    """Dask reads a 0-d NumPy array by reference (n-d ones by value): a value computed
+    from it before an in-place write, kept for the adjoint, was computed later from
+    the new value, a silently wrong gradient (fuzz seed 6306). Such a write is refused
+    where it runs; into an n-d array, the gradient is NumPy's."""
+    da = pytest.importorskip("dask.array", reason="the dask extra is not installed")
+    x = rng.standard_normal(shape)
+    for name in ("zero_d_target", "zero_d_ellipsis"):
+        with pytest.raises(TypeError, match="0-d NumPy array beside Dask arrays"):
+            s2sgrad.grad(getattr(m, name))(da.from_array(x))
+        # on NumPy arrays, and differentiated twice (pure code, no Dask): no refusal
+        f = getattr(m, name)
+        np.testing.assert_allclose(s2sgrad.grad(f)(x), numeric_grad(f, [x], 0),
+                                   rtol=1e-6, atol=1e-8)
+        u, eps = rng.standard_normal(shape), 1e-5
+        _, hv = hvp(f, x, u)
+        want = (s2sgrad.grad(f)(x + eps * u) - s2sgrad.grad(f)(x - eps * u)) / (2 * eps)
+        np.testing.assert_allclose(hv, want, rtol=1e-5, atol=1e-7)
+    f = m.copyto_in_a_loop
+    got = np.asarray(s2sgrad.grad(f)(da.from_array(x)))
+    np.testing.assert_allclose(got, numeric_grad(f, [x], 0), rtol=1e-6, atol=1e-8)

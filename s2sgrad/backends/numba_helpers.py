@@ -710,6 +710,38 @@ def _real_only(grad, x):
     return lambda grad, x: grad
 
 
+@_stub
+def loop_items(value):
+    pass
+
+
+@overload(loop_items)
+def _loop_items(value):
+    """What `for x in value` walks: an array or a tuple by position, as it is."""
+    if _arr(value) or isinstance(value, types.BaseTuple):
+        return lambda value: value
+    return None
+
+
+@_stub
+def cast_into(value, target):
+    pass
+
+
+@overload(cast_into)
+def _cast_into(value, target):
+    """value, to be written into target (np.copyto, out=): types NumPy's 'same_kind'
+    rule refuses are no implementation here, so the NumPy backend raises its error."""
+    try:
+        have = as_dtype(value.dtype if _arr(value) else value)
+        want = as_dtype(target.dtype if _arr(target) else target)
+    except Exception:  # noqa: BLE001 - not a NumPy dtype
+        return None
+    if not np.can_cast(have, want, casting="same_kind"):
+        return None
+    return lambda value, target: value
+
+
 # -- elementwise helpers -----------------------------------------------------------
 @_stub
 def balanced_max_mask(x, ans, other):

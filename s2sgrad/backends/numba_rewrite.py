@@ -59,7 +59,7 @@ NUMBA_HELPERS = frozenset({
     "dot_grad_a", "dot_grad_b", "balanced_max_mask", "safe_log", "clip_grads", "clip_grad_a",
     "real_only", "add_at", "copy_item", "restore_item", "zero_item", "accumulate",
     "add", "transpose_grad", "extremum_grad", "safe_divide", "none_to_zero",
-    "log_softmax", "softmax", "logsumexp",
+    "log_softmax", "softmax", "logsumexp", "loop_items", "cast_into",
 })
 
 # Run-time checks that a value is not a list, tuple or dict, or not complex
@@ -818,6 +818,26 @@ def _matmul_kind(a: Optional[Kind], b: Optional[Kind]) -> Optional[Kind]:
 
 
 # -- the rewrite ---------------------------------------------------------------------
+_ITEM_HELPERS = frozenset({"copy_item", "restore_item", "zero_item", "add_at"})   # (c, index, ...)
+
+
+def _is_ellipsis(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is Ellipsis
+
+
+def _whole_item_argument(node: ast.Call) -> None:
+    """The whole array, x[...], is x[:] for numba, which has no Ellipsis index: an
+    item helper's index argument `...` becomes slice(None) (a 0-d array's slice is
+    numba's typing error, and the NumPy backend runs it)."""
+    f = node.func
+    if isinstance(f, ast.Name) and f.id.startswith(HELPER_PREFIX) and \
+            f.id[len(HELPER_PREFIX):] in _ITEM_HELPERS and len(node.args) >= 2 and \
+            _is_ellipsis(node.args[1]):
+        node.args[1] = ast.copy_location(ast.Call(
+            func=ast.Name(id="slice", ctx=ast.Load()), args=[ast.Constant(value=None)],
+            keywords=[]), node.args[1])
+
+
 class _Rewriter(ast.NodeTransformer):
     """The expression-level rewrite shared by the forward and the adjoint."""
 
@@ -951,6 +971,7 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         f = node.func
+        _whole_item_argument(node)
         if isinstance(f, ast.Name) and f.id.startswith(HELPER_PREFIX) and \
                 self.kinds is not None and f.id != HELPER_PREFIX + "meta":
             kinds = [self._kind(a) for a in node.args]
@@ -1032,6 +1053,9 @@ class _Rewriter(ast.NodeTransformer):
         if r is not None:
             return ast.Call(func=self._nb("ritem"), args=[self._load(r), self.visit(node.slice)],
                             keywords=[])
+        if _is_ellipsis(node.slice):   # x[...] is x[:] (see _whole_item_argument)
+            node = ast.copy_location(ast.Subscript(value=node.value, slice=ast.Slice(),
+                                                   ctx=node.ctx), node)
         return self.generic_visit(node)
 
     def _array_op(self, *operands: ast.AST) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import threading
 import warnings
 from typing import Any, Iterator
 
@@ -70,12 +71,21 @@ def as_array(value: Any, dtype: Any = None) -> Any:
 _NOT_IMPLEMENTED = r"The `.*` function is not implemented by Dask array"
 
 
+_FOREIGN = threading.local()   # .depth: generated code runs on another library's arrays
+
+
+def runs_foreign() -> bool:
+    """Whether generated code runs under `foreign_dispatch` in this thread."""
+    return getattr(_FOREIGN, "depth", 0) > 0
+
+
 @contextlib.contextmanager
 def foreign_dispatch() -> Iterator[None]:
     """Run generated code on another library's arrays: a NumPy function that library
     does not implement is an error naming it, never a silent fall-back to NumPy."""
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=_NOT_IMPLEMENTED, category=FutureWarning)
+        _FOREIGN.depth = getattr(_FOREIGN, "depth", 0) + 1
         try:
             yield
         except FutureWarning as warning:
@@ -84,6 +94,8 @@ def foreign_dispatch() -> Iterator[None]:
                             f"code needs it for this gradient: compute it on NumPy "
                             f"arrays (np.asarray(x)) or use functions Dask implements"
                             ) from None
+        finally:
+            _FOREIGN.depth -= 1
 
 
 def any_foreign(values) -> bool:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TransformError
-from .arrays import holds_complex, is_array
+from .arrays import holds_complex, is_array, runs_foreign
 from .registry import helper
-from .reverse import add_at, add_items, is_basic_index
+from .reverse import add_at, add_items, copy_adjoint, is_basic_index
 from .shapes import unbroadcast, zeros_like
 
 
@@ -31,12 +31,27 @@ def copy_item(container, index):
     dict key not there yet, MISSING."""
     if isinstance(container, dict) and index not in container:
         return MISSING
+    if isinstance(container, (float, int, complex)) and (
+            index is Ellipsis or (type(index) is tuple and not index)):
+        return container    # a 0-d array's adjoint, which arithmetic left a number
     item = container[index]
     if is_array(item):
         return item.copy()
     if isinstance(item, list):
         return list(item)
     return item
+
+
+@helper
+def lazy_safe_target(target) -> None:
+    """Before an in-place write, in code that runs beside Dask arrays: Dask reads a 0-d
+    NumPy array by reference (n-d ones by value), so a value computed from it before
+    the write, kept for the adjoint, would be computed later from the new value."""
+    if type(target) is np.ndarray and target.ndim == 0 and runs_foreign():
+        raise TypeError("an in-place write into a 0-d NumPy array beside Dask arrays: "
+                        "Dask reads a 0-d array by reference, so the values computed from "
+                        "it before the write would change, and the gradient with them. "
+                        "Rebind a variable instead (total = ...), or use a 1-d array.")
 
 
 @helper
@@ -212,7 +227,7 @@ def field_index(value, name: str) -> int:
 @helper
 def scatter_add(adjoint, index, g):
     """adjoint with g added at index (repeated indices accumulate), as a new value."""
-    out = copy_value(adjoint)
+    out = copy_adjoint(adjoint)
     add_at(out, index, g)
     return out
 
@@ -221,7 +236,7 @@ def scatter_add(adjoint, index, g):
 def with_zeroed(adjoint, index, like=None):
     """adjoint with the items at index set to zero, as a new value (for a list,
     zeros of the structure of `like`'s items: see zero_item)."""
-    out = copy_value(adjoint)
+    out = copy_adjoint(adjoint)
     zero_item(out, index, like)
     return out
 

@@ -142,12 +142,18 @@ def none_to_zero(grad, like):
 
 @helper
 def copy_adjoint(adjoint):
-    """A private copy of an adjoint before it is updated in place."""
+    """A private copy of an adjoint before it is updated in place. A number stands
+    for a 0-d array's adjoint (NumPy's arithmetic on 0-d arrays gives scalars): its
+    copy is a 0-d array, which the item write or read that follows updates."""
     if isinstance(adjoint, list):
         return list(adjoint)
     if isinstance(adjoint, dict):
         return dict(adjoint)
-    return adjoint.copy() if is_array(adjoint) else adjoint
+    if is_array(adjoint):
+        return adjoint.copy()
+    if isinstance(adjoint, (np.generic, float, complex)) and not isinstance(adjoint, np.bool_):
+        return np.array(adjoint)
+    return adjoint
 
 
 def is_basic_index(index) -> bool:

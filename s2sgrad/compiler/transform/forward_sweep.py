@@ -143,6 +143,14 @@ class ForwardSweep:
                 for arg, fields in call_write_guards(op, core.act.ints, core.locals,
                                                      core.nf.parsed)]
 
+    def lazy_guard(self, var: str, s: ast.stmt) -> List[ast.stmt]:
+        """Before an in-place write of var, in a pair for other libraries' arrays (pure):
+        a 0-d NumPy array there is refused (runtime.inplace.lazy_safe_target)."""
+        if not self.core.pure:
+            return []
+        return [copy_location(ast.Expr(value=helper_call("lazy_safe_target",
+                                                         name_node(var))), s)]
+
     def forward_ufunc_at(self, s: ast.Expr, in_loop: bool) -> List[ast.stmt]:
         """np.add.at(a, idx, b): keep the items of a it changes (restored later)."""
         op = self.core.op_of(s)
@@ -194,6 +202,7 @@ class ForwardSweep:
         if op.kind == OpKind.SETITEM:
             # x[i] = v: keep the items it overwrites (restored in the adjoint).
             base = s.targets[0].value.id
+            out += self.lazy_guard(base, s)
             self.save_value(base, in_loop, out, s,
                             helper_call("copy_item", name_node(base),
                                         index_expr(s.targets[0].slice)))
@@ -205,6 +214,7 @@ class ForwardSweep:
             if var in core.act.active:
                 out += self.sequence_guard(s, ast.BinOp(left=name_node(var), op=s.op,
                                                         right=s.value))
+            out += self.lazy_guard(var, s)
             guard = core.facts.stmts.of(s).guard
             if guard is not None:
                 out.append(ast.Expr(value=helper_call("unshared", name_node(var),
