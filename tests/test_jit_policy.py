@@ -322,3 +322,31 @@ def test_show_jit_refuses_what_it_cannot_combine_with_one_line():
         assert result.returncode == 2, (argv, result.stdout)
         assert "Traceback" not in result.stderr
         assert result.stderr.strip().count("\n") == 0, result.stderr
+
+
+@pytest.mark.parametrize("shapes", [((200, 50), (300, 200)), ((300, 1), (200, 300))])
+def test_a_function_the_plan_leaves_to_numpy_runs_the_numpy_backend_itself(
+        monkeypatch, shapes):
+    """Once the pair's layout says every grad call runs NumPy (a straight-line matrix
+    product), jit=True's calls are the NumPy backend's, without the numba backend's
+    per-call work (binding, sizes, variants): its entry is not called again."""
+    numba_backend.reset()
+    rng = np.random.default_rng(5)
+    W, X = (rng.standard_normal(s) / 10 for s in shapes)
+    g = s2sgrad.grad(layer, (0, 1), jit=True)
+    first = g(W, X)
+    state = numba_backend.known_state(layer, (0, 1))
+    if state.behind is not None:
+        state.behind.join()
+    assert numba_backend.numpy_only(state) and not numba_backend.numpy_only(None)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the numba backend's entry ran")
+    monkeypatch.setattr(numba_backend.JitFunction, "value_and_grad", refused)
+    got = g(W, X)
+    for a, b in zip(first, got):
+        np.testing.assert_allclose(b, a, rtol=1e-12)
+    small = (W[:4, :1], X[:3, :4])
+    for i, gi in enumerate(g(*small)):
+        np.testing.assert_allclose(gi, numeric_grad(layer, list(small), i), rtol=1e-6,
+                                   atol=1e-8)

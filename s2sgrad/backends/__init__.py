@@ -36,6 +36,7 @@ from .numba_backend import (
     JitWarning,
     known_state,
     mismatch,
+    numpy_only,
     plan_of,
     reset,
     rule_of,
@@ -59,6 +60,8 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
     verdicts: Dict[tuple, bool] = {}   # structured call's leaves -> jit's pair holds
 
     def value_and_grad_f(*args, **kwargs):
+        if states and numpy_only(states[0]) and not states[0].discarded:
+            return numpy_path(*args, **kwargs)    # without the backend's per-call work
         if any(holds_complex(a) for a in args) or \
                 any(holds_complex(a) for a in kwargs.values()):
             return numpy_path(*args, **kwargs)
@@ -156,10 +159,7 @@ def numpy_runs_vjp(f: Callable, positions: Tuple[int, ...], witness: Any = None)
     """Whether every vjp(f, ..., jit=True) call is known to run the NumPy backend (the
     plan leaves them all to NumPy, or numba cannot run f and has said so): the API
     then takes its own NumPy path, without the backend's per-call work."""
-    state = known_state(f, positions, witness)
-    return state is not None and state.compiled is not None and (
-        state.disabled is not None and state.warned() or
-        state.disabled is None and not state.vjp_size_limit)
+    return numpy_only(known_state(f, positions, witness), vjp=True)
 
 
 def jit_source(f: Callable, *args: Any, wrt=0, **kwargs) -> str:

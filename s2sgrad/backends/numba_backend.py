@@ -781,6 +781,17 @@ class JitFunction:
 
 
 
+def numpy_only(state: Optional["JitFunction"], vjp: bool = False) -> bool:
+    """Whether every grad (vjp: vjp) call of state's function is known to run the NumPy
+    backend: the plan leaves them all to NumPy, or numba cannot run the function and
+    has said so. (Not before the pair's layout is read: its facts decide.)"""
+    if state is None or not state.laid_out:
+        return False
+    if state.disabled is not None:
+        return state.warned()
+    return not (state.vjp_size_limit if vjp else state.size_limit or state.force == "loops")
+
+
 # -- what jit=True does with a function, in words (jit_rule, jit_plan, jit_source) --
 def rule_of(state: "JitFunction") -> Tuple[str, bool]:
     """(how jit=True decides for this function, whether the arrays' size decides)."""
