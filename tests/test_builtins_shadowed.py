@@ -29,6 +29,18 @@ def zipped(x, y):
     return np.sum(acc)
 '''
 
+UNPACKED = '''
+import numpy as np
+from numpy import *  # noqa: F401,F403
+
+
+def unpacked(x, y):
+    e0, e1 = x, np.tanh(x * 0.5)
+    if np.sum(y) > -5.0:
+        e1 = e1 + 0.3 * y
+    return -0.7 * np.sum(np.tanh(e1)) + np.sum(y * e0)
+'''
+
 OWN_LEN = '''
 import numpy as np
 
@@ -100,6 +112,16 @@ def test_a_zip_loop_in_a_module_that_star_imports_numpy(make_module, rng, shapes
     eps = 1e-6
     want = (m.zipped(x + eps * u, y) - m.zipped(x - eps * u, y)) / (2 * eps)
     np.testing.assert_allclose(tangent, want, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("shapes", [((3,), (3,)), ((2, 3), (3,))])   # y broadcasts
+def test_a_temporary_never_takes_the_name_of_a_module_global(make_module, rng, shapes):
+    """`np.tanh(x * 0.5)` unpacked into e1 got the temporary `tanh`, which the module's
+    `from numpy import *` also binds: the compiler then read `e1 = tanh` as e1 bound
+    to the function np.tanh, and dropped it (UnboundLocalError; fuzz batch 20261201)."""
+    m = make_module(UNPACKED)
+    x, y = (rng.standard_normal(s) for s in shapes)
+    _check(m.unpacked, (x, y), (0, 1))
 
 
 @pytest.mark.parametrize("shape", [(3, 4), (5, 2)])

@@ -135,7 +135,12 @@ class _Normalizer:
             closure = dict(closure)
             closure.update((n, types.CellType(parsed.statics[n])) for n in bound)
         self.resolver = Resolver(parsed.globals, closure, local)
-        self.names = NameRegistry(names_in(fdef) | local)
+        # A temporary never takes the name of the module's globals or the closure's
+        # cells, read in the function or not: the resolver would read it as theirs
+        # (`tanh = np.tanh(t)` beside `from numpy import *`, then `e1 = tanh` bound
+        # e1 to the function np.tanh).
+        self.names = NameRegistry(names_in(fdef) | local | set(parsed.globals) |
+                                  set(closure))
         self._check_reserved(fdef)
         self.unversioned: Set[str] = set()
         self.user_names: Set[str] = set(local)
