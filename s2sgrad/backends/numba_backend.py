@@ -320,26 +320,12 @@ def _build_behind(state: "JitFunction", args: tuple, kwargs: dict, ran: tuple,
         if state.disabled is not None:
             state.warn(state.disabled)
             return
+        if numpy_only(state, vjp):
+            return
         call, live = state.bind(args, kwargs), state.live_values()
-        if vjp:
-            if not state.vjp_size_limit or state.mutates or \
-                    not state._compiles(call, live, vjp=True):
-                return
-            need = "vjp"
-        elif not state.size_limit and state.force != "loops":
-            return
-        elif state._compiles(call, live):
-            need = "fused"
-        elif state._outlines(call, live):
-            need = "loops"
-        else:
-            return
-        key = _variant_key(call, live, need)
-        with state.lock:
-            v = state.variants.get(key)
-            if v is None or (v.failed is None and not state._has(v, need)):
-                v = numba_variants.build(state, call, live, key, need, v, ran)
-        if v.failed is None and need != "loops":   # (loops: a worker at the host's call)
+        need = _need_of(state, call, live, vjp)
+        v = None if need is None else state.variant(call, live, need, ran)
+        if v is not None and need != "loops":   # (loops: a worker at the host's call)
             still_compiling(state, v, need, call, live, out=ran[0])
             if v.worker is None:
                 _compile_behind(state, v, need, call, live, ran[0])
@@ -348,6 +334,17 @@ def _build_behind(state: "JitFunction", args: tuple, kwargs: dict, ran: tuple,
         state.warn(state.disabled)
     finally:
         _BUILDING.state = None
+
+
+def _need_of(state: "JitFunction", call: tuple, live: tuple, vjp: bool) -> Optional[str]:
+    """The variant a call runs on numba ("vjp"; "fused": the whole function, "loops":
+    its loops outlined), or None: NumPy runs it."""
+    if vjp:
+        return "vjp" if state.vjp_size_limit and not state.mutates and \
+            state._compiles(call, live, vjp=True) else None
+    if state._compiles(call, live):
+        return "fused"
+    return "loops" if state._outlines(call, live) else None
 
 
 def _compile_behind(state: "JitFunction", v: numba_variants.Variant, need: str,
@@ -527,21 +524,25 @@ class JitFunction:
     def live_values(self) -> tuple:
         return tuple(b.read() for b in self.live)
 
-    def variant(self, args: tuple, live: tuple, need: str) -> Optional[numba_variants.Variant]:
-        """The variant for these types, with the functions `need` ("fused"/"vjp") built."""
+    def variant(self, args: tuple, live: tuple, need: str,
+                ran: Optional[tuple] = None) -> Optional[numba_variants.Variant]:
+        """The variant for these types, with the functions `need` ("fused"/"vjp") built
+        (`ran`: from a NumPy run made already, see numba_variants.build)."""
         key = _variant_key(args, live, need)
-        v = self.variants.get(key)
-        if v is None or (v.failed is None and not self._has(v, need)):
+        if self._unmade(self.variants.get(key), need):
             with self.lock:
                 v = self.variants.get(key)
-                if v is None or (v.failed is None and not self._has(v, need)):
-                    v = numba_variants.build(self, args, live, key, need, v)
+                if self._unmade(v, need):
+                    numba_variants.build(self, args, live, key, need, v, ran)
+        v = self.variants[key]
         return None if v.failed is not None else v
 
     @staticmethod
-    def _has(v: numba_variants.Variant, need: str) -> bool:
-        return v.fused is not None if need == "fused" else v.host is not None \
-            if need == "loops" else v.pullback is not None
+    def _unmade(v: Optional[numba_variants.Variant], need: str) -> bool:
+        """Whether v (None: no variant yet) lacks the functions `need` asks for."""
+        return v is None or v.failed is None and (
+            v.fused is None if need == "fused" else v.host is None
+            if need == "loops" else v.pullback is None)
 
     def fail(self, args: tuple, live: tuple, exc: BaseException,
              v: Optional[numba_variants.Variant] = None) -> None:
@@ -566,14 +567,13 @@ class JitFunction:
         if self.disabled is None:
             call = self.bind(args, kwargs)
             live = self.live_values()
-            if not self._compiles(call, live):
-                if self._outlines(call, live):
-                    if self._unbuilt(call, live, "loops"):
-                        return _numpy_then_build(self, args, kwargs, vjp=False)
-                    return self._outlined(call, live, args, kwargs)
+            need = _need_of(self, call, live, vjp=False)
+            if need is None:
                 return self.numpy_value_and_grad(args, kwargs)
-            if self._unbuilt(call, live, "fused"):
+            if self._unbuilt(call, live, need):
                 return _numpy_then_build(self, args, kwargs, vjp=False)
+            if need == "loops":
+                return self._outlined(call, live, args, kwargs)
             v = self.variant(call, live, "fused")
             if v is not None and v.check is not None and \
                     still_compiling(self, v, "fused", call, live):
@@ -662,10 +662,8 @@ class JitFunction:
     def _unbuilt(self, call: tuple, live: tuple, need: str) -> bool:
         """In the background mode, whether this call's variant is yet to be built:
         a thread builds it (`_build_behind`) while the call runs NumPy."""
-        if not compiles_behind():
-            return False
-        v = self.variants.get(_variant_key(call, live, need))
-        return v is None or (v.failed is None and not self._has(v, need))
+        return compiles_behind() and self._unmade(
+            self.variants.get(_variant_key(call, live, need)), need)
 
     def _compiles(self, call: tuple, live: tuple, vjp: bool = False) -> bool:
         """Whether this call goes to numba (jit_policy), and numba is there to take it.

@@ -64,6 +64,16 @@ class Resolver:
             return True
         return name in self.globals and self.globals[name] is not getattr(builtins, name, None)
 
+    def builtin_reference(self, name: str, taken: Set[str], bindings: Dict[str, Any]) -> str:
+        """How generated code names builtin `name` (len, range, zip, ...): by its own
+        name, unless a name the code uses (`taken`) or the function's closure or module
+        binds it; then through an alias bound to the builtin (in `bindings`)."""
+        if name not in taken and not self.shadows_builtin(name):
+            return name
+        alias = f"_s2s_builtin_{name}"
+        bindings[alias] = getattr(builtins, name)
+        return alias
+
     def _note(self, namespace, name: str, value: Any) -> None:
         if callable(value) or isinstance(value, types.ModuleType):
             self.facts.append(Binding(namespace, name, value))

@@ -107,14 +107,11 @@ def zero_item(adjoint, index, like=None) -> None:
 
 @helper
 def copy_value(value):
-    """A private copy of an array or list the adjoint restores items into."""
-    if is_array(value):
-        return value.copy()
-    if isinstance(value, list):
-        return list(value)
-    if isinstance(value, dict):
-        return dict(value)
-    return value
+    """A private copy of an array or list the adjoint restores items into (a number
+    is itself: copy_adjoint's copy, but for numbers)."""
+    if isinstance(value, (np.generic, float, complex)):
+        return value
+    return copy_adjoint(value)
 
 
 @helper

@@ -37,7 +37,6 @@ write in place are functions of it (writes.py), and clean.py tidies its output.
 from __future__ import annotations
 
 import ast
-import builtins
 import copy
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -276,11 +275,7 @@ class Tangent:
     def builtin(self, name: str) -> ast.Name:
         """A builtin the tangent code calls (zip): by its own name, unless the function,
         its closure or its module binds that name; then through a bound one."""
-        if name not in self.locals and not self.nf.resolver.shadows_builtin(name):
-            return name_node(name)
-        alias = f"_s2s_builtin_{name}"
-        self.bindings[alias] = getattr(builtins, name)
-        return name_node(alias)
+        return name_node(self.nf.resolver.builtin_reference(name, self.locals, self.bindings))
 
     def constant(self, value) -> ast.expr:
         if is_literal(value):

@@ -23,7 +23,6 @@ each statement (adjoint_statements.py) and the adjoint's control flow
 from __future__ import annotations
 
 import ast
-import builtins
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -139,11 +138,8 @@ class Reverse:
         """A builtin the generated code calls (len, range, ...): by its own name,
         unless the function, its closure or its module binds that name; then
         through a bound one."""
-        if name not in self.locals and not self.nf.resolver.shadows_builtin(name):
-            return name_node(name)
-        alias = f"_s2s_builtin_{name}"
-        self.default_bindings[alias] = getattr(builtins, name)
-        return name_node(alias)
+        return name_node(self.nf.resolver.builtin_reference(name, self.locals,
+                                                            self.default_bindings))
 
     def _list_valued(self, nf: NormalForm) -> Set[str]:
         """Variables that may hold Python lists: their adjoints are lists too, added
