@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, Tuple
 
+import numpy as np
+
 from ..arguments import (
     check_args,
     check_cotangent,
@@ -29,6 +31,7 @@ from ..arguments import (
     seed,
     structured,
 )
+from ..compiler import all_hold, flat_bindings
 from ..runtime.arrays import holds_complex
 from .jit_policy import JitPlan
 from .numba_backend import (
@@ -58,16 +61,18 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
     `witness`: the mode of the witnesses on the NumPy runs of jit=True's pair."""
     states: list = []
     verdicts: Dict[tuple, bool] = {}   # structured call's leaves -> jit's pair holds
+    checked: list = []                 # [(a state's pair, its bindings flattened)]
 
     def value_and_grad_f(*args, **kwargs):
         if states and numpy_only(states[0]) and not states[0].discarded:
             return numpy_path(*args, **kwargs)    # without the backend's per-call work
-        if any(holds_complex(a) for a in args) or \
-                any(holds_complex(a) for a in kwargs.values()):
+        plain = not kwargs and _arrays_and_floats(args)   # (one pass: the common case)
+        if not plain and (any(holds_complex(a) for a in args) or
+                          any(holds_complex(a) for a in kwargs.values())):
             return numpy_path(*args, **kwargs)
         check_args(f, args, positions)
         pattern = held = None
-        if structured(args, kwargs):
+        if not plain and structured(args, kwargs):
             pattern = (leaf_positions(args), tuple(sorted(kwargs)))
             held = verdicts.get(pattern)
             if held is False:
@@ -76,8 +81,7 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
                 verdicts[pattern] = held = True
         if not states:
             states.append(state_for(f, positions, witness))
-        elif states[0].discarded or (states[0].compiled is not None and
-                                     not states[0].compiled.current()):
+        elif states[0].discarded or not _still_current(states[0], checked):
             states[0] = state_for(f, positions, witness)  # a name it was bound to changed
         if held is None and pattern is not None:
             return _verified(states[0], verdicts, pattern, single, positions, numpy_path,
@@ -86,11 +90,41 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
     return value_and_grad_f
 
 
+def _arrays_and_floats(args: tuple) -> bool:
+    """Whether every argument is a float or a NumPy array of reals (no complex value,
+    no structure: the closer looks can be skipped)."""
+    for a in args:
+        t = type(a)
+        if t is np.ndarray:
+            if a.dtype.kind not in "fiub":
+                return False
+        elif t is not float:
+            return False
+    return True
+
+
+def _still_current(state, checked: list) -> bool:
+    """state's pair is still what its names are bound to (compiled.current()), checked
+    as the NumPy backend's calls check theirs: its bindings flattened once (`checked`
+    holds them for the pair last seen), then one loop per call."""
+    compiled = state.compiled
+    if compiled is None:
+        return True
+    if checked and checked[0][0] is compiled and all_hold(checked[0][1]):
+        return True
+    if not compiled.current():
+        return False
+    checked[:] = [(compiled, flat_bindings(compiled))]
+    return True
+
+
 def _jit_call(state, single: bool, positions: Tuple[int, ...], args: tuple, kwargs: dict):
     out, grads = state.value_and_grad(args, kwargs)
     seed(out)                       # a non-scalar output: the API's ValueError
-    grads = pack(grads, positions)
-    grads = tuple(finalize(g, args[i]) for g, i in zip(grads, positions))
+    if len(positions) == 1:         # (the adjoint returns one gradient bare)
+        g = finalize(grads, args[positions[0]])
+        return out, (g if single else (g,))
+    grads = tuple([finalize(g, args[i]) for g, i in zip(grads, positions)])
     return out, (grads[0] if single else grads)
 
 

@@ -35,8 +35,14 @@ compiles is then timed (`Trial`). When its compiled calls take a millisecond or
 more, the next calls alternate between numba and NumPy (each returns its own
 result: both are the gradient) and a variant numba runs clearly slower leaves
 calls of its size and larger to NumPy from then on (a stencil of slices, where
-numba's slicing costs more than NumPy's kernels). `S2SGRAD_JIT_PLAN=always`
-measures nothing.
+numba's slicing costs more than NumPy's kernels). Straight-line code that is not
+fused gains under numba only NumPy's dispatch, which a small call's own overhead
+can outweigh (a sum of squares of 5 elements: 16 us a call under jit=True against
+12 us on NumPy): its quicker calls are timed too, more of them (they are noisier),
+and numba slower there leaves every call of the function to NumPy. Loops and
+fused code keep the size rule below a millisecond (numba's lead there grows as
+calls get smaller, and is large: 20x on the scalar recurrence).
+`S2SGRAD_JIT_PLAN=always` measures nothing.
 """
 from __future__ import annotations
 
@@ -57,6 +63,7 @@ FUSED_MIN_STATEMENTS = 2   # elementwise code of this many statements: compiled 
 
 TRIAL_RUNS = 2             # timed calls of each backend before the measured decision
 TRIAL_MIN_SECONDS = 1e-3   # compiled calls faster than this are not measured against NumPy
+QUICK_TRIAL_RUNS = 16      # ... but those of straight-line code are, this many of each
 TRIAL_MARGIN = 1.2         # numba is left when slower than NumPy by more than this factor
 
 _PRODUCTS = {"dot", "matmul", "einsum", "tensordot", "inner", "outer", "vdot", "kron",
@@ -91,34 +98,49 @@ class JitPlan:
 class Trial:
     """The measured decision of one compiled variant (see the module's docstring).
 
-    After the variant's first result is checked, its calls are timed: TRIAL_RUNS
+    After the variant's first result is checked, its calls are timed (from the
+    backend's entry: its own per-call work is part of numba's cost): TRIAL_RUNS
     under numba, then, if those took TRIAL_MIN_SECONDS or more, TRIAL_RUNS under
     NumPy. numba slower than NumPy by more than TRIAL_MARGIN (best times) leaves
     calls whose largest array has at least half as many elements as the measured
-    ones to NumPy; smaller calls, where numba's advantage grows, keep the rule."""
+    ones to NumPy; smaller calls, where numba's advantage grows, keep the rule.
+    `straight` (straight-line code, not fused): quicker calls are timed too,
+    QUICK_TRIAL_RUNS of each, and numba slower at all leaves every call to NumPy
+    (`numpy_from` 0): its only gain, dispatch, does not grow with size."""
 
     numba: List[float] = field(default_factory=list)
     numpy: List[float] = field(default_factory=list)
     largest: int = 0
     decided: bool = False
     numpy_from: Optional[float] = None   # the verdict: calls this large run NumPy
+    straight: bool = False
+
+    def _quick(self) -> bool:
+        """Timed quicker than TRIAL_MIN_SECONDS under numba (dispatch-bound calls)."""
+        return bool(self.numba) and min(self.numba) < TRIAL_MIN_SECONDS
+
+    def _runs(self) -> int:
+        return QUICK_TRIAL_RUNS if self.straight and self._quick() else TRIAL_RUNS
 
     def runs_numba(self, largest: int) -> bool:
         """Whether this call runs the compiled variant (False: NumPy's pair)."""
         if self.decided:
             return self.numpy_from is None or largest < self.numpy_from
-        return len(self.numba) < TRIAL_RUNS
+        return len(self.numba) < self._runs()
 
     def record(self, compiled: bool, seconds: float, largest: int) -> None:
         """One timed call; the verdict once both backends have their runs."""
         (self.numba if compiled else self.numpy).append(seconds)
         self.largest = max(self.largest, largest)
-        if len(self.numba) == TRIAL_RUNS and not self.numpy and \
-                min(self.numba) < TRIAL_MIN_SECONDS:
+        if len(self.numba) == TRIAL_RUNS and not self.numpy and self._quick() and \
+                not self.straight:
             self.decided = True      # too fast to lose much: the size rule stands
-        elif len(self.numpy) == TRIAL_RUNS:
+        elif self.numpy and len(self.numpy) == self._runs():
             self.decided = True
-            if min(self.numba) > TRIAL_MARGIN * min(self.numpy):
+            if self.straight and self._quick():
+                if min(self.numba) > min(self.numpy):
+                    self.numpy_from = 0
+            elif min(self.numba) > TRIAL_MARGIN * min(self.numpy):
                 self.numpy_from = self.largest / 2
 
     def plan(self, largest: int) -> Optional[JitPlan]:
@@ -126,9 +148,13 @@ class Trial:
         if self.numpy_from is None or largest < self.numpy_from:
             return None
         return JitPlan(False, f"left to NumPy: measured slower under numba "
-                              f"({min(self.numba) * 1e3:.3g} ms a call against "
-                              f"{min(self.numpy) * 1e3:.3g} ms on NumPy, over arrays of "
+                              f"({_duration(min(self.numba))} a call against "
+                              f"{_duration(min(self.numpy))} on NumPy, over arrays of "
                               f"{self.largest:,} elements)", largest)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
 
 
 def code_facts(functions: Iterable[ast.FunctionDef], callees: Iterable[CodeFacts] = (),

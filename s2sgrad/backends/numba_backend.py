@@ -282,9 +282,93 @@ def _numpy_timed(state: "JitFunction", v: numba_variants.Variant, values: tuple,
     started = time.perf_counter()
     result = state.numpy_value_and_grad(args, kwargs)
     if not v.trial.decided:
-        v.trial.record(False, time.perf_counter() - started,
-                       jit_policy.largest_array(values))
+        _timed(state, v, False, started, values)
     return result
+
+
+def _timed(state: "JitFunction", v: numba_variants.Variant, compiled: bool, started: float,
+           values: tuple) -> None:
+    """Record a timed call in v's trial; once it decides that numba loses everywhere
+    (straight-line code), every grad call of the function runs NumPy, by the API's own
+    path (`numpy_only`), and says why in jit_plan."""
+    v.trial.record(compiled, time.perf_counter() - started, jit_policy.largest_array(values))
+    if not v.trial.decided:
+        return
+    if v.trial.numpy_from == 0:
+        state.measured = v.trial.plan(v.trial.largest)
+        state.size_limit, state.ready = 0, {}
+    state.measuring = any(not w.trial.decided for key, w in state.variants.items()
+                          if key[-1:] != ("loops",) and w.fused is not None and
+                          w.failed is None)
+
+
+def _limit(state: "JitFunction", values: tuple, vjp: bool = False) -> float:
+    """Calls of these values (arguments and live values) over smaller arrays go to
+    numba (jit_policy.size_limit, for their dtypes)."""
+    limit = state.vjp_size_limit if vjp else state.size_limit
+    if state.facts.elementwise and limit == float("inf") and not state.force and \
+            not jit_policy.float64_arrays(values):
+        # elementwise code fuses on float64 arrays only
+        limit = jit_policy.size_limit(state.facts, vjp=vjp, float64=False)
+    return limit
+
+
+_UNDECIDED = object()
+
+
+def _ready_call(state: "JitFunction", entered: float, args: tuple, kwargs: dict):
+    """grad's call of a variant whose first result was checked (`JitFunction.ready`,
+    by the kinds of the values): one lookup and one size test instead of the whole
+    decision (the backend's own work per call was 7 us, six times that of numba's
+    code of a 5-element function); timed while its trial measures (from `entered`:
+    this path's work is part of numba's cost). _UNDECIDED: the general path decides."""
+    call = state.bind(args, kwargs)
+    values = call + state.live_values() if state.live else call
+    known = state.ready.get(_kinds(values))
+    if known is None:
+        return _UNDECIDED
+    v, limit = known
+    largest = jit_policy.largest_array(values)
+    if v.failed is not None or not largest < limit:
+        return _UNDECIDED
+    measuring = not v.trial.decided and state.force != "always"
+    if not v.trial.runs_numba(largest) and state.force != "always":
+        return _numpy_timed(state, v, values, args, kwargs) if measuring else \
+            state.numpy_value_and_grad(args, kwargs)
+    try:
+        result = v.fused(*values)
+    except Exception as exc:  # noqa: BLE001 - decided as on the general path
+        return _raised(state, exc, call, values[len(call):], args, kwargs, v)
+    if measuring:
+        _timed(state, v, True, entered, values)
+    return result
+
+
+def _raised(state: "JitFunction", exc: BaseException, call: tuple, live: tuple, args,
+            kwargs, v: numba_variants.Variant):
+    """grad's compiled call raised: numba's own error fails the variant (NumPy from
+    now on, one warning); another is the NumPy backend's to raise, or it gives its
+    value and a warning."""
+    if load.is_numba_error(exc):
+        state.fail(call, live, exc)
+        return state.numpy_value_and_grad(args, kwargs)
+    return state._numpy_after(exc, args, kwargs, v)
+
+
+def _first_result(state: "JitFunction", v: numba_variants.Variant, result, want):
+    """A variant's first result is compared with the NumPy backend's, once.
+
+    A disagreement (beyond rounding) means the rewrite or numba computed
+    something else: the variant is dropped, NumPy's result returned, and a
+    warning says so. Never a wrong value silently.
+    """
+    v.check = None
+    problem = mismatch(result, want)
+    if problem is None:
+        return result
+    v.failed = f"the compiled gradient differs from the NumPy backend's ({problem})"
+    state.warn(v.failed)
+    return want
 
 
 def _numpy_then_build(state: "JitFunction", args: tuple, kwargs: dict, vjp: bool):
@@ -399,6 +483,9 @@ class JitFunction:
         self.facts = jit_policy.CodeFacts()       # loops and products: what jit_policy decides on
         self.force = jit_policy.forced()          # S2SGRAD_JIT_PLAN, read once
         self.size_limit: float = 0                # calls over smaller arrays are compiled
+        self.measuring = False                    # a grad variant's Trial is timing calls
+        self.ready: Dict[tuple, tuple] = {}       # kinds -> (variant, size limit): _ready_call
+        self.measured: Optional[jit_policy.JitPlan] = None   # ... and left every call to NumPy
         self.vjp_size_limit: float = 0            # ... by vjp (see jit_policy.size_limit)
         self.building = False                     # split_functions: a recursive call?
         self.mutates = False
@@ -557,6 +644,11 @@ class JitFunction:
     # -- the entry points the API calls ---------------------------------------
     def value_and_grad(self, args: tuple, kwargs: dict):
         """(output, gradients as the adjoint returns them)."""
+        entered = time.perf_counter() if self.measuring else 0.0
+        if self.ready and self.behind is None and not self.pending and self.disabled is None:
+            result = _ready_call(self, entered, args, kwargs)   # (checked variants)
+            if result is not _UNDECIDED:
+                return result
         if not self.settle():
             return self.numpy_value_and_grad(args, kwargs)   # built behind, meanwhile
         if not self.laid_out and compiles_behind():
@@ -585,22 +677,18 @@ class JitFunction:
                     if v.check is None and (v.trial.decided or self.force == "always"):
                         result = v.fused(*call, *live)
                     elif v.check is None:   # timed for the measured decision
-                        started = time.perf_counter()
                         result = v.fused(*call, *live)
-                        v.trial.record(True, time.perf_counter() - started,
-                                       jit_policy.largest_array(call + live))
+                        _timed(self, v, True, entered, call + live)
                     else:   # the first call: numba compiles, and the result is checked
                         reference = self._reference(v, call)
                         result = v.fused(*call, *live)
-                except Exception as exc:  # noqa: BLE001 - decided below
-                    if load.is_numba_error(exc):
-                        self.fail(call, live, exc)
-                    else:
-                        return self._numpy_after(exc, args, kwargs, v)
+                except Exception as exc:  # noqa: BLE001 - decided as numba's or NumPy's
+                    return _raised(self, exc, call, live, args, kwargs, v)
                 else:
-                    if v.check is None:
+                    if v.check is None:   # later calls of these kinds: _ready_call
+                        self.ready[_kinds(call + live)] = (v, _limit(self, call + live))
                         return result
-                    return self._first_result(v, result, reference)
+                    return _first_result(self, v, result, reference)
         else:
             self.warn(self.disabled)
         return self.numpy_value_and_grad(args, kwargs)
@@ -640,7 +728,7 @@ class JitFunction:
             return self._numpy_after(exc, args, kwargs, v)
         if not runner.first:
             return result
-        return self._first_result(v, result, self._reference(v, call))
+        return _first_result(self, v, result, self._reference(v, call))
 
     def _reference(self, v: numba_variants.Variant, call: tuple) -> tuple:
         """The NumPy backend's (output, gradients) for this call, from copies of its
@@ -668,12 +756,7 @@ class JitFunction:
     def _compiles(self, call: tuple, live: tuple, vjp: bool = False) -> bool:
         """Whether this call goes to numba (jit_policy), and numba is there to take it.
         A call left to NumPy by the plan is no failure: no warning."""
-        limit = self.vjp_size_limit if vjp else self.size_limit
-        if self.facts.elementwise and limit == float("inf") and not self.force and \
-                not jit_policy.float64_arrays(call + live):
-            # elementwise code fuses on float64 arrays only
-            limit = jit_policy.size_limit(self.facts, vjp=vjp, float64=False)
-        if not jit_policy.largest_array(call + live) < limit:
+        if not jit_policy.largest_array(call + live) < _limit(self, call + live, vjp):
             return False
         if not self.numba_ready():
             self.warn(self.disabled)
@@ -699,21 +782,6 @@ class JitFunction:
         v.failed = f"the compiled code raised {load.first_line(exc)} where NumPy did not"
         self.warn(v.failed)
         return result
-
-    def _first_result(self, v: numba_variants.Variant, result, want):
-        """A variant's first result is compared with the NumPy backend's, once.
-
-        A disagreement (beyond rounding) means the rewrite or numba computed
-        something else: the variant is dropped, NumPy's result returned, and a
-        warning says so. Never a wrong value silently.
-        """
-        v.check = None
-        problem = mismatch(result, want)
-        if problem is None:
-            return result
-        v.failed = f"the compiled gradient differs from the NumPy backend's ({problem})"
-        self.warn(v.failed)
-        return want
 
     def vjp(self, args: tuple):
         """(output, pullback(v) -> gradients as the adjoint returns them).
@@ -796,6 +864,8 @@ def rule_of(state: "JitFunction") -> Tuple[str, bool]:
     state.ensure_prepared()
     if state.disabled is not None:
         return f"runs on NumPy: {state.disabled}", False
+    if state.measured is not None:
+        return f"runs on NumPy: {state.measured.reason}", False
     outline = numba_variants.outline_facts(state) if state.facts.has_loops else None
     limit = outline[1] if outline is not None and outline[1] < float("inf") else None
     return jit_policy.describe_rule(state.facts, limit), \
@@ -807,6 +877,9 @@ def plan_of(state: "JitFunction", args: tuple, kwargs: Optional[dict] = None,
     """What a call with these arguments does (vjp: a call of s2sgrad.vjp, else of
     grad or value_and_grad): compiled by numba, or NumPy and why."""
     state.ensure_prepared()
+    if state.measured is not None and not vjp:
+        return jit_policy.JitPlan(False, state.measured.reason,
+                                  jit_policy.largest_array(tuple(args)))
     if state.disabled is None:
         call = state.bind(args, kwargs or {})
         live = state.live_values()

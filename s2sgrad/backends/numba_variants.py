@@ -185,6 +185,9 @@ def build(state, args, live, key, need, old: Optional[Variant],
     here, and its values are the reference the first compiled result is checked with.
     """
     v = old or Variant()
+    if need == "fused":   # its grad calls are timed once checked (jit_policy.Trial)
+        v.trial.straight = not state.facts.has_loops and not state.facts.elementwise
+        state.measuring = True
     if ran is None:
         # The NumPy run on copies: the call that follows writes into the arguments
         # (if the function does) once, as without jit.
