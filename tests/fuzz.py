@@ -116,6 +116,7 @@ FEATURES = {
     "concatenate": 0.2,      # np.concatenate([a, b])
     "stack": 0.3,            # np.stack(list_var)
     "builtin_minmax": 0.15,  # max(a, b) / min(a, b) on numbers
+    "builtin_sorted": 0.3,   # sorted(v)[k], np.dot(sorted(v, reverse=True), w), by key=abs
     "apply": 0.8,            # s2sgrad.Function subclasses via .apply
     "star_numpy": 1.0,       # `from numpy import *` in half the modules: min, max, abs, ...
     "user_rule": 0.4,        # within apply: functions given a rule by s2sgrad.defvjp
@@ -131,6 +132,7 @@ FEATURES = {
     "aug_param": 0.3,        # x += e into an argument array
     "aug_scalar": 1.0,       # acc += e
     "elem_aug": 1.0,         # y[1] += e, M[0, 2] -= e
+    "row_recurrence": 0.4,   # for i in range(1, y.shape[0]): y[i] += c * tanh(y[i - 1])
     "subscript_write": 1.2,  # out = np.zeros(3); out[i] = e; out[1:] = e
     "fancy_write": 0.4,      # y[[0, 0, 1]] = e (repeated indices), y[[0, 2]] += e
     "add_at": 0.3,           # np.add.at(y, [0, 0, 2], e)
@@ -618,6 +620,7 @@ class ProgramGenerator(FamilyMixin):
                 ("index", 1.0, lambda: self.index_scalar(sub)),
                 ("builtin_minmax", 1.0, lambda: f"{self.rng.choice(['max', 'min'])}("
                                                 f"{E((), sub)}, {E((), sub)})"),
+                ("builtin_sorted", 1.0, lambda: self.sorted_expr(sub)),
                 ("scalar_builtins", 1.0, lambda: self.scalar_builtin(sub)),
             ]
             if self.lists() or self.structs() or self.dicts():
@@ -688,6 +691,16 @@ class ProgramGenerator(FamilyMixin):
                 any(D.homogeneous() == shape for D in self.dicts()):
             opts += [("builtin_reduce", 1.0, lambda: self.sum_list(shape, sub))]
         return self.choose(opts)
+
+    def sorted_expr(self, d):
+        """sorted() of an array's items, read by index or by an array function (whose
+        rule gives the list's derivative as an array)."""
+        n = self.rng.choice([3, 4])
+        how = self.rng.choice(["", ", reverse=True", ", key=abs"])
+        s = f"sorted({self.expr((n,), d)}{how})"
+        return self.rng.choice([f"{s}[{self.rng.choice([0, -1, 1])}]",
+                                f"np.dot({s}, {self.expr((n,), d)})",
+                                f"np.sum(np.array({s}) * {self.expr((n,), d)})"])
 
     def scalar_builtin(self, d):
         e = self.expr((), d)
@@ -1072,6 +1085,8 @@ class ProgramGenerator(FamilyMixin):
             ("aug_param", 1.0 if param_arrays else 0.0, lambda: self.s_aug(param_arrays)),
             ("aug_scalar", 1.0 if scalars else 0.0, lambda: self.s_aug(scalars)),
             ("elem_aug", 1.0 if local_arrays else 0.0, lambda: self.s_elem_aug(local_arrays)),
+            ("row_recurrence", 1.0 if local_arrays and nested_ok else 0.0,
+             lambda: self.s_row_recurrence(local_arrays)),
             ("subscript_write", 1.0, lambda: self.s_subscript_write(local_arrays)),
             ("fancy_write", 1.0, lambda: self.s_fancy_write(local_arrays)),
             ("add_at", 1.0, lambda: self.s_add_at(local_arrays)),
@@ -1174,6 +1189,18 @@ class ProgramGenerator(FamilyMixin):
                       f"{self.bounded(self.expr((), 1))}")
         else:
             self.emit(f"{v.name}[{self.index_for(2)}] {op} {self.bounded(self.expr((3,), 1))}")
+
+    def s_row_recurrence(self, arrays):
+        """Each row (item) of a local array updated in place from the one before, the
+        loop's bound read from the array itself (its shape or len)."""
+        v = self.rng.choice(arrays)
+        i = self.fresh("i")
+        bound = self.rng.choice([f"{v.name}.shape[0]", f"len({v.name})"])
+        self.emit(f"for {i} in range(1, {bound}):")
+        self.indent += 1
+        self.emit(f"{v.name}[{i}] {self.rng.choice(['+=', '-='])} "
+                  f"{self.rng.choice(['0.5', '0.3'])} * np.tanh({v.name}[{i} - 1])")
+        self.indent -= 1
 
     def bounded(self, e):
         return f"0.3 * np.tanh({e})" if self.loop_depth else e

@@ -186,9 +186,12 @@ class AliasFacts:
     def _statement(self, s: ast.stmt) -> None:
         local = self.local
         if isinstance(s, ast.For):
+            # The names of a range's bounds are not what its items are (integers);
+            # any other iterable's names may hold or be what the target is.
+            counted = isinstance(s.iter, ast.Call) and self.exprs.of(s.iter).callee is range
             for t in _names(s.target, local):
                 self.defined_at.setdefault(t, s)
-                for src in _names(s.iter, local):
+                for src in () if counted else _names(s.iter, local):
                     if src not in self.lists:
                         self._share(t, src)     # a row of an array is a view
                     self._item(src, t)          # an item of a list or tuple

@@ -19,6 +19,7 @@ from collections import Counter
 
 import numpy as np
 
+from ..errors import InternalError
 from .arrays import as_array, size_of
 from .registry import new_helper as _helper
 from .reverse import balanced_max_mask, safe_log, split_as_items
@@ -2276,12 +2277,31 @@ def sorted_grad(cot, iterable, key=None, reverse=False):
     """The cotangents of sorted's output put back in the iterable's order (the
     transpose of the permutation); a zero cotangent gives zeros."""
     items = list(iterable)
-    if not isinstance(cot, (list, tuple)):
-        return [0.0] * len(items)
+    cot = _items_of(cot, len(items))
+    if isinstance(iterable, np.ndarray):   # an array's cotangent is an array: its rows'
+        out = np.zeros(iterable.shape, np.result_type(iterable.dtype, np.float64))
+        if cot is not None:
+            for position, index in enumerate(_sort_order(items, key, reverse)):
+                if cot[position] is not None:
+                    out[index] = cot[position]
+        return out
     out = [0.0] * len(items)
-    for position, index in enumerate(_sort_order(items, key, reverse)):
-        out[index] = cot[position]
+    if cot is not None:
+        for position, index in enumerate(_sort_order(items, key, reverse)):
+            out[index] = cot[position]
     return out
+
+
+def _items_of(values, n: int):
+    """values as n items (a list or tuple, or an array of n rows: what a rule of the
+    list's reader gives, np.dot(sorted(x), w)'s); None for a symbolic zero (0.0,
+    None: no item carries a derivative)."""
+    if isinstance(values, (list, tuple)) or (np.ndim(values) >= 1 and len(values) == n):
+        return values
+    if values is None or (np.ndim(values) == 0 and not np.any(values)):
+        return None
+    raise InternalError(f"a derivative of {n} items was expected, not "
+                        f"{type(values).__name__} {np.shape(values)}")
 
 
 @_helper
@@ -2289,6 +2309,7 @@ def sorted_like(values, iterable, key=None, reverse=False):
     """values in the order sorted(iterable) puts the iterable's items (the
     permutation sorted_grad undoes)."""
     items = list(iterable)
-    if not isinstance(values, (list, tuple)):
+    values = _items_of(values, len(items))
+    if values is None:
         return [0.0] * len(items)
     return [values[i] for i in _sort_order(items, key, reverse)]

@@ -28,6 +28,7 @@ def matmul_grad_a(g, a, b):
             return g @ b.T
         if a_nd == 2 and b_nd == 1 and type(g) is np.ndarray and g.ndim == 1:
             return np.multiply.outer(g, b)
+    a, b = _operand(a), _operand(b)
     a_nd, b_nd = np.ndim(a), np.ndim(b)
     if a_nd == 2 and b_nd == 2:
         return g @ b.T
@@ -49,6 +50,7 @@ def matmul_grad_b(g, a, b):
             return a.T @ g
         if a_nd == 2 and b_nd == 1 and type(g) is np.ndarray and g.ndim == 1:
             return a.T @ g
+    a, b = _operand(a), _operand(b)
     a_nd, b_nd = np.ndim(a), np.ndim(b)
     if a_nd == 2 and b_nd == 2:
         return a.T @ g
@@ -63,9 +65,16 @@ def matmul_grad_b(g, a, b):
     return unbroadcast(gb, b)
 
 
+def _operand(x):
+    """A list or tuple operand of a product (np.dot(sorted(x), w)) as the array NumPy
+    reads it as: `g * [..]` would repeat the list."""
+    return np.asarray(x) if isinstance(x, (list, tuple)) else x
+
+
 @helper
 def dot_grad_a(g, a, b):
     """Cotangent of `a` in np.dot(a, b) (scalar, 1-d, 2-d and N-d cases)."""
+    a, b = _operand(a), _operand(b)
     a_nd, b_nd = np.ndim(a), np.ndim(b)
     if a_nd == 0 or b_nd == 0:
         return unbroadcast(g * b, a)
@@ -80,6 +89,7 @@ def dot_grad_a(g, a, b):
 @helper
 def dot_grad_b(g, a, b):
     """Cotangent of `b` in np.dot(a, b)."""
+    a, b = _operand(a), _operand(b)
     a_nd, b_nd = np.ndim(a), np.ndim(b)
     if a_nd == 0 or b_nd == 0:
         return unbroadcast(g * a, b)
