@@ -143,6 +143,8 @@ FEATURES = {
                              # others written as y[...] = e and differentiated)
     "if": 1.5,               # if / elif / else on data
     "walrus": 0.4,           # if (w := e) > t:
+    "static_if": 0.3,        # if hasattr(np, "trapezoid"): ... else: np.trapz(...) (a
+                             # branch that never runs names what does not exist)
     "for_range": 1.5,
     "for_list_literal": 0.6,  # for t in [x, x * 2, np.sin(x)]
     "for_list_var": 1.5,     # for t in L / reversed(L) / enumerate(L) / zip(L1, L2)
@@ -1093,6 +1095,7 @@ class ProgramGenerator(FamilyMixin):
             ("call_write", 1.0, lambda: self.s_call_write(local_arrays)),
             ("if", 1.0 if nested_ok else 0.0, self.s_if),
             ("walrus", 1.0 if nested_ok else 0.0, self.s_walrus),
+            ("static_if", 1.0 if nested_ok else 0.0, self.s_static_if),
             ("for_range", 1.0 if nested_ok else 0.0, self.s_for_range),
             ("for_list_literal", 1.0 if nested_ok else 0.0, self.s_for_list_literal),
             ("for_list_var", 1.0 if nested_ok and self.lists() else 0.0, self.s_for_list_var),
@@ -1385,6 +1388,36 @@ class ProgramGenerator(FamilyMixin):
         self.scopes.pop()
         self.nest -= 1
         self.indent -= 1
+
+    def s_static_if(self):
+        """A test known before the code runs (a module attribute there or not): the
+        branch taken updates the accumulator; the other calls a function NumPy lacks."""
+        acc = self.accumulator()
+        present = self.rng.random() < 0.5
+        name = self.rng.choice(["tanh", "trapezoid"]) if present else \
+            self.rng.choice(["trapz", "no_such_function"])
+        test = f"hasattr(np, {name!r})"
+        test = test if self.rng.random() < 0.5 else f"not {test}"
+        runs_body = present != test.startswith("not")
+        missing = f"{acc.name} = np.no_such_function({acc.name})"
+        if self.rng.random() < 0.3:   # as a conditional expression
+            e = self.expr(acc.shape, 1)
+            taken, dropped = f"0.3 * np.tanh({e})", "np.no_such_function(0.3)"
+            value = f"{acc.name} + ({taken if runs_body else dropped} if {test} else " \
+                    f"{dropped if runs_body else taken})"
+            self.note_assignment(value)
+            self.emit(f"{acc.name} = {value}")
+            return
+        self.emit(f"if {test}:")
+        if runs_body:
+            self.if_body(acc)
+        else:
+            self.emit("    " + missing)
+        self.emit("else:")
+        if runs_body:
+            self.emit("    " + missing)
+        else:
+            self.if_body(acc)
 
     def s_walrus(self):
         acc = self.accumulator()

@@ -59,6 +59,7 @@ from .scope import (
 )
 from .special_calls import SpecialCalls
 from .statements import StatementRules
+from .static_branches import prune_static_branches
 from .sugar import desugar, eager_generator
 
 
@@ -249,6 +250,8 @@ class _Normalizer:
         if collected is not None:   # a generator function: what it yields, as a list
             body = collected
             self.resolver.locals.add(collected[0].targets[0].id)
+        decided = prune_static_branches(body, self.resolver)   # (a copy, where one is)
+        body = decided if decided is not None else body
         plain = desugar(body, self.resolver)   # (a copy, where there is sugar to remove)
         body = self._lift_returns(plain if plain is not None else body)
         self.unversioned = assigned_in_compound(body)
