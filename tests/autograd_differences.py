@@ -27,6 +27,9 @@ AUTOGRAD_DIFFERENT = {
     'np.angle-1': NO_ARGS,  # np.angle(x, deg=True)
     'builtins.float-0': NO_VJP,  # float(x) * x
     'builtins.float-1': NO_VJP,  # float(np.sum(x)) * x
+    'np.float64-0': NO_VJP,  # np.float64(x) * x
+    'np.float64-1': NO_VJP,  # np.float64(x) ** 2 * y
+    'np.float64-2': NO_VJP,  # np.float64(np.sum(x)) * x
     'np.positive-0': NO_ARGS,  # +x
     'np.positive-1': NO_VJP,  # np.positive(x)
     'np.matmul-5': NO_VJP,  # np.linalg.matmul(x, y)

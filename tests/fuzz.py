@@ -180,7 +180,7 @@ FEATURES = {
     "dict_iter": 0.5,        # a dict iterated as itself (for k in d) rather than d.keys()
     "comprehension": 0.8,    # [g(t) for t in L if ...], two generators, {k: .. for k, v in ..}
     "builtin_reduce": 0.6,   # sum(gen), sum(L, start), sum(d.values(), s), max(L), min(gen)
-    "scalar_builtins": 0.6,  # abs, pow, float, math.sin/cos/exp/log/sqrt/tanh on numbers
+    "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
     "chained_assign": 0.3,   # a = b = e
     "struct_return_helper": 0.4,  # def h(p): W, b = p; return [W * 2, b]
     "dict_return_helper": 0.3,    # def h(u): return {"w": ..., "b": ...}
@@ -711,7 +711,7 @@ class ProgramGenerator(FamilyMixin):
             f"abs({e})", f"pow({e}, 2)", f"pow({e}, 3)", f"float({e})", f"math.sin({e})",
             f"math.cos({e})", f"math.tanh({e})", f"math.exp(math.tanh({e}))",
             f"math.log(1.0 + {pe} ** 2)", f"math.sqrt(1.0 + {pe} ** 2)",
-            f"math.log(1.0 + math.exp({e}))", f"abs(float({e}))"])
+            f"math.log(1.0 + math.exp({e}))", f"abs(float({e}))", f"np.float64({e}) * 0.5"])
 
     def sum_list(self, shape, d):
         """sum(L), sum(L, start), sum(d.values(), start), sum(generator, start)."""

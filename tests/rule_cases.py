@@ -23,6 +23,9 @@ CASES = {
         ("sorted([np.sum(x ** 2), np.sum(x), np.sum(np.cos(x))], reverse=True)[0] * "
          "sorted([x[0, 0], x[1, 1]], key=abs)[1]", {"x": (2, 3)})],
     "builtins.float": [("float(x) * x", {"x": ()}), ("float(np.sum(x)) * x", {"x": (3,)})],
+    "np.float64": [("np.float64(x) * x", {"x": ()}), ("np.float64(x) ** 2 * y", {"x": (2, 3),
+                                                                               "y": (3,)}),
+                   ("np.float64(np.sum(x)) * x", {"x": (3,)})],
     "np.add": [("np.add(x, y)", {"x": (3,), "y": (3,)}),
                ("x + y", {"x": (2, 3), "y": (3,)}),
                ("x + y", {"x": (4, 1), "y": (1, 3)})],

@@ -373,7 +373,7 @@ linear("np.sum", "np.mean", "ndarray.sum", "ndarray.mean", "np.cumsum", "ndarray
        "np.concatenate", "np.stack", "np.vstack", "np.hstack", "np.array", "np.asarray",
        "np.asanyarray", "np.linspace", cast="dtype")
 linear("np.full", "np.full_like", cast="always")
-linear("builtins.float")
+linear("builtins.float", "np.float64")
 linear("np.reshape", "np.transpose", "ndarray.reshape", "ndarray.transpose", "ndarray.T",
        "ndarray.mT", "np.diff", "np.ediff1d", "np.linalg.diagonal", "np.ravel", "np.squeeze",
        "np.expand_dims", "np.swapaxes", "np.moveaxis", "np.rollaxis", "np.broadcast_to",

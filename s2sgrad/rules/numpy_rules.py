@@ -470,6 +470,7 @@ alias(max, np.maximum)        # max(a, b): ties split g in half, like np.maximum
 alias(min, np.minimum)
 alias(pow, np.power)          # pow(x, y); pow(x, y, mod) has no rule
 defvjp(float, "x=0.0", x="g * np.ones_like(x)")   # float(x) of a number or 0-d array
+defvjp(np.float64, "x=0.0", x="g * np.ones_like(x)")   # of a number, a 0-d or n-d array
 for _name, _like in (("sin", np.sin), ("cos", np.cos), ("tan", np.tan), ("asin", np.arcsin),
                      ("acos", np.arccos), ("atan", np.arctan), ("atan2", np.arctan2),
                      ("sinh", np.sinh), ("cosh", np.cosh), ("tanh", np.tanh),
