@@ -62,12 +62,22 @@ def mode(override: Optional[object] = None) -> str:
         if override in MODES:
             return str(override)
         raise ValueError(f"witness={override!r}: use True, False, 'first', 'always' or 'off'")
-    value = os.environ.get("S2SGRAD_WITNESS", "first").strip().lower()
-    if value in ("0", "false", "no", "off"):
-        return "off"
-    if value in ("always", "2"):
-        return "always"
-    return "first"
+    raw = _ENVIRON_DATA.get(_WITNESS_KEY) if _ENVIRON_DATA is not None else \
+        os.environ.get("S2SGRAD_WITNESS")
+    known = _MODE_OF.get(raw)
+    if known is None:
+        value = (raw.decode() if isinstance(raw, bytes) else raw or "first").strip().lower()
+        known = _MODE_OF[raw] = "off" if value in ("0", "false", "no", "off") else \
+            "always" if value in ("always", "2") else "first"
+    return known
+
+
+# The variable read where each vjp(..., jit=True) call asks for the mode: on POSIX from
+# the bytes mapping os.environ keeps in step with itself (os.environ.get of a name that
+# is not set costs a microsecond: it raises and catches a KeyError inside).
+_ENVIRON_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+_WITNESS_KEY = b"S2SGRAD_WITNESS"
+_MODE_OF: dict = {}   # the variable's raw value -> its mode
 
 
 def forward_mode_gap(fn: Callable, wrt: Tuple[int, ...]) -> Optional[str]:
