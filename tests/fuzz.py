@@ -256,6 +256,23 @@ class ScaleBy(s2sgrad.Function):
     def vjp(ctx, g):
         return g * ctx.k, None
 ''',
+    "Affine": '''\
+class Affine(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x, a, b):
+        ctx.a, ctx.b = a, b
+        ctx.save_for_backward(x)
+        return np.tanh(x) * a + b
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        t = np.tanh(x)
+        for _ in range(2):
+            g = g * 1.0
+        g *= ctx.a
+        return g * (1.0 - t * t), None, None
+''',
     "Mul": '''\
 class Mul(s2sgrad.Function):
     @staticmethod
@@ -891,6 +908,10 @@ class ProgramGenerator(FamilyMixin):
             self.classes.add("Mul")
             return f"Mul.apply({self.expr(shape, d)}, {self.expr(shape, d)})"
 
+        def affine():   # (ctx set by a tuple assignment; a vjp rebinding and updating g)
+            self.classes.add("Affine")
+            return f"Affine.apply({self.expr(shape, d)}, {self.const()}, {self.const()})"
+
         def sincos():
             self.classes.add("SinCos")
             return f"SinCos.apply({self.expr(shape, d)})[{self.rng.randrange(2)}]"
@@ -901,7 +922,8 @@ class ProgramGenerator(FamilyMixin):
             self.classes.add(name)
             return f"{name}({self.expr(shape, d)})"
         return self.choose([(None, 1.0, cube), (None, 1.0, softplus), (None, 1.0, scale),
-                            (None, 1.0, mul), ("multi_output_apply", 1.0, sincos),
+                            (None, 1.0, mul), (None, 0.7, affine),
+                            ("multi_output_apply", 1.0, sincos),
                             ("user_rule", 1.0, user_rule)])
 
     def derivative_expr(self, shape, d):

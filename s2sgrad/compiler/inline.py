@@ -33,7 +33,6 @@ from .names import (
 )
 from .sites import (
     FunctionSite,
-    NotInlinable,
     RuleVjp,
     constant,
     helper,
@@ -201,9 +200,10 @@ def expand_function(kind: str, site: FunctionSite, payload, names: NameRegistry,
         elts = [ast.Subscript(value=name_node(grads), slice=ast.Constant(value=i), ctx=ast.Load())
                 for i in range(n_in)]
     else:
-        mapping = {p: g for p, g in zip(site.vjp_grad_names, gs)}
-        body = [substitute(s, mapping) for s in site.vjp_body]
-        out += _rename_assigned_grads(body, mapping, names)
+        mapping, own = _own_gradients(site.vjp_body,
+                                      dict(zip(site.vjp_grad_names, gs)), names)
+        out += own
+        out += [substitute(s, mapping) for s in site.vjp_body]
         result = substitute(site.vjp_result, mapping)
         elts = result_elements(result, n_in, site)
         if elts is None:
@@ -222,14 +222,30 @@ def expand_function(kind: str, site: FunctionSite, payload, names: NameRegistry,
     return out
 
 
-def _rename_assigned_grads(body, mapping, names):
-    """A vjp that reassigns its grad_output parameter must not clobber the adjoint."""
-    written = {n.id for s in body for n in ast.walk(s)
-               if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    clash = [g for g in mapping.values() if isinstance(g, ast.Name) and g.id in written]
-    if not clash:
-        return body
-    raise NotInlinable("vjp assigns to its gradient argument")
+def _own_gradients(body: List[ast.stmt], mapping: Dict[str, ast.expr], names: NameRegistry):
+    """(mapping, statements): a vjp that assigns to its gradient parameter (`g = g * d`
+    in a loop) works on a local of its own, bound to the adjoint's cotangent, never on
+    the adjoint's name; a copy of it where the vjp writes into it (`g *= d`, `g[0] =
+    0`): the adjoint's array may be read again."""
+    stored: Set[str] = set()
+    written: Set[str] = set()
+    for s in body:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                stored.add(n.id)
+            elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+                written.add(n.target.id)
+            elif isinstance(n, ast.Subscript) and not isinstance(n.ctx, ast.Load):
+                written |= {b.id for b in ast.walk(n.value) if isinstance(b, ast.Name)}
+    out: List[ast.stmt] = []
+    for param in [p for p in mapping if p in stored | written]:
+        local = names.fresh(param)
+        value = mapping[param]
+        if param in written:
+            value = ast.Call(func=helper("copy_value"), args=[value], keywords=[])
+        out.append(assign_node(local, value))
+        mapping[param] = name_node(local)
+    return mapping, out
 
 
 # -- the pass ---------------------------------------------------------------------

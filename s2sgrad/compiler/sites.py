@@ -275,6 +275,9 @@ class CtxRewriter(ast.NodeTransformer):
                 return ast.Tuple(elts=[name_node(s) for s in self.saved], ctx=ast.Load())
             if node.attr in self.slots:
                 return name_node(self.slots[node.attr])
+            if not isinstance(node.ctx, ast.Load):
+                raise NotInlinable(f"{self.where} sets ctx.{node.attr} other than by "
+                                   f"`ctx.{node.attr} = value` on a line of its own")
             raise NotInlinable(f"{self.where} reads ctx.{node.attr}, which forward never sets")
         self.generic_visit(node)
         return node
@@ -298,6 +301,7 @@ def bind_forward(site, cls, names: NameRegistry, nf) -> tuple:
     ctx, *inputs = fparams
     body, result = single_return([s for s in fwd.node.body if not is_docstring(s)],
                                   "forward")
+    body = split_ctx_targets(body, ctx)
     local = local_names(fwd.node) - {ctx}
     mapping: Dict[str, ast.expr] = {}
     prologue: List[ast.stmt] = []
@@ -448,6 +452,24 @@ def _last_values(stmts) -> Dict[str, Any]:
                 if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
                     last[sub.id] = None
     return last
+
+
+def split_ctx_targets(stmts: List[ast.stmt], ctx: str) -> List[ast.stmt]:
+    """`ctx.lo, ctx.hi = lo, hi` -> `ctx.lo = lo; ctx.hi = hi`, the form the forward's
+    readers of ctx follow (where no value reads ctx: then the order cannot matter)."""
+    out = []
+    for s in stmts:
+        target = s.targets[0] if isinstance(s, ast.Assign) and len(s.targets) == 1 else None
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(s.value, ast.Tuple) and \
+                len(target.elts) == len(s.value.elts) and \
+                all(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and
+                    t.value.id == ctx for t in target.elts) and \
+                not any(isinstance(n, ast.Name) and n.id == ctx for n in ast.walk(s.value)):
+            out += [copy_location(ast.Assign(targets=[t], value=v), s)
+                    for t, v in zip(target.elts, s.value.elts)]
+        else:
+            out.append(s)
+    return out
 
 
 def split_tuple_assigns(stmts: List[ast.stmt]) -> List[ast.stmt]:
