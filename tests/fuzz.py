@@ -154,7 +154,7 @@ FEATURES = {
     "list_append": 0.6,      # L = []; L.append(e)
     "helper_append": 0.3,    # push_to(L, e): a helper appending to the caller's list
     "fused_softmax": 0.3,    # z - max(z); z - log(sum(exp(z))): softmax & co. written out
-    "tuple_unpack": 0.4,     # a, b = P
+    "tuple_unpack": 0.4,     # a, b = P; a, b, c = np.tanh(v) (an array's rows)
     "while": 0.7,            # counters, data-dependent exits
     "break": 0.5,            # inside loops, on data
     "continue": 0.4,
@@ -1660,6 +1660,16 @@ class ProgramGenerator(FamilyMixin):
             self.emit(f"{', '.join(names)} = {L.name}")
             for nm, s in zip(names, L.elems):
                 self.declare(Var(nm, s, False))
+            return
+        if self.rng.random() < 0.3:   # the rows of one array a call returns
+            shape = self.rng.choice([(3,), (2, 3)])
+            call = self.rng.choice([f"np.tanh({self.expr(shape, 1)})",
+                                    f"np.exp(0.5 * np.tanh({self.expr(shape, 1)}))",
+                                    f"{self.paren(self.expr(shape, 1))}.copy()"])
+            names = [self.fresh("e") for _ in range(shape[0])]
+            self.emit(f"{', '.join(names)} = {call}")
+            for nm in names:
+                self.declare(Var(nm, shape[1:], False))
             return
         shapes = [self.rng.choice(self.shape_pool()) for _ in range(2)]
         items = [self.expr(s, 1) for s in shapes]

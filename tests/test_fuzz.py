@@ -118,7 +118,7 @@ def test_random_programs_give_numpys_gradients_on_strict_arrays(tmp_path):
     (tests/strict_arrays.py) equals the NumPy gradient, never a different one. Programs
     that mix in NumPy constants cannot run on such arrays at all and are counted apart,
     as are the helpers that still make NumPy arrays (a TypeError, loud)."""
-    counts, out = run_fuzz("--n", "60", "--seed", "7", "--jobs", "2", "--strict",
+    counts, out = run_fuzz("--n", "80", "--seed", "7", "--jobs", "2", "--strict",
                            "--keep", str(tmp_path), timeout=300)
     assert counts["wrong"] == 0 and counts["crashed"] == 0, out[-6000:]
     strict = re.search(r"^FUZZ-STRICT gradients same=(\d+) s2sgrad-refused=(\d+)", out, re.M)

@@ -90,3 +90,46 @@ def test_a_loop_over_rows_bounded_by_the_arrays_shape(f, shapes):
     for i in range(2):
         np.testing.assert_allclose(s2sgrad.grad(f, i)(x, c), numeric_grad(f, [x, c], i),
                                    rtol=1e-6, atol=1e-8)
+
+
+# -- `a, b, c = np.exp(theta)`: the rows of the one array a call returns -------------
+def unpacked_exp(theta):
+    ell, sf, sn = np.exp(theta)
+    return np.sum(sf ** 2 * np.exp(-0.5 * np.arange(3.0) / ell ** 2) + sn ** 2)
+
+
+def unpacked_rows(m):
+    top, bottom = np.tanh(m)
+    first, second = m.sum(axis=1, keepdims=True) * m
+    return np.sum(top * bottom) + np.sum(first ** 2) - np.sum(second)
+
+
+def marginal_likelihood(theta, x, y):
+    """A Gaussian process's negative log marginal likelihood, as written in practice."""
+    ell, sf, sn = np.exp(theta)
+    d = x[:, None] - x[None, :]
+    k = sf ** 2 * np.exp(-0.5 * d ** 2 / ell ** 2) + sn ** 2 * np.eye(len(x))
+    chol = np.linalg.cholesky(k)
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
+    return 0.5 * y @ alpha + np.sum(np.log(np.diag(chol)))
+
+
+@pytest.mark.parametrize("theta", [np.array([0.1, -0.2, -1.0]), np.array([0.5, 0.3, -0.4])])
+def test_a_calls_array_unpacked_into_its_items(theta):
+    np.testing.assert_allclose(s2sgrad.grad(unpacked_exp)(theta),
+                               numeric_grad(unpacked_exp, [theta], 0), rtol=1e-6, atol=1e-8)
+    x, y = np.linspace(-1.0, 1.0, 5), np.sin(np.linspace(0.0, 2.0, 5))
+    np.testing.assert_allclose(s2sgrad.grad(marginal_likelihood)(theta, x, y),
+                               numeric_grad(marginal_likelihood, [theta, x, y], 0),
+                               rtol=1e-6, atol=1e-8)
+    u = np.array([1.0, -0.5, 0.25])
+    _, tangent = functional.jvp(unpacked_exp, (theta,), (u,))
+    np.testing.assert_allclose(tangent, numeric_grad(unpacked_exp, [theta], 0) @ u,
+                               rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("m", [np.linspace(-1.0, 1.0, 6).reshape(2, 3),
+                               np.linspace(-0.7, 1.2, 2).reshape(2, 1)])
+def test_rows_of_a_matrix_a_call_returns(m):
+    np.testing.assert_allclose(s2sgrad.grad(unpacked_rows)(m),
+                               numeric_grad(unpacked_rows, [m], 0), rtol=1e-6, atol=1e-8)

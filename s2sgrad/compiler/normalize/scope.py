@@ -465,6 +465,23 @@ def output_count(resolver, value: ast.expr) -> int:
     return max(len(params) - 1, 1)
 
 
+def one_array_call(resolver, value: ast.expr) -> bool:
+    """Whether `value` calls a function or array method whose rule says it returns one
+    value (np.exp, x.sum: no `outputs=`, no sequence result): `a, b = np.exp(t)`
+    unpacks that array's rows, not the call's outputs."""
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if dotted(func) and not resolver.is_local_chain(func):
+        ok, obj = resolver.static(func)
+        rule = registry.lookup_function(obj) if ok else None
+    elif isinstance(func, ast.Attribute) and resolver.is_local_chain(func.value):
+        rule = registry.REGISTRY.methods.get(func.attr)
+    else:
+        return False
+    return rule is not None and rule.outputs is None and not rule.sequence_result
+
+
 def assigned_in_compound(body: List[ast.stmt]) -> Set[str]:
     """Names assigned inside a branch or loop keep one name (no SSA versions)."""
     out: Set[str] = set()

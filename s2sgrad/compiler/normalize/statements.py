@@ -8,7 +8,15 @@ from typing import List
 
 from ..names import assign_node, clone, copy_location, name_node, name_nodes
 from . import spelled
-from .scope import is_atom, is_docstring, is_fresh, loads, output_count, readable_stem
+from .scope import (
+    is_atom,
+    is_docstring,
+    is_fresh,
+    loads,
+    one_array_call,
+    output_count,
+    readable_stem,
+)
 
 
 class StatementRules:
@@ -261,7 +269,8 @@ class StatementRules:
             for t, a in zip(elts, self.held(atoms, elts, out, value)):
                 self.assign(t, a, out, s)
             return
-        if isinstance(value, ast.Call) and all(isinstance(e, ast.Name) for e in elts):
+        if isinstance(value, ast.Call) and all(isinstance(e, ast.Name) for e in elts) and \
+                not one_array_call(core.resolver, value):   # (one array: its rows, below)
             call = core.expressions.call(value, out)
             # `h, c = cell(h, c)` in a loop or branch: the targets keep their names,
             # so the call writes into temporaries first and no statement has an
