@@ -191,8 +191,9 @@ FEATURES = {
     "nested_entry": 0.3,     # params = {"layers": [(W, b), ...], "scale": s}
     "item_write": 0.5,       # L[k] = e, L[k] = (a, b): an item of a list replaced
     "namedtuple": 0.4,       # records Layer(W, b) (a namedtuple), read as r.W, r.b
-    "derivative_call": 0.3,  # s2sgrad.grad(lambda ...)(e), functional.vjp/jvp/hvp(...,
-                             # create_graph=True) inside the program, tuple inputs too
+    "derivative_call": 0.3,  # s2sgrad.grad(lambda ...)(e) (or g = s2sgrad.grad(...); g(e)),
+                             # functional.vjp/jvp/hvp(..., create_graph=True) inside the
+                             # program, tuple inputs too
     # program families (tests/fuzz_families.py): which generator writes a program.
     # "classic" is the construct generator above; each fam_* writes programs of one
     # shape (structured parameters, comprehensions, tuple targets, closures, Functions
@@ -942,6 +943,11 @@ class ProgramGenerator(FamilyMixin):
         def grad():
             return f"s2sgrad.grad(lambda u: np.sum({body}))({E(shape, d)})"
 
+        def grad_bound():   # the derivative bound to a name first, then called
+            g = self.fresh("dg")
+            self.emit(f"{g} = s2sgrad.grad(lambda u: np.sum({body}))")
+            return f"{g}({E(shape, d)})"
+
         def vjp():
             return f"{F}.vjp(lambda u: {body}, {E(shape, d)}, {E(shape, d)}, " \
                    f"create_graph=True)[1]"
@@ -958,7 +964,8 @@ class ProgramGenerator(FamilyMixin):
             k = self.rng.randrange(2)
             return f"{F}.vjp(lambda u, z: (u * z, np.sin(u)), ({E(shape, d)}, " \
                    f"{E(shape, d)}), ({E(shape, d)}, {E(shape, d)}), create_graph=True)[1][{k}]"
-        return self.choose([(None, 1.0, grad), (None, 1.0, vjp), (None, 1.0, jvp),
+        return self.choose([(None, 1.0, grad), (None, 0.7, grad_bound), (None, 1.0, vjp),
+                            (None, 1.0, jvp),
                             (None, 1.0, hvp), (None, 1.0, pair)])
 
     def call_args(self, h, d):

@@ -44,6 +44,7 @@ from .scope import (
     assigned_in_compound,
     assigned_names,
     defs_bound_once,
+    derivatives_bound_once,
     ends_in_jump,
     has,
     has_augmented_assignment,
@@ -155,6 +156,9 @@ class _Normalizer:
         # Local names bound once to a lambda: calls of them are calls of the lambda.
         self.lambdas: Dict[str, ast.Lambda] = lambdas_bound_once(scope, set(self.params)) \
             if "lambda" in parsed.source else {}
+        # ... and to s2sgrad.grad(f) or value_and_grad(f): a call of one is that derivative's.
+        self.derivative_makers: Dict[str, ast.Call] = derivatives_bound_once(
+            scope, set(self.params), self.resolver) if "grad" in parsed.source else {}
         self.lifted_defs: Dict[str, Tuple[Callable, List[str]]] = {}
         # Local names bound to functools.partial(f, ...): (f, its arguments as
         # variables of their own, its keywords); a call of the name calls f.

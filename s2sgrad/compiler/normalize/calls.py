@@ -31,6 +31,18 @@ class CallRules:
         self.core = core
 
     # -- derivatives inside differentiated code (second order) ----------------------
+    def bound_derivative(self, expr: ast.Call) -> ast.Call:
+        """`g(x)` for g bound once to `s2sgrad.grad(f)` (scope.derivatives_bound_once):
+        the call `s2sgrad.grad(f)(x)`, which derivative_call reads; other calls as
+        they are."""
+        func = expr.func
+        maker = self.core.derivative_makers.get(func.id) \
+            if isinstance(func, ast.Name) else None
+        if maker is None:
+            return expr
+        return copy_location(ast.Call(func=clone(maker), args=expr.args,
+                                      keywords=expr.keywords), expr)
+
     def derivative_call(self, expr: ast.Call, out) -> Optional[ast.Call]:
         """`s2sgrad.grad(f)(x)`, `s2sgrad.value_and_grad(f)(x)` or
         `functional.vjp(f, inputs, v, create_graph=True)`: a call to code that

@@ -348,6 +348,7 @@ class ExpressionRules:
         if chosen is not None:
             expr = copy_location(ast.Call(func=chosen, args=expr.args,
                                           keywords=expr.keywords), expr)
+        expr = core.calls.bound_derivative(expr)   # g(x) for g = s2sgrad.grad(f)
         func = expr.func
         derived = core.calls.derivative_call(expr, out)
         if derived is not None:

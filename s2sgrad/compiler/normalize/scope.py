@@ -236,6 +236,48 @@ def lambdas_bound_once(scope: List[ast.AST], params: Set[str]) -> Dict[str, ast.
     return {n: lam for n, lam in lambdas.items() if n in once}
 
 
+def derivatives_bound_once(scope: List[ast.AST], params: Set[str],
+                           resolver) -> Dict[str, ast.Call]:
+    """Names bound once to `s2sgrad.grad(f, ...)` or `s2sgrad.value_and_grad(f, ...)`:
+    a call `g(x)` of one is the call `s2sgrad.grad(f, ...)(x)` (a derivative the
+    compiler differentiates again). Only where the maker's arguments mean at the call
+    what they meant where it was made: each name they read outside a lambda (whose
+    free names Python reads at the call anyway) is bound at most once; and only names
+    read as nothing but called (the assignment itself then binds nothing)."""
+    once = bound_once(scope, params)
+    stores: Dict[str, int] = {}
+    called: Set[int] = set()   # (the names read as a call's function)
+    for node in scope:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            stores[node.id] = stores.get(node.id, 0) + 1
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            called.add(id(node.func))
+    other_use = {n.id for n in scope if isinstance(n, ast.Name) and
+                 isinstance(n.ctx, ast.Load) and id(n) not in called}
+    found: Dict[str, ast.Call] = {}
+    for node in scope:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and
+                isinstance(node.targets[0], ast.Name) and node.targets[0].id in once and
+                node.targets[0].id not in other_use and
+                isinstance(node.value, ast.Call) and dotted(node.value.func) and
+                not resolver.is_local_chain(node.value.func)):
+            continue
+        ok, maker = resolver.static(node.value.func)
+        if not (ok and (is_api(maker, "grad") or is_api(maker, "value_and_grad"))):
+            continue
+        todo, read = list(ast.iter_child_nodes(node.value)), []
+        while todo:
+            sub = todo.pop()
+            if isinstance(sub, ast.Lambda):
+                continue
+            if isinstance(sub, ast.Name):
+                read.append(sub.id)
+            todo.extend(ast.iter_child_nodes(sub))
+        if all(stores.get(n, 0) <= 1 for n in read):
+            found[node.targets[0].id] = node.value
+    return found
+
+
 def defs_bound_once(body: List[ast.stmt], scope: List[ast.AST], params: Set[str]
                     ) -> Dict[str, ast.FunctionDef]:
     """`def` statements nested in a differentiated function whose name nothing else
