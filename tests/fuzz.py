@@ -157,6 +157,7 @@ FEATURES = {
     "tuple_unpack": 0.4,     # a, b = P; a, b, c = np.tanh(v) (an array's rows)
     "while": 0.7,            # counters, data-dependent exits
     "break": 0.5,            # inside loops, on data
+    "loop_else": 0.3,        # for ... else / while ... else (run when no break ended it)
     "continue": 0.4,
     "return_in_loop": 0.3,
     "early_return": 0.5,     # if c > t: return e
@@ -1479,6 +1480,12 @@ class ProgramGenerator(FamilyMixin):
         self.ints.append((i, n))
         self.loop_body(acc)
         self.ints.pop()
+        self.loop_else(acc)
+
+    def loop_else(self, acc):
+        if self.on("loop_else") and self.rng.random() < 0.3:
+            self.emit("else:")
+            self.if_body(acc)
 
     def s_for_list_literal(self):
         acc = self.accumulator()
@@ -1706,6 +1713,7 @@ class ProgramGenerator(FamilyMixin):
             self.emit("    break")
         self.indent -= 1
         self.loop_body(acc)
+        self.loop_else(acc)
 
     def s_early_return(self):
         self.emit(f"if {self.cond()}:")

@@ -122,49 +122,6 @@ ROWS = {
         def f(x):
             return sum(values(x))
         """),
-    "while else": ("""
-        def f(x):
-            s = 0.0
-            k = 0
-            while k < 3:
-                s = s + np.sum(x) * k
-                k = k + 1
-            else:
-                s = s * 2.0
-            return s
-        """, "while ... else is not supported", "Use a flag variable", """
-        def f(x):
-            s = 0.0
-            k = 0
-            while k < 3:
-                s = s + np.sum(x) * k
-                k = k + 1
-            s = s * 2.0
-            return s
-        """),
-    "for else": ("""
-        def f(x):
-            s = 0.0
-            for v in x:
-                if v > 10.0:
-                    break
-                s = s + v * v
-            else:
-                s = s + 1.0
-            return s
-        """, "for ... else is not supported", "Use a flag variable", """
-        def f(x):
-            s = 0.0
-            broke = False
-            for v in x:
-                if v > 10.0:
-                    broke = True
-                    break
-                s = s + v * v
-            if not broke:
-                s = s + 1.0
-            return s
-        """),
     "starred target": ("""
         def f(x):
             first, *rest = x

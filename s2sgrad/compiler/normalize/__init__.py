@@ -39,6 +39,7 @@ from .calls import CallRules
 from .control import ControlRules
 from .expressions import ExpressionRules
 from .fused import fuse_reductions
+from .loop_else import desugar_loop_else
 from .scope import (
     SCOPES,
     assigned_in_compound,
@@ -256,6 +257,8 @@ class _Normalizer:
             self.resolver.locals.add(collected[0].targets[0].id)
         decided = prune_static_branches(body, self.resolver)   # (a copy, where one is)
         body = decided if decided is not None else body
+        flagged = desugar_loop_else(body, self.names)   # (a copy, where a loop has else)
+        body = flagged if flagged is not None else body
         plain = desugar(body, self.resolver)   # (a copy, where there is sugar to remove)
         body = self._lift_returns(plain if plain is not None else body)
         self.unversioned = assigned_in_compound(body)

@@ -11,6 +11,7 @@ from typing import List, Optional, Set
 import numpy as np
 
 from ... import runtime
+from ...errors import InternalError
 from ..names import assign_node, clone, copy_location, name_node, stored_names
 from . import spelled
 from .scope import (
@@ -66,8 +67,8 @@ class ControlRules:
 
     def _stmt_While(self, s, out):
         core = self.core
-        if s.orelse:
-            raise core.err(s, "while ... else is not supported", "Use a flag variable.")
+        if s.orelse:   # (loop_else.py wrote every else block with a flag before)
+            raise InternalError("a while loop's else block was not written with a flag")
         body = list(s.body)
         test = s.test
         resolver = self.core.resolver
@@ -193,8 +194,8 @@ class ControlRules:
 
     def _stmt_For(self, s, out):
         core = self.core
-        if s.orelse:
-            raise core.err(s, "for ... else is not supported", "Use a flag variable.")
+        if s.orelse:   # (loop_else.py wrote every else block with a flag before)
+            raise InternalError("a for loop's else block was not written with a flag")
         s = self.separate_loop_variables(s)
         over_keys = self.dict_loop(s)
         if over_keys is not None:
