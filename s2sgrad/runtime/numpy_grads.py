@@ -2296,9 +2296,15 @@ def _items_of(values, n: int):
     """values as n items (a list or tuple, or an array of n rows: what a rule of the
     list's reader gives, np.dot(sorted(x), w)'s); None for a symbolic zero (0.0,
     None: no item carries a derivative)."""
-    if isinstance(values, (list, tuple)) or (np.ndim(values) >= 1 and len(values) == n):
+    # (if statements, not and/or: the compiler differentiates this helper's source)
+    if isinstance(values, (list, tuple)):
         return values
-    if values is None or (np.ndim(values) == 0 and not np.any(values)):
+    if np.ndim(values) >= 1:
+        if len(values) == n:
+            return values
+    elif values is None:
+        return None
+    elif not np.any(values):
         return None
     raise InternalError(f"a derivative of {n} items was expected, not "
                         f"{type(values).__name__} {np.shape(values)}")
