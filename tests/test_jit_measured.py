@@ -257,3 +257,25 @@ def test_a_checked_variant_that_raises_later_gives_numpys_result_and_a_warning(s
     again = g(x, a)              # NumPy from now on
     for g_i, w_i in zip(again, _expected(squares, (x, a))):
         np.testing.assert_allclose(g_i, w_i, rtol=1e-6, atol=1e-8)
+
+
+def test_a_call_not_timed_from_its_start_is_not_recorded():
+    """A call that came in while nothing was measuring (another variant's trial had just
+    decided) would count from time 0: it is left out, and the next call is timed."""
+    x, a = _squares_inputs((5,))
+    g = s2sgrad.grad(squares, wrt=(0, 1), jit=True, witness=False)
+    g(x, a)
+    g(x, a)
+    state = numba_backend.known_state(squares, (0, 1), witness=False)
+    variant = _fused(squares, witness=False)
+    assert not variant.trial.decided
+    before = len(variant.trial.numba) + len(variant.trial.numpy)
+    state.measuring = False
+    got = g(x, a)
+    assert len(variant.trial.numba) + len(variant.trial.numpy) == before
+    assert state.measuring
+    g(x, a)
+    assert len(variant.trial.numba) + len(variant.trial.numpy) == before + 1
+    assert all(t < 1.0 for t in variant.trial.numba + variant.trial.numpy)
+    for g_i, w_i in zip(got, _expected(squares, (x, a))):
+        np.testing.assert_allclose(g_i, w_i, rtol=1e-6, atol=1e-8)

@@ -290,7 +290,11 @@ def _timed(state: "JitFunction", v: numba_variants.Variant, compiled: bool, star
            values: tuple) -> None:
     """Record a timed call in v's trial; once it decides that numba loses everywhere
     (straight-line code), every grad call of the function runs NumPy, by the API's own
-    path (`numpy_only`), and says why in jit_plan."""
+    path (`numpy_only`), and says why in jit_plan. `started` 0: the call was not timed
+    from its start (nothing was measuring when it came in): from the next call on."""
+    if not started:
+        state.measuring = True
+        return
     v.trial.record(compiled, time.perf_counter() - started, jit_policy.largest_array(values))
     if not v.trial.decided:
         return
