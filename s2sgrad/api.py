@@ -19,6 +19,7 @@ from .arguments import (
     check_cotangent,
     complex_parameters,
     finalize,
+    finalized,
     leaf_positions,
     leaves_of,
     normalize_wrt,
@@ -182,11 +183,8 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
         if foreign:   # NumPy arrays beside Dask ones join them: the gradient stays lazy
             args = _lift_beside_dask(args)
         out, residuals = compiled.forward(*args, **kwargs)
-        grads = compiled.adjoint(residuals, seed(out))
-        if len(positions) == 1:  # the adjoint returns one gradient bare
-            g = finalize(grads, args[positions[0]])
-            return out, (g if single else (g,))
-        return out, tuple([finalize(g, args[i]) for g, i in zip(grads, positions)])
+        return finalized(out, compiled.adjoint(residuals, seed(out)), args, positions,
+                         single)
     return Derived(value_and_grad_f, remake)
 
 

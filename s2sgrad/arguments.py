@@ -387,6 +387,18 @@ def seed(out: Any) -> Any:
                      f"non-scalar outputs")
 
 
+def finalized(out: Any, grads: Any, args: tuple, positions: Tuple[int, ...],
+              single: bool) -> tuple:
+    """(out, the gradients as grad returns them): each given its argument's type, shape
+    and dtype (finalize); one bare where `single` (the adjoint returns one gradient
+    bare when there is one position)."""
+    if len(positions) == 1:
+        g = finalize(grads, args[positions[0]])
+        return out, (g if single else (g,))
+    grads = tuple([finalize(g, args[i]) for g, i in zip(grads, positions)])
+    return out, (grads[0] if single else grads)
+
+
 def pack(grads: Any, positions: Tuple[int, ...]) -> tuple:
     return (grads,) if len(positions) == 1 else tuple(grads)
 

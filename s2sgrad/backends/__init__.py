@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, Tuple
 
-import numpy as np
-
 from ..arguments import (
-    check_args,
+    call_kind,
     check_cotangent,
     finalize,
+    finalized,
     leaf_positions,
     leaves_of,
     normalize_wrt,
@@ -66,11 +65,11 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
     def value_and_grad_f(*args, **kwargs):
         if states and numpy_only(states[0]) and not states[0].discarded:
             return numpy_path(*args, **kwargs)    # without the backend's per-call work
-        plain = not kwargs and _arrays_and_floats(args)   # (one pass: the common case)
+        # (checks the arguments; floats and real arrays alone need no closer look)
+        plain = call_kind(f, args, positions)[1] is None and not kwargs
         if not plain and (any(holds_complex(a) for a in args) or
                           any(holds_complex(a) for a in kwargs.values())):
             return numpy_path(*args, **kwargs)
-        check_args(f, args, positions)
         pattern = held = None
         if not plain and structured(args, kwargs):
             pattern = (leaf_positions(args), tuple(sorted(kwargs)))
@@ -88,19 +87,6 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
                              args, kwargs)
         return _jit_call(states[0], single, positions, args, kwargs)
     return value_and_grad_f
-
-
-def _arrays_and_floats(args: tuple) -> bool:
-    """Whether every argument is a float or a NumPy array of reals (no complex value,
-    no structure: the closer looks can be skipped)."""
-    for a in args:
-        t = type(a)
-        if t is np.ndarray:
-            if a.dtype.kind not in "fiub":
-                return False
-        elif t is not float:
-            return False
-    return True
 
 
 def _still_current(state, checked: list) -> bool:
@@ -121,11 +107,7 @@ def _still_current(state, checked: list) -> bool:
 def _jit_call(state, single: bool, positions: Tuple[int, ...], args: tuple, kwargs: dict):
     out, grads = state.value_and_grad(args, kwargs)
     seed(out)                       # a non-scalar output: the API's ValueError
-    if len(positions) == 1:         # (the adjoint returns one gradient bare)
-        g = finalize(grads, args[positions[0]])
-        return out, (g if single else (g,))
-    grads = tuple([finalize(g, args[i]) for g, i in zip(grads, positions)])
-    return out, (grads[0] if single else grads)
+    return finalized(out, grads, args, positions, single)
 
 
 def _verified(state, verdicts: dict, pattern: tuple, single: bool,

@@ -266,14 +266,14 @@ STRUCTURED = ("an argument is a list, tuple or dict, whose cotangent this functi
               "code for arrays would not accumulate right")
 
 
-def _measured_to_numpy(state: "JitFunction", v: numba_variants.Variant, call: tuple,
-                       live: tuple) -> bool:
-    """Whether the measurement (`jit_policy.Trial`) gives this grad call to NumPy: one
-    of the trial's timed NumPy calls, or its verdict for arrays this large."""
+def _measured_to_numpy(state: "JitFunction", v: numba_variants.Variant,
+                       largest: int) -> bool:
+    """Whether the measurement (`jit_policy.Trial`) gives this grad call (its largest
+    array this large) to NumPy: one of the trial's timed NumPy calls, or its verdict."""
     trial = v.trial
     if state.force == "always" or (trial.decided and trial.numpy_from is None):
         return False
-    return not trial.runs_numba(jit_policy.largest_array(call + live))
+    return not trial.runs_numba(largest)
 
 
 def _numpy_timed(state: "JitFunction", v: numba_variants.Variant, values: tuple, args,
@@ -335,15 +335,13 @@ def _ready_call(state: "JitFunction", entered: float, args: tuple, kwargs: dict)
     largest = jit_policy.largest_array(values)
     if v.failed is not None or not largest < limit:
         return _UNDECIDED
-    measuring = not v.trial.decided and state.force != "always"
-    if not v.trial.runs_numba(largest) and state.force != "always":
-        return _numpy_timed(state, v, values, args, kwargs) if measuring else \
-            state.numpy_value_and_grad(args, kwargs)
+    if _measured_to_numpy(state, v, largest):
+        return _numpy_timed(state, v, values, args, kwargs)
     try:
         result = v.fused(*values)
     except Exception as exc:  # noqa: BLE001 - decided as on the general path
         return _raised(state, exc, call, values[len(call):], args, kwargs, v)
-    if measuring:
+    if not v.trial.decided and state.force != "always":
         _timed(state, v, True, entered, values)
     return result
 
@@ -674,7 +672,8 @@ class JitFunction:
             if v is not None and v.check is not None and \
                     still_compiling(self, v, "fused", call, live):
                 return self._numpy_first(v, call, args, kwargs)
-            if v is not None and v.check is None and _measured_to_numpy(self, v, call, live):
+            if v is not None and v.check is None and _measured_to_numpy(
+                    self, v, jit_policy.largest_array(call + live)):
                 return _numpy_timed(self, v, call + live, args, kwargs)
             if v is not None:
                 try:

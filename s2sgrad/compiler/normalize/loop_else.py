@@ -19,6 +19,7 @@ import ast
 from typing import List, Optional
 
 from ..names import NameRegistry, assign_node, clone, copy_location, name_node
+from .scope import rewrite_blocks
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -38,10 +39,8 @@ def _block(stmts: List[ast.stmt], names: NameRegistry) -> List[ast.stmt]:
         if isinstance(s, _SCOPES):
             out.append(s)
             continue
-        for field in ("body", "orelse"):   # inner loops first: their breaks are theirs
-            inner = getattr(s, field, None)
-            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                setattr(s, field, _block(inner, names))
+        rewrite_blocks(s, lambda block: _block(block, names))   # inner loops first: their
+        # breaks are theirs
         if isinstance(s, (ast.For, ast.While)) and s.orelse:
             flag = names.fresh("broke")
             orelse, s.orelse = s.orelse, []
@@ -65,9 +64,6 @@ def _flag_breaks(stmts: List[ast.stmt], flag: str) -> List[ast.stmt]:
             out.append(s)
             continue
         if not isinstance(s, (ast.For, ast.While) + _SCOPES):
-            for field in ("body", "orelse"):
-                inner = getattr(s, field, None)
-                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                    setattr(s, field, _flag_breaks(inner, flag))
+            rewrite_blocks(s, lambda block: _flag_breaks(block, flag))
         out.append(s)
     return out

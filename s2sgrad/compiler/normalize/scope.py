@@ -507,6 +507,27 @@ def output_count(resolver, value: ast.expr) -> int:
     return max(len(params) - 1, 1)
 
 
+def is_builtin(resolver, func: ast.expr, obj) -> bool:
+    """Whether `func` is a name for Python's own `obj` (no local, no module binding of
+    the name to something else)."""
+    if not (isinstance(func, ast.Name) and func.id not in resolver.locals):
+        return False
+    ok, found = resolver.static(func)
+    return ok and found is obj
+
+
+def rewrite_blocks(s: ast.stmt, rewrite) -> None:
+    """Replace each block of statements in s (body, orelse, finalbody) by
+    rewrite(block); a body left empty holds `pass`."""
+    for field in ("body", "orelse", "finalbody"):
+        inner = getattr(s, field, None)
+        if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+            kept = rewrite(inner)
+            if not kept and field == "body":
+                kept = [ast.copy_location(ast.Pass(), s)]
+            setattr(s, field, kept)
+
+
 def one_array_call(resolver, value: ast.expr) -> bool:
     """Whether `value` calls a function or array method whose rule says it returns one
     value (np.exp, x.sum: no `outputs=`, no sequence result): `a, b = np.exp(t)`

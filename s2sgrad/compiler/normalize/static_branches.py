@@ -26,6 +26,7 @@ import types
 from typing import List, Optional, Set
 
 from ..names import clone
+from .scope import assigned_names, is_builtin, rewrite_blocks
 
 
 def prune_static_branches(body: List[ast.stmt], resolver) -> Optional[List[ast.stmt]]:
@@ -43,11 +44,6 @@ def _read_names(body: List[ast.stmt]) -> Set[str]:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-def _assigned(nodes) -> Set[str]:
-    return {n.id for node in nodes for n in ast.walk(node)
-            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-
-
 class _Pruner(ast.NodeTransformer):
     def __init__(self, resolver, read: Set[str]):
         self.resolver = resolver
@@ -56,7 +52,7 @@ class _Pruner(ast.NodeTransformer):
     def droppable(self, dropped, taken) -> bool:
         """Whether the names `dropped` assigns stay bound as Python binds them: each
         assigned by `taken` too, or never read."""
-        lost = _assigned(dropped) - _assigned(taken)
+        lost = assigned_names(dropped) - assigned_names(taken)
         return not (lost & self.read)
 
     def known(self, test: ast.expr) -> Optional[bool]:
@@ -76,7 +72,8 @@ class _Pruner(ast.NodeTransformer):
                 if known is deciding:
                     return deciding
             return not deciding
-        if isinstance(test, ast.Call) and self._is_hasattr(test.func) and \
+        if isinstance(test, ast.Call) and \
+                is_builtin(self.resolver, test.func, builtins.hasattr) and \
                 len(test.args) == 2 and not test.keywords and \
                 isinstance(test.args[1], ast.Constant) and isinstance(test.args[1].value, str):
             holder, name = test.args[0], test.args[1].value
@@ -90,12 +87,6 @@ class _Pruner(ast.NodeTransformer):
             return hasattr(module, name)
         return None
 
-    def _is_hasattr(self, func: ast.expr) -> bool:
-        if not (isinstance(func, ast.Name) and func.id not in self.resolver.locals):
-            return False
-        ok, found = self.resolver.static(func)
-        return ok and found is builtins.hasattr
-
     def block(self, stmts: List[ast.stmt]) -> List[ast.stmt]:
         out: List[ast.stmt] = []
         for s in stmts:
@@ -105,13 +96,7 @@ class _Pruner(ast.NodeTransformer):
                 out += self.block(s.body if taken else s.orelse)
                 continue
             s = self.visit(s)
-            for field in ("body", "orelse", "finalbody"):
-                inner = getattr(s, field, None)
-                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                    kept = self.block(inner)
-                    if not kept and field == "body":   # (a body is never empty)
-                        kept = [ast.copy_location(ast.Pass(), s)]
-                    setattr(s, field, kept)
+            rewrite_blocks(s, self.block)
             out.append(s)
         return out
 

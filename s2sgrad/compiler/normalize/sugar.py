@@ -30,7 +30,7 @@ import numpy as np
 
 from ...runtime.arrays import cast_into
 from ..names import clone, copy_location
-from .scope import walk_scope
+from .scope import is_builtin, walk_scope
 
 _CAST = "_s2s_cast_into"
 
@@ -130,10 +130,7 @@ class _Sugar(ast.NodeTransformer):
         return obj if ok else None
 
     def builtin(self, func: ast.expr, obj) -> bool:
-        if not (isinstance(func, ast.Name) and func.id not in self.resolver.locals):
-            return False
-        ok, found = self.resolver.static(func)
-        return ok and found is obj
+        return is_builtin(self.resolver, func, obj)
 
     def replacement(self, node: ast.Call) -> Optional[ast.expr]:
         func, args, keywords = node.func, node.args, node.keywords
