@@ -183,6 +183,8 @@ FEATURES = {
     "builtin_reduce": 0.6,   # sum(gen), sum(L, start), sum(d.values(), s), max(L), min(gen)
     "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
     "chained_assign": 0.3,   # a = b = e
+    "local_import": 0.4,     # import numpy as np / from math import pi inside a function
+    "flag_assign": 0.4,      # flag = lo < s <= hi (or s > lo and not s > hi); if flag:
     "struct_return_helper": 0.4,  # def h(p): W, b = p; return [W * 2, b]
     "dict_return_helper": 0.3,    # def h(u): return {"w": ..., "b": ...}
     "pairs_param_helper": 0.4,    # def h(ps): for a, b in ps: ...
@@ -1399,7 +1401,17 @@ class ProgramGenerator(FamilyMixin):
 
     def s_if(self):
         acc = self.accumulator()
-        self.emit(f"if {self.cond()}:")
+        if self.on("flag_assign") and self.rng.random() < 0.3:
+            # The test computed into a name first: a chained comparison or and/or of
+            # comparisons is a flag (no gradient) even when its operands carry one.
+            flag, s = self.fresh("flag"), self.fresh("s")
+            self.emit(f"{s} = {self.scalar_for_cond()}")
+            lo, hi = sorted((self.thr(), self.thr()), key=float)
+            self.emit(self.rng.choice([f"{flag} = {lo} < {s} <= {hi}",
+                                       f"{flag} = {s} > {lo} and not {s} > {hi}"]))
+            self.emit(f"if {flag}:")
+        else:
+            self.emit(f"if {self.cond()}:")
         self.if_body(acc)
         if self.rng.random() < 0.3 and self.on("if"):
             self.emit(f"elif {self.cond()}:")
@@ -2085,6 +2097,13 @@ class ProgramGenerator(FamilyMixin):
         for extra in (default, kwonly):
             if extra is not None:
                 self.declare(Var(extra, (), False, param=False))
+        if self.on("local_import") and self.rng.random() < 0.3:
+            # Imported inside the function (Python imports on every call; the names
+            # are locals bound to the modules the body then reads).
+            self.emit(self.rng.choice(["import numpy as np", "import math",
+                                       "import numpy as np, math",
+                                       "from numpy import linalg",
+                                       "from math import pi as _pi"]))
         for line in prelude:
             self.emit(line[0])
             if line[1] is not None:

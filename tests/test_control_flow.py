@@ -57,6 +57,21 @@ def range_loop_index(x):
     return s
 
 
+def flag_assigned(x):
+    t = 0.0
+    for v in x.ravel():
+        inside = -0.5 < v <= 0.5
+        both = v > -1.0 and not v > 1.0
+        if inside:
+            t = t + v ** 2
+        elif both:
+            t = t + np.sin(v) * 3.0
+        else:
+            t = t + abs(v)
+        t = t + inside * v
+    return t
+
+
 def loop_over_rows(m, w):
     total = 0.0
     for row in m:
@@ -315,3 +330,17 @@ def test_pullback_of_a_loop_is_reusable(m, rng):
     g2 = pullback(2.0)
     np.testing.assert_allclose(g2, 2.0 * g1)
     np.testing.assert_array_equal(pullback(1.0), g1)
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 3)])
+def test_comparison_assigned_to_a_name_is_a_flag(m, shape, rng):
+    # A chained comparison or and/or of comparisons kept in a name carries no gradient
+    # though its operands do; it was refused ("no gradient rule for Compare"), and so
+    # was the Hessian of any function with such a test (its adjoint keeps the flag).
+    x = np.linspace(-1.4, 1.3, int(np.prod(shape))).reshape(shape) + 0.03
+    check_vjp(m.flag_assigned, [x])
+    u = rng.standard_normal(shape)
+    _, (hv,) = s2sgrad.functional.hvp(m.flag_assigned, (x,), (u,))
+    grad = s2sgrad.grad(m.flag_assigned)
+    expected = (grad(x + 1e-6 * u) - grad(x - 1e-6 * u)) / 2e-6
+    np.testing.assert_allclose(hv, expected, rtol=1e-5, atol=1e-6)

@@ -88,13 +88,11 @@ ROWS = {
         """),
     "import": ("""
         def f(x):
-            import math
-            return np.sum(x * math.pi)
-        """, "'Import' statements are not supported", "Import at module level", """
-        import math
-
+            from s2s_no_such_module import scale
+            return np.sum(x * scale(x))
+        """, "this import fails when the function is compiled", "Install the module", """
         def f(x):
-            return np.sum(x * math.pi)
+            return np.sum(x * x)
         """),
     "del": ("""
         def f(x):

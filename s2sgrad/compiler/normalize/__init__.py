@@ -39,6 +39,7 @@ from .calls import CallRules
 from .control import ControlRules
 from .expressions import ExpressionRules
 from .fused import fuse_reductions
+from .local_imports import lift_local_imports
 from .loop_else import desugar_loop_else
 from .scope import (
     SCOPES,
@@ -255,6 +256,15 @@ class _Normalizer:
         if collected is not None:   # a generator function: what it yields, as a list
             body = collected
             self.resolver.locals.add(collected[0].targets[0].id)
+        imported = lift_local_imports(body, self.p.globals.get("__package__"),
+                                      self.err)
+        if imported is not None:   # (a copy without the imports; their names bound)
+            body, objects, facts = imported
+            for name, value in objects.items():
+                self.resolver.locals.discard(name)
+                self.resolver.bound[name] = self.bindings[name] = value
+                self.names.taken.add(name)
+            self.resolver.facts += facts
         decided = prune_static_branches(body, self.resolver)   # (a copy, where one is)
         body = decided if decided is not None else body
         flagged = desugar_loop_else(body, self.names)   # (a copy, where a loop has else)

@@ -356,7 +356,11 @@ class ControlRules:
             return copy_location(node, expr)
         self.refuse_user_calls(expr, "a condition that runs only on some paths",
                                "Call it in a statement of its own before the condition.")
-        return core.rename_loads(expr)
+        # Kept whole: a flag (a chained comparison, and/or of comparisons) carries no
+        # gradient; and/or of values is refused where a gradient would flow through it.
+        node = core.rename_loads(expr)
+        core.facts.exprs.note(node, opaque=True)
+        return node
 
     def refuse_user_calls(self, expr: ast.expr, where: str, hint: str) -> None:
         """A call that may be to a user function (which may write into its arguments)

@@ -396,7 +396,6 @@ def unsupported_statement(s: ast.stmt, core) -> Exception:
                        "to it.",
         "ClassDef": "Define classes at module level.",
         "AsyncFor": "Use a plain for loop.", "AsyncWith": "Use a plain with.",
-        "Import": "Import at module level.", "ImportFrom": "Import at module level.",
         "Delete": "Drop the del statement; s2sgrad keeps values the adjoint needs.",
         "Match": "Use if/elif/else.",
     }
