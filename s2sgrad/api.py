@@ -23,6 +23,7 @@ from .arguments import (
     leaf_positions,
     leaves_of,
     normalize_wrt,
+    numpy_where_numbers_fail,
     pack,
     parameter_names,
     seed,
@@ -129,6 +130,8 @@ def pair_for(f: Callable, positions: Tuple[int, ...],
                    complexes=complexes)
     pair = checked_pair(compiler.compile_function(f, positions, **options),
                         lambda: compiler.compile_function(f, positions, False, **options))
+    if numbers_at:   # (Python numbers among the arguments: Python's arithmetic on them)
+        pair = numpy_where_numbers_fail(pair, real=not complexes)
     if foreign:   # its forward and adjoint run under foreign_dispatch
         from .backends.array_api import dispatching_pair
         return dispatching_pair(pair)

@@ -6,6 +6,8 @@ backend never imports the API it serves.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import inspect
 import numbers
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
@@ -13,6 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .errors import InternalError
+from .function import Context
 from .runtime.array_api import namespace_of
 from .runtime.arrays import holds_complex, is_foreign_array
 
@@ -351,6 +354,63 @@ def complex_parameters(f: Callable, args: tuple, kwargs: dict) -> Tuple[str, ...
     out = {positional[i] if i < len(positional) else rest for i in complex_at}
     out |= {k if k in positional or extra is None else extra for k in named}
     return tuple(sorted(n for n in out if n is not None))
+
+
+def numpy_numbers(value: Any) -> Any:
+    """value with each Python float in it (in tuples, lists, dicts and a Function's
+    ctx) a np.float64: arithmetic on it is NumPy's, inf or nan with NumPy's warning
+    where Python's raises ZeroDivisionError or OverflowError (`g / x` at x = 0.0) or
+    gives a complex number (`x ** 1.5` at x < 0). Anything else is kept as it is."""
+    kind = type(value)
+    if kind is float:
+        return np.float64(value)
+    if kind is tuple or kind is list:
+        return kind(numpy_numbers(v) for v in value)
+    if kind is dict:
+        return {k: numpy_numbers(v) for k, v in value.items()}
+    if isinstance(value, Context):
+        ctx = copy.copy(value)
+        ctx.__dict__.update({k: numpy_numbers(v) for k, v in vars(value).items()})
+        return ctx
+    return value
+
+
+def numpy_where_numbers_fail(pair: Any, real: bool) -> Any:
+    """A pair specialised to Python numbers computes on floats, which is fast, but
+    Python's arithmetic is not NumPy's: the adjoint's `g / x` at x = 0.0 (of np.log)
+    raises ZeroDivisionError where NumPy gives inf, `x ** 1.5` at x < 0 (of
+    np.power) is complex where it is nan. Where the adjoint raises so, or (`real`)
+    gives a complex gradient, it runs again on the residuals as NumPy numbers; the
+    forward (which holds a derivative's adjoint, for grad of grad) likewise on the
+    arguments."""
+    forward, adjoint = pair.forward, pair.adjoint
+
+    def numpy_faithful_forward(*args, **kwargs):
+        try:
+            out, residuals = forward(*args, **kwargs)
+        except (ZeroDivisionError, OverflowError):
+            return forward(*numpy_numbers(args), **numpy_numbers(kwargs))
+        if real and _has_complex(out):
+            return forward(*numpy_numbers(args), **numpy_numbers(kwargs))
+        return out, residuals
+
+    def numpy_faithful_adjoint(residuals, cotangent):
+        try:
+            grads = adjoint(residuals, cotangent)
+        except (ZeroDivisionError, OverflowError):
+            return adjoint(numpy_numbers(residuals), numpy_numbers(cotangent))
+        if real and _has_complex(grads):
+            return adjoint(numpy_numbers(residuals), numpy_numbers(cotangent))
+        return grads
+    return dataclasses.replace(pair, forward=numpy_faithful_forward,
+                               adjoint=numpy_faithful_adjoint)
+
+
+def _has_complex(value: Any) -> bool:
+    """A complex number, or one in a tuple (what float arithmetic gives: a Python one,
+    or NumPy's complex128, which is one)."""
+    return isinstance(value, complex) or type(value) is tuple and \
+        any(isinstance(v, complex) for v in value)
 
 
 def seed(out: Any) -> Any:

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import api, compiler  # (the compiler's drivers and passes load at the first compile)
 from .api import pair_for
-from .arguments import check_differentiable, complex_parameters, finalize
+from .arguments import check_differentiable, complex_parameters, finalize, numpy_numbers
 from .optimizer_check import checked_jvp
 from .runtime import ode
 from .runtime.array_api import namespace_among, namespace_of
@@ -59,7 +59,7 @@ def _as_tuple_inputs(inputs: Any, fname: str) -> Tuple[bool, tuple]:
             raise TypeError(f"The inputs given to {fname} must be either an array or a tuple of "
                             f"arrays but the given inputs has type {shown}.{hint}")
         check_differentiable(x, f"input {i}" if is_tuple else "the input")
-    return is_tuple, items
+    return is_tuple, numpy_numbers(items)
 
 
 def _array_like(x: Any) -> bool:
@@ -164,7 +164,10 @@ def _inputs(inputs: Any, fn_name: str, complex_ok: bool = False) -> Tuple[bool, 
     is_tuple, items = _as_tuple(inputs, "inputs", fn_name)
     for i, x in enumerate(items):
         check_differentiable(x, f"input {i}" if is_tuple else "the input", complex_ok)
-    return is_tuple, items
+    # Inputs are arrays by the contract: a Python float is a NumPy one (float64, a
+    # float too), so that its derivatives are NumPy's (inf at x = 0 of log x, where
+    # Python's `g / x` raises; nan, not a complex number, of x ** 1.5 at x < 0).
+    return is_tuple, numpy_numbers(items)
 
 
 def _validate_v_inputs(v: Any, inputs: tuple, is_inputs_tuple: bool, fn_name: str) -> tuple:

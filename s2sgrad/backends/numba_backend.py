@@ -53,6 +53,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..arguments import numpy_where_numbers_fail
 from ..arguments import seed as seed_of
 from ..witness import mode as witness_mode
 from ..witness import plain_residuals, witnessed_pair
@@ -518,8 +519,9 @@ class JitFunction:
             self.signature = inspect.signature(compiled.forward)
         except (TypeError, ValueError):
             self.signature = None
-        self.numpy = witnessed_pair(compiled, self.fn, self.witness,
-                                    lambda pair: _discard(self, pair))
+        # (complex arguments take the API's path: this pair's gradients are real)
+        self.numpy = witnessed_pair(numpy_where_numbers_fail(compiled, real=True), self.fn,
+                                    self.witness, lambda pair: _discard(self, pair))
         self.compiled = compiled
 
     def _lay_out(self) -> None:

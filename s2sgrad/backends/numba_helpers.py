@@ -14,6 +14,7 @@ Importing this module needs numba.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional
 
@@ -1665,7 +1666,7 @@ def namespace(blas: bool, constants: Optional[dict] = None) -> dict:
     numpy, the `_nb_` helpers (their stubs), and the user's `constants`. A worker
     process (numba_worker) binds the same."""
     from numba.typed import List
-    ns = {"np": np, "__builtins__": __builtins__}
+    ns = {"np": np, "_nb_math": math, "__builtins__": __builtins__}
     ns.update({"_nb_" + name: stub for name, stub in STUBS.items()
                if not name.endswith("_blas")})
     ns["_nb_List"] = List

@@ -875,6 +875,8 @@ class _Rewriter(ast.NodeTransformer):
             short = node.id[len(HELPER_PREFIX):]
             if short == "np":
                 return ast.copy_location(ast.Name(id="np", ctx=node.ctx), node)
+            if short in ("math", "scalar_math"):   # (numba's math functions raise nowhere)
+                return ast.copy_location(ast.Name(id="_nb_math", ctx=node.ctx), node)
             if short not in NUMBA_HELPERS:
                 raise Unsupported(f"the helper {node.id} has no numba version")
             return ast.copy_location(self._nb(short), node)

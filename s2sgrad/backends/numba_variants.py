@@ -23,6 +23,7 @@ from ..witness import plain_residuals
 from . import jit_policy
 from . import numba_rewrite as rw
 from .numba_load import RecordedRejection, first_line, load_module, numba_module
+from .numba_worker import NJIT_OPTIONS
 
 
 # -- live values: the user's globals and closure cells the generated code reads --------
@@ -221,7 +222,7 @@ def build(state, args, live, key, need, old: Optional[Variant],
         ns, cache = load_module(out_src.source, ns, state.pair.name,
                                 disk=callees_on_disk(state))
         v.on_disk, v.blas, v.module = cache, blas, ns.get("__file__") if cache else None
-        jit = functools.partial(numba_module().njit, cache=cache)
+        jit = functools.partial(numba_module().njit, **dict(NJIT_OPTIONS, cache=cache))
         if need == "fused":
             v.fused = jit(ns[out_src.names["fused"]])
         else:
@@ -387,7 +388,7 @@ def split_functions(state, residuals: Optional[tuple] = None) -> tuple:
             ns = module_namespace(state, False, residuals)
             ns, cache = load_module(src.source, ns, state.pair.name,
                                     disk=callees_on_disk(state))
-            jit = functools.partial(numba_module().njit, cache=cache)
+            jit = functools.partial(numba_module().njit, **dict(NJIT_OPTIONS, cache=cache))
             state.split = (jit(ns[state.pair.name + "_nb_forward"]),
                            jit(ns[state.pair.name + "_nb_adjoint"]),
                            _as_callee(state, ns) if cache else None)

@@ -31,6 +31,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 # The modules generated code may name (everything else it reads is an argument).
 MODULES = ("numpy", "math", "cmath")
+# How generated code is compiled, here and in the calling process: float arithmetic
+# as NumPy's (x / 0.0 is inf with no exception, as in the NumPy code it replaces).
+NJIT_OPTIONS = {"cache": True, "error_model": "numpy"}
 
 
 @dataclass
@@ -203,7 +206,7 @@ def compile_job(job: Job) -> None:
     import numba
     module = _imported(job, job.blas, {})
     for function, signature in job.signatures:
-        numba.njit(cache=True)(getattr(module, function)).compile(signature)
+        numba.njit(**NJIT_OPTIONS)(getattr(module, function)).compile(signature)
 
 
 def _imported(job, blas: bool, done: Dict[str, types.ModuleType]) -> types.ModuleType:
@@ -217,7 +220,8 @@ def _imported(job, blas: bool, done: Dict[str, types.ModuleType]) -> types.Modul
     for name, (callee, function) in job.callees.items():
         if callee.module_name not in done:
             done[callee.module_name] = _imported(callee, False, done)
-        names[name] = numba.njit(cache=True)(getattr(done[callee.module_name], function))
+        names[name] = numba.njit(**NJIT_OPTIONS)(getattr(done[callee.module_name],
+                                                         function))
     return import_file(job.path, job.module_name, names, checked_module_text(job))
 
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import ast
 import copy
-import importlib
 import inspect
 from typing import Any, Dict, List, Optional, Set
 
-from ..runtime import HELPERS
+from ..runtime import HELPERS, scalar_math
 from .analyze import SCALAR
 from .marks import comment
 from .names import (
@@ -139,17 +138,15 @@ def _has_result_shape(p: RuleVjp, param: str, shapes) -> bool:
     return all(number(value) for other, value in p.bound.items() if other != param)
 
 
-# NumPy functions whose math-module twin is the same function on Python floats.
-_MATH = {"sin": "sin", "cos": "cos", "tan": "tan", "exp": "exp", "log": "log",
-         "sqrt": "sqrt", "tanh": "tanh", "sinh": "sinh", "cosh": "cosh",
-         "arcsin": "asin", "arccos": "acos", "arctan": "atan", "log1p": "log1p",
-         "expm1": "expm1"}
+# NumPy functions with a twin on Python numbers (runtime/scalar_math.py), by NumPy's name.
+_MATH = {twin.__name__: name for name, twin in scalar_math.NUMPY_TWINS.items()}
 
 
 def _scalar_math(expr: ast.expr, np_name: str, math_name: str, shapes) -> ast.expr:
     """In a gradient template, np.cos(x) on a value known to be a Python number
-    becomes math.cos(x): a Python float instead of a NumPy scalar, ten times
-    cheaper. (Only in the adjoint: the forward computes what the user wrote.)"""
+    becomes _s2s_scalar_math.cos(x): a Python float instead of a NumPy scalar, ten
+    times cheaper (math's function, NumPy's value where math's raises: at inf, say).
+    (Only in the adjoint: the forward computes what the user wrote.)"""
     for node in walk_values(expr):   # (most templates have no such call: nothing to rebuild)
         if isinstance(node, ast.Call) and _math_twin(node, np_name, shapes, SCALAR):
             return _MathSwap(np_name, math_name, shapes, SCALAR).visit(expr)
@@ -255,7 +252,7 @@ def inline(transformed) -> Any:
     transformed.np_name = np_name
     bindings: Dict[str, Any] = getattr(transformed, "bindings", {})
     bindings.update(getattr(transformed.nf, "bindings", {}))
-    math_name = module_alias(transformed.nf, "math")
+    math_name = "_s2s_scalar_math"
     for fdef in (transformed.forward, transformed.adjoint):
         fdef.body = _expand_block(fdef.body, transformed.nf.facts,
                                   transformed.names, np_name, bindings,
@@ -290,10 +287,3 @@ def _expand_block(stmts, facts, names, np_name, bindings, shapes,
         out.extend(new)
     return out
 
-
-def module_alias(nf, module_name: str) -> str:
-    """The user's name for a module (math) if it has one, else _s2s_<module>."""
-    module = importlib.import_module(module_name)
-    if module_name not in nf.resolver.locals and nf.resolver.lookup(module_name) is module:
-        return module_name
-    return f"_s2s_{module_name}"

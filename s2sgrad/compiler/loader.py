@@ -97,6 +97,8 @@ def helper_value(name: str) -> Any:
         return numpy
     if short == "math":
         return math
+    if short == "scalar_math":
+        return runtime.scalar_math
     if short in runtime.HELPERS:
         return runtime.HELPERS[short]
     if short in _EXTRA_HELPERS:

@@ -10,6 +10,7 @@ One module per topic; importing the package registers every helper in
 - `tangent`: forward mode's zero tangents, casts and decompositions;
 - `numpy_grads`: the helpers the NumPy rules' templates call;
 - `complex_grads`: those of the rules for complex arguments;
+- `scalar_math`: NumPy's elementary functions on Python numbers at math's speed;
 - `fused`: softmax, log-softmax and logsumexp written out, as one operation each;
 - `ode`: scipy.integrate.odeint's adjoint method and forward sensitivities.
 
@@ -25,6 +26,7 @@ from . import (  # noqa: F401
     numpy_grads,
     ode,
     reverse,
+    scalar_math,
     shapes,
     tangent,
 )
