@@ -154,7 +154,8 @@ FEATURES = {
     "list_append": 0.6,      # L = []; L.append(e)
     "helper_append": 0.3,    # push_to(L, e): a helper appending to the caller's list
     "fused_softmax": 0.3,    # z - max(z); z - log(sum(exp(z))): softmax & co. written out
-    "tuple_unpack": 0.4,     # a, b = P; a, b, c = np.tanh(v) (an array's rows)
+    "tuple_unpack": 0.4,     # a, b = P; a, b, c = np.tanh(v) (an array's rows);
+                             # first, *rest = P; *init, last = np.tanh(v)
     "while": 0.7,            # counters, data-dependent exits
     "break": 0.5,            # inside loops, on data
     "loop_else": 0.3,        # for ... else / while ... else (run when no break ended it)
@@ -183,6 +184,7 @@ FEATURES = {
     "builtin_reduce": 0.6,   # sum(gen), sum(L, start), sum(d.values(), s), max(L), min(gen)
     "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
     "chained_assign": 0.3,   # a = b = e
+    "literal_index": 0.4,    # (a, b)[k], [a, b, c][-1], (a, b, c)[1:][0]
     "local_import": 0.4,     # import numpy as np / from math import pi inside a function
     "flag_assign": 0.4,      # flag = lo < s <= hi (or s > lo and not s > hi); if flag:
     "struct_return_helper": 0.4,  # def h(p): W, b = p; return [W * 2, b]
@@ -627,6 +629,7 @@ class ProgramGenerator(FamilyMixin):
                                    f"{E(shape, sub)})"),
             ("apply", 1.0, lambda: self.apply_expr(shape, sub)),
             ("helper_call", 1.0, lambda: self.helper_call(shape, sub)),
+            ("literal_index", 0.5, lambda: self.literal_index(shape, sub)),
         ]
         if shape != ():
             opts.append(("derivative_call", 1.0, lambda: self.derivative_expr(shape, sub)))
@@ -724,6 +727,16 @@ class ProgramGenerator(FamilyMixin):
         return self.rng.choice([f"{s}[{self.rng.choice([0, -1, 1])}]",
                                 f"np.dot({s}, {self.expr((n,), d)})",
                                 f"np.sum(np.array({s}) * {self.expr((n,), d)})"])
+
+    def literal_index(self, shape, d):
+        """An item of a tuple or list literal, or of a slice of one: (a, b)[k],
+        [a, b, c][-1], (a, b, c)[1:][0] (its gradient was lost, indexed in place)."""
+        items = [self.expr(shape, d) for _ in range(self.rng.choice([2, 3]))]
+        k = self.rng.randrange(len(items))
+        open_, close_ = self.rng.choice([("(", ")"), ("[", "]")])
+        literal = f"{open_}{', '.join(items)}{',' if len(items) == 1 else ''}{close_}"
+        return self.rng.choice([f"{literal}[{k}]", f"{literal}[{k - len(items)}]",
+                                f"{literal}[{k}:][0]"])
 
     def scalar_builtin(self, d):
         e = self.expr((), d)
@@ -1682,6 +1695,13 @@ class ProgramGenerator(FamilyMixin):
         Ls = [L for L in self.lists() if len(L.elems) in (2, 3)]
         if Ls and self.rng.random() < 0.7:
             L = self.rng.choice(Ls)
+            if self.rng.random() < 0.3:   # a starred target: the items after the first
+                first, rest, last = self.fresh("e"), self.fresh("rest"), self.fresh("e")
+                self.emit(f"{first}, *{rest} = {L.name}")
+                self.emit(f"{last} = {rest}[-1]")
+                self.declare(Var(first, L.elems[0], False))
+                self.declare(Var(last, L.elems[-1], False))
+                return
             names = [self.fresh("e") for _ in L.elems]
             self.emit(f"{', '.join(names)} = {L.name}")
             for nm, s in zip(names, L.elems):
@@ -1692,6 +1712,13 @@ class ProgramGenerator(FamilyMixin):
             call = self.rng.choice([f"np.tanh({self.expr(shape, 1)})",
                                     f"np.exp(0.5 * np.tanh({self.expr(shape, 1)}))",
                                     f"{self.paren(self.expr(shape, 1))}.copy()"])
+            if self.rng.random() < 0.3:   # *init, last = rows
+                init, last, first = self.fresh("init"), self.fresh("e"), self.fresh("e")
+                self.emit(f"*{init}, {last} = {call}")
+                self.emit(f"{first} = {init}[0]")
+                for nm in (last, first):
+                    self.declare(Var(nm, shape[1:], False))
+                return
             names = [self.fresh("e") for _ in range(shape[0])]
             self.emit(f"{', '.join(names)} = {call}")
             for nm in names:

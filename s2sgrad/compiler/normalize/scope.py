@@ -538,8 +538,8 @@ def one_array_call(resolver, value: ast.expr) -> bool:
     if dotted(func) and not resolver.is_local_chain(func):
         ok, obj = resolver.static(func)
         rule = registry.lookup_function(obj) if ok else None
-    elif isinstance(func, ast.Attribute) and resolver.is_local_chain(func.value):
-        rule = registry.REGISTRY.methods.get(func.attr)
+    elif isinstance(func, ast.Attribute):   # a method of a variable or of a value
+        rule = registry.REGISTRY.methods.get(func.attr)   # computed in place: (a * b).copy()
     else:
         return False
     return rule is not None and rule.outputs is None and not rule.sequence_result

@@ -256,8 +256,8 @@ class StatementRules:
         core = self.core
         elts = target.elts
         if any(isinstance(e, ast.Starred) for e in elts):
-            raise core.err(target, "starred assignment targets are not supported",
-                           "Index the sequence explicitly.")
+            self.assign_starred(target, value, out, s)
+            return
         if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elts):
             # Evaluate every right-hand side before any assignment (a, b = b, a).
             atoms = [core.expressions.atom(e, out) for e in value.elts]
@@ -299,6 +299,29 @@ class StatementRules:
             item = ast.Subscript(value=clone(src), slice=ast.Constant(value=i),
                                  ctx=ast.Load())
             self.assign(t, copy_location(item, t), out, s)
+
+    def assign_starred(self, target, value, out, s) -> None:
+        """`a, *rest, z = v` as Python binds it: a = v[0], rest = [item for item in
+        v[1:-1]] (a list of the items between, rows of an array), z = v[-1]."""
+        core = self.core
+        elts = target.elts
+        star = next(i for i, e in enumerate(elts) if isinstance(e, ast.Starred))
+        after = len(elts) - star - 1
+        src = core.expressions.atom(value, out)
+        for i, t in enumerate(elts):
+            if i == star:
+                continue
+            index = i if i < star else i - len(elts)   # (those after: from the end)
+            item = ast.Subscript(value=clone(src), slice=ast.Constant(value=index),
+                                 ctx=ast.Load())
+            self.assign(t, copy_location(item, t), out, s)
+        middle = ast.Slice(lower=ast.Constant(value=star) if star else None,
+                           upper=ast.Constant(value=-after) if after else None, step=None)
+        item = core.names.fresh("item")
+        items = ast.ListComp(elt=name_node(item), generators=[ast.comprehension(
+            target=name_node(item, True), iter=ast.Subscript(
+                value=clone(src), slice=middle, ctx=ast.Load()), ifs=[], is_async=0)])
+        self.assign(elts[star].value, copy_location(items, elts[star]), out, s)
 
     def held(self, atoms: List[ast.expr], targets: List[ast.expr], out,
              at: ast.expr) -> List[ast.expr]:
