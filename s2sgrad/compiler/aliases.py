@@ -29,27 +29,6 @@ _FRESH_METHODS = {"copy", "sum", "mean", "prod", "max", "min", "dot", "astype", 
                   "all", "argmax", "argmin", "flatten", "trace", "__len__"}
 
 
-class _Sets:
-    def __init__(self):
-        self.parent: Dict[str, str] = {}
-
-    def find(self, n: str) -> str:
-        self.parent.setdefault(n, n)
-        while self.parent[n] != n:
-            self.parent[n] = self.parent[self.parent[n]]
-            n = self.parent[n]
-        return n
-
-    def union(self, a: str, b: str) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-    def members(self, n: str) -> Set[str]:
-        root = self.find(n)
-        return {m for m in list(self.parent) if self.find(m) == root}
-
-
 class _Views:
     """Which names may be views of which: `add(a, b)` says a's array may be b's (or a
     view of it: `a = b`, `a = b[1:]`, a call's result that may return its argument).
@@ -365,8 +344,9 @@ class AliasFacts:
 
     def shared_with_user(self, name: str, user_names: Set[str]) -> bool:
         """Does `name` share memory with another user variable anywhere (copies, views)?"""
-        shares = _Sets()
+        linked: Dict[str, Set[str]] = {}   # (either way: the names of one array)
         for kind, a, b, _, _ in self.edges:
             if kind == "share":
-                shares.union(a, b)
-        return bool((shares.members(name) - {name}) & user_names)
+                linked.setdefault(a, set()).add(b)
+                linked.setdefault(b, set()).add(a)
+        return bool((_reach(name, linked) - {name}) & user_names)

@@ -326,8 +326,9 @@ def _inline_function(site: FunctionSite, cls, vjp_fn, names: NameRegistry, nf) -
     saved: List[str] = []
     out: List[ast.stmt] = list(prologue)
     mutable = getattr(nf, "written_in_place", set())
-    for s in body:
-        out += _forward_statement(s, ctx, mapping, slots, saved, site, names, mutable)
+    for s in body:   # (save_for_forward feeds only `jvp`, which reverse mode never runs)
+        out += forward_statement(s, ctx, mapping, slots, {"save_for_backward": saved}, site,
+                                 names, mutable)
     result = CtxRewriter(ctx, slots, saved, site.needs, "forward").visit(
         substitute(result, mapping))
     if len(site.out_names) > 1 and isinstance(result, ast.Tuple) and \
@@ -348,25 +349,33 @@ def _kept(value: ast.expr, mutable) -> ast.expr:
     return value
 
 
-def _forward_statement(s, ctx, mapping, slots, saved, site, names,
-                       mutable=frozenset()) -> List[ast.stmt]:
+def forward_statement(s, ctx, mapping, slots, saved_by: Dict[str, List[str]], site, names,
+                      mutable=frozenset()) -> List[ast.stmt]:
+    """A statement of a Function's forward, inlined: ctx attributes become variables
+    (`slots`), the values ctx.save_for_backward / save_for_forward keep go to the
+    lists `saved_by` names (a method it does not name is dropped), copied where the
+    caller later writes into their arrays (`mutable`). Reverse and forward mode's."""
+    saved = saved_by.get("save_for_backward", [])
     rewrite = CtxRewriter(ctx, slots, saved, site.needs, "forward")
     if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
             isinstance(s.value.func, ast.Attribute) and \
             isinstance(s.value.func.value, ast.Name) and s.value.func.value.id == ctx:
         method = s.value.func.attr
-        if method == "save_for_backward":
+        if method in ("save_for_backward", "save_for_forward"):
+            target = saved_by.get(method)
+            if target is None:
+                return []
             out = []
-            saved.clear()
+            target.clear()
             for arg in s.value.args:
                 value = rewrite.visit(substitute(arg, mapping))
                 stem = arg.id if isinstance(arg, ast.Name) else "saved"
                 slot = names.fresh(f"{stem}_saved")
                 out.append(assign_node(slot, _kept(value, mutable)))
-                saved.append(slot)
+                target.append(slot)
             return out
-        if method in ("mark_non_differentiable", "save_for_forward"):
-            return []  # save_for_forward feeds only `jvp`, which reverse mode never runs
+        if method == "mark_non_differentiable":
+            return []
         raise NotInlinable(f"forward calls ctx.{method}()")
     if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
             isinstance(s.targets[0], ast.Attribute) and \

@@ -74,7 +74,8 @@ def _inline_forward(site: FunctionSite, cls, names: NameRegistry, nf) -> None:
     saved: List[str] = []
     saved_fwd: List[str] = []
     for s in body:
-        out += _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names)
+        out += sites.forward_statement(s, ctx, mapping, slots, {
+            "save_for_backward": saved, "save_for_forward": saved_fwd}, site, names)
     rewrite = sites.CtxRewriter(ctx, slots, saved, site.needs, "forward")
     result = rewrite.visit(sites.substitute(result, mapping))
     if len(site.out_names) > 1 and isinstance(result, ast.Tuple) and \
@@ -89,44 +90,6 @@ def _inline_forward(site: FunctionSite, cls, names: NameRegistry, nf) -> None:
     else:
         site.slot_values = list(dict.fromkeys(saved + list(slots.values())))
         site.derived_slots = (slots, saved)
-
-
-def _forward_statement(s, ctx, mapping, slots, saved, saved_fwd, site, names) -> List[ast.stmt]:
-    rewrite = sites.CtxRewriter(ctx, slots, saved, site.needs, "forward")
-    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
-            isinstance(s.value.func, ast.Attribute) and \
-            isinstance(s.value.func.value, ast.Name) and s.value.func.value.id == ctx:
-        method = s.value.func.attr
-        if method in ("save_for_backward", "save_for_forward"):
-            target = saved if method == "save_for_backward" else saved_fwd
-            out = []
-            target.clear()
-            for arg in s.value.args:
-                value = rewrite.visit(sites.substitute(arg, mapping))
-                stem = arg.id if isinstance(arg, ast.Name) else "saved"
-                slot = names.fresh(f"{stem}_saved")
-                out.append(assign_node(slot, value))
-                target.append(slot)
-            return out
-        if method == "mark_non_differentiable":
-            return []
-        raise sites.NotInlinable(f"forward calls ctx.{method}()")
-    if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
-            isinstance(s.targets[0], ast.Attribute) and \
-            isinstance(s.targets[0].value, ast.Name) and s.targets[0].value.id == ctx:
-        attr = s.targets[0].attr
-        if attr in ("saved_tensors", "needs_input_grad"):
-            raise sites.NotInlinable(f"forward assigns ctx.{attr}")
-        slot = slots.get(attr) or names.fresh(attr)
-        value = rewrite.visit(sites.substitute(s.value, mapping))
-        slots[attr] = slot
-        return [assign_node(slot, value)]
-    if isinstance(s, (ast.If, ast.For, ast.While)):
-        for sub in ast.walk(s):
-            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and \
-                    sub.value.id == ctx and sub.attr not in ("needs_input_grad",):
-                raise sites.NotInlinable("forward uses ctx inside a branch or loop")
-    return [rewrite.visit(sites.substitute(s, mapping))]
 
 
 def _inline_jvp(site, cls, jvp_fn, slots, saved, names, nf) -> None:
