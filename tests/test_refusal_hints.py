@@ -120,15 +120,6 @@ ROWS = {
         def f(x):
             return sum(values(x))
         """),
-    "starred target": ("""
-        def f(x):
-            first, *rest = x
-            return first * np.sum(rest)
-        """, "starred assignment targets are not supported", "Index the sequence explicitly", """
-        def f(x):
-            first, rest = x[0], x[1:]
-            return first * np.sum(rest)
-        """),
     "attribute assignment": ("""
         class Box:
             pass

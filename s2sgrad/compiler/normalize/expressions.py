@@ -114,10 +114,7 @@ class ExpressionRules:
             concat = spelled.index_concat(core, expr, out)
             if concat is not None:
                 return concat
-            # An item or slice of a literal, `(x, x ** 2)[k]`: of a variable holding it,
-            # whose items receive their adjoints (indexing the literal itself read no
-            # variable: its gradient was lost, silently).
-            base = core.statements.packed(expr.value, out)
+            base = core.statements.packed(expr.value, out)   # ((x, x ** 2)[k]: see packed)
             index = self.index(expr.slice, out)
             self.check_indexed(expr, base, index)
             return copy_location(ast.Subscript(value=base, slice=index, ctx=ast.Load()), expr)

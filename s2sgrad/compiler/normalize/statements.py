@@ -122,7 +122,8 @@ class StatementRules:
 
     def packed(self, expr: ast.expr, out) -> ast.expr:
         """An atom; a nested tuple or list becomes a variable of its own, so its
-        items receive their adjoints (the output's cotangent is nested too)."""
+        items receive their adjoints (the output's cotangent is nested too; a literal
+        indexed in place, `(x, x ** 2)[k]`, read no variable: its gradient was lost)."""
         if isinstance(expr, (ast.Tuple, ast.List)):
             name = self.core.names.fresh("items")
             self.assign_name(name, expr, out, expr)
