@@ -184,6 +184,8 @@ FEATURES = {
     "builtin_reduce": 0.6,   # sum(gen), sum(L, start), sum(d.values(), s), max(L), min(gen)
     "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
     "chained_assign": 0.3,   # a = b = e
+    "map_call": 0.4,         # sum(map(np.tanh, L), s), sum(map(lambda t: ..., L), s)
+    "operator_call": 0.4,    # operator.add/sub/mul(a, b)
     "literal_index": 0.4,    # (a, b)[k], [a, b, c][-1], (a, b, c)[1:][0]
     "local_import": 0.4,     # import numpy as np / from math import pi inside a function
     "flag_assign": 0.4,      # flag = lo < s <= hi (or s > lo and not s > hi); if flag:
@@ -761,6 +763,11 @@ class ProgramGenerator(FamilyMixin):
                    f"for {v} in {D.name}.values()), {start})"
         L = self.rng.choice(Ls)
         r = self.rng.random()
+        if self.on("map_call") and self.rng.random() < 0.3:   # map over the list
+            t = self.fresh("t")
+            fn = self.rng.choice(["np.tanh", "np.sin", f"lambda {t}: "
+                                  f"{self.expr_with(Var(t, shape, False), shape, d)}"])
+            return f"sum(map({fn}, {L.name}), {start})"
         if r < 0.3 and L.elems:
             return f"sum({L.name})"
         if r < 0.65:
@@ -835,6 +842,12 @@ class ProgramGenerator(FamilyMixin):
         return f"({src})"
 
     def binop(self, shape, d):
+        if self.on("operator_call") and self.rng.random() < 0.1:   # operator.mul(a, b)
+            name = self.rng.choice(["add", "sub", "mul"])
+            return f"operator.{name}({self.expr(shape, d)}, {self.expr(shape, d)})"
+        return self.plain_binop(shape, d)
+
+    def plain_binop(self, shape, d):
         op = self.rng.choice(["+", "-", "*", "*"])
         a = self.expr(shape, d)
         other = [shape, shape, ()]
@@ -2408,7 +2421,8 @@ class ProgramGenerator(FamilyMixin):
             r"(?<![\w.])(min|max|abs|round|sum|all|any|pow)\(", rest)
         if star:
             self.used["star_numpy"] += 1
-        src = header + "import collections\nimport math\n\nimport numpy as np\n" + \
+        src = header + "import collections\nimport math\nimport operator\n\n" + \
+            "import numpy as np\n" + \
             ("from numpy import *  # noqa: F401,F403\n" if star else "") + "\n" + rest
         return src.rstrip() + "\n", kinds
 

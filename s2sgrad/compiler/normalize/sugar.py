@@ -6,6 +6,11 @@ normaliser already differentiates (before it runs):
     dict(a=x, b=y)                ->  {"a": x, "b": y}
     dict(d)                       ->  {key: d[key] for key in d}
     d.get(k), d.get(k, default)   ->  (d[k] if k in d else default)
+    map(f, xs), map(f, xs, ys)    ->  (f(item) for item in xs), (f(a, b) for a, b in zip(xs, ys))
+    operator.mul(a, b), operator.neg(a), operator.getitem(a, k)  ->  a * b, -a, a[k]
+
+(map's function only as a name, a dotted name or a lambda: a genexp evaluates it
+per item, map once.)
 
 Only where the name is Python's own builtin (the resolver says so) and the call
 has exactly these forms; anything else is left for the normaliser to judge.
@@ -23,8 +28,9 @@ a ufunc with one output, no other keyword; anything else keeps its refusal.)
 from __future__ import annotations
 
 import ast
+import operator
 import types
-from typing import List, Optional
+from typing import List, Optional, Set
 
 import numpy as np
 
@@ -33,12 +39,17 @@ from ..names import clone, copy_location
 from .scope import is_builtin, walk_scope
 
 _CAST = "_s2s_cast_into"
+_BINARY = {operator.add: ast.Add, operator.sub: ast.Sub, operator.mul: ast.Mult,
+           operator.truediv: ast.Div, operator.floordiv: ast.FloorDiv, operator.mod: ast.Mod,
+           operator.pow: ast.Pow, operator.matmul: ast.MatMult}
+_UNARY = {operator.neg: ast.USub, operator.pos: ast.UAdd}
 
 
 def desugar(body: List[ast.stmt], resolver) -> Optional[List[ast.stmt]]:
     """A copy of body with the constructors above rewritten, or None where there
     is none (the caller keeps its tree)."""
-    rewriter = _Sugar(resolver)
+    rewriter = _Sugar(resolver, {n.id for s in body for n in ast.walk(s)
+                                 if isinstance(n, ast.Name)})
     if not any(rewriter.replacement(n) is not None or rewriter.written(n) is not None
                for n in _calls(body)):
         return None
@@ -58,8 +69,16 @@ def _calls(body: List[ast.stmt]):
 
 
 class _Sugar(ast.NodeTransformer):
-    def __init__(self, resolver):
+    def __init__(self, resolver, taken: Set[str]):
         self.resolver = resolver
+        self.taken = taken   # the function's names: a comprehension's own shadow none
+
+    def fresh(self, stem: str) -> str:
+        name, k = stem, 2
+        while name in self.taken:
+            name, k = f"{stem}_{k}", k + 1
+        self.taken.add(name)
+        return name
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
@@ -159,6 +178,22 @@ class _Sugar(ast.NodeTransformer):
                                                  ctx=ast.Load()),
                     generators=[ast.comprehension(target=ast.Name(id="key", ctx=ast.Store()),
                                                   iter=clone(args[0]), ifs=[], is_async=0)])
+        mapped = self.mapped(func, args, keywords)
+        if mapped is not None:
+            return mapped
+        op = self.numpy_function(func) if not keywords else None
+        if op is not None and not isinstance(op, np.ufunc):
+            try:
+                binary, unary = _BINARY.get(op), _UNARY.get(op)
+            except TypeError:   # (an object that cannot be a key: not operator's)
+                binary = unary = None
+            if binary is not None and len(args) == 2:
+                return ast.BinOp(left=clone(args[0]), op=binary(), right=clone(args[1]))
+            if unary is not None and len(args) == 1:
+                return ast.UnaryOp(op=unary(), operand=clone(args[0]))
+            if op is operator.getitem and len(args) == 2:
+                return ast.Subscript(value=clone(args[0]), slice=clone(args[1]),
+                                     ctx=ast.Load())
         if isinstance(func, ast.Attribute) and func.attr == "get" and \
                 isinstance(func.value, ast.Name) and func.value.id in self.resolver.locals \
                 and 1 <= len(args) <= 2 and not keywords:
@@ -169,6 +204,36 @@ class _Sugar(ast.NodeTransformer):
                 body=ast.Subscript(value=clone(mapping), slice=clone(key), ctx=ast.Load()),
                 orelse=default)
         return None
+
+
+    def mapped(self, func, args, keywords) -> Optional[ast.expr]:
+        """map(f, xs, ...) as a generator expression (None: not such a call)."""
+        if not (self.builtin(func, map) and len(args) >= 2 and not keywords):
+            return None
+        fn, iterables = args[0], args[1:]
+        if not isinstance(fn, (ast.Name, ast.Attribute, ast.Lambda)) or \
+                isinstance(fn, ast.Attribute) and not _dotted(fn):
+            return None
+        if len(iterables) > 1 and not self.builtin(ast.Name(id="zip", ctx=ast.Load()), zip):
+            return None   # (zip is not Python's own here)
+        items = [self.fresh("item") for _ in iterables]
+        if len(items) == 1:
+            target, source = ast.Name(id=items[0], ctx=ast.Store()), clone(iterables[0])
+        else:
+            target = ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store()) for n in items],
+                               ctx=ast.Store())
+            source = ast.Call(func=ast.Name(id="zip", ctx=ast.Load()),
+                              args=[clone(a) for a in iterables], keywords=[])
+        call = ast.Call(func=clone(fn), args=[ast.Name(id=n, ctx=ast.Load()) for n in items],
+                        keywords=[])
+        return ast.GeneratorExp(elt=call, generators=[ast.comprehension(
+            target=target, iter=source, ifs=[], is_async=0)])
+
+
+def _dotted(node: ast.expr) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def eager_generator(body: List[ast.stmt], collected: str) -> Optional[List[ast.stmt]]:

@@ -1,0 +1,62 @@
+"""`map(f, xs)` and the operator module's functions, as the expressions they stand
+for (they were refused: "no gradient rule for map", "for operator.mul"). Gradients
+against central differences on two shapes (one broadcasting), forward mode along a
+direction; a list's `operator.mul` repeats it, as `*` does, and is refused as `*` is."""
+import operator
+from operator import getitem, neg
+
+import numpy as np
+import pytest
+from conftest import numeric_grad
+
+import s2sgrad
+from s2sgrad import functional
+
+
+def square(v):
+    return v * v
+
+
+def mapped_sum(x, w):
+    rows = list(map(np.sin, x))
+    total = sum(map(square, rows))
+    for r in map(lambda t: np.tanh(t * w), x):
+        total = total + r
+    return np.sum(total) + np.sum(np.array(list(map(np.multiply, x, x[::-1]))))
+
+
+def mapped_item(x, w):
+    item = w * 2.0   # (map's own variable never shadows the function's)
+    return sum(np.sum(v) for v in map(lambda t: t * item, x))
+
+
+def operators(x, w):
+    a = operator.mul(x, w)
+    b = operator.add(a, operator.truediv(x, 2.0))
+    c = operator.pow(operator.sub(b, w), 2)
+    return np.sum(neg(c)) + np.sum(getitem(x, 0) * w) + np.sum(operator.matmul(x, x.T))
+
+
+CASES = [mapped_sum, mapped_item, operators]
+
+
+@pytest.mark.parametrize("f", CASES)
+@pytest.mark.parametrize("shapes", [((3, 3), (3,)), ((2, 2), (1,))])
+def test_against_differences(f, shapes, rng):
+    x, w = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    grads = s2sgrad.grad(f, (0, 1))(x, w)
+    for i in (0, 1):
+        np.testing.assert_allclose(grads[i], numeric_grad(f, [x, w], i), rtol=1e-6, atol=1e-8)
+    u = rng.standard_normal(x.shape)
+    _, tangent = functional.jvp(lambda v: f(v, w), (x,), (u,))
+    np.testing.assert_allclose(tangent, np.sum(numeric_grad(f, [x, w], 0) * u),
+                               rtol=1e-6, atol=1e-8)
+
+
+def repeated_list(x):
+    return np.sum(np.array(operator.mul([x, x * 2.0], 2)))
+
+
+def test_operator_mul_of_a_list_is_judged_as_star_is():
+    with pytest.raises(s2sgrad.TransformError, match="repeating a list or tuple"):
+        s2sgrad.grad(repeated_list)(np.ones(3))
