@@ -185,7 +185,7 @@ FEATURES = {
     "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
     "chained_assign": 0.3,   # a = b = e
     "map_call": 0.4,         # sum(map(np.tanh, L), s), sum(map(lambda t: ..., L), s)
-    "operator_call": 0.4,    # operator.add/sub/mul(a, b)
+    "operator_call": 0.4,    # operator.add/sub/mul(a, b), functools.reduce(operator.mul, [..])
     "literal_index": 0.4,    # (a, b)[k], [a, b, c][-1], (a, b, c)[1:][0]
     "local_import": 0.4,     # import numpy as np / from math import pi inside a function
     "flag_assign": 0.4,      # flag = lo < s <= hi (or s > lo and not s > hi); if flag:
@@ -844,6 +844,9 @@ class ProgramGenerator(FamilyMixin):
     def binop(self, shape, d):
         if self.on("operator_call") and self.rng.random() < 0.1:   # operator.mul(a, b)
             name = self.rng.choice(["add", "sub", "mul"])
+            if self.rng.random() < 0.3:   # functools.reduce over a literal
+                items = ", ".join(self.expr(shape, d) for _ in range(self.rng.choice([2, 3])))
+                return f"functools.reduce(operator.{name}, [{items}])"
             return f"operator.{name}({self.expr(shape, d)}, {self.expr(shape, d)})"
         return self.plain_binop(shape, d)
 
@@ -2421,7 +2424,7 @@ class ProgramGenerator(FamilyMixin):
             r"(?<![\w.])(min|max|abs|round|sum|all|any|pow)\(", rest)
         if star:
             self.used["star_numpy"] += 1
-        src = header + "import collections\nimport math\nimport operator\n\n" + \
+        src = header + "import collections\nimport functools\nimport math\nimport operator\n\n" + \
             "import numpy as np\n" + \
             ("from numpy import *  # noqa: F401,F403\n" if star else "") + "\n" + rest
         return src.rstrip() + "\n", kinds

@@ -8,9 +8,10 @@ normaliser already differentiates (before it runs):
     d.get(k), d.get(k, default)   ->  (d[k] if k in d else default)
     map(f, xs), map(f, xs, ys)    ->  (f(item) for item in xs), (f(a, b) for a, b in zip(xs, ys))
     operator.mul(a, b), operator.neg(a), operator.getitem(a, k)  ->  a * b, -a, a[k]
+    functools.reduce(f, [a, b, c]), functools.reduce(f, (b, c), a)  ->  f(f(a, b), c)
 
-(map's function only as a name, a dotted name or a lambda: a genexp evaluates it
-per item, map once.)
+(map's and reduce's function only as a name, a dotted name or a lambda: a genexp
+evaluates it per item, map once; reduce only over a literal, whose length is known.)
 
 Only where the name is Python's own builtin (the resolver says so) and the call
 has exactly these forms; anything else is left for the normaliser to judge.
@@ -28,6 +29,7 @@ a ufunc with one output, no other keyword; anything else keeps its refusal.)
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 import types
 from typing import List, Optional, Set
@@ -182,6 +184,15 @@ class _Sugar(ast.NodeTransformer):
         if mapped is not None:
             return mapped
         op = self.numpy_function(func) if not keywords else None
+        if op is functools.reduce and 2 <= len(args) <= 3 and _plain_function(args[0]) and \
+                isinstance(args[1], (ast.List, ast.Tuple)) and \
+                not any(isinstance(e, ast.Starred) for e in args[1].elts) and \
+                len(args[1].elts) + len(args) > 3:   # (Python's TypeError for none at all)
+            items = ([args[2]] if len(args) == 3 else []) + list(args[1].elts)
+            total = clone(items[0])
+            for item in items[1:]:
+                total = ast.Call(func=clone(args[0]), args=[total, clone(item)], keywords=[])
+            return self.visit(total)   # (its calls may be sugar too: operator.add)
         if op is not None and not isinstance(op, np.ufunc):
             try:
                 binary, unary = _BINARY.get(op), _UNARY.get(op)
@@ -211,8 +222,7 @@ class _Sugar(ast.NodeTransformer):
         if not (self.builtin(func, map) and len(args) >= 2 and not keywords):
             return None
         fn, iterables = args[0], args[1:]
-        if not isinstance(fn, (ast.Name, ast.Attribute, ast.Lambda)) or \
-                isinstance(fn, ast.Attribute) and not _dotted(fn):
+        if not _plain_function(fn):
             return None
         if len(iterables) > 1 and not self.builtin(ast.Name(id="zip", ctx=ast.Load()), zip):
             return None   # (zip is not Python's own here)
@@ -230,7 +240,10 @@ class _Sugar(ast.NodeTransformer):
             target=target, iter=source, ifs=[], is_async=0)])
 
 
-def _dotted(node: ast.expr) -> bool:
+def _plain_function(node: ast.expr) -> bool:
+    """A name, a dotted name or a lambda: evaluating it again gives the same function."""
+    if isinstance(node, ast.Lambda):
+        return True
     while isinstance(node, ast.Attribute):
         node = node.value
     return isinstance(node, ast.Name)
