@@ -184,6 +184,7 @@ FEATURES = {
     "builtin_reduce": 0.6,   # sum(gen), sum(L, start), sum(d.values(), s), max(L), min(gen)
     "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
     "chained_assign": 0.3,   # a = b = e
+    "instance_method": 0.4,  # SCALER.apply(e), SCALER(e): methods calling self.shift(v)
     "map_call": 0.4,         # sum(map(np.tanh, L), s), sum(map(lambda t: ..., L), s)
     "operator_call": 0.4,    # operator.add/sub/mul(a, b), functools.reduce(operator.mul, [..])
     "literal_index": 0.4,    # (a, b)[k], [a, b, c][-1], (a, b, c)[1:][0]
@@ -309,6 +310,25 @@ class SinCos(s2sgrad.Function):
     def vjp(ctx, gs, gc):
         x, = ctx.saved_tensors
         return gs * np.cos(x) - gc * np.sin(x)
+''',
+    # A class of the user's whose methods call each other through self, reached through
+    # a module-level instance (SCALER.apply(v), SCALER(v)).
+    "Scaler": '''\
+class Scaler:
+    def __init__(self, c):
+        self.c = c
+
+    def shift(self, v):
+        return np.tanh(v) * self.c
+
+    def apply(self, v):
+        return self.shift(v) + v * self.c
+
+    def __call__(self, v):
+        return self.apply(v) * 0.5
+
+
+SCALER = Scaler(0.7)
 ''',
     # Rules given with s2sgrad.defvjp alone (the compiler does not read the functions'
     # code): forward mode has no JVP for them and transposes their VJPs.
@@ -954,10 +974,14 @@ class ProgramGenerator(FamilyMixin):
                 "user_softsign"
             self.classes.add(name)
             return f"{name}({self.expr(shape, d)})"
+        def method():   # self.shift(...) inside the methods of a module-level instance
+            self.classes.add("Scaler")
+            return self.rng.choice([f"SCALER.apply({self.expr(shape, d)})",
+                                    f"SCALER({self.expr(shape, d)})"])
         return self.choose([(None, 1.0, cube), (None, 1.0, softplus), (None, 1.0, scale),
                             (None, 1.0, mul), (None, 0.7, affine),
                             ("multi_output_apply", 1.0, sincos),
-                            ("user_rule", 1.0, user_rule)])
+                            ("user_rule", 1.0, user_rule), ("instance_method", 0.7, method)])
 
     def derivative_expr(self, shape, d):
         """A derivative computed inside the program: the compiler reads it as code

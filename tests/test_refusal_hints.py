@@ -156,8 +156,9 @@ ROWS = {
             def loss(self, x):
                 return np.sum(self.predict(x) ** 2)
 
-        f = Model().loss
-        """, "no gradient rule for the method .predict()", "Model.method(self, ...)", """
+        def f(x, model=Model()):   # (an instance not known when compiling: a parameter)
+            return model.loss(x)
+        """, "no gradient rule for the method .loss()", "Model.method(self, ...)", """
         class Model:
             def __init__(self):
                 self.W = np.eye(3)
@@ -168,7 +169,8 @@ ROWS = {
             def loss(self, x):
                 return np.sum(Model.predict(self, x) ** 2)
 
-        f = Model().loss
+        def f(x, model=Model()):
+            return Model.loss(model, x)
         """),
     "starred call": ("""
         def g(a, b):

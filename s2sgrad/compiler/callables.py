@@ -9,15 +9,17 @@ arguments the caller passes, as they would for the plain function.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import inspect
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+from ..errors import TransformError
 from ..introspect import refuse_opaque_decorators, unwrap
-from . import reentry
+from . import parse, reentry
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,13 @@ class BoundCall:
     func: types.FunctionType
     args: Tuple[Any, ...]
     kwargs: Dict[str, Any]
+
+    def instances_read(self) -> Tuple[Tuple[str, Any], ...]:
+        """The bound instances func's body calls methods of (`self.predict(x)`), by
+        parameter: its pair is made for them (see instances_read)."""
+        names = list(inspect.signature(self.func).parameters)
+        return instances_read(self.func, [(names[i], a) for i, a in enumerate(self.args)
+                                          if i < len(names)])
 
     def shift(self, wrt: Tuple[int, ...]) -> Tuple[int, ...]:
         """The positions in `func`'s own parameters of the caller's `wrt`."""
@@ -61,6 +70,41 @@ class BoundCall:
                 args.append(merged.pop(name))
             return run(*args, *values[split:], **merged)
         return jvp
+
+
+def instances_read(fn: Callable, bound: Sequence[Tuple[str, Any]]
+                   ) -> Tuple[Tuple[str, Any], ...]:
+    """Of (parameter, value) pairs, those binding an instance of the user's class to a
+    parameter whose method fn's body calls (`self.predict(x)`, `model.loss(w)`): fn's
+    pair is made for those objects (memory only, a key of its own, as for a function
+    passed to it), and the calls are read as those methods' (the class of a plain
+    parameter is not known when compiling). A function that calls none keeps its
+    plain pair, which the disk cache keeps."""
+    wanted = [(p, v) for p, v in bound if user_instance(v)]
+    if not wanted:
+        return ()
+    try:
+        node = parse.parse_function(fn).node
+    except TransformError:
+        return ()
+    receivers = {n.func.value.id for n in ast.walk(node) if isinstance(n, ast.Call) and
+                 isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)}
+    return tuple((p, v) for p, v in wanted if p in receivers)
+
+
+def user_instance(value: Any) -> bool:
+    """An object of a class the user wrote (not a module's array, number, container or
+    function), hashable (a pair is cached for it, as for a function)."""
+    cls = type(value)
+    module = getattr(cls, "__module__", "") or ""
+    if module.split(".")[0] in ("builtins", "numpy", "scipy", "s2sgrad", "collections",
+                                "functools", "types") or isinstance(value, type):
+        return False
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def bound_call(fn: Any) -> Optional[BoundCall]:

@@ -58,7 +58,7 @@ def compile_function(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = T
                                  scalars, tuple((i + len(bound.args), flags)
                                                 for i, flags in structure),
                                  None if leaves is None else bound.shift(leaves),
-                                 complexes=complexes)
+                                 statics=bound.instances_read(), complexes=complexes)
         return bound.wrap(inner, fn, wrt, "forward")
     rest = None if packed else packed_rest(fn)
     if rest is not None:   # `def f(x, *rest)`: positions from rest.count on are its items

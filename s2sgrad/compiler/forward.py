@@ -123,7 +123,7 @@ def compile_jvp(fn: Callable, wrt: Tuple[int, ...], optimize_code: bool = True,
     if bound is not None:   # a bound method, callable object or partial: its function's
         inner = compile_jvp(bound.func, bound.shift(wrt), optimize_code,
                             tuple((i + len(bound.args), flags) for i, flags in structure),
-                            demand, complexes=complexes)
+                            demand, statics=bound.instances_read(), complexes=complexes)
         return bound.wrap(inner, fn, wrt, "jvp")
     rest = None if packed else packed_rest(fn)
     if rest is not None:   # `def f(x, *rest)`: see compile_function

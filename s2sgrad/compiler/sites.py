@@ -21,6 +21,7 @@ import numpy
 
 from ..errors import TransformError, deliberate, error_at
 from ..rules.registry import Rule
+from .callables import instances_read, user_instance
 from .facts import FunctionFacts
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
 from .normalize.scope import is_docstring
@@ -659,7 +660,7 @@ def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
                       out_names=list(op.outputs), arg_atoms=atoms,
                       leaves=tuple(i for i, a in enumerate(atoms) if _is_leaf(a, activity)),
                       mutable=set(getattr(nf, "written_in_place", ())),
-                      statics=function_arguments(params, atoms, nf),
+                      statics=function_arguments(params, atoms, nf, fn),
                       complexes=tuple(entry for p, a in zip(params, atoms)
                                       for entry in _complex_entries(a, p.name, activity)))
     return site
@@ -673,10 +674,13 @@ def _complex_entries(atom: Optional[ast.expr], param: str, activity) -> List[str
     return activity.complex_entries(atom.id, param) if isinstance(atom, ast.Name) else []
 
 
-def function_arguments(params, atoms, nf) -> Tuple[Tuple[str, Any], ...]:
+def function_arguments(params, atoms, nf, fn=None) -> Tuple[Tuple[str, Any], ...]:
     """The parameters a call binds to a function known now: an argument that names
     one (`np.tanh`, a def of the module), or a default that is one where the call
-    passes nothing. The callee reads each as that function (a pair of its own)."""
+    passes nothing. The callee reads each as that function (a pair of its own).
+    Given the callee `fn`, also those bound to an instance of the user's class whose
+    methods fn calls (`model.loss(w)` of a module-level `model`: self.predict(...);
+    callables.instances_read)."""
     out = []
     for p, atom in zip(params, atoms):
         if atom is None:
@@ -688,9 +692,12 @@ def function_arguments(params, atoms, nf) -> Tuple[Tuple[str, Any], ...]:
                 continue
         else:
             continue
-        if isinstance(value, FUNCTION_TYPES):
+        if isinstance(value, FUNCTION_TYPES) or fn is not None and user_instance(value):
             out.append((p.name, value))
-    return tuple(out)
+    functions = tuple(o for o in out if isinstance(o[1], FUNCTION_TYPES))
+    return functions + instances_read(fn, [o for o in out if o not in functions]) \
+        if fn is not None else functions
+
 
 
 def _is_leaf(atom: Optional[ast.expr], activity) -> bool:

@@ -222,9 +222,9 @@ class CallRules:
         core = self.core
         core.resolver.pin(expr.func)
         prefix = []
-        for value in bound.args:
-            name = core.names.fresh("bound")
-            core.bindings[name] = value
+        for value in bound.args:   # (read as the constants they are: an instance
+            name = core.names.fresh("bound")   # passed on makes a pair for it)
+            core.bindings[name] = core.resolver.bound[name] = value
             prefix.append(name_node(name))
         keywords = {}
         for key, value in bound.kwargs.items():

@@ -61,7 +61,7 @@ class CallTangents:
                     for p in params if p.kind is p.KEYWORD_ONLY and p.name in bound.arguments]
         core.read([atoms[i] for i in wrt], fresh=False)
         base = fn.__name__ if fn.__name__ != "<lambda>" else "lambda"
-        statics = sites.function_arguments(params, atoms, core.nf)
+        statics = sites.function_arguments(params, atoms, core.nf, fn)
         complexes = tuple(sorted(entry for p, a in zip(params, atoms)
                                  if isinstance(a, ast.Name)
                                  for entry in core.act.complex_entries(a.id, p.name)))

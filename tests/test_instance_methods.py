@@ -1,0 +1,100 @@
+"""Methods that call `self.method(...)`, reached through an instance known when the
+code is compiled: `model.loss(w)` of a module-level `model`, `model(w)` (its
+`__call__`), `s2sgrad.grad(model.loss)`. Each was refused ("no gradient rule for the
+method .predict()": the class of `self`, a parameter, was not known); the callee is
+now compiled for that instance, as for a function passed to it. Gradients against
+central differences on two shapes (one broadcasting), forward mode too; rebinding a
+method, on the class or the instance, compiles again; an attribute's new value is
+read, as Python reads it."""
+import numpy as np
+import pytest
+from conftest import numeric_grad
+
+import s2sgrad
+from s2sgrad import functional
+
+
+class Model:
+    def __init__(self, scale, target):
+        self.scale = scale
+        self.target = target
+
+    def predict(self, w, x):
+        return np.tanh(x * w) * self.scale
+
+    def residual(self, w, x):
+        return self.predict(w, x) - self.target
+
+    def loss(self, w, x):
+        return np.mean(self.residual(w, x) ** 2) + self.penalty(w)
+
+    def penalty(self, w):
+        return 0.1 * np.sum(w ** 2)
+
+    def __call__(self, w, x):
+        return self.loss(w, x)
+
+
+MODEL = Model(2.0, 0.3)
+OTHER = Model(-1.0, 0.0)
+
+
+def through_the_instance(w, x):
+    return MODEL.loss(w, x) + OTHER(w, x)
+
+
+@pytest.mark.parametrize("shapes", [((3,), (3,)), ((2, 3), (3,))])
+@pytest.mark.parametrize("f", [through_the_instance, MODEL.loss, MODEL])
+def test_against_differences(f, shapes, rng):
+    w, x = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    grads = s2sgrad.grad(f, (0, 1))(w, x)
+    for i in (0, 1):
+        np.testing.assert_allclose(grads[i], numeric_grad(f, [w, x], i), rtol=1e-6, atol=1e-8)
+    u = rng.standard_normal(w.shape)
+    _, tangent = functional.jvp(lambda v: f(v, x), (w,), (u,))
+    np.testing.assert_allclose(tangent, np.sum(numeric_grad(f, [w, x], 0) * u),
+                               rtol=1e-6, atol=1e-8)
+
+
+def test_rebinding_a_method_or_changing_an_attribute_is_seen(rng):
+    model = Model(1.5, 0.1)
+    g = s2sgrad.grad(model.loss)
+    w, x = rng.standard_normal(3), rng.standard_normal(3)
+    np.testing.assert_allclose(g(w, x), numeric_grad(model.loss, [w, x], 0), rtol=1e-6,
+                               atol=1e-8)
+    model.scale = -0.5                                  # data: read when called
+    np.testing.assert_allclose(g(w, x), numeric_grad(model.loss, [w, x], 0), rtol=1e-6,
+                               atol=1e-8)
+    model.penalty = lambda w: np.sum(np.abs(w) ** 3)   # the instance's own method
+    np.testing.assert_allclose(g(w, x), numeric_grad(model.loss, [w, x], 0), rtol=1e-6,
+                               atol=1e-8)
+    del model.penalty
+    original = Model.predict
+    Model.predict = lambda self, w, x: np.sin(x * w) * self.scale   # the class's
+    try:
+        np.testing.assert_allclose(g(w, x), numeric_grad(model.loss, [w, x], 0),
+                                   rtol=1e-6, atol=1e-8)
+    finally:
+        Model.predict = original
+    np.testing.assert_allclose(g(w, x), numeric_grad(model.loss, [w, x], 0), rtol=1e-6,
+                               atol=1e-8)
+
+
+class Unhashable(Model):
+    __hash__ = None
+
+
+def test_an_instance_a_pair_cannot_be_kept_for_stays_refused(rng):
+    model = Unhashable(1.0, 0.0)
+    with pytest.raises(s2sgrad.TransformError, match="no gradient rule for the method"):
+        s2sgrad.grad(model.loss)(rng.standard_normal(3), rng.standard_normal(3))
+
+
+def given_as_an_argument(w, x, model):
+    return model.loss(w, x)
+
+
+def test_an_instance_passed_as_an_argument_stays_refused(rng):
+    with pytest.raises(s2sgrad.TransformError, match="no gradient rule for the method"):
+        s2sgrad.grad(given_as_an_argument)(rng.standard_normal(3), rng.standard_normal(3),
+                                           MODEL)
