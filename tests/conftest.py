@@ -112,6 +112,24 @@ def check_vjp(f, args, wrt=None, seed=0, rtol=1e-6, atol=1e-7):
     return grads
 
 
+def check_grad_and_tangent(f, args, rng, rtol=1e-6, atol=1e-8):
+    """s2sgrad.grad of scalar f at every argument, and functional.jvp along a random
+    direction of the first, against central differences."""
+    import s2sgrad
+    from s2sgrad import functional
+    positions = tuple(range(len(args)))
+    grads = s2sgrad.grad(f, positions)(*args)
+    wanted = [numeric_grad(f, list(args), i) for i in positions]
+    for i in positions:
+        np.testing.assert_allclose(grads[i], wanted[i], rtol=rtol, atol=atol,
+                                   err_msg=f"gradient of argument {i}")
+    u = rng.standard_normal(np.shape(args[0]))
+    assert len(args) == 2, "one argument besides the first (f(v, *rest) is refused)"
+    other = args[1]
+    _, tangent = functional.jvp(lambda v: f(v, other), (args[0],), (u,))
+    np.testing.assert_allclose(tangent, np.sum(wanted[0] * u), rtol=rtol, atol=atol)
+
+
 def check_jvp(f, args, tangents, eps=EPS, rtol=1e-6, atol=1e-8):
     """functional.jvp of f at args along tangents against central differences along
     them (and its output against f's)."""

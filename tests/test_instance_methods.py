@@ -8,10 +8,9 @@ method, on the class or the instance, compiles again; an attribute's new value i
 read, as Python reads it."""
 import numpy as np
 import pytest
-from conftest import numeric_grad
+from conftest import check_grad_and_tangent, numeric_grad
 
 import s2sgrad
-from s2sgrad import functional
 
 
 class Model:
@@ -47,13 +46,7 @@ def through_the_instance(w, x):
 @pytest.mark.parametrize("f", [through_the_instance, MODEL.loss, MODEL])
 def test_against_differences(f, shapes, rng):
     w, x = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
-    grads = s2sgrad.grad(f, (0, 1))(w, x)
-    for i in (0, 1):
-        np.testing.assert_allclose(grads[i], numeric_grad(f, [w, x], i), rtol=1e-6, atol=1e-8)
-    u = rng.standard_normal(w.shape)
-    _, tangent = functional.jvp(lambda v: f(v, x), (w,), (u,))
-    np.testing.assert_allclose(tangent, np.sum(numeric_grad(f, [w, x], 0) * u),
-                               rtol=1e-6, atol=1e-8)
+    check_grad_and_tangent(f, [w, x], rng)
 
 
 def test_rebinding_a_method_or_changing_an_attribute_is_seen(rng):

@@ -7,10 +7,7 @@ the two, passed it). `first, *rest = x` was refused. Gradients against central
 differences on two shapes (one broadcasting), and forward mode along a direction."""
 import numpy as np
 import pytest
-from conftest import numeric_grad
-
-import s2sgrad
-from s2sgrad import functional
+from conftest import check_grad_and_tangent
 
 
 def item_of_tuple(x, w):
@@ -57,12 +54,5 @@ CASES = [item_of_tuple, slice_of_literal, starred_first, starred_middle, starred
 @pytest.mark.parametrize("shapes", [((3,), (3,)), ((2, 3), (3,))])
 def test_against_differences(f, shapes, rng):
     x, w = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
-    grads = s2sgrad.grad(f, (0, 1))(x, w)
-    for i in (0, 1):
-        want = numeric_grad(f, [x, w], i)
-        np.testing.assert_allclose(grads[i], want, rtol=1e-6, atol=1e-8)
-    u = rng.standard_normal(x.shape)
-    _, tangent = functional.jvp(lambda v: f(v, w), (x,), (u,))
-    np.testing.assert_allclose(tangent, np.sum(numeric_grad(f, [x, w], 0) * u),
-                               rtol=1e-6, atol=1e-8)
+    check_grad_and_tangent(f, [x, w], rng)
 

@@ -31,23 +31,13 @@ def _faithful(exact, numpy_twin):
     return fn
 
 
-sin = _faithful(_math.sin, _np.sin)
-cos = _faithful(_math.cos, _np.cos)
-tan = _faithful(_math.tan, _np.tan)
-exp = _faithful(_math.exp, _np.exp)
-expm1 = _faithful(_math.expm1, _np.expm1)
-log = _faithful(_math.log, _np.log)
-log1p = _faithful(_math.log1p, _np.log1p)
-sqrt = _faithful(_math.sqrt, _np.sqrt)
-sinh = _faithful(_math.sinh, _np.sinh)
-cosh = _faithful(_math.cosh, _np.cosh)
-asin = _faithful(_math.asin, _np.arcsin)
-acos = _faithful(_math.acos, _np.arccos)
-tanh = _math.tanh
-atan = _math.atan
-
 # The NumPy function each one computes, by this module's name for it.
 NUMPY_TWINS = {"sin": _np.sin, "cos": _np.cos, "tan": _np.tan, "exp": _np.exp,
                "expm1": _np.expm1, "log": _np.log, "log1p": _np.log1p, "sqrt": _np.sqrt,
                "sinh": _np.sinh, "cosh": _np.cosh, "asin": _np.arcsin, "acos": _np.arccos,
                "tanh": _np.tanh, "atan": _np.arctan}
+_DEFINED_EVERYWHERE = ("tanh", "atan")   # math's own: they raise nowhere
+
+for _name, _twin in NUMPY_TWINS.items():
+    globals()[_name] = getattr(_math, _name) if _name in _DEFINED_EVERYWHERE else \
+        _faithful(getattr(_math, _name), _twin)
