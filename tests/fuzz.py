@@ -184,6 +184,7 @@ FEATURES = {
     "builtin_reduce": 0.6,   # sum(gen), sum(L, start), sum(d.values(), s), max(L), min(gen)
     "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
     "chained_assign": 0.3,   # a = b = e
+    "spread_free_tuple": 0.4,  # mix(e, *MIX_ARGS), mix(e, *MIX_ARGS[:1], 0.3)
     "instance_method": 0.4,  # SCALER.apply(e), SCALER(e): methods calling self.shift(v)
     "map_call": 0.4,         # sum(map(np.tanh, L), s), sum(map(lambda t: ..., L), s)
     "operator_call": 0.4,    # operator.add/sub/mul(a, b), functools.reduce(operator.mul, [..])
@@ -329,6 +330,14 @@ class Scaler:
 
 
 SCALER = Scaler(0.7)
+''',
+    # A helper given a module-level tuple spread into its arguments (mix(v, *MIX_ARGS)).
+    "mix": '''\
+MIX_ARGS = (0.5, -0.2)
+
+
+def mix(v, a, b):
+    return v * a + np.tanh(v) * b
 ''',
     # Rules given with s2sgrad.defvjp alone (the compiler does not read the functions'
     # code): forward mode has no JVP for them and transposes their VJPs.
@@ -974,6 +983,11 @@ class ProgramGenerator(FamilyMixin):
                 "user_softsign"
             self.classes.add(name)
             return f"{name}({self.expr(shape, d)})"
+        def spread():   # a module-level tuple spread into a call (or a slice of one)
+            self.classes.add("mix")
+            return self.rng.choice([f"mix({self.expr(shape, d)}, *MIX_ARGS)",
+                                    f"mix({self.expr(shape, d)}, *MIX_ARGS[:1], 0.3)"])
+
         def method():   # self.shift(...) inside the methods of a module-level instance
             self.classes.add("Scaler")
             return self.rng.choice([f"SCALER.apply({self.expr(shape, d)})",
@@ -981,7 +995,8 @@ class ProgramGenerator(FamilyMixin):
         return self.choose([(None, 1.0, cube), (None, 1.0, softplus), (None, 1.0, scale),
                             (None, 1.0, mul), (None, 0.7, affine),
                             ("multi_output_apply", 1.0, sincos),
-                            ("user_rule", 1.0, user_rule), ("instance_method", 0.7, method)])
+                            ("user_rule", 1.0, user_rule), ("instance_method", 0.7, method),
+                            ("spread_free_tuple", 0.7, spread)])
 
     def derivative_expr(self, shape, d):
         """A derivative computed inside the program: the compiler reads it as code

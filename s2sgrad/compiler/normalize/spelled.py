@@ -117,6 +117,27 @@ def _literal_dict(n, value: ast.expr) -> Optional[List[Tuple[str, ast.expr]]]:
     return string_keys(binding) if binding is not None else None
 
 
+def free_tuple_items(n, value: ast.expr) -> Optional[List[ast.expr]]:
+    """`rest` or `rest[1:]` (constant bounds) of a tuple a free name holds (the
+    closure's or the module's): its items, read by index (`rest[1]`, `rest[2]`); the
+    name's binding is recorded, so a new tuple there compiles again. None else."""
+    base, bounds = value, None
+    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Slice):
+        base, parts = value.value, (value.slice.lower, value.slice.upper, value.slice.step)
+        bounds = [None if p is None else _int_index(p) for p in parts]
+        if any(p is not None and b is None for p, b in zip(parts, bounds)):
+            return None
+    if not isinstance(base, ast.Name) or base.id in n.resolver.locals:
+        return None
+    ok, held = n.resolver.static(base)
+    if not ok or type(held) is not tuple:
+        return None
+    n.resolver.pin(base)
+    indices = range(len(held)) if bounds is None else range(len(held))[slice(*bounds)]
+    return [copy_location(ast.Subscript(value=name_node(base.id), slice=ast.Constant(value=i),
+                                        ctx=ast.Load()), value) for i in indices]
+
+
 def bound_once(n, name: str, allowed: Set[int]) -> Optional[ast.expr]:
     """What a local `name` is bound to, when it is bound by one plain assignment in
     the whole function and read nowhere but at the nodes whose ids are `allowed`
@@ -145,9 +166,10 @@ def bound_once(n, name: str, allowed: Set[int]) -> Optional[ast.expr]:
 
 
 def spread_known_items(n, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
-    """`f(*args)` where `args` is a tuple or list literal, or a name bound to a
-    tuple literal (`args = (h, x); f(*args)`): the call with the items spelled
-    out, as Python passes them. Other starred arguments are left as they are."""
+    """`f(*args)` where `args` is a tuple or list literal, a name bound to a tuple
+    literal (`args = (h, x); f(*args)`), or a tuple the closure or module holds
+    (`lambda v: f(v, *rest)`, `*rest[1:]`): the call with the items spelled out, as
+    Python passes them. Other starred arguments are left as they are."""
     args: List[ast.expr] = []
     for a in expr.args:
         if not isinstance(a, ast.Starred):
@@ -160,7 +182,8 @@ def spread_known_items(n, expr: ast.Call, out: List[ast.stmt]) -> ast.Call:
             known = n.tuples[n.env.get(a.value.id, a.value.id)]
             args.extend(n.statements.held([clone(e) for e in known], [], out, a))
         else:
-            args.append(a)
+            free = free_tuple_items(n, a.value)
+            args.extend([a] if free is None else free)
     return copy_location(ast.Call(func=expr.func, args=args, keywords=expr.keywords),
                          expr)
 
