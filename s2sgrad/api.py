@@ -282,7 +282,9 @@ def functions_given(f: Callable, args: tuple, kwargs: dict,
                     defaults: Tuple[Tuple[int, str, Any], ...]) -> Tuple[Tuple[str, Any], ...]:
     """(parameter, function) for each parameter this call binds to a function: an
     argument that is one, or a function default the call leaves. The pair is made
-    for them (a kind of call, like a shape), so that `act(z)` in f is `act`'s rule."""
+    for them (a kind of call, like a shape), so that `act(z)` in f is `act`'s rule.
+    Also (parameter, instance) for an instance of the user's class whose methods f
+    calls (`model.loss(w)` of a `model` argument: callables.instances_read)."""
     out = []
     if any(isinstance(a, FUNCTION_TYPES) for a in args) or kwargs:
         names = parameter_names(f)
@@ -291,7 +293,16 @@ def functions_given(f: Callable, args: tuple, kwargs: dict,
         out += [(k, v) for k, v in kwargs.items() if isinstance(v, FUNCTION_TYPES)]
     given = {name for name, _ in out} | set(kwargs)
     out += [(name, d) for i, name, d in defaults if i >= len(args) and name not in given]
+    if any(type(a).__module__ not in _LIBRARY_MODULES for a in args):
+        from .compiler.callables import instances_read, user_instance
+        names = parameter_names(f)
+        out += instances_read(f, [(names[i], a) for i, a in enumerate(args)
+                                  if i < len(names) and user_instance(a)])
     return tuple(out)
+
+
+# The modules of the types an argument usually has: no instance of the user's class.
+_LIBRARY_MODULES = frozenset(("numpy", "builtins"))
 
 
 def _refuse_a_generator(f: Callable) -> None:

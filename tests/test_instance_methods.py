@@ -2,7 +2,8 @@
 code is compiled: `model.loss(w)` of a module-level `model`, `model(w)` (its
 `__call__`), `s2sgrad.grad(model.loss)`. Each was refused ("no gradient rule for the
 method .predict()": the class of `self`, a parameter, was not known); the callee is
-now compiled for that instance, as for a function passed to it. Gradients against
+now compiled for that instance, as for a function passed to it, and so is a function
+given the instance as an argument. Gradients against
 central differences on two shapes (one broadcasting), forward mode too; rebinding a
 method, on the class or the instance, compiles again; an attribute's new value is
 read, as Python reads it."""
@@ -84,10 +85,29 @@ def test_an_instance_a_pair_cannot_be_kept_for_stays_refused(rng):
 
 
 def given_as_an_argument(w, x, model):
+    return model.loss(w, x) + model(w, x)
+
+
+@pytest.mark.parametrize("shapes", [((3,), (3,)), ((2, 3), (3,))])
+def test_an_instance_passed_as_an_argument(shapes, rng):
+    w, x = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    for model in (MODEL, OTHER, Model(0.5, -1.0)):   # (a pair for each)
+        want = [numeric_grad(given_as_an_argument, [w, x, model], i) for i in (0, 1)]
+        for grads in (s2sgrad.grad(given_as_an_argument, (0, 1))(w, x, model),
+                      s2sgrad.grad(given_as_an_argument, (0, 1), jit=True)(w, x, model),
+                      s2sgrad.vjp(given_as_an_argument, w, x, model, wrt=(0, 1),
+                                  jit=True)[1](1.0)):
+            for i in (0, 1):
+                np.testing.assert_allclose(grads[i], want[i], rtol=1e-6, atol=1e-8)
+
+
+DEFAULT = Model(1.0, 0.0)
+
+
+def with_a_default(w, x, model=DEFAULT):
     return model.loss(w, x)
 
 
-def test_an_instance_passed_as_an_argument_stays_refused(rng):
+def test_an_instance_that_is_a_default_stays_refused(rng):
     with pytest.raises(s2sgrad.TransformError, match="no gradient rule for the method"):
-        s2sgrad.grad(given_as_an_argument)(rng.standard_normal(3), rng.standard_normal(3),
-                                           MODEL)
+        s2sgrad.grad(with_a_default)(rng.standard_normal(3), rng.standard_normal(3))

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import inspect
 import types
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -83,13 +84,22 @@ def instances_read(fn: Callable, bound: Sequence[Tuple[str, Any]]
     wanted = [(p, v) for p, v in bound if user_instance(v)]
     if not wanted:
         return ()
-    try:
-        node = parse.parse_function(fn).node
-    except TransformError:
-        return ()
-    receivers = {n.func.value.id for n in ast.walk(node) if isinstance(n, ast.Call) and
-                 isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)}
-    return tuple((p, v) for p, v in wanted if p in receivers)
+    receivers = _RECEIVERS.get(fn)
+    if receivers is None or receivers[0] is not fn.__code__:
+        try:
+            node = parse.parse_function(fn).node
+        except TransformError:
+            return ()
+        receivers = (fn.__code__, frozenset(
+            n.func.value.id for n in ast.walk(node) if isinstance(n, ast.Call) and
+            isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)))
+        _RECEIVERS[fn] = receivers
+    return tuple((p, v) for p, v in wanted if p in receivers[1])
+
+
+# The names whose methods a function's body calls, with the code they were read
+# from (a function given new code is read again): calls may ask per call.
+_RECEIVERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def user_instance(value: Any) -> bool:
