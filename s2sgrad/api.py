@@ -128,10 +128,12 @@ def pair_for(f: Callable, positions: Tuple[int, ...],
             complexes=complexes), xp)
     options = dict(scalars=scalars, leaves=leaves, pure=foreign, statics=statics,
                    complexes=complexes)
-    pair = checked_pair(compiler.compile_function(f, positions, **options),
-                        lambda: compiler.compile_function(f, positions, False, **options))
-    if numbers_at:   # (Python numbers among the arguments: Python's arithmetic on them)
-        pair = numpy_where_numbers_fail(pair, real=not complexes)
+    def faithful(pair: CompiledFunction) -> CompiledFunction:
+        # (Python numbers among the arguments: Python's arithmetic on them)
+        return numpy_where_numbers_fail(pair, real=not complexes) if numbers_at else pair
+    pair = checked_pair(faithful(compiler.compile_function(f, positions, **options)),
+                        lambda: faithful(compiler.compile_function(f, positions, False,
+                                                                   **options)))
     if foreign:   # its forward and adjoint run under foreign_dispatch
         from .backends.array_api import dispatching_pair
         return dispatching_pair(pair)
