@@ -382,15 +382,17 @@ def numpy_where_numbers_fail(pair: Any, real: bool) -> Any:
     np.power) is complex where it is nan. Where the adjoint raises so, or (`real`)
     gives a complex gradient, it runs again on the residuals as NumPy numbers; the
     forward (which holds a derivative's adjoint, for grad of grad) likewise on the
-    arguments."""
-    forward, adjoint = pair.forward, pair.adjoint
+    arguments, unless the function itself raises so too (`1.0 / x` at 0.0: its
+    derivative raises what it raises) or returns a complex number itself."""
+    forward, adjoint, own = pair.forward, pair.adjoint, pair.fn
 
     def numpy_faithful_forward(*args, **kwargs):
         try:
             out, residuals = forward(*args, **kwargs)
         except (ZeroDivisionError, OverflowError):
+            own(*args, **kwargs)   # (the function's own error, where it raises one)
             return forward(*numpy_numbers(args), **numpy_numbers(kwargs))
-        if real and _has_complex(out):
+        if real and _has_complex(out) and not _has_complex(own(*args, **kwargs)):
             return forward(*numpy_numbers(args), **numpy_numbers(kwargs))
         return out, residuals
 

@@ -130,3 +130,16 @@ def test_each_numbers_function_is_numpys_on_every_input(name):
         assert type(got) is float
         assert (math.isnan(got) and math.isnan(want)) or \
             got == pytest.approx(want, rel=4e-16, abs=0.0), (name, x, got, want)
+
+
+def reciprocal(x):
+    return 1.0 / x + x
+
+
+def test_a_function_that_raises_on_python_floats_has_a_derivative_that_does_too():
+    # (1.0 / 0.0 raises in the function itself: no value, so no gradient either)
+    with pytest.raises(ZeroDivisionError):
+        reciprocal(0.0)
+    with pytest.raises(ZeroDivisionError):
+        s2sgrad.grad(reciprocal)(0.0)
+    np.testing.assert_allclose(s2sgrad.grad(reciprocal)(0.5), -1.0 / 0.25 + 1.0, rtol=1e-12)
