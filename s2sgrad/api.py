@@ -270,14 +270,21 @@ _PAIRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def _function_defaults(f: Callable) -> Tuple[Tuple[int, str, Any], ...]:
     """(position, name, default) of each parameter of f whose default is a function
-    (`act=softplus`); computed once per grad(f), read at each call."""
+    (`act=softplus`), or an instance of the user's class whose methods f calls
+    (`model=MODEL`: see functions_given); computed once per grad(f), read at each call."""
     if not isinstance(f, types.FunctionType) or not f.__defaults__:
         return ()   # (a method, partial or callable object: its pairs are its function's)
     code, defaults = f.__code__, f.__defaults__
     names = code.co_varnames[:code.co_argcount]
     first = len(names) - len(defaults)
-    return tuple((first + k, names[first + k], d) for k, d in enumerate(defaults)
-                 if isinstance(d, FUNCTION_TYPES))
+    out = [(first + k, names[first + k], d) for k, d in enumerate(defaults)
+           if isinstance(d, FUNCTION_TYPES)]
+    if any(type(d).__module__ not in _LIBRARY_MODULES for d in defaults):
+        from .compiler.callables import instances_read
+        read = dict(instances_read(f, [(names[first + k], d) for k, d in enumerate(defaults)]))
+        out += [(first + k, names[first + k], d) for k, d in enumerate(defaults)
+                if names[first + k] in read]
+    return tuple(sorted(out, key=lambda entry: entry[0]))
 
 
 def functions_given(f: Callable, args: tuple, kwargs: dict,

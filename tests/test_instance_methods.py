@@ -108,6 +108,19 @@ def with_a_default(w, x, model=DEFAULT):
     return model.loss(w, x)
 
 
-def test_an_instance_that_is_a_default_stays_refused(rng):
+@pytest.mark.parametrize("shapes", [((3,), (3,)), ((2, 3), (3,))])
+def test_an_instance_that_is_a_default(shapes, rng):
+    w, x = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    check_grad_and_tangent(with_a_default, [w, x], rng)
+
+
+MODELS = [Model(1.0, 0.0)]
+
+
+def through_an_item(w, x):
+    return MODELS[0].loss(w, x)   # (an item of a list: not known when compiling)
+
+
+def test_an_instance_read_from_a_list_stays_refused(rng):
     with pytest.raises(s2sgrad.TransformError, match="no gradient rule for the method"):
-        s2sgrad.grad(with_a_default)(rng.standard_normal(3), rng.standard_normal(3))
+        s2sgrad.grad(through_an_item)(rng.standard_normal(3), rng.standard_normal(3))

@@ -156,8 +156,10 @@ ROWS = {
             def loss(self, x):
                 return np.sum(self.predict(x) ** 2)
 
-        def f(x, model=Model()):   # (an instance not known when compiling: a parameter)
-            return model.loss(x)
+        MODELS = [Model()]
+
+        def f(x):   # (an item of a list: the instance not known when compiling)
+            return MODELS[0].loss(x)
         """, "no gradient rule for the method .loss()", "Model.method(self, ...)", """
         class Model:
             def __init__(self):
@@ -169,8 +171,10 @@ ROWS = {
             def loss(self, x):
                 return np.sum(Model.predict(self, x) ** 2)
 
-        def f(x, model=Model()):
-            return Model.loss(model, x)
+        MODELS = [Model()]
+
+        def f(x):
+            return Model.loss(MODELS[0], x)
         """),
     "starred call": ("""
         def g(a, b):
