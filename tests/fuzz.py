@@ -185,7 +185,8 @@ FEATURES = {
     "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
     "chained_assign": 0.3,   # a = b = e
     "spread_free_tuple": 0.4,  # mix(e, *MIX_ARGS), mix(e, *MIX_ARGS[:1], 0.3)
-    "instance_method": 0.4,  # SCALER.apply(e), SCALER(e): methods calling self.shift(v)
+    "instance_method": 0.4,  # SCALER.apply(e), SCALER(e), scaled(e[, SCALER]): methods
+                             # calling self.shift(v), the instance a default or argument
     "map_call": 0.4,         # sum(map(np.tanh, L), s), sum(map(lambda t: ..., L), s)
     "operator_call": 0.4,    # operator.add/sub/mul(a, b), functools.reduce(operator.mul, [..])
     "literal_index": 0.4,    # (a, b)[k], [a, b, c][-1], (a, b, c)[1:][0]
@@ -330,6 +331,10 @@ class Scaler:
 
 
 SCALER = Scaler(0.7)
+
+
+def scaled(v, model=SCALER):   # (the instance a default, or an argument)
+    return model.apply(v) - model(v)
 ''',
     # A helper given a module-level tuple spread into its arguments (mix(v, *MIX_ARGS)).
     "mix": '''\
@@ -991,7 +996,9 @@ class ProgramGenerator(FamilyMixin):
         def method():   # self.shift(...) inside the methods of a module-level instance
             self.classes.add("Scaler")
             return self.rng.choice([f"SCALER.apply({self.expr(shape, d)})",
-                                    f"SCALER({self.expr(shape, d)})"])
+                                    f"SCALER({self.expr(shape, d)})",
+                                    f"scaled({self.expr(shape, d)})",
+                                    f"scaled({self.expr(shape, d)}, SCALER)"])
         return self.choose([(None, 1.0, cube), (None, 1.0, softplus), (None, 1.0, scale),
                             (None, 1.0, mul), (None, 0.7, affine),
                             ("multi_output_apply", 1.0, sincos),
