@@ -152,7 +152,7 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     """
     positions, single = normalize_wrt(wrt, f=f)
     remake = ("value_and_grad", f, wrt, jit, witness)
-    if jit:
+    if jit and not _instance_defaults(f):   # (else the pair made for the instance)
         from .backends import jit_value_and_grad
         return Derived(_derived_from(f, "value_and_grad", positions, not single)(
             jit_value_and_grad(f, positions, single,
@@ -220,7 +220,8 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     positions, single = normalize_wrt(wrt, len(args))
     numbers_at, leaves = call_kind(f, args, positions)
     complexes = () if leaves is None else complex_parameters(f, args, {})
-    if jit and not complexes:   # (the numba pair is not specialised to complex values)
+    if jit and not complexes and not _instance_defaults(f):   # (the numba pair is not
+        # specialised to complex values, nor made for an instance: the NumPy backend's are)
         backends = _backends()
         if (leaves is None or len(leaves) == len(args) or
                 not backends.structured_vjp(f, positions, args, witness)) and \
@@ -266,6 +267,11 @@ def _backends():
 # the cache key on later calls; the code, the defaults and every name the pair
 # was generated for are checked each time, as compile_function would.
 _PAIRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _instance_defaults(f: Callable) -> bool:
+    """Whether a default of f is an instance whose methods f calls (_function_defaults)."""
+    return any(not isinstance(d, FUNCTION_TYPES) for _, _, d in _function_defaults(f))
 
 
 def _function_defaults(f: Callable) -> Tuple[Tuple[int, str, Any], ...]:

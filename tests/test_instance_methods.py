@@ -112,6 +112,11 @@ def with_a_default(w, x, model=DEFAULT):
 def test_an_instance_that_is_a_default(shapes, rng):
     w, x = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
     check_grad_and_tangent(with_a_default, [w, x], rng)
+    want = numeric_grad(with_a_default, [w, x], 0)
+    np.testing.assert_allclose(s2sgrad.grad(with_a_default, jit=True)(w, x), want,
+                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(s2sgrad.vjp(with_a_default, w, x, wrt=0, jit=True)[1](1.0),
+                               want, rtol=1e-6, atol=1e-8)
 
 
 MODELS = [Model(1.0, 0.0)]
