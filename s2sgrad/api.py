@@ -30,7 +30,7 @@ from .arguments import (
 )
 from .compiler import FUNCTION_TYPES, all_hold, flat_bindings
 from .errors import TransformError
-from .introspect import unwrap
+from .introspect import unwrap, user_instance
 from .optimizer_check import checked_pair
 from .runtime.array_api import namespace_among
 from .runtime.arrays import any_foreign
@@ -285,7 +285,7 @@ def _function_defaults(f: Callable) -> Tuple[Tuple[int, str, Any], ...]:
     first = len(names) - len(defaults)
     out = [(first + k, names[first + k], d) for k, d in enumerate(defaults)
            if isinstance(d, FUNCTION_TYPES)]
-    if any(type(d).__module__ not in _LIBRARY_MODULES for d in defaults):
+    if any(user_instance(d) for d in defaults):
         from .compiler.callables import instances_read
         read = dict(instances_read(f, [(names[first + k], d) for k, d in enumerate(defaults)]))
         out += [(first + k, names[first + k], d) for k, d in enumerate(defaults)
@@ -308,16 +308,11 @@ def functions_given(f: Callable, args: tuple, kwargs: dict,
         out += [(k, v) for k, v in kwargs.items() if isinstance(v, FUNCTION_TYPES)]
     given = {name for name, _ in out} | set(kwargs)
     out += [(name, d) for i, name, d in defaults if i >= len(args) and name not in given]
-    if any(type(a).__module__ not in _LIBRARY_MODULES for a in args):
-        from .compiler.callables import instances_read, user_instance
+    if any(user_instance(a) for a in args):
+        from .compiler.callables import instances_read
         names = parameter_names(f)
-        out += instances_read(f, [(names[i], a) for i, a in enumerate(args)
-                                  if i < len(names) and user_instance(a)])
+        out += instances_read(f, list(zip(names, args)))
     return tuple(out)
-
-
-# The modules of the types an argument usually has: no instance of the user's class.
-_LIBRARY_MODULES = frozenset(("numpy", "builtins"))
 
 
 def _refuse_a_generator(f: Callable) -> None:

@@ -392,27 +392,28 @@ def numpy_where_numbers_fail(pair: Any, real: bool) -> Any:
         except (ZeroDivisionError, OverflowError):
             own(*args, **kwargs)   # (the function's own error, where it raises one)
             return forward(*numpy_numbers(args), **numpy_numbers(kwargs))
-        if real and _has_complex(out) and not _has_complex(own(*args, **kwargs)):
+        if real and holds_complex(out) and not holds_complex(own(*args, **kwargs)):
             return forward(*numpy_numbers(args), **numpy_numbers(kwargs))
         return out, residuals
 
     def numpy_faithful_adjoint(residuals, cotangent):
-        try:
-            grads = adjoint(residuals, cotangent)
-        except (ZeroDivisionError, OverflowError):
-            return adjoint(numpy_numbers(residuals), numpy_numbers(cotangent))
-        if real and _has_complex(grads):
-            return adjoint(numpy_numbers(residuals), numpy_numbers(cotangent))
-        return grads
+        return numpy_faithful_call(adjoint, (residuals, cotangent), real)
     return dataclasses.replace(pair, forward=numpy_faithful_forward,
                                adjoint=numpy_faithful_adjoint)
 
 
-def _has_complex(value: Any) -> bool:
-    """A complex number, or one in a tuple (what float arithmetic gives: a Python one,
-    or NumPy's complex128, which is one)."""
-    return isinstance(value, complex) or type(value) is tuple and \
-        any(isinstance(v, complex) for v in value)
+def numpy_faithful_call(run: Callable, values: tuple, real: bool = True) -> Any:
+    """run(*values) of derivative code; again on NumPy numbers (numpy_numbers) where
+    Python's float arithmetic in it raised ZeroDivisionError or OverflowError or
+    (`real`) gave a complex result."""
+    try:
+        out = run(*values)
+        if not (real and holds_complex(out)):
+            return out
+    except (ZeroDivisionError, OverflowError):
+        pass
+    return run(*numpy_numbers(values))
+
 
 
 def seed(out: Any) -> Any:

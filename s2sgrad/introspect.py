@@ -9,7 +9,7 @@ import ast
 import linecache
 import textwrap
 import types
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from .errors import TransformError
 
@@ -161,3 +161,18 @@ def source_block(fn: types.FunctionType) -> Optional[Tuple[List[str], int]]:
             return None
         break
     return lines[first - 1:last], first
+
+
+def user_instance(value: Any) -> bool:
+    """An object of a class the user wrote (not a module's array, number, container or
+    function), hashable (a pair is cached for it, as for a function)."""
+    cls = type(value)
+    module = getattr(cls, "__module__", "") or ""
+    if module.split(".")[0] in ("builtins", "numpy", "scipy", "s2sgrad", "collections",
+                                "functools", "types") or isinstance(value, type):
+        return False
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import compiler  # (its drivers and passes load at the first compile)
-from .arguments import finalize, numpy_numbers
+from .arguments import finalize, numpy_faithful_call
 from .errors import TransformError
 from .optimizer_check import fresh_copy
 from .runtime.arrays import holds_complex
@@ -267,29 +267,15 @@ def _value_and_tangent(compiled: Any, fn: Callable, name: str, copies, out: Any,
             f"from its VJP"
     tangents = tuple(_zeros_where_none(t, args[i]) for t, i in zip(u, wrt))
     try:
-        tangent = _numpy_faithful_tangent(code, args, tangents, kwargs)
+        # (on NumPy numbers where Python's arithmetic on floats raised or turned
+        # complex: the tangent of log x at x = 0.0, of x ** 1.5 at x < 0)
+        tangent = numpy_faithful_call(lambda a, t, k: code.call(a, t, k)[1],
+                                      (list(args), tangents, kwargs))
     except (TransformError, NotImplementedError) as exc:
         notes["derivative"] = f"forward mode refuses it: {exc}"
         return None
     size = max(_itemsize(out), min(_itemsize(args[i]) for i in wrt))
     return _Pending(None, u, tangent, tuple(args[i] for i in wrt), size=size)
-
-
-def _numpy_faithful_tangent(code: Any, args, tangents: tuple, kwargs: dict) -> Any:
-    """The tangent forward mode computes, as NumPy computes it: run again on NumPy
-    numbers where Python's arithmetic on floats raised or turned complex (the real
-    arguments' tangent at x = 0.0 of log x, at x < 0 of x ** 1.5; see
-    api.numpy_where_numbers_fail)."""
-    try:
-        _, tangent = code.call(list(args), tangents, kwargs)
-        if not (isinstance(tangent, complex) or type(tangent) is tuple and
-                any(isinstance(t, complex) for t in tangent)):
-            return tangent
-    except (ZeroDivisionError, OverflowError):
-        pass
-    _, tangent = code.call(numpy_numbers(list(args)), numpy_numbers(tangents),
-                           numpy_numbers(kwargs))
-    return tangent
 
 
 def _compare(wrt, pending: _Pending, cotangent: Any, grads: Any, name: str,

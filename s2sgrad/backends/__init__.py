@@ -31,6 +31,7 @@ from ..arguments import (
     structured,
 )
 from ..compiler import all_hold, flat_bindings
+from ..introspect import user_instance
 from ..runtime.arrays import holds_complex
 from .jit_policy import JitPlan
 from .numba_backend import (
@@ -69,7 +70,7 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
         plain = call_kind(f, args, positions)[1] is None and not kwargs
         if not plain and (any(holds_complex(a) for a in args) or
                           any(holds_complex(a) for a in kwargs.values()) or
-                          any(_an_instance(a) for a in args)):
+                          any(user_instance(a) for a in args)):
             return numpy_path(*args, **kwargs)   # (an instance: the API's pair is made for it)
         pattern = held = None
         if not plain and structured(args, kwargs):
@@ -88,14 +89,6 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
                              args, kwargs)
         return _jit_call(states[0], single, positions, args, kwargs)
     return value_and_grad_f
-
-
-def _an_instance(value) -> bool:
-    """An instance of the user's class (not an array, number or container)."""
-    if type(value).__module__ in ("numpy", "builtins"):
-        return False
-    from ..compiler.callables import user_instance
-    return user_instance(value)
 
 
 def _still_current(state, checked: list) -> bool:
@@ -176,7 +169,7 @@ def structured_vjp(f: Callable, positions: Tuple[int, ...], args: tuple,
     (jit=True's pair is not theirs: see pair_holds); the JitWarning says so. An
     instance of the user's class among them runs the NumPy backend too, silently
     (the API's pair is made for it)."""
-    if any(_an_instance(a) for a in args):
+    if any(user_instance(a) for a in args):
         return True
     if pair_holds(f, positions, args, witness=witness):
         return False

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ..errors import TransformError
-from ..introspect import refuse_opaque_decorators, unwrap
+from ..introspect import refuse_opaque_decorators, unwrap, user_instance
 from . import parse, reentry
 
 
@@ -100,21 +100,6 @@ def instances_read(fn: Callable, bound: Sequence[Tuple[str, Any]]
 # The names whose methods a function's body calls, with the code they were read
 # from (a function given new code is read again): calls may ask per call.
 _RECEIVERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def user_instance(value: Any) -> bool:
-    """An object of a class the user wrote (not a module's array, number, container or
-    function), hashable (a pair is cached for it, as for a function)."""
-    cls = type(value)
-    module = getattr(cls, "__module__", "") or ""
-    if module.split(".")[0] in ("builtins", "numpy", "scipy", "s2sgrad", "collections",
-                                "functools", "types") or isinstance(value, type):
-        return False
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 def bound_call(fn: Any) -> Optional[BoundCall]:

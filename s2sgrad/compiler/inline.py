@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Set
 
 from ..runtime import HELPERS, scalar_math
 from .analyze import SCALAR
@@ -41,8 +41,7 @@ from .sites import (
 )
 
 
-def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
-                math_name: Optional[str] = None) -> List[ast.stmt]:
+def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None) -> List[ast.stmt]:
     """The rule's template with the call's arguments substituted.
 
     `shapes` (the analysis' Activity) lets broadcasting rules skip
@@ -88,7 +87,7 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
     sequences: Dict[str, str] = {}
     placed: Set[str] = set()   # params whose expression is in the output already
     # A call with a math twin comes from the template (the arguments are atoms).
-    twins = shapes is not None and math_name is not None and (
+    twins = shapes is not None and (
         not rule.numpy_calls.isdisjoint(_MATH) or
         any(v.__class__ not in (ast.Name, ast.Constant) for v in p.bound.values()))
 
@@ -114,7 +113,7 @@ def expand_rule(p: RuleVjp, names: NameRegistry, np_name: str, shapes=None,
         else:
             expr = place(param)
         if twins:
-            expr = _scalar_math(expr, np_name, math_name, shapes)
+            expr = _scalar_math(expr, np_name, shapes)
         out.append(assign_node(target, expr))
     return out
 
@@ -138,18 +137,20 @@ def _has_result_shape(p: RuleVjp, param: str, shapes) -> bool:
     return all(number(value) for other, value in p.bound.items() if other != param)
 
 
-# NumPy functions with a twin on Python numbers (runtime/scalar_math.py), by NumPy's name.
+# NumPy functions with a twin on Python numbers (runtime/scalar_math.py), by NumPy's name,
+# and the name generated code reads that module by.
 _MATH = {twin.__name__: name for name, twin in scalar_math.NUMPY_TWINS.items()}
+_SCALAR_MATH = "_s2s_scalar_math"
 
 
-def _scalar_math(expr: ast.expr, np_name: str, math_name: str, shapes) -> ast.expr:
+def _scalar_math(expr: ast.expr, np_name: str, shapes) -> ast.expr:
     """In a gradient template, np.cos(x) on a value known to be a Python number
     becomes _s2s_scalar_math.cos(x): a Python float instead of a NumPy scalar, ten
     times cheaper (math's function, NumPy's value where math's raises: at inf, say).
     (Only in the adjoint: the forward computes what the user wrote.)"""
     for node in walk_values(expr):   # (most templates have no such call: nothing to rebuild)
         if isinstance(node, ast.Call) and _math_twin(node, np_name, shapes, SCALAR):
-            return _MathSwap(np_name, math_name, shapes, SCALAR).visit(expr)
+            return _MathSwap(np_name, shapes, SCALAR).visit(expr)
     return expr
 
 
@@ -162,14 +163,13 @@ def _math_twin(node: ast.Call, np_name: str, shapes, scalar) -> bool:
 
 
 class _MathSwap(ast.NodeTransformer):
-    def __init__(self, np_name: str, math_name: str, shapes, scalar):
-        self.np_name, self.math_name, self.shapes, self.scalar = \
-            np_name, math_name, shapes, scalar
+    def __init__(self, np_name: str, shapes, scalar):
+        self.np_name, self.shapes, self.scalar = np_name, shapes, scalar
 
     def visit_Call(self, node):
         self.generic_visit(node)
         if _math_twin(node, self.np_name, self.shapes, self.scalar):
-            node.func = ast.Attribute(value=name_node(self.math_name), attr=_MATH[node.func.attr],
+            node.func = ast.Attribute(value=name_node(_SCALAR_MATH), attr=_MATH[node.func.attr],
                                       ctx=ast.Load())
         return node
 
@@ -252,24 +252,22 @@ def inline(transformed) -> Any:
     transformed.np_name = np_name
     bindings: Dict[str, Any] = getattr(transformed, "bindings", {})
     bindings.update(getattr(transformed.nf, "bindings", {}))
-    math_name = "_s2s_scalar_math"
     for fdef in (transformed.forward, transformed.adjoint):
         fdef.body = _expand_block(fdef.body, transformed.nf.facts,
                                   transformed.names, np_name, bindings,
-                                  transformed.activity, math_name)
+                                  transformed.activity)
     transformed.bindings = bindings
     return transformed
 
 
-def _expand_block(stmts, facts, names, np_name, bindings, shapes,
-                  math_name=None) -> List[ast.stmt]:
+def _expand_block(stmts, facts, names, np_name, bindings, shapes) -> List[ast.stmt]:
     out: List[ast.stmt] = []
     for s in stmts:
         payload = facts.expansions.get(s)
         if isinstance(payload, RuleVjp):
             if payload.rule.tolerance is not None:   # (a numerical method's derivatives)
                 facts.tolerance = max(facts.tolerance or 0.0, payload.rule.tolerance)
-            new = expand_rule(payload, names, np_name, shapes, math_name)
+            new = expand_rule(payload, names, np_name, shapes)
         elif isinstance(payload, tuple):
             kind, site = payload[0], payload[1]
             bindings.update(site.bindings)
@@ -278,7 +276,7 @@ def _expand_block(stmts, facts, names, np_name, bindings, shapes,
             for attr in ("body", "orelse"):
                 if hasattr(s, attr) and isinstance(getattr(s, attr), list):
                     setattr(s, attr, _expand_block(getattr(s, attr), facts, names,
-                                                   np_name, bindings, shapes, math_name))
+                                                   np_name, bindings, shapes))
             out.append(s)
             continue
         for n in new:

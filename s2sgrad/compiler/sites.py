@@ -21,7 +21,7 @@ import numpy
 
 from ..errors import TransformError, deliberate, error_at
 from ..rules.registry import Rule
-from .callables import instances_read, user_instance
+from .callables import instances_read
 from .facts import FunctionFacts
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
 from .normalize.scope import is_docstring
@@ -681,7 +681,7 @@ def function_arguments(params, atoms, nf, fn=None) -> Tuple[Tuple[str, Any], ...
     Given the callee `fn`, also those bound to an instance of the user's class whose
     methods fn calls (`model.loss(w)` of a module-level `model`: self.predict(...);
     callables.instances_read)."""
-    out = []
+    functions, others = [], []
     for p, atom in zip(params, atoms):
         if atom is None:
             value = p.default
@@ -692,12 +692,8 @@ def function_arguments(params, atoms, nf, fn=None) -> Tuple[Tuple[str, Any], ...
                 continue
         else:
             continue
-        if isinstance(value, FUNCTION_TYPES) or fn is not None and user_instance(value):
-            out.append((p.name, value))
-    functions = tuple(o for o in out if isinstance(o[1], FUNCTION_TYPES))
-    return functions + instances_read(fn, [o for o in out if o not in functions]) \
-        if fn is not None else functions
-
+        (functions if isinstance(value, FUNCTION_TYPES) else others).append((p.name, value))
+    return tuple(functions) + (instances_read(fn, others) if fn is not None else ())
 
 
 def _is_leaf(atom: Optional[ast.expr], activity) -> bool:

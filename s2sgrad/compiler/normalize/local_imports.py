@@ -21,9 +21,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..bindings import Binding
 from ..names import clone
-from .scope import assigned_names, rewrite_blocks
+from .scope import SCOPES, assigned_names, rewrite_blocks, walk_scope
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _IMPORTS = (ast.Import, ast.ImportFrom)
 
 
@@ -32,7 +31,9 @@ def lift_local_imports(body: List[ast.stmt], package: Optional[str],
                        ) -> Optional[Tuple[List[ast.stmt], Dict[str, Any], List[Binding]]]:
     """(body without its imports, the names they bind with their objects, what those
     objects were found through), or None where the function imports nothing."""
-    imports = [s for s in _statements(body) if isinstance(s, _IMPORTS)]
+    imports = sorted((n for s in body if not isinstance(s, SCOPES)   # (a def's are its own)
+                      for n in [s] + walk_scope(s, statements_only=True)
+                      if isinstance(n, _IMPORTS)), key=lambda n: (n.lineno, n.col_offset))
     if not imports:
         return None
     bound: Dict[str, Any] = {}
@@ -55,24 +56,12 @@ def lift_local_imports(body: List[ast.stmt], package: Optional[str],
     return rest, bound, facts
 
 
-def _statements(body: List[ast.stmt]):
-    """Every statement of the function's own scope (not of nested defs or classes)."""
-    for s in body:
-        yield s
-        if isinstance(s, _SCOPES):
-            continue
-        for field in ("body", "orelse", "finalbody"):
-            yield from _statements(getattr(s, field, []) or [])
-        for handler in getattr(s, "handlers", []) or []:
-            yield from _statements(handler.body)
-
-
 def _without_imports(block: List[ast.stmt]) -> List[ast.stmt]:
     out: List[ast.stmt] = []
     for s in block:
         if isinstance(s, _IMPORTS):
             continue
-        if not isinstance(s, _SCOPES):
+        if not isinstance(s, SCOPES):
             rewrite_blocks(s, _without_imports)
         out.append(s)
     return out

@@ -37,7 +37,7 @@ from typing import List, Optional, Set
 import numpy as np
 
 from ...runtime.arrays import cast_into
-from ..names import clone, copy_location
+from ..names import clone, copy_location, dotted
 from .scope import is_builtin, walk_scope
 
 _CAST = "_s2s_cast_into"
@@ -242,11 +242,7 @@ class _Sugar(ast.NodeTransformer):
 
 def _plain_function(node: ast.expr) -> bool:
     """A name, a dotted name or a lambda: evaluating it again gives the same function."""
-    if isinstance(node, ast.Lambda):
-        return True
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return isinstance(node, ast.Name)
+    return isinstance(node, ast.Lambda) or dotted(node) is not None
 
 
 def eager_generator(body: List[ast.stmt], collected: str) -> Optional[List[ast.stmt]]:
