@@ -185,6 +185,7 @@ FEATURES = {
     "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
     "chained_assign": 0.3,   # a = b = e
     "spread_free_tuple": 0.4,  # mix(e, *MIX_ARGS), mix(e, *MIX_ARGS[:1], 0.3)
+    "closure_recursion": 0.3,  # damped(e, 2): a recursive closure made by a factory
     "instance_method": 0.4,  # SCALER.apply(e), SCALER(e), scaled(e[, SCALER]): methods
                              # calling self.shift(v), the instance a default or argument
     "map_call": 0.4,         # sum(map(np.tanh, L), s), sum(map(lambda t: ..., L), s)
@@ -335,6 +336,18 @@ SCALER = Scaler(0.7)
 
 def scaled(v, model=SCALER):   # (the instance a default, or an argument)
     return model.apply(v) - model(v)
+''',
+    # A recursive function that reads a cell of the closure it was made in.
+    "damped": '''\
+def _make_damped(c):
+    def damped(v, n):
+        if n == 0:
+            return v * c
+        return np.tanh(damped(v, n - 1)) * c + v * 0.1
+    return damped
+
+
+damped = _make_damped(0.8)
 ''',
     # A helper given a module-level tuple spread into its arguments (mix(v, *MIX_ARGS)).
     "mix": '''\
@@ -993,6 +1006,10 @@ class ProgramGenerator(FamilyMixin):
             return self.rng.choice([f"mix({self.expr(shape, d)}, *MIX_ARGS)",
                                     f"mix({self.expr(shape, d)}, *MIX_ARGS[:1], 0.3)"])
 
+        def recursive():   # a closure calling itself
+            self.classes.add("damped")
+            return f"damped({self.expr(shape, d)}, {self.rng.randrange(1, 4)})"
+
         def method():   # self.shift(...) inside the methods of a module-level instance
             self.classes.add("Scaler")
             return self.rng.choice([f"SCALER.apply({self.expr(shape, d)})",
@@ -1003,7 +1020,8 @@ class ProgramGenerator(FamilyMixin):
                             (None, 1.0, mul), (None, 0.7, affine),
                             ("multi_output_apply", 1.0, sincos),
                             ("user_rule", 1.0, user_rule), ("instance_method", 0.7, method),
-                            ("spread_free_tuple", 0.7, spread)])
+                            ("spread_free_tuple", 0.7, spread),
+                            ("closure_recursion", 0.7, recursive)])
 
     def derivative_expr(self, shape, d):
         """A derivative computed inside the program: the compiler reads it as code

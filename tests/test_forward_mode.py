@@ -408,6 +408,17 @@ def rec(x, n):
     return np.sin(rec(x, n - 1)) + x
 
 
+def _scaled_recursion(scale):
+    def scaled_rec(x, n):
+        if n == 0:
+            return x * scale
+        return np.sin(scaled_rec(x, n - 1)) * scale
+    return scaled_rec
+
+
+scaled_rec = _scaled_recursion(1.3)
+
+
 def even(x, n):
     if n == 0:
         return x
@@ -678,6 +689,19 @@ def test_recursion(m, rng):
     check_jvp(m.even, [rng.standard_normal(2), 4], wrt=[0])
     source = compile_jvp(m.rec, (0,)).source
     assert "rec_jvp(x, n_minus_1, x_dot)" in source  # calls itself
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_recursion_of_a_closure(m, shape, rng):
+    # The function reads a cell of its closure and calls itself: the inner calls once
+    # ran a copy made before the cell was bound (x * None, a TypeError).
+    x = rng.standard_normal(shape)
+    check_jvp(m.scaled_rec, [x, 3], wrt=[0])
+    u = rng.standard_normal(shape)
+    g = s2sgrad.grad(lambda v: np.sum(m.scaled_rec(v, 2)))
+    want = (g(x + 1e-5 * u) - g(x - 1e-5 * u)) / 2e-5
+    got = functional.hvp(lambda v: np.sum(m.scaled_rec(v, 2)), x, u)[1]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
 def test_tuples(m, rng):

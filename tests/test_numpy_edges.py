@@ -1,6 +1,8 @@
 """Edges of the NumPy rule table: dtypes, 0-d values, kinks, ties, zeros,
 undefined gradients, and indexing (each against finite differences or a
 value derived by hand from the mathematics, never from the code)."""
+import math
+
 import numpy as np
 import pytest
 from conftest import check_vjp
@@ -156,6 +158,97 @@ def test_cumprod_with_zeros_is_exact(make_module):
     x = np.array([0.0, 2.0, 0.0, 4.0])
     np.testing.assert_array_equal(_grad(make_module, "np.sum(np.cumprod(x))", x),
                                   [1.0 + 2.0, 0.0, 0.0, 0.0])
+
+
+def _cumprod_derivative(x, w, at):
+    """d^n/dx_at of sum(w * cumprod(x)) by the mathematics: the sum over k >= max(at) of
+    w_k times the product of x_i, i <= k, i not in `at` (0 when an index repeats)."""
+    if len(set(at)) < len(at):
+        return 0.0
+    return sum(w[k] * np.prod([x[i] for i in range(k + 1) if i not in at])
+               for k in range(max(at), len(x)))
+
+
+@pytest.mark.parametrize("x", [[0.5, 0.0, -1.5, 2.0], [0.5, 0.0, 0.0, 2.0, -1.0],
+                               [0.0, 2.0, -1.0, 0.0], [1.5, -2.0, 0.0]])
+def test_cumprod_with_zeros_has_exact_second_and_third_derivatives(x, make_module):
+    # Past its first zero a slice's gradient is 0, but its slope in that zero is not:
+    # forward over reverse once gave 0 for those entries of a Hessian-vector product.
+    m = make_module("import numpy as np\nimport s2sgrad\n\n"
+                    "W = np.array([1.0, -2.0, 0.5, 3.0, 0.7])\n\n"
+                    "def f(x):\n    return np.sum(W[:x.size] * np.cumprod(x))\n\n"
+                    "def hu(x, u):\n    return np.sum(s2sgrad.grad(f)(x) * u)\n\n"
+                    "def third(x, u):\n    return np.sum(s2sgrad.grad(hu)(x, u) * u)\n")
+    x = np.array(x)
+    n, w = x.size, m.W[:x.size]
+    u = np.linspace(-1.0, 1.0, n) + 0.1
+    hessian = np.array([[_cumprod_derivative(x, w, (j, k)) for k in range(n)] for j in range(n)])
+    np.testing.assert_allclose(s2sgrad.functional.hessian(m.f, x), hessian, atol=1e-12)
+    np.testing.assert_allclose(s2sgrad.functional.hvp(m.f, x, u)[1], hessian @ u, atol=1e-12)
+    tensor = np.array([[[_cumprod_derivative(x, w, (j, k, q)) for q in range(n)]
+                        for k in range(n)] for j in range(n)])
+    np.testing.assert_allclose(s2sgrad.grad(m.third)(x, u), np.einsum("jkq,k,q->j", tensor, u, u),
+                               atol=1e-12)
+
+
+def test_cumprod_with_zeros_along_an_axis_has_an_exact_hessian(make_module):
+    # rows with no zero, one zero and two zeros in one call (the helper works per slice)
+    m = make_module("import numpy as np\n\n"
+                    "def f(x):\n    return np.sum(np.arange(1.0, 5.0) * np.cumprod(x, axis=1))\n")
+    x = np.array([[0.5, 1.5, -1.0, 2.0], [0.5, 0.0, -1.5, 2.0], [0.0, 2.0, 0.0, 3.0]])
+    w = np.arange(1.0, 5.0)
+    want = np.zeros((3, 4, 3, 4))
+    for r in range(3):
+        want[r, :, r, :] = [[_cumprod_derivative(x[r], w, (j, k)) for k in range(4)]
+                            for j in range(4)]
+    np.testing.assert_allclose(s2sgrad.functional.hessian(m.f, x), want, atol=1e-12)
+
+
+def _sinc_derivative(x, order):
+    """d^order/dx^order of sinc(x) = sum_k (-1)^k (pi x)^2k / (2k + 1)!, term by term."""
+    total = 0.0
+    for k in range(40):
+        power = 2 * k - order
+        if power < 0:
+            continue
+        falling = np.prod([2 * k - i for i in range(order)])
+        total += (-1) ** k * np.pi ** (2 * k) * falling * x ** power / math.factorial(2 * k + 1)
+    return total
+
+
+def test_sinc_has_exact_derivatives_of_every_order_at_and_near_zero(make_module):
+    # sinc' is (cos(pi x) - sinc(x)) / x away from 0; at 0 it was the constant 0, whose
+    # slope (the second derivative, -pi^2 / 3) came out 0 in Hessians.
+    m = make_module("import numpy as np\nimport s2sgrad\n\n"
+                    "def f(x):\n    return np.sum(np.sinc(x))\n\n"
+                    "def f1(x):\n    return np.sum(s2sgrad.grad(f)(x))\n\n"
+                    "def f2(x):\n    return np.sum(s2sgrad.grad(f1)(x))\n")
+    for x in (np.array([0.0, 1e-9, 0.05, 0.0999, 0.1, 0.5, -2.3]), np.zeros((2, 2))):
+        flat = x.ravel()
+        want = [np.array([_sinc_derivative(v, k) for v in flat]).reshape(x.shape)
+                for k in (1, 2, 3)]
+        np.testing.assert_allclose(s2sgrad.grad(m.f)(x), want[0], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(s2sgrad.functional.hessian(m.f, x),
+                                   np.diag(want[1].ravel()).reshape(x.shape * 2),
+                                   rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(s2sgrad.grad(m.f2)(x), want[2], rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("name, shift", [("xlogy", 0.0), ("xlog1py", 1.0)])
+def test_xlogy_at_zero_has_its_mixed_second_derivative(name, shift, make_module):
+    # x log(y) at x == 0 < y: the value's slope in y is x / y = 0, but that slope's own
+    # slope in x is 1 / y; a guard for x == 0 made it 0.
+    m = make_module(f"import numpy as np\nfrom scipy import special\n\n"
+                    f"def f(v):\n    return np.sum(special.{name}(v[0], v[1]))\n")
+    for v in (np.array([0.0, 2.0]), np.array([[0.0, 0.0], [0.5, 3.0]])):
+        x, y = v[0], v[1] + shift
+        hessian = np.zeros(v.shape * 2)
+        cross = 1.0 / y
+        for i in np.ndindex(np.shape(x)):
+            hessian[(0,) + i + (1,) + i] = hessian[(1,) + i + (0,) + i] = cross[i]
+            hessian[(1,) + i + (1,) + i] = -x[i] / y[i] ** 2
+        np.testing.assert_allclose(s2sgrad.functional.hessian(m.f, v), hessian, rtol=1e-12,
+                                   atol=1e-14)
 
 
 def test_det_of_a_singular_matrix_is_exact(make_module):

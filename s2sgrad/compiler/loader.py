@@ -220,6 +220,14 @@ def instantiate(factory_code: types.CodeType, closure_names: Sequence[str],
             fn = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
                                     fn.__defaults__, cells)
         out[name] = fn
+    if emitted.closure_cells:
+        # A generated function calling itself or another one of the text (recursion)
+        # reads it from the factory's cell, which holds the function made before the
+        # user's cells were shared: the function with them in its place.
+        for fn in out.values():
+            for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+                if var in out and var not in emitted.closure_cells:
+                    cell.cell_contents = out[var]
     # Lines as Python numbers them (at "\n" only; str.splitlines would also split at
     # U+2028 and the like, and tracebacks would show the wrong lines).
     lines = [line + "\n" for line in emitted.source.split("\n")]

@@ -89,13 +89,26 @@ def real_only(grad, x):
     return grad
 
 
+# sinc'(x) = sum over k >= 1 of (-1)^k pi^2k 2k x^(2k - 1) / (2k + 1)!: the coefficients
+# of x, x^3, ..., x^15, enough for |x| < 0.1 to the last bit and exact derivatives at 0
+# to the 15th order.
+_SINC_SLOPE_SERIES = tuple((-1) ** k * math.pi ** (2 * k) * 2 * k / math.factorial(2 * k + 1)
+                           for k in range(1, 9))
+
+
 @_helper
 def sinc_derivative(x):
-    """d/dx sin(pi x) / (pi x): (cos(pi x) - sinc(x)) / x, and 0 at x == 0."""
+    """d/dx sin(pi x) / (pi x): (cos(pi x) - sinc(x)) / x, and its Taylor series for
+    |x| < 0.1, where the formula cancels (and reads 0 / 0 at x == 0): a polynomial, so
+    the derivatives of this function there, which higher orders read, are exact too."""
     x = as_array(x)
-    zero = x == 0
-    safe = np.where(zero, 1.0, x)
-    return np.where(zero, 0.0, (np.cos(np.pi * safe) - np.sinc(safe)) / safe)
+    near = np.abs(x) < 0.1
+    safe = np.where(near, 1.0, x)
+    x2 = x * x
+    series = 0.0
+    for c in reversed(_SINC_SLOPE_SERIES):
+        series = series * x2 + c
+    return np.where(near, series * x, (np.cos(np.pi * safe) - np.sinc(safe)) / safe)
 
 
 @_helper
@@ -316,7 +329,10 @@ def cumprod_grad(g, a, ans, axis=None):
 
     Before the first zero of a slice the usual sum(g * ans) / a holds; at
     the first zero the product of the other factors is formed explicitly;
-    after it every partial product contains that zero, so the gradient is 0.
+    after it every partial product contains that zero, so the gradient is 0,
+    written as that zero times the gradient past it (this function again, on a
+    slice with one zero fewer) so that its derivative in the zero, which second
+    derivatives read, is exact too.
     """
     a = as_array(a)
     if axis is None:
@@ -336,10 +352,13 @@ def cumprod_grad(g, a, ans, axis=None):
     at = idx == first
     if at.any():
         after = np.where(idx > first, x, 1)
-        tail = np.sum(np.where(idx >= first, gg * np.cumprod(after, axis=-1), 0.0), axis=-1,
-                      keepdims=True)
+        partial = np.cumprod(after, axis=-1)
+        tail = np.sum(np.where(idx >= first, gg * partial, 0.0), axis=-1, keepdims=True)
         head = np.prod(np.where(before, x, 1), axis=-1, keepdims=True)
         out = np.where(at, head * tail, out)
+        the_zero = np.sum(np.where(at, x, 0), axis=-1, keepdims=True)
+        past = cumprod_grad(gg, after, partial, axis=-1)
+        out = np.where(idx > first, the_zero * head * past, out)
     out = np.moveaxis(out, -1, ax)
     return np.reshape(out, a.shape)
 
@@ -1909,9 +1928,10 @@ scipy_trigamma = _scipy_special("scipy_trigamma", "polygamma", "d/dx digamma(x).
 
 @_helper
 def xlogy_grad_y(x, y):
-    """d/dy x log(y) = x / y, and 0 where x == 0 (xlogy(0, y) is 0 for every y)."""
+    """d/dy x log(y) = x / y, and 0 where x == y == 0 (xlogy(0, y) is 0 for every y).
+    At x == 0 < y the quotient itself: 0, with its slope 1 / y in x (second derivatives)."""
     x, y = as_array(x), as_array(y)
-    zero = x == 0
+    zero = (x == 0) & (y == 0)
     return np.where(zero, 0.0, x / np.where(zero, 1.0, y))
 
 
