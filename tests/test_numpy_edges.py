@@ -261,6 +261,53 @@ def test_det_of_a_singular_matrix_is_exact(make_module):
     check_vjp(m.f, [x])
 
 
+def _cofactors(x):
+    """The cofactor matrix from its definition (signed minors)."""
+    n = x.shape[0]
+    return np.array([[np.linalg.det(np.delete(np.delete(x, i, 0), j, 1)) * (-1) ** (i + j)
+                      for j in range(n)] for i in range(n)])
+
+
+def _rank_deficient(n, rng):
+    """A random n x n matrix of rank n - 1."""
+    return rng.standard_normal((n, n - 1)) @ rng.standard_normal((n - 1, n))
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_det_of_a_singular_matrix_has_an_exact_hessian(n, make_module, rng):
+    # The cofactors' slope at a matrix of rank n - 1: their SVD form once took the zero
+    # singular value's slope as 0 while its singular vectors moved (wrong Hessians).
+    m = make_module("import numpy as np\n\ndef f(x):\n    return np.linalg.det(x)\n")
+    x = _rank_deficient(n, rng)
+    for _ in range(2):
+        e = rng.standard_normal((n, n))
+        # the cofactors are polynomials of degree n - 1 <= 3 in t: central differences
+        # with two steps (Richardson) are exact for them up to rounding
+        h = 1e-3
+        d1 = (_cofactors(x + h * e) - _cofactors(x - h * e)) / (2 * h)
+        d2 = (_cofactors(x + 2 * h * e) - _cofactors(x - 2 * h * e)) / (4 * h)
+        want = (4 * d1 - d2) / 3
+        np.testing.assert_allclose(s2sgrad.functional.hvp(m.f, x, e)[1], want, atol=1e-9)
+        np.testing.assert_allclose(s2sgrad.functional.jvp(s2sgrad.grad(m.f), x, e)[1], want,
+                                   atol=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4)])
+def test_svd_recomposed_at_a_rank_deficient_matrix_is_exact(shape, make_module, rng):
+    # U S V^T is the matrix itself, so its gradient is the weight in both modes; a simple
+    # zero singular value takes the slope of its signed continuation, as its vectors do.
+    m = make_module("import numpy as np\n\ndef f(x, w):\n    u, s, vt = np.linalg.svd(x)\n"
+                    "    return np.sum((u * s[..., None, :]) @ vt * w)\n")
+    n = shape[-1]
+    x = np.stack([_rank_deficient(n, rng) for _ in range(int(np.prod(shape[:-2])))])
+    x = x.reshape(shape)
+    w = rng.standard_normal(shape)
+    np.testing.assert_allclose(s2sgrad.grad(m.f)(x, w), w, atol=1e-9)
+    e = rng.standard_normal(shape)
+    np.testing.assert_allclose(s2sgrad.functional.jvp(lambda v: m.f(v, w), x, e)[1],
+                               np.sum(w * e), atol=1e-9)
+
+
 # -- decompositions with repeated values -------------------------------------------------------
 def test_eigh_repeated_eigenvalue_cotangents_are_averaged(make_module):
     a = np.diag([1.0, 2.0, 2.0])

@@ -1732,15 +1732,26 @@ def eigvalsh_grad(g, a, UPLO="L"):
     return _lower_triangle_grad(sym, lower=UPLO.upper() == "L")
 
 
-def _singular_values_back(u, s, vt, gs):
+def lone_values(labels):
+    """Which values are alone in their cluster (a simple singular value or eigenvalue)."""
+    return np.bincount(labels)[labels] == 1
+
+
+def _singular_values_back(u, s, vt, gs, signed_zero=False):
     """conj(U diag(gs) V^H) with repeated singular values averaged and zero ones given
-    0 (the conjugate: a complex cotangent pairs with the change unconjugated)."""
+    0 (the conjugate: a complex cotangent pairs with the change unconjugated).
+
+    `signed_zero` (the singular vectors are results too): a simple zero singular value
+    takes the slope of its signed continuation, u^H dA v, the one its singular vectors'
+    derivatives follow, so that U S V^H, the cofactors and other smooth functions of the
+    three are exact at a rank-deficient matrix (s alone is |u^H dA v| there: a kink)."""
     out = np.zeros_like(u, shape=u.shape[:-2] + (u.shape[-2], vt.shape[-1]))
     for idx in np.ndindex(s.shape[:-1]):
         si = s[idx]
         tol = np.max(si, initial=0.0) * max(out.shape[-2:]) * np.finfo(si.dtype).eps * 10
         labels = clusters(si, tol)
-        gi = np.where(si > tol, cluster_mean(np.real(gs[idx]), labels), 0.0)
+        kept = (si > tol) | (signed_zero & lone_values(labels))
+        gi = np.where(kept, cluster_mean(np.real(gs[idx]), labels), 0.0)
         out[idx] = (u[idx] * gi[None, :]) @ vt[idx]
     return np.conj(out)
 
@@ -1754,10 +1765,10 @@ def _H(x):
 def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
     """Cotangent of `a` in np.linalg.svd.
 
-    Repeated or zero singular values: their cotangents are averaged, resp.
-    zero; singular vectors that are not unique (repeated values, the extra
-    columns of full_matrices=True, zero values of a non-square matrix) raise
-    LinAlgError if the cotangent depends on them.
+    Repeated singular values: their cotangents are averaged; repeated zero ones get
+    none, a simple zero one that of its signed continuation; singular vectors that are
+    not unique (repeated values, the extra columns of full_matrices=True, zero values
+    of a non-square matrix) raise LinAlgError if the cotangent depends on them.
     """
     if hermitian:
         unsupported("np.linalg.svd(..., hermitian=True)")
@@ -1777,7 +1788,7 @@ def svd_grad(g, a, ans, full_matrices=True, compute_uv=True, hermitian=False):
                 "extra singular vectors of a non-square matrix; use full_matrices=False")
         u, gu = u[..., :, :k], gu[..., :, :k]
         vt, gvt = vt[..., :k, :], gvt[..., :k, :]
-    out = _singular_values_back(u, s, vt, gs)
+    out = _singular_values_back(u, s, vt, gs, signed_zero=True)
     # The singular vectors' part, written per matrix as the gradient of the conjugate
     # pairing (gU = conj of U's cotangent, gV = V's; conjugated back at the end):
     # U [F (J - J^H) S + S F (K - K^H) + i Im(diag J) / S] V^H, J = U^H gU, K = V^H gV

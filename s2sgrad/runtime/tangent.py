@@ -544,14 +544,16 @@ def eigvalsh_jvp(a_dot, a, UPLO="L"):
     return dw
 
 
-def _singular_values_dot(u, s, v, a_dot):
-    """Re diag(U^H A_dot V), averaged over repeated singular values, 0 at zero ones."""
+def _singular_values_dot(u, s, v, a_dot, signed_zero=False):
+    """Re diag(U^H A_dot V), averaged over repeated singular values, 0 at zero ones but
+    a simple one when `signed_zero` (see numpy_grads._singular_values_back)."""
     p = _H(u) @ np.asarray(a_dot) @ v
     ds = np.array(np.real(np.diagonal(p, axis1=-2, axis2=-1)))
     for idx in np.ndindex(*s.shape[:-1]):
         si = s[idx]
         tol, labels, _ = _cluster_info(si, si, max(u.shape[-2], v.shape[-2]))
-        ds[idx] = np.where(si > tol, _nh.cluster_mean(ds[idx], labels), 0.0)
+        kept = (si > tol) | (signed_zero & _nh.lone_values(labels))
+        ds[idx] = np.where(kept, _nh.cluster_mean(ds[idx], labels), 0.0)
     return p, ds
 
 
@@ -571,7 +573,7 @@ def svd_jvp(a_dot, a, ans, full_matrices=True, compute_uv=True, hermitian=False)
     k = min(m, n)
     uk, vk = u[..., :, :k], _T(vt[..., :k, :])
     a_dot = np.broadcast_to(np.asarray(a_dot), a.shape)
-    p, ds = _singular_values_dot(uk, s, vk, a_dot)
+    p, ds = _singular_values_dot(uk, s, vk, a_dot, signed_zero=True)
     du = np.zeros(u.shape, dtype=np.result_type(u, p))
     dv = np.zeros(vk.shape[:-2] + (n, n if full_matrices else k), dtype=du.dtype)
     for idx in np.ndindex(*s.shape[:-1]):
