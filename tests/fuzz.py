@@ -130,6 +130,7 @@ FEATURES = {
     "rebind_param": 0.7,     # x = x * 2, a = a[::-1], x = np.tanh(x)
     "aug_array": 1.5,        # v += e, v -= e, v *= e on local arrays
     "aug_param": 0.3,        # x += e into an argument array
+    "held_update": 0.3,      # H = [v, e] / (v,) / {"k": v} / H.append(v); s = H[0]; v += e
     "aug_scalar": 1.0,       # acc += e
     "elem_aug": 1.0,         # y[1] += e, M[0, 2] -= e
     "row_recurrence": 0.4,   # for i in range(1, y.shape[0]): y[i] += c * tanh(y[i - 1])
@@ -1209,6 +1210,8 @@ class ProgramGenerator(FamilyMixin):
             ("rebind_param", 1.0 if params and not self.loop_depth else 0.0,
              lambda: self.s_rebind(params)),
             ("aug_array", 1.0 if local_arrays else 0.0, lambda: self.s_aug(local_arrays)),
+            ("held_update", 1.0 if local_arrays else 0.0,
+             lambda: self.s_held_update(local_arrays)),
             ("aug_param", 1.0 if param_arrays else 0.0, lambda: self.s_aug(param_arrays)),
             ("aug_scalar", 1.0 if scalars else 0.0, lambda: self.s_aug(scalars)),
             ("elem_aug", 1.0 if local_arrays else 0.0, lambda: self.s_elem_aug(local_arrays)),
@@ -1305,6 +1308,26 @@ class ProgramGenerator(FamilyMixin):
             e = f"0.3 * np.tanh({e})"
         self.note_assignment(e)
         self.emit(f"{v.name} {op} {e}")
+
+    def s_held_update(self, arrays):
+        """A local array put into a list, tuple or dict, read from it, then updated in
+        place (`x += e` changes the container's item too: refused if the container is
+        read afterwards, sometimes)."""
+        v = self.rng.choice(arrays)
+        held = self.fresh("H")
+        form = self.rng.choice(["list", "tuple", "dict", "append"])
+        if form == "append":
+            self.emit(f"{held} = []")
+            self.emit(f"{held}.append({v.name})")
+        else:
+            self.emit(f"{held} = " + {"list": f"[{v.name}, {self.expr(v.shape, 1)}]",
+                                      "tuple": f"({v.name},)",
+                                      "dict": f'{{"k": {v.name}}}'}[form])
+        item = f'{held}["k"]' if form == "dict" else f"{held}[0]"
+        self.new_var((), f"np.sum(np.tanh({item}))", stem="s")
+        self.emit(f"{v.name} += 0.3 * np.tanh({self.expr(v.shape, 1)})")
+        if self.rng.random() < 0.2:
+            self.new_var((), f"np.sum(np.sin({item}))", stem="s")
 
     def s_elem_aug(self, arrays):
         v = self.rng.choice(arrays)

@@ -126,6 +126,9 @@ class AliasFacts:
         # name -> (position, innermost loop) of those assignments that are in a loop's
         # body whose iterations always run to its end (no break, continue or try)
         self.fresh_in_loop: Dict[str, List[Tuple[int, ast.stmt]]] = {}
+        # the same for every assignment binding the name (to anything): a read later in
+        # that body reads what this iteration bound (see normalize.scope.read_after)
+        self.bound_in_loop: Dict[str, List[Tuple[int, ast.stmt]]] = {}
         self._position = 0
         # the (statement, field) pairs of the blocks around the statement visited
         self._blocks: tuple = ()
@@ -208,6 +211,10 @@ class AliasFacts:
         outs = [n.id for n in name_nodes(target)]
         for o in outs:
             self.defined_at.setdefault(o, s)
+        if self._loop is not None and self._blocks[-1] == (self._loop, "body") and \
+                _runs_to_the_end(self._loop):
+            for o in outs:
+                self.bound_in_loop.setdefault(o, []).append((self._position, self._loop))
         value = s.value
         if isinstance(value, ast.Call) and self.exprs.of(value).method == "pop" and \
                 isinstance(value.func.value, ast.Name) and value.func.value.id in local:

@@ -58,6 +58,7 @@ from .scope import (
     read_only_lists,
     scope_statements,
     snapshot_definitions,
+    stored_in_containers,
     walk_scope,
 )
 from .special_calls import SpecialCalls
@@ -148,6 +149,9 @@ class _Normalizer:
         self._check_reserved(fdef)
         self.unversioned: Set[str] = set()
         self.user_names: Set[str] = set(local)
+        # Variables the normaliser gives a tuple or list literal nested in another
+        # (`[(a, b)]`): user data under a name of ours (see _protect_in_place_writes).
+        self.nested_literals: Set[str] = set()
         self.force_in_place: Set[str] = set()
         self.rebound_augassign: Set[str] = set()
         self.lists: Set[str] = set()
@@ -206,6 +210,8 @@ class _Normalizer:
         copy_location(stmt, at if getattr(at, "lineno", None) else self.origin)
         self.facts.note_origin(stmt, self.origin)
         out.append(stmt)
+        if self.owned:   # a container holding an array: `x += v` must update it in place
+            self.owned -= stored_in_containers(stmt)
         return stmt
 
     def load(self, name: str) -> ast.Name:
@@ -320,17 +326,20 @@ class _Normalizer:
         for name, stmt in aliases.writes:
             for other in sorted(aliases.affected(name, stmt)):
                 # (A parameter is read after the call too: by the caller.)
-                if other in self.user_names and other not in self.all_params and \
+                seen = other in self.user_names or other in self.nested_literals
+                if seen and other not in self.all_params and \
                         not read_after(aliases, body, other, stmt):
                     # Nothing reads `other` once the write has run: giving it its own
                     # copy where it is bound changes nothing the program can see.
                     snapshot_definitions(body, other, self.facts.stmts)
                     continue
-                if other in self.user_names:
+                if seen:
                     where = aliases.defined_at.get(other)
                     lineno = getattr(where, "lineno", None)
                     line = f" (line {lineno})" if lineno is not None else ""
-                    message = (f"in-place update of '{name}' also changes '{other}'{line}, "
+                    what = ("the tuple or list literal holding it" if other not in
+                            self.user_names else f"'{other}'")
+                    message = (f"in-place update of '{name}' also changes {what}{line}, "
                                f"which shares memory with it")
                     hint = (f"Give '{name}' its own array where it is assigned (for example "
                             f"{name} = {other}.copy()), or compute a new value instead of "

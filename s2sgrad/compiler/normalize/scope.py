@@ -322,14 +322,19 @@ def _header_loads(s: ast.stmt) -> Set[str]:
 
 def read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.stmt) -> bool:
     """May `name` be read once `write` has run (later in the code, by the write itself,
-    or anywhere in a loop that encloses the write)?"""
+    or in a loop that encloses the write, in a later iteration, unless that iteration
+    binds the name anew before it reads it)?"""
     position, loops = facts.where.require(write)
+    rebound = facts.bound_in_loop.get(name, ())
     for s in walk_scope(ast.Module(body=body, type_ignores=[])):
         if not isinstance(s, ast.stmt) or s not in facts.where or \
                 name not in _header_loads(s):
             continue
         p, enclosing = facts.where.require(s)
-        if p >= position or loops & enclosing:
+        if p >= position:
+            return True
+        shared = loops & enclosing
+        if shared and not any(loop in shared and q < p for q, loop in rebound):
             return True
     return False
 
@@ -555,3 +560,27 @@ def assigned_in_compound(body: List[ast.stmt]) -> Set[str]:
             if isinstance(node, ast.For):
                 out |= assigned_names([node.target])
     return out
+
+
+_STORING_METHODS = ("append", "insert", "extend")
+
+
+def stored_in_containers(stmt: ast.stmt) -> Set[str]:
+    """The variables whose arrays `stmt` puts into a list, tuple or dict (a literal's
+    items, `xs.append(a)`, `d["k"] = a`): from then on the container refers to them
+    too, so an update of one in place is seen through it."""
+    if isinstance(stmt, ast.Assign):
+        value = stmt.value
+        if isinstance(value, (ast.List, ast.Tuple)):
+            return {e.id for e in value.elts if isinstance(e, ast.Name)}
+        if isinstance(value, ast.Dict):
+            return {v.id for v in value.values if isinstance(v, ast.Name)}
+        if isinstance(value, ast.Name) and any(isinstance(t, ast.Subscript)
+                                               for t in stmt.targets):
+            return {value.id}
+        return set()
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+            isinstance(stmt.value.func, ast.Attribute) and \
+            stmt.value.func.attr in _STORING_METHODS:
+        return {a.id for a in stmt.value.args if isinstance(a, ast.Name)}
+    return set()

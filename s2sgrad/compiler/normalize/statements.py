@@ -126,6 +126,7 @@ class StatementRules:
         indexed in place, `(x, x ** 2)[k]`, read no variable: its gradient was lost)."""
         if isinstance(expr, (ast.Tuple, ast.List)):
             name = self.core.names.fresh("items")
+            self.core.nested_literals.add(name)
             self.assign_name(name, expr, out, expr)
             return copy_location(name_node(name), expr)
         return self.core.expressions.atom(expr, out)
