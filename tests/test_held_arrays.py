@@ -63,6 +63,25 @@ def nested_literal(x):
     return np.sum(P[0][0] ** 2)
 
 
+def views_in_a_tuple(x):
+    A = np.outer(x, x) + 1.0
+    rows = (A[0], A[1])
+    A[0] = A[0] * 3.0
+    return np.sum(rows[0] * rows[1])
+
+
+def dict_updated(x):
+    d = {"a": x}
+    d.update({"a": x ** 2})
+    return np.sum(d["a"])
+
+
+def dict_setdefault(x):
+    d = {}
+    d.setdefault("k", x * 2.0)
+    return np.sum(d["k"] ** 2)
+
+
 def number_accumulated(x, w):
     acc = 0.0
     history = []
@@ -90,8 +109,16 @@ def literal_rebound_each_step(x, w):
     return total
 '''
 
-REFUSED = ["list_literal", "tuple_literal", "dict_literal", "appended", "stored_in_dict",
-           "nested_literal"]
+REFUSED = {"list_literal": "in-place update of 'a' also changes",
+           "tuple_literal": "in-place update of 'a' also changes",
+           "dict_literal": "in-place update of 'a' also changes",
+           "appended": "in-place update of 'a' also changes",
+           "stored_in_dict": "in-place update of 'a' also changes",
+           "nested_literal": "in-place update of 'a' also changes what 'P' holds",
+           "views_in_a_tuple": "in-place update of 'A' also changes what 'rows' holds",
+           # (dict methods that write were skipped: a zero gradient, and a wrong one)
+           "dict_updated": r"the method \.update\(\) modifies",
+           "dict_setdefault": r"the method \.setdefault\(\) modifies"}
 
 
 @pytest.fixture(scope="module")
@@ -99,13 +126,13 @@ def m(tmp_path_factory):
     return import_source(tmp_path_factory.mktemp("held"), "s2s_held_arrays", SOURCE)
 
 
-@pytest.mark.parametrize("name", REFUSED)
+@pytest.mark.parametrize("name", sorted(REFUSED))
 def test_an_update_the_container_sees_is_refused_at_its_line(m, name):
     f = getattr(m, name)
     x = np.array([0.3, -1.2, 0.8])
-    with pytest.raises(s2sgrad.TransformError, match="in-place update of 'a' also changes"):
+    with pytest.raises(s2sgrad.TransformError, match=REFUSED[name]):
         s2sgrad.grad(f)(x)
-    with pytest.raises(s2sgrad.TransformError, match="in-place update of 'a' also changes"):
+    with pytest.raises(s2sgrad.TransformError, match=REFUSED[name]):
         functional.jvp(f, (x,), (np.ones(3),))
 
 

@@ -32,7 +32,7 @@ _MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill
                                  runtime_inplace.restore_item)}
 _MUTATING_METHODS = {"sort", "fill", "put", "resize", "itemset", "setfield", "partition",
                      "append", "extend", "insert", "pop", "remove", "clear", "reverse",
-                     "shuffle", "byteswap"}
+                     "shuffle", "byteswap", "update", "setdefault", "popitem"}
 # NumPy's functions called for an effect that only reads their arguments: a NumPy
 # function whose result is dropped and that is not one of these may be writing into
 # an argument (np.put_along_axis was, silently), so it is treated as a write.

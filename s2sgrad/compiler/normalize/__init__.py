@@ -149,9 +149,10 @@ class _Normalizer:
         self._check_reserved(fdef)
         self.unversioned: Set[str] = set()
         self.user_names: Set[str] = set(local)
-        # Variables the normaliser gives a tuple or list literal nested in another
-        # (`[(a, b)]`): user data under a name of ours (see _protect_in_place_writes).
-        self.nested_literals: Set[str] = set()
+        # Temporaries a list, tuple or dict literal holds (`rows = (A[0], A[1])`, the
+        # inner tuple of `[(a, b)]`) -> the variable of the literal: user data under a
+        # name of ours, which an in-place write must not change unseen.
+        self.held_by: Dict[str, str] = {}
         self.force_in_place: Set[str] = set()
         self.rebound_augassign: Set[str] = set()
         self.lists: Set[str] = set()
@@ -326,7 +327,7 @@ class _Normalizer:
         for name, stmt in aliases.writes:
             for other in sorted(aliases.affected(name, stmt)):
                 # (A parameter is read after the call too: by the caller.)
-                seen = other in self.user_names or other in self.nested_literals
+                seen = other in self.user_names or other in self.held_by
                 if seen and other not in self.all_params and \
                         not read_after(aliases, body, other, stmt):
                     # Nothing reads `other` once the write has run: giving it its own
@@ -337,13 +338,20 @@ class _Normalizer:
                     where = aliases.defined_at.get(other)
                     lineno = getattr(where, "lineno", None)
                     line = f" (line {lineno})" if lineno is not None else ""
-                    what = ("the tuple or list literal holding it" if other not in
-                            self.user_names else f"'{other}'")
+                    holder = other
+                    while holder not in self.user_names and holder in self.held_by:
+                        holder = self.held_by[holder]
+                    what = f"'{other}'" if other in self.user_names else \
+                        f"what '{holder}' holds" if holder in self.user_names else \
+                        "what a list or tuple literal holds"
                     message = (f"in-place update of '{name}' also changes {what}{line}, "
                                f"which shares memory with it")
                     hint = (f"Give '{name}' its own array where it is assigned (for example "
                             f"{name} = {other}.copy()), or compute a new value instead of "
-                            f"updating it in place.")
+                            f"updating it in place.") if other in self.user_names else (
+                        f"Put a copy into the container ({name}.copy(), or of the slice "
+                        f"taken from it), or compute a new value instead of updating "
+                        f"'{name}' in place.")
                     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
                         # `s = a; s += v` is fine for numbers (rebinding): check at run
                         # time that s is not an array shared with a.

@@ -126,7 +126,6 @@ class StatementRules:
         indexed in place, `(x, x ** 2)[k]`, read no variable: its gradient was lost)."""
         if isinstance(expr, (ast.Tuple, ast.List)):
             name = self.core.names.fresh("items")
-            self.core.nested_literals.add(name)
             self.assign_name(name, expr, out, expr)
             return copy_location(name_node(name), expr)
         return self.core.expressions.atom(expr, out)
@@ -179,6 +178,7 @@ class StatementRules:
                 not isinstance(e, ast.Starred) for e in value.elts):
             elts = [self.element(e, out) for e in value.elts]
             name = core.target(user_name)
+            self.note_held(elts, name)
             node = type(value)(elts=elts, ctx=ast.Load())
             core.emit(out, assign_node(name, copy_location(node, value)), value)
             if isinstance(value, ast.Tuple):
@@ -193,6 +193,7 @@ class StatementRules:
             keys = [core.expressions.atom(k, out) for k in value.keys]
             values = [self.element(v, out) for v in value.values]
             name = core.target(user_name)
+            self.note_held(values, name)
             node = ast.Dict(keys=keys, values=values)
             core.emit(out, assign_node(name, copy_location(node, value)), value)
             core.dict_names.add(name)
@@ -240,6 +241,14 @@ class StatementRules:
         if any(isinstance(e, ast.Name) and e.id in core.unversioned for e in elts):
             return
         core.tuples[name] = elts
+
+    def note_held(self, items: List[ast.expr], container: str) -> None:
+        """Temporaries that are items of the container `container` now names (see
+        Normalizer.held_by)."""
+        core = self.core
+        for item in items:
+            if isinstance(item, ast.Name) and item.id not in core.user_names:
+                core.held_by.setdefault(item.id, container)
 
     def note_owned(self, name, op) -> None:
         """Track names holding arrays nothing else refers to (safe for `x += y`)."""
