@@ -130,7 +130,8 @@ FEATURES = {
     "rebind_param": 0.7,     # x = x * 2, a = a[::-1], x = np.tanh(x)
     "aug_array": 1.5,        # v += e, v -= e, v *= e on local arrays
     "aug_param": 0.3,        # x += e into an argument array
-    "held_update": 0.3,      # H = [v, e] / (v,) / {"k": v} / H.append(v); s = H[0]; v += e
+    "held_update": 0.3,      # H = [v, e] / (v,) / (v[:1], v[::-1]) / {"k": v} / H.append(v);
+                             # s = H[0]; v += e (s = H[0] again, sometimes: refused)
     "aug_scalar": 1.0,       # acc += e
     "elem_aug": 1.0,         # y[1] += e, M[0, 2] -= e
     "row_recurrence": 0.4,   # for i in range(1, y.shape[0]): y[i] += c * tanh(y[i - 1])
@@ -1315,13 +1316,14 @@ class ProgramGenerator(FamilyMixin):
         read afterwards, sometimes)."""
         v = self.rng.choice(arrays)
         held = self.fresh("H")
-        form = self.rng.choice(["list", "tuple", "dict", "append"])
+        form = self.rng.choice(["list", "tuple", "views", "dict", "append"])
         if form == "append":
             self.emit(f"{held} = []")
             self.emit(f"{held}.append({v.name})")
         else:
             self.emit(f"{held} = " + {"list": f"[{v.name}, {self.expr(v.shape, 1)}]",
                                       "tuple": f"({v.name},)",
+                                      "views": f"({v.name}[:1], {v.name}[::-1])",
                                       "dict": f'{{"k": {v.name}}}'}[form])
         item = f'{held}["k"]' if form == "dict" else f"{held}[0]"
         self.new_var((), f"np.sum(np.tanh({item}))", stem="s")
