@@ -143,3 +143,23 @@ def test_a_function_that_raises_on_python_floats_has_a_derivative_that_does_too(
     with pytest.raises(ZeroDivisionError):
         s2sgrad.grad(reciprocal)(0.0)
     np.testing.assert_allclose(s2sgrad.grad(reciprocal)(0.5), -1.0 / 0.25 + 1.0, rtol=1e-12)
+
+
+def error_functions(x, a):
+    return math.erf(x * a) + 2.0 * math.erfc(x - a)
+
+
+@pytest.mark.parametrize("x, a", [(0.3, 1.2), (-1.1, 0.4), (0.0, 2.0)])
+def test_math_erf_and_erfc(x, a):
+    # d erf(u) = 2 / sqrt(pi) exp(-u^2) du, d erfc(u) = -that
+    slope = 2.0 / math.sqrt(math.pi)
+    want = (slope * math.exp(-(x * a) ** 2) * a - 2.0 * slope * math.exp(-(x - a) ** 2),
+            slope * math.exp(-(x * a) ** 2) * x + 2.0 * slope * math.exp(-(x - a) ** 2))
+    got = s2sgrad.grad(error_functions, (0, 1))(x, a)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(got, [numeric_grad(error_functions, [x, a], i) for i in (0, 1)],
+                               rtol=1e-6)
+    _, tangent = functional.jvp(lambda v: error_functions(v, a), (x,), (1.0,))
+    np.testing.assert_allclose(tangent, want[0], rtol=1e-12)
+    np.testing.assert_allclose(s2sgrad.grad(error_functions, (0, 1))(np.float64(x), a), want,
+                               rtol=1e-12)

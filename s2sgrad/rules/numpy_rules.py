@@ -482,6 +482,8 @@ for _name, _like in (("sin", np.sin), ("cos", np.cos), ("tan", np.tan), ("asin",
                      ("degrees", np.degrees), ("radians", np.radians)):
     if hasattr(math, _name):  # math.cbrt and math.exp2 are Python 3.11+
         alias(getattr(math, _name), _like)   # math.log(x, base) has no rule
+defvjp(math.erf, "x", x="g * (2.0 / np.sqrt(np.pi)) * np.exp(-x * x)")    # (numbers only)
+defvjp(math.erfc, "x", x="g * (-2.0 / np.sqrt(np.pi)) * np.exp(-x * x)")
 for _name, _like in runtime.scalar_math.NUMPY_TWINS.items():   # (in adjoints on numbers)
     alias(getattr(runtime.scalar_math, _name), _like)
 nondiff(round, math.floor, math.ceil, math.trunc, math.isnan, math.isinf, math.isfinite,
