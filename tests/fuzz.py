@@ -145,6 +145,7 @@ FEATURES = {
                              # others written as y[...] = e and differentiated)
     "if": 1.5,               # if / elif / else on data
     "walrus": 0.4,           # if (w := e) > t:
+    "errstate": 0.3,         # with np.errstate(divide="ignore", ...): a block
     "static_if": 0.3,        # if hasattr(np, "trapezoid"): ... else: np.trapz(...) (a
                              # branch that never runs names what does not exist)
     "for_range": 1.5,
@@ -1225,6 +1226,7 @@ class ProgramGenerator(FamilyMixin):
             ("if", 1.0 if nested_ok else 0.0, self.s_if),
             ("walrus", 1.0 if nested_ok else 0.0, self.s_walrus),
             ("static_if", 1.0 if nested_ok else 0.0, self.s_static_if),
+            ("errstate", 1.0 if nested_ok else 0.0, self.s_errstate),
             ("for_range", 1.0 if nested_ok else 0.0, self.s_for_range),
             ("for_list_literal", 1.0 if nested_ok else 0.0, self.s_for_list_literal),
             ("for_list_var", 1.0 if nested_ok and self.lists() else 0.0, self.s_for_list_var),
@@ -1578,6 +1580,16 @@ class ProgramGenerator(FamilyMixin):
             self.emit("    " + missing)
         else:
             self.if_body(acc)
+
+    def s_errstate(self):
+        """A block run under np.errstate (values unchanged: the block is differentiated
+        as written), updating an accumulator."""
+        acc = self.accumulator()
+        manager = self.rng.choice(['np.errstate(divide="ignore", invalid="ignore")',
+                                   'np.errstate(all="ignore")',
+                                   'np.errstate(over="ignore"), np.errstate(under="ignore")'])
+        self.emit(f"with {manager}:")
+        self.if_body(acc)
 
     def s_walrus(self):
         acc = self.accumulator()

@@ -36,6 +36,7 @@ from ..names import (
 from ..parse import ParsedFunction
 from ..resolve import Resolver
 from .calls import CallRules
+from .context_blocks import unwrap_context_blocks
 from .control import ControlRules
 from .expressions import ExpressionRules
 from .fused import fuse_reductions
@@ -274,6 +275,8 @@ class _Normalizer:
             self.resolver.facts += facts
         decided = prune_static_branches(body, self.resolver)   # (a copy, where one is)
         body = decided if decided is not None else body
+        unwrapped = unwrap_context_blocks(body, self.resolver)   # (a copy, where one is)
+        body = unwrapped if unwrapped is not None else body
         flagged = desugar_loop_else(body, self.names)   # (a copy, where a loop has else)
         body = flagged if flagged is not None else body
         plain = desugar(body, self.resolver)   # (a copy, where there is sugar to remove)
