@@ -72,6 +72,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from . import trust, version
 from .introspect import function_methods, last_source_line, unwrap
 from .rules import REGISTRY as _REGISTRY
+from .rules import load_table
 
 FORMAT = 5   # 5: a callee of an entry records the parameters given complex values
 SUFFIX = ".s2s"
@@ -1255,4 +1256,5 @@ def _walk(base: Any, qualname: str) -> Any:
 MISSING = _MISSING
 # The built-in table as imported (the s2sgrad sources it comes from are in the key);
 # rules registered later are part of every key.
+load_table()   # (the table as shipped: what a user's rule is told from)
 _BUILTIN_RULES: Dict[str, Any] = _registry_state()

@@ -173,6 +173,7 @@ def restore_registry():
     the table stays as shipped, so the cache fingerprint of later tests is empty."""
     from s2sgrad import runtime
     from s2sgrad.rules import jvp_rules, registry
+    registry.load_table()   # (the table registers at its first use: before the snapshot)
     live = (registry.REGISTRY.functions, runtime.HELPERS, registry._USER_HELPERS,
             jvp_rules._SPECS)
     saved = [dict(table) for table in live]

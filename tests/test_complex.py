@@ -446,7 +446,8 @@ def test_functional_higher_derivatives_take_real_inputs_only(make_module):
 def test_every_rule_for_complex_values_has_a_case():
     """Each entry of rules/complex_rules.py (marked holomorphic or given a complex
     rule) is named in an expression of CASES (methods and attributes as .name)."""
-    from s2sgrad.rules.registry import REGISTRY
+    from s2sgrad.rules.registry import REGISTRY, load_table
+    load_table()
     rules = [rule for _, rule in REGISTRY.functions.values()] + \
         [rule for _, rule in REGISTRY.aliases.values()] + \
         list(REGISTRY.methods.values()) + list(REGISTRY.attributes.values())

@@ -25,6 +25,8 @@ from . import reentry
 from .facts import ExprFacts, FunctionFacts
 from .names import OPERATOR_SYMBOLS, dotted, walk_values
 
+registry.load_table()   # (every pass reads the rules: they register when the passes load)
+
 # Functions that write into one of their arguments: never silently skipped.
 _MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
                                  np.put_along_axis, np.random.shuffle,

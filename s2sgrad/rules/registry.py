@@ -15,6 +15,7 @@ import functools
 import importlib
 import inspect
 import sys
+import threading
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -118,6 +119,32 @@ _PENDING: Dict[str, str] = {"scipy.special": "scipy_rules",
                             "scipy.integrate": "scipy_integrate_rules"}
 _TARGET: List[Registry] = [REGISTRY]   # where defvjp/alias/nondiff write (a stack)
 
+# The table itself (the NumPy rules and the modules beside them) is registered at its
+# first use -- a compile (compiler.ops loads it), a lookup, a user's defvjp -- not at
+# `import s2sgrad`, of whose time it was a fifth. In this order (complex_rules marks
+# numpy_rules' entries; mark_shipped then records them as the shipped table).
+_TABLE = ("complex_rules", "helper_rules", "numpy_rules", "runtime_rules")
+_TABLE_STATE = ["not loaded"]      # "loading" (in this thread: re-entry) / "loaded"
+_TABLE_LOCK = threading.RLock()
+
+
+def load_table() -> None:
+    """Register the shipped table, once (a no-op while it is being registered)."""
+    if _TABLE_STATE[0] == "loaded":
+        return
+    with _TABLE_LOCK:
+        if _TABLE_STATE[0] != "not loaded":
+            return
+        _TABLE_STATE[0] = "loading"
+        try:
+            for module in _TABLE:
+                importlib.import_module(f"{__package__}.{module}")
+            mark_shipped()
+        except BaseException:
+            _TABLE_STATE[0] = "not loaded"
+            raise
+        _TABLE_STATE[0] = "loaded"
+
 
 def rule_key(func: Callable):
     """Registry key of a callable. A bound method (`scipy.stats.norm.pdf`) is a new
@@ -170,6 +197,7 @@ def _load_lazy(all_available: bool = False) -> bool:
 
 def load_scipy_rules() -> None:
     """Register every SciPy rule now (imports the SciPy modules that have rules)."""
+    load_table()
     _load_lazy(all_available=True)
 
 
@@ -384,6 +412,7 @@ def defvjp(func: Callable, params, *, prelude: str = "", broadcast: bool = False
     used where the call writes the items out, so that only the items that carry a
     gradient are computed.
     """
+    load_table()   # (a user's rule then replaces the table's)
     if not callable(func):
         raise TypeError(f"defvjp: {func!r} is not callable")
     rule_name = name or display_name(func)
@@ -614,10 +643,12 @@ def differentiate_source_of(module: types.ModuleType) -> None:
 
 
 def differentiated_from_source(func: Callable) -> bool:
+    load_table()
     return isinstance(func, types.FunctionType) and func.__module__ in _SOURCE_MODULES
 
 
 def lookup_function(func: Callable) -> Optional[Rule]:
+    load_table()
     key = rule_key(func)
     entry = REGISTRY.functions.get(key) or REGISTRY.aliases.get(key)
     if entry is None:
@@ -628,6 +659,7 @@ def lookup_function(func: Callable) -> Optional[Rule]:
 
 
 def is_nondiff(func: Callable) -> bool:
+    load_table()
     key = rule_key(func)
     stored = REGISTRY.nondiff_functions.get(key)
     if stored is None and key not in REGISTRY.functions:
@@ -638,6 +670,7 @@ def is_nondiff(func: Callable) -> bool:
 
 
 def is_constructor(func: Callable) -> bool:
+    load_table()
     return REGISTRY.constructors.get(rule_key(func)) is func
 
 
@@ -647,6 +680,7 @@ def count() -> int:
     s2sgrad's own runtime helpers (rules named _s2s_*, for second derivatives)
     are not counted: they are not NumPy functions.
     """
+    load_table()
     load_scipy_rules()
     functions = [r for _, r in _function_entries() if not r.name.startswith("_s2s_")]
     return len(functions) + len(REGISTRY.methods) + len(REGISTRY.attributes)
@@ -659,7 +693,7 @@ _SHIPPED_IDS: Set[int] = set()
 
 
 def mark_shipped() -> None:
-    """Record the rules registered so far as the shipped table (rules/__init__); rules
+    """Record the rules registered so far as the shipped table (load_table); rules
     registered from now on are the user's, checked as they are registered."""
     global _SHIPPING
     _SHIPPING = False
@@ -680,6 +714,7 @@ def is_elementwise(rule: Rule) -> bool:
     item: a ufunc without a core signature (np.matmul is a gufunc: it is not), or a
     broadcast=True rule of the shipped table. A user's broadcast=True rule need not
     be elementwise (a reduction over broadcast batches is too), so it does not count."""
+    load_table()
     func = rule.func
     if isinstance(func, np.ufunc):
         return func.signature is None
@@ -694,6 +729,7 @@ def _function_entries() -> List[Tuple[Callable, Rule]]:
 
 def all_rules() -> List[Rule]:
     """Every rule (SciPy's too, when SciPy is installed: this loads them)."""
+    load_table()
     load_scipy_rules()
     rules = [r for _, r in _function_entries()]
     return rules + list(REGISTRY.methods.values()) + list(REGISTRY.attributes.values())
