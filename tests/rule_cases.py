@@ -113,6 +113,9 @@ for _name, _kind in _UNARY.items():
                     (f"{_name}(x)", {"x": _spec(())})]
 CASES["np.arccosh"] = [("np.arccosh(1.0 + x)", {"x": ("positive", (3,))}),
                        ("np.arccosh(x + 1.5)", {"x": ("positive", (2, 2))})]
+CASES["math.erf"] = [("math.erf(x)", {"x": ()}), ("math.erf(x * 0.5) * y", {"x": (), "y": (3,)})]
+CASES["math.erfc"] = [("math.erfc(x)", {"x": ()}), ("math.erfc(x) ** 2", {"x": ()})]
+CASES["np.sinc"].append(("np.sinc(x)", {"x": ("with_zeros", (4,))}))   # (its series at 0)
 CASES["np.deg2rad"].append(("np.radians(x)", {"x": (2,)}))
 CASES["np.rad2deg"].append(("np.degrees(x)", {"x": (2,)}))
 CASES["np.conjugate"].append(("np.conj(x)", {"x": (2,)}))
@@ -172,7 +175,8 @@ CASES.update({
                 ("np.prod(x * c, axis=1)", {"x": (2, 3), "c": ("const", _ZEROS)}),
                 ("np.prod(x * c)", {"x": (2, 3), "c": ("const", _ZEROS)}),
                 ("np.prod(x, axis=0, initial=y)", {"x": (2, 3), "y": ()}),
-                ("np.prod(x, axis=1, where=c)", {"x": (2, 3), "c": ("const", _MASK23)})],
+                ("np.prod(x, axis=1, where=c)", {"x": (2, 3), "c": ("const", _MASK23)}),
+                ("np.prod(x, axis=1)", {"x": ("with_zeros", (2, 3))})],
     "np.max": [("np.max(x)", {"x": (4,)}), ("np.max(x, axis=0)", {"x": (3, 2)}),
                ("np.max(x, axis=(1, 2), keepdims=True)", {"x": (2, 3, 2)}),
                ("np.amax(x, axis=-1)", {"x": (2, 3)}),
@@ -215,7 +219,10 @@ CASES.update({
                   ("np.cumsum(x, axis=-1)", {"x": (2, 2, 3)})],
     "np.cumprod": [("np.cumprod(x)", {"x": (2, 3)}), ("np.cumprod(x, axis=1)", {"x": (2, 4)}),
                    ("np.cumprod(x * c, axis=1)", {"x": (2, 3), "c": ("const", _ZEROS)}),
-                   ("np.cumprod(x * c)", {"x": (2, 3), "c": ("const", _ZEROS)})],
+                   ("np.cumprod(x * c)", {"x": (2, 3), "c": ("const", _ZEROS)}),
+                   # zeros of x itself: the second derivative past the first zero is not 0
+                   ("np.cumprod(x)", {"x": ("with_zeros", (5,))}),
+                   ("np.cumprod(x, axis=1)", {"x": ("with_zeros", (2, 4))})],
     "np.nancumsum": [("np.nancumsum(x + c)", {"x": (3,), "c": ("const", _NAN3)}),
                      ("np.nancumsum(x + c, axis=1)", {"x": (2, 3), "c": ("const", _NAN23)})],
     "np.nancumprod": [("np.nancumprod(x + c)", {"x": (3,), "c": ("const", _NAN3)}),
@@ -464,7 +471,8 @@ CASES.update({
                         ("np.linalg.solve(a, b)", {"a": ("wellcond", (2, 3, 3)), "b": (3, 1)})],
     "np.linalg.det": [("np.linalg.det(x)", {"x": ("wellcond", (3, 3))}),
                       ("np.linalg.det(x)", {"x": (2, 2, 2)}),
-                      ("np.linalg.det(x)", {"x": (1, 1)})],
+                      ("np.linalg.det(x)", {"x": (1, 1)}),
+                      ("np.linalg.det(x)", {"x": ("rank_deficient", (2, 3, 3))})],
     "np.linalg.slogdet": [("np.linalg.slogdet(x)", {"x": ("wellcond", (3, 3))}),
                           ("np.linalg.slogdet(x)[1]", {"x": ("wellcond", (2, 2, 2))})],
     "np.linalg.cholesky": [("np.linalg.cholesky(x)", {"x": ("spd", (3, 3))}),
@@ -598,7 +606,8 @@ else:
         "scipy.special.xlogy": [
             ("scipy.special.xlogy(x, y)", {"x": (2, 3), "y": ("positive", (3,))}),
             ("scipy.special.xlogy(c, y)",
-             {"c": ("const", np.array([0.0, 1.5])), "y": ("positive", (2,))})],
+             {"c": ("const", np.array([0.0, 1.5])), "y": ("positive", (2,))}),
+            ("scipy.special.xlogy(x, y)", {"x": ("with_zeros", (2, 3)), "y": ("positive", (3,))})],
         "scipy.special.logsumexp": [
             ("scipy.special.logsumexp(x)", {"x": (4,)}),
             ("scipy.special.logsumexp(x, axis=1)", {"x": (2, 3)}),

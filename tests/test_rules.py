@@ -19,6 +19,14 @@ def _draw(spec, rng):
             return rng.standard_normal(shape) + 2 * shape[-1] * np.eye(shape[-1])
         if kind == "sorted":  # strictly increasing, steps in [0.5, 1.5]
             return np.cumsum(rng.uniform(0.5, 1.5, size=shape))
+        if kind == "with_zeros":  # exact zeros (every third entry): a rule's special case
+            x = rng.standard_normal(shape)
+            x.flat[::3] = 0.0
+            return x
+        if kind == "rank_deficient":  # (stacks of) n x n matrices of rank n - 1
+            n = shape[-1]
+            return rng.standard_normal(shape[:-1] + (n - 1,)) @ \
+                rng.standard_normal(shape[:-2] + (n - 1, n))
         x = rng.uniform(0.5, 2.0, size=shape) if shape else float(rng.uniform(0.5, 2.0))
         if kind == "away_from_zero":
             sign = rng.choice([-1.0, 1.0], size=shape) if shape else 1.0
@@ -43,6 +51,8 @@ def _source(params, expr, numpy="numpy"):
         head += "".join(f"import autograd.scipy.{m}\n" for m in modules)
         for dist in sorted(set(re.findall(r"\bscipy\.stats\.(\w+)\.", expr))):
             head += f"import autograd.scipy.stats.{dist}\n"
+    if re.search(r"\bmath\.", expr):
+        head += "import math\n"
     if "integrate" in modules:
         head += ODE_DYNAMICS
     return f"{head}\ndef f({', '.join(params)}):\n    return {expr}\n"
