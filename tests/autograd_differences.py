@@ -13,6 +13,10 @@ _TRIANGLE = ("autograd symmetrises the gradient of cov; scipy reads its lower tr
              "(so does s2sgrad)")
 
 AUTOGRAD_DIFFERENT = {
+    'scipy.special.entr-0': NO_VJP,  # scipy.special.entr(x)
+    'scipy.special.entr-1': NO_VJP,  # scipy.special.entr(x) * y
+    'scipy.special.softplus-0': NO_VJP,  # scipy.special.softplus(x)
+    'scipy.special.softplus-1': NO_VJP,  # scipy.special.softplus(x * 3.0) * y
     'math.erf-0': NO_VJP,  # math.erf(x)
     'math.erf-1': NO_VJP,  # math.erf(x * 0.5) * y
     'math.erfc-0': NO_VJP,  # math.erfc(x)

@@ -587,9 +587,16 @@ try:
 except ImportError:
     pass
 else:
+    if hasattr(scipy.special, "softplus"):
+        CASES["scipy.special.softplus"] = [
+            ("scipy.special.softplus(x)", {"x": (3,)}),
+            ("scipy.special.softplus(x * 3.0) * y", {"x": (2, 1), "y": (3,)})]
     CASES.update({
         "scipy.special.expit": [("scipy.special.expit(x)", {"x": (3,)}),
                                 ("scipy.special.expit(x) * y", {"x": (2, 1), "y": (3,)})],
+        "scipy.special.entr": [("scipy.special.entr(x)", {"x": ("positive", (3,))}),
+                               ("scipy.special.entr(x) * y", {"x": ("positive", (2, 1)),
+                                                              "y": (3,)})],
         "scipy.special.logit": [("scipy.special.logit(x)", {"x": ("unit", (3,))}),
                                 ("scipy.special.logit(x)", {"x": ("unit", ())})],
         "scipy.special.erf": [("scipy.special.erf(x)", {"x": (3,)}),

@@ -30,6 +30,9 @@ def _no(param, fn):
 _rule(special.expit, "x", x="g * ans * (1.0 - ans)")
 _rule(special.logit, "x", x="g / (x * (1.0 - x))")
 _rule(special.log_expit, "x", x="g * np.exp(-np.logaddexp(0.0, x))")
+if hasattr(special, "softplus"):   # (SciPy 1.15+) log(1 + exp(x)): its slope is expit(x)
+    _rule(special.softplus, "x", x="g * 0.5 * (1.0 + np.tanh(0.5 * x))")
+_rule(special.entr, "x", x="-g * (np.log(x) + 1.0)")   # -x log(x): +inf at 0, as its slope
 _rule(special.erf, "x", x="g * (2.0 / np.sqrt(np.pi)) * np.exp(-x * x)")
 _rule(special.erfc, "x", x="-g * (2.0 / np.sqrt(np.pi)) * np.exp(-x * x)")
 _rule(special.erfcx, "x", x="g * (2.0 * x * ans - 2.0 / np.sqrt(np.pi))")
