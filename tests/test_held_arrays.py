@@ -82,6 +82,17 @@ def dict_setdefault(x):
     return np.sum(d["k"] ** 2)
 
 
+def held_across_an_inner_loop(x):
+    total = 0.0
+    for i in range(2):
+        buf = np.tanh(x * (i + 1))
+        pick = [buf * 2.0, buf]
+        for j in range(2):
+            total = total + np.sum(pick[1] ** 2)
+            buf += 0.5
+    return total
+
+
 def number_accumulated(x, w):
     acc = 0.0
     history = []
@@ -116,6 +127,9 @@ REFUSED = {"list_literal": "in-place update of 'a' also changes",
            "stored_in_dict": "in-place update of 'a' also changes",
            "nested_literal": "in-place update of 'a' also changes what 'P' holds",
            "views_in_a_tuple": "in-place update of 'A' also changes what 'rows' holds",
+           # (pick is bound anew in each outer iteration, but the inner loop reads it
+           # after the update of its previous iteration)
+           "held_across_an_inner_loop": "in-place update of 'buf' also changes 'pick'",
            # (dict methods that write were skipped: a zero gradient, and a wrong one)
            "dict_updated": r"the method \.update\(\) modifies",
            "dict_setdefault": r"the method \.setdefault\(\) modifies"}

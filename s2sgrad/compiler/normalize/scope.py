@@ -322,8 +322,8 @@ def _header_loads(s: ast.stmt) -> Set[str]:
 
 def read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.stmt) -> bool:
     """May `name` be read once `write` has run (later in the code, by the write itself,
-    or in a loop that encloses the write, in a later iteration, unless that iteration
-    binds the name anew before it reads it)?"""
+    or in a loop that encloses the write, in a later iteration, unless every iteration
+    of the innermost loop around both binds the name anew before it reads it)?"""
     position, loops = facts.where.require(write)
     rebound = facts.bound_in_loop.get(name, ())
     for s in walk_scope(ast.Module(body=body, type_ignores=[])):
@@ -334,7 +334,10 @@ def read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.st
         if p >= position:
             return True
         shared = loops & enclosing
-        if shared and not any(loop in shared and q < p for q, loop in rebound):
+        if not shared:
+            continue
+        innermost = max(shared, key=lambda loop: facts.where.require(loop)[0])
+        if not any(loop is innermost and q < p for q, loop in rebound):
             return True
     return False
 
