@@ -160,3 +160,33 @@ def test_jit_spells_the_fold_out_for_numba(make_module):
     for g_pair, w_pair in zip(got, want):
         for g, w in zip(g_pair, w_pair):
             np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_jits_first_structured_call_is_witnessed_once(make_module, monkeypatch):
+    # The first call given lists of tuples runs the NumPy backend (witnessed) and
+    # jit=True's own pair, and compares the two results: that pair's run needs no
+    # witness of its own (it was a second forward-mode run, the first call's largest
+    # cost after the compiles). Both are right, and a wrong pair would still be caught
+    # by the comparison.
+    pytest.importorskip("numba")
+    from s2sgrad import witness
+    from s2sgrad.backends import numba_backend
+    module = make_module(STRUCTURED)
+    rng = np.random.default_rng(4)
+    params = [(rng.standard_normal((3, 4)), rng.standard_normal(4)),
+              (rng.standard_normal((4, 2)), rng.standard_normal(2))]
+    X = rng.standard_normal((6, 3))
+    runs = []
+    real = witness._value_and_tangent
+    monkeypatch.setattr(witness, "_value_and_tangent",
+                        lambda *a, **k: runs.append(1) or real(*a, **k))
+    numba_backend.reset()
+    try:
+        got = s2sgrad.grad(module.loss, jit=True, witness="first")(params, X)
+    finally:
+        numba_backend.reset()
+    assert len(runs) == 1
+    want = s2sgrad.grad(module.loss, witness=False)(params, X)
+    for g_pair, w_pair in zip(got, want):
+        for g, w in zip(g_pair, w_pair):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)

@@ -33,6 +33,7 @@ from ..arguments import (
 from ..compiler import all_hold, flat_bindings
 from ..introspect import user_instance
 from ..runtime.arrays import holds_complex
+from ..witness import vouched_for
 from .jit_policy import JitPlan
 from .numba_backend import (
     STRUCTURED,
@@ -121,8 +122,9 @@ def _verified(state, verdicts: dict, pattern: tuple, single: bool,
     the JitWarning says why (a list's cotangent accumulated with `+=` concatenates)."""
     from .numba_variants import copies
     want = numpy_path(*copies(args), **kwargs)   # (the user's error, if any, from here)
-    try:
-        got = _jit_call(state, single, positions, args, kwargs)
+    try:   # (compared with the witnessed NumPy run: no witness of its own)
+        with vouched_for():
+            got = _jit_call(state, single, positions, args, kwargs)
     except Exception:  # noqa: BLE001 - the pair is not this call's: NumPy's result
         got = None
     verdicts[pattern] = got is not None and mismatch(got, want) is None
