@@ -93,6 +93,27 @@ def held_across_an_inner_loop(x):
     return total
 
 
+def concatenated(x):
+    a = x * 1.0
+    L = [x] + [a]
+    a *= 2.0
+    return np.sum(L[1] ** 2)
+
+
+def extended_by_literal(x):
+    a = x * 1.0
+    L = [x]
+    L += [a]
+    a *= 2.0
+    return np.sum(L[1] ** 2)
+
+
+def extended_in_forward_mode(x, w):
+    L = [x * w]
+    L += [np.sin(x), x * 2.0]
+    return np.sum(np.stack(L) ** 2)
+
+
 def number_accumulated(x, w):
     acc = 0.0
     history = []
@@ -148,6 +169,26 @@ def test_an_update_the_container_sees_is_refused_at_its_line(m, name):
         s2sgrad.grad(f)(x)
     with pytest.raises(s2sgrad.TransformError, match=REFUSED[name]):
         functional.jvp(f, (x,), (np.ones(3),))
+
+
+@pytest.mark.parametrize("name", ["concatenated", "extended_by_literal"])
+def test_a_list_built_by_concatenation_sees_the_update(m, name):
+    # (reverse mode refuses list concatenation; forward mode differentiates it, and
+    # once missed that the new list holds `a`, or read `xs += [a]`'s literal as a
+    # constant: a silently wrong tangent)
+    x = np.array([0.3, -1.2, 0.8])
+    with pytest.raises(s2sgrad.TransformError, match="in-place update of 'a' also changes 'L'"):
+        functional.jvp(getattr(m, name), (x,), (np.ones(3),))
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_a_list_extended_by_a_literal_in_forward_mode(m, shape, rng):
+    x, w, u = rng.standard_normal(shape), rng.standard_normal(shape), rng.standard_normal(shape)
+    _, tangent = functional.jvp(lambda v: m.extended_in_forward_mode(v, w), (x,), (u,))
+    eps = 1e-6
+    want = (m.extended_in_forward_mode(x + eps * u, w) -
+            m.extended_in_forward_mode(x - eps * u, w)) / (2 * eps)
+    np.testing.assert_allclose(tangent, want, rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize("shapes", [((3,), (3,)), ((4, 2), (2,))])

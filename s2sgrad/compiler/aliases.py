@@ -110,8 +110,10 @@ class AliasFacts:
     """
 
     def __init__(self, body: List[ast.stmt], local: Set[str], lists: Set[str],
-                 exprs: ExprFacts):
+                 exprs: ExprFacts, tuples: Iterable[str] = ()):
         self.exprs = exprs   # what normalise resolved each call to
+        # lists, dicts and tuples: `a + b` or `a * 2` of one holds its items
+        self.containers = set(lists) | set(tuples)
         self.edges: List[Tuple[str, str, str, int, frozenset]] = []
         self.defined_at: Dict[str, ast.stmt] = {}
         self.writes: List[Tuple[str, ast.stmt]] = []
@@ -182,6 +184,10 @@ class AliasFacts:
             target = s.target.value if isinstance(s.target, ast.Subscript) else s.target
             if isinstance(target, ast.Name):
                 self.writes.append((target.id, s))
+                if target.id in self.containers and isinstance(s.op, (ast.Add, ast.Mult)):
+                    for held in _names(s.value, local):   # `xs += ys`: xs holds ys' items
+                        if held in self.containers:
+                            self._contain(target.id, held)
             return
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
                 self.exprs.of(s.value).method in ("append", "extend", "insert"):
@@ -265,6 +271,11 @@ class AliasFacts:
             return [(n, kind) for n in base for kind in ("share", "item")]
         if isinstance(value, ast.Attribute):
             return [(n, "share") for n in _names(value.value, local)]
+        if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Add, ast.Mult)):
+            # `[x] + held`, `held * 2`: a new list or tuple holding the items of those
+            # (arrays' sums and products are new arrays: no relation)
+            return [(n, "holds") for side in (value.left, value.right)
+                    for n in _names(side, local) if n in self.containers]
         if isinstance(value, ast.Call):
             method = self.exprs.of(value).method
             if method is not None:

@@ -1114,7 +1114,7 @@ def parameter_writes(fn) -> Optional[Dict[int, tuple]]:
         _PARAMETER_WRITES[key] = None
         return None
     facts = AliasFacts(nf.node.body, nf.resolver.locals | nf.names.taken, nf.lists | nf.dicts,
-                       nf.facts.exprs)
+                       nf.facts.exprs, nf.tuples)
     params = nf.all_params
     out: Dict[int, tuple] = {}
     for name, stmt in facts.writes:

@@ -294,7 +294,8 @@ class _Normalizer:
             self.statements.block(pristine if in_place else clone(pristine), out)
             out = fuse_reductions(out, self.facts)   # (softmax & co. written out: one call)
             aliases = AliasFacts(out, self.resolver.locals | self.names.taken,
-                                 self.lists | self.dict_names, self.facts.exprs)
+                                 self.lists | self.dict_names, self.facts.exprs,
+                                 self.tuple_names)
             redo = {u for u in self.rebound_augassign if aliases.shared_with_user(u,
                                                                                self.user_names)}
             if not redo - self.force_in_place:

@@ -570,20 +570,29 @@ _STORING_METHODS = ("append", "insert", "extend")
 
 def stored_in_containers(stmt: ast.stmt) -> Set[str]:
     """The variables whose arrays `stmt` puts into a list, tuple or dict (a literal's
-    items, `xs.append(a)`, `d["k"] = a`): from then on the container refers to them
-    too, so an update of one in place is seen through it."""
+    items anywhere in it, `[x] + [a]` too; `xs.append(a)`; `d["k"] = a`): from then on
+    the container may refer to them too, so an update of one in place is seen
+    through it."""
     if isinstance(stmt, ast.Assign):
-        value = stmt.value
-        if isinstance(value, (ast.List, ast.Tuple)):
-            return {e.id for e in value.elts if isinstance(e, ast.Name)}
-        if isinstance(value, ast.Dict):
-            return {v.id for v in value.values if isinstance(v, ast.Name)}
-        if isinstance(value, ast.Name) and any(isinstance(t, ast.Subscript)
-                                               for t in stmt.targets):
-            return {value.id}
-        return set()
+        out = _literal_items(stmt.value)
+        if isinstance(stmt.value, ast.Name) and any(isinstance(t, ast.Subscript)
+                                                    for t in stmt.targets):
+            out.add(stmt.value.id)
+        return out
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
             isinstance(stmt.value.func, ast.Attribute) and \
             stmt.value.func.attr in _STORING_METHODS:
-        return {a.id for a in stmt.value.args if isinstance(a, ast.Name)}
+        return {a.id for a in stmt.value.args if isinstance(a, ast.Name)} | \
+            set().union(*(_literal_items(a) for a in stmt.value.args))
     return set()
+
+
+def _literal_items(expr: ast.expr) -> Set[str]:
+    """The names that are items of a list, tuple or dict literal within expr."""
+    out: Set[str] = set()
+    for node in ast.walk(expr):
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            out.update(e.id for e in node.elts if isinstance(e, ast.Name))
+        elif isinstance(node, ast.Dict):
+            out.update(v.id for v in node.values if isinstance(v, ast.Name))
+    return out

@@ -379,7 +379,7 @@ class StatementRules:
                     core.rebound_augassign.add(target.id)
                 self.assign_name(target.id, binop, out, s)
                 return
-            rhs = core.expressions.atom(s.value, out)
+            rhs = self.operand(s.value, out)   # (`xs += [a]`: the literal, a variable)
             node = ast.AugAssign(target=name_node(current, True), op=s.op,
                                  value=rhs)
             # Python semantics: arrays are updated in place, numbers rebound.

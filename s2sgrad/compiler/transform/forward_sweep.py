@@ -5,13 +5,11 @@ from __future__ import annotations
 import ast
 from typing import List, Sequence, Set, Tuple
 
-from ...errors import guard_fields
 from .. import sites
 from ..analyze import (
     call_write_guards,
     iter_statements,
     loop_header_op,
-    may_build_sequence,
 )
 from ..names import (
     assign_node,
@@ -23,7 +21,14 @@ from ..names import (
     name_nodes,
 )
 from ..ops import Op, OpKind
-from .records import LoopInfo, index_value_checks, is_literal, real_among_complex, real_value_checks
+from .records import (
+    LoopInfo,
+    index_value_checks,
+    is_literal,
+    real_among_complex,
+    real_value_checks,
+    sequence_guard,
+)
 
 
 class ForwardSweep:
@@ -164,30 +169,8 @@ class ForwardSweep:
         return out
 
     def sequence_guard(self, s, value: ast.expr) -> List[ast.stmt]:
-        """`a + b` / `a * n` on values that may be lists or tuples: concatenation
-        and repetition are not differentiated, so they are refused where they run
-        (at compile time when an operand is known to be a list or tuple)."""
         core = self.core
-        if not may_build_sequence(value, core.act.leaves):
-            return []
-        add = isinstance(value.op, ast.Add)
-        words = ("concatenating lists or tuples that carry a gradient" if add else
-                 "repeating a list or tuple that carries a gradient")
-        hint = "Build the list with append, extend or a comprehension."
-
-        def known(node) -> bool:
-            return isinstance(node, ast.Name) and node.id in core.sequences
-
-        def integer(node) -> bool:
-            return isinstance(node, ast.Constant) and type(node.value) is int
-        if (add and known(value.left) and known(value.right)) or (not add and (
-                (known(value.left) and integer(value.right)) or
-                (known(value.right) and integer(value.left)))):
-            raise core.err(s, words, hint)
-        guard = ast.Expr(value=helper_call(
-            "no_sequence_arithmetic", clone(value.left), clone(value.right),
-            *[ast.Constant(value=f) for f in guard_fields(core.err(s, words, hint))]))
-        return [copy_location(guard, s)]
+        return sequence_guard(s, value, core.act, core.sequences, core.err)
 
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
         core = self.core

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 from ...errors import TransformError, guard_fields
 from ..analyze import (
     Activity,
+    may_build_sequence,
 )
 from ..names import clone, copy_location, helper_call, index_expr, name_node, stored_names
 from ..ops import Op, OpKind
@@ -51,6 +52,34 @@ def real_value_checks(s: ast.stmt, op: Op, act: Activity,
             out.append(copy_location(ast.Expr(value=helper_call(
                 "real_value", name_node(name), *[ast.Constant(value=f) for f in fields])), s))
     return out
+
+
+def sequence_guard(s: ast.stmt, value: ast.expr, act: Activity, sequences: Set[str],
+                   err: Callable[..., TransformError]) -> List[ast.stmt]:
+    """`a + b` / `a * n` on values that may be lists or tuples: concatenation and
+    repetition are not differentiated (in either mode), so they are refused where
+    they run (at compile time when an operand is known to be a list or tuple,
+    `sequences`)."""
+    if not may_build_sequence(value, act.leaves):
+        return []
+    add = isinstance(value.op, ast.Add)
+    words = ("concatenating lists or tuples that carry a gradient" if add else
+             "repeating a list or tuple that carries a gradient")
+    hint = "Build the list with append, extend or a comprehension."
+
+    def known(node) -> bool:
+        return isinstance(node, ast.Name) and node.id in sequences
+
+    def integer(node) -> bool:
+        return isinstance(node, ast.Constant) and type(node.value) is int
+    if (add and known(value.left) and known(value.right)) or (not add and (
+            (known(value.left) and integer(value.right)) or
+            (known(value.right) and integer(value.left)))):
+        raise err(s, words, hint)
+    guard = ast.Expr(value=helper_call(
+        "no_sequence_arithmetic", clone(value.left), clone(value.right),
+        *[ast.Constant(value=f) for f in guard_fields(err(s, words, hint))]))
+    return [copy_location(guard, s)]
 
 
 def index_value_checks(s: ast.stmt, op: Op, act: Activity,
