@@ -106,6 +106,7 @@ FEATURES = {
     "ifexp": 0.7,            # a if c > t else b
     "reduce": 2.0,           # np.sum / np.mean / .sum() to a scalar
     "reduce_axis": 1.0,      # axis=, keepdims=True
+    "masked_reduce": 0.3,    # np.sum(e, where=mask, initial=c), np.mean(v, where=mask)
     "np_max": 0.3,           # np.max / np.min
     "matmul": 1.0,           # M @ v, v @ M, v @ w
     "theta_theta": 0.7,      # theta @ theta (a 0-d value) mixed with arrays
@@ -533,6 +534,21 @@ class ProgramGenerator(FamilyMixin):
     def emit(self, line):
         self.lines.append("    " * self.indent + line)
 
+    def masked_reduce(self, d):
+        """np.sum with where= (a mask never empty) and initial=; np.mean with where= of
+        a variable (read twice by its written-out form: names only)."""
+        e = self.expr((3,), d + 1)
+        mask = self.rng.choice(["np.array([True, False, True])", "np.arange(3) != 1",
+                                f"{self.paren(self.expr((3,), d + 1))} > -1e9"])
+        forms = [f"np.sum({e}, where={mask})", f"np.sum({e}, initial={self.const()})",
+                 f"np.sum({e}, where={mask}, initial={self.const()})"]
+        arrays = [v.name for v in self.visible().values()
+                  if isinstance(v, Var) and v.shape == (3,) and not v.view]
+        if arrays:
+            forms.append(f"np.mean({self.rng.choice(arrays)}, where=np.arange(3) != "
+                         f"{self.rng.randrange(3)})")
+        return self.rng.choice(forms)
+
     def thr(self):
         return repr(self.rng.choice(THRESHOLDS))
 
@@ -688,6 +704,7 @@ class ProgramGenerator(FamilyMixin):
         if shape == ():
             opts += [
                 ("reduce", 2.0, lambda: self.reduce_to_scalar(sub)),
+                ("masked_reduce", 1.0, lambda: self.masked_reduce(sub)),
                 ("np_max", 1.0, lambda: f"np.{self.rng.choice(['max', 'min'])}("
                                         f"{E(self.rng.choice(SHAPES[:3]), sub)})"),
                 ("matmul", 1.0, lambda: self.vecvec(sub)),

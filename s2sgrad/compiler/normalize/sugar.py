@@ -180,7 +180,7 @@ class _Sugar(ast.NodeTransformer):
                                                  ctx=ast.Load()),
                     generators=[ast.comprehension(target=ast.Name(id="key", ctx=ast.Store()),
                                                   iter=clone(args[0]), ifs=[], is_async=0)])
-        mapped = self.mapped(func, args, keywords)
+        mapped = self.mapped(func, args, keywords) or self.masked(func, args, keywords)
         if mapped is not None:
             return mapped
         op = self.numpy_function(func) if not keywords else None
@@ -217,6 +217,46 @@ class _Sugar(ast.NodeTransformer):
         return None
 
 
+    def masked(self, func, args, keywords) -> Optional[ast.expr]:
+        """np.sum(a, axis, where=w, initial=c, keepdims=k) as the sum of
+        np.where(w, a, 0) (plus c); np.mean(a, axis, where=w, keepdims=k) as that sum
+        over the count of w's True entries broadcast to a's shape (a and w read
+        twice: only names, items and operators). None: not such a call (dtype= or out=
+        keep their refusal)."""
+        given = {k.arg: k.value for k in keywords}
+        reduction = self.numpy_function(func) if {"where", "initial"} & set(given) else None
+        allowed = {"axis", "keepdims", "where"} | ({"initial"} if reduction is np.sum else set())
+        if reduction not in (np.sum, np.mean) or not 1 <= len(args) <= 2 or \
+                (reduction is np.mean and "where" not in given) or \
+                not set(given) <= allowed or ("axis" in given and len(args) == 2):
+            return None
+        np_name = func.value if isinstance(func, ast.Attribute) else None
+        if np_name is None or self.numpy_function(
+                ast.Attribute(value=np_name, attr="where", ctx=ast.Load())) is not np.where:
+            return None   # (numpy reached as a module name: `from numpy import sum` is not)
+
+        def np_call(name: str, call_args, **kw) -> ast.Call:
+            return ast.Call(func=ast.Attribute(value=clone(np_name), attr=name, ctx=ast.Load()),
+                            args=list(call_args), keywords=[ast.keyword(arg=k, value=v)
+                                                            for k, v in kw.items()])
+        axis = clone(args[1]) if len(args) == 2 else clone(given.get("axis",
+                                                                     ast.Constant(None)))
+        keep = clone(given.get("keepdims", ast.Constant(False)))
+        values, mask = args[0], given.get("where")
+        kept = clone(values) if mask is None else \
+            np_call("where", [clone(mask), clone(values), ast.Constant(0)])
+        total = np_call("sum", [kept], axis=axis, keepdims=keep)
+        if reduction is np.sum:
+            if "initial" in given:
+                return ast.BinOp(left=total, op=ast.Add(), right=clone(given["initial"]))
+            return total
+        if not (_plain_value(values) and _plain_value(mask)):
+            return None   # (read twice below: only what reading again cannot change)
+        count = np_call("sum", [np_call("broadcast_to", [
+            clone(mask), np_call("shape", [clone(values)])])], axis=clone(axis),
+            keepdims=clone(keep))
+        return ast.BinOp(left=total, op=ast.Div(), right=count)
+
     def mapped(self, func, args, keywords) -> Optional[ast.expr]:
         """map(f, xs, ...) as a generator expression (None: not such a call)."""
         if not (self.builtin(func, map) and len(args) >= 2 and not keywords):
@@ -238,6 +278,17 @@ class _Sugar(ast.NodeTransformer):
                         keywords=[])
         return ast.GeneratorExp(elt=call, generators=[ast.comprehension(
             target=target, iter=source, ifs=[], is_async=0)])
+
+
+_PLAIN = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Slice, ast.Tuple,
+          ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.operator, ast.unaryop,
+          ast.cmpop, ast.boolop, ast.expr_context)
+
+
+def _plain_value(node: ast.expr) -> bool:
+    """An expression of names, constants, items and operators only (no call): reading
+    it twice computes the same value."""
+    return all(isinstance(n, _PLAIN) for n in ast.walk(node))
 
 
 def _plain_function(node: ast.expr) -> bool:
