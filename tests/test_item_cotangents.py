@@ -136,6 +136,12 @@ def loss(params, X):
 '''
 
 
+def _structured_params(rng):
+    """STRUCTURED's parameters: two layers, (W, b) each."""
+    return [(rng.standard_normal((3, 4)), rng.standard_normal(4)),
+            (rng.standard_normal((4, 2)), rng.standard_normal(2))]
+
+
 def test_jit_spells_the_fold_out_for_numba(make_module):
     # numba has zeros_like and add_at, not items_cotangent: jit=True must not fall
     # back to NumPy because of the fold (it spells it out again), and agree with it.
@@ -146,8 +152,7 @@ def test_jit_spells_the_fold_out_for_numba(make_module):
     from s2sgrad.backends import JitWarning, numba_backend
     module = make_module(STRUCTURED)
     rng = np.random.default_rng(3)
-    params = [(rng.standard_normal((3, 4)), rng.standard_normal(4)),
-              (rng.standard_normal((4, 2)), rng.standard_normal(2))]
+    params = _structured_params(rng)
     X = rng.standard_normal((4000, 3))
     numba_backend.reset()
     try:
@@ -173,8 +178,7 @@ def test_jits_first_structured_call_is_witnessed_once(make_module, monkeypatch):
     from s2sgrad.backends import numba_backend
     module = make_module(STRUCTURED)
     rng = np.random.default_rng(4)
-    params = [(rng.standard_normal((3, 4)), rng.standard_normal(4)),
-              (rng.standard_normal((4, 2)), rng.standard_normal(2))]
+    params = _structured_params(rng)
     X = rng.standard_normal((6, 3))
     runs = []
     real = witness._value_and_tangent
