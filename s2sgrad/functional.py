@@ -429,10 +429,6 @@ def _scalar_output(out: Any, fn_name: str) -> None:
                            f"contain a single element")
 
 
-class _NotScalar(Exception):
-    pass
-
-
 def _run_scalar(fn_name: str, func: Callable, items: tuple, run: Callable):
     """run(), turning the gradient code's "not a scalar" into torch's errors."""
     try:

@@ -1034,7 +1034,3 @@ def state_for(fn: Callable, positions: Tuple[int, ...], witness: Any = None) -> 
         except TypeError:
             pass
         return state
-
-
-def enabled_by_env() -> bool:
-    return os.environ.get("S2SGRAD_JIT", "1") != "0"

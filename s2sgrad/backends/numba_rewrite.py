@@ -803,10 +803,6 @@ def infer_kinds(fn: ast.FunctionDef, known: Dict[str, Kind]) -> Dict[str, Kind]:
     return KindInference(known).run(fn).env
 
 
-def _is_range_kind(kind) -> bool:
-    return kind == ("r",)
-
-
 def _matmul_kind(a: Optional[Kind], b: Optional[Kind]) -> Optional[Kind]:
     if a is None or b is None or a[0] != "a" or b[0] != "a":
         return None

@@ -345,10 +345,6 @@ def names_in(node: ast.AST) -> Set[str]:
     return out
 
 
-def loaded_names(node: ast.AST) -> Set[str]:
-    return {n.id for n in name_nodes(node) if n.ctx.__class__ is ast.Load}
-
-
 def stored_names(node: ast.AST) -> Set[str]:
     return {n.id for n in name_nodes(node) if n.ctx.__class__ is not ast.Load}
 

@@ -377,11 +377,6 @@ def dotted(node: ast.expr) -> bool:
     return isinstance(node, ast.Name)
 
 
-def _is_sequence_call(obj) -> bool:
-    rule = registry.lookup_function(obj) if obj is not None else None
-    return bool(rule and rule.sequence)
-
-
 def static_true(node: Optional[ast.expr], norm) -> bool:
     """Whether a create_graph argument is True, known when compiling (absent: False)."""
     if node is None:
