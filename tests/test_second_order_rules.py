@@ -11,6 +11,7 @@ central differences of s2sgrad's own first-order gradient; a few cases are
 also compared with differences of differences of the function alone.
 """
 import ast
+import math
 
 import numpy as np
 import pytest
@@ -79,10 +80,10 @@ def _build(expr, specs, make_module, rng, hv=False):
     import re
     modules = sorted(set(re.findall(r"\bscipy\.(special|stats|linalg|signal|integrate)\b",
                                     expr)))
-    head = "import numpy as np\nimport s2sgrad\n" + \
+    head = "import math\nimport numpy as np\nimport s2sgrad\n" + \
         "".join(f"import scipy.{m}\n" for m in modules) + \
         (ODE_DYNAMICS if "integrate" in modules else "")
-    probe = {"np": np}
+    probe = {"np": np, "math": math}
     if modules:
         import importlib
         for m in modules:
