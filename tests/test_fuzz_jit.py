@@ -3,7 +3,9 @@
 `tests/fuzz_jit.py` runs many (see its docstring); these are the first
 programs of two seeds, outlined (numba runs the loops, NumPy the rest) and
 compiled whole, so that every run of the suite differentiates some random
-loops through both numba paths, preallocated stacks included.
+loops through both numba paths, preallocated stacks included. (The seeds are ones
+whose first programs numba compiles: a change of the generator's constructs changes
+the programs; 9 and 11 compiled one each after this stop's, 12 and 14 four and three.)
 """
 import os
 
@@ -13,7 +15,7 @@ import pytest
 pytest.importorskip("numba")
 
 
-@pytest.mark.parametrize("plan, seed", [("loops", 9), ("always", 11)])
+@pytest.mark.parametrize("plan, seed", [("loops", 12), ("always", 14)])
 def test_fuzzer_programs_give_numpys_gradients_under_jit(monkeypatch, tmp_path, plan, seed):
     monkeypatch.setenv("S2SGRAD_JIT_PLAN", plan)
     monkeypatch.setenv("S2SGRAD_CACHE", "0")
@@ -25,7 +27,7 @@ def test_fuzzer_programs_give_numpys_gradients_under_jit(monkeypatch, tmp_path, 
     assert os.listdir(tmp_path)
 
 
-@pytest.mark.parametrize("plan, seed", [("loops", 9), ("always", 11)])
+@pytest.mark.parametrize("plan, seed", [("loops", 12), ("always", 14)])
 def test_fuzzer_programs_built_behind_the_first_call_give_numpys_gradients(
         monkeypatch, tmp_path, plan, seed):
     """As by default outside the tests: the first call runs NumPy while a thread builds

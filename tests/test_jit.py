@@ -105,6 +105,16 @@ def recursive(x, n):
     return recursive(np.sin(x), n - 1)
 
 
+_SORTED_WEIGHTS = np.array([0.3, -0.2, 0.5])
+
+
+def dot_with_a_sorted_list(x):
+    acc = x * 1.0
+    for _ in range(2):
+        acc = acc + 0.3 * np.tanh(np.dot(sorted(_SORTED_WEIGHTS), acc))
+    return np.sum(np.maximum(acc, np.sum(acc)))
+
+
 def scaled(x):
     return np.sum(x * SCALE) ** 2
 
@@ -500,6 +510,25 @@ def test_recursion_falls_back():
     with pytest.warns(JitWarning, match="recursive"):
         got = s2sgrad.grad(recursive, jit=True)(x, 3)
     np.testing.assert_array_equal(got, s2sgrad.grad(recursive)(x, 3))
+
+
+def test_a_list_among_an_elementwise_calls_operands_is_left_to_numba(monkeypatch):
+    # The rewrite typed the call's result from the list's kind as if it were a number's
+    # ("data type 's' not understood": an internal error); the list makes the kind
+    # unknown, numba's own typing refuses the call, and the NumPy backend runs it.
+    pytest.importorskip("numba")
+    monkeypatch.setenv("S2SGRAD_JIT_PLAN", "always")
+    x = np.array([0.1, 0.2, 0.3])
+    numba_backend.reset()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", JitWarning)
+            got = s2sgrad.grad(dot_with_a_sorted_list, jit=True)(x)
+    finally:
+        numba_backend.reset()
+    assert not [w for w in caught if "internal error" in str(w.message)]
+    np.testing.assert_allclose(got, s2sgrad.grad(dot_with_a_sorted_list)(x), rtol=1e-12)
+    np.testing.assert_allclose(got, numeric_grad(dot_with_a_sorted_list, [x], 0), rtol=1e-6)
 
 
 _CACHE_SCRIPT = """

@@ -538,8 +538,9 @@ _FLOAT_RESULT = frozenset({"divide", "true_divide", "sqrt", "exp", "log", "sin",
 
 
 def _combine(kinds: Sequence[Optional[Kind]], float_result: bool = False) -> Optional[Kind]:
-    """The kind of an elementwise result (broadcast rank, promoted dtype)."""
-    if any(k is None or k[0] == "r" for k in kinds) or not kinds:
+    """The kind of an elementwise result (broadcast rank, promoted dtype); None where an
+    operand is not known to be a number or an array (a range, a list, a tuple)."""
+    if any(k is None or k[0] not in ("s", "a") for k in kinds) or not kinds:
         return None
     arrays = [k for k in kinds if k[0] == "a"]
     dtypes = [k[-1] for k in (arrays or kinds)]
