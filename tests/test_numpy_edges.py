@@ -191,6 +191,28 @@ def test_cumprod_with_zeros_has_exact_second_and_third_derivatives(x, make_modul
                                atol=1e-12)
 
 
+def test_cumprod_with_many_zeros(make_module):
+    # A level per zero, but a bounded number of them: a slice with 1,500 zeros once
+    # recursed 1,500 deep (RecursionError). x = (2, 0, 0.5, 0, 0.5, 0, ...): the terms of
+    # sum(cumprod(x)) that hold no zero but the one differentiated are those of k <= 2
+    # (first order) and k <= 4 (second), so the first six entries give the answers.
+    m = make_module("import numpy as np\n\ndef f(x):\n    return np.sum(np.cumprod(x))\n")
+    x = np.zeros(3000)
+    x[0], x[2::2] = 2.0, 0.5
+    ones = np.ones(6)
+    want = np.zeros(3000)
+    want[:6] = [_cumprod_derivative(x[:6], ones, (j,)) for j in range(6)]
+    np.testing.assert_allclose(s2sgrad.grad(m.f)(x), want, atol=1e-12)
+    assert want[1] == 3.0   # 2 + 2 * 0.5
+    u = np.zeros(3000)
+    u[1] = u[3] = 1.0
+    hv = s2sgrad.functional.hvp(m.f, x, u)[1]
+    np.testing.assert_allclose(hv[:6], [_cumprod_derivative(x[:6], ones, (j, 1)) +
+                                        _cumprod_derivative(x[:6], ones, (j, 3))
+                                        for j in range(6)], atol=1e-12)
+    np.testing.assert_allclose(hv[6:], 0.0, atol=1e-12)
+
+
 def test_cumprod_with_zeros_along_an_axis_has_an_exact_hessian(make_module):
     # rows with no zero, one zero and two zeros in one call (the helper works per slice)
     m = make_module("import numpy as np\n\n"

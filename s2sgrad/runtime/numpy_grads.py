@@ -323,6 +323,11 @@ def average_grads(g, a, axis=None, weights=None, returned=False, keepdims=False)
     return g_a, np.reshape(sum_to_shape(g_w, w.shape), np.shape(weights))
 
 
+# How many zeros of a slice cumprod_grad follows (see there): its derivatives are exact up
+# to this order; those of higher order past as many zeros are 0.
+_CUMPROD_ZERO_LEVELS = 4
+
+
 @_helper
 def cumprod_grad(g, a, ans, axis=None):
     """Cotangent of `a` in np.cumprod, exact when `a` contains zeros.
@@ -330,9 +335,9 @@ def cumprod_grad(g, a, ans, axis=None):
     Before the first zero of a slice the usual sum(g * ans) / a holds; at
     the first zero the product of the other factors is formed explicitly;
     after it every partial product contains that zero, so the gradient is 0,
-    written as that zero times the gradient past it (this function again, on a
-    slice with one zero fewer) so that its derivative in the zero, which second
-    derivatives read, is exact too.
+    written as that zero times the gradient past it (the same, on the slice with
+    that zero made 1: a level per zero, _CUMPROD_ZERO_LEVELS of them) so that its
+    derivatives in the zeros, which higher orders read, are exact too.
     """
     a = as_array(a)
     if axis is None:
@@ -344,21 +349,27 @@ def cumprod_grad(g, a, ans, axis=None):
     y = np.moveaxis(as_array(ans), ax, -1)
     n = x.shape[-1]
     idx = np.arange(n)
-    zero = x == 0
-    first = np.where(zero.any(axis=-1, keepdims=True), zero.argmax(axis=-1)[..., None], n)
-    before = idx < first
-    tail_sums = np.flip(np.cumsum(np.flip(gg * y, -1), -1), -1)
-    out = np.where(before, tail_sums / np.where(before, x, 1), 0.0)
-    at = idx == first
-    if at.any():
+    out = 0.0
+    scale = 1.0    # the zeros passed so far, times the products before them
+    lower = -1     # the last of those zeros: this level writes the positions past it
+    for _ in range(_CUMPROD_ZERO_LEVELS):
+        zero = x == 0
+        first = np.where(zero.any(axis=-1, keepdims=True), zero.argmax(axis=-1)[..., None], n)
+        before = idx < first
+        tail_sums = np.flip(np.cumsum(np.flip(gg * y, -1), -1), -1)
+        level = np.where(before, tail_sums / np.where(before, x, 1), 0.0)
+        at = idx == first
+        if not at.any():
+            out = np.where(idx > lower, scale * level, out)
+            break
         after = np.where(idx > first, x, 1)
         partial = np.cumprod(after, axis=-1)
         tail = np.sum(np.where(idx >= first, gg * partial, 0.0), axis=-1, keepdims=True)
         head = np.prod(np.where(before, x, 1), axis=-1, keepdims=True)
-        out = np.where(at, head * tail, out)
-        the_zero = np.sum(np.where(at, x, 0), axis=-1, keepdims=True)
-        past = cumprod_grad(gg, after, partial, axis=-1)
-        out = np.where(idx > first, the_zero * head * past, out)
+        level = np.where(at, head * tail, level)
+        out = np.where(idx > lower, scale * level, out)
+        scale = scale * np.sum(np.where(at, x, 0), axis=-1, keepdims=True) * head
+        lower, x, y = first, after, partial
     out = np.moveaxis(out, -1, ax)
     return np.reshape(out, a.shape)
 
