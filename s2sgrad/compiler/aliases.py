@@ -21,6 +21,8 @@ from .facts import ExprFacts, StatementFacts
 from .names import name_nodes
 from .ops import ufunc_at_kind
 
+# List methods that put their arguments into the list.
+STORING_METHODS = ("append", "extend", "insert")
 # Methods that return a view of (or the same object as) their array.
 _VIEW_METHODS = {"reshape", "transpose", "ravel", "squeeze", "view", "swapaxes", "T",
                  "diagonal", "__getitem__", "real", "imag", "flat", "conj"}
@@ -190,7 +192,7 @@ class AliasFacts:
                             self._contain(target.id, held)
             return
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
-                self.exprs.of(s.value).method in ("append", "extend", "insert"):
+                self.exprs.of(s.value).method in STORING_METHODS:
             base = s.value.func.value
             if isinstance(base, ast.Name) and base.id in local:
                 self.writes.append((base.id, s))

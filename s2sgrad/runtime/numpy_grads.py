@@ -1743,9 +1743,10 @@ def eigvalsh_grad(g, a, UPLO="L"):
     return _lower_triangle_grad(sym, lower=UPLO.upper() == "L")
 
 
-def lone_values(labels):
-    """Which values are alone in their cluster (a simple singular value or eigenvalue)."""
-    return np.bincount(labels)[labels] == 1
+def counted_values(values, tol, labels, signed_zero=False):
+    """Which singular values get their cotangent or tangent: those above `tol`, and
+    with `signed_zero` a zero one alone in its cluster (see _singular_values_back)."""
+    return (values > tol) | (signed_zero & (np.bincount(labels)[labels] == 1))
 
 
 def _singular_values_back(u, s, vt, gs, signed_zero=False):
@@ -1761,8 +1762,8 @@ def _singular_values_back(u, s, vt, gs, signed_zero=False):
         si = s[idx]
         tol = np.max(si, initial=0.0) * max(out.shape[-2:]) * np.finfo(si.dtype).eps * 10
         labels = clusters(si, tol)
-        kept = (si > tol) | (signed_zero & lone_values(labels))
-        gi = np.where(kept, cluster_mean(np.real(gs[idx]), labels), 0.0)
+        gi = np.where(counted_values(si, tol, labels, signed_zero),
+                      cluster_mean(np.real(gs[idx]), labels), 0.0)
         out[idx] = (u[idx] * gi[None, :]) @ vt[idx]
     return np.conj(out)
 

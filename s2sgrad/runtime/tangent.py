@@ -552,8 +552,8 @@ def _singular_values_dot(u, s, v, a_dot, signed_zero=False):
     for idx in np.ndindex(*s.shape[:-1]):
         si = s[idx]
         tol, labels, _ = _cluster_info(si, si, max(u.shape[-2], v.shape[-2]))
-        kept = (si > tol) | (signed_zero & _nh.lone_values(labels))
-        ds[idx] = np.where(kept, _nh.cluster_mean(ds[idx], labels), 0.0)
+        ds[idx] = np.where(_nh.counted_values(si, tol, labels, signed_zero),
+                           _nh.cluster_mean(ds[idx], labels), 0.0)
     return p, ds
 
 

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Set
 
 from ...function import is_function_class
 from ...rules import registry
-from ..aliases import AliasFacts
+from ..aliases import STORING_METHODS, AliasFacts
 from ..callables import bound_call
 from ..facts import ExprFacts, NodeFacts, StmtFact
 from ..names import (
@@ -560,9 +560,6 @@ def assigned_in_compound(body: List[ast.stmt]) -> Set[str]:
     return out
 
 
-_STORING_METHODS = ("append", "insert", "extend")
-
-
 def stored_in_containers(stmt: ast.stmt) -> Set[str]:
     """The variables whose arrays `stmt` puts into a list, tuple or dict (a literal's
     items anywhere in it, `[x] + [a]` too; `xs.append(a)`; `d["k"] = a`): from then on
@@ -576,7 +573,7 @@ def stored_in_containers(stmt: ast.stmt) -> Set[str]:
         return out
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
             isinstance(stmt.value.func, ast.Attribute) and \
-            stmt.value.func.attr in _STORING_METHODS:
+            stmt.value.func.attr in STORING_METHODS:
         return {a.id for a in stmt.value.args if isinstance(a, ast.Name)} | \
             set().union(*(_literal_items(a) for a in stmt.value.args))
     return set()

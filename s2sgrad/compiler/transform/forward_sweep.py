@@ -168,16 +168,12 @@ class ForwardSweep:
         out.append(s)
         return out
 
-    def sequence_guard(self, s, value: ast.expr) -> List[ast.stmt]:
-        core = self.core
-        return sequence_guard(s, value, core.act, core.sequences, core.err)
-
     def forward_assign(self, s, in_loop: bool) -> List[ast.stmt]:
         core = self.core
         op = core.op_of(s)
         out: List[ast.stmt] = index_value_checks(s, op, core.act, core.err)
         if op.kind == OpKind.RULE and set(op.diff_inputs) & core.act.active:
-            out += self.sequence_guard(s, s.value)
+            out += sequence_guard(s, s.value, core.act, core.sequences, core.err)
         if in_loop:
             # Inside a loop every assignment overwrites the previous iteration's
             # value, also the ones this pass adds (inner trip counts and ranges).
@@ -195,8 +191,9 @@ class ForwardSweep:
             # x op= v: arrays change in place, so keep a copy of the old value.
             var = s.target.id
             if var in core.act.active:
-                out += self.sequence_guard(s, ast.BinOp(left=name_node(var), op=s.op,
-                                                        right=s.value))
+                out += sequence_guard(s, ast.BinOp(left=name_node(var), op=s.op,
+                                                   right=s.value),
+                                      core.act, core.sequences, core.err)
             out += self.lazy_guard(var, s)
             guard = core.facts.stmts.of(s).guard
             if guard is not None:
