@@ -9,7 +9,9 @@ from conftest import numeric_grad
 
 import s2sgrad
 from s2sgrad.compiler.optimize.items import collect_item_cotangents
-from s2sgrad.runtime import add_at, items_cotangent, zeros_like
+from s2sgrad.runtime import add_at, add_items, items_cotangent, zeros_like
+from s2sgrad.runtime.numpy_grads import concatenate_grad
+from s2sgrad.runtime.shapes import zero_cotangent_item
 
 
 def _fold(text, leaves=()):
@@ -71,7 +73,7 @@ def _same(a, b):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("case", range(7))
+@pytest.mark.parametrize("case", range(10))
 def test_items_cotangent_is_zeros_then_adds(case):
     rng = np.random.default_rng(case)
     W, b = rng.standard_normal((3, 2)), rng.standard_normal(3)
@@ -84,6 +86,9 @@ def test_items_cotangent_is_zeros_then_adds(case):
         (x, (1, [W, b]), (0, [W * 0.5, b])),                      # nested lists
         ((W, b), (0, 2.0), (1, b)),                               # a number into an array item
         ([1.0, b], (0, 0.5), (1, np.ones((2, 3)))),               # a broadcast cotangent
+        (x, (1, [W, np.ones((2, 3))]), (0, [W, b])),              # a broadcast leaf, nested
+        (x, (1, [W, 2.0]), (0, [W, b])),                          # a number leaf, nested
+        ([(W, [b, b])], (0, [W, [b, b * 2]])),                    # two levels of nesting
     ]
     x, *pairs = cases[case]
     _same(items_cotangent(x, *pairs), _plain(x, *pairs))
@@ -194,3 +199,53 @@ def test_jits_first_structured_call_is_witnessed_once(make_module, monkeypatch):
     for g_pair, w_pair in zip(got, want):
         for g, w in zip(g_pair, w_pair):
             np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def _added(a, b):
+    """add_items' meaning: leaf by leaf, NumPy's broadcasting sum."""
+    if isinstance(a, (list, tuple)):
+        return [_added(p, q) for p, q in zip(a, b)]
+    return a + b
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_adding_lists_of_pairs_is_leaf_by_leaf(case):
+    """add_items on lists of (W, b) cotangents: arrays of one shape added in the list's
+    own loop, anything else (a zero item, a broadcast leaf, a number) through add_items."""
+    rng = np.random.default_rng(case)
+    W, b = rng.standard_normal((3, 2)), rng.standard_normal(3)
+    zero_W = zero_cotangent_item(W)
+    cases = [
+        ([[W, b], [W * 2, b]], [[W, b * 3], [W, b]]),
+        ([[W, b]], [[np.ones(2), b]]),                 # a leaf that broadcasts
+        ([[W, 1.5]], [[W, b]]),                        # a number leaf
+        ([[zero_W, b]], [[W * 2, b]]),                 # a zero item: the other as it is
+        ([[W, b]], [[zero_W, b]]),
+    ]
+    total, contribution = cases[case]
+    expected = _added([[np.asarray(x) for x in t] for t in total], contribution)
+    before = [[np.array(x) for x in t] for t in total]
+    _same(add_items(total, contribution), expected)
+    for t, kept in zip(total, before):   # (nothing added in place into the total)
+        for x, y in zip(t, kept):
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("shapes, axis", [
+    (((3,), (2,)), 0), (((2, 4), (1, 4), (3, 4)), 0), (((2, 3), (2, 1)), 1),
+    (((0,), (3,)), 0), (((2, 3), (2, 3)), -2)])
+def test_concatenate_grad_pieces_are_the_items_shapes(shapes, axis):
+    """concatenate_grad's cut of g (the slices it takes for 1-D and axis-0 items, the
+    general split otherwise) against np.split at the items' offsets."""
+    rng = np.random.default_rng(len(shapes))
+    items = [rng.standard_normal(s) for s in shapes]
+    g = rng.standard_normal(np.concatenate(items, axis=axis).shape)
+    offsets = np.cumsum([x.shape[axis] for x in items])[:-1]
+    got = concatenate_grad(g, items, axis)
+    assert len(got) == len(items)
+    for piece, want, x in zip(got, np.split(g, offsets, axis=axis), items):
+        assert piece.shape == x.shape
+        np.testing.assert_array_equal(piece, want)
+    lists = concatenate_grad(g, [x.tolist() for x in items], axis)   # (the general path)
+    for piece, want in zip(lists, got):
+        np.testing.assert_array_equal(piece, want)

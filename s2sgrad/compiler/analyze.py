@@ -304,7 +304,13 @@ def may_build_sequence(value: ast.expr, leaves: Set[str]) -> bool:
     if not isinstance(value, ast.BinOp) or not isinstance(value.op, (ast.Add, ast.Mult)):
         return False
 
+    def constant(node) -> ast.expr:   # -0.5 is a unary minus applied to 0.5
+        while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            node = node.operand
+        return node
+
     def leaf(node) -> bool:
+        node = constant(node)
         return (isinstance(node, ast.Constant) and
                 isinstance(node.value, (int, float, complex))) \
             or (isinstance(node, ast.Name) and node.id in leaves)
@@ -312,6 +318,7 @@ def may_build_sequence(value: ast.expr, leaves: Set[str]) -> bool:
         return not (leaf(value.left) or leaf(value.right))
 
     def maybe_int(node) -> bool:   # a list times a float is a TypeError, not a list
+        node = constant(node)
         return not (isinstance(node, ast.Constant) and type(node.value) in (float, complex))
     return (not leaf(value.left) and maybe_int(value.right)) or \
         (not leaf(value.right) and maybe_int(value.left))

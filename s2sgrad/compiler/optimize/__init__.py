@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..names import BRANCHES_AND_LOOPS
 from ..transform import Transformed
 from .copies import propagate_copies, substitute_single_use
-from .folding import fold_block, fold_statement, tidy
+from .folding import fold_block, fold_statement, subtract_negations, tidy
 from .fusion import fuse_adjoint_temporaries, fuse_forward_temporaries
 from .items import collect_item_cotangents
 from .liveness import eliminate_dead
@@ -91,6 +91,7 @@ def optimize(t: Transformed) -> Transformed:
     eliminate_dead(t.forward, keep=set(t.nf.all_params), names=Names(index))
     fuse_forward_temporaries(t.forward, user_names, t.nf.facts.stmts, t.marks, index)
     fuse_adjoint_temporaries(t.adjoint, index)
+    subtract_negations(t.adjoint)
     for fdef in (t.forward, t.adjoint):
         fdef.body = tidy(fdef.body)
     return t

@@ -236,6 +236,26 @@ def fold_block(stmts: List[ast.stmt]) -> List[ast.stmt]:
     return out
 
 
+# -- a sum of a negation ---------------------------------------------------------
+def subtract_negations(fdef: ast.FunctionDef) -> None:
+    """`a + -b` as `a - b` and `a += -b` as `a -= b`, in place: what substituting a
+    negated cotangent (`-unbroadcast(g, y)`) into its sum leaves. The same numbers to
+    the bit (IEEE subtraction is the sum with the negation), one array pass fewer.
+    For adjoints only: their operands are cotangents, NumPy values or numbers (a
+    user's class could define `-` and `+` apart)."""
+    for node in ast.walk(fdef):
+        if node.__class__ is ast.BinOp and node.op.__class__ is ast.Add and \
+                _negation(node.right):
+            node.op, node.right = ast.Sub(), node.right.operand
+        elif node.__class__ is ast.AugAssign and node.op.__class__ is ast.Add and \
+                _negation(node.value):
+            node.op, node.value = ast.Sub(), node.value.operand
+
+
+def _negation(node: ast.AST) -> bool:
+    return node.__class__ is ast.UnaryOp and node.op.__class__ is ast.USub
+
+
 # -- tidy -----------------------------------------------------------------------
 def tidy(stmts: List[ast.stmt]) -> List[ast.stmt]:
     """Remove empty branches and loops, and comments left with nothing to describe."""

@@ -260,11 +260,14 @@ class Reverse:
                 out.append(assign_node(b, helper_call("add", name_node(b), value)))
                 self.state[b] = "shared"
                 return
+            op: ast.operator = ast.Add()
+            if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
+                op, value = ast.Sub(), value.operand   # (b + -x is b - x, to the bit)
             if self.state[b] == "owned" and not self.pure:
                 # Nothing else refers to this array: add in place, no allocation.
-                out.append(ast.AugAssign(target=name_node(b, True), op=ast.Add(), value=value))
+                out.append(ast.AugAssign(target=name_node(b, True), op=op, value=value))
             else:
-                out.append(assign_node(b, ast.BinOp(left=name_node(b), op=ast.Add(), right=value)))
+                out.append(assign_node(b, ast.BinOp(left=name_node(b), op=op, right=value)))
             self.state[b] = "owned"
         else:
             out.append(assign_node(b, value))
