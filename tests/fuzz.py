@@ -113,6 +113,7 @@ FEATURES = {
     "index": 1.5,            # v[k], M[i, j], M[i], v[i] with a loop index
     "slice": 1.0,            # v[1:], v[::-1], M[:, j]
     "outer": 0.3,            # np.outer, v[:, None] * w
+    "ufunc_outer": 0.3,      # np.multiply.outer(a, b), np.subtract.outer, ... of variables
     "einsum": 0.3,           # np.einsum: contractions, outer products, traces of rows
     "concatenate": 0.2,      # np.concatenate([a, b])
     "stack": 0.3,            # np.stack(list_var)
@@ -182,6 +183,7 @@ FEATURES = {
     "list_extend": 0.4,      # L.extend([e1, e2]) / L.extend(M)
     "dict": 0.6,             # d = {"w": e1, "b": e2}; d["w"]
     "dict_write": 0.5,       # d["new"] = e / d["w"] = e
+    "dict_zip": 0.5,         # d = dict(zip(["w", "b"], [e1, e2]))
     "dict_loop": 0.5,        # for k, v in d.items() / d.values() / d.keys() / d
     "dict_iter": 0.5,        # a dict iterated as itself (for k in d) rather than d.keys()
     "comprehension": 0.8,    # [g(t) for t in L if ...], two generators, {k: .. for k, v in ..}
@@ -549,6 +551,15 @@ class ProgramGenerator(FamilyMixin):
                          f"{self.rng.randrange(3)})")
         return self.rng.choice(forms)
 
+    def ufunc_outer(self, d):
+        """A two-operand ufunc's outer table (2, 3) of operands without calls (what
+        s2sgrad reads twice in its written-out form); np.outer where there are none."""
+        a, b = self.leaf((2,)), self.leaf((3,))
+        if any(isinstance(n, ast.Call) for e in (a, b) for n in ast.walk(ast.parse(e))):
+            return f"np.outer({self.expr((2,), d + 1)}, {self.expr((3,), d + 1)})"
+        ufunc = self.rng.choice(["multiply", "add", "subtract", "maximum", "minimum"])
+        return f"np.{ufunc}.outer({a}, {b})"
+
     def thr(self):
         return repr(self.rng.choice(THRESHOLDS))
 
@@ -769,6 +780,7 @@ class ProgramGenerator(FamilyMixin):
                 ("outer", 1.0, lambda: self.rng.choice(
                     [f"np.outer({E((2,), sub)}, {E((3,), sub)})",
                      f"{self.paren(E((2,), sub))}[:, None] * {self.paren(E((3,), sub))}"])),
+                ("ufunc_outer", 1.0, lambda: self.ufunc_outer(sub)),
                 ("reduce_axis", 1.0, lambda: f"{self.paren(E((2, 3), sub))} "
                                              f"{self.rng.choice(['*', '-'])} np."
                                              f"{self.rng.choice(['sum', 'mean'])}("
@@ -2021,7 +2033,11 @@ class ProgramGenerator(FamilyMixin):
     def s_dict(self):
         items = self.dict_spec(self.shape_pool())
         name = self.fresh("d")
-        literal = "{" + ", ".join(f'"{k}": {self.expr(sh, 1)}' for k, sh in items.items()) + "}"
+        values = [self.expr(sh, 1) for sh in items.values()]
+        if self.choose([("dict_zip", 0.3, lambda: True), (None, 1.0, lambda: False)]):
+            literal = f"dict(zip({list(items)!r}, [{', '.join(values)}]))"
+        else:
+            literal = "{" + ", ".join(f'"{k}": {v}' for k, v in zip(items, values)) + "}"
         self.note_assignment(literal)
         self.emit(f"{name} = {literal}")
         self.declare(DictVar(name, items, True))

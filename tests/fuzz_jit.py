@@ -55,7 +55,8 @@ OFF = ("concatenate", "stack", "apply", "helper_call", "list_index", "for_list_l
        "chained_assign", "struct_return_helper", "dict_return_helper",
        "pairs_param_helper", "dict_param_helper", "helper_relay", "struct_entry",
        "nested_entry", "item_write", "namedtuple", "derivative_call", "fancy_write",
-       "aug_param", "einsum", "held_update", "closure_recursion", "masked_reduce")
+       "aug_param", "einsum", "held_update", "closure_recursion", "masked_reduce",
+       "ufunc_outer", "dict_zip")
 LOOPS = ("for_range", "for_array", "while")
 
 

@@ -173,6 +173,21 @@ class _Sugar(ast.NodeTransformer):
             if not args:
                 return ast.Dict(keys=[ast.Constant(value=k.arg) for k in keywords],
                                 values=[clone(k.value) for k in keywords])
+            pairs = args[0] if len(args) == 1 and not keywords else None
+            if isinstance(pairs, ast.Call) and self.builtin(pairs.func, zip) and \
+                    len(pairs.args) == 2 and not pairs.keywords and \
+                    not any(isinstance(a, ast.Starred) for a in pairs.args):
+                # dict(zip(keys, values)): the comprehension it is (a later pair with
+                # a key seen before replaces its value in both).
+                key, value = self.fresh("key"), self.fresh("value")
+                return ast.DictComp(
+                    key=ast.Name(id=key, ctx=ast.Load()),
+                    value=ast.Name(id=value, ctx=ast.Load()),
+                    generators=[ast.comprehension(
+                        target=ast.Tuple(elts=[ast.Name(id=key, ctx=ast.Store()),
+                                               ast.Name(id=value, ctx=ast.Store())],
+                                         ctx=ast.Store()),
+                        iter=clone(pairs), ifs=[], is_async=0)])
             if len(args) == 1 and not keywords and isinstance(args[0], ast.Name):
                 key = ast.Name(id="key", ctx=ast.Load())
                 return ast.DictComp(
@@ -180,7 +195,8 @@ class _Sugar(ast.NodeTransformer):
                                                  ctx=ast.Load()),
                     generators=[ast.comprehension(target=ast.Name(id="key", ctx=ast.Store()),
                                                   iter=clone(args[0]), ifs=[], is_async=0)])
-        mapped = self.mapped(func, args, keywords) or self.masked(func, args, keywords)
+        mapped = self.mapped(func, args, keywords) or self.masked(func, args, keywords) or \
+            self.outer(func, args, keywords)
         if mapped is not None:
             return mapped
         op = self.numpy_function(func) if not keywords else None
@@ -256,6 +272,33 @@ class _Sugar(ast.NodeTransformer):
             clone(mask), np_call("shape", [clone(values)])])], axis=clone(axis),
             keepdims=clone(keep))
         return ast.BinOp(left=total, op=ast.Div(), right=count)
+
+    def outer(self, func, args, keywords) -> Optional[ast.expr]:
+        """np.multiply.outer(a, b) (any two-operand ufunc's outer) as the ufunc of a,
+        given one axis of length 1 per axis of b, and b: NumPy's broadcasting makes
+        the table `ufunc(a[i...], b[j...])` that outer makes (a and b read twice:
+        only names, items and operators). None: not such a call."""
+        if not (isinstance(func, ast.Attribute) and func.attr == "outer" and
+                len(args) == 2 and not keywords and
+                isinstance(func.value, ast.Attribute) and
+                all(_plain_value(a) for a in args)):
+            return None
+        ufunc = self.numpy_function(func.value)
+        np_name = func.value.value
+        if not (isinstance(ufunc, np.ufunc) and ufunc.nin == 2 and ufunc.nout == 1) or \
+                self.numpy_function(ast.Attribute(value=np_name, attr="reshape",
+                                                  ctx=ast.Load())) is not np.reshape:
+            return None
+
+        def np_call(name: str, *call_args) -> ast.Call:
+            return ast.Call(func=ast.Attribute(value=clone(np_name), attr=name, ctx=ast.Load()),
+                            args=list(call_args), keywords=[])
+        a, b = args
+        ones = ast.BinOp(left=ast.Tuple(elts=[ast.Constant(value=1)], ctx=ast.Load()),
+                         op=ast.Mult(), right=np_call("ndim", clone(b)))
+        shape = ast.BinOp(left=np_call("shape", clone(a)), op=ast.Add(), right=ones)
+        return ast.Call(func=clone(func.value), args=[np_call("reshape", clone(a), shape),
+                                                      clone(b)], keywords=[])
 
     def mapped(self, func, args, keywords) -> Optional[ast.expr]:
         """map(f, xs, ...) as a generator expression (None: not such a call)."""
