@@ -46,7 +46,7 @@ def _ran_numba(state) -> bool:
 
 # Constructs the numba rewrite has no form for (lists, dicts, helpers, Functions): off,
 # so that the programs exercise numba rather than its refusals; loops weigh more.
-OFF = ("concatenate", "stack", "apply", "helper_call", "list_index", "for_list_literal",
+OFF = ("apply", "helper_call", "list_index", "for_list_literal",
        "for_list_var", "list_build", "nested_list", "list_append", "tuple_unpack",
        "multi_output_apply", "helper", "helper_default", "kwonly_helper", "kwonly_entry",
        "tuple_param_helper", "multi_return_helper", "list_param_helper",

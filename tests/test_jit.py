@@ -268,6 +268,37 @@ def test_softmax_and_logsumexp_have_numba_versions(shape):
     _check(stable_softmaxes, args, (0, 1))
 
 
+def joined_cell(W, h, xs):
+    for x in xs:
+        z = np.concatenate([h, x])
+        h = np.tanh(W @ z)
+    return np.sum(h ** 2)
+
+
+def stacked_rows(A, B):
+    C = np.concatenate((A, B))
+    S = np.stack([A[0], np.cos(B[0]), A[-1] * B[-1]])
+    return np.sum(np.sin(C) * np.arange(C.shape[0])[:, None]) + np.sum(S * S[::-1])
+
+
+@pytest.mark.parametrize("sizes", [(3, 2), (4, 1)])
+def test_concatenate_and_stack_grads_have_numba_versions(sizes):
+    """np.concatenate's and np.stack's cotangents (slices and items of g) in numba
+    code: an RNN cell that joins its state and input every step, a 2-D join along
+    axis 0, a stack of rows."""
+    pytest.importorskip("numba")
+    rng = _rng()
+    hidden, inp = sizes
+    args = (rng.standard_normal((hidden, hidden + inp)) * 0.5, rng.standard_normal(hidden),
+            rng.standard_normal((4, inp)))
+    assert "_nb_concatenate_grad(" in jit_source(joined_cell, *args, wrt=(0, 1))
+    _check(joined_cell, args, (0, 1, 2))
+    rows = (rng.standard_normal((2, hidden)), rng.standard_normal((inp, hidden)))
+    source = jit_source(stacked_rows, *rows, wrt=(0, 1))
+    assert "_nb_concatenate_grad(" in source and "_nb_stack_grad(" in source
+    _check(stacked_rows, rows, (0, 1))
+
+
 @pytest.mark.parametrize("shape", [(5, 3), (2, 7)])
 def test_a_call_after_jit_source_is_checked_against_its_own_values(shape):
     """jit_source builds the variant from one NumPy run; the first compiled call,

@@ -725,6 +725,56 @@ def _loop_items(value):
 
 
 @_stub
+def concatenate_grad(g, arrays, axis=0):
+    pass
+
+
+@overload(concatenate_grad)
+def _concatenate_grad(g, arrays, axis=0):
+    """np.concatenate(arrays, 0)'s cotangents: the slices of g, for a list or tuple
+    of arrays of g's rank (runtime.concatenate_grad's fast path); another axis raises,
+    and the NumPy backend runs the call."""
+    if not _arr(g) or g.ndim == 0 or not isinstance(arrays, (types.List, types.UniTuple)) or \
+            not _arr(arrays.dtype) or arrays.dtype.ndim != g.ndim:
+        return None
+
+    def pieces(g, arrays, axis=0):
+        if axis != 0 and not (g.ndim == 1 and axis == -1):
+            raise ValueError("concatenate_grad: only axis 0 in numba code")
+        out = []
+        start = 0
+        for x in arrays:
+            n = x.shape[0]
+            out.append(g[start:start + n])
+            start += n
+        return out
+    return pieces
+
+
+@_stub
+def stack_grad(g, arrays, axis=0):
+    pass
+
+
+@overload(stack_grad)
+def _stack_grad(g, arrays, axis=0):
+    """np.stack(arrays, 0)'s cotangents: g's items along its first axis, for a list or
+    tuple of arrays (or numbers) of one rank less; another axis raises, and the NumPy
+    backend runs the call."""
+    if not _arr(g) or not isinstance(arrays, (types.List, types.UniTuple)):
+        return None
+    item = arrays.dtype
+    if not ((_arr(item) and item.ndim == g.ndim - 1) or (_num(item) and g.ndim == 1)):
+        return None
+
+    def items(g, arrays, axis=0):
+        if axis != 0 and not (axis == -1 and g.ndim == 1):
+            raise ValueError("stack_grad: only axis 0 in numba code")
+        return [g[k] for k in range(len(arrays))]
+    return items
+
+
+@_stub
 def cast_into(value, target):
     pass
 

@@ -59,8 +59,12 @@ NUMBA_HELPERS = frozenset({
     "dot_grad_a", "dot_grad_b", "balanced_max_mask", "safe_log", "clip_grads", "clip_grad_a",
     "real_only", "add_at", "copy_item", "restore_item", "zero_item", "accumulate",
     "add", "transpose_grad", "extremum_grad", "safe_divide", "none_to_zero",
-    "log_softmax", "softmax", "logsumexp", "loop_items", "cast_into",
+    "log_softmax", "softmax", "logsumexp", "loop_items", "cast_into", "concatenate_grad",
+    "stack_grad",
 })
+
+# NumPy's functions that join a sequence of arrays (numba's take a tuple of them).
+_JOINS = frozenset({"concatenate", "stack", "vstack", "hstack", "column_stack", "dstack"})
 
 # Run-time checks that a value is not a list, tuple or dict, or not complex
 # (generated where the compiler could not prove it): dropped from numba code,
@@ -1014,6 +1018,12 @@ class _Rewriter(ast.NodeTransformer):
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
                 f.value.id in ("np", HELPER_PREFIX + "np") and f.attr == "random":
             raise Unsupported("np.random")
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
+                f.value.id in ("np", HELPER_PREFIX + "np") and f.attr in _JOINS and \
+                node.args and isinstance(node.args[0], ast.List):
+            # numba joins a tuple of arrays, not a list: np.concatenate([h, x])
+            node.args[0] = ast.copy_location(ast.Tuple(elts=node.args[0].elts,
+                                                       ctx=ast.Load()), node.args[0])
         return self.generic_visit(node)
 
     def _reduction(self, node: ast.Call) -> Optional[ast.Call]:
