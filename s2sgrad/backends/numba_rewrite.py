@@ -66,6 +66,18 @@ NUMBA_HELPERS = frozenset({
 # NumPy's functions that join a sequence of arrays (numba's take a tuple of them).
 _JOINS = frozenset({"concatenate", "stack", "vstack", "hstack", "column_stack", "dstack"})
 
+def _joined_as_tuple(node: ast.Call) -> ast.Call:
+    """np.concatenate([h, x]) (and stack, vstack, ...) given a tuple: numba joins a
+    tuple of arrays, not a list."""
+    f = node.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
+            f.value.id in ("np", HELPER_PREFIX + "np") and f.attr in _JOINS and \
+            node.args and isinstance(node.args[0], ast.List):
+        node.args[0] = ast.copy_location(ast.Tuple(elts=node.args[0].elts, ctx=ast.Load()),
+                                         node.args[0])
+    return node
+
+
 # Run-time checks that a value is not a list, tuple or dict, or not complex
 # (generated where the compiler could not prove it): dropped from numba code,
 # which takes no structures, and whose variants are keyed by the kinds of their
@@ -1018,13 +1030,7 @@ class _Rewriter(ast.NodeTransformer):
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
                 f.value.id in ("np", HELPER_PREFIX + "np") and f.attr == "random":
             raise Unsupported("np.random")
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
-                f.value.id in ("np", HELPER_PREFIX + "np") and f.attr in _JOINS and \
-                node.args and isinstance(node.args[0], ast.List):
-            # numba joins a tuple of arrays, not a list: np.concatenate([h, x])
-            node.args[0] = ast.copy_location(ast.Tuple(elts=node.args[0].elts,
-                                                       ctx=ast.Load()), node.args[0])
-        return self.generic_visit(node)
+        return self.generic_visit(_joined_as_tuple(node))
 
     def _reduction(self, node: ast.Call) -> Optional[ast.Call]:
         """np.sum/max/min/prod/mean (or the method) over an axis -> _nb_reduce_*."""
