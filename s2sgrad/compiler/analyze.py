@@ -31,6 +31,7 @@ from .names import name_nodes, stored_names, walk_values
 from .normalize import NormalForm, normalize
 from .ops import Op, OpKind, describe, names
 from .parse import parse_function
+from .returns import returned_leaves
 
 SCALAR = "()"
 
@@ -217,9 +218,12 @@ def leaf_names(nf: NormalForm, ops, leaf_params: Sequence[int]) -> Set[str]:
     a list, a popped value are not: their cotangents add item by item."""
     params = {nf.all_params[i] for i in leaf_params if i < len(nf.all_params)}
     makers: Dict[str, List[Optional[Op]]] = {}
-    for _, op in ops:
+    unproven: Set[str] = set()   # names some call of a function of yours may make a structure
+    for s, op in ops:
         for n in op.outputs:
             makers.setdefault(n, []).append(op)
+        if op.kind == OpKind.CALL:
+            unproven |= set(op.outputs) - call_result_leaves(s, op)
     described = {s for s, _ in ops}
     for s, _ in iter_statements(nf.node.body):
         if s not in described:
@@ -237,10 +241,28 @@ def leaf_names(nf: NormalForm, ops, leaf_params: Sequence[int]) -> Set[str]:
         for n in list(leaves):
             if n in params and n not in makers:
                 continue
-            if not all(_makes_leaf(op, leaves) for op in makers.get(n, ())):
+            if not all(_makes_leaf(op, leaves) or (op is not None and op.kind == OpKind.CALL
+                                                   and n not in unproven)
+                       for op in makers.get(n, ())):
                 leaves.discard(n)
                 changed = True
     return leaves
+
+
+def call_result_leaves(s: ast.stmt, op: Op) -> Set[str]:
+    """The names `r = f(...)` or `a, b = f(...)` binds that f's source proves arrays or
+    numbers (returns.returned_leaves): they are whatever the arguments are."""
+    if not (isinstance(s, ast.Assign) and len(s.targets) == 1):
+        return set()
+    returned = returned_leaves(op.callee)
+    target = s.targets[0]
+    if returned is True and isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(returned, tuple) and isinstance(target, ast.Tuple) and \
+            len(target.elts) == len(returned):
+        return {e.id for e, leaf in zip(target.elts, returned)
+                if leaf and isinstance(e, ast.Name)}
+    return set()
 
 
 # Functions without a gradient whose result has the structure of their argument:
