@@ -137,6 +137,8 @@ FEATURES = {
     "aug_scalar": 1.0,       # acc += e
     "elem_aug": 1.0,         # y[1] += e, M[0, 2] -= e
     "row_recurrence": 0.4,   # for i in range(1, y.shape[0]): y[i] += c * tanh(y[i - 1])
+    "stencil_update": 0.4,   # lap = y[:-2] + y[2:] - 2.0 * y[1:-1]; y[1:-1] += c * lap
+                             # (slices read before the update: kept as views)
     "subscript_write": 1.2,  # out = np.zeros(3); out[i] = e; out[1:] = e
     "fancy_write": 0.4,      # y[[0, 0, 1]] = e (repeated indices), y[[0, 2]] += e
     "add_at": 0.3,           # np.add.at(y, [0, 0, 2], e)
@@ -1248,6 +1250,8 @@ class ProgramGenerator(FamilyMixin):
             ("elem_aug", 1.0 if local_arrays else 0.0, lambda: self.s_elem_aug(local_arrays)),
             ("row_recurrence", 1.0 if local_arrays and nested_ok else 0.0,
              lambda: self.s_row_recurrence(local_arrays)),
+            ("stencil_update", 1.0 if any(v.shape[0] >= 3 for v in local_arrays) else 0.0,
+             lambda: self.s_stencil_update(local_arrays)),
             ("subscript_write", 1.0, lambda: self.s_subscript_write(local_arrays)),
             ("fancy_write", 1.0, lambda: self.s_fancy_write(local_arrays)),
             ("add_at", 1.0, lambda: self.s_add_at(local_arrays)),
@@ -1385,6 +1389,19 @@ class ProgramGenerator(FamilyMixin):
         self.emit(f"{v.name}[{i}] {self.rng.choice(['+=', '-='])} "
                   f"{self.rng.choice(['0.5', '0.3'])} * np.tanh({v.name}[{i} - 1])")
         self.indent -= 1
+
+    def s_stencil_update(self, arrays):
+        """A three-point stencil along the first axis: slices read, summed, and the
+        interior updated in place (the slices the adjoint reads only for their shapes
+        stay views; one whose values it reads is copied)."""
+        v = self.rng.choice([a for a in arrays if a.shape[0] >= 3])
+        n, lap = v.name, self.fresh("lap")
+        weight = self.rng.choice(["2.0", "np.tanh(" + self.expr((), 1) + ")"])
+        self.emit(f"{lap} = {n}[:-2] + {n}[2:] - {weight} * {n}[1:-1]")
+        update = self.rng.choice([f"{n}[1:-1] += 0.2 * {lap}",
+                                  f"{n}[1:-1] = {n}[1:-1] + 0.1 * np.tanh({lap})",
+                                  f"{n}[1:-1] -= 0.1 * {lap} * {n}[:-2]"])
+        self.emit(update)
 
     def bounded(self, e):
         return f"0.3 * np.tanh({e})" if self.loop_depth else e

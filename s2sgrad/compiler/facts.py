@@ -187,6 +187,10 @@ class StmtFact:
     # name: the arguments of the run-time check the forward makes before it.
     guard: Optional[tuple] = None
     snapshot: bool = False              # the value it binds is copied: a later write would see it
+    # The copy matters only to the adjoint: no statement of the function reads the
+    # value once a write has changed it. Kept a view where the adjoint reads no more
+    # than its shape (optimize.residuals.keep_views).
+    snapshot_for_adjoint: bool = False
     snapshot_targets: frozenset = frozenset()  # a loop: its targets copied per item
 
 

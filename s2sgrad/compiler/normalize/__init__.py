@@ -336,7 +336,7 @@ class _Normalizer:
                         not read_after(aliases, body, other, stmt):
                     # Nothing reads `other` once the write has run: giving it its own
                     # copy where it is bound changes nothing the program can see.
-                    snapshot_definitions(body, other, self.facts.stmts)
+                    snapshot_definitions(body, other, self.facts.stmts, for_adjoint=True)
                     continue
                 if seen:
                     where = aliases.defined_at.get(other)
@@ -365,7 +365,11 @@ class _Normalizer:
                     raise self.err(stmt, message, hint)
                 where = aliases.defined_at.get(other)
                 if where is not None:
-                    self.facts.stmts.note(where, snapshot=True)
+                    known = self.facts.stmts.of(where)
+                    # (a temporary read only before the write: the copy is the adjoint's)
+                    for_adjoint = (not known.snapshot or known.snapshot_for_adjoint) and \
+                        not read_after(aliases, body, other, stmt)
+                    self.facts.stmts.note(where, snapshot=True, snapshot_for_adjoint=for_adjoint)
                 # `tmp = v / v; v = tmp; v += 0.3`: v must get its own copy, or the
                 # update changes tmp (which the adjoint reads) through it.
                 for node in walk_scope(ast.Module(body=body, type_ignores=[])):
@@ -373,7 +377,7 @@ class _Normalizer:
                             isinstance(node.targets[0], ast.Name) and \
                             node.targets[0].id == name and \
                             isinstance(node.value, ast.Name) and node.value.id == other:
-                        self.facts.stmts.note(node, snapshot=True)
+                        self.facts.stmts.note(node, snapshot=True, snapshot_for_adjoint=False)
 
     def _lift_returns(self, body: List[ast.stmt]) -> List[ast.stmt]:
         """Give the function a single final `return`, moving early returns' tails."""

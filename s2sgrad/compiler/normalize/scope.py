@@ -342,14 +342,18 @@ def read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.st
     return False
 
 
-def snapshot_definitions(body: List[ast.stmt], name: str, stmts: NodeFacts[StmtFact]) -> None:
+def snapshot_definitions(body: List[ast.stmt], name: str, stmts: NodeFacts[StmtFact],
+                         for_adjoint: bool = False) -> None:
     """Make every binding of `name` a copy (`StmtFact.snapshot`; loop targets: the
-    item the transform binds them to)."""
+    item the transform binds them to). `for_adjoint`: nothing reads `name` once the
+    write has run, so the copy is only the adjoint's (see StmtFact)."""
     for s in walk_scope(ast.Module(body=body, type_ignores=[])):
         if isinstance(s, ast.Assign) and any(n.id == name for t in s.targets
                                              for n in name_nodes(t)
                                              if isinstance(n.ctx, ast.Store)):
-            stmts.note(s, snapshot=True)
+            known = stmts.of(s)
+            stmts.note(s, snapshot=True, snapshot_for_adjoint=for_adjoint and (
+                not known.snapshot or known.snapshot_for_adjoint))
         elif isinstance(s, ast.For) and name in {n.id for n in name_nodes(s.target)}:
             stmts.note(s, snapshot_targets=stmts.of(s).snapshot_targets | {name})
 

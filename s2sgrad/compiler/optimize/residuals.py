@@ -167,6 +167,7 @@ def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
     index = NameIndex() if index is None else index
     only_shape = _shape_only_names(adj)
     _save_shapes_only(t, only_shape, index)
+    keep_views(t, only_shape, index)
     adj_args = {a.arg for a in adj.args.args}
     defined: Dict[str, None] = {a: None for a in param_list(fwd)}
     names = Names(index)  # of the forward's statements before its return, which stay
@@ -218,6 +219,29 @@ def _save_shapes_only(t: Transformed, only_shape: Set[str], index: NameIndex) ->
         elif s.__class__ is ast.Assign and value.__class__ is ast.Name and value.id == var:
             s.value = _kept(var, True)
             index.changed(s)
+
+
+def keep_views(t: Transformed, only_shape: Set[str], index: NameIndex) -> None:
+    """`v = _s2s_snapshot(u[1:])` back to the view `v = u[1:]` where the copy was only
+    the adjoint's (StmtFact.snapshot_for_adjoint: no statement reads v once a write
+    has changed u) and the adjoint reads no more of v than its shape, which no write
+    changes (or nothing of it): a stencil's slices, summed before the array is
+    updated, are not copied."""
+    if t.pure:   # (its text is what a higher order differentiates, whose alias check
+        return   # would meet the view read after the write: its shape, in the residuals)
+    stmts = t.nf.facts.stmts
+    values_read = {n.id for n in index.function(t.adjoint)
+                   if n.ctx.__class__ is ast.Load} - only_shape
+    for s in walk_statements(t.forward.body):
+        value = s.value if s.__class__ is ast.Assign else None
+        if value is None or len(s.targets) != 1 or s.targets[0].__class__ is not ast.Name or \
+                s.targets[0].id in values_read or value.__class__ is not ast.Call or \
+                value.func.__class__ is not ast.Name or value.func.id != "_s2s_snapshot" or \
+                len(value.args) != 1 or value.keywords or \
+                not stmts.of(s).snapshot_for_adjoint:
+            continue
+        s.value = value.args[0]
+        index.changed(s)
 
 
 def _kept(name: str, shape_only: bool) -> ast.expr:

@@ -65,6 +65,7 @@ class Transformed:
     sites: List[object] = field(default_factory=list)
     # What each generated statement does with kept values (saves, restores, stacks).
     marks: ResidualMarks = field(default_factory=ResidualMarks)
+    pure: bool = False   # the adjoint makes no in-place updates (see transform)
 
 
 def transform(nf: NormalForm, activity: Activity, pure: bool = False) -> Transformed:
@@ -230,7 +231,7 @@ class Reverse:
                                   type_comment=None)
         copy_location(adjoint, fdef)
         t = Transformed(self.nf, self.act, forward, adjoint, self.names, residuals,
-                        self.callees, list(self.sites.values()), self.marks)
+                        self.callees, list(self.sites.values()), self.marks, self.pure)
         t.bindings = dict(self.default_bindings)
         return t
 
