@@ -189,20 +189,16 @@ class AdjointStatements:
                 else:
                     out.append(ast.Expr(value=helper_call("zero_item", name_node(b),
                                                           clone(index))))
-            if part is not None:
+            if part is not None and zero_list is None:
                 # After the zeroing: the value may be the array itself (x[i] = x).
                 core.accumulate(value.id, name_node(part), out)
         restored = self._restore_items(s, base, index, out)
         if zero_list is not None:
-            b, index = zero_list
-            like = [name_node(base)] if restored else []
-            if core.pure:
-                out.append(assign_node(b, helper_call("with_zeroed", name_node(b),
-                                                      clone(index), *like)))
-                core.state[b] = "owned"
-            else:
-                out.append(ast.Expr(value=helper_call("zero_item", name_node(b),
-                                                      clone(index), *like)))
+            _zero_written_items(core, *zero_list, [name_node(base)] if restored else [], out)
+            if part is not None:
+                # After the zeroing here too: `x[::-1] = x` of a name that may be a
+                # list added x_bar[::-1] to x_bar, then zeroed it (a zero gradient).
+                core.accumulate(value.id, name_node(part), out)
 
     def augassign_adjoint(self, s, op: Op, out: List[ast.stmt]) -> None:
         """x op= v reads like x_new = op(x_old, v), x_old being the saved copy."""
@@ -459,3 +455,15 @@ def _square_once(rule, op: Op, wanted: Dict[str, str], targets: List[Tuple[str, 
         return g, None
     targets.remove((y.id, wanted.pop("y")))
     return ast.BinOp(left=g, op=ast.Mult(), right=ast.Constant(value=2.0)), x.id
+
+
+def _zero_written_items(core, b: str, index: ast.expr, like: List[ast.expr],
+                        out: List[ast.stmt]) -> None:
+    """b[index] = 0 in a list's cotangent, once its old items are back (`like`: the
+    list, whose items' structure the zeros take)."""
+    if core.pure:
+        out.append(assign_node(b, helper_call("with_zeroed", name_node(b), clone(index),
+                                              *like)))
+        core.state[b] = "owned"
+    else:
+        out.append(ast.Expr(value=helper_call("zero_item", name_node(b), clone(index), *like)))
