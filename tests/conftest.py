@@ -81,6 +81,17 @@ def numeric_grad(f, args, i, eps=EPS):
     return numeric_vjp(f, args, 1.0, i, eps)
 
 
+def assert_grads_match_differences(f, args, positions, rtol=1e-6, atol=1e-8):
+    """s2sgrad.grad(f, positions)(*args) against central differences, argument by
+    argument; the gradients."""
+    import s2sgrad
+    grads = s2sgrad.grad(f, tuple(positions))(*args)
+    for i, g in zip(positions, grads):
+        np.testing.assert_allclose(g, numeric_grad(f, args, i), rtol=rtol, atol=atol,
+                                   err_msg=f"argument {i}")
+    return grads
+
+
 def random_cotangent(out, rng):
     if isinstance(out, tuple):
         return tuple(random_cotangent(o, rng) for o in out)

@@ -724,6 +724,14 @@ def _loop_items(value):
     return None
 
 
+@register_jitable
+def _first_axis(axis, ndim):
+    """Joins and stacks along axis 0 only (-1 of a vector is 0): another axis raises,
+    and the NumPy backend runs the call."""
+    if axis != 0 and not (ndim == 1 and axis == -1):
+        raise ValueError("only axis 0 in numba code")
+
+
 @_stub
 def concatenate_grad(g, arrays, axis=0):
     pass
@@ -739,8 +747,7 @@ def _concatenate_grad(g, arrays, axis=0):
         return None
 
     def pieces(g, arrays, axis=0):
-        if axis != 0 and not (g.ndim == 1 and axis == -1):
-            raise ValueError("concatenate_grad: only axis 0 in numba code")
+        _first_axis(axis, g.ndim)
         out = []
         start = 0
         for x in arrays:
@@ -768,8 +775,7 @@ def _stack_grad(g, arrays, axis=0):
         return None
 
     def items(g, arrays, axis=0):
-        if axis != 0 and not (axis == -1 and g.ndim == 1):
-            raise ValueError("stack_grad: only axis 0 in numba code")
+        _first_axis(axis, g.ndim)
         return [g[k] for k in range(len(arrays))]
     return items
 
