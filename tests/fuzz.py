@@ -209,6 +209,7 @@ FEATURES = {
     "struct_entry": 0.5,     # f(params, x): params a list of (W, b) tuples or a dict of arrays
     "nested_entry": 0.3,     # params = {"layers": [(W, b), ...], "scale": s}
     "item_write": 0.5,       # L[k] = e, L[k] = (a, b): an item of a list replaced
+    "list_reorder": 1.0,     # L.reverse(); L.sort(reverse=True) / L.sort(key=abs) of numbers
     "namedtuple": 0.4,       # records Layer(W, b) (a namedtuple), read as r.W, r.b
     "derivative_call": 0.3,  # s2sgrad.grad(lambda ...)(e) (or g = s2sgrad.grad(...); g(e)),
                              # functional.vjp/jvp/hvp(..., create_graph=True) inside the
@@ -1287,6 +1288,8 @@ class ProgramGenerator(FamilyMixin):
             ("chained_assign", 1.0, self.s_chained),
             ("item_write", 2.0 if any(L.mutable and L.elems for L in self.lists()) or
              any(S.mutable and S.n for S in structs) else 0.0, self.s_item_write),
+            ("list_reorder", 1.0 if any(L.mutable and len(L.elems) > 1 for L in self.lists())
+             else 0.0, self.s_list_reorder),
             ("struct_return_helper", 1.0 if any(h.kind == "struct_return" for h in self.helpers)
              else 0.0, self.s_struct_call),
             ("dict_return_helper", 1.0 if any(h.kind == "dict_return" for h in self.helpers)
@@ -2213,6 +2216,15 @@ class ProgramGenerator(FamilyMixin):
         e = self.loop_update(v) if self.loop_depth else self.expr(v.shape, 0)
         self.note_assignment(e)
         self.emit(f"{L.name}[{k}] = {e}")
+
+    def s_list_reorder(self):
+        """A local list reversed, or (of numbers) sorted, in place."""
+        L = self.rng.choice([L for L in self.lists() if L.mutable and len(L.elems) > 1])
+        if all(e == () for e in L.elems) and self.rng.random() < 0.5:
+            self.emit(f"{L.name}.sort({self.rng.choice(['reverse=True', 'key=abs', ''])})")
+        else:
+            self.emit(f"{L.name}.reverse()")
+            L.elems = type(L.elems)(reversed(L.elems))
 
     def s_chained(self):
         shape = self.rng.choice(self.shape_pool())

@@ -18,7 +18,7 @@ from ... import runtime
 from ...rules import registry
 from ..names import assign_node, clone, copy_location, name_node
 from ..resolve import FUNCTION_TYPES
-from .scope import dotted
+from .scope import dotted, is_builtin
 
 
 def starred_literal(n, expr, out: List[ast.stmt]) -> ast.expr:
@@ -452,6 +452,37 @@ def extend_as_appends(n, s: ast.Expr, call: ast.Call, out) -> bool:
                    body=[append(name_node(item))], orelse=[],
                    type_comment=None)
     n.statements.stmt(ast.fix_missing_locations(copy_location(loop, s)), out)
+    return True
+
+
+def reordered_in_place(n, s: ast.Expr, call: ast.Call, out) -> bool:
+    """`xs.reverse()` and `xs.sort(key=..., reverse=...)` of a name bound to a list
+    literal as the slice assignments they are (`xs[:] = xs[::-1]`, `xs[:] = sorted(xs,
+    ...)`): the same list object reordered in place, so every name holding it sees the
+    new order, and each item's cotangent follows it (slice writes are differentiated).
+    Python's own `sorted` is stable as `list.sort` is."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr in ("reverse", "sort") and
+            isinstance(func.value, ast.Name) and func.value.id in n.resolver.locals and
+            n.env.get(func.value.id, func.value.id) in n.lists and not call.args and
+            (func.attr == "sort" or not call.keywords) and
+            all(k.arg in ("key", "reverse") for k in call.keywords)):
+        return False
+    if func.attr == "sort" and not is_builtin(n.resolver, ast.Name(id="sorted", ctx=ast.Load()),
+                                              sorted):
+        return False   # (sorted is not Python's own here)
+    xs = func.value.id
+    if func.attr == "reverse":
+        value: ast.expr = ast.Subscript(value=name_node(xs), ctx=ast.Load(),
+                                        slice=ast.Slice(step=ast.UnaryOp(
+                                            op=ast.USub(), operand=ast.Constant(1))))
+    else:
+        value = ast.Call(func=ast.Name(id="sorted", ctx=ast.Load()), args=[name_node(xs)],
+                         keywords=[clone(k) for k in call.keywords])
+    write = ast.Assign(targets=[ast.Subscript(value=name_node(xs), slice=ast.Slice(),
+                                              ctx=ast.Store())],
+                       value=value, type_comment=None)
+    n.statements.stmt(ast.fix_missing_locations(copy_location(write, s)), out)
     return True
 
 

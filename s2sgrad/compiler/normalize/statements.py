@@ -59,7 +59,8 @@ class StatementRules:
             raise core.err(s, "generators and coroutines cannot be differentiated",
                            "Return a value instead of yielding it.")
         if isinstance(value, ast.Call):
-            if spelled.extend_as_appends(core, s, value, out):
+            if spelled.extend_as_appends(core, s, value, out) or \
+                    spelled.reordered_in_place(core, s, value, out):
                 return
             call = core.expressions.call(value, out)
             if not isinstance(call, ast.Constant):   # (an inlined helper's None: nothing)
