@@ -31,7 +31,7 @@ from .names import name_nodes, stored_names, walk_values
 from .normalize import NormalForm, normalize
 from .ops import Op, OpKind, describe, names
 from .parse import parse_function
-from .returns import returned_leaves
+from .returns import one_library_array, returned_leaves
 
 SCALAR = "()"
 
@@ -312,11 +312,7 @@ def _rule_makes_leaf(op: Op, leaves: Set[str]) -> bool:
         # would concatenate or repeat) is refused where it runs (sequence_guard).
         return True
     if op.callee is not None:
-        full = getattr(op.callee, "__module__", "") or ""
-        if full == "s2sgrad.runtime.fused":   # (softmax & co., recognised: an array)
-            return True
-        return full.split(".")[0] in ("numpy", "scipy") and \
-            not registry.returns_an_argument(op.callee)
+        return one_library_array(op.callee, rule)
     return all(n in leaves for n in op.diff_inputs)   # a method or attribute of leaves
 
 

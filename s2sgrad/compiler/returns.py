@@ -112,7 +112,17 @@ def _numeric_call(call: ast.Call, fn) -> bool:
         obj = getattr(obj, attr, None)
     if isinstance(obj, np.ufunc):
         return obj.nout == 1
-    module = (getattr(obj, "__module__", "") or "").split(".")[0]
-    rule = registry.lookup_function(obj) if callable(obj) else None
-    return module in ("numpy", "scipy") and rule is not None and \
-        not (rule.sequence_result or rule.outputs) and not registry.returns_an_argument(obj)
+    return one_library_array(obj, registry.lookup_function(obj) if callable(obj) else None)
+
+
+def one_library_array(fn, rule) -> bool:
+    """Whether `fn`, with this rule, returns one array or number: a NumPy or SciPy
+    function (or a reduction s2sgrad recognised, runtime.fused) whose result is not a
+    list or tuple (`outputs`, `sequence_result`: np.linalg.eigh, np.split) and not an
+    argument as it is. A rule of the user's (s2sgrad.defvjp) may return anything."""
+    if rule is None or rule.sequence_result or rule.outputs:
+        return False
+    module = getattr(fn, "__module__", "") or ""
+    if module == "s2sgrad.runtime.fused":   # (softmax & co., recognised: an array)
+        return True
+    return module.split(".")[0] in ("numpy", "scipy") and not registry.returns_an_argument(fn)
