@@ -10,7 +10,7 @@ import functools
 import inspect
 import types
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from . import compiler  # (its drivers and passes load at the first compile)
 from .arguments import (
@@ -164,9 +164,19 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
     compiled_pairs: Dict[tuple, Tuple[CompiledFunction, tuple]] = {}
     function_defaults = _function_defaults(f)
 
+    views: Dict[Any, Any] = {}   # f written over a structure's arrays -> its value_and_grad
+
+    def view_for(flat, inner_positions: Tuple[int, ...]) -> Callable:
+        return value_and_grad(flat.fn, inner_positions, witness=witness)
+
     @_derived_from(f, "value_and_grad", positions, not single)
     def value_and_grad_f(*args, **kwargs):
         kind = call_kind(f, args, positions)
+        if kind[1] is not None and not kwargs and not function_defaults:
+            through = _aggregates().through_view(f, positions, single, args, views,
+                                                 view_for, finalize)
+            if through is not None:
+                return through
         foreign = xp = None
         statics = functions_given(f, args, kwargs, function_defaults) \
             if kind[1] is not None or function_defaults or kwargs else ()
@@ -219,6 +229,10 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     """
     positions, single = normalize_wrt(wrt, len(args))
     numbers_at, leaves = call_kind(f, args, positions)
+    if leaves is not None and len(leaves) < len(args):   # lists, tuples or dicts given
+        through = _vjp_through_view(f, args, positions, single, jit, witness)
+        if through is not None:
+            return through
     complexes = () if leaves is None else complex_parameters(f, args, {})
     if jit and not complexes and not _instance_defaults(f):   # (the numba pair is not
         # specialised to complex values, nor made for an instance: the NumPy backend's are)
@@ -245,7 +259,39 @@ def vjp(f: Callable, *args: Any, wrt: Wrt = None, jit: bool = False,
     return out, pullback
 
 
+def _vjp_through_view(f: Callable, args: tuple, positions: Tuple[int, ...], single: bool,
+                      jit: bool, witness: Any) -> Optional[Tuple[Any, Callable]]:
+    """vjp of f given lists, tuples or dicts of arrays, from f written over their
+    arrays (compiler.aggregates), its cotangents regrouped into the structures; None
+    where there is no such view (see aggregates.through_view)."""
+    aggregates = _aggregates()
+    flat = aggregates.flattened(f, args)
+    inner_positions = () if flat is None else flat.positions(positions)
+    values = () if flat is None else flat.arguments(args)
+    if not inner_positions or not all(aggregates.inexact(values[k]) for k in inner_positions):
+        return None
+    try:
+        out, inner = vjp(flat.fn, *values, wrt=inner_positions, jit=jit, witness=witness)
+    except TransformError:   # (the general code reports it at the user's line)
+        return None
+
+    def pullback(v):
+        grads = tuple(finalize(g, args[p]) for g, p in zip(flat.regroup(inner(v), positions),
+                                                             positions))
+        return grads[0] if single else grads
+    return out, pullback
+
+
 _BACKENDS: list = []
+_AGGREGATES: list = []
+
+
+def _aggregates():
+    """s2sgrad.compiler.aggregates, imported on the first call given a structure."""
+    if not _AGGREGATES:
+        from .compiler import aggregates
+        _AGGREGATES.append(aggregates)
+    return _AGGREGATES[0]
 
 
 def _lift_beside_dask(args: tuple) -> tuple:

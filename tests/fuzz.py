@@ -186,6 +186,7 @@ FEATURES = {
     "dict": 0.6,             # d = {"w": e1, "b": e2}; d["w"]
     "dict_write": 0.5,       # d["new"] = e / d["w"] = e
     "dict_zip": 0.5,         # d = dict(zip(["w", "b"], [e1, e2]))
+    "dict_literal_loop": 0.5,  # for k in {"w": d["w"], "b": d["b"]}: ... d[k]
     "dict_loop": 0.5,        # for k, v in d.items() / d.values() / d.keys() / d
     "dict_iter": 0.5,        # a dict iterated as itself (for k in d) rather than d.keys()
     "comprehension": 0.8,    # [g(t) for t in L if ...], two generators, {k: .. for k, v in ..}
@@ -2090,7 +2091,11 @@ class ProgramGenerator(FamilyMixin):
                       f"for {v} in {D.name}.values():")
             src = v
         else:
-            self.emit(f"for {k} in {D.name}{self.keys_call()}:")
+            if self.choose([("dict_literal_loop", 0.3, lambda: True), (None, 1.0, lambda: False)]):
+                literal = ", ".join(f'"{key}": {D.name}["{key}"]' for key in D.items)
+                self.emit(f"for {k} in {{{literal}}}:")   # (a literal's keys)
+            else:
+                self.emit(f"for {k} in {D.name}{self.keys_call()}:")
             src = f"{D.name}[{k}]"
         vv = View(src, hom) if hom is not None else View(f"np.sum({src})", ())
         self.loop_body(acc, vv, [vv])

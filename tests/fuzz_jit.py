@@ -56,7 +56,8 @@ OFF = ("apply", "helper_call", "list_index", "for_list_literal",
        "pairs_param_helper", "dict_param_helper", "helper_relay", "struct_entry",
        "nested_entry", "item_write", "namedtuple", "derivative_call", "fancy_write",
        "aug_param", "einsum", "held_update", "closure_recursion", "masked_reduce",
-       "ufunc_outer", "dict_zip", "stencil_update", "list_reorder")
+       "ufunc_outer", "dict_zip", "stencil_update", "list_reorder",
+       "dict_literal_loop")
 LOOPS = ("for_range", "for_array", "while")
 
 

@@ -14,7 +14,14 @@ import s2sgrad
 from benchmarks.workloads.branchy_loop import branchy  # the benchmarks' own workloads
 from benchmarks.workloads.custom_softplus import Softplus
 from s2sgrad import optimizer_check
-from s2sgrad.backends import JitWarning, jit_source, numba_backend, numba_load, numba_variants
+from s2sgrad.backends import (
+    JitWarning,
+    jit_source,
+    jit_wait,
+    numba_backend,
+    numba_load,
+    numba_variants,
+)
 
 SCALE = 3.0        # a module-level constant read by `scaled` (read live)
 
@@ -652,20 +659,25 @@ def _leaf_differences(f, args, leaf, eps=1e-6):
 
 
 @pytest.mark.parametrize("small", [True, False])
-def test_a_list_of_tuples_accumulated_in_a_loop_runs_the_numpy_backend(small):
-    """jit=True's pair is compiled for arrays and numbers, whose cotangents add with
-    `+`: the LSTM benchmark's list of (W, b) tuples, whose cotangent a loop
-    accumulates (`params_bar += part`), ended in InternalError ("the gradient of a
-    list of 4 items has 124": the lists were concatenated). Its first call is checked
-    against the NumPy backend's pair for lists, disagrees, and runs that; one
-    JitWarning says why; gradients against differences (small) and NumPy's."""
+def test_a_list_of_tuples_accumulated_in_a_loop_is_compiled_over_its_arrays(small):
+    """jit=True's pair is compiled for arrays and numbers: the LSTM benchmark's list of
+    (W, b) tuples, whose cotangent a loop accumulates, ran the NumPy backend (numba
+    cannot type a list of arrays of two ranks) with a JitWarning. Written over its
+    eight arrays (compiler.aggregates), the loss and its helper cell are code over
+    arrays: numba compiles it, no warning; gradients (grad, a second call, vjp)
+    against the NumPy backend's and differences (small)."""
     pytest.importorskip("numba")
     from benchmarks.workloads import lstm_helper
     params, xs, target = lstm_helper.make_inputs(small=small)
     f = lstm_helper.lstm_loss
-    with pytest.warns(JitWarning):   # (one per function: numba's reason, or the lists')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
         got = s2sgrad.grad(f, jit=True)(params, xs, target)
-    again = s2sgrad.grad(f, jit=True)(params, xs, target)
+        jit_wait()
+        again = s2sgrad.grad(f, jit=True)(params, xs, target)
+    assert isinstance(got, list) and all(isinstance(p, tuple) for p in got)
+    assert s2sgrad.backends.jit_plan(f, params, xs, target).compile
+    assert "lstm_cell" in s2sgrad.backends.jit_source(f, params, xs, target)
     want = s2sgrad.grad(f)(params, xs, target)
     _, pullback = s2sgrad.vjp(f, params, xs, target, wrt=0, jit=True)
     from_vjp = pullback(1.0)
@@ -682,13 +694,14 @@ def test_a_list_of_tuples_accumulated_in_a_loop_runs_the_numpy_backend(small):
 @pytest.mark.parametrize("hidden, inp", [(3, 2), (5, 4)])
 def test_lists_tuples_and_dicts_of_arrays_under_jit(hidden, inp):
     """A list of (W, b) tuples and a dict: jit=True's gradient is NumPy's (against
-    differences), whatever runs it."""
+    differences), compiled over their arrays without a warning."""
     pytest.importorskip("numba")
     rng = np.random.default_rng(7)
     params = [(rng.standard_normal((hidden, hidden)) * 0.4, rng.standard_normal(hidden) * 0.1),
               (rng.standard_normal((hidden, inp)) * 0.4, rng.standard_normal(hidden))]
     xs, weights = rng.standard_normal((4, inp)), {"w": rng.standard_normal(hidden)}
-    with pytest.warns(JitWarning):   # (numba cannot type the structures here)
+    with warnings.catch_warnings():   # (written over their arrays: numba compiles it)
+        warnings.simplefilter("error", JitWarning)
         got = s2sgrad.grad(cells, wrt=(0, 2), jit=True)(params, xs, weights)
     want = s2sgrad.grad(cells, wrt=(0, 2))(params, xs, weights)
     _, pullback = s2sgrad.vjp(cells, params, xs, weights, wrt=0, jit=True)

@@ -3,7 +3,7 @@ defs, chained item assignments, container constructors, dict.get. Each gradient
 against central differences of the original function, on two shapes."""
 import numpy as np
 import pytest
-from conftest import check_vjp, import_source
+from conftest import check_vjp, import_source, numeric_grad
 
 import s2sgrad
 
@@ -400,12 +400,22 @@ def test_a_name_bound_to_a_function_and_a_loop_over_functions(m, shape, rng):
         s2sgrad.grad(m.a_changed_list_of_functions)(np.ones(shape))
 
 
-def test_a_starred_item_of_unknown_length_in_a_tuple_is_refused(make_module):
+@pytest.mark.parametrize("shape", [(2,), (2, 3)])
+def test_a_starred_item_of_unknown_length_in_a_tuple_is_refused(make_module, shape):
+    """`(*ws, x)` where ws's length is not known is refused at its line; given a list
+    of arrays, whose length the call fixes (compiler.aggregates), it is differentiated
+    (against differences)."""
     mod = make_module("import numpy as np\n\n\ndef f(x, ws):\n"
                       "    t = (*ws, x)\n    return np.sum(t[0] * t[-1])\n")
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal(shape), rng.standard_normal(shape[-1:])
     with pytest.raises(s2sgrad.TransformError, match="starred item") as info:
-        s2sgrad.grad(mod.f)(np.ones(2), [np.ones(2)])
+        s2sgrad.grad(mod.f)(x, [w, "not an array"])   # (no view: the general code)
     assert info.value.lineno == 5
+    got = s2sgrad.grad(mod.f, (0, 1))(x, [w])
+    for i, g in enumerate((got[0], got[1][0])):
+        want = numeric_grad(lambda x, w: mod.f(x, [w]), [x, w], i)
+        np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("shape", [(3,), (2, 3)])

@@ -31,6 +31,7 @@ from ..arguments import (
     structured,
 )
 from ..compiler import all_hold, flat_bindings
+from ..compiler.aggregates import flattened, leaves, through_view
 from ..introspect import user_instance
 from ..runtime.arrays import holds_complex
 from ..witness import vouched_for
@@ -63,6 +64,8 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
     states: list = []
     verdicts: Dict[tuple, bool] = {}   # structured call's leaves -> jit's pair holds
     checked: list = []                 # [(a state's pair, its bindings flattened)]
+    views: Dict[Any, Any] = {}         # f written over a structure's arrays -> its jit
+    view_maker = _jit_view(witness, numpy_path, positions, single)
 
     def value_and_grad_f(*args, **kwargs):
         if states and numpy_only(states[0]) and not states[0].discarded:
@@ -73,6 +76,10 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
                           any(holds_complex(a) for a in kwargs.values()) or
                           any(user_instance(a) for a in args)):
             return numpy_path(*args, **kwargs)   # (an instance: the API's pair is made for it)
+        if not plain and not kwargs and structured(args, kwargs):
+            through = through_view(f, positions, single, args, views, view_maker, finalize)
+            if through is not None:
+                return through
         pattern = held = None
         if not plain and structured(args, kwargs):
             pattern = (leaf_positions(args), tuple(sorted(kwargs)))
@@ -90,6 +97,19 @@ def jit_value_and_grad(f: Callable, positions: Tuple[int, ...], single: bool,
                              args, kwargs)
         return _jit_call(states[0], single, positions, args, kwargs)
     return value_and_grad_f
+
+
+def _jit_view(witness: Any, numpy_path: Callable, positions: Tuple[int, ...], single: bool):
+    """jit=True's value_and_grad of a view over a structure's arrays (aggregates.Flat);
+    its NumPy path is the NumPy backend's, given the structures."""
+    def inner_for(flat, inner_positions: Tuple[int, ...]) -> Callable:
+        def numpy_leaves(*values):
+            out, grads = numpy_path(*flat.rebuilt(values))
+            grads = (grads,) if single else grads
+            return out, tuple(x for g, p in zip(grads, positions)
+                              for x in leaves(g, flat.specs[p]))
+        return jit_value_and_grad(flat.fn, inner_positions, False, numpy_leaves, witness)
+    return inner_for
 
 
 def _still_current(state, checked: list) -> bool:
@@ -189,6 +209,7 @@ def numpy_runs_vjp(f: Callable, positions: Tuple[int, ...], witness: Any = None)
 def jit_source(f: Callable, *args: Any, wrt=0, **kwargs) -> str:
     """The numba-subset code jit=True compiles for f at these arguments' types."""
     positions, _ = normalize_wrt(wrt, len(args))
+    f, positions, args = _viewed(f, positions, args, kwargs)
     return source_of(state_for(f, positions), args, kwargs)
 
 
@@ -205,7 +226,17 @@ def jit_plan(f: Callable, *args: Any, wrt=0, vjp: bool = False, **kwargs) -> Jit
     size of the largest array). vjp=True: for `s2sgrad.vjp(f, *args, jit=True)`, else
     for grad and value_and_grad."""
     positions, _ = normalize_wrt(wrt, len(args))
+    f, positions, args = _viewed(f, positions, args, kwargs)
     return plan_of(state_for(f, positions), args, kwargs, vjp)
+
+
+def _viewed(f: Callable, positions: Tuple[int, ...], args: tuple, kwargs: dict) -> tuple:
+    """(function, positions, arguments) jit=True runs for this call: f's view over the
+    arrays of the lists, tuples and dicts given (compiler.aggregates), or f's own."""
+    flat = None if kwargs or not structured(args) else flattened(f, args)
+    if flat is None or not flat.positions(positions):
+        return f, positions, args
+    return flat.fn, flat.positions(positions), flat.arguments(args)
 
 
 def jit_wait(f: Optional[Callable] = None, timeout: Optional[float] = None) -> bool:

@@ -55,8 +55,8 @@ from .parse import parse_function
 def disk_store(fn, wrt, options):
     """(store, key) when the disk cache is on and `fn` has source, else (None, None)."""
     store = disk_cache.current()
-    if store is None:
-        return None, None
+    if store is None or hasattr(unwrap(fn), "__s2sgrad_tree__"):
+        return None, None   # (a function the compiler wrote has no text of its own)
     try:
         disk_key = disk_cache.function_key(fn, wrt, options)
     except Exception:  # noqa: BLE001 - no key, no disk cache; the compile reports errors

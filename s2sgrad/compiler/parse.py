@@ -6,6 +6,7 @@ comments in generated code point at the code the user wrote.
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import linecache
 import textwrap
@@ -82,6 +83,9 @@ def parse_function(fn: Callable) -> ParsedFunction:
             hint="Pass a function defined with def or lambda in a .py file.")
     code = fn.__code__
     filename = code.co_filename
+    made = getattr(fn, "__s2sgrad_tree__", None)
+    if made is not None:   # a function the compiler wrote (compiler.aggregates): its tree
+        return _made(fn, made)
     found = source_block(fn)
     node = None if found is None else _parse_in_place(*found, code)
     if node is not None:
@@ -111,6 +115,17 @@ def parse_function(fn: Callable) -> ParsedFunction:
                           source="".join(block), globals=fn.__globals__,
                           closure=closure, _lines=linecache.getlines(filename) or None,
                           own_tree=own_tree)
+
+
+def _made(fn: types.FunctionType, node: ast.FunctionDef) -> ParsedFunction:
+    """The record of a function whose tree the compiler wrote from the user's (every
+    node at the user's line): that tree, not the file's text, is its source."""
+    code = fn.__code__
+    closure = dict(zip(code.co_freevars, fn.__closure__ or ()))
+    return ParsedFunction(fn=fn, name=code.co_name, node=copy.deepcopy(node),
+                          filename=code.co_filename, source=ast.unparse(node),
+                          globals=fn.__globals__, closure=closure,
+                          _lines=linecache.getlines(code.co_filename) or None)
 
 
 def _parse_in_place(block: List[str], first: int, code: types.CodeType):

@@ -97,8 +97,8 @@ class ControlRules:
 
     def dict_loop(self, s: ast.For) -> Optional[ast.For]:
         """`for k, v in d.items()`, `for v in d.values()`, `for k in d.keys()` (and
-        `for k in d` over a dict literal) as a loop over the keys, which carry no
-        gradient, reading each value as `d[k]`."""
+        `for k in d` over a dict literal or a name bound to one) as a loop over the
+        keys, which carry no gradient, reading each value as `d[k]`."""
         core = self.core
         it = s.iter
         method = None
@@ -106,7 +106,8 @@ class ControlRules:
                 it.func.attr in ("items", "values", "keys") and not it.args and \
                 not it.keywords:
             method, base = it.func.attr, it.func.value
-        elif isinstance(it, ast.Name) and core.env.get(it.id, it.id) in core.dict_names:
+        elif isinstance(it, ast.Name) and core.env.get(it.id, it.id) in core.dict_names or \
+                isinstance(it, (ast.Dict, ast.DictComp)):   # (`for k in {...}`: its keys)
             method, base = "keys", it
         if method is None:
             return None
