@@ -205,14 +205,17 @@ def f(x, ws):
 
 def test_a_zipped_sequence_shorter_than_the_functions_is_loud(make_module):
     """zip stops at the shortest sequence; the unrolled loop takes as many steps
-    as there are functions, so a shorter sequence the compiler cannot see is an
-    IndexError at run time, never a step silently left out."""
+    as there are functions, so a shorter sequence the compiler cannot see (an array)
+    is an IndexError at run time, never a step silently left out. A list's length
+    the call fixes (compiler.aggregates): two steps, exactly."""
     m = make_module(ZIPPED.format(functions="np.tanh, np.sin, np.cos"))
     x = np.linspace(0.1, 0.5, 3)
     g = s2sgrad.grad(m.f)(x, [1.0, 2.0, 3.0])
     np.testing.assert_allclose(g, _fd(lambda z: m.f(z, [1.0, 2.0, 3.0]), x), rtol=1e-6)
     with pytest.raises(IndexError):
-        s2sgrad.grad(m.f)(x, [1.0, 2.0])
+        s2sgrad.grad(m.f)(x, np.array([1.0, 2.0]))
+    g = s2sgrad.grad(m.f)(x, [1.0, 2.0])
+    np.testing.assert_allclose(g, _fd(lambda z: m.f(z, [1.0, 2.0]), x), rtol=1e-6)
 
 
 # -- a def or lambda of the function passed to a helper -----------------------------------
