@@ -117,6 +117,26 @@ def over_keys(weights, x):
     return total
 
 
+def dict_methods(d, x):
+    total = np.sum(d.get("u") * x)
+    for k, v in d.items():
+        total = total + len(k) * np.sum(np.cos(v * x))
+    for v in d.values():
+        total = total + np.sum(v)
+    for k in d.keys():
+        total = total * 0.5 + np.sum(d[k] ** 2)
+    for pair in d.items():
+        total = total + np.sum(pair[1])
+    return total
+
+
+def late_binding(params, x):
+    fs = []
+    for p in params:
+        fs.append(lambda v: np.sum(p[0] * v))   # (each reads the last p)
+    return sum(f(x) for f in fs)
+
+
 def appends(ws, x):
     ws.append(x)
     return np.sum(ws[0] * x)
@@ -160,6 +180,12 @@ def test_constant_reads_unpacking_and_helpers_become_the_arrays():
     text = _text(mlp, params, np.ones(3))
     assert text.splitlines()[1:5] == ["    W = params_0_0", "    b = params_0_1",
                                       "    x = np.tanh(W @ x + b)", "    W = params_1_0"]
+    text = _text(dict_methods, {"u": np.ones(3), "vw": np.ones(3)}, np.ones(3))
+    assert "total = np.sum(d_u * x)" in text and "k = 'vw'" in text
+    assert "v = d_vw\n    total = total + len(k) * np.sum(np.cos(v * x))" in text
+    assert "pair = ('u', d_u)" in text       # (a pair bound to one name: a literal)
+    text = _text(late_binding, params, np.ones(3))   # (a lambda run after the loop)
+    assert "for p in [(params_0_0, params_0_1), (params_1_0, params_1_1)]:" in text
     text = _text(early_exit, params, np.ones(3))   # (a break: the loop stays, the literal)
     assert "for W, b in [(params_0_0, params_0_1), (params_1_0, params_1_1)]:" in text
     text = _text(by_key, {"scale": 2.0, "w": np.ones(3)}, np.ones(3))
@@ -213,9 +239,10 @@ def test_gradients_through_the_view_match_differences(shape, jit):
             if jit and f is early_exit:   # (numba cannot type the list it walks)
                 continue
             _check_against_differences(f, (params, x), (0, 1), jit=jit)
-        _check_against_differences(over_keys, ({"u": rng.standard_normal(shape[0]),
-                                                 "v": rng.standard_normal(shape[0])}, x),
-                                   (0, 1), jit=jit)
+        for f in (over_keys, dict_methods):
+            _check_against_differences(f, ({"u": rng.standard_normal(shape[0]),
+                                            "vw": rng.standard_normal(shape[0])}, x),
+                                       (0, 1), jit=jit)
         weights = {"scale": 0.7, "w": rng.standard_normal(shape[0])}
         g = _check_against_differences(by_key, (weights, x), 0, jit=jit)
         assert isinstance(g[0]["scale"], float)   # (a float item: its own differences)

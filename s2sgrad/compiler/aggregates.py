@@ -131,6 +131,7 @@ class _Agg:
     kind: str
     keys: Tuple[Any, ...]
     items: Tuple[Union[str, "_Agg"], ...]      # a leaf's parameter name, or a structure
+    # (or, in the (key, value) pairs of an unrolled `for k, v in d.items()`, a _Key)
 
     def item(self, key: Any) -> Optional[Union[str, "_Agg"]]:
         if self.kind == "dict":
@@ -155,6 +156,8 @@ def _literal(v: Union[str, _Agg], at: ast.AST) -> ast.expr:
     """The structure (or leaf) as an expression built from the leaves' names."""
     if isinstance(v, str):
         node: ast.expr = ast.Name(id=v, ctx=ast.Load())
+    elif isinstance(v, _Key):
+        node = ast.Constant(value=v.value)
     elif v.kind == "dict":
         node = ast.Dict(keys=[ast.Constant(value=k) for k in v.keys],
                         values=[_literal(i, at) for i in v.items])
@@ -354,26 +357,32 @@ class _View:
         """`for W, b in params:`, `for k in d:` or `for k in range(len(params)):` whose
         body reads a structure: one copy of the body per item (at most MAX_UNROLL),
         the loop variable that item, so that each read in the copy names an array.
-        Only where that is the loop: no else, break or continue, loop variables bound
-        there alone and read nowhere else."""
-        if s.orelse or _jumps(s.body):
-            return None
+        Only where that is the loop: no else, break or continue, no lambda, def or
+        generator that may run later (it would read the last item), loop variables
+        not bound again in the body."""
+        if s.orelse or _jumps(s.body) or any(
+                isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef,
+                               ast.ClassDef, ast.GeneratorExp))
+                for b in s.body for n in ast.walk(b)):
+            return None   # (code run later reads the loop variable's last value)
         inside = _load_counts(s)
         if not set(inside) & set(self.env):
             return None
         targets = [n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)]
+        in_body = _binding_counts(ast.Module(body=s.body, type_ignores=[]))
         if not isinstance(s.target, (ast.Name, ast.Tuple, ast.List)) or \
-                any(self.bindings.get(t, 0) != 1 or t in self.env or
-                    self.loads.get(t, 0) != inside.get(t, 0) for t in targets):
+                any(t in self.env or in_body.get(t) for t in targets):
             return None
         items = self._items(s)
         if items is None or len(items) > MAX_UNROLL:
             return None
+        # a structure item is a name for the copy alone where nothing else reads it
+        only_inside = {t for t in targets if self.loads.get(t, 0) == inside.get(t, 0)}
         out: List[ast.stmt] = []
         self.depth += 1
         for item in items:
             scoped: List[str] = []
-            out.extend(self._bind_item(s.target, item, s, scoped))
+            out.extend(self._bind_item(s.target, item, s, scoped, only_inside))
             out.extend(self._block(copy.deepcopy(s.body)))
             for name in scoped:
                 self.env.pop(name, None)
@@ -390,6 +399,15 @@ class _View:
                 return [_Key(k) for k in value.keys]
             return list(value.items)
         it = s.iter
+        method = _dict_method(it)
+        if method is not None and not it.args:
+            d = self._virtual(it.func.value)
+            if isinstance(d, _Agg) and d.kind == "dict":
+                if method == "keys":
+                    return [_Key(k) for k in d.keys]
+                if method == "values":
+                    return list(d.items)
+                return [_Agg("tuple", (0, 1), (_Key(k), v)) for k, v in zip(d.keys, d.items)]
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and not it.keywords \
                 and self._resolve(it.func.id) is range and 1 <= len(it.args) <= 3:
             it.args = [self._expr(a) for a in it.args]
@@ -401,15 +419,16 @@ class _View:
                     return [_Key(k) for k in span]
         return None
 
-    def _bind_item(self, target: ast.expr, item: Any, at: ast.For,
-                   scoped: List[str]) -> List[ast.stmt]:
+    def _bind_item(self, target: ast.expr, item: Any, at: ast.For, scoped: List[str],
+                   only_inside: Set[str]) -> List[ast.stmt]:
         """`target = item` for one copy of an unrolled body: a structure is a name for
         the copy alone (scoped), an array or a key a plain assignment (a key is also
         known to the copy, for the reads it indexes)."""
         if isinstance(target, ast.Name):
             scoped.append(target.id)
-            if isinstance(item, _Agg):
-                self.env[target.id] = item
+            if isinstance(item, _Agg) and target.id in only_inside and \
+                    not any(isinstance(i, _Key) for i in item.items):
+                self.env[target.id] = item   # (a (key, value) pair of items(): a literal)
                 return []
             if isinstance(item, _Key):
                 self.consts[target.id] = item.value
@@ -422,7 +441,7 @@ class _View:
                 not any(isinstance(e, ast.Starred) for e in target.elts):
             out: List[ast.stmt] = []
             for elt, sub in zip(target.elts, item.items):
-                out.extend(self._bind_item(elt, sub, at, scoped))
+                out.extend(self._bind_item(elt, sub, at, scoped, only_inside))
             return out
         value = copy_location(ast.Constant(value=item.value), at.iter) \
             if isinstance(item, _Key) else _literal(item, at.iter)
@@ -476,6 +495,11 @@ class _View:
         """What `e` is when it names a structure or one of its items by constants."""
         if isinstance(e, ast.Name) and isinstance(e.ctx, ast.Load):
             return self.env.get(e.id)
+        if _dict_method(e) == "get" and len(e.args) == 1 and \
+                isinstance(e.args[0], ast.Constant):   # d.get("w") of a key it has
+            d = self._virtual(e.func.value)
+            if isinstance(d, _Agg) and d.kind == "dict":
+                return d.item(e.args[0].value)
         if isinstance(e, ast.Subscript) and isinstance(e.ctx, ast.Load):
             base = self._virtual(e.value)
             if not isinstance(base, _Agg):
@@ -673,6 +697,14 @@ class _Key:
     """A dict's key or a range's number that an unrolled copy's loop variable holds."""
 
     value: Any
+
+
+def _dict_method(e: ast.expr) -> Optional[str]:
+    """`keys`, `values`, `items` or `get` for a call `x.<that>(...)` without keywords."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and not e.keywords and \
+            e.func.attr in ("keys", "values", "items", "get"):
+        return e.func.attr
+    return None
 
 
 def _load_counts(node: ast.AST) -> Dict[str, int]:
