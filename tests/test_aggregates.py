@@ -133,7 +133,7 @@ def dict_methods(d, x):
 def late_binding(params, x):
     fs = []
     for p in params:
-        fs.append(lambda v: np.sum(p[0] * v))   # (each reads the last p)
+        fs.append(lambda v: np.sum(p[0] * v))  # noqa: B023 - (each reads the last p)
     return sum(f(x) for f in fs)
 
 
