@@ -304,3 +304,21 @@ def test_a_loop_over_a_dict_literal_walks_its_keys(shape):
     t = rng.standard_normal(shape)
     _, tangent = s2sgrad.functional.jvp(lambda x: dict_literal_keys(x, y), (x,), (t,))
     np.testing.assert_allclose(tangent, np.sum(got[0] * t), rtol=1e-8)
+
+
+def test_a_function_made_per_call_takes_its_views_along(make_module):
+    """Views are kept weakly by the function they are of: a loss defined inside a
+    training loop (a closure per step) leaves none behind."""
+    import gc
+    import weakref
+    mod = make_module("import numpy as np\n\n\ndef make(scale):\n    def loss(p, x):\n"
+                      "        return scale * np.sum(p[0] * x)\n    return loss\n")
+    refs = []
+    for step in range(3):
+        f = mod.make(float(step + 1))
+        got = s2sgrad.grad(f)([np.ones(2)], np.array([1.0, 2.0]))
+        np.testing.assert_allclose(got[0], (step + 1) * np.array([1.0, 2.0]))
+        refs.append(weakref.ref(f))
+        del f
+    gc.collect()
+    assert all(r() is None for r in refs)

@@ -35,6 +35,7 @@ import inspect
 import keyword
 import threading
 import types
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
@@ -217,8 +218,10 @@ class Flat:
 
 _MISSING = object()
 _CANNOT = (_NoView, TransformError, OSError, TypeError, SyntaxError, ValueError)
-_VIEWS: Dict[tuple, Optional[Flat]] = {}
-_MADE: Dict[tuple, Set[tuple]] = {}   # (fn, code) -> the structures it was given
+# fn -> {(its code, the structures given): its view or None}; weakly: a function made
+# per call (a closure) takes its views along
+_VIEWS: "weakref.WeakKeyDictionary[Any, Dict[tuple, Optional[Flat]]]" = \
+    weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
@@ -235,23 +238,22 @@ def flattened(fn: Any, args: Sequence[Any]) -> Optional[Flat]:
         return None
     if all(s is None for s in specs) or len(args) != fn.__code__.co_argcount:
         return None
-    key = (fn, fn.__code__, specs)
+    key = (fn.__code__, specs)
     with _LOCK:
-        if key in _VIEWS:
-            flat = _VIEWS[key]
+        made = _VIEWS.setdefault(fn, {})
+        if key in made:
+            flat = made[key]
             if flat is None or flat.current():
                 return flat
-        made = _MADE.setdefault((fn, fn.__code__), set())
-        made.add(specs)
-        if len(made) > MAX_VIEWS:   # structures that change call by call: data, not
-            return None             # parameters (a compile per call would cost more)
+        elif len(made) >= MAX_VIEWS:   # structures that change call by call: data, not
+            return None                # parameters (a compile per call would cost more)
         try:
             flat = _View(fn, dict(zip(_positional(fn), specs)), (), {}).make()
         except _CANNOT:
             flat = None
         if flat is not None:
             flat.specs = specs
-        _VIEWS[key] = flat
+        made[key] = flat
         return flat
 
 
@@ -619,7 +621,8 @@ class _View:
         """A check that `name`, read by this function, still means `target` (and
         its code is still the code the view was written from)."""
         code, fn = target.__code__, self.fn
-        return lambda: _resolve_in(fn, name) is target and target.__code__ is code
+        where = (fn.__code__.co_freevars, fn.__closure__, fn.__globals__)   # (not fn: weakly)
+        return lambda: _lookup(*where, name) is target and target.__code__ is code
 
 
 def _function_of(fn: types.FunctionType, node: ast.FunctionDef,
@@ -650,7 +653,6 @@ def _function_of(fn: types.FunctionType, node: ast.FunctionDef,
     view = types.FunctionType(inner, fn.__globals__, fn.__name__, None, closure or None)
     view.__qualname__, view.__module__ = fn.__qualname__, fn.__module__
     view.__s2sgrad_tree__ = node
-    view.__s2sgrad_view_of__ = fn
     return view
 
 
@@ -675,14 +677,19 @@ def _binding_counts(node: ast.FunctionDef) -> Dict[str, int]:
 
 
 def _resolve_in(fn: types.FunctionType, name: str) -> Any:
-    code = fn.__code__
-    if name in code.co_freevars:
+    return _lookup(fn.__code__.co_freevars, fn.__closure__, fn.__globals__, name)
+
+
+def _lookup(freevars: Tuple[str, ...], closure: Optional[tuple], namespace: dict,
+            name: str) -> Any:
+    """What `name` means to a function with these free variables, cells and globals."""
+    if name in freevars:
         try:
-            return fn.__closure__[code.co_freevars.index(name)].cell_contents
+            return closure[freevars.index(name)].cell_contents
         except ValueError:
             return _MISSING
-    if name in fn.__globals__:
-        return fn.__globals__[name]
+    if name in namespace:
+        return namespace[name]
     return getattr(builtins, name, _MISSING)
 
 
