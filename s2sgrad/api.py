@@ -397,10 +397,18 @@ def _known_pair(f: Callable, positions: Tuple[int, ...], numbers_at: Tuple[int, 
 
 
 def source(f: Callable, wrt: Union[int, Sequence[int]] = 0, optimize: bool = True,
-           mode: str = "reverse") -> str:
+           mode: str = "reverse", *, args: Optional[Sequence[Any]] = None) -> str:
     """The generated code of f (and of the functions it calls), as text: its forward
-    and adjoint (mode="reverse"), or its tangent code (mode="forward")."""
+    and adjoint (mode="reverse"), or its tangent code (mode="forward"). `args`: the
+    code a call given these arguments runs, where some are lists, tuples or dicts of
+    arrays (f written over their arrays: see compiler.aggregates)."""
     positions, _ = normalize_wrt(wrt, f=f)
+    flat = None if args is None or mode != "reverse" else \
+        _aggregates().flattened(f, tuple(args))
+    if flat is not None and flat.positions(positions):
+        return compiler.compile_function(
+            flat.fn, flat.positions(positions), optimize,
+            leaves=tuple(range(len(flat.arguments(tuple(args)))))).source
     if mode == "forward":
         return compiler.compile_jvp(f, positions, optimize).source
     if mode != "reverse":

@@ -322,3 +322,13 @@ def test_a_function_made_per_call_takes_its_views_along(make_module):
         del f
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_source_shows_the_code_a_call_given_structures_runs():
+    rng = np.random.default_rng(4)
+    params, x = _mlp(rng, (3, 2)), np.ones(3)
+    text = s2sgrad.source(mlp, 0, args=(params, x))
+    assert "gradient with respect to params_0_0, params_0_1, params_1_0, params_1_1" in text
+    assert "def mlp_adjoint(" in text and "_s2s_add(" not in text
+    assert "_s2s_zeros_like(params)" in s2sgrad.source(mlp, 0)   # (the general code)
+    assert s2sgrad.source(mlp, 1, args=(params, x)).count("def mlp_forward(params_0_0") == 1
