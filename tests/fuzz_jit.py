@@ -63,8 +63,9 @@ LOOPS = ("for_range", "for_array", "while")
 
 def numba_weights(structures: bool = False) -> dict:
     """The fuzzer's weights for jit: the constructs numba has no form for off (kept
-    with `structures`: lists, tuples and dicts of arrays must then run the NumPy
-    backend, with its gradient, never a crash), loops weighing more."""
+    with `structures`: lists, tuples and dicts of arrays then run numba through the
+    views over their arrays or the NumPy backend, with its gradient, never a
+    crash), loops weighing more."""
     import fuzz
     weights = dict(fuzz.FEATURES)
     for name in OFF:
@@ -88,6 +89,16 @@ def _same(got, want) -> bool:
         if g.shape != w.shape or not np.allclose(g, w, rtol=1e-7, atol=1e-9, equal_nan=True):
             return False
     return True
+
+
+def _run_as(f, i: int, args) -> tuple:
+    """(function, positions) jit=True runs for grad(f, wrt=i) on args: f's view over the
+    arrays of the lists, tuples and dicts among them (compiler.aggregates), or f."""
+    from s2sgrad.compiler import aggregates
+    flat = aggregates.flattened(f, tuple(args))
+    if flat is None or not flat.positions((i,)):
+        return f, (i,)
+    return flat.fn, flat.positions((i,))
 
 
 def check_program(seed: int, index: int, workdir: str, structures: bool = False,
@@ -131,7 +142,7 @@ def check_program(seed: int, index: int, workdir: str, structures: bool = False,
         for g in (got, again):
             if not _same(g, want):
                 return "wrong", f"{path} wrt={i}: {g!r} != {want!r}"
-        state = numba_backend.known_state(module.f, (i,))
+        state = numba_backend.known_state(*_run_as(module.f, i, args))
         if _ran_numba(state):
             status = "pass"
         elif state is not None:
@@ -147,7 +158,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--plan", choices=("loops", "always"), default="loops")
     parser.add_argument("--structures", action="store_true",
-                        help="lists, tuples and dicts too (they must run the NumPy backend)")
+                        help="lists, tuples and dicts too (numba runs the views over their "
+                             "arrays; the others run the NumPy backend)")
     parser.add_argument("--background", action="store_true",
                         help="the first call runs NumPy while a thread builds the variant")
     args = parser.parse_args(argv)

@@ -125,6 +125,31 @@ def test_clip_at_a_bound_splits_like_maximum(make_module):
     np.testing.assert_allclose(g, [0.0, 0.5, 1.0, 0.5, 0.0])
 
 
+@pytest.mark.parametrize("bounds", [(-1.0, 1.0), (None, 0.5), (-0.5, None), (0, 2),
+                                    (1.0, 1.0), (np.float64(-1.0), np.float64(1.0))])
+def test_clip_cotangent_without_ties_is_the_masks_to_the_bit(bounds):
+    """Number bounds and no element on one: the cotangent is g times `lo < a < hi`
+    (runtime.numpy_grads.strictly_inside), the masks' value bit for bit (NaN gets 0,
+    float64 stays); a tie, or lo == hi, takes the masks (halves)."""
+    from s2sgrad.runtime import numpy_grads
+    from s2sgrad.runtime.reverse import balanced_max_mask
+    rng = np.random.default_rng(5)
+    lo, hi = bounds
+    for trial in range(60):
+        a, g = rng.standard_normal((2, 7))
+        a[2] = 1.0 if trial % 3 == 0 else a[2]
+        a[4] = np.nan if trial % 5 == 0 else a[4]
+        mid = a if lo is None else np.maximum(a, lo)
+        mask = np.ones_like(a)
+        if hi is not None:
+            mask = mask * balanced_max_mask(mid, np.minimum(mid, hi), hi)
+        if lo is not None:
+            mask = mask * balanced_max_mask(a, mid, lo)
+        got = numpy_grads.clip_grad_a(g, a, lo, hi)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, g * mask)
+
+
 def test_norms_hypot_and_std_at_zero_take_the_zero_subgradient(make_module):
     z = np.zeros(3)
     for body in ("np.linalg.norm(x)", "np.linalg.norm(x, ord=1)", "np.linalg.norm(x, ord=np.inf)",

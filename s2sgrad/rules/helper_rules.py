@@ -49,6 +49,7 @@ holomorphic(nh.power_slope)   # (the slopes of a holomorphic power)
 nondiff(nh.unsupported)     # raises; its result never carries a gradient
 nondiff(nh.element_numbers)        # element numbers: integers, no gradient
 nondiff(nh.kron_shapes)    # shapes
+nondiff(nh.strictly_inside)   # a boolean mask
 differentiate_source_of(nh)
 # The complex rules' helpers too (for derivatives of derivatives of complex code);
 # the axes a transform runs over are numbers, never differentiated.

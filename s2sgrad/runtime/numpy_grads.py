@@ -152,6 +152,9 @@ def clip_grad_a(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
     (the masks are 0, 1/2 or 1, so their product is exact)."""
     lo = a_min if a_min is not None else min
     hi = a_max if a_max is not None else max
+    inside = strictly_inside(g, a, lo, hi)
+    if inside is not None:
+        return g * inside
     mid = a if lo is None else np.maximum(a, lo)
     mask = None
     if hi is not None:
@@ -160,6 +163,34 @@ def clip_grad_a(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
         below = balanced_max_mask(a, mid, lo)
         mask = below if mask is None else mask * below
     return as_array(g) if mask is None else g * mask
+
+
+def strictly_inside(g, a, lo, hi):
+    """Where a float64 `a` lies strictly between number bounds (lo < hi), as booleans,
+    when no element sits on a bound: there the masks above are 1 inside and 0
+    outside (NaN too), so g * mask is g times these booleans, to the bit and in
+    g's float64. A tenth of the work on a loop's 100-vector (the masks divide and
+    convert booleans; the bounds are Python floats). None: the general masks.
+    (A mask: no gradient, helper_rules.nondiff.)"""
+    if type(a) is not np.ndarray or a.dtype != np.float64 or \
+            not (type(g) is float or type(g) is np.ndarray and g.dtype == np.float64) or \
+            not (_number_bound(lo) and _number_bound(hi)) or \
+            (lo is not None and hi is not None and not lo < hi):
+        return None
+    inside = None
+    if lo is not None:
+        if np.count_nonzero(a == lo):   # (a third of .any()'s cost)
+            return None   # (a tie: the masks split it in half)
+        inside = a > lo
+    if hi is not None:
+        if np.count_nonzero(a == hi):
+            return None
+        inside = a < hi if inside is None else inside & (a < hi)
+    return inside
+
+
+def _number_bound(b) -> bool:
+    return b is None or type(b) in (float, int) or type(b) is np.float64
 
 
 # -- reductions ------------------------------------------------------------------------
