@@ -137,6 +137,12 @@ def late_binding(params, x):
     return sum(f(x) for f in fs)
 
 
+def steps_beside(params, x):
+    for _ in range(3):   # (reads no item by its variable: stays a loop)
+        x = np.tanh(params[0] @ x)
+    return np.sum(x)
+
+
 def appends(ws, x):
     ws.append(x)
     return np.sum(ws[0] * x)
@@ -184,6 +190,7 @@ def test_constant_reads_unpacking_and_helpers_become_the_arrays():
     assert "total = np.sum(d_u * x)" in text and "k = 'vw'" in text
     assert "v = d_vw\n    total = total + len(k) * np.sum(np.cos(v * x))" in text
     assert "pair = ('u', d_u)" in text       # (a pair bound to one name: a literal)
+    assert "for _ in range(3):" in _text(steps_beside, [params[0][0]], np.ones(3))
     text = _text(late_binding, params, np.ones(3))   # (a lambda run after the loop)
     assert "for p in [(params_0_0, params_0_1), (params_1_0, params_1_1)]:" in text
     text = _text(early_exit, params, np.ones(3))   # (a break: the loop stays, the literal)

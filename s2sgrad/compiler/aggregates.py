@@ -415,7 +415,7 @@ class _View:
             it.args = [self._expr(a) for a in it.args]
             bounds = [_int_constant(a) for a in it.args]
             if all(b is not _MISSING and b is not None for b in bounds) and \
-                    isinstance(s.target, ast.Name):
+                    isinstance(s.target, ast.Name) and _indexes_by(s.body, s.target.id):
                 span = range(*bounds)
                 if len(span) <= MAX_UNROLL:
                     return [_Key(k) for k in span]
@@ -712,6 +712,13 @@ def _dict_method(e: ast.expr) -> Optional[str]:
             e.func.attr in ("keys", "values", "items", "get"):
         return e.func.attr
     return None
+
+
+def _indexes_by(body: List[ast.stmt], name: str) -> bool:
+    """Whether the body reads an item by `name` (`params[k]`): a range loop is written
+    out only for such reads, not for any loop beside a structure."""
+    return any(isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Name) and
+               n.slice.id == name for b in body for n in ast.walk(b))
 
 
 def _load_counts(node: ast.AST) -> Dict[str, int]:
