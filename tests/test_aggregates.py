@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import numeric_grad
+from conftest import leaf_differences, numeric_grad
 
 import s2sgrad
 from s2sgrad.compiler import aggregates
@@ -19,20 +19,6 @@ from s2sgrad.compiler import aggregates
 def _text(f, *args):
     flat = aggregates.flattened(f, args)
     return None if flat is None else ast.unparse(flat.fn.__s2sgrad_tree__)
-
-
-def _leaf_differences(f, args, leaf, eps=1e-6):
-    """Central differences of f(*args) in each element of `leaf`, an array inside args
-    (changed in place and restored)."""
-    fd = np.zeros_like(leaf)
-    for idx in np.ndindex(leaf.shape):
-        leaf[idx] += eps
-        up = f(*args)
-        leaf[idx] -= 2 * eps
-        down = f(*args)
-        leaf[idx] += eps
-        fd[idx] = (up - down) / (2 * eps)
-    return fd
 
 
 def _each_leaf(grad, value):
@@ -55,7 +41,7 @@ def _check_against_differences(f, args, wrt, **options):
     for g, p in zip(got, wrt if isinstance(wrt, tuple) else (wrt,)):
         for g_leaf, leaf in _each_leaf(g, args[p]):
             if isinstance(leaf, np.ndarray):
-                np.testing.assert_allclose(g_leaf, _leaf_differences(f, args, leaf),
+                np.testing.assert_allclose(g_leaf, leaf_differences(f, args, leaf),
                                            rtol=1e-6, atol=1e-8)
     return got
 
@@ -272,7 +258,7 @@ def test_vjp_through_the_view_matches_differences(shape):
     np.testing.assert_allclose(out, hidden(params, x))
     assert isinstance(got[0], list) and isinstance(got[0][1], tuple)
     for g, leaf in _each_leaf(got[0], params):
-        fd = _leaf_differences(lambda *a: np.sum(v * hidden(*a)), (params, x), leaf)
+        fd = leaf_differences(lambda *a: np.sum(v * hidden(*a)), (params, x), leaf)
         np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(got[1], numeric_grad(lambda p, x: np.sum(v * hidden(p, x)),
                                                     [params, x], 1), rtol=1e-6, atol=1e-8)

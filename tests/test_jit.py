@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import numeric_grad, numeric_vjp
+from conftest import leaf_differences, numeric_grad, numeric_vjp
 
 import s2sgrad
 from benchmarks.workloads.branchy_loop import branchy  # the benchmarks' own workloads
@@ -644,20 +644,6 @@ def cells(params, xs, weights):
     return np.sum(h * h) + np.sum(weights["w"] * h)
 
 
-def _leaf_differences(f, args, leaf, eps=1e-6):
-    """Central differences of f(*args) in each element of `leaf`, an array inside args
-    (changed in place and restored)."""
-    fd = np.zeros_like(leaf)
-    for idx in np.ndindex(leaf.shape):
-        leaf[idx] += eps
-        up = f(*args)
-        leaf[idx] -= 2 * eps
-        down = f(*args)
-        leaf[idx] += eps
-        fd[idx] = (up - down) / (2 * eps)
-    return fd
-
-
 @pytest.mark.parametrize("small", [True, False])
 def test_a_list_of_tuples_accumulated_in_a_loop_is_compiled_over_its_arrays(small):
     """jit=True's pair is compiled for arrays and numbers: the LSTM benchmark's list of
@@ -686,7 +672,7 @@ def test_a_list_of_tuples_accumulated_in_a_loop_is_compiled_over_its_arrays(smal
             for g in (got, again, from_vjp):
                 np.testing.assert_allclose(g[i][k], want[i][k], rtol=1e-12, atol=1e-14)
             if small:
-                fd = _leaf_differences(f, (params, xs, target), leaf)
+                fd = leaf_differences(f, (params, xs, target), leaf)
                 np.testing.assert_allclose(got[i][k], fd, rtol=1e-6, atol=1e-8)
 
 
@@ -708,7 +694,7 @@ def test_lists_tuples_and_dicts_of_arrays_under_jit(hidden, inp):
     from_vjp = pullback(1.0)
     for i, (W, b) in enumerate(params):
         for k, leaf in enumerate((W, b)):
-            fd = _leaf_differences(cells, (params, xs, weights), leaf)
+            fd = leaf_differences(cells, (params, xs, weights), leaf)
             np.testing.assert_allclose(got[0][i][k], want[0][i][k], rtol=1e-12, atol=1e-14)
             np.testing.assert_allclose(from_vjp[i][k], want[0][i][k], rtol=1e-12, atol=1e-14)
             np.testing.assert_allclose(got[0][i][k], fd, rtol=1e-6, atol=1e-8)
