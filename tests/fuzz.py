@@ -187,6 +187,7 @@ FEATURES = {
     "dict_write": 0.5,       # d["new"] = e / d["w"] = e
     "dict_zip": 0.5,         # d = dict(zip(["w", "b"], [e1, e2]))
     "dict_literal_loop": 0.5,  # for k in {"w": d["w"], "b": d["b"]}: ... d[k]
+    "dict_get": 0.5,         # r.get("a") of a dict record
     "dict_loop": 0.5,        # for k, v in d.items() / d.values() / d.keys() / d
     "dict_iter": 0.5,        # a dict iterated as itself (for k in d) rather than d.keys()
     "comprehension": 0.8,    # [g(t) for t in L if ...], two generators, {k: .. for k, v in ..}
@@ -1974,7 +1975,9 @@ class ProgramGenerator(FamilyMixin):
             return r, [View(f"{r}.W", S.shapes[0]), View(f"{r}.b", S.shapes[1])]
         if S.kind == "dict":
             r = self.fresh("r")
-            return r, [View(f'{r}["a"]', S.shapes[0]), View(f'{r}["b"]', S.shapes[1])]
+            get = self.choose([("dict_get", 0.4, lambda: True), (None, 1.0, lambda: False)])
+            return r, [View(f'{r}.get("a")' if get else f'{r}["a"]', S.shapes[0]),
+                       View(f'{r}["b"]', S.shapes[1])]
         a, b = self.fresh("a"), self.fresh("b")
         return f"{a}, {b}", [Var(a, S.shapes[0], False), Var(b, S.shapes[1], False)]
 
