@@ -129,6 +129,14 @@ def steps_beside(params, x):
     return np.sum(x)
 
 
+def returns_early(d, x):
+    for _k, v in d.items():
+        if np.sum(v) > 10.0:
+            return np.sum(v * x)   # (a return in every copy guarded all that follows)
+        x = np.tanh(x + v)
+    return np.sum(x)
+
+
 def appends(ws, x):
     ws.append(x)
     return np.sum(ws[0] * x)
@@ -177,6 +185,8 @@ def test_constant_reads_unpacking_and_helpers_become_the_arrays():
     assert "v = d_vw\n    total = total + len(k) * np.sum(np.cos(v * x))" in text
     assert "pair = ('u', d_u)" in text       # (a pair bound to one name: a literal)
     assert "for _ in range(3):" in _text(steps_beside, [params[0][0]], np.ones(3))
+    text = _text(returns_early, {"u": np.ones(3), "v": np.ones(3)}, np.ones(3))
+    assert "for _k, v in {'u': d_u, 'v': d_v}.items():" in text   # (a return: a loop)
     text = _text(late_binding, params, np.ones(3))   # (a lambda run after the loop)
     assert "for p in [(params_0_0, params_0_1), (params_1_0, params_1_1)]:" in text
     text = _text(early_exit, params, np.ones(3))   # (a break: the loop stays, the literal)
@@ -232,7 +242,9 @@ def test_gradients_through_the_view_match_differences(shape, jit):
             if jit and f is early_exit:   # (numba cannot type the list it walks)
                 continue
             _check_against_differences(f, (params, x), (0, 1), jit=jit)
-        for f in (over_keys, dict_methods):
+        for f in (over_keys, dict_methods, returns_early):
+            if jit and f is returns_early:   # (numba cannot type the dict it walks)
+                continue
             _check_against_differences(f, ({"u": rng.standard_normal(shape[0]),
                                             "vw": rng.standard_normal(shape[0])}, x),
                                        (0, 1), jit=jit)

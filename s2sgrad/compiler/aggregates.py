@@ -359,14 +359,16 @@ class _View:
         """`for W, b in params:`, `for k in d:` or `for k in range(len(params)):` whose
         body reads a structure: one copy of the body per item (at most MAX_UNROLL),
         the loop variable that item, so that each read in the copy names an array.
-        Only where that is the loop: no else, break or continue, no lambda, def or
-        generator that may run later (it would read the last item), loop variables
-        not bound again in the body."""
+        Only where that is the loop: no else, break, continue or return, no lambda,
+        def or generator that may run later (it would read the last item), loop
+        variables not bound again in the body."""
         if s.orelse or _jumps(s.body) or any(
                 isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef,
-                               ast.ClassDef, ast.GeneratorExp))
+                               ast.ClassDef, ast.GeneratorExp, ast.Return, ast.Yield,
+                               ast.YieldFrom))
                 for b in s.body for n in ast.walk(b)):
-            return None   # (code run later reads the loop variable's last value)
+            return None   # (code run later reads the loop variable's last value; a
+            # return in each copy guards all the code after it: compiles grew tenfold)
         inside = _load_counts(s)
         if not set(inside) & set(self.env):
             return None
