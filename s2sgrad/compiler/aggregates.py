@@ -86,8 +86,7 @@ def spec_of(value: Any) -> Spec:
 def _is_leaf(v: Any) -> bool:
     if isinstance(v, np.ndarray):
         return v.dtype.kind in "biufc"
-    return isinstance(v, (int, float, complex, np.number, np.bool_)) and \
-        not isinstance(v, bool) or isinstance(v, (bool, np.bool_))
+    return isinstance(v, (int, float, complex, np.number, np.bool_))   # (bool is an int)
 
 
 def inexact(value: Any) -> bool:

@@ -169,7 +169,7 @@ def strictly_inside(g, a, lo, hi):
     """Where a float64 `a` lies strictly between number bounds (lo < hi), as booleans,
     when no element sits on a bound: there the masks above are 1 inside and 0
     outside (NaN too), so g * mask is g times these booleans, to the bit and in
-    g's float64. A tenth of the work on a loop's 100-vector (the masks divide and
+    g's float64. Half the work on a loop's 100-vector (the masks divide and
     convert booleans; the bounds are Python floats). None: the general masks.
     (A mask: no gradient, helper_rules.nondiff.)"""
     if type(a) is not np.ndarray or a.dtype != np.float64 or \
