@@ -86,6 +86,11 @@ def unsupported(x):
     return np.sum(np.sort(x) * x)
 
 
+def sorted_by_size(x):
+    weights = np.log(1.0 + np.arange(1.0, 1.0 + x.shape[0]) ** 2)
+    return np.dot(sorted(x, key=abs), weights) + np.sum(np.cos(x))
+
+
 def on_value(x):
     if np.sum(x) > 0:
         return np.sum(x ** 2)
@@ -242,6 +247,19 @@ def test_a_condition_on_a_dask_value_computes_that_scalar_only(cases):
         g = s2sgrad.grad(cases.on_value)(chunked(x))
         assert isinstance(g, da.Array)
         np.testing.assert_allclose(g.compute(), expected)
+
+
+def test_sorted_over_a_dask_vector_gives_a_dask_gradient(cases):
+    # (a fuzz finding: the cotangent of sorted() over a Dask array was a list, and
+    # adding it to the array's other cotangent raised InternalError)
+    for n in (3, 6):
+        x = draw([(n,)], seed=n)[0]
+        expected = s2sgrad.grad(cases.sorted_by_size)(x)
+        np.testing.assert_allclose(expected, numeric_vjp(cases.sorted_by_size, [x], 1.0, 0),
+                                   rtol=1e-6, atol=1e-7)
+        g = s2sgrad.grad(cases.sorted_by_size)(chunked(x))
+        assert isinstance(g, da.Array) and g.shape == x.shape
+        np.testing.assert_allclose(g.compute(), expected, rtol=1e-12)
 
 
 @pytest.mark.skipif(optimizer_check.ENABLED, reason="the optimizer check mode compares "

@@ -2373,6 +2373,13 @@ def sorted_grad(cot, iterable, key=None, reverse=False):
                 if cot[position] is not None:
                     out[index] = cot[position]
         return out
+    if np.ndim(iterable) >= 1:   # another library's array (Dask): an array of its own
+        rows = [item * 0.0 for item in items]
+        if cot is not None:
+            for position, index in enumerate(_sort_order(items, key, reverse)):
+                if cot[position] is not None:
+                    rows[index] = rows[index] + cot[position]
+        return np.stack(rows)
     out = [0.0] * len(items)
     if cot is not None:
         for position, index in enumerate(_sort_order(items, key, reverse)):
