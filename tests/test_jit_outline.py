@@ -252,6 +252,60 @@ def test_the_loops_run_on_numpy_when_the_arrays_they_are_given_are_large(monkeyp
     assert _loops_variant(mixed, (0, 1, 2)).check is None
 
 
+def decay(n, rate):
+    """A helper numba cannot call from compiled code (the user's Python function)."""
+    return np.array([rate ** k for k in range(n)])
+
+
+def decayed_rnn(x, W, steps):
+    scale = decay(x.shape[0], 0.9)     # before the loop: the host's, on NumPy
+    h = x
+    for _ in range(steps):
+        h = np.tanh(W @ h) * scale
+    return np.sum(h ** 2)
+
+
+def flipped_in_loop(x, steps):
+    s = 0.0
+    for _ in range(steps):
+        s = s + np.sum(np.flip(x, axis=1) * x)   # numba has no np.flip with an axis
+    return s
+
+
+@pytest.mark.parametrize("n", [3, 6])
+@pytest.mark.parametrize("background", ["0", "1"])
+def test_what_numba_cannot_call_outside_the_loops_leaves_the_loops_to_numba(
+        monkeypatch, n, background):
+    """The whole function does not compile (a call of the user's Python helper): its
+    loops run on numba, outlined, with no warning; the helper runs on NumPy's side."""
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", background)
+    rng = np.random.default_rng(n)
+    args = (rng.uniform(-1, 1, n), rng.standard_normal((n, n)) / n, 12)
+    for _ in range(2):   # (in the background mode: NumPy, then numba's outlined loops)
+        _check(decayed_rnn, args, (0, 1))
+        s2sgrad.backends.jit_wait(decayed_rnn)
+    _check(decayed_rnn, args, (0, 1))
+    state = numba_backend.known_state(decayed_rnn, (0, 1))
+    whole = [v for k, v in state.variants.items() if k[-1] != "loops"]
+    assert len(whole) == 1 and "decay" in whole[0].failed
+    v = _loops_variant(decayed_rnn, (0, 1))
+    assert v.failed is None and v.check is None and v.loops.signatures   # numba's loops ran
+    plan = jit_plan(decayed_rnn, *args, wrt=(0, 1))
+    assert plan.outlined and "not compiled whole" in plan.reason and "decay" in plan.reason
+    assert "decay(" in jit_source(decayed_rnn, *args, wrt=(0, 1)).split("def decayed_rnn_nb")[0]
+
+
+def test_what_numba_cannot_take_inside_the_loops_still_warns_with_the_whole_reason():
+    x = np.random.default_rng(2).uniform(-1, 1, (3, 4))
+    with pytest.warns(JitWarning, match="flip"):
+        got = s2sgrad.grad(flipped_in_loop, jit=True)(x, 3)
+    want = s2sgrad.grad(flipped_in_loop)(x, 3)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(want, numeric_grad(flipped_in_loop, [x, 3], 0), rtol=1e-6,
+                               atol=1e-8)
+    assert "flip" in jit_plan(flipped_in_loop, x, 3).reason
+
+
 @pytest.mark.parametrize("how", ["wrong value", "raises"])
 def test_wrong_or_failing_compiled_loops_give_numpys_gradient_and_a_warning(monkeypatch, how):
     @numba.njit

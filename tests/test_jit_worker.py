@@ -77,8 +77,11 @@ def _variant(f, positions):
     assert state is not None
     if state.behind is not None:   # the first call's variant is built behind it
         state.behind.join()
-    assert len(state.variants) == 1
-    return next(iter(state.variants.values()))
+    found = list(state.variants.values())
+    if len(found) == 2:   # the whole function numba could not take, and its loops outlined
+        found = [v for key, v in state.variants.items() if key[-1] != "loops"]
+    assert len(found) == 1
+    return found[0]
 
 
 def _loaded_from_cache(dispatcher) -> int:

@@ -354,8 +354,17 @@ def _raised(state: "JitFunction", exc: BaseException, call: tuple, live: tuple, 
     value and a warning."""
     if load.is_numba_error(exc):
         state.fail(call, live, exc)
+        if state._outlines(call, live):   # what numba could not take may be outside the loops
+            return state._outlined(call, live, args, kwargs)
         return state.numpy_value_and_grad(args, kwargs)
     return state._numpy_after(exc, args, kwargs, v)
+
+
+def _whole_failed(state: "JitFunction", call: tuple, live: tuple) -> Optional[str]:
+    """Why numba could not take the whole function at these types (a call of the
+    user's Python code, a helper with no numba version), or None."""
+    v = state.variants.get(_variant_key(call, live, "fused"))
+    return None if v is None else v.failed
 
 
 def _first_result(state: "JitFunction", v: numba_variants.Variant, result, want):
@@ -429,7 +438,7 @@ def _need_of(state: "JitFunction", call: tuple, live: tuple, vjp: bool) -> Optio
     if vjp:
         return "vjp" if state.vjp_size_limit and not state.mutates and \
             state._compiles(call, live, vjp=True) else None
-    if state._compiles(call, live):
+    if state._compiles(call, live) and _whole_failed(state, call, live) is None:
         return "fused"
     return "loops" if state._outlines(call, live) else None
 
@@ -638,12 +647,22 @@ class JitFunction:
     def fail(self, args: tuple, live: tuple, exc: BaseException,
              v: Optional[numba_variants.Variant] = None) -> None:
         """numba could not compile this type signature: NumPy from now on, one warning
-        (and in later processes too: the rejection is recorded beside the module)."""
-        v = v or self.variants.get(_variant_key(args, live, "fused"))
+        (and in later processes too: the rejection is recorded beside the module); for
+        the whole function of one that outlines, its loops instead (they warn if not)."""
+        whole = self.variants.get(_variant_key(args, live, "fused"))
+        v = v or whole
         if v is not None:
-            v.failed = load.first_line(exc)
+            v.failed, v.check = load.first_line(exc), None
             load.record_rejection(v.module, v.failed)
-        self.warn(load.first_line(exc))
+        if v is None or v is not whole or not self.loops_instead(args, live):
+            self.warn(load.first_line(exc))
+
+    def loops_instead(self, args: tuple, live: tuple) -> bool:
+        """Whether the loops, outlined, run on numba where the whole function cannot
+        (what numba could not take is outside them): the function outlines at these
+        sizes and its loops' variant builds (here, so that a warning says at once
+        when neither does)."""
+        return self._outlines(args, live) and self.variant(args, live, "loops") is not None
 
     # -- the entry points the API calls ---------------------------------------
     def value_and_grad(self, args: tuple, kwargs: dict):
@@ -671,6 +690,8 @@ class JitFunction:
             if need == "loops":
                 return self._outlined(call, live, args, kwargs)
             v = self.variant(call, live, "fused")
+            if v is None and self._outlines(call, live):   # not whole: its loops alone
+                return self._outlined(call, live, args, kwargs)
             if v is not None and v.check is not None and \
                     still_compiling(self, v, "fused", call, live):
                 return self._numpy_first(v, call, args, kwargs)
@@ -718,6 +739,9 @@ class JitFunction:
         to numba or to NumPy (`_LoopRunner`); a first compiled run is checked."""
         v = self.variant(call, live, "loops")
         if v is None:
+            why = _whole_failed(self, call, live)
+            if why is not None:   # (numba could take neither: the whole one's reason)
+                self.warn(why)
             return self.numpy_value_and_grad(args, kwargs)
         runner = _LoopRunner(self, v)
         try:
@@ -904,8 +928,12 @@ def plan_of(state: "JitFunction", args: tuple, kwargs: Optional[dict] = None,
                 return plan   # (whether numba can compile it shows at the first call)
             if failed.failed is None:   # compiled: as measured, if it was
                 return (None if vjp else failed.trial.plan(plan.largest)) or plan
-            return jit_policy.JitPlan(False, f"runs on NumPy: numba could not compile it "
-                                             f"({failed.failed})", plan.largest)
+            whole = jit_policy.JitPlan(False, f"runs on NumPy: numba could not compile it "
+                                              f"({failed.failed})", plan.largest)
+            loops = state.variant(call, live, "loops") \
+                if not vjp and state._outlines(call, live) else None
+            return whole if loops is None else jit_policy.outlined_plan(whole,
+                                                                        loops.loops_limit)
     return jit_policy.JitPlan(False, f"runs on NumPy: {state.disabled}")
 
 
@@ -916,8 +944,7 @@ def source_of(state: "JitFunction", args: tuple, kwargs: Optional[dict] = None) 
         raise RuntimeError(state.disabled)
     call = state.bind(args, kwargs or {})
     live = state.live_values()
-    need = "loops" if not state._compiles(call, live) and state._outlines(call, live) \
-        else "fused"
+    need = "loops" if _need_of(state, call, live, False) == "loops" else "fused"
     v = state.variant(call, live, need)
     if v is None:
         raise RuntimeError(state.variants[_variant_key(call, live, need)].failed)

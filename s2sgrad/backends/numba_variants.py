@@ -231,7 +231,8 @@ def build(state, args, live, key, need, old: Optional[Variant],
         v.source = (v.source + "\n\n" + out_src.source).strip() + "\n"
     except (rw.Unsupported, RecordedRejection) as exc:
         v.failed = str(exc)
-        state.warn(v.failed)
+        if need != "fused" or not state.loops_instead(tuple(args), tuple(live)):
+            state.warn(v.failed)   # (else its loops run outlined, or it warns then)
     except Exception as exc:  # noqa: BLE001 - a bug of the rewrite: NumPy, and say so
         v.failed = f"internal error of the numba rewrite: {first_line(exc)}"
         state.warn(v.failed)
