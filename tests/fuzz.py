@@ -188,6 +188,7 @@ FEATURES = {
     "dict_zip": 0.5,         # d = dict(zip(["w", "b"], [e1, e2]))
     "dict_literal_loop": 0.5,  # for k in {"w": d["w"], "b": d["b"]}: ... d[k]
     "dict_get": 0.5,         # r.get("a") of a dict record
+    "python_weights": 0.3,   # decay_weights(3, 0.9): a Python helper's constant array
     "dict_loop": 0.5,        # for k, v in d.items() / d.values() / d.keys() / d
     "dict_iter": 0.5,        # a dict iterated as itself (for k in d) rather than d.keys()
     "comprehension": 0.8,    # [g(t) for t in L if ...], two generators, {k: .. for k, v in ..}
@@ -359,6 +360,12 @@ def _make_damped(c):
 
 
 damped = _make_damped(0.8)
+''',
+    # A Python helper giving constant weights (a comprehension numba cannot call:
+    # under jit=True, code before the loops runs on NumPy's side, outlined).
+    "decay_weights": '''\
+def decay_weights(n, rate):
+    return np.array([rate ** k for k in range(n)])
 ''',
     # A helper given a module-level tuple spread into its arguments (mix(v, *MIX_ARGS)).
     "mix": '''\
@@ -1176,9 +1183,16 @@ class ProgramGenerator(FamilyMixin):
                              lambda: f"0.25 * {self.rng.choice(self.ints)[0]}"))
         else:
             opts.append(("global_const", 0.5, lambda: GLOBAL_ARRAYS[shape]))
+        if len(shape) == 1:
+            opts.append(("python_weights", 0.6, lambda: self.python_weights(shape[0])))
         if not self.vars_of(shape) or self.rng.random() < 0.15:
             opts.append((None, 6.0, lambda: self.bridge(shape)))
         return self.choose(opts)
+
+    def python_weights(self, n: int) -> str:
+        """decay_weights(n, rate): constant weights from the user's Python helper."""
+        self.classes.add("decay_weights")
+        return f"decay_weights({n}, {self.rng.choice([0.9, 0.5, 1.1])})"
 
     def bridge(self, shape):
         """A value of `shape` made from a variable of another shape."""
