@@ -654,15 +654,8 @@ class JitFunction:
         if v is not None:
             v.failed, v.check = load.first_line(exc), None
             load.record_rejection(v.module, v.failed)
-        if v is None or v is not whole or not self.loops_instead(args, live):
+        if v is None or v is not whole or not numba_variants.loops_instead(self, args, live):
             self.warn(load.first_line(exc))
-
-    def loops_instead(self, args: tuple, live: tuple) -> bool:
-        """Whether the loops, outlined, run on numba where the whole function cannot
-        (what numba could not take is outside them): the function outlines at these
-        sizes and its loops' variant builds (here, so that a warning says at once
-        when neither does)."""
-        return self._outlines(args, live) and self.variant(args, live, "loops") is not None
 
     # -- the entry points the API calls ---------------------------------------
     def value_and_grad(self, args: tuple, kwargs: dict):

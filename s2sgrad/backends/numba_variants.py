@@ -231,13 +231,21 @@ def build(state, args, live, key, need, old: Optional[Variant],
         v.source = (v.source + "\n\n" + out_src.source).strip() + "\n"
     except (rw.Unsupported, RecordedRejection) as exc:
         v.failed = str(exc)
-        if need != "fused" or not state.loops_instead(tuple(args), tuple(live)):
+        if need != "fused" or not loops_instead(state, tuple(args), tuple(live)):
             state.warn(v.failed)   # (else its loops run outlined, or it warns then)
     except Exception as exc:  # noqa: BLE001 - a bug of the rewrite: NumPy, and say so
         v.failed = f"internal error of the numba rewrite: {first_line(exc)}"
         state.warn(v.failed)
     state.variants[key] = v
     return v
+
+
+def loops_instead(state, args: tuple, live: tuple) -> bool:
+    """Whether the loops, outlined, run on numba where the whole function cannot
+    (what numba could not take is outside them): the function outlines at these
+    sizes and its loops' variant builds (here, so that a warning says at once when
+    neither does)."""
+    return state._outlines(args, live) and state.variant(args, live, "loops") is not None
 
 
 def build_loops(state, v: Variant, args, live, residuals, seed) -> None:
