@@ -21,6 +21,7 @@ from .fusion import fuse_adjoint_temporaries, fuse_forward_temporaries
 from .items import collect_item_cotangents
 from .liveness import eliminate_dead
 from .residuals import drop_needless_inits, link_residuals, private_copies, prune_saves
+from .rows import rows_read_again
 from .shapes import (
     collapse_unbroadcast_chains,
     definition_paths,
@@ -85,6 +86,7 @@ def optimize(t: Transformed) -> Transformed:
         # eliminate_dead found nothing after it, both are done until something
         # else changes.
         settled = pruned.final and not removed
+    rows_read_again(t, index)
     private_copies(t, index)
     drop_needless_inits(t.forward, t.marks, index)
     link_residuals(t, index)
