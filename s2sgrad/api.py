@@ -265,20 +265,17 @@ def _vjp_through_view(f: Callable, args: tuple, positions: Tuple[int, ...], sing
     arrays (compiler.aggregates), its cotangents regrouped into the structures; None
     where there is no such view (see aggregates.through_view)."""
     aggregates = _aggregates()
-    flat = aggregates.flattened(f, args)
-    inner_positions = () if flat is None else flat.positions(positions)
-    values = () if flat is None else flat.arguments(args)
-    if not inner_positions or not all(aggregates.inexact(values[k]) for k in inner_positions):
+    ready = aggregates.prepared(f, args, positions)
+    if ready is None:
         return None
+    flat, values, inner_positions = ready
     try:
         out, inner = vjp(flat.fn, *values, wrt=inner_positions, jit=jit, witness=witness)
     except TransformError:   # (the general code reports it at the user's line)
         return None
 
     def pullback(v):
-        grads = tuple(finalize(g, args[p]) for g, p in zip(flat.regroup(inner(v), positions),
-                                                             positions))
-        return grads[0] if single else grads
+        return aggregates.regrouped(flat, inner(v), positions, args, single, finalize)
     return out, pullback
 
 

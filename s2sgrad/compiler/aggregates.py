@@ -761,35 +761,48 @@ def _int_constant(node: Optional[ast.expr]) -> Any:
 _FAILED = object()
 
 
+def prepared(f: Any, args: tuple, positions: Tuple[int, ...]
+             ) -> Optional[Tuple[Flat, tuple, Tuple[int, ...]]]:
+    """(the view of f for these arguments, its arguments, the positions of the arrays
+    of `positions` among them), or None: no view, nothing of `positions` in it, or a
+    differentiated array that holds other than float or complex values."""
+    flat = flattened(f, args)
+    if flat is None:
+        return None
+    inner = flat.positions(positions)
+    values = flat.arguments(args)
+    if not inner or not all(inexact(values[k]) for k in inner):
+        return None
+    return flat, values, inner
+
+
+def regrouped(flat: Flat, grads: Sequence[Any], positions: Tuple[int, ...], args: tuple,
+              single: bool, finalize: Callable[[Any, Any], Any]) -> Any:
+    """The view's gradients as the arguments' structures (`finalize`: each given its
+    argument's types); the one gradient where `single`."""
+    out = tuple(finalize(g, args[p]) for g, p in zip(flat.regroup(grads, positions),
+                                                     positions))
+    return out[0] if single else out
+
+
 def through_view(f: Any, positions: Tuple[int, ...], single: bool, args: tuple,
                  views: Dict[Any, Any], inner_for: Callable[[Flat, Tuple[int, ...]], Callable],
                  finalize: Callable[[Any, Any], Any]) -> Optional[tuple]:
     """(value, gradients) of `f(*args)` where some arguments are lists, tuples or dicts
     of arrays, computed by `inner_for(view, positions)` (a value_and_grad of the view
     over their arrays, made once per structure and kept in `views`) and regrouped
-    into the arguments' structures (`finalize`: each given its argument's types).
-    None where there is no view, a differentiated structure holds other than float
-    or complex values, or the view's code is refused (the general code then runs,
-    and reports the refusal at the user's line)."""
-    flat = flattened(f, args)
-    if flat is None:
+    into the arguments' structures. None where `prepared` finds no view, or the
+    view's code is refused (the general code then runs, and reports the refusal at
+    the user's line)."""
+    ready = prepared(f, args, positions)
+    if ready is None or views.get(ready[0].fn) is _FAILED:
         return None
-    entry = views.get(flat.fn)
-    if entry is _FAILED:
-        return None
-    if entry is None:
-        inner_positions = flat.positions(positions)
-        if not inner_positions:
-            return None
-        entry = views[flat.fn] = (inner_for(flat, inner_positions), inner_positions)
-    values = flat.arguments(args)
-    if not all(inexact(values[k]) for k in entry[1]):
-        return None
+    flat, values, inner = ready
+    if flat.fn not in views:
+        views[flat.fn] = inner_for(flat, inner)
     try:
-        out, grads = entry[0](*values)
+        out, grads = views[flat.fn](*values)
     except TransformError:
         views[flat.fn] = _FAILED
         return None
-    grads = tuple(finalize(g, args[p]) for g, p in zip(flat.regroup(grads, positions),
-                                                         positions))
-    return out, (grads[0] if single else grads)
+    return out, regrouped(flat, grads, positions, args, single, finalize)
