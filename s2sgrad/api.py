@@ -397,8 +397,9 @@ def source(f: Callable, wrt: Union[int, Sequence[int]] = 0, optimize: bool = Tru
            mode: str = "reverse", *, args: Optional[Sequence[Any]] = None) -> str:
     """The generated code of f (and of the functions it calls), as text: its forward
     and adjoint (mode="reverse"), or its tangent code (mode="forward"). `args`: the
-    code a call given these arguments runs, where some are lists, tuples or dicts of
-    arrays (f written over their arrays: see compiler.aggregates)."""
+    code a call given these arguments runs: where some are lists, tuples or dicts of
+    arrays, f written over their arrays (see compiler.aggregates); where some are
+    Python numbers, the code specialised to them."""
     positions, _ = normalize_wrt(wrt, f=f)
     flat = None if args is None or mode != "reverse" else \
         _aggregates().flattened(f, tuple(args))
@@ -411,6 +412,10 @@ def source(f: Callable, wrt: Union[int, Sequence[int]] = 0, optimize: bool = Tru
     if mode != "reverse":
         raise ValueError(f"source(mode={mode!r}): mode is 'reverse' (forward and adjoint) "
                          "or 'forward' (tangent code)")
-    # Shown for array arguments (a list's or dict's cotangents add item by item).
-    every = tuple(range(len(parameter_names(f))))
-    return compiler.compile_function(f, positions, optimize, leaves=every).source
+    # Shown for array arguments (a list's or dict's cotangents add item by item), and
+    # where `args` has Python numbers, specialised to them as such a call's pair is.
+    names = parameter_names(f)
+    numbers_at = () if args is None else call_kind(f, tuple(args), positions)[0]
+    return compiler.compile_function(
+        f, positions, optimize, leaves=tuple(range(len(names))),
+        scalars=tuple(names[i] for i in numbers_at if i < len(names))).source

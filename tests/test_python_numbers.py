@@ -163,3 +163,51 @@ def test_math_erf_and_erfc(x, a):
     np.testing.assert_allclose(tangent, want[0], rtol=1e-12)
     np.testing.assert_allclose(s2sgrad.grad(error_functions, (0, 1))(np.float64(x), a), want,
                                rtol=1e-12)
+
+
+def reciprocal_sine(x, a):
+    return a / np.sin(x) + np.exp(x) * a
+
+
+def pendulum(x, v, a, b, n):
+    for _ in range(n):
+        v = v + 0.01 * (-a * np.sin(x) - b * v)
+        x = x + 0.01 * v
+    return x
+
+
+def test_the_forward_keeps_numpys_values_as_python_floats():
+    """np.sin(x) of a Python number in the forward is NumPy's value as a float
+    (`_s2s_on_number`): the value is the function's own to the bit, and the
+    arithmetic after it Python's, not NumPy scalars' (several times slower)."""
+    from s2sgrad.compiler import compile_function
+    text = compile_function(pendulum, (2, 3), scalars=("x", "v", "a", "b", "n")).source
+    forward = text.split("_adjoint(")[0]
+    assert "sin_x = _s2s_on_number(np.sin, x)" in forward, forward
+    for args in [(1.0, 0.0, 4.0, 0.1, 60), (-0.3, 0.5, 2.0, 0.3, 17)]:
+        value, grads = s2sgrad.value_and_grad(pendulum, (2, 3))(*args)
+        assert value == pendulum(*args) and type(value) is float
+        for i, g in zip((2, 3), grads):
+            assert type(g) is float
+            np.testing.assert_allclose(g, numeric_grad(pendulum, list(args), i), rtol=1e-6)
+    # s2sgrad.source(args=...) shows the code such a call runs
+    assert "_s2s_on_number(np.sin, x)" in s2sgrad.source(pendulum, (2, 3),
+                                                          args=(1.0, 0.0, 4.0, 0.1, 5))
+    # not in a pair that is differentiated again, nor without Python numbers
+    assert "_s2s_on_number" not in compile_function(pendulum, (2, 3)).source
+    assert "_s2s_on_number" not in compile_function(
+        pendulum, (2, 3), scalars=("x", "v", "a", "b", "n"), pure=True).source
+
+
+@pytest.mark.parametrize("x", [0.0, 0.4])
+def test_on_numpy_numbers_the_forward_computes_as_numpy_does(x):
+    """At x = 0.0, a / np.sin(x) divides by a Python 0.0 (ZeroDivisionError): the
+    pair runs again on NumPy numbers, where on_number keeps NumPy scalars, and
+    gives NumPy's inf, as the function does."""
+    value, grads = s2sgrad.value_and_grad(reciprocal_sine, (0, 1))(x, 2.0)
+    assert value == reciprocal_sine(x, 2.0)
+    want = s2sgrad.grad(reciprocal_sine, (0, 1))(*_as_arrays((x, 2.0)))
+    _same(grads, want)
+    assert scalar_math.on_number(np.sin, np.float64(x)).__class__ is np.float64
+    assert scalar_math.on_number(np.sin, np.float32(x)).__class__ is np.float32
+    assert scalar_math.on_number(np.exp, 1).__class__ is float

@@ -163,6 +163,17 @@ def _scalar_math(expr: ast.expr, np_name: str, shapes) -> ast.expr:
     return expr
 
 
+def numpy_on_numbers(fdef: ast.FunctionDef, np_name: str, shapes, scalar) -> None:
+    """In a forward: np.sin(x) (a function with a twin on Python numbers) of a value
+    known to be a number becomes _s2s_on_number(np.sin, x): NumPy's value, as a
+    Python float where x is one (runtime.scalar_math.on_number), so that the
+    arithmetic after it stays Python's and fast; every value is the user's own."""
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Call) and _math_twin(node, np_name, shapes, scalar):
+            node.args = [node.func, node.args[0]]
+            node.func = helper("on_number")
+
+
 def _math_twin(node: ast.Call, np_name: str, shapes, scalar) -> bool:
     func = node.func
     return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \

@@ -9,9 +9,9 @@ from typing import Callable, Iterator, Tuple
 
 from ..errors import TransformError, error_at, reporting_bugs
 from ..introspect import unwrap
-from .analyze import analyze
+from .analyze import SCALAR, analyze
 from .emit import to_source
-from .inline import inline
+from .inline import inline, numpy_on_numbers
 from .names import nesting
 from .normalize import normalize
 from .optimize import link_residuals, optimize, private_copies
@@ -85,6 +85,8 @@ def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool
     else:  # what makes the pair correct, not faster: reusable pullbacks, residuals
         private_copies(t)
         link_residuals(t)
+    if scalars and not pure:   # (a pure pair's forward is differentiated again)
+        numpy_on_numbers(t.forward, t.np_name, activity, SCALAR)
     return t
 
 

@@ -17,6 +17,8 @@ import math as _math
 
 import numpy as _np
 
+from .registry import new_helper as _helper
+
 
 def _faithful(exact, numpy_twin):
     """math's `exact` where it is defined, NumPy's value (a float) where it raises."""
@@ -41,3 +43,17 @@ _DEFINED_EVERYWHERE = ("tanh", "atan")   # math's own: they raise nowhere
 for _name, _twin in NUMPY_TWINS.items():
     globals()[_name] = getattr(_math, _name) if _name in _DEFINED_EVERYWHERE else \
         _faithful(getattr(_math, _name), _twin)
+
+
+@_helper
+def on_number(fn, x):
+    """fn(x) of a NumPy function (the forward's `np.sin(x)` of a Python number), as a
+    Python float where x is a Python number: NumPy's value to the bit, but not a
+    NumPy scalar, which would make every later operation on it (and on what it
+    reaches) several times slower. Anything else, as fn gives it: the pair's
+    second run on NumPy numbers (arguments.numpy_where_numbers_fail) then computes
+    with NumPy's arithmetic, as the user's code does."""
+    kind = type(x)
+    if kind is float or kind is int:
+        return float(fn(x))
+    return fn(x)
