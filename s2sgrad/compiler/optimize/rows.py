@@ -23,7 +23,7 @@ provably the same value, the adjoint's loop takes it from the array instead,
 from __future__ import annotations
 
 import ast
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Set, Tuple
 
 from ..names import name_node
 from ..transform import Transformed
@@ -87,23 +87,70 @@ def _one(t: Transformed, index: NameIndex, loop: ast.For, save: ast.stmt) -> Non
 def _row_of(loop: ast.For, bind: ast.stmt, var: str,
             t: Transformed) -> Tuple[Optional[str], Optional[str]]:
     """(array, index name) when `bind` is `var = xs[i]` of the loop `for i in ...`, or
-    (array, None) when it is `var = item` of `for item in xs`; else (None, None)."""
+    (array, None) when it is `var = item` of `for item in xs` (or of zip(...) or
+    enumerate(...) over such arrays: the loop counts its steps); else (None, None)."""
     if bind.__class__ is not ast.Assign or len(bind.targets) != 1 or \
             not isinstance(bind.targets[0], ast.Name) or bind.targets[0].id != var:
         return None, None
     value = bind.value
-    if not isinstance(loop.target, ast.Name):
-        return None, None
     params = set(fwd_params(t.forward))
     arrays = t.activity.leaves & params - t.nf.written_in_place
-    if isinstance(value, ast.Name) and value.id == loop.target.id and \
-            isinstance(loop.iter, ast.Name) and loop.iter.id in arrays:
-        return loop.iter.id, None
-    if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name) and \
-            value.value.id in arrays and isinstance(value.slice, ast.Name) and \
+    if isinstance(loop.target, ast.Name) and isinstance(value, ast.Subscript) and \
+            isinstance(value.value, ast.Name) and isinstance(value.slice, ast.Name) and \
             value.slice.id == loop.target.id:
-        return value.value.id, loop.target.id
+        array = _array_behind(value.value.id, arrays, t)
+        return (array, loop.target.id) if array is not None else (None, None)
+    if not isinstance(value, ast.Name):
+        return None, None
+    iterable = _iterated(loop, value.id)
+    if isinstance(iterable, ast.Name):
+        return _array_behind(iterable.id, arrays, t), None
     return None, None
+
+
+def _iterated(loop: ast.For, item: str) -> Optional[ast.expr]:
+    """What the loop takes `item` from: `for item in xs`, the matching argument of
+    `for a, item in zip(as, xs)`, or `for i, item in enumerate(xs)`."""
+    target, it = loop.target, loop.iter
+    if isinstance(target, ast.Name):
+        return it if target.id == item else None
+    if not (isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts)
+            and isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and not it.keywords):
+        return None
+    ids = [e.id for e in target.elts]
+    if item not in ids:
+        return None
+    k = ids.index(item)
+    if it.func.id == "zip" and len(it.args) == len(ids):
+        return it.args[k]
+    if it.func.id == "enumerate" and len(it.args) == 1 and len(ids) == 2 and k == 1:
+        return it.args[0]
+    return None
+
+
+def _array_behind(name: str, arrays: Set[str], t: Transformed) -> Optional[str]:
+    """`name` if it is one of `arrays`, or the array A of `name = _s2s_loop_items(A)`
+    bound once (loop_items gives an array itself: its rows are A's), else None."""
+    if name in arrays:
+        return name
+    if name in t.nf.written_in_place:
+        return None
+    binds = [s for s in walk_statements(t.forward.body)
+             if s.__class__ is ast.Assign and any(
+                 isinstance(n, ast.Name) and n.id == name for tg in s.targets
+                 for n in ast.walk(tg))]
+    if len(binds) != 1 or len(binds[0].targets) != 1 or \
+            not isinstance(binds[0].targets[0], ast.Name):
+        return None
+    value = binds[0].value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
+            value.func.id == _LOOP_ITEMS and len(value.args) == 1 and \
+            isinstance(value.args[0], ast.Name) and value.args[0].id in arrays:
+        return value.args[0].id
+    return None
+
+
+_LOOP_ITEMS = "_s2s_loop_items"   # (runtime.reverse.loop_items: an array as it is)
 
 
 def _stores(fdef: ast.FunctionDef, name: str, index: NameIndex) -> int:
@@ -149,6 +196,9 @@ def _counted(loop: ast.For, t: Transformed, index: NameIndex) -> Optional[str]:
     nowhere in the loop) made `for k in range(trips - 1, -1, -1)`: the step's row
     number, last first."""
     it = loop.iter
+    if isinstance(loop.target, ast.Name) and isinstance(it, ast.Call) and \
+            ast.dump(it) == ast.dump(_countdown(_trips_of(it))):
+        return loop.target.id   # (counted already, for another of its variables)
     if not (isinstance(loop.target, ast.Name) and isinstance(it, ast.Call) and
             isinstance(it.func, ast.Name) and it.func.id in _RANGES and
             len(it.args) == 1 and not it.keywords and isinstance(it.args[0], ast.Name)):
@@ -156,13 +206,24 @@ def _counted(loop: ast.For, t: Transformed, index: NameIndex) -> Optional[str]:
     if any(n.id == loop.target.id for s in loop.body for n in index.deep(s)):
         return None
     k = t.names.fresh("row")
-    trips = it.args[0].id
     loop.target = name_node(k, True)
-    loop.iter = ast.Call(func=name_node("range"), args=[
+    loop.iter = _countdown(it.args[0].id)
+    return k
+
+
+def _countdown(trips: str) -> ast.Call:
+    """range(trips - 1, -1, -1)."""
+    return ast.Call(func=name_node("range"), args=[
         ast.BinOp(left=name_node(trips), op=ast.Sub(), right=ast.Constant(value=1)),
         ast.UnaryOp(op=ast.USub(), operand=ast.Constant(value=1)),
         ast.UnaryOp(op=ast.USub(), operand=ast.Constant(value=1))], keywords=[])
-    return k
+
+
+def _trips_of(it: ast.Call) -> str:
+    """The trip count's name in `range(trips - 1, -1, -1)` (else a name no loop has)."""
+    first = it.args[0] if it.args else None
+    return first.left.id if isinstance(first, ast.BinOp) and \
+        isinstance(first.left, ast.Name) else "?"
 
 
 # What the adjoint of `for item in xs` counts its steps with (a trip count: an int).
