@@ -155,7 +155,8 @@ FEATURES = {
     "for_range": 1.5,
     "for_list_literal": 0.6,  # for t in [x, x * 2, np.sin(x)]
     "for_list_var": 1.5,     # for t in L / reversed(L) / enumerate(L) / zip(L1, L2)
-    "for_array": 0.6,        # for row in M / for e in v / np.ndindex / a generator
+    "for_array": 0.6,        # for row in M / for e in v / np.ndindex / a generator /
+                             # enumerate(M) / zip(M, M[::-1] * 0.5)
     "list_build": 0.9,       # L = [a, b, c], P = (a, b)
     "nested_list": 0.4,      # for W, b in [(x, y), (x * 2, y)] / PL = [(a, b), (c, d)]
     "list_append": 0.6,      # L = []; L.append(e)
@@ -1766,6 +1767,13 @@ class ProgramGenerator(FamilyMixin):
             self.indent -= 1
         elif walk < 0.3:   # a generator expression walked by the loop
             self.emit(f"for {r} in (row for row in {v.name}):")
+        elif walk < 0.4:   # enumerate: the adjoint reads the rows again by number
+            self.emit(f"for {self.fresh('k')}, {r} in enumerate({v.name}):")
+        elif walk < 0.5:   # zip of the rows with a reversed copy's
+            r2 = self.fresh("r")
+            self.emit(f"for {r}, {r2} in zip({v.name}, {v.name}[::-1] * 0.5):")
+            self.loop_body(acc, rv, [rv, Var(r2, v.shape[1:], False)])
+            return
         else:
             self.emit(f"for {r} in {v.name}:")
         self.loop_body(acc, rv, [rv])
