@@ -21,7 +21,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import check_vjp, numeric_grad
+from conftest import assert_grads_match_differences, check_vjp, numeric_grad
 
 import s2sgrad
 from s2sgrad.compiler.optimize import (
@@ -302,3 +302,29 @@ def test_product_shape_stays_past_a_barrier(between):
             return W_bar
     """, product_shapes_from_operands)
     assert "p_bar = _s2s_unbroadcast(g, p)" in out
+
+
+def concatenated(W, b, xs):
+    h = np.zeros(W.shape[0])
+    for x in xs:
+        h = cell(W, b, h, x)
+    return np.sum(h ** 2)
+
+
+def cell(W, b, h, x):
+    z = np.concatenate([h, x])
+    return np.tanh(W @ z + b)
+
+
+@pytest.mark.parametrize("hidden, inputs", [(4, 3), (3, 1)])
+def test_what_concatenate_reads_only_for_shapes_is_kept_as_shapes(hidden, inputs):
+    """np.concatenate's cotangent reads its items only for their sizes: a helper
+    called per step keeps the shapes of the h and x it was given, not the arrays
+    (a parameter too: each step gives the helper new ones)."""
+    rng = np.random.default_rng(hidden)
+    args = [rng.standard_normal((hidden, hidden + inputs)) * 0.5,
+            rng.standard_normal(hidden) * 0.1, rng.standard_normal((5, inputs))]
+    src = s2sgrad.source(concatenated, wrt=(0, 1), args=args)
+    forward = src.split("def cell_forward")[1].split("def cell_adjoint")[0]
+    assert "_s2s_meta(h)" in forward and "_s2s_meta(x)" in forward, forward
+    assert_grads_match_differences(concatenated, args, (0, 1))

@@ -126,3 +126,4 @@ def test_the_stack_stays_where_the_rows_may_not_be_the_same(fn, shape):
     for i, g in enumerate(grads):
         np.testing.assert_allclose(g, numeric_grad(_copying(fn), args, i), rtol=1e-6,
                                    atol=1e-8, err_msg=f"argument {i}")
+

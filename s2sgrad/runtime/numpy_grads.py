@@ -23,7 +23,14 @@ from ..errors import InternalError
 from .arrays import as_array, size_of
 from .registry import new_helper as _helper
 from .reverse import balanced_max_mask, safe_log, split_as_items
-from .shapes import expand_reduced, normalize_axes, reduced_count, sum_to_shape, unbroadcast
+from .shapes import (
+    ArrayMeta,
+    expand_reduced,
+    normalize_axes,
+    reduced_count,
+    sum_to_shape,
+    unbroadcast,
+)
 from .shapes import swap_last_axes as _T
 
 NUMPY2 = int(np.__version__.split(".")[0]) >= 2
@@ -910,9 +917,9 @@ def concatenate_grad(g, arrays, axis=0):
         # The usual case (an RNN's np.concatenate([h, x]) once per step): NumPy
         # arrays of g's rank, whose pieces are slices of g as they are.
         out, start = [], 0
-        for x in arrays:
-            if type(x) is not np.ndarray or x.ndim != g.ndim or x.ndim == 0 or \
-                    x.shape[1:] != g.shape[1:]:
+        for x in arrays:   # (an item the forward kept only for its shape: an ArrayMeta)
+            if type(x) is not np.ndarray and type(x) is not ArrayMeta or x.ndim != g.ndim \
+                    or x.ndim == 0 or x.shape[1:] != g.shape[1:]:
                 break
             n = x.shape[0]
             out.append(g[start:start + n])

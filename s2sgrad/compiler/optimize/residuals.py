@@ -16,6 +16,7 @@ from .liveness import live_block
 from .statements import (
     SHAPE_ARGS,
     SHAPE_FUNCS,
+    SHAPE_ITEMS,
     NameIndex,
     Names,
     definitely_assigned,
@@ -179,10 +180,10 @@ def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
             defined.setdefault(n, None)
     reads = {n.id for n in index.function(adj) if n.ctx.__class__ is ast.Load} - adj_args
     residuals = [n for n in defined if n in reads]
-    # A value the adjoint reads only for its shape is kept as shape and dtype.
+    # A value the adjoint reads only for its shape is kept as shape and dtype (a
+    # parameter too: a helper called per loop step is given new arrays each step).
     restored = {t.marks.of(s).restore_of for s in walk_statements(adj.body)}
-    shape_only = {n for n in residuals if n not in restored and n not in fwd_params(fwd)
-                  and n in only_shape}
+    shape_only = {n for n in residuals if n not in restored and n in only_shape}
     ret = fwd.body[-1]
     ret.value.elts[1] = ast.Tuple(elts=[_kept(n, n in shape_only) for n in residuals],
                                   ctx=ast.Load())
@@ -271,6 +272,10 @@ def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
                 index = 0
             if index is not None and len(node.args) > index:
                 allowed.add(node.args[index])
+            items = SHAPE_ITEMS.get(func.id) if isinstance(func, ast.Name) else None
+            if items is not None and len(node.args) > items and \
+                    isinstance(node.args[items], (ast.List, ast.Tuple)):
+                allowed.update(node.args[items].elts)
         elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim", "dtype", "size"):
             allowed.add(node.value)
     good: Dict[str, bool] = {}

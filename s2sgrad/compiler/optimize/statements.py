@@ -432,6 +432,10 @@ SHAPE_ARGS = {"_s2s_unbroadcast": 1, "_s2s_zeros_like": 0, "_s2s_expand_reduced"
 
 SHAPE_FUNCS = {"shape", "ndim", "size"}
 
+# Helpers given a list or tuple literal whose items they read only for their shapes
+# (the argument's position): np.concatenate's cotangent splits g at the items' sizes.
+SHAPE_ITEMS = {"_s2s_concatenate_grad": 1}
+
 
 def definitely_assigned(stmts, assigned: Set[str],
                          names: Optional[Names] = None) -> Set[str]:
