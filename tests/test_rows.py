@@ -127,3 +127,21 @@ def test_the_stack_stays_where_the_rows_may_not_be_the_same(fn, shape):
         np.testing.assert_allclose(g, numeric_grad(_copying(fn), args, i), rtol=1e-6,
                                    atol=1e-8, err_msg=f"argument {i}")
 
+
+
+def zip_scaled(W, U, b, xs):
+    h = np.zeros(W.shape[0])
+    for x, s in zip(xs, b):            # b's items are numbers: arithmetic, not repetition
+        h = np.tanh(W @ h + U @ x) * s
+    return np.sum(h ** 2)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_rows_of_arrays_are_arrays_or_numbers(shape):
+    """Items of an array (a row, a number) are never lists: `h * s` needs no check at
+    run time that it does not repeat a list (`_s2s_no_sequence_arithmetic`)."""
+    W, U, b, xs = _args(*shape)
+    b = np.linspace(0.5, 1.5, xs.shape[0])
+    src = s2sgrad.source(zip_scaled, wrt=(0, 1, 2, 3), args=(W, U, b, xs))
+    assert "no_sequence_arithmetic" not in src, src
+    assert_grads_match_differences(zip_scaled, [W, U, b, xs], (0, 1, 2, 3))

@@ -136,6 +136,13 @@ def loop_header_op(s: ast.For, exprs: ExprFacts) -> Op:
         return Op(OpKind.ITERATE, targets, other_inputs=names(it), label="range")
     if callee is not None and registry.is_nondiff(callee):
         return Op(OpKind.ITERATE, targets, other_inputs=names(it), label="indices")
+    # `for x in xs`, zip(xs, ys), enumerate(xs): the rows of what it names (leaves
+    # where those are: an array's rows are arrays or numbers), and counts
+    if isinstance(it, ast.Name):
+        return Op(OpKind.ITERATE, targets, diff_inputs=[it.id], label="rows")
+    if callee in (zip, enumerate) and not it.keywords and \
+            all(isinstance(a, ast.Name) for a in it.args):
+        return Op(OpKind.ITERATE, targets, diff_inputs=[a.id for a in it.args], label="rows")
     return Op(OpKind.ITERATE, targets, diff_inputs=names(it), label="iteration")
 
 
@@ -266,8 +273,8 @@ def call_result_leaves(s: ast.stmt, op: Op) -> Set[str]:
 
 
 # Functions without a gradient whose result has the structure of their argument:
-# zeros_like of a list is a list.
-_SHAPED_LIKE_ARGUMENT = (runtime.zeros_like, runtime.ones_like)
+# zeros_like of a list is a list; loop_items of an array is the array.
+_SHAPED_LIKE_ARGUMENT = (runtime.zeros_like, runtime.ones_like, runtime.loop_items)
 # Modules whose functions without a gradient return arrays, numbers or flags.
 _NUMERIC_MODULES = ("numpy", "math")
 _NUMERIC_BUILTINS = (len, int, float, bool, round, isinstance, abs, range)
@@ -291,6 +298,8 @@ def _makes_leaf(op: Optional[Op], leaves: Set[str]) -> bool:
     if op.kind in (OpKind.CONST, OpKind.CONTROL) or \
             (op.kind == OpKind.ITERATE and op.label in ("range", "indices")):
         return True
+    if op.kind == OpKind.ITERATE and op.label == "rows":
+        return bool(op.diff_inputs) and all(n in leaves for n in op.diff_inputs)
     if op.kind == OpKind.RULE:
         return _rule_makes_leaf(op, leaves)
     if op.kind in _LEAF_IF_INPUTS:
