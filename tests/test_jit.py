@@ -727,3 +727,22 @@ def test_keyword_only_parameters_under_jit(shape):
             np.testing.assert_allclose(got[i], fd, rtol=1e-6, atol=1e-8)
             if not kwargs:
                 np.testing.assert_allclose(from_vjp[i], fd, rtol=1e-6, atol=1e-8)
+
+
+def rotated(x, n):
+    s = 0.0
+    for k in range(n):
+        z = x * np.exp(1j * 0.3 * k)            # complex parts of a real variable's
+        s = s + np.sum(np.real(z) ** 2)         # cotangent: _s2s_real_part
+    return s
+
+
+@pytest.mark.parametrize("n", [4, 7])
+def test_the_real_part_of_a_complex_cotangent_compiles(monkeypatch, n):
+    pytest.importorskip("numba")
+    monkeypatch.setenv("S2SGRAD_JIT_PLAN", "always")
+    x = np.linspace(-1.0, 1.0, n)
+    assert "_s2s_real_part(" in s2sgrad.source(rotated, args=(x, 5))
+    _check(rotated, (x, 5), 0)
+    state = numba_backend.known_state(rotated, (0,))
+    assert any(v.failed is None and v.check is None for v in state.variants.values())

@@ -712,6 +712,28 @@ def _real_only(grad, x):
 
 
 @_stub
+def real_part(v):
+    pass
+
+
+@overload(real_part)
+def _real_part(v):
+    """The cotangent of a real variable from complex parts: their real part (a real
+    one as it is); None stays None."""
+    if _none(v):
+        return lambda v: v
+    if _arr(v):
+        if isinstance(v.dtype, types.Complex):
+            return lambda v: np.real(v).copy()
+        return lambda v: v
+    if isinstance(v, types.Complex):
+        return lambda v: v.real
+    if _num(v):
+        return lambda v: v
+    return None
+
+
+@_stub
 def loop_items(value):
     pass
 
