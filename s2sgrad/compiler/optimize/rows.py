@@ -11,11 +11,13 @@ provably the same value, the adjoint's loop takes it from the array instead,
 `x = xs[k]` at the top of its step, and the stack goes. Proven from the code:
 
 - `xs` is a parameter the analysis knows is an array (rows in the order a `for`
-  gives them), bound nowhere and written into nowhere in the function (nor
-  through any alias of it: `written_in_place` has the aliases' writes);
+  gives them; `_s2s_loop_items(xs)` bound once is xs itself), bound nowhere and
+  written into nowhere in the function (nor through any alias of it:
+  `written_in_place` has the aliases' writes);
 - the loop assigns `x` once, as the first statement after the save (`x =
-  x_item` of `for x_item in xs`, or `x = xs[t]` of `for t in R` with t the
-  loop's own variable), and nothing in the loop before it reads `x`;
+  x_item` of `for x_item in xs`, of `zip(..., xs, ...)` or `enumerate(xs)`, or
+  `x = xs[t]` of `for t in R` with t the loop's own variable), and nothing in
+  the loop before it reads `x`;
 - the adjoint reads `x` only inside that loop: the value the pop put back after
   the loop's last step (the one before the loop) is read by nothing;
 - the stack is pushed once and popped once, by these two statements.
