@@ -25,7 +25,7 @@ provably the same value, the adjoint's loop takes it from the array instead,
 from __future__ import annotations
 
 import ast
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from ..names import name_node
 from ..transform import Transformed
@@ -36,8 +36,9 @@ __all__ = ["rows_read_again"]
 
 def rows_read_again(t: Transformed, index: NameIndex) -> None:
     """Drop the stacks of loop variables bound to rows of an unchanged argument."""
+    counted: Dict[ast.For, str] = {}   # adjoint loops given a row number: its name
     for loop, save in list(_saves_in_loops(t)):
-        _one(t, index, loop, save)
+        _one(t, index, loop, save, counted)
 
 
 def _saves_in_loops(t: Transformed) -> Iterator[Tuple[ast.For, ast.stmt]]:
@@ -49,7 +50,8 @@ def _saves_in_loops(t: Transformed) -> Iterator[Tuple[ast.For, ast.stmt]]:
                     yield s, inner
 
 
-def _one(t: Transformed, index: NameIndex, loop: ast.For, save: ast.stmt) -> None:
+def _one(t: Transformed, index: NameIndex, loop: ast.For, save: ast.stmt,
+         counted: Dict[ast.For, str]) -> None:
     k = next(i for i, s in enumerate(loop.body) if s is save)
     mark = t.marks.of(save)
     var, stack = mark.save_of, mark.slot
@@ -70,11 +72,13 @@ def _one(t: Transformed, index: NameIndex, loop: ast.For, save: ast.stmt) -> Non
            for s in t.adjoint.body for n in _outside(s, pop_loop, index)):
         return
     if row_index is None:   # `for _ in range(trips)`: give the loop its step's number
-        counted = _counted(pop_loop, t, index)
-        if counted is None:
-            return
-        row_index = counted
-        index.changed(pop_loop)
+        if pop_loop not in counted:
+            row = _counted(pop_loop, t, index)
+            if row is None:
+                return
+            counted[pop_loop] = row
+            index.changed(pop_loop)
+        row_index = counted[pop_loop]
     elif not (isinstance(pop_loop.target, ast.Name) and pop_loop.target.id == row_index):
         return
     read = ast.Assign(targets=[name_node(var, True)], value=ast.Subscript(
@@ -198,9 +202,6 @@ def _counted(loop: ast.For, t: Transformed, index: NameIndex) -> Optional[str]:
     nowhere in the loop) made `for k in range(trips - 1, -1, -1)`: the step's row
     number, last first."""
     it = loop.iter
-    if isinstance(loop.target, ast.Name) and isinstance(it, ast.Call) and \
-            ast.dump(it) == ast.dump(_countdown(_trips_of(it))):
-        return loop.target.id   # (counted already, for another of its variables)
     if not (isinstance(loop.target, ast.Name) and isinstance(it, ast.Call) and
             isinstance(it.func, ast.Name) and it.func.id in _RANGES and
             len(it.args) == 1 and not it.keywords and isinstance(it.args[0], ast.Name)):
@@ -209,23 +210,11 @@ def _counted(loop: ast.For, t: Transformed, index: NameIndex) -> Optional[str]:
         return None
     k = t.names.fresh("row")
     loop.target = name_node(k, True)
-    loop.iter = _countdown(it.args[0].id)
-    return k
-
-
-def _countdown(trips: str) -> ast.Call:
-    """range(trips - 1, -1, -1)."""
-    return ast.Call(func=name_node("range"), args=[
-        ast.BinOp(left=name_node(trips), op=ast.Sub(), right=ast.Constant(value=1)),
+    loop.iter = ast.Call(func=name_node("range"), args=[
+        ast.BinOp(left=name_node(it.args[0].id), op=ast.Sub(), right=ast.Constant(value=1)),
         ast.UnaryOp(op=ast.USub(), operand=ast.Constant(value=1)),
         ast.UnaryOp(op=ast.USub(), operand=ast.Constant(value=1))], keywords=[])
-
-
-def _trips_of(it: ast.Call) -> str:
-    """The trip count's name in `range(trips - 1, -1, -1)` (else a name no loop has)."""
-    first = it.args[0] if it.args else None
-    return first.left.id if isinstance(first, ast.BinOp) and \
-        isinstance(first.left, ast.Name) else "?"
+    return k
 
 
 # What the adjoint of `for item in xs` counts its steps with (a trip count: an int).
