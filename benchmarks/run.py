@@ -67,7 +67,8 @@ import s2sgrad.compiler  # noqa: E402
 WORKLOADS = [
     "scalar_recurrence", "rnn", "mlp", "mlp_structured", "elementwise", "branchy_loop",
     "custom_softplus", "loop_beside_product",
-    "stencil", "lstm_helper", "rk4", "attention", "gmm", "softmax_regression",
+    "stencil", "lstm_helper", "rk4", "rk4_checkpoint", "attention", "gmm",
+    "softmax_regression",
     "seed_square", "seed_cube", "seed_add_mul", "seed_exp_reducer", "seed_adder",
 ]
 

@@ -89,3 +89,35 @@ def _is_differentiable(value: Any) -> bool:
 
 def is_function_class(obj: Any) -> bool:
     return isinstance(obj, type) and issubclass(obj, Function) and obj is not Function
+
+
+class checkpoint:  # noqa: N801 - used as a decorator, like functools' lowercase classes
+    """Mark a helper whose intermediate values the gradient recomputes instead of
+    keeping (rematerialisation, as `jax.checkpoint` and `torch.utils.checkpoint`).
+
+    A call of a checkpointed helper inside a differentiated function keeps only the
+    helper's arguments; the adjoint calls the helper's forward again just before its
+    adjoint. For a step function called in a loop (an ODE integrator's step, say),
+    memory then grows by one state per step instead of every stage's intermediates,
+    for about one more evaluation of the helper per step. Calling the mark runs the
+    helper unchanged. The compiler refuses (TransformError) a helper whose second
+    evaluation could differ from the first: one that draws random numbers, writes
+    into its arguments or a global, or calls what it cannot see into.
+    """
+
+    def __init__(self, fn):
+        if not callable(fn):
+            raise TypeError(f"s2sgrad.checkpoint takes a function, not "
+                            f"{type(fn).__name__}")
+        self.__s2sgrad__ = self      # s2sgrad's own mark: passes the call through
+        self.__wrapped__ = fn
+        self.__name__ = getattr(fn, "__name__", "checkpointed")
+        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__module__ = getattr(fn, "__module__", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__wrapped__(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<s2sgrad.checkpoint of {self.__qualname__}>"

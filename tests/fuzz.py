@@ -190,6 +190,7 @@ FEATURES = {
     "dict_literal_loop": 0.5,  # for k in {"w": d["w"], "b": d["b"]}: ... d[k]
     "dict_get": 0.5,         # r.get("a") of a dict record
     "python_weights": 0.3,   # decay_weights(3, 0.9): a Python helper's constant array
+    "checkpoint": 0.5,       # @s2sgrad.checkpoint on a helper: recomputed in the adjoint
     "dict_loop": 0.5,        # for k, v in d.items() / d.values() / d.keys() / d
     "dict_iter": 0.5,        # a dict iterated as itself (for k in d) rather than d.keys()
     "comprehension": 0.8,    # [g(t) for t in L if ...], two generators, {k: .. for k, v in ..}
@@ -2508,6 +2509,11 @@ class ProgramGenerator(FamilyMixin):
             h.spec = spec
             D = DictVar("d", spec, False, param=True)
             self.struct_helper(h, None, [D], n_stmts, loop=D, relay=relay)
+        if self.on("checkpoint") and self.rng.random() < 0.3:
+            # recomputed in the adjoint (or refused, naming what it cannot recompute)
+            self.used["checkpoint"] += 1
+            at = next(i for i, line in enumerate(self.lines) if line.startswith(f"def {name}("))
+            self.lines.insert(at, "@s2sgrad.checkpoint")
         self.helpers.append(h)
 
     def struct_helper(self, h, unpack, declared, n_stmts, loop=None, relay=None):

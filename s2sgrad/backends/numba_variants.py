@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..arguments import seed as seed_of
+from ..function import checkpoint
 from ..witness import plain_residuals
 from . import jit_policy
 from . import numba_rewrite as rw
@@ -100,6 +101,9 @@ def free_names(state, state_of: Callable[[Any], Any]) -> FreeNames:
     for callee in compiled.callees:
         callee_fns[id(callee.forward)] = (callee, "forward")
         callee_fns[id(callee.adjoint)] = (callee, "adjoint")
+        # A helper marked s2sgrad.checkpoint, called by the forward as the user wrote
+        # the call (its adjoint runs the helper's forward again): its forward's value.
+        callee_fns[id(callee.fn)] = (callee, "value")
     live, constants, callees = [], {}, {}
     for name in state.pair.free:
         if name in cells:
@@ -119,6 +123,8 @@ def free_names(state, state_of: Callable[[Any], Any]) -> FreeNames:
         if name in state.pair.unaliased and value is not getattr(builtins, name):
             raise rw.Unsupported(f"the code reads the builtin {name} and another "
                                  f"{name!r} of the user's")
+        if isinstance(value, checkpoint):
+            value = value.__wrapped__
         if id(value) in callee_fns:
             callee, half = callee_fns[id(value)]
             if callee.statics:
@@ -367,9 +373,13 @@ def module_namespace(state, blas: bool, residuals=None) -> dict:
     for name, (sub, half) in state.callees.items():
         forward_name = next((n for n, (s2, h) in state.callees.items()
                              if s2 is sub and h == "forward"), None)
-        ns[name] = split_functions(sub, examples.get(forward_name))[
-            0 if half == "forward" else 1]
+        ns[name] = split_functions(sub, examples.get(forward_name))[_HALVES.index(half)]
     return ns
+
+
+# What a caller may call of a callee's split module, in the order of `state.split`
+# (after the worker's record of the module, at 2).
+_HALVES = ("forward", "adjoint", "record", "value")
 
 
 def split_functions(state, residuals: Optional[tuple] = None) -> tuple:
@@ -393,14 +403,16 @@ def split_functions(state, residuals: Optional[tuple] = None) -> tuple:
                 placeholders = rw.learn_placeholders(state.pair, residuals)
                 fwd_kinds, adj_kinds = infer_kinds(state.pair, {}, residuals, None)
             src = rw.rewrite(state.pair, placeholders, [b.name for b in state.live],
-                             ["split"], fwd_kinds, adj_kinds, False, state.call_extra)
+                             ["split", "value"], fwd_kinds, adj_kinds, False,
+                             state.call_extra)
             ns = module_namespace(state, False, residuals)
             ns, cache = load_module(src.source, ns, state.pair.name,
                                     disk=callees_on_disk(state))
             jit = functools.partial(numba_module().njit, **dict(NJIT_OPTIONS, cache=cache))
             state.split = (jit(ns[state.pair.name + "_nb_forward"]),
                            jit(ns[state.pair.name + "_nb_adjoint"]),
-                           _as_callee(state, ns) if cache else None)
+                           _as_callee(state, ns) if cache else None,
+                           jit(ns[state.pair.name + "_nb_value"]))
             return state.split
         finally:
             state.building = False
@@ -434,8 +446,7 @@ def _as_callee(state, ns: dict):
 
 def callee_records(state) -> dict:
     """name in state's code -> (the callee's numba_worker.Callee, its function's name)."""
-    return {name: (sub.split[2], sub.pair.name + ("_nb_forward" if half == "forward"
-                                                  else "_nb_adjoint"))
+    return {name: (sub.split[2], f"{sub.pair.name}_nb_{half}")
             for name, (sub, half) in state.callees.items()}
 
 

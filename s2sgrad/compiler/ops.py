@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .. import runtime
-from ..function import is_function_class
+from ..function import checkpoint, is_function_class
 from ..rules import registry
 from ..rules.registry import Rule
 from ..runtime import inplace as runtime_inplace
@@ -95,6 +95,8 @@ class Op:
     callee: object = None
     label: str = ""
     call: Optional[ast.Call] = None
+    # A call of a helper marked s2sgrad.checkpoint: recomputed in the adjoint.
+    recompute: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, OpKind):
@@ -436,6 +438,11 @@ def _call_op(call: ast.Call, outs, local_names, exprs: ExprFacts) -> Op:
         return op
     if registry.is_nondiff(callee):
         return Op(OpKind.NONDIFF, outs, other_inputs=everything, callee=callee, label=label)
+    if isinstance(callee, checkpoint) and isinstance(callee.__wrapped__, types.FunctionType):
+        return Op(OpKind.CALL, outs, diff_inputs=names(ast.Tuple(
+            elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
+            other_inputs=everything, callee=callee.__wrapped__, label=label, call=call,
+            recompute=True)
     if getattr(callee, "__s2sgrad_derived__", None) is not None:
         # A call to s2sgrad.grad(f) & co. inside differentiated code: its code.
         callee = reentry.readable(callee)

@@ -78,7 +78,7 @@ def run_passes(parsed: ParsedFunction, wrt: Tuple[int, ...], optimize_code: bool
     """Every pass from normalise to optimise; returns the Transformed record."""
     nf = normalize(parsed)
     activity = analyze(nf, wrt, scalars, structure, leaves, complexes)
-    t = transform(nf, activity, pure)
+    t = transform(nf, activity, pure, recompute=bool(optimize_code))
     t = inline(t)
     if optimize_code:
         t = optimize(t)

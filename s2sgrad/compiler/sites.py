@@ -26,6 +26,7 @@ from .facts import FunctionFacts
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
 from .normalize.scope import is_docstring
 from .parse import parse_function
+from .recompute import refusal as recompute_refusal
 from .resolve import FUNCTION_TYPES, MISSING, Resolver
 
 
@@ -606,14 +607,22 @@ class CalleeSite:
     mutable: Set[str] = field(default_factory=set)
     # Parameters the caller passes complex values: the callee is compiled for that.
     complexes: Tuple[str, ...] = ()
+    # A helper marked s2sgrad.checkpoint: the forward calls it as the user wrote the
+    # call and keeps nothing of it; the adjoint runs its forward again (recomputation).
+    recompute: bool = False
 
     @property
     def slot_names(self) -> List[str]:
-        return [self.residual_name]
+        return [] if self.recompute else [self.residual_name]
 
     def forward_statement(self, origin, facts: FunctionFacts) -> ast.stmt:
-        """The call of the callee's forward itself (nothing for the inliner)."""
+        """The call of the callee's forward itself (nothing for the inliner); of the
+        helper itself, as written, where it is recomputed."""
         outs = store_targets(self.out_names)
+        if self.recompute:
+            node = copy_location(assign_node(outs, copy.deepcopy(self.call)), origin)
+            facts.note_origin(node, facts.origin_of(origin))
+            return node
         target = ast.Tuple(elts=[outs, name_node(self.residual_name, True)], ctx=ast.Store())
         call = ast.Call(func=name_node(self.forward_name),
                         args=[_kept(a, self.mutable) for a in copy.deepcopy(self.call.args)],
@@ -621,6 +630,16 @@ class CalleeSite:
                                   for k in copy.deepcopy(self.call.keywords)])
         node = ast.Assign(targets=[target], value=call, type_comment=None)
         copy_location(node, origin)
+        facts.note_origin(node, facts.origin_of(origin))
+        return node
+
+    def recomputation(self, origin, facts: FunctionFacts) -> ast.stmt:
+        """`f_residuals = f_forward(x, W)[1]`: the residuals of a recomputed call, made
+        again from its arguments (which the adjoint has restored to the call's)."""
+        call = ast.Call(func=name_node(self.forward_name), args=copy.deepcopy(self.call.args),
+                        keywords=copy.deepcopy(self.call.keywords))
+        value = ast.Subscript(value=call, slice=ast.Constant(value=1), ctx=ast.Load())
+        node = assign_node(self.residual_name, value)
         facts.note_origin(node, facts.origin_of(origin))
         return node
 
@@ -636,9 +655,19 @@ class CalleeSite:
         return node
 
 
-def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
+def callee_site(op, s, activity, names: NameRegistry, nf, recompute: bool = False) -> CalleeSite:
+    """The site of a call of the user's function; recompute: where op asks for it
+    (s2sgrad.checkpoint), the helper is recomputed in the adjoint, if it can be."""
     fn = op.callee
     call = op.call
+    written = set(getattr(nf, "written_in_place", ()))
+    if recompute:
+        reason = recompute_refusal(fn, written)
+        if reason is not None:
+            raise error_at(call, f"cannot recompute {fn.__name__} (s2sgrad.checkpoint): "
+                                 f"{reason}", nf.parsed,
+                           "Remove s2sgrad.checkpoint from it, or compute what it draws "
+                           "or changes outside it and pass that in.")
     try:
         sig = inspect.signature(fn)
         bound = sig.bind(*call.args, **{k.arg: k.value for k in call.keywords})
@@ -659,7 +688,7 @@ def callee_site(op, s, activity, names: NameRegistry, nf) -> CalleeSite:
                       residual_name=names.fresh(f"{base}_residuals"), call=call,
                       out_names=list(op.outputs), arg_atoms=atoms,
                       leaves=tuple(i for i, a in enumerate(atoms) if _is_leaf(a, activity)),
-                      mutable=set(getattr(nf, "written_in_place", ())),
+                      mutable=written, recompute=recompute,
                       statics=function_arguments(params, atoms, nf, fn),
                       complexes=tuple(entry for p, a in zip(params, atoms)
                                       for entry in _complex_entries(a, p.name, activity)))

@@ -413,6 +413,8 @@ class AdjointStatements:
                 parts.append((arg.id, wanted[i]))
         if not wanted:
             return
+        if getattr(site, "recompute", False) and not core.probing:
+            out.append(site.recomputation(s, core.facts))
         out.append(ast.Pass() if core.probing else site.adjoint_placeholder(gs, wanted, s,
                                                                             core.facts))
         for var, part in parts:   # (a callee may compute with complex values: real parts)

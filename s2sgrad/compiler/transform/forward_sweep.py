@@ -244,7 +244,8 @@ class ForwardSweep:
                 site = sites.function_site(op.callee, op.call, op.outputs, needs, core.names,
                                            core.nf, s)
             else:
-                site = sites.callee_site(op, s, core.act, core.names, core.nf)
+                site = sites.callee_site(op, s, core.act, core.names, core.nf,
+                                         recompute=op.recompute and core.recompute)
                 core.callees[site.forward_name] = site
             core.sites.record(s, site)
         return site

@@ -68,13 +68,16 @@ class Transformed:
     pure: bool = False   # the adjoint makes no in-place updates (see transform)
 
 
-def transform(nf: NormalForm, activity: Activity, pure: bool = False) -> Transformed:
+def transform(nf: NormalForm, activity: Activity, pure: bool = False,
+              recompute: bool = False) -> Transformed:
     """Forward and adjoint of a normal-form function.
 
     pure=True writes the adjoint without in-place updates (arrays and lists are
-    replaced, not modified), so that it can itself be differentiated.
+    replaced, not modified), so that it can itself be differentiated. recompute=True
+    recomputes the calls of helpers marked s2sgrad.checkpoint in the adjoint (not in
+    a pure pair: one differentiated again keeps what it computed).
     """
-    return Reverse(nf, activity, pure).run()
+    return Reverse(nf, activity, pure, recompute and not pure).run()
 
 
 class Reverse:
@@ -82,11 +85,13 @@ class Reverse:
     statements and the adjoint's control flow are its parts (`self.forward`,
     `self.adjoint`, `self.control`)."""
 
-    def __init__(self, nf: NormalForm, activity: Activity, pure: bool = False):
+    def __init__(self, nf: NormalForm, activity: Activity, pure: bool = False,
+                 recompute: bool = False):
         self.forward = ForwardSweep(self)
         self.adjoint = AdjointStatements(self)
         self.control = AdjointControl(self)
         self.pure = pure
+        self.recompute = recompute
         self.first_iteration = None   # see entry_reads
         self.nf = nf
         self.facts = nf.facts   # what this compile's passes noted about its nodes
