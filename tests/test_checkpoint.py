@@ -57,6 +57,22 @@ def once(x, W):
     return np.sum(np.sin(y))
 
 
+def written_after(x, W):
+    s = 0.0
+    for _ in range(3):
+        y = rk2_step(x, W, 0.1)
+        s = s + np.sum(y ** 2)
+        x += 0.1 * y          # the argument changes after the call: restored for it
+    return s
+
+
+def from_a_list(x, W):
+    ys = [x]
+    for _ in range(3):
+        ys.append(rk2_step(ys[-1], W, 0.1))
+    return sum(np.sum(v ** 2) for v in ys)
+
+
 def _args(shape, seed=0):
     rng = np.random.default_rng(seed)
     n = shape[-1]
@@ -98,6 +114,18 @@ def test_a_checkpointed_cell_with_two_outputs_and_a_keyword(shape):
 @pytest.mark.parametrize("shape", [(4,), (3, 4)])
 def test_a_checkpointed_call_outside_loops(shape):
     _check(once, _args(shape, 3), (0, 1))
+
+
+@pytest.mark.parametrize("f", [written_after, from_a_list])
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_arguments_written_in_place_or_read_from_lists_are_restored(f, shape):
+    x, W = _args(shape, 5)
+    got = s2sgrad.grad(f, wrt=(0, 1))(x.copy(), W)
+    for i in (0, 1):
+        want = numeric_grad(lambda a, b: f(a.copy(), b), [x.copy(), W], i)
+        np.testing.assert_allclose(got[i], want, rtol=1e-6, atol=1e-8)
+    adjoint = s2sgrad.source(f, wrt=(0, 1)).split("_adjoint(residuals")[1]
+    assert "rk2_step_forward(" in adjoint.split("# s2sgrad: generated from")[0]
 
 
 def test_the_mark_runs_the_function_and_is_differentiated_itself():
