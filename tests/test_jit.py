@@ -746,3 +746,13 @@ def test_the_real_part_of_a_complex_cotangent_compiles(monkeypatch, n):
     _check(rotated, (x, 5), 0)
     state = numba_backend.known_state(rotated, (0,))
     assert any(v.failed is None and v.check is None for v in state.variants.values())
+
+
+def test_the_rewrites_list_of_helpers_is_numba_helpers_stubs():
+    """numba_rewrite.NUMBA_HELPERS (written out so that a call left to NumPy imports no
+    numba) names exactly the runtime helpers numba_helpers gives a stub of."""
+    from s2sgrad.backends import numba_helpers
+    from s2sgrad.backends import numba_rewrite as rw
+    from s2sgrad.runtime.registry import HELPERS
+    derived = set(numba_helpers.STUBS) & set(HELPERS) - set(rw.OWN_HELPERS)
+    assert rw.NUMBA_HELPERS == derived

@@ -421,7 +421,9 @@ def outline(numpy_fn: ast.FunctionDef, numba_fn: ast.FunctionDef, name: str,
 
     params = [a.arg for a in numpy_fn.args.args]
     bound_before = set(params).union(*[fx[k].binds for k in before])
-    read_in = set().union(*[fx[k].reads | fx[k].updates for k in region])
+    # (numba's twin may read more: the live values a callee's call is given)
+    read_in = set().union(*[fx[k].reads | fx[k].updates | effects(numba_fn.body[k]).reads
+                            for k in region])
     bound_in = set().union(*[fx[k].binds for k in region])
     read_after = set().union(*[fx[k].reads | fx[k].updates for k in after])
     outputs = sorted(bound_in & read_after)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -52,15 +51,20 @@ from .numba_stacks import preallocate_stacks
 HELPER_PREFIX = "_s2s_"
 NB_PREFIX = "_nb_"
 
-# The helpers with a numba version in numba_helpers.py (names without the prefix).
-@functools.lru_cache(maxsize=None)
-def numba_helpers() -> frozenset:
-    """The runtime helpers (`_s2s_<name>`) with a numba version: those `numba_helpers`
-    gives a stub of the same name (its own building blocks aside). Read from that
-    module, which needs numba, when code is first rewritten for it."""
-    from ..runtime.registry import HELPERS
-    from .numba_helpers import STUBS
-    return frozenset(STUBS).intersection(HELPERS).difference(OWN_HELPERS)
+# The runtime helpers (`_s2s_<name>`) with a numba version: those `numba_helpers`
+# gives a stub of the same name, its own building blocks (OWN_HELPERS) aside.
+# Written out, not read from there: that module imports numba, which a call left
+# to NumPy never pays for; tests/test_jit.py checks the two agree.
+NUMBA_HELPERS = frozenset({
+    "unbroadcast", "unbroadcast_matmul", "zeros_like", "ones_like", "expand_reduced",
+    "reduced_count",
+    "copy_value", "copy_adjoint", "snapshot", "matmul_grad_a", "matmul_grad_b",
+    "dot_grad_a", "dot_grad_b", "balanced_max_mask", "safe_log", "clip_grads", "clip_grad_a",
+    "real_only", "add_at", "copy_item", "restore_item", "zero_item", "accumulate",
+    "add", "transpose_grad", "extremum_grad", "safe_divide", "none_to_zero",
+    "log_softmax", "softmax", "logsumexp", "loop_items", "cast_into", "concatenate_grad",
+    "stack_grad", "real_part",
+})
 
 # NumPy's functions that join a sequence of arrays (numba's take a tuple of them).
 _JOINS = frozenset({"concatenate", "stack", "vstack", "hstack", "column_stack", "dstack"})
@@ -889,7 +893,7 @@ class _Rewriter(ast.NodeTransformer):
                 return ast.copy_location(ast.Name(id="np", ctx=node.ctx), node)
             if short in ("math", "scalar_math"):   # (numba's math functions raise nowhere)
                 return ast.copy_location(ast.Name(id="_nb_math", ctx=node.ctx), node)
-            if short not in numba_helpers():
+            if short not in NUMBA_HELPERS:
                 raise Unsupported(f"the helper {node.id} has no numba version")
             return ast.copy_location(self._nb(short), node)
         if node.id in self.rename:

@@ -14,11 +14,12 @@ import functools
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..arguments import seed as seed_of
+from ..errors import TransformError
 from ..function import checkpoint
 from ..witness import plain_residuals
 from . import jit_policy
@@ -89,6 +90,42 @@ class FreeNames:
     call_extra: Dict[str, List[Tuple[str, str]]]
 
 
+class _Undifferentiated(NamedTuple):
+    """What free_names asks of a callee (a compiled pair's fields), for a function of
+    the user's that the generated code calls as the user wrote the call."""
+
+    fn: Any
+    wrt: Tuple[int, ...]
+    name: str
+    statics: tuple
+
+
+def user_helper(value: Any) -> bool:
+    """A plain function of the user's (not NumPy's, SciPy's or s2sgrad's own)."""
+    module = (getattr(value, "__module__", None) or "").split(".")[0]
+    return isinstance(value, types.FunctionType) and \
+        module not in ("numpy", "scipy", "s2sgrad", "math", "builtins") and \
+        not hasattr(value, "__s2sgrad_derived__")
+
+
+def _callee_state(state, state_of: Callable[[Any], Any], callee) -> Any:
+    """The prepared numba state of a function state's code calls (rw.Unsupported:
+    compiled for a function it is given, recursive, or itself unsupported)."""
+    if callee.statics:
+        raise rw.Unsupported(f"{callee.name} is compiled for the function it is "
+                             f"given ({callee.statics[0][0]}), which the numba "
+                             f"backend does not do yet")
+    sub = state_of(callee)
+    if sub is state or sub.compiled is not None and sub.pair is None and \
+            sub.disabled is None:
+        raise rw.Unsupported("a recursive call")
+    sub.ensure_prepared()
+    if sub.disabled is not None:
+        raise rw.Unsupported(f"the function it calls, {callee.name}, is "
+                             f"unsupported: {sub.disabled}")
+    return sub
+
+
 def free_names(state, state_of: Callable[[Any], Any]) -> FreeNames:
     """Bind the free names of state's pair (see FreeNames); a callee's state is
     state_of(its compiled pair), prepared here. rw.Unsupported: a name numba
@@ -127,19 +164,17 @@ def free_names(state, state_of: Callable[[Any], Any]) -> FreeNames:
             value = value.__wrapped__
         if id(value) in callee_fns:
             callee, half = callee_fns[id(value)]
-            if callee.statics:
-                raise rw.Unsupported(f"{callee.name} is compiled for the function it is "
-                                     f"given ({callee.statics[0][0]}), which the numba "
-                                     f"backend does not do yet")
-            sub = state_of(callee)
-            if sub is state or sub.compiled is not None and sub.pair is None and \
-                    sub.disabled is None:
-                raise rw.Unsupported("a recursive call")
-            sub.ensure_prepared()
-            if sub.disabled is not None:
-                raise rw.Unsupported(f"the function it calls, {callee.name}, is "
-                                     f"unsupported: {sub.disabled}")
-            callees[name] = (sub, half)
+            callees[name] = (_callee_state(state, state_of, callee), half)
+            continue
+        if user_helper(value):
+            # A call of the user's function that nothing differentiates (`weight(k)` in
+            # a loop): its own pair, compiled for no argument, gives the value.
+            callee = _Undifferentiated(value, (), value.__name__, ())
+            try:
+                callees[name] = (_callee_state(state, state_of, callee), "value")
+            except TransformError as exc:   # (NumPy runs it as the user's Python)
+                raise rw.Unsupported(f"the function it calls, {callee.name}, is not "
+                                     f"compiled: {exc.reason}") from None
             continue
         if callable(value) and getattr(value, "__name__", "").endswith(
                 ("_forward", "_adjoint")) and name.startswith("_s2s_"):
@@ -276,7 +311,7 @@ def build_loops(state, v: Variant, args, live, residuals, seed) -> None:
             pair, placeholders, [b.name for b in state.live], fwd_kinds, adj_kinds, blas,
             state.call_extra)
         cut = outline.outline(numpy_fn, numba_fn, pair.name,
-                              outline.barred_names(pair, rename))
+                              outline.barred_names(pair, rename) | host_calls(state))
         host_globals = python_namespace(state.compiled.forward, state.compiled.adjoint)
         if any(host_globals.get(n) is not c for n, c in state.constants.items()):
             raise rw.Unsupported("a name the code reads is not the module's")
@@ -459,6 +494,13 @@ def split_pair(state) -> rw.Pair:
     return state.split_calls
 
 
+def host_calls(state) -> set:
+    """The names of the user's functions that state's code calls only for their values
+    (no cotangent goes through them): in an outline, their statements stay on NumPy's
+    side, as any Python the loops do not need."""
+    return {name for name, (_, half) in state.callees.items() if half == "value"}
+
+
 def outline_facts(state) -> Optional[Tuple[Tuple[int, ...], float]]:
     """(positions among the call's arguments and live values of those the outlined
     loops read, the size limit of the arrays they are given), or None when the
@@ -467,12 +509,13 @@ def outline_facts(state) -> Optional[Tuple[Tuple[int, ...], float]]:
     if state.outline is None:
         from . import numba_outline as outline
         facts: Any = ()
-        if state.facts.has_loops and not state.callees and not state.mutates:
+        if state.facts.has_loops and not state.mutates and \
+                set(state.callees) <= host_calls(state):
             try:
                 pair = split_pair(state)
                 numpy_fn, rename = rw.fused_numpy(pair, [b.name for b in state.live])
                 cut = outline.outline(numpy_fn, numpy_fn, pair.name,
-                                      outline.barred_names(pair, rename))
+                                      outline.barred_names(pair, rename) | host_calls(state))
                 names = list(pair.params) + [b.name for b in state.live]
                 products = jit_policy.code_facts([cut.numpy_loops]).products
                 limit = float("inf") if state.force in ("always", "loops") else \

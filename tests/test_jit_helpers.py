@@ -1,0 +1,123 @@
+"""jit=True with the user's helpers that nothing differentiates (`w = weight(k)` in a
+loop, constant weights from a Python helper): each runs its own pair's forward,
+compiled by numba, where it ran the NumPy backend (a Python function numba cannot
+type) before. The pair reads the helper's globals at every call, as the NumPy
+backend does. Gradients are checked against the NumPy backend and central
+differences on two sizes, in both background modes.
+"""
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from conftest import numeric_grad
+
+import s2sgrad
+from s2sgrad.backends import JitWarning, jit_plan, jit_wait, numba_backend
+
+RATE = 0.5
+TABLE = np.array([1.0, 2.0, 3.0])
+
+
+def weight(k):
+    return RATE * k + TABLE[k % 3]
+
+
+def decay_weights(n, rate):
+    return np.array([rate ** i for i in range(n)])
+
+
+def weighted(x, n):
+    s = 0.0
+    w = decay_weights(n, 0.9)
+    for k in range(n):
+        s = s + weight(k) * np.sum(np.sin(x * k)) * w[k]
+    return s
+
+
+def flipped(n):
+    """A helper numba has no version of (np.flip with an axis)."""
+    return np.flip(np.ones((1, n)), axis=1)[0]
+
+
+def uses_flipped(x, n):
+    s = 0.0
+    for k in range(n):
+        s = s + np.sum(np.tanh(x * k) * flipped(x.shape[0]))
+    return s
+
+
+def guarded(k):
+    """A helper s2sgrad does not compile (try/except): the user's Python runs it."""
+    try:
+        return 0.5 * k
+    except ValueError:
+        return 0.0
+
+
+def uses_guarded(x, n):
+    s = 0.0
+    for k in range(n):
+        s = s + guarded(k) * np.sum(np.sin(x * k))
+    return s
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    numba_backend.reset()
+    yield
+    numba_backend.reset()
+
+
+def _jit_grad(f, args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        for _ in range(2):   # (in the background mode: NumPy first, then numba)
+            s2sgrad.grad(f, jit=True)(*args)
+            jit_wait(f)
+        return s2sgrad.grad(f, jit=True)(*args)
+
+
+@pytest.mark.parametrize("background", ["0", "1"])
+@pytest.mark.parametrize("n", [3, 7])
+def test_undifferentiated_helpers_in_a_loop_run_on_numba(monkeypatch, background, n):
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", background)
+    x = np.random.default_rng(n).uniform(-1, 1, n)
+    got = _jit_grad(weighted, (x, 12))
+    np.testing.assert_allclose(got, s2sgrad.grad(weighted)(x, 12), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got, numeric_grad(weighted, [x, 12], 0), rtol=1e-6, atol=1e-7)
+    state = numba_backend.known_state(weighted, (0,))
+    assert all(v.failed is None for v in state.variants.values())
+    assert any(v.check is None for v in state.variants.values())   # numba's code ran
+    assert jit_plan(weighted, x, 12).compile
+
+
+def test_a_helpers_globals_are_read_at_every_call(monkeypatch):
+    global TABLE
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "0")
+    x = np.array([0.3, -0.2, 0.5])
+    _jit_grad(weighted, (x, 9))
+    monkeypatch.setattr(sys.modules[__name__], "RATE", 2.0)
+    monkeypatch.setattr(sys.modules[__name__], "TABLE", TABLE.copy())
+    TABLE[1] = 10.0   # (a module-level copy, changed in place)
+    got = s2sgrad.grad(weighted, jit=True)(x, 9)
+    np.testing.assert_allclose(got, s2sgrad.grad(weighted)(x, 9), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got, numeric_grad(weighted, [x, 9], 0), rtol=1e-6, atol=1e-7)
+
+
+def test_a_helper_numba_cannot_compile_still_falls_back_with_its_reason(monkeypatch):
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "0")
+    x = np.array([0.3, -0.2, 0.5])
+    with pytest.warns(JitWarning, match="flip"):
+        got = s2sgrad.grad(uses_flipped, jit=True)(x, 4)
+    np.testing.assert_allclose(got, numeric_grad(uses_flipped, [x, 4], 0), rtol=1e-6,
+                               atol=1e-7)
+
+
+def test_a_helper_s2sgrad_does_not_compile_leaves_the_call_to_numpy(monkeypatch):
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "0")
+    x = np.array([0.3, -0.2, 0.5, 0.1])
+    with pytest.warns(JitWarning, match="guarded, is not compiled"):
+        got = s2sgrad.grad(uses_guarded, jit=True)(x, 5)
+    np.testing.assert_allclose(got, numeric_grad(uses_guarded, [x, 5], 0), rtol=1e-6,
+                               atol=1e-7)
