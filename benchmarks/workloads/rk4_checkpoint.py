@@ -8,7 +8,8 @@ import numpy as np
 
 import s2sgrad
 
-from .rk4 import grad_autograd, hand_grad, make_inputs, rhs  # noqa: F401 - the runner's
+from . import rk4
+from .rk4 import grad_autograd, hand_grad, make_inputs  # noqa: F401 - the runner's
 
 NAME = "rk4_checkpoint"
 TITLE = "RK4 integrator, the step checkpointed, 500 steps"
@@ -17,13 +18,8 @@ WRT = (0, 1)
 LOOPS = True
 
 
-@s2sgrad.checkpoint
-def rk4_step(y, W, h):
-    k1 = rhs(y, W)
-    k2 = rhs(y + 0.5 * h * k1, W)
-    k3 = rhs(y + 0.5 * h * k2, W)
-    k4 = rhs(y + h * k3, W)
-    return y + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+# The step of rk4.py, marked: the gradient keeps y per step and recomputes the stages.
+rk4_step = s2sgrad.checkpoint(rk4.rk4_step)
 
 
 def rk4_loss(y0, W, target, steps):
