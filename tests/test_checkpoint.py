@@ -267,3 +267,36 @@ def test_jit_runs_a_checkpointed_step_on_numba(monkeypatch, _fresh_numba, backgr
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
     state = numba_backend.known_state(integrate, (0, 1))
     assert any(v.failed is None and v.check is None for v in state.variants.values())
+
+
+def test_a_helper_iterating_over_an_iterator_is_refused_and_over_a_list_recomputed(
+        make_module):
+    """A second run would find an iterator consumed: the argument of a parameter the
+    helper walks must be proven a list, a tuple or an array."""
+    mod = make_module(textwrap.dedent("""
+        import numpy as np
+        import s2sgrad
+
+        def total(vs):
+            return sum(vs)
+
+        @s2sgrad.checkpoint
+        def step(u, vs):
+            return np.tanh(u + total(vs))
+
+        def from_a_generator(x):
+            for _ in range(2):
+                x = step(x, (v * 0.5 for v in x))
+            return np.sum(x)
+
+        def from_a_list(x):
+            for _ in range(2):
+                x = step(x, [x[0] * 0.5, x[1]])
+            return np.sum(x)
+        """))
+    with pytest.raises(s2sgrad.TransformError, match="iterates over its argument"):
+        s2sgrad.grad(mod.from_a_generator)(np.array([0.1, 0.2]))
+    for x in (np.array([0.1, 0.2]), np.array([0.3, -0.1, 0.4])):
+        g = s2sgrad.grad(mod.from_a_list)(x)
+        np.testing.assert_allclose(g, numeric_grad(mod.from_a_list, [x], 0), rtol=1e-6,
+                                   atol=1e-8)

@@ -26,8 +26,12 @@ from .parse import parse_function
 _PURE_BUILTINS = frozenset({
     "abs", "all", "any", "bool", "complex", "dict", "divmod", "enumerate", "float",
     "int", "isinstance", "len", "list", "map", "max", "min", "pow", "print", "range",
-    "reversed", "round", "slice", "sorted", "sum", "tuple", "zip", "type", "iter",
-    "next", "hasattr", "getattr", "callable", "str", "repr", "set", "frozenset"})
+    "reversed", "round", "slice", "sorted", "sum", "tuple", "zip", "type", "hasattr",
+    "getattr", "callable", "str", "repr", "set", "frozenset"})   # (not next: it advances)
+
+# Types whose calls make a value from their arguments alone.
+_PURE_TYPES = (bool, int, float, complex, list, tuple, dict, set, frozenset, str, range,
+               slice, enumerate, zip, map, reversed)
 
 # Modules whose functions compute from their arguments alone (numpy.random aside).
 _PURE_MODULES = ("numpy", "math", "cmath", "scipy", "operator")
@@ -190,8 +194,7 @@ class _Checker:
                 builtins, getattr(value, "__name__", ""), None):
             return None if value.__name__ in _PURE_BUILTINS else \
                 f"{where} calls the builtin {value.__name__}"
-        if value in (bool, int, float, complex, list, tuple, dict, set, frozenset, str,
-                     range, slice, enumerate, zip, map, reversed):
+        if any(value is t for t in _PURE_TYPES):
             return None
         if isinstance(value, np.ufunc) or module.split(".")[0] in _PURE_MODULES or \
                 value is math:
@@ -312,3 +315,48 @@ def _attribute(value: Any, rest) -> Any:
         if value is _MISSING:
             return _MISSING
     return value
+
+
+# Builtins that iterate over an argument (a second run would find an iterator empty).
+_ITERATING = frozenset({"list", "tuple", "set", "frozenset", "dict", "sum", "sorted", "min",
+                        "max", "any", "all", "enumerate", "zip", "map", "iter", "next",
+                        "reversed", "filter"})
+
+
+def iterated_parameters(fn: Any, seen: Optional[Set[int]] = None) -> Set[str]:
+    """The parameters of `fn` it iterates over: a `for` or a comprehension over one, a
+    builtin that walks one (list, sum, zip, ...), or a function of the user's it
+    passes one to that does (transitively)."""
+    fn = unwrap(fn.__wrapped__ if isinstance(fn, checkpoint) else fn)
+    seen = set() if seen is None else seen
+    if not isinstance(fn, types.FunctionType) or id(fn) in seen:
+        return set()
+    seen.add(id(fn))
+    try:
+        node = parse_function(fn).node
+    except TransformError:
+        return set()
+    scope = _Scope(node, fn.__globals__, {})
+    params = scope.params
+    out: Set[str] = set()
+
+    def param(expr) -> Optional[str]:
+        return expr.id if isinstance(expr, ast.Name) and expr.id in params else None
+
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.For, ast.comprehension)) and param(sub.iter):
+            out.add(param(sub.iter))
+        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and \
+                not scope.is_local(sub.func.id):
+            value = scope.lookup(sub.func.id)
+            given = [(i, param(a)) for i, a in enumerate(sub.args) if param(a)]
+            if not given:
+                continue
+            if sub.func.id in _ITERATING and value is getattr(builtins, sub.func.id, None):
+                out.update(name for _, name in given)
+            elif isinstance(value, (types.FunctionType, checkpoint)):
+                inner = unwrap(value.__wrapped__ if isinstance(value, checkpoint) else value)
+                names = list(getattr(getattr(inner, "__code__", None), "co_varnames", ()))
+                walked = iterated_parameters(inner, seen)
+                out.update(name for i, name in given if i < len(names) and names[i] in walked)
+    return out

@@ -26,6 +26,7 @@ from .facts import FunctionFacts
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
 from .normalize.scope import is_docstring
 from .parse import parse_function
+from .recompute import iterated_parameters
 from .recompute import refusal as recompute_refusal
 from .resolve import FUNCTION_TYPES, MISSING, Resolver
 
@@ -681,6 +682,9 @@ def callee_site(op, s, activity, names: NameRegistry, nf, recompute: bool = Fals
     atoms: List[Optional[ast.expr]] = [bound.arguments.get(p.name) for p in params]
     wrt = tuple(i for i, a in enumerate(atoms)
                 if isinstance(a, ast.Name) and a.id in activity.varied)
+    statics = function_arguments(params, atoms, nf, fn)
+    if recompute:
+        _recomputable_arguments(fn, params, atoms, activity, nf, dict(statics), call)
     base = fn.__name__ if fn.__name__ != "<lambda>" else "lambda"
     site = CalleeSite(fn=fn, wrt=wrt,
                       forward_name=_callee_name(names, f"{base}_forward", nf),
@@ -688,11 +692,32 @@ def callee_site(op, s, activity, names: NameRegistry, nf, recompute: bool = Fals
                       residual_name=names.fresh(f"{base}_residuals"), call=call,
                       out_names=list(op.outputs), arg_atoms=atoms,
                       leaves=tuple(i for i, a in enumerate(atoms) if _is_leaf(a, activity)),
-                      mutable=written, recompute=recompute,
-                      statics=function_arguments(params, atoms, nf, fn),
+                      mutable=written, recompute=recompute, statics=statics,
                       complexes=tuple(entry for p, a in zip(params, atoms)
                                       for entry in _complex_entries(a, p.name, activity)))
     return site
+
+
+def _recomputable_arguments(fn, params, atoms, activity, nf, statics, call) -> None:
+    """A recomputed call is given again what its arguments held at the call. That holds
+    for arrays, numbers and containers, which the adjoint restores; an iterator (a
+    generator, `iter(xs)`) would be found consumed: where the helper iterates over a
+    parameter, its argument must be proven one of the others."""
+    containers = set(nf.lists) | set(nf.tuples) | set(nf.dicts)
+    walked = iterated_parameters(fn)
+    for p, atom in zip(params, atoms):
+        if p.name not in walked or atom is None or isinstance(atom, ast.Constant) or \
+                p.name in statics or \
+                _is_leaf(atom, activity) or \
+                (isinstance(atom, ast.Name) and atom.id in containers):
+            continue
+        text = ast.unparse(atom)
+        raise error_at(call, f"cannot recompute {fn.__name__} (s2sgrad.checkpoint): it "
+                             f"iterates over its argument {text}, which is not known to be "
+                             f"an array, a list, a tuple or a dict (an iterator would be "
+                             f"found consumed the second time)", nf.parsed,
+                       f"Pass {text} as an array, a list or a tuple, or remove "
+                       f"s2sgrad.checkpoint.")
 
 
 def _complex_entries(atom: Optional[ast.expr], param: str, activity) -> List[str]:
