@@ -121,3 +121,30 @@ def test_a_helper_s2sgrad_does_not_compile_leaves_the_call_to_numpy(monkeypatch)
         got = s2sgrad.grad(uses_guarded, jit=True)(x, 5)
     np.testing.assert_allclose(got, numeric_grad(uses_guarded, [x, 5], 0), rtol=1e-6,
                                atol=1e-7)
+
+
+def rows_by_order(x, order):
+    out = np.zeros((order.shape[0], x.shape[0]))
+    h = x
+    for i in range(order.shape[0]):
+        h = np.tanh(h * 0.9 + 0.1)
+        k = order[i]          # (not proven an int: the write's cotangent is written_grad's)
+        out[k] = h * 2.0
+    return np.sum(out ** 2)
+
+
+@pytest.mark.parametrize("order", [[2, 0, 1, 2, 3], [1, 0]])
+def test_a_write_at_an_index_read_from_an_array_runs_on_numba(monkeypatch, order):
+    """`_s2s_written_grad` has a numba version for indices of integer type (numba's
+    typing of the index decides; an index array stays with NumPy)."""
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "0")
+    x = np.random.default_rng(len(order)).uniform(-1, 1, len(order))
+    order = np.array(order)
+    got = _jit_grad(rows_by_order, (x, order))
+    np.testing.assert_allclose(got, s2sgrad.grad(rows_by_order)(x, order), rtol=1e-10,
+                               atol=1e-12)
+    np.testing.assert_allclose(got, numeric_grad(rows_by_order, [x, order], 0), rtol=1e-6,
+                               atol=1e-7)
+    state = numba_backend.known_state(rows_by_order, (0,))
+    assert all(v.failed is None for v in state.variants.values())
+    assert "_s2s_written_grad" in s2sgrad.source(rows_by_order)

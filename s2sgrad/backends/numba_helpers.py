@@ -1032,6 +1032,32 @@ def _copy_item(container, index):
     return impl
 
 
+def _basic_index(t) -> bool:
+    """An index type that names each element once (ints, slices, None, `...`): the
+    NumPy helper's is_basic_index, decided on types."""
+    items = t.types if isinstance(t, types.BaseTuple) else (t,)
+    return all(isinstance(i, (types.Integer, types.SliceType, types.NoneType,
+                              types.EllipsisType)) for i in items)
+
+
+@_stub
+def written_grad(adjoint, index, value):
+    pass
+
+
+@overload(written_grad)
+def _written_grad(adjoint, index, value):
+    # The cotangent of `value` in `container[index] = value` for a basic index (an
+    # integer-array index, which may name an element twice, stays with NumPy).
+    if not _arr(adjoint) or not _basic_index(index):
+        return None
+    copy_item, unbroadcast_ = STUBS["copy_item"], STUBS["unbroadcast"]
+
+    def impl(adjoint, index, value):
+        return unbroadcast_(copy_item(adjoint, index), value)
+    return impl
+
+
 @_stub
 def restore_item(container, index, value):
     pass
