@@ -438,22 +438,24 @@ def _call_op(call: ast.Call, outs, local_names, exprs: ExprFacts) -> Op:
         return op
     if registry.is_nondiff(callee):
         return Op(OpKind.NONDIFF, outs, other_inputs=everything, callee=callee, label=label)
-    if isinstance(callee, checkpoint) and isinstance(callee.__wrapped__, types.FunctionType):
-        return Op(OpKind.CALL, outs, diff_inputs=names(ast.Tuple(
-            elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
-            other_inputs=everything, callee=callee.__wrapped__, label=label, call=call,
-            recompute=True)
     if getattr(callee, "__s2sgrad_derived__", None) is not None:
         # A call to s2sgrad.grad(f) & co. inside differentiated code: its code.
         callee = reentry.readable(callee)
         return Op(OpKind.CALL, outs, diff_inputs=names(ast.Tuple(
             elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
             other_inputs=everything, callee=callee, label=label, call=call)
+    # A helper marked s2sgrad.checkpoint: its function, recomputed in the adjoint.
+    recompute = isinstance(callee, checkpoint) and \
+        isinstance(callee.__wrapped__, types.FunctionType)
+    if recompute:
+        callee = callee.__wrapped__
     if isinstance(callee, types.FunctionType) and (
-            not _is_library(callee) or registry.differentiated_from_source(callee)):
+            recompute or not _is_library(callee) or
+            registry.differentiated_from_source(callee)):
         return Op(OpKind.CALL, outs, diff_inputs=names(ast.Tuple(
             elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
-            other_inputs=everything, callee=callee, label=label, call=call)
+            other_inputs=everything, callee=callee, label=label, call=call,
+            recompute=recompute)
     return Op(OpKind.UNKNOWN, outs, other_inputs=everything, callee=callee, label=label)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import math
 import types
 from typing import Any, Dict, Iterable, Optional, Set
 
@@ -152,7 +151,7 @@ class _Checker:
             if root is not None and not scope.is_local(root):
                 value = scope.lookup(root)
                 if isinstance(value, types.ModuleType):
-                    return self.module_call(value, chain[1:], text, where)
+                    return self.module_call(value, text, where)
                 if value is _MISSING:
                     return f"{where} calls {text}, which is not defined where it is read"
                 if callable(value) or len(chain) > 2:   # a class's or function's attribute
@@ -175,8 +174,7 @@ class _Checker:
             return self.known_call(scope.lookup(func.id), text, where)
         return f"{where} calls {text}, which s2sgrad cannot see into"
 
-    def module_call(self, module: types.ModuleType, rest, text: str,
-                    where: str) -> Optional[str]:
+    def module_call(self, module: types.ModuleType, text: str, where: str) -> Optional[str]:
         if module.__name__.split(".")[0] in _PURE_MODULES:
             return None
         return (f"{where} calls {text}, of the module {module.__name__}, which s2sgrad "
@@ -196,8 +194,7 @@ class _Checker:
                 f"{where} calls the builtin {value.__name__}"
         if any(value is t for t in _PURE_TYPES):
             return None
-        if isinstance(value, np.ufunc) or module.split(".")[0] in _PURE_MODULES or \
-                value is math:
+        if isinstance(value, np.ufunc) or module.split(".")[0] in _PURE_MODULES:
             return None
         if isinstance(value, types.FunctionType):
             return self.function(value)
