@@ -326,10 +326,12 @@ def check_args(f: Callable, args: tuple, positions: Tuple[int, ...]) -> Tuple[in
 def call_kind(f: Callable, args: tuple, positions: Tuple[int, ...]) -> tuple:
     """(positions of Python numbers, as check_args gives them; positions of the
     arguments that are leaves, or None when every argument is an array or a
-    float): which specialised pair a call runs. The common case is one loop."""
+    float or int): which specialised pair a call runs. The common case is one loop
+    (an int, such as a step count, is a leaf and needs no closer look either)."""
     numbers_at = check_args(f, args, positions)
     for a in args:
-        if type(a) is not float and (type(a) is not np.ndarray or a.dtype.kind == "c"):
+        if type(a) is not float and type(a) is not int and \
+                (type(a) is not np.ndarray or a.dtype.kind == "c"):
             return numbers_at, leaf_positions(args)
     return numbers_at, None
 

@@ -97,6 +97,23 @@ def test_python_float_operands(m):
         assert grads[i] == pytest.approx(numeric_grad(m.shifted, [0.3, 1.7], i), rel=1e-7)
 
 
+@pytest.mark.parametrize("shape", [(5,), (3, 4)])
+def test_an_int_argument_keeps_the_plain_path(m, shape):
+    """A step count given as an int is a leaf like a float: the call takes the plain
+    path (no look at structures, functions or other libraries' arrays), and the
+    pair made for one count gives the right gradient at another."""
+    from s2sgrad.arguments import call_kind
+    x = np.random.default_rng(4).standard_normal(shape) * 0.3
+    assert call_kind(m.sums_in_a_loop, (x, 3), (0,))[1] is None
+    assert call_kind(m.sums_in_a_loop, (0.5, 3), (0,))[1] is None
+    assert call_kind(m.sums_in_a_loop, (x, True), (0,))[1] is not None   # (a bool is not)
+    g = s2sgrad.grad(m.sums_in_a_loop)
+    for n in (1, 3):
+        np.testing.assert_allclose(g(x, n), numeric_grad(m.sums_in_a_loop, [x, n], 0),
+                                   rtol=1e-6, atol=1e-8)
+    assert g(0.5, 2) == pytest.approx(numeric_grad(m.sums_in_a_loop, [0.5, 2], 0), rel=1e-6)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("shape", [(5,), (3, 2)])
 def test_expand_reduced_small_seed(dtype, shape):
