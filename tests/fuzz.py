@@ -1030,9 +1030,13 @@ class ProgramGenerator(FamilyMixin):
             self.classes.add("ScaleBy")
             return f"ScaleBy.apply({self.expr(shape, d)}, {self.const()})"
 
-        def mul():
+        def mul():   # (an operand may broadcast: its vjp's gradient is summed down)
             self.classes.add("Mul")
-            return f"Mul.apply({self.expr(shape, d)}, {self.expr(shape, d)})"
+            other = [shape, shape, ()] + ([(3,)] if shape == (2, 3) else [])
+            a, b = self.expr(shape, d), self.expr(self.rng.choice(other), d)
+            if self.rng.random() < 0.5:
+                a, b = b, a
+            return f"Mul.apply({a}, {b})"
 
         def affine():   # (ctx set by a tuple assignment; a vjp rebinding and updating g)
             self.classes.add("Affine")

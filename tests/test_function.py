@@ -105,6 +105,29 @@ class WrongCount(s2sgrad.Function):
         return g
 
 
+class Product(s2sgrad.Function):
+    """Written for equal shapes: its gradients have the product's shape, which is
+    wider than an input that broadcast (PyTorch sums them down: so do we)."""
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def vjp(ctx, g):
+        a, b = ctx.saved_tensors
+        return g * b, g * a
+
+
+def broadcast_product(m, y):
+    return np.sum(np.sin(Product.apply(m, y)))
+
+
+def product_of_a_sum(m, x):
+    s = np.sum(x * x)           # 0-d: its cotangent must be 0-d before s's own rule
+    return np.sum(Product.apply(m, s) * m)
+
+
 def square_loss(x):
     return Square.apply(x).sum()
 
@@ -250,6 +273,22 @@ def test_not_inlinable_function_is_called_and_says_so(fm, rng):
     src = s2sgrad.source(fm.opaque)
     assert "called, not inlined" in src
     assert "Opaque.forward(" in src and "Opaque.vjp(" in src
+
+
+@pytest.mark.parametrize("shapes", [((2, 3), (3,)), ((4, 1), (1, 5)), ((3,), ())])
+def test_a_gradient_of_the_broadcast_shape_is_summed_to_the_inputs(fm, shapes, rng):
+    """A vjp returning a gradient of the output's shape for an input that broadcast
+    (a crash in finalize before, and a wrong shape flowing into the next rule)."""
+    m, y = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    check_vjp(fm.broadcast_product, [m, y], wrt=[0, 1])
+
+
+@pytest.mark.parametrize("shape", [(4,), (3,), (2, 3)])
+def test_a_broadcast_gradient_meets_the_rule_before_it_summed(fm, shape, rng):
+    """With m of x's shape (4,), s's cotangent of m's shape went into np.sum's rule
+    and gave x a silently wrong gradient (elementwise products instead of a sum)."""
+    check_vjp(fm.product_of_a_sum, [rng.standard_normal(shape), rng.standard_normal(4)],
+              wrt=[0, 1])
 
 
 def test_wrong_gradient_count_is_a_type_error_naming_the_class(fm):

@@ -395,6 +395,43 @@ def test_outlined_at_every_size_the_loop_workloads_agree(monkeypatch, case):
     assert v.check is None and v.failed is None
 
 
+class TwoOut(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.a, ctx.b = a, b
+        return np.tanh(a) * b, 2.0 * b
+
+    @staticmethod
+    def vjp(ctx, g0, g1):
+        return g0 * (1.0 - np.tanh(ctx.a) ** 2) * ctx.b, g0 * np.tanh(ctx.a) + 2.0 * g1
+
+
+RATES = np.array([0.3, -0.2, 0.5])
+
+
+def second_output_beside_a_loop(x, y):
+    acc = np.zeros(3)
+    k = 0
+    while k < 3:            # (on constants: the adjoint has no loop)
+        k += 1
+        acc = 0.5 * acc + 0.5 * np.tanh(RATES)
+    return np.sum(np.sin(TwoOut.apply(x, y)[1])) + np.sum(acc * y) + np.sum(x * x)
+
+
+@pytest.mark.parametrize("shapes", [((3,), (3,)), ((2, 3), (2, 3))])
+def test_the_host_binds_the_helpers_its_rewrite_brings_in(monkeypatch, shapes):
+    """The zeros of the tuple a Function returns (`_s2s_zeros_like(outputs)`) are the
+    host's alone (the NumPy pair builds them otherwise): the host's namespace binds
+    every helper its text reads (the fuzzer found a NameError and a fall-back)."""
+    monkeypatch.setenv("S2SGRAD_JIT_PLAN", "loops")
+    rng = np.random.default_rng(len(shapes[0]))
+    args = (rng.uniform(-1, 1, shapes[0]), rng.uniform(-1, 1, shapes[1]))
+    assert jit_plan(second_output_beside_a_loop, *args, wrt=(0, 1)).outlined
+    _check(second_output_beside_a_loop, args, (0, 1))
+    v = _loops_variant(second_output_beside_a_loop, (0, 1))
+    assert v.check is None and v.failed is None
+
+
 def test_show_jit_prints_the_host_and_the_loops(tmp_path):
     import subprocess
     import sys

@@ -324,6 +324,10 @@ def build_loops(state, v: Variant, args, live, residuals, seed) -> None:
         return
     import ast
     python = ast.unparse(ast.Module(body=[cut.host, cut.numpy_loops], type_ignores=[]))
+    from ..compiler.loader import free_names, helper_value
+    for name in free_names(python, ()):   # (a helper the rewrite brought in, such as the
+        if name not in host_globals:      # zeros of a tuple a Function returns)
+            host_globals[name] = helper_value(name)
     code = compile(python, f"<s2sgrad-outlined {pair.name}>", "exec")
     made = {c.co_name: types.FunctionType(c, host_globals, c.co_name)
             for c in code.co_consts if isinstance(c, types.CodeType)}

@@ -235,8 +235,36 @@ def expand_function(kind: str, site: FunctionSite, payload, names: NameRegistry,
         if i in site.maybe_none:
             value = ast.Call(func=helper("none_to_zero"),
                              args=[value, copy.deepcopy(site.arg_atoms[i])], keywords=[])
-        out.append(assign_node(target, copy.deepcopy(value)))
+        # A vjp may return a gradient of the broadcast shape (`g * a` for an input b
+        # that broadcast against a): summed down to the input's shape, as PyTorch's
+        # engine does, before it meets any other rule.
+        out.append(assign_node(target, _unbroadcast(copy.deepcopy(value),
+                                                    _input_shape_witness(site, i))))
     return out
+
+
+def _input_shape_witness(site: FunctionSite, i: int) -> ast.expr:
+    """What tells the shape of the site's i-th input: the value forward saved of it as
+    it is (`ctx.save_for_backward(x)`) where the vjp reads that anyway, so the
+    adjoint keeps nothing more; else the argument itself."""
+    atom = site.arg_atoms[i]
+    if site.inlined and isinstance(atom, ast.Name):
+        read = {n.id for s in site.vjp_body + [site.vjp_result] for n in ast.walk(s)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for s in site.forward_body:
+            if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                    isinstance(s.targets[0], ast.Name) and s.targets[0].id in read and \
+                    s.targets[0].id in site.slot_names and _is_the_name(s.value, atom.id):
+                return name_node(s.targets[0].id)
+    return copy.deepcopy(atom)
+
+
+def _is_the_name(value: ast.expr, name: str) -> bool:
+    """value is `name`, or forward's snapshot of it (a copy, of the same shape)."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
+            value.func.id == "_s2s_snapshot" and len(value.args) == 1:
+        value = value.args[0]
+    return isinstance(value, ast.Name) and value.id == name
 
 
 def _own_gradients(body: List[ast.stmt], mapping: Dict[str, ast.expr], names: NameRegistry):
