@@ -123,6 +123,28 @@ def test_a_helper_s2sgrad_does_not_compile_leaves_the_call_to_numpy(monkeypatch)
                                atol=1e-7)
 
 
+def halved(v, fn=np.sin):
+    return fn(v) * 0.5
+
+
+def uses_halved(x, y):
+    return np.sum(np.tanh(x) * y) + 0.3 * np.sum(halved(x))   # (y's gradient: halved
+    # is called on what nothing differentiates)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_a_helper_with_a_function_default_falls_back_with_its_reason(monkeypatch, shape):
+    """numba takes no function as a parameter's value (the fuzzer found a NameError of
+    the default's binding inside the rewrite, reported as an internal error)."""
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "0")
+    rng = np.random.default_rng(len(shape))
+    x, y = rng.uniform(-1, 1, shape), rng.uniform(-1, 1, shape[-1:])
+    with pytest.warns(JitWarning, match="halved, has a function as a default"):
+        got = s2sgrad.grad(uses_halved, wrt=1, jit=True)(x, y)
+    np.testing.assert_allclose(got, numeric_grad(uses_halved, [x, y], 1), rtol=1e-6,
+                               atol=1e-7)
+
+
 def rows_by_order(x, order):
     out = np.zeros((order.shape[0], x.shape[0]))
     h = x

@@ -170,6 +170,11 @@ def free_names(state, state_of: Callable[[Any], Any]) -> FreeNames:
             # A call of the user's function that nothing differentiates (`weight(k)` in
             # a loop): its own pair, compiled for no argument, gives the value.
             callee = _Undifferentiated(value, (), value.__name__, ())
+            given = [d for d in (value.__defaults__ or ()) +
+                     tuple((value.__kwdefaults__ or {}).values()) if callable(d)]
+            if given:   # (`fn=np.sin`: numba takes no function as a parameter's value)
+                raise rw.Unsupported(f"the function it calls, {callee.name}, has a "
+                                     f"function as a default ({given[0]!r})")
             try:
                 callees[name] = (_callee_state(state, state_of, callee), "value")
             except TransformError as exc:   # (NumPy runs it as the user's Python)
