@@ -164,6 +164,8 @@ REFUSED = {
     "global_statement": ("global COUNT\n    COUNT = 1\n    y = np.tanh(u)", "global"),
     "impure_helper": ("y = np.tanh(u) + noisy(u)", "random numbers"),
     "unknown_module": ("y = np.tanh(u) + time.time() * 0.0", "time"),
+    "updates_a_view": ("v = np.asarray(u)\n    v += 1.0\n    y = np.tanh(v)",
+                       "updates v in place"),
 }
 
 
@@ -204,8 +206,8 @@ def test_a_helper_that_could_recompute_other_values_is_refused_at_the_call(make_
 
 
 def test_what_a_checkpointed_helper_may_do(make_module):
-    """Writes into arrays it made, a Function's forward (writing into its ctx), loops,
-    math and builtins: recomputed, and exact."""
+    """Writes into arrays it made (by np.zeros_like, by a ufunc), a Function's forward
+    (writing into its ctx), loops, math and builtins: recomputed, and exact."""
     mod = make_module(textwrap.dedent("""
         import math
         import numpy as np
@@ -230,7 +232,9 @@ def test_what_a_checkpointed_helper_may_do(make_module):
             for i in range(k):
                 acc += np.sum(u) * 0.1
             out[1:] = Scale.apply(u[1:])
-            return np.tanh(out + acc + len(u))
+            w = np.log(1.0 + u ** 2)     # (a ufunc's new array: updated in place)
+            w += 0.5 * out
+            return np.tanh(out + acc + len(u)) * w
 
         def f(x):
             for _ in range(3):

@@ -253,7 +253,10 @@ class _Scope:
             return name not in self.bindings
         values = self.bindings.get(name)
         return name not in self.params and bool(values) and all(
-            v is not None and _fresh(v) for v in values)
+            v is not None and _fresh(v, self.global_value) for v in values)
+
+    def global_value(self, name: str) -> Any:
+        return _MISSING if self.is_local(name) else self.lookup(name)
 
     def lookup(self, name: str) -> Any:
         if name in self.closure:
@@ -266,9 +269,10 @@ class _Scope:
         return getattr(builtins, name, _MISSING)
 
 
-def _fresh(value: ast.expr) -> bool:
+def _fresh(value: ast.expr, lookup) -> bool:
     """An expression whose value is a new object: a literal, arithmetic, a container
-    display, or a call known to allocate (np.zeros, x.copy(), ...)."""
+    display, a call known to allocate (np.zeros, x.copy(), ...), or a NumPy ufunc's
+    call with no `out=` (np.log(1.0 + w ** 2)). `lookup`: a global name's value."""
     if isinstance(value, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp,
                           ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp,
                           ast.SetComp, ast.JoinedStr)):
@@ -277,7 +281,13 @@ def _fresh(value: ast.expr) -> bool:
         func = value.func
         name = func.attr if isinstance(func, ast.Attribute) else \
             func.id if isinstance(func, ast.Name) else None
-        return name in _FRESH_CALLS
+        if name in _FRESH_CALLS:
+            return True
+        return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+            lookup(func.value.id) is np and isinstance(getattr(np, func.attr, None), np.ufunc) \
+            and not any(k.arg == "out" for k in value.keywords) and \
+            not any(isinstance(a, ast.Starred) for a in value.args) and \
+            len(value.args) <= getattr(np, func.attr).nin
     return False
 
 
