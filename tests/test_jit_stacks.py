@@ -157,3 +157,22 @@ def test_a_loop_over_an_array_that_breaks_pushes_fewer(rates):
     x = 0.7
     source = _check(early_exit, (x, 1.3, rates), (0, 1, 2))
     assert "x_stack = np.empty(steps)" in source and "total_stack = np.empty(steps)" in source
+
+
+def rebound_and_written(x, ys):
+    acc = np.tanh(x) * 1.0
+    for r in ys:
+        acc[-1] += 0.3 * np.tanh(np.sum(r))
+        acc = acc + 0.3 * np.tanh(r * acc)
+    return np.sum(acc ** 2)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_items_a_write_changes_have_a_stack_of_their_own(shape):
+    """acc is rebound (its arrays kept) and written at an index (its items kept): one
+    list of both kinds was a typing error in numba (the fuzzer's most frequent)."""
+    rng = np.random.default_rng(len(shape))
+    x, ys = rng.uniform(-1, 1, shape), rng.uniform(-1, 1, (4,) + shape[-1:])
+    source = _check(rebound_and_written, (x, ys), (0, 1))
+    assert "acc_items_stack" in s2sgrad.source(rebound_and_written, (0, 1))
+    assert "acc_items_stack" in source

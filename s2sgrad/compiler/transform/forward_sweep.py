@@ -94,12 +94,16 @@ class ForwardSweep:
         self.save_value(var, in_loop, out, key, name_node(var))
 
     def save_value(self, var: str, in_loop: bool, out: List[ast.stmt], key,
-                   value: ast.expr) -> None:
+                   value: ast.expr, items: bool = False) -> None:
+        """Keep `value` (var's, or with `items` the items of var a write changes) for
+        the adjoint: on a stack in a loop, in a slot outside. Items have a stack of
+        their own: a stack holds one kind of value (numba's lists are typed)."""
         core = self.core
         if in_loop:
-            stack = core.stacks.get(var)
+            stack = core.stacks.get((var, items))
             if stack is None:
-                stack = core.stacks[var] = core.names.fresh(f"{var}_stack")
+                stack = core.stacks[(var, items)] = core.names.fresh(
+                    f"{var}_items_stack" if items else f"{var}_stack")
                 init = assign_node(stack, ast.List(elts=[], ctx=ast.Load()))
                 core.inits.append(core.marks.mark(init, stack_of=var, slot=stack))
             node = ast.Expr(value=ast.Call(
@@ -164,7 +168,7 @@ class ForwardSweep:
             self.core.overwritable.add(base)
         out: List[ast.stmt] = []
         self.save_value(base, in_loop, out, s,
-                        helper_call("copy_item", name_node(base), clone(index)))
+                        helper_call("copy_item", name_node(base), clone(index)), items=True)
         out.append(s)
         return out
 
@@ -184,7 +188,7 @@ class ForwardSweep:
             out += self.lazy_guard(base, s)
             self.save_value(base, in_loop, out, s,
                             helper_call("copy_item", name_node(base),
-                                        index_expr(s.targets[0].slice)))
+                                        index_expr(s.targets[0].slice)), items=True)
             out.append(s)
             return out
         if op.kind == OpKind.AUGASSIGN:

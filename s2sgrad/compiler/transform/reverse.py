@@ -107,7 +107,7 @@ class Reverse:
         self.sites: StatementFacts[object] = StatementFacts("call site")
         self.marks = ResidualMarks()
         self.callees: Dict[str, sites.CalleeSite] = {}
-        self.stacks: Dict[str, str] = {}
+        self.stacks: Dict[Tuple[str, bool], str] = {}   # (variable, items?) -> its stack
         self.inplace: Set[str] = set()           # adjoints updated in place (need "owned")
         self.resets: Set[str] = set()            # adjoints consumed (see probe)
         # While a probe runs the reversed loop body for its state alone, the code it
