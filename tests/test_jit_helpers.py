@@ -170,3 +170,29 @@ def test_a_write_at_an_index_read_from_an_array_runs_on_numba(monkeypatch, order
     state = numba_backend.known_state(rows_by_order, (0,))
     assert all(v.failed is None for v in state.variants.values())
     assert "_s2s_written_grad" in s2sgrad.source(rows_by_order)
+
+
+def over_ndindex(x, w):
+    s = 0.0
+    for idx in np.ndindex(*x.shape[:1]):   # (rows: a tuple of one index)
+        s = s + np.sum(np.tanh(x[idx] * w) * x[idx])
+    return s
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 3)])
+def test_a_loop_over_np_ndindex_runs_on_numba(monkeypatch, shape):
+    """`for idx in np.ndindex(...)` walks its iterator into a list (loop_items), in
+    numba's code too (a typing error and a fall-back before)."""
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "0")
+    x = np.random.default_rng(len(shape)).uniform(-1, 1, shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        got = s2sgrad.grad(over_ndindex, wrt=(0, 1), jit=True)(x, 0.7)
+    want = s2sgrad.grad(over_ndindex, wrt=(0, 1))(x, 0.7)
+    for i, g, w in zip((0, 1), got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(g, numeric_grad(over_ndindex, [x, 0.7], i), rtol=1e-6,
+                                   atol=1e-8)
+    state = numba_backend.known_state(over_ndindex, (0, 1))   # compiled whole
+    assert [v.failed for v in state.variants.values()] == [None]
+    assert all(v.check is None for v in state.variants.values())

@@ -740,9 +740,17 @@ def loop_items(value):
 
 @overload(loop_items)
 def _loop_items(value):
-    """What `for x in value` walks: an array or a tuple by position, as it is."""
-    if _arr(value) or isinstance(value, types.BaseTuple):
+    """What `for x in value` walks: an array, a tuple or a list by position, as it is;
+    an iterator (np.ndindex, zip, enumerate) walked once, into a list."""
+    if _arr(value) or isinstance(value, (types.BaseTuple, types.List)):
         return lambda value: value
+    if isinstance(value, (types.IteratorType, types.NumpyNdIndexType)):
+        def walked(value):
+            out = []
+            for item in value:
+                out.append(item)
+            return out
+        return walked
     return None
 
 
