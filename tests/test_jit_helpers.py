@@ -196,3 +196,35 @@ def test_a_loop_over_np_ndindex_runs_on_numba(monkeypatch, shape):
     state = numba_backend.known_state(over_ndindex, (0, 1))   # compiled whole
     assert [v.failed for v in state.variants.values()] == [None]
     assert all(v.check is None for v in state.variants.values())
+
+
+class Twice(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return np.tanh(b) * b, 1.3 * np.cos(a)
+
+    @staticmethod
+    def vjp(ctx, g0, g1):
+        a, b = ctx.saved_tensors
+        return -1.3 * np.sin(a) * g1, g0 * ((1.0 - np.tanh(b) ** 2) * b + np.tanh(b))
+
+
+def updates_an_output(x, n):
+    o, p = Twice.apply(x * x, x)
+    for _ in range(n):
+        o -= 0.3 * np.tanh(o)       # (o may be x's array: guarded by _s2s_unshared)
+    return o * p
+
+
+@pytest.mark.parametrize("x", [0.4, -1.1])
+def test_the_guard_of_an_update_in_place_runs_on_numba_for_numbers(monkeypatch, x):
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "0")
+    assert "_s2s_unshared(o" in s2sgrad.source(updates_an_output)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        got = s2sgrad.grad(updates_an_output, jit=True)(x, 5)
+    assert got == pytest.approx(s2sgrad.grad(updates_an_output)(x, 5), rel=1e-12)
+    assert got == pytest.approx(numeric_grad(updates_an_output, [x, 5], 0), rel=1e-6)
+    state = numba_backend.known_state(updates_an_output, (0,))
+    assert [v.failed for v in state.variants.values()] == [None]

@@ -1135,6 +1135,21 @@ def _none_to_zero(grad, like):
     return lambda grad, like: grad
 
 
+@_stub
+def unshared(value, filename, lineno, col, message, hint, text):
+    pass
+
+
+@overload(unshared)
+def _unshared(value, filename, lineno, col, message, hint, text):
+    """The guard of an in-place update of what may be another variable's array: a
+    number passes; an array is no numba code's (the NumPy backend raises the error
+    with its caret), so it is a typing error and the call runs on NumPy."""
+    if isinstance(value, (types.Number, types.Boolean)):
+        return lambda value, filename, lineno, col, message, hint, text: None
+    return None
+
+
 # -- reductions over an axis (numba's own take no axis, or no keepdims) -------------
 @cached
 def _reduce_kept(x, kept, op):
