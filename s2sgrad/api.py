@@ -34,6 +34,7 @@ from .introspect import unwrap, user_instance
 from .optimizer_check import checked_pair
 from .runtime.array_api import namespace_among
 from .runtime.arrays import any_foreign
+from .runtime.release import Once
 from .witness import witnessed_pair
 
 if TYPE_CHECKING:
@@ -198,6 +199,10 @@ def value_and_grad(f: Callable, wrt: Union[int, Sequence[int]] = 0,
         if foreign:   # NumPy arrays beside Dask ones join them: the gradient stays lazy
             args = _lift_beside_dask(args)
         out, residuals = compiled.forward(*args, **kwargs)
+        if type(residuals) is tuple and not kind[0]:
+            # One adjoint call: it may free each residual after reading it last (not
+            # with Python numbers, where it may run again on NumPy's: see pair_for).
+            residuals = Once(residuals)
         return finalized(out, compiled.adjoint(residuals, seed(out)), args, positions,
                          single)
     return Derived(value_and_grad_f, remake)

@@ -231,6 +231,17 @@ def _method_call(node: ast.AST, method: str) -> Optional[Tuple[str, List[ast.exp
     return None
 
 
+def _without_releases(adj: ast.FunctionDef) -> None:
+    """The adjoint without what frees residuals early (compiler/optimize/release.py):
+    numba's code is given a tuple it does not empty, and its variables are typed
+    for the whole function (no `del`)."""
+    first = adj.body[0] if adj.body else None
+    if isinstance(first, ast.Assign) and _is_call(first.value, HELPER_PREFIX + "take") and \
+            len(first.value.args) == 1:
+        first.value = first.value.args[0]
+    adj.body = [s for s in adj.body if not isinstance(s, ast.Delete)]
+
+
 def _spell_out_item_cotangents(body: List[ast.stmt]) -> None:
     """`c_bar = _s2s_items_cotangent(c, (k, v), ...)` back into what it stands for,
     `c_bar = _s2s_zeros_like(c)` and `_s2s_add_at(c_bar, k, v)` per pair: the helpers
@@ -261,6 +272,7 @@ def parse_pair(source: str, forward_name: str, adjoint_name: str) -> Pair:
     if forward_name not in fns or adjoint_name not in fns:
         raise Unsupported("the generated module does not define the forward and adjoint")
     fwd, adj = fns[forward_name], fns[adjoint_name]
+    _without_releases(adj)
     _spell_out_item_cotangents(adj.body)
     unaliased = _unalias_builtins((fwd, adj))
     a = fwd.args

@@ -83,6 +83,8 @@ class ResidualMark:
     stack_of: Optional[str] = None      # forward: creates the stack of this variable
     restore_of: Optional[str] = None    # adjoint: puts this variable's value back
     restore_item: Optional[str] = None  # adjoint: writes back into this array or list
+    accumulates: Optional[str] = None   # adjoint: `b = b + part`, b a cotangent whose parts
+    #                                     all have its variable's shape
 
 
 NO_MARK = ResidualMark()

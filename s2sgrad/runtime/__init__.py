@@ -12,7 +12,8 @@ One module per topic; importing the package registers every helper in
 - `complex_grads`: those of the rules for complex arguments;
 - `scalar_math`: NumPy's elementary functions on Python numbers at math's speed;
 - `fused`: softmax, log-softmax and logsumexp written out, as one operation each;
-- `ode`: scipy.integrate.odeint's adjoint method and forward sensitivities.
+- `ode`: scipy.integrate.odeint's adjoint method and forward sensitivities;
+- `release`: residuals handed to an adjoint called once, freed as it reads them.
 
 No derivative of a helper is written by hand: grad of grad differentiates the
 helpers' own source (rules/helper_rules.py).
@@ -25,6 +26,7 @@ from . import (  # noqa: F401
     inplace,
     numpy_grads,
     ode,
+    release,
     reverse,
     scalar_math,
     shapes,

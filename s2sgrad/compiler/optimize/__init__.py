@@ -18,8 +18,10 @@ from ..transform import Transformed
 from .copies import propagate_copies, substitute_single_use
 from .folding import fold_block, fold_statement, subtract_negations, tidy
 from .fusion import fuse_adjoint_temporaries, fuse_forward_temporaries
+from .inplace import accumulate_in_place, proven_number, subtract_from_temporaries
 from .items import collect_item_cotangents
 from .liveness import eliminate_dead
+from .release import release_residuals
 from .residuals import drop_needless_inits, link_residuals, private_copies, prune_saves
 from .rows import rows_read_again
 from .shapes import (
@@ -32,11 +34,13 @@ from .shapes import (
 from .statements import NameIndex, Names, fwd_params, param_list
 
 __all__ = [
-    "optimize", "collapse_unbroadcast_chains", "collect_item_cotangents", "drop_needless_inits",
+    "optimize", "accumulate_in_place", "collapse_unbroadcast_chains", "collect_item_cotangents",
+    "drop_needless_inits",
     "eliminate_dead",
     "elide_scalar_broadcasts", "fold_block", "fuse_adjoint_temporaries",
     "fuse_forward_temporaries", "fwd_params", "link_residuals", "param_list",
     "private_copies", "product_shapes_from_operands", "propagate_copies", "prune_saves",
+    "release_residuals",
     "share_shape_witnesses", "substitute_single_use", "tidy",
 ]
 
@@ -93,7 +97,14 @@ def optimize(t: Transformed) -> Transformed:
     eliminate_dead(t.forward, keep=set(t.nf.all_params), names=Names(index))
     fuse_forward_temporaries(t.forward, user_names, t.nf.facts.stmts, t.marks, index)
     fuse_adjoint_temporaries(t.adjoint, index)
+    number = proven_number(t.activity)
+    for fdef in (t.forward, t.adjoint):
+        subtract_from_temporaries(fdef, number)
     subtract_negations(t.adjoint)
+    if not t.pure:   # (a pure pair's adjoint is differentiated again: no writes)
+        accumulate_in_place(t.adjoint, t.marks)
     for fdef in (t.forward, t.adjoint):
         fdef.body = tidy(fdef.body)
+    if not t.pure:
+        release_residuals(t)
     return t

@@ -272,8 +272,9 @@ class Reverse:
             if self.state[b] == "owned" and not self.pure:
                 # Nothing else refers to this array: add in place, no allocation.
                 out.append(ast.AugAssign(target=name_node(b, True), op=op, value=value))
-            else:
-                out.append(assign_node(b, ast.BinOp(left=name_node(b), op=op, right=value)))
+            else:   # (in place later where the optimiser finds b's array a new one)
+                out.append(self.marks.mark(assign_node(
+                    b, ast.BinOp(left=name_node(b), op=op, right=value)), accumulates=b))
             self.state[b] = "owned"
         else:
             out.append(assign_node(b, value))

@@ -1,0 +1,106 @@
+"""Fewer arrays allocated: cotangents summed in place, temporaries reused.
+
+`accumulate_in_place`: `b = b + part` as `b += part` where b's array is new.
+
+The transform adds a contribution in place only where it knows the cotangent's
+array is its own. A first contribution the inliner and copy propagation turned
+into arithmetic (`x_bar = g * (1.0 - t * t)`) is a new array too, but the
+transform saw only a name there. Found here, once that is visible: one array of
+the variable's size fewer per such sum (the peak of a memory-bound adjoint).
+
+Only statements the transform marked as a cotangent's sum are rewritten (their
+parts all have the variable's shape, as for the transform's own `+=`), and only
+while nothing has read b since the arithmetic that made it (a read could have
+made a second reference: `c = b`, `f(b)`).
+
+`subtract_from_temporaries`: `1.0 - t * t` as `-(t * t - 1.0)`. NumPy reuses a
+temporary's array for the next operation when the temporary is its left operand
+(or either operand of a commutative one); `1.0 - T` allocates a second array of
+T's size, `-(T - 1.0)` none. The same numbers to the bit: IEEE rounding is
+symmetric, so c - e == -(e - c), and e - c is a float for a float constant c
+(bool arrays, which have no `-`, become floats first).
+"""
+from __future__ import annotations
+
+import ast
+from typing import Callable, Dict, List
+
+from ..analyze import SCALAR
+from ..facts import ResidualMarks
+from ..names import copy_location
+
+
+def proven_number(activity) -> Callable[[str], bool]:
+    """Whether the analysis proves a name holds a number (never an array)."""
+    return lambda name: activity.shapes.get(name) == SCALAR or name in activity.ints or \
+        name in activity.zero_d
+
+
+def accumulate_in_place(fdef: ast.FunctionDef, marks: ResidualMarks) -> None:
+    """Rewrite fdef's marked sums in place where the cotangent's array is new."""
+    _block(fdef.body, marks)
+
+
+def _block(stmts: List[ast.stmt], marks: ResidualMarks) -> None:
+    fresh: Dict[str, bool] = {}   # names holding a new array nothing else refers to
+    for i, s in enumerate(stmts):
+        b = marks.of(s).accumulates
+        if b is not None and b in fresh and isinstance(s, ast.Assign) and \
+                _sum_into(s, b):
+            stmts[i] = copy_location(ast.AugAssign(
+                target=ast.Name(id=b, ctx=ast.Store()), op=s.value.op, value=s.value.right), s)
+            continue   # (b is still its own array)
+        for inner in _blocks(s):
+            _block(inner, marks)
+        for n in ast.walk(s):
+            if isinstance(n, ast.Name):
+                fresh.pop(n.id, None)   # read (maybe shared now) or stored (rebound)
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and \
+                isinstance(s.value, (ast.BinOp, ast.UnaryOp)):
+            fresh[s.targets[0].id] = True   # arithmetic: a new array (or a number)
+
+
+def _sum_into(s: ast.Assign, b: str) -> bool:
+    """s is `b = b + part` or `b = b - part`, part not reading b (what it computes
+    could refer to b's array, which the update in place would then change)."""
+    v = s.value
+    return len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) and \
+        s.targets[0].id == b and isinstance(v, ast.BinOp) and \
+        isinstance(v.op, (ast.Add, ast.Sub)) and isinstance(v.left, ast.Name) and \
+        v.left.id == b and not any(isinstance(n, ast.Name) and n.id == b
+                                   for n in ast.walk(v.right))
+
+
+def _blocks(s: ast.stmt) -> List[List[ast.stmt]]:
+    return [getattr(s, attr) for attr in ("body", "orelse", "finalbody")
+            if isinstance(getattr(s, attr, None), list)]
+
+
+def subtract_from_temporaries(fdef: ast.FunctionDef, scalar: Callable[[str], bool]) -> None:
+    """`c - e` (c a number, e arithmetic that is not only of numbers: `scalar(name)`
+    says a name holds one) as `-(e - c)`, in place."""
+    for node in ast.walk(fdef):
+        for field in ("value", "left", "right", "operand", "test", "body", "orelse"):
+            child = getattr(node, field, None)
+            if isinstance(child, ast.BinOp) and _from_constant(child, scalar):
+                setattr(node, field, _flipped(child))
+        for field in ("args", "elts", "targets"):
+            items = getattr(node, field, None)
+            if isinstance(items, list):
+                for i, child in enumerate(items):
+                    if isinstance(child, ast.BinOp) and _from_constant(child, scalar):
+                        items[i] = _flipped(child)
+
+
+def _from_constant(node: ast.BinOp, scalar: Callable[[str], bool]) -> bool:
+    c, e = node.left, node.right
+    return isinstance(node.op, ast.Sub) and isinstance(c, ast.Constant) and \
+        type(c.value) in (float, int) and isinstance(e, ast.BinOp) and \
+        not isinstance(e.op, ast.MatMult) and \
+        any(isinstance(n, ast.Name) and not scalar(n.id) for n in ast.walk(e))
+
+
+def _flipped(node: ast.BinOp) -> ast.UnaryOp:
+    inner = ast.copy_location(ast.BinOp(left=node.right, op=ast.Sub(), right=node.left), node)
+    return ast.copy_location(ast.UnaryOp(op=ast.USub(), operand=inner), node)

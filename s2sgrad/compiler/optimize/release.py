@@ -1,0 +1,55 @@
+"""Residuals let go once read for the last time: an adjoint called once frees them.
+
+A hand-written adjoint drops each intermediate when it is done with it; an
+adjoint that holds every residual to its end keeps them all beside its own
+cotangents, the peak of a memory-bound gradient. The adjoint unpacks its
+residuals with `_s2s_take(residuals)`, which empties a container the caller
+hands over for one call (`runtime.release.Once`: grad and value_and_grad do),
+and deletes each residual that may be an array after the statement that reads
+it last, when code that may allocate follows. Given the forward's tuple (a
+pullback called again, a callee's residuals) nothing is emptied: the `del`
+then only ends a local name.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List
+
+from ..marks import is_comment
+from ..names import helper_call, name_node
+from ..transform import Transformed
+from .inplace import proven_number
+
+
+def release_residuals(t: Transformed) -> None:
+    """`_s2s_take(residuals)` at the adjoint's unpacking, `del` after last reads."""
+    body = t.adjoint.body
+    if not body or not _unpacks(body[0], t.residuals):
+        return
+    body[0].value = helper_call("take", name_node(t.residuals))
+    unpacked = [e.id for e in body[0].targets[0].elts]
+    last: Dict[str, int] = {}
+    wanted = set(unpacked)
+    for i, s in enumerate(body[1:], 1):
+        for n in ast.walk(s):
+            if n.__class__ is ast.Name and n.id in wanted:
+                last[n.id] = i
+    end = len(body) - 1   # (the return)
+    after: Dict[int, List[str]] = {}
+    number = proven_number(t.activity)
+    for name in unpacked:
+        k = last.get(name, 0)
+        if k < end and not number(name) and \
+                any(not is_comment(s) for s in body[k + 1:end]):
+            after.setdefault(k, []).append(name)
+    for k in sorted(after, reverse=True):
+        node = ast.Delete(targets=[ast.Name(n, ast.Del()) for n in after[k]])
+        body.insert(k + 1, ast.copy_location(node, body[k]))
+
+
+def _unpacks(s: ast.stmt, residuals: str) -> bool:
+    return isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+        isinstance(s.targets[0], ast.Tuple) and \
+        all(isinstance(e, ast.Name) for e in s.targets[0].elts) and \
+        isinstance(s.value, ast.Name) and s.value.id == residuals
+
