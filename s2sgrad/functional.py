@@ -24,6 +24,7 @@ from .optimizer_check import checked_jvp
 from .runtime import ode
 from .runtime.array_api import namespace_among, namespace_of
 from .runtime.arrays import any_foreign, is_foreign_array
+from .runtime.release import Once
 
 if TYPE_CHECKING:
     from .compiler.compiled import CompiledFunction
@@ -132,6 +133,8 @@ def vjp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     outputs = output if is_outputs_tuple else (output,)
     vs = _validate_v(v, outputs, is_outputs_tuple)
     cotangent = vs if is_outputs_tuple else vs[0]
+    if type(residuals) is tuple:   # (one adjoint call: it frees each residual read last)
+        residuals = Once(residuals)
     grads = compiled.adjoint(residuals, cotangent)
     grads = (grads,) if len(items) == 1 else tuple(grads)
     grads = tuple(finalize(g, x, avoid=vs) for g, x in zip(grads, items))

@@ -5,10 +5,10 @@ adjoint that holds every residual to its end keeps them all beside its own
 cotangents, the peak of a memory-bound gradient. The adjoint unpacks its
 residuals with `_s2s_take(residuals)`, which empties a container the caller
 hands over for one call (`runtime.release.Once`: grad and value_and_grad do),
-and deletes each residual that may be an array after the statement that reads
-it last, when code that may allocate follows. Given the forward's tuple (a
-pullback called again, a callee's residuals) nothing is emptied: the `del`
-then only ends a local name.
+and deletes each residual that may be an array (not a number, nor a shape kept
+as `_s2s_meta`) after the statement that reads it last, when code follows.
+Given the forward's tuple (a pullback called again, a callee's residuals)
+nothing is emptied: the `del` then only ends a local name.
 """
 from __future__ import annotations
 
@@ -37,9 +37,10 @@ def release_residuals(t: Transformed) -> None:
     end = len(body) - 1   # (the return)
     after: Dict[int, List[str]] = {}
     number = proven_number(t.activity)
+    small = _kept_as_shapes(t.forward)
     for name in unpacked:
         k = last.get(name, 0)
-        if k < end and not number(name) and \
+        if k < end and not number(name) and name not in small and \
                 any(not is_comment(s) for s in body[k + 1:end]):
             after.setdefault(k, []).append(name)
     for k in sorted(after, reverse=True):
@@ -53,3 +54,13 @@ def _unpacks(s: ast.stmt, residuals: str) -> bool:
         all(isinstance(e, ast.Name) for e in s.targets[0].elts) and \
         isinstance(s.value, ast.Name) and s.value.id == residuals
 
+
+def _kept_as_shapes(forward: ast.FunctionDef) -> set:
+    """The residuals the forward keeps as `_s2s_meta(v)` (a shape and dtype: small)."""
+    ret = forward.body[-1] if forward.body else None
+    if not (isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple) and
+            len(ret.value.elts) == 2 and isinstance(ret.value.elts[1], ast.Tuple)):
+        return set()
+    return {e.args[0].id for e in ret.value.elts[1].elts
+            if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and
+            e.func.id == "_s2s_meta" and e.args and isinstance(e.args[0], ast.Name)}

@@ -215,7 +215,9 @@ class CallTangents:
                            f"Define {cls.__name__}.jvp(ctx, *tangents) (PyTorch's name) for "
                            f"forward mode.") from None
         try:
-            pair = reentry.compile_pair(fn, tuple(range(n_out)))
+            # (pure: this tangent code may be differentiated again, and the pair's
+            # adjoint with it)
+            pair = reentry.compile_pair(fn, tuple(range(n_out)), pure=True)
         except TransformError as exc:
             raise core.err(s.value, f"{cls.__name__} has no jvp, and its JVP cannot be derived "
                            f"from its vjp, which s2sgrad cannot differentiate: "
