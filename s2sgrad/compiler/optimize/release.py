@@ -5,8 +5,9 @@ adjoint that holds every residual to its end keeps them all beside its own
 cotangents, the peak of a memory-bound gradient. The adjoint unpacks its
 residuals with `_s2s_take(residuals)`, which empties a container the caller
 hands over for one call (`runtime.release.Once`: grad and value_and_grad do),
-and deletes each residual that may be an array (not a number, nor a shape kept
-as `_s2s_meta`) after the statement that reads it last, when code follows.
+and deletes each residual that may be an array (not a number, a shape kept as
+`_s2s_meta`, or an argument: the caller holds those) after the statement that
+reads it last, when code follows.
 Given the forward's tuple (a pullback called again, a callee's residuals)
 nothing is emptied: the `del` then only ends a local name.
 """
@@ -37,10 +38,10 @@ def release_residuals(t: Transformed) -> None:
     end = len(body) - 1   # (the return)
     after: Dict[int, List[str]] = {}
     number = proven_number(t.activity)
-    small = _kept_as_shapes(t.forward)
+    kept_anyway = _kept_as_shapes(t.forward) | _arguments(t.forward)
     for name in unpacked:
         k = last.get(name, 0)
-        if k < end and not number(name) and name not in small and \
+        if k < end and not number(name) and name not in kept_anyway and \
                 any(not is_comment(s) for s in body[k + 1:end]):
             after.setdefault(k, []).append(name)
     for k in sorted(after, reverse=True):
@@ -64,3 +65,16 @@ def _kept_as_shapes(forward: ast.FunctionDef) -> set:
     return {e.args[0].id for e in ret.value.elts[1].elts
             if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and
             e.func.id == "_s2s_meta" and e.args and isinstance(e.args[0], ast.Name)}
+
+
+def _arguments(forward: ast.FunctionDef) -> set:
+    """The forward's parameters and the names its top level binds to one of them
+    (`Wi = params_0_0`): the caller holds their arrays, deleting frees nothing."""
+    names = {a.arg for a in forward.args.posonlyargs + forward.args.args +
+             forward.args.kwonlyargs}
+    for s in forward.body:
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Name) and \
+                s.value.id in names:
+            names.add(s.targets[0].id)
+    return names
