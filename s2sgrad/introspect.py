@@ -35,7 +35,7 @@ def opaque_decorator(fn: Callable) -> Optional[types.FunctionType]:
     while hasattr(fn, "__wrapped__") and id(fn) not in seen:
         seen.add(id(fn))
         inner = fn.__wrapped__
-        if not (getattr(fn, "__s2sgrad__", None) is fn or _is_cache(fn) or _is_library(fn) or
+        if not (getattr(fn, "__s2sgrad__", None) is fn or _is_cache(fn) or is_library(fn) or
                 _forwards(fn, inner)):
             return fn
         fn = inner
@@ -61,11 +61,23 @@ def refuse_opaque_decorators(fn: Callable) -> None:
              "drop the decorator.")
 
 
-def _is_library(fn) -> bool:
-    """NumPy's and SciPy's own wrappers (array-function dispatchers): the rules
-    describe what they compute."""
+_LIBRARIES = ("numpy", "scipy")
+
+
+def is_library(fn, own: bool = False) -> bool:
+    """NumPy's and SciPy's functions and wrappers (array-function dispatchers), and
+    with `own` s2sgrad's: the rules describe what they compute, nothing reads their
+    source. The one test of it (the compiler's calls, the decorators seen through,
+    the numba backend's helpers)."""
     module = getattr(fn, "__module__", None) or type(fn).__module__ or ""
-    return module.split(".")[0] in ("numpy", "scipy")
+    return module.split(".")[0] in (_LIBRARIES + ("s2sgrad",) if own else _LIBRARIES)
+
+
+def is_user_function(fn) -> bool:
+    """A plain Python function of the user's: not NumPy's, SciPy's or s2sgrad's,
+    nor a derivative s2sgrad made (`grad(f)`)."""
+    return isinstance(fn, types.FunctionType) and not is_library(fn, own=True) and \
+        not hasattr(fn, "__s2sgrad_derived__")
 
 
 def _is_cache(fn) -> bool:

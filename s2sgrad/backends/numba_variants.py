@@ -21,6 +21,7 @@ import numpy as np
 from ..arguments import seed as seed_of
 from ..errors import TransformError
 from ..function import checkpoint
+from ..introspect import is_user_function
 from ..witness import plain_residuals
 from . import jit_policy
 from . import numba_rewrite as rw
@@ -100,14 +101,6 @@ class _Undifferentiated(NamedTuple):
     statics: tuple
 
 
-def user_helper(value: Any) -> bool:
-    """A plain function of the user's (not NumPy's, SciPy's or s2sgrad's own)."""
-    module = (getattr(value, "__module__", None) or "").split(".")[0]
-    return isinstance(value, types.FunctionType) and \
-        module not in ("numpy", "scipy", "s2sgrad", "math", "builtins") and \
-        not hasattr(value, "__s2sgrad_derived__")
-
-
 def _callee_state(state, state_of: Callable[[Any], Any], callee) -> Any:
     """The prepared numba state of a function state's code calls (rw.Unsupported:
     compiled for a function it is given, recursive, or itself unsupported)."""
@@ -166,7 +159,7 @@ def free_names(state, state_of: Callable[[Any], Any]) -> FreeNames:
             callee, half = callee_fns[id(value)]
             callees[name] = (_callee_state(state, state_of, callee), half)
             continue
-        if user_helper(value):
+        if is_user_function(value):
             # A call of the user's function that nothing differentiates (`weight(k)` in
             # a loop): its own pair, compiled for no argument, gives the value.
             callee = _Undifferentiated(value, (), value.__name__, ())

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import runtime
 from ..function import checkpoint, is_function_class
+from ..introspect import is_library
 from ..rules import registry
 from ..rules.registry import Rule
 from ..runtime import inplace as runtime_inplace
@@ -450,18 +451,13 @@ def _call_op(call: ast.Call, outs, local_names, exprs: ExprFacts) -> Op:
     if recompute:
         callee = callee.__wrapped__
     if isinstance(callee, types.FunctionType) and (
-            recompute or not _is_library(callee) or
+            recompute or not is_library(callee, own=True) or
             registry.differentiated_from_source(callee)):
         return Op(OpKind.CALL, outs, diff_inputs=names(ast.Tuple(
             elts=list(call.args) + [k.value for k in call.keywords], ctx=ast.Load())),
             other_inputs=everything, callee=callee, label=label, call=call,
             recompute=recompute)
     return Op(OpKind.UNKNOWN, outs, other_inputs=everything, callee=callee, label=label)
-
-
-def _is_library(fn) -> bool:
-    mod = getattr(fn, "__module__", "") or ""
-    return mod.split(".")[0] in ("numpy", "scipy", "s2sgrad")
 
 
 def _callable_name(obj, call: ast.Call) -> str:

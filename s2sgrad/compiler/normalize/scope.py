@@ -10,6 +10,7 @@ import types
 from typing import Dict, List, Optional, Set
 
 from ...function import is_function_class
+from ...introspect import is_library
 from ...rules import registry
 from ..aliases import STORING_METHODS, AliasFacts
 from ..callables import bound_call
@@ -307,8 +308,7 @@ def user_bound_call(obj):
     bound = bound_call(obj)
     if bound is None or getattr(bound.func, "__s2sgrad_derived__", None) is not None:
         return None
-    module = (getattr(bound.func, "__module__", "") or "").split(".")[0]
-    if module in ("numpy", "scipy", "s2sgrad"):
+    if is_library(bound.func, own=True):
         return None
     return bound
 
