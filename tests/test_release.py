@@ -90,9 +90,11 @@ def _module(src):
 
 
 def test_subtracting_from_a_constant_reuses_the_temporary_to_the_bit():
-    fn = _module("def f(t, m, s):\n    return (1.0 - t * t, 1 - m * m, 2.0 - s * s)\n")
+    fn = _module("def f(t, m, s):\n    for k in s:\n        t = 1.0 - t * t\n"
+                 "    return (1.0 - t * t, 1 - m * m, 2.0 - s * s)\n")
     subtract_from_temporaries(fn, lambda name: name == "s")   # s: a proven number
-    assert ast.unparse(fn.body[0]) == "return (-(t * t - 1.0), -(m * m - 1), 2.0 - s * s)"
+    assert ast.unparse(fn.body[1]) == "return (-(t * t - 1.0), -(m * m - 1), 2.0 - s * s)"
+    assert ast.unparse(fn.body[0].body[0]) == "t = 1.0 - t * t"   # (a step's small arrays)
     rng = np.random.default_rng(2)
     t = rng.standard_normal(1000)
     m = rng.standard_normal(1000) > 0     # bool: `-` of a bool array is refused by NumPy
