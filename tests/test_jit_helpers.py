@@ -228,3 +228,26 @@ def test_the_guard_of_an_update_in_place_runs_on_numba_for_numbers(monkeypatch, 
     assert got == pytest.approx(numeric_grad(updates_an_output, [x, 5], 0), rel=1e-6)
     state = numba_backend.known_state(updates_an_output, (0,))
     assert [v.failed for v in state.variants.values()] == [None]
+
+
+def scattered(x, idx, n):
+    acc = np.zeros((4,) + x.shape[1:])
+    for k in range(n):
+        np.add.at(acc, idx, np.tanh(x * (k + 1)))   # (idx repeats: they accumulate)
+    return np.sum(acc ** 2)
+
+
+@pytest.mark.parametrize("shape", [(3,), (3, 2)])
+def test_np_add_at_of_the_users_runs_on_numba(monkeypatch, shape):
+    monkeypatch.setenv("S2SGRAD_JIT_BACKGROUND", "0")
+    x = np.random.default_rng(len(shape)).uniform(-1, 1, shape)
+    idx = np.array([0, 2, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JitWarning)
+        got = s2sgrad.grad(scattered, jit=True)(x, idx, 3)
+    np.testing.assert_allclose(got, s2sgrad.grad(scattered)(x, idx, 3), rtol=1e-10,
+                               atol=1e-12)
+    np.testing.assert_allclose(got, numeric_grad(scattered, [x, idx, 3], 0), rtol=1e-6,
+                               atol=1e-8)
+    state = numba_backend.known_state(scattered, (0,))
+    assert [v.failed for v in state.variants.values()] == [None]

@@ -1037,6 +1037,15 @@ class _Rewriter(ast.NodeTransformer):
         wrapped = self._np_array_call(node) if self.kinds is not None else None
         if wrapped is not None:
             return wrapped
+        if isinstance(f, ast.Attribute) and f.attr == "at" and \
+                isinstance(f.value, ast.Attribute) and f.value.attr == "add" and \
+                isinstance(f.value.value, ast.Name) and \
+                f.value.value.id in ("np", HELPER_PREFIX + "np") and \
+                len(node.args) == 3 and not node.keywords:
+            # np.add.at(a, i, b) of the user's: the scatter-add numba has (repeated
+            # indices accumulate; a broadcast b it cannot type runs on NumPy)
+            return ast.copy_location(ast.Call(func=self._nb("add_at"), args=[
+                self.visit(a) for a in node.args], keywords=[]), node)
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
                 f.value.id in ("np", HELPER_PREFIX + "np") and f.attr in ("matmul", "dot") \
                 and len(node.args) == 2 and not node.keywords:
