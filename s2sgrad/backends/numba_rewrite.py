@@ -231,6 +231,17 @@ def _method_call(node: ast.AST, method: str) -> Optional[Tuple[str, List[ast.exp
     return None
 
 
+def _users_add_at(node: ast.Call) -> bool:
+    """node is the user's `np.add.at(a, i, b)`: numba's `add_at` helper computes it
+    (repeated indices accumulate; a broadcast `b` it cannot type runs on NumPy)."""
+    f = node.func
+    return isinstance(f, ast.Attribute) and f.attr == "at" and \
+        isinstance(f.value, ast.Attribute) and f.value.attr == "add" and \
+        isinstance(f.value.value, ast.Name) and \
+        f.value.value.id in ("np", HELPER_PREFIX + "np") and \
+        len(node.args) == 3 and not node.keywords
+
+
 def _without_releases(adj: ast.FunctionDef) -> None:
     """The adjoint without what frees residuals early (compiler/optimize/release.py):
     numba's code is given a tuple it does not empty, and its variables are typed
@@ -1037,13 +1048,7 @@ class _Rewriter(ast.NodeTransformer):
         wrapped = self._np_array_call(node) if self.kinds is not None else None
         if wrapped is not None:
             return wrapped
-        if isinstance(f, ast.Attribute) and f.attr == "at" and \
-                isinstance(f.value, ast.Attribute) and f.value.attr == "add" and \
-                isinstance(f.value.value, ast.Name) and \
-                f.value.value.id in ("np", HELPER_PREFIX + "np") and \
-                len(node.args) == 3 and not node.keywords:
-            # np.add.at(a, i, b) of the user's: the scatter-add numba has (repeated
-            # indices accumulate; a broadcast b it cannot type runs on NumPy)
+        if _users_add_at(node):   # np.add.at(a, i, b): the scatter-add numba has
             return ast.copy_location(ast.Call(func=self._nb("add_at"), args=[
                 self.visit(a) for a in node.args], keywords=[]), node)
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
