@@ -13,12 +13,13 @@ parts all have the variable's shape, as for the transform's own `+=`), and only
 while nothing has read b since the arithmetic that made it (a read could have
 made a second reference: `c = b`, `f(b)`).
 
-`subtract_from_temporaries`: `1.0 - t * t` as `-(t * t - 1.0)`. NumPy reuses a
-temporary's array for the next operation when the temporary is its left operand
-(or either operand of a commutative one); `1.0 - T` allocates a second array of
-T's size, `-(T - 1.0)` none. The same numbers to the bit: IEEE rounding is
-symmetric, so c - e == -(e - c), and e - c is a float for a float constant c
-(bool arrays, which have no `-`, become floats first).
+`subtract_from_temporaries`: `1.0 - t * t` as `1.0 + -1.0 * (t * t)`. NumPy
+reuses a temporary's array for the next operation when the temporary is its left
+operand (or either operand of a commutative one); `1.0 - T` allocates a second
+array of T's size, the sum of a product none. The same numbers to the bit: IEEE
+defines c - e as c + (-e), and -1.0 * e is -e exactly, signed zeros included
+(`-(e - c)` is not: it gives -0.0 where c == e); a bool array, which has no `-`,
+becomes a float or int by the product.
 """
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def _blocks(s: ast.stmt) -> List[List[ast.stmt]]:
 
 def subtract_from_temporaries(fdef: ast.FunctionDef, scalar: Callable[[str], bool]) -> None:
     """`c - e` (c a number, e arithmetic that is not only of numbers: `scalar(name)`
-    says a name holds one) as `-(e - c)`, in place; not inside loops, whose values are
+    says a name holds one) as `c + -1 * e`, in place; not inside loops, whose values are
     mostly a step's small arrays: there the negation's call costs more than the
     array it spares (an RNN's step, 4 % of its gradient)."""
     for node in _outside_loops(fdef.body):
@@ -116,6 +117,9 @@ def _from_constant(node: ast.BinOp, scalar: Callable[[str], bool]) -> bool:
         any(isinstance(n, ast.Name) and not scalar(n.id) for n in ast.walk(e))
 
 
-def _flipped(node: ast.BinOp) -> ast.UnaryOp:
-    inner = ast.copy_location(ast.BinOp(left=node.right, op=ast.Sub(), right=node.left), node)
-    return ast.copy_location(ast.UnaryOp(op=ast.USub(), operand=inner), node)
+def _flipped(node: ast.BinOp) -> ast.BinOp:
+    """c - e as c + -1 * e (-1.0 for a float c: the product's type is the difference's)."""
+    minus_one = ast.Constant(value=-1.0 if type(node.left.value) is float else -1)
+    product = ast.copy_location(ast.BinOp(left=minus_one, op=ast.Mult(), right=node.right),
+                                node)
+    return ast.copy_location(ast.BinOp(left=node.left, op=ast.Add(), right=product), node)
