@@ -109,6 +109,11 @@ class Activity:
             return self.shapes.get(node.id)
         return None
 
+    def is_number(self, name: str) -> bool:
+        """The analysis proves `name` holds a number (a Python scalar, an int, a 0-d
+        value), never an array."""
+        return self.shapes.get(name) == SCALAR or name in self.ints or name in self.zero_d
+
 
 def iter_statements(body: Sequence[ast.stmt]) -> Iterator[Tuple[ast.stmt, Optional[ast.AST]]]:
     """Every statement, depth first; loop headers are yielded as their For node."""

@@ -142,7 +142,7 @@ def _has_result_shape(p: RuleVjp, param: str, shapes) -> bool:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             node = node.operand
         return shapes.shape_of(node) == SCALAR or \
-            (isinstance(node, ast.Name) and (node.id in shapes.zero_d or node.id in shapes.ints))
+            (isinstance(node, ast.Name) and shapes.is_number(node.id))
     return all(number(value) for other, value in p.bound.items() if other != param)
 
 

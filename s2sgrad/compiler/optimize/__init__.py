@@ -18,7 +18,7 @@ from ..transform import Transformed
 from .copies import propagate_copies, substitute_single_use
 from .folding import fold_block, fold_statement, subtract_negations, tidy
 from .fusion import fuse_adjoint_temporaries, fuse_forward_temporaries
-from .inplace import accumulate_in_place, proven_number, subtract_from_temporaries
+from .inplace import accumulate_in_place, subtract_from_temporaries
 from .items import collect_item_cotangents
 from .liveness import eliminate_dead
 from .release import release_residuals
@@ -97,9 +97,8 @@ def optimize(t: Transformed) -> Transformed:
     eliminate_dead(t.forward, keep=set(t.nf.all_params), names=Names(index))
     fuse_forward_temporaries(t.forward, user_names, t.nf.facts.stmts, t.marks, index)
     fuse_adjoint_temporaries(t.adjoint, index)
-    number = proven_number(t.activity)
     for fdef in (t.forward, t.adjoint):
-        subtract_from_temporaries(fdef, number)
+        subtract_from_temporaries(fdef, t.activity.is_number)
     subtract_negations(t.adjoint)
     if not t.pure:   # (a pure pair's adjoint is differentiated again: no writes)
         accumulate_in_place(t.adjoint, t.marks)

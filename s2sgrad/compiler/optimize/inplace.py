@@ -26,15 +26,9 @@ from __future__ import annotations
 import ast
 from typing import Callable, Dict, List
 
-from ..analyze import SCALAR
 from ..facts import ResidualMarks
 from ..names import copy_location
-
-
-def proven_number(activity) -> Callable[[str], bool]:
-    """Whether the analysis proves a name holds a number (never an array)."""
-    return lambda name: activity.shapes.get(name) == SCALAR or name in activity.ints or \
-        name in activity.zero_d
+from .statements import inner_blocks
 
 
 def accumulate_in_place(fdef: ast.FunctionDef, marks: ResidualMarks) -> None:
@@ -51,7 +45,7 @@ def _block(stmts: List[ast.stmt], marks: ResidualMarks) -> None:
             stmts[i] = copy_location(ast.AugAssign(
                 target=ast.Name(id=b, ctx=ast.Store()), op=s.value.op, value=s.value.right), s)
             continue   # (b is still its own array)
-        for inner in _blocks(s):
+        for _, inner in inner_blocks(s):
             _block(inner, marks)
         for n in ast.walk(s):
             if isinstance(n, ast.Name):
@@ -71,11 +65,6 @@ def _sum_into(s: ast.Assign, b: str) -> bool:
         isinstance(v.op, (ast.Add, ast.Sub)) and isinstance(v.left, ast.Name) and \
         v.left.id == b and not any(isinstance(n, ast.Name) and n.id == b
                                    for n in ast.walk(v.right))
-
-
-def _blocks(s: ast.stmt) -> List[List[ast.stmt]]:
-    return [getattr(s, attr) for attr in ("body", "orelse", "finalbody")
-            if isinstance(getattr(s, attr, None), list)]
 
 
 def subtract_from_temporaries(fdef: ast.FunctionDef, scalar: Callable[[str], bool]) -> None:

@@ -19,7 +19,6 @@ from typing import Dict, List
 from ..marks import is_comment
 from ..names import helper_call, name_node
 from ..transform import Transformed
-from .inplace import proven_number
 
 
 def release_residuals(t: Transformed) -> None:
@@ -37,11 +36,10 @@ def release_residuals(t: Transformed) -> None:
                 last[n.id] = i
     end = len(body) - 1   # (the return)
     after: Dict[int, List[str]] = {}
-    number = proven_number(t.activity)
-    kept_anyway = _kept_as_shapes(t.forward) | _arguments(t.forward)
+    kept_anyway = t.kept_as_shapes | _arguments(t.forward)
     for name in unpacked:
         k = last.get(name, 0)
-        if k < end and not number(name) and name not in kept_anyway and \
+        if k < end and not t.activity.is_number(name) and name not in kept_anyway and \
                 any(not is_comment(s) for s in body[k + 1:end]):
             after.setdefault(k, []).append(name)
     for k in sorted(after, reverse=True):
@@ -54,17 +52,6 @@ def _unpacks(s: ast.stmt, residuals: str) -> bool:
         isinstance(s.targets[0], ast.Tuple) and \
         all(isinstance(e, ast.Name) for e in s.targets[0].elts) and \
         isinstance(s.value, ast.Name) and s.value.id == residuals
-
-
-def _kept_as_shapes(forward: ast.FunctionDef) -> set:
-    """The residuals the forward keeps as `_s2s_meta(v)` (a shape and dtype: small)."""
-    ret = forward.body[-1] if forward.body else None
-    if not (isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple) and
-            len(ret.value.elts) == 2 and isinstance(ret.value.elts[1], ast.Tuple)):
-        return set()
-    return {e.args[0].id for e in ret.value.elts[1].elts
-            if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and
-            e.func.id == "_s2s_meta" and e.args and isinstance(e.args[0], ast.Name)}
 
 
 def _arguments(forward: ast.FunctionDef) -> set:

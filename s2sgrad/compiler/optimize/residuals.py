@@ -184,6 +184,7 @@ def link_residuals(t: Transformed, index: Optional[NameIndex] = None) -> None:
     # parameter too: a helper called per loop step is given new arrays each step).
     restored = {t.marks.of(s).restore_of for s in walk_statements(adj.body)}
     shape_only = {n for n in residuals if n not in restored and n in only_shape}
+    t.kept_as_shapes = shape_only
     ret = fwd.body[-1]
     ret.value.elts[1] = ast.Tuple(elts=[_kept(n, n in shape_only) for n in residuals],
                                   ctx=ast.Load())

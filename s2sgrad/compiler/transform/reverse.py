@@ -66,6 +66,8 @@ class Transformed:
     # What each generated statement does with kept values (saves, restores, stacks).
     marks: ResidualMarks = field(default_factory=ResidualMarks)
     pure: bool = False   # the adjoint makes no in-place updates (see transform)
+    # The residuals the forward keeps as shape and dtype only (`_s2s_meta`: link_residuals)
+    kept_as_shapes: Set[str] = field(default_factory=set)
 
 
 def transform(nf: NormalForm, activity: Activity, pure: bool = False,
