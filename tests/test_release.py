@@ -4,8 +4,8 @@
   residuals for one call (`_s2s_take`, `del`), and keeps them for a pullback
   called again;
 - a cotangent made by arithmetic is summed into in place (`x_bar += part`);
-- `1.0 - t * t` is `1.0 + -1.0 * (t * t)` outside loops: the temporary's array is
-  reused, the bits are the same (signed zeros too).
+- `1.0 - t * t` is `_s2s_subtract_into(1.0, t * t)` outside loops: the
+  temporary's array is reused, the bits are the same (signed zeros too).
 Peak memory is measured with tracemalloc in arrays of the argument's size;
 gradients against central differences on two shapes (one broadcasting).
 """
@@ -21,6 +21,7 @@ from s2sgrad import optimizer_check
 from s2sgrad.compiler import compile_function
 from s2sgrad.compiler.optimize.inplace import accumulate_in_place, subtract_from_temporaries
 from s2sgrad.runtime.release import Once
+from s2sgrad.runtime.temporaries import SMALL, subtract_into
 
 
 def wave(x):
@@ -63,7 +64,7 @@ def test_grad_frees_residuals_after_their_last_read():
     assert "= _s2s_take(residuals)" in adjoint
     assert "del tanh_x" in adjoint and "del sin_x" in adjoint
     assert "x_bar += " in adjoint and "x_bar = x_bar +" not in adjoint
-    assert "1.0 + -1.0 * (tanh_x * tanh_x)" in adjoint
+    assert "_s2s_subtract_into(1.0, tanh_x * tanh_x)" in adjoint
 
 
 @pytest.mark.parametrize("shapes", [((7,), (7,)), ((3, 4), (4,))])
@@ -94,16 +95,25 @@ def test_subtracting_from_a_constant_reuses_the_temporary_to_the_bit():
                  "    return (1.0 - t * t, 1 - m * m, 2.0 - s * s)\n")
     subtract_from_temporaries(fn, lambda name: name == "s")   # s: a proven number
     assert ast.unparse(fn.body[1]) == \
-        "return (1.0 + -1.0 * (t * t), 1 + -1 * (m * m), 2.0 - s * s)"
+        "return (_s2s_subtract_into(1.0, t * t), _s2s_subtract_into(1, m * m), 2.0 - s * s)"
     assert ast.unparse(fn.body[0].body[0]) == "t = 1.0 - t * t"   # (a step's small arrays)
     rng = np.random.default_rng(2)
-    t = np.concatenate([rng.standard_normal(1000), [1.0, -1.0, 0.0, -0.0, np.inf]])
-    m = rng.standard_normal(1000) > 0     # bool: `-` of a bool array is refused by NumPy
-    for new, old in [(1.0 + -1.0 * (t * t), 1.0 - t * t), (1 + -1 * (m * m), 1 - m * m),
-                     (1.0 + -1.0 * (m * m), 1.0 - m * m)]:
+    t = np.concatenate([rng.standard_normal(SMALL + 10), [1.0, -1.0, 0.0, -0.0, np.inf]])
+    m = rng.standard_normal(SMALL + 10) > 0   # bool: `-` of a bool array is refused
+    c64 = t * (1.0 + 0.5j)
+    for c, make in [(1.0, lambda: t * t), (1, lambda: t * t), (1, lambda: m * m),
+                    (1.0, lambda: m * m), (1.0, lambda: c64 * c64),
+                    (1.0, lambda: (t * t).astype(np.float32)), (2.0, lambda: t[:8] * t[:8]),
+                    (1.0, lambda: float(t[0] * t[0])), (1.0, lambda: t[0] * t[0])]:
+        e = make()
+        old = c - e
+        new = subtract_into(c, make())
         np.testing.assert_array_equal(new, old)
-        assert new.dtype == old.dtype
-        np.testing.assert_array_equal(np.signbit(new), np.signbit(old))   # (1 - 1 is +0.0)
+        assert type(new) is type(old) and np.result_type(new) == np.result_type(old)
+        for part in (np.real, np.imag):   # (1 - 1 is +0.0)
+            np.testing.assert_array_equal(np.signbit(part(new)), np.signbit(part(old)))
+    e = t * t
+    assert subtract_into(1.0, e) is e   # (written into the temporary: no new array)
 
 
 def test_a_cotangent_read_before_its_sum_is_not_summed_in_place():

@@ -242,15 +242,29 @@ def _users_add_at(node: ast.Call) -> bool:
         len(node.args) == 3 and not node.keywords
 
 
-def _without_releases(adj: ast.FunctionDef) -> None:
-    """The adjoint without what frees residuals early (compiler/optimize/release.py):
-    numba's code is given a tuple it does not empty, and its variables are typed
-    for the whole function (no `del`)."""
+def _without_releases(fwd: ast.FunctionDef, adj: ast.FunctionDef) -> None:
+    """The pair without what spares NumPy memory (compiler/optimize/release.py and
+    inplace.py): numba's code is given a tuple it does not empty, its variables are
+    typed for the whole function (no `del`), and its loops allocate no temporary
+    (`_s2s_subtract_into(c, e)` is `c - e` again)."""
     first = adj.body[0] if adj.body else None
     if isinstance(first, ast.Assign) and _is_call(first.value, HELPER_PREFIX + "take") and \
             len(first.value.args) == 1:
         first.value = first.value.args[0]
     adj.body = [s for s in adj.body if not isinstance(s, ast.Delete)]
+    for fn in (fwd, adj):
+        for node in ast.walk(fn):
+            for name, value in ast.iter_fields(node):
+                if _is_call(value, HELPER_PREFIX + "subtract_into"):
+                    setattr(node, name, _difference(value))
+                elif isinstance(value, list):
+                    value[:] = [_difference(v) if _is_call(v, HELPER_PREFIX + "subtract_into")
+                                else v for v in value]
+
+
+def _difference(call: ast.Call) -> ast.BinOp:
+    return ast.copy_location(ast.BinOp(left=call.args[0], op=ast.Sub(), right=call.args[1]),
+                             call)
 
 
 def _spell_out_item_cotangents(body: List[ast.stmt]) -> None:
@@ -283,7 +297,7 @@ def parse_pair(source: str, forward_name: str, adjoint_name: str) -> Pair:
     if forward_name not in fns or adjoint_name not in fns:
         raise Unsupported("the generated module does not define the forward and adjoint")
     fwd, adj = fns[forward_name], fns[adjoint_name]
-    _without_releases(adj)
+    _without_releases(fwd, adj)
     _spell_out_item_cotangents(adj.body)
     unaliased = _unalias_builtins((fwd, adj))
     a = fwd.args

@@ -31,6 +31,7 @@ from . import (  # noqa: F401
     scalar_math,
     shapes,
     tangent,
+    temporaries,
 )
 from .registry import HELPERS, helper, new_helper  # noqa: F401
 from .reverse import (  # noqa: F401 - the names generated code and rules use

@@ -97,10 +97,10 @@ def optimize(t: Transformed) -> Transformed:
     eliminate_dead(t.forward, keep=set(t.nf.all_params), names=Names(index))
     fuse_forward_temporaries(t.forward, user_names, t.nf.facts.stmts, t.marks, index)
     fuse_adjoint_temporaries(t.adjoint, index)
-    for fdef in (t.forward, t.adjoint):
-        subtract_from_temporaries(fdef, t.activity.is_number)
     subtract_negations(t.adjoint)
     if not t.pure:   # (a pure pair's adjoint is differentiated again: no writes)
+        for fdef in (t.forward, t.adjoint):
+            subtract_from_temporaries(fdef, t.activity.is_number)
         accumulate_in_place(t.adjoint, t.marks)
     for fdef in (t.forward, t.adjoint):
         fdef.body = tidy(fdef.body)

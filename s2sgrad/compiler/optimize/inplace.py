@@ -13,13 +13,14 @@ parts all have the variable's shape, as for the transform's own `+=`), and only
 while nothing has read b since the arithmetic that made it (a read could have
 made a second reference: `c = b`, `f(b)`).
 
-`subtract_from_temporaries`: `1.0 - t * t` as `1.0 + -1.0 * (t * t)`. NumPy
-reuses a temporary's array for the next operation when the temporary is its left
-operand (or either operand of a commutative one); `1.0 - T` allocates a second
-array of T's size, the sum of a product none. The same numbers to the bit: IEEE
-defines c - e as c + (-e), and -1.0 * e is -e exactly, signed zeros included
-(`-(e - c)` is not: it gives -0.0 where c == e); a bool array, which has no `-`,
-becomes a float or int by the product.
+`subtract_from_temporaries`: `1.0 - t * t` as `_s2s_subtract_into(1.0, t * t)`.
+NumPy reuses a temporary's array for the next operation when the temporary is its
+left operand (or either operand of a commutative one); `1.0 - T` allocates a
+second array of T's size. The helper computes the difference into T's array
+(runtime/temporaries.py): the same ufunc on the same operands, so the same numbers
+to the bit, and no ufunc call more (an earlier form, `1.0 + -1.0 * (t * t)`,
+cost one that on the small arrays of a helper called in a loop outweighed the
+array it spared: 5 % of an LSTM's gradient).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import ast
 from typing import Callable, Dict, List
 
 from ..facts import ResidualMarks
-from ..names import copy_location
+from ..names import copy_location, helper_call
 from .statements import inner_blocks
 
 
@@ -69,20 +70,21 @@ def _sum_into(s: ast.Assign, b: str) -> bool:
 
 def subtract_from_temporaries(fdef: ast.FunctionDef, scalar: Callable[[str], bool]) -> None:
     """`c - e` (c a number, e arithmetic that is not only of numbers: `scalar(name)`
-    says a name holds one) as `c + -1 * e`, in place; not inside loops, whose values are
-    mostly a step's small arrays: there the negation's call costs more than the
-    array it spares (an RNN's step, 4 % of its gradient)."""
+    says a name holds one) as `_s2s_subtract_into(c, e)`, in place. Not inside loops,
+    whose values are mostly a step's small arrays (the helper's call would cost more
+    than the array it spares), nor in a pair that is differentiated again (its text
+    must stay NumPy's arithmetic)."""
     for node in _outside_loops(fdef.body):
         for field in ("value", "left", "right", "operand", "test", "body", "orelse"):
             child = getattr(node, field, None)
             if isinstance(child, ast.BinOp) and _from_constant(child, scalar):
-                setattr(node, field, _flipped(child))
+                setattr(node, field, _into(child))
         for field in ("args", "elts", "targets"):
             items = getattr(node, field, None)
             if isinstance(items, list):
                 for i, child in enumerate(items):
                     if isinstance(child, ast.BinOp) and _from_constant(child, scalar):
-                        items[i] = _flipped(child)
+                        items[i] = _into(child)
 
 
 def _outside_loops(stmts: List[ast.stmt]):
@@ -106,9 +108,5 @@ def _from_constant(node: ast.BinOp, scalar: Callable[[str], bool]) -> bool:
         any(isinstance(n, ast.Name) and not scalar(n.id) for n in ast.walk(e))
 
 
-def _flipped(node: ast.BinOp) -> ast.BinOp:
-    """c - e as c + -1 * e (-1.0 for a float c: the product's type is the difference's)."""
-    minus_one = ast.Constant(value=-1.0 if type(node.left.value) is float else -1)
-    product = ast.copy_location(ast.BinOp(left=minus_one, op=ast.Mult(), right=node.right),
-                                node)
-    return ast.copy_location(ast.BinOp(left=node.left, op=ast.Add(), right=product), node)
+def _into(node: ast.BinOp) -> ast.Call:
+    return ast.copy_location(helper_call("subtract_into", node.left, node.right), node)
