@@ -52,10 +52,14 @@ def prune_saves(t: Transformed, names: Optional[Names] = None) -> Pruned:
     live_after: Dict[ast.stmt, Set[str]] = {}
     if names is None:   # (a caller's: statements only leave the adjoint while it is used)
         names = Names()  # nothing changes until the drops below
+    unread = _restored_but_unread(t)
+    if unread:
+        t.adjoint.body = drop_marked(t.adjoint.body, lambda s: t.marks.of(s).restore_item,
+                                     unread)
     restores = [(s, t.marks.of(s)) for s in walk_statements(t.adjoint.body)]
     restores = [(s, mark) for s, mark in restores if mark.restore_of is not None]
     if not restores:
-        return Pruned(False, True)
+        return Pruned(bool(unread), not unread)
     restored = {mark.restore_of for _, mark in restores}
     live_block(t.adjoint.body, set(), live_after, names, restored)
     slots: Dict[str, bool] = {}
@@ -72,7 +76,7 @@ def prune_saves(t: Transformed, names: Optional[Names] = None) -> Pruned:
                 read_outside |= names.stores(part)
     dropped = {slot for slot, dead in slots.items() if dead and slot not in read_outside}
     if not dropped:
-        return Pruned(False, True)
+        return Pruned(bool(unread), not unread)
     # Dropping a dead restore of x that reads no restored name and writes only x
     # leaves every other restore's liveness as it was (x was not live after it).
     final = all(mark.restore_of is not None and not restored.intersection(names.loads(s))
@@ -90,7 +94,47 @@ def prune_saves(t: Transformed, names: Optional[Names] = None) -> Pruned:
     still_saved = {t.marks.of(s).save_of for s in forward}
     inits = {init_of(s) for s in forward} - still_saved - {None}
     t.forward.body = drop_marked(t.forward.body, init_of, inits)
-    return Pruned(True, final)
+    return Pruned(True, final and not unread)
+
+
+def _restored_but_unread(t: Transformed) -> Set[str]:
+    """Arrays and lists the adjoint puts items back into (`_s2s_restore_item(u, ...)`,
+    a list's `append`/`pop`) but never reads once it has: every other read of them
+    is in a statement of the function's body that runs before any of those restores
+    (a list's length changes as items go back), and makes nothing that could share
+    their memory (a read of their shape, an operand of arithmetic; not `v = u`,
+    `u[1:]`, `f(u)`). Putting the items back is then dead, and so is keeping them: a
+    stencil's `u[1:-1, 1:-1] += ...` kept a copy of the interior per step for an
+    adjoint that reads only its cotangents and the step's Laplacian."""
+    body = t.adjoint.body
+    first: Dict[str, int] = {}      # the first statement of body holding a restore into it
+    own: Set[ast.AST] = set()        # the restores' own reads of the array or list
+    for i, top in enumerate(body):
+        for s in walk_statements([top]):
+            var = t.marks.of(s).restore_item
+            if var is not None and isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+                first.setdefault(var, i)
+                func = s.value.func
+                own.add(func.value if isinstance(func, ast.Attribute) else s.value.args[0])
+    if not first:
+        return set()
+    unread = set(first)
+    for i, top in enumerate(body):
+        nodes = walk_values(top)
+        consumed = _shape_reads(top)[1]
+        for node in nodes:
+            if isinstance(node, ast.BinOp):
+                consumed.update((node.left, node.right))
+            elif isinstance(node, ast.UnaryOp):
+                consumed.add(node.operand)
+            elif isinstance(node, ast.Compare):
+                consumed.update([node.left, *node.comparators])
+        for node in nodes:
+            if node.__class__ is ast.Name and node.id in unread and node not in own and \
+                    node.ctx.__class__ is ast.Load and \
+                    not (node in consumed and i < first[node.id]):
+                unread.discard(node.id)
+    return unread
 
 
 def private_copies(t: Transformed, index: Optional[NameIndex] = None) -> None:
@@ -255,10 +299,19 @@ def _kept(name: str, shape_only: bool) -> ast.expr:
 
 def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
     """Names every read of which (in fdef) uses only their shape and dtype."""
+    reads, allowed = _shape_reads(fdef)
+    good: Dict[str, bool] = {}
+    for n in reads:
+        good[n.id] = good.get(n.id, True) and n in allowed
+    return {name for name, ok in good.items() if ok}
+
+
+def _shape_reads(tree: ast.AST):
+    """(the names tree reads, those of them read only for shape and dtype)."""
     allowed = set()
     reads = []
     Name, Load = ast.Name, ast.Load
-    for node in walk_values(fdef):
+    for node in walk_values(tree):
         if node.__class__ is Name:
             if node.ctx.__class__ is Load:
                 reads.append(node)
@@ -279,7 +332,4 @@ def _shape_only_names(fdef: ast.FunctionDef) -> Set[str]:
                 allowed.update(node.args[items].elts)
         elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim", "dtype", "size"):
             allowed.add(node.value)
-    good: Dict[str, bool] = {}
-    for n in reads:
-        good[n.id] = good.get(n.id, True) and n in allowed
-    return {name for name, ok in good.items() if ok}
+    return reads, allowed
