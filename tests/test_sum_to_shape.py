@@ -16,7 +16,10 @@ CASES = [((500, 8), (8,)), ((500, 8), (1, 8)), ((500, 8), (500, 1)), ((4, 5, 6),
          ((4, 5, 6), (5, 6)), ((4, 5, 6), (1, 1, 6)), ((4, 5, 6), (4, 1, 1)),
          ((4, 5, 6), (1, 5, 1)), ((4, 5, 6), (4, 5, 1)), ((4, 5, 6), ()), ((3,), (1,)),
          ((2, 3), (2, 3)), ((1, 3), (4, 3)), ((5, 1), (5, 3)), ((0, 3), (3,)),
-         ((4, 1, 6), (1, 1, 6)), ((4, 1, 6), (4, 3, 1))]
+         ((4, 1, 6), (1, 1, 6)), ((4, 1, 6), (4, 3, 1)), ((2, 3, 4), (3, 1)),
+         ((2, 3, 4), (1, 4)), ((2, 3, 4), (2, 1, 1)), ((6, 1), (1, 1)), ((1, 5), (1, 1)),
+         ((2, 3, 4), (1, 3, 4)), ((3, 4), (4,)), ((3, 4), (1, 4)), ((3, 4), (3, 1)),
+         ((3, 4), ()), ((3, 4), (1, 1)), ((3,), ())]
 
 
 def _numpy_sum(value, shape):
@@ -37,6 +40,7 @@ def test_sums_as_numpy_sums_them(shapes, dtype):
     got = sum_to_shape(value, shape)
     want = _numpy_sum(value, shape)
     assert np.shape(got) == shape and np.result_type(got) == np.result_type(want)
+    assert type(got) is type(want[()] if not shape else want)   # (a sum of all: a scalar)
     tol = 1e-4 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 

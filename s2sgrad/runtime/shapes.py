@@ -144,53 +144,72 @@ def matmul_shape(a_shape: Tuple[int, ...], b_shape: Tuple[int, ...]) -> Tuple[in
 
 def sum_to_shape(value, shape):
     """value summed down to `shape` (the axes broadcasting added or widened)."""
+    if type(value) is np.ndarray and value.dtype.char in "fdFD" and value.size and \
+            value.flags.c_contiguous:
+        summed = _summed_by_product(value, tuple(shape))
+        if summed is not None:
+            return summed
     if not hasattr(value, "ndim"):   # (an array of any library stays in its library)
         value = as_array(value)
     extra = value.ndim - len(shape)
-    if extra < 0:   # a cotangent of lower rank (an item's zero): broadcast up, as NumPy
+    if extra > 0:
+        value = value.sum(axis=tuple(range(extra)))
+    elif extra < 0:   # a cotangent of lower rank (an item's zero): broadcast up, as NumPy
         value = value.reshape((1,) * -extra + tuple(value.shape))
-        extra = 0
-    summed = [i < extra or shape[i - extra] == 1 and n != 1 for i, n in enumerate(value.shape)]
-    by_product = _summed_by_product(value, summed) if True in summed else None
-    if by_product is not None:
-        value = by_product.reshape(tuple(1 if summed[i] else value.shape[i]
-                                         for i in range(extra, value.ndim)))
-    else:
-        if extra > 0:
-            value = value.sum(axis=tuple(range(extra)))
-        axes = tuple(i for i, n in enumerate(shape) if n == 1 and value.shape[i] != 1)
-        if axes:
-            value = value.sum(axis=axes, keepdims=True)
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and value.shape[i] != 1)
+    if axes:
+        value = value.sum(axis=axes, keepdims=True)
     if value.shape != tuple(shape):
         value = np.broadcast_to(value, shape)
     return value[()] if value.ndim == 0 else value
 
 
-# Sums over the leading or the trailing axes of a C-ordered array as a product with
-# ones (BLAS's matrix-vector product): NumPy adds the rows of a (5000, 8) cotangent a
-# row at a time, a call per row (89 us; the product: 10 us), and is slower at every
-# shape measured, (20000, 100) and (100, 10000) included (docs/benchmarks.md).
-_BLAS_TYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.complex64,
-                                               np.complex128))
+# Sums over the leading or the trailing axes of a C-ordered float array as a product
+# with ones (BLAS's matrix-vector product): NumPy adds the rows of a (5000, 8)
+# cotangent a row at a time, a call per row (89 us; the product: 10 us), and is
+# slower at every shape measured, (20000, 100) and (100, 10000) included
+# (docs/benchmarks.md). The cases are told apart by their shapes alone: this runs
+# for every bias of every layer at every step.
 _ONES: dict = {}
 
 
-def _summed_by_product(value, summed):
-    """value's sum over the axes flagged in `summed`, flattened, where they are its
-    leading or its trailing axes and the product can read it in place; else None."""
-    if type(value) is not np.ndarray or value.dtype not in _BLAS_TYPES or \
-            not value.flags.c_contiguous or value.ndim < 2 or not value.size:
+def _summed_by_product(value: np.ndarray, shape: tuple):
+    """value summed to `shape` where that sums only its leading axes (dropped or
+    kept as 1) or only its trailing ones (kept as 1), every other axis unchanged;
+    else None (NumPy's sum: axes between, broadcasting up, a sum of everything)."""
+    vshape = value.shape
+    nd, k = len(vshape), len(shape)
+    if nd > k:   # leading axes dropped (and maybe more summed, kept as 1)
+        lead = nd - k
+        if not k:
+            return None   # (a sum of everything: NumPy's pairwise sum of contiguous memory)
+        while lead < nd - 1 and shape[lead - nd + k] == 1 and vshape[lead] != 1:
+            lead += 1
+        if vshape[lead:] != shape[lead - nd + k:]:
+            return None
+    elif nd == k and nd > 1:
+        if shape[0] == 1 and vshape[0] != 1:   # leading axes kept as 1
+            lead = 1
+            while lead < nd - 1 and shape[lead] == 1 and vshape[lead] != 1:
+                lead += 1
+            if vshape[lead:] != shape[lead:]:
+                return None
+        elif shape[-1] == 1 and vshape[-1] != 1:   # trailing axes kept as 1
+            cut = nd - 1
+            while cut > 1 and shape[cut - 1] == 1 and vshape[cut - 1] != 1:
+                cut -= 1
+            if vshape[:cut] != shape[:cut]:
+                return None
+            n = math.prod(vshape[cut:])
+            return (value.reshape(-1, n) @ _ones(n, value.dtype)).reshape(shape)
+        else:
+            return None
+    else:
         return None
-    k = summed.count(True)
-    if k == value.ndim:
-        return None   # (a sum of everything: NumPy's pairwise sum of contiguous memory)
-    if all(summed[:k]):
-        n = math.prod(value.shape[:k])
-        return _ones(n, value.dtype) @ value.reshape(n, -1)
-    if all(summed[-k:]):
-        n = math.prod(value.shape[-k:])
-        return value.reshape(-1, n) @ _ones(n, value.dtype)
-    return None
+    n = math.prod(vshape[:lead])
+    rows = value if nd == 2 else value.reshape(n, -1)
+    total = _ones(n, value.dtype) @ rows
+    return total if total.shape == shape else total.reshape(shape)
 
 
 def _ones(n: int, dtype) -> np.ndarray:
