@@ -15,6 +15,7 @@ Importing this module needs numba.
 from __future__ import annotations
 
 import math
+import operator
 import os
 from typing import Optional
 
@@ -1535,201 +1536,42 @@ def outer11(u, v):
     return out
 
 
-# Array arithmetic as calls: numba compiles an inline array expression in every
-# function that contains it (tens of milliseconds each); a call of one of these is
-# compiled once per machine and signature.
-@special
-def op_add(a, b):
-    return a + b
-
-
-@special
-def op_sub(a, b):
-    return a - b
-
-
-@special
-def op_mul(a, b):
-    return a * b
-
-
-@special
-def op_div(a, b):
-    return a / b
-
-
-@special
-def op_pow(a, b):
-    return a ** b
-
-
-@special
-def op_neg(a):
-    return -a
-
-
-@special
-def op_iadd(a, b):
-    a += b
-    return a
-
-
-@special
-def op_isub(a, b):
-    a -= b
-    return a
-
-
-@special
-def op_imul(a, b):
-    a *= b
-    return a
-
-
-@special
-def op_gt(a, b):
-    return a > b
-
-
-@special
-def op_lt(a, b):
-    return a < b
-
-
-@special
-def op_ge(a, b):
-    return a >= b
-
-
-@special
-def op_le(a, b):
-    return a <= b
-
-
-@special
-def op_eq(a, b):
-    return a == b
-
-
-@special
-def np_sin(x):
-    return np.sin(x)
-
-
-@special
-def np_cos(x):
-    return np.cos(x)
-
-
-@special
-def np_tan(x):
-    return np.tan(x)
-
-
-@special
-def np_exp(x):
-    return np.exp(x)
-
-
-@special
-def np_log(x):
-    return np.log(x)
-
-
-@special
-def np_tanh(x):
-    return np.tanh(x)
-
-
-@special
-def np_sqrt(x):
-    return np.sqrt(x)
-
-
-@special
-def np_abs(x):
-    return np.abs(x)
-
-
-@special
-def np_sign(x):
-    return np.sign(x)
-
-
-@special
-def np_square(x):
-    return np.square(x)
-
-
-@special
-def np_log1p(x):
-    return np.log1p(x)
-
-
-@special
-def np_expm1(x):
-    return np.expm1(x)
-
-
-@special
-def np_logaddexp(x, y):
-    return np.logaddexp(x, y)
-
-
-@special
-def np_maximum(x, y):
-    return np.maximum(x, y)
-
-
-@special
-def np_minimum(x, y):
-    return np.minimum(x, y)
-
-
-@special
-def np_where(c, x, y):
-    return np.where(c, x, y)
-
-
-@special
-def np_clip(x, lo, hi):
-    return np.clip(x, lo, hi)
-
-
-@special
-def np_sum(x):
-    return np.sum(x)
-
-
-@special
-def np_zeros(shape):
-    return np.zeros(shape)
-
-
-@special
-def np_ones(shape):
-    return np.ones(shape)
-
-
-@special
-def np_mean(x):
-    return np.mean(x)
-
-
-@special
-def np_max(x):
-    return np.max(x)
-
-
-@special
-def np_min(x):
-    return np.min(x)
-
-
-@special
-def np_prod(x):
-    return np.prod(x)
-
+# Array arithmetic and NumPy's calls as calls: numba compiles an inline array
+# expression in every function that contains it (tens of milliseconds each); a call
+# of one of these is compiled once per machine and signature. One cached function
+# per name (numba's cache is keyed by it), each calling what the table names.
+_CALLED = {
+    "op_add": (operator.add, 2), "op_sub": (operator.sub, 2), "op_mul": (operator.mul, 2),
+    "op_div": (operator.truediv, 2), "op_pow": (operator.pow, 2), "op_neg": (operator.neg, 1),
+    "op_iadd": (operator.iadd, 2), "op_isub": (operator.isub, 2),
+    "op_imul": (operator.imul, 2), "op_gt": (operator.gt, 2), "op_lt": (operator.lt, 2),
+    "op_ge": (operator.ge, 2), "op_le": (operator.le, 2), "op_eq": (operator.eq, 2),
+    **{"np_" + f: (getattr(np, f), 1) for f in (
+        "sin", "cos", "tan", "exp", "log", "tanh", "sqrt", "abs", "sign", "square", "log1p",
+        "expm1", "sum", "zeros", "ones", "mean", "max", "min", "prod")},
+    **{"np_" + f: (getattr(np, f), 2) for f in ("logaddexp", "maximum", "minimum")},
+    "np_where": (np.where, 3), "np_clip": (np.clip, 3),
+}
+
+
+def _calling(fn, arity: int):
+    """fn(a, ...) as a function of its own."""
+    if arity == 1:
+        def call(a):
+            return fn(a)
+    elif arity == 2:
+        def call(a, b):
+            return fn(a, b)
+    else:
+        def call(a, b, c):
+            return fn(a, b, c)
+    return call
+
+
+for _name, (_fn, _arity) in _CALLED.items():
+    _call = _calling(_fn, _arity)
+    _call.__name__ = _call.__qualname__ = _name
+    special(_call)
 
 @special
 def empty_f64_0():
