@@ -2,9 +2,10 @@
 
 Each helper is a stub (calling it from Python raises) with a numba
 `@overload` that picks an implementation from the argument *types* when the
-generated function is compiled: a helper whose NumPy version branches on
-`np.ndim` or on `None` arguments branches here at compile time, so the
-machine code does only the work the case needs. Shapes are still checked at
+generated function is compiled (`@version` makes both from one definition):
+a helper whose NumPy version branches on `np.ndim` or on `None` arguments
+branches here at compile time, so the machine code does only the work the
+case needs. Shapes are still checked at
 run time (numba compiles once per type signature, not per shape).
 
 Every implementation computes what its NumPy counterpart in `s2sgrad.runtime`
@@ -48,6 +49,17 @@ def _stub(fn):
     refuse.__signature_source__ = fn
     STUBS[fn.__name__] = refuse
     return refuse
+
+
+def version(impl=None, **options):
+    """The numba version of a helper: `impl`, named as the helper, picks an
+    implementation from the argument types (numba's @overload, with `options`); the
+    name is bound to the helper's stub, which generated code calls."""
+    def register(impl):
+        stub = _stub(impl)
+        overload(stub, **options)(impl)
+        return stub
+    return register if impl is None else register(impl)
 
 
 def _none(t) -> bool:
@@ -171,13 +183,8 @@ def _axis_tuple(axis):
 
 
 # -- seed, ranges, matmul ------------------------------------------------------------
-@_stub
+@version
 def seed(out):
-    pass
-
-
-@overload(seed)
-def _seed(out):
     if isinstance(out, types.Float):
         one = as_dtype(out).type(1)
         return lambda out: one
@@ -214,46 +221,26 @@ def _range(a, b=None, c=None):
     return lambda a, b=None, c=None: (np.int64(a), np.int64(b), np.int64(c))
 
 
-@_stub
+@version
 def riter(r):
-    pass
-
-
-@overload(riter)
-def _riter(r):
     return lambda r: range(r[0], r[1], r[2])
 
 
-@_stub
+@version
 def rlen(r):
-    pass
-
-
-@overload(rlen)
-def _rlen(r):
     return lambda r: len(range(r[0], r[1], r[2]))
 
 
-@_stub
+@version
 def rrev(r):
-    pass
-
-
-@overload(rrev)
-def _rrev(r):
     def impl(r):
         n = len(range(r[0], r[1], r[2]))
         return range(r[0] + (n - 1) * r[2], r[0] - r[2], -r[2])
     return impl
 
 
-@_stub
+@version
 def rslice(r, lower, upper, step):
-    pass
-
-
-@overload(rslice)
-def _rslice(r, lower, upper, step):
     """range(...)[lower:upper:step] as a (start, stop, step) triple."""
     def impl(r, lower, upper, step):
         n = len(range(r[0], r[1], r[2]))
@@ -275,13 +262,8 @@ def _rslice(r, lower, upper, step):
     return impl
 
 
-@_stub
+@version
 def ritem(r, i):
-    pass
-
-
-@overload(ritem)
-def _ritem(r, i):
     if not isinstance(i, types.Integer):
         return None
 
@@ -446,13 +428,8 @@ def _outer_impl(u, v):
     return impl
 
 
-@_stub
+@version
 def outer(u, v):
-    pass
-
-
-@overload(outer)
-def _outer_ov(u, v):
     if _arr(u) and _arr(v) and u.ndim == 1 and v.ndim == 1:
         return _outer_impl(u, v)
     return None
@@ -512,13 +489,8 @@ for _suffix, _mm in (("", matmul), ("_blas", matmul_blas)):
 
 
 # -- broadcasting and reductions -----------------------------------------------------
-@_stub
+@version
 def unbroadcast(value, like):
-    pass
-
-
-@overload(unbroadcast)
-def _unbroadcast(value, like):
     if _num(value) and (_num(like) or _none(like)):
         return lambda value, like: value
     if _num(value) and _arr(like):
@@ -542,13 +514,8 @@ def _unbroadcast(value, like):
     return None
 
 
-@_stub
+@version
 def unbroadcast_matmul(value, a, b):
-    pass
-
-
-@overload(unbroadcast_matmul)
-def _unbroadcast_matmul(value, a, b):
     """unbroadcast(value, a @ b) for 1-d and 2-d operands (runtime.unbroadcast_matmul)."""
     if not (_arr(a) and _arr(b)) or a.ndim not in (1, 2) or b.ndim not in (1, 2):
         return None
@@ -580,13 +547,8 @@ _PRODUCT_SHAPE = {
 }
 
 
-@_stub
+@version
 def zeros_like(x):
-    pass
-
-
-@overload(zeros_like)
-def _zeros_like(x):
     if _num(x):
         return lambda x: 0.0
     if _arr(x):
@@ -595,13 +557,8 @@ def _zeros_like(x):
     return None
 
 
-@_stub
+@version
 def ones_like(x):
-    pass
-
-
-@overload(ones_like)
-def _ones_like(x):
     if _num(x):
         return lambda x: 1.0
     if _arr(x):
@@ -610,13 +567,8 @@ def _ones_like(x):
     return None
 
 
-@_stub
+@version
 def expand_reduced(g, x, axis=None, keepdims=False):
-    pass
-
-
-@overload(expand_reduced)
-def _expand_reduced(g, x, axis=None, keepdims=False):
     if _num(x) or (_arr(x) and x.ndim == 0):
         return lambda g, x, axis=None, keepdims=False: g
     if not _arr(x):
@@ -659,13 +611,8 @@ def _expand_reduced(g, x, axis=None, keepdims=False):
     return some_axes
 
 
-@_stub
+@version
 def reduced_count(x, axis=None):
-    pass
-
-
-@overload(reduced_count)
-def _reduced_count(x, axis=None):
     if _num(x):
         return lambda x, axis=None: 1
     if not _arr(x):
@@ -699,26 +646,16 @@ for _name in ("copy_value", "copy_adjoint", "snapshot"):
     overload(_stub(_make_stub))(_copy_ov)
 
 
-@_stub
+@version
 def real_only(grad, x):
-    pass
-
-
-@overload(real_only)
-def _real_only(grad, x):
     dt = x.dtype if _arr(x) else x
     if isinstance(dt, types.Complex):
         return None
     return lambda grad, x: grad
 
 
-@_stub
+@version
 def real_part(v):
-    pass
-
-
-@overload(real_part)
-def _real_part(v):
     """The cotangent of a real variable from complex parts: their real part (a real
     one as it is); None stays None."""
     if _none(v):
@@ -734,13 +671,8 @@ def _real_part(v):
     return None
 
 
-@_stub
+@version
 def loop_items(value):
-    pass
-
-
-@overload(loop_items)
-def _loop_items(value):
     """What `for x in value` walks: an array, a tuple or a list by position, as it is;
     an iterator (np.ndindex, zip, enumerate) walked once, into a list."""
     if _arr(value) or isinstance(value, (types.BaseTuple, types.List)):
@@ -763,13 +695,8 @@ def _first_axis(axis, ndim):
         raise ValueError("only axis 0 in numba code")
 
 
-@_stub
+@version
 def concatenate_grad(g, arrays, axis=0):
-    pass
-
-
-@overload(concatenate_grad)
-def _concatenate_grad(g, arrays, axis=0):
     """np.concatenate(arrays, 0)'s cotangents: the slices of g, for a list or tuple
     of arrays of g's rank (runtime.concatenate_grad's fast path); another axis raises,
     and the NumPy backend runs the call."""
@@ -789,13 +716,8 @@ def _concatenate_grad(g, arrays, axis=0):
     return pieces
 
 
-@_stub
+@version
 def stack_grad(g, arrays, axis=0):
-    pass
-
-
-@overload(stack_grad)
-def _stack_grad(g, arrays, axis=0):
     """np.stack(arrays, 0)'s cotangents: g's items along its first axis, for a list or
     tuple of arrays (or numbers) of one rank less; another axis raises, and the NumPy
     backend runs the call."""
@@ -811,13 +733,8 @@ def _stack_grad(g, arrays, axis=0):
     return items
 
 
-@_stub
+@version
 def cast_into(value, target):
-    pass
-
-
-@overload(cast_into)
-def _cast_into(value, target):
     """value, to be written into target (np.copyto, out=): types NumPy's 'same_kind'
     rule refuses are no implementation here, so the NumPy backend raises its error."""
     try:
@@ -831,13 +748,8 @@ def _cast_into(value, target):
 
 
 # -- elementwise helpers -----------------------------------------------------------
-@_stub
+@version
 def balanced_max_mask(x, ans, other):
-    pass
-
-
-@overload(balanced_max_mask)
-def _balanced_max_mask(x, ans, other):
     if _num(x) and _num(ans) and _num(other):
         def scalar(x, ans, other):
             return (1.0 if x == ans else 0.0) / (2.0 if x == other else 1.0)
@@ -845,49 +757,29 @@ def _balanced_max_mask(x, ans, other):
     return lambda x, ans, other: np.where(x == ans, 1.0, 0.0) / np.where(x == other, 2.0, 1.0)
 
 
-@_stub
+@version
 def safe_log(x):
-    pass
-
-
-@overload(safe_log)
-def _safe_log(x):
     if _num(x):
         return lambda x: np.log(1.0 if x == 0 else x)
     return lambda x: np.log(np.where(x == 0, 1.0, x))
 
 
-@_stub
+@version
 def safe_divide(num, den):
-    pass
-
-
-@overload(safe_divide)
-def _safe_divide(num, den):
     if _num(num) and _num(den):
         return lambda num, den: 0.0 if den == 0 else num / den
     return lambda num, den: np.where(den == 0, 0.0, num / np.where(den == 0, 1.0, den))
 
 
-@_stub
+@version
 def pick(x, y):
-    pass
-
-
-@overload(pick)
-def _pick(x, y):
     if _none(x):
         return lambda x, y: y
     return lambda x, y: x
 
 
-@_stub
+@version
 def clip_parts(g, a, lo, hi):
-    pass
-
-
-@overload(clip_parts)
-def _clip_parts(g, a, lo, hi):
     no_lo, no_hi = _none(lo), _none(hi)
     if no_lo and no_hi:
         return lambda g, a, lo, hi: (g, None, None)
@@ -912,37 +804,22 @@ def _clip_parts(g, a, lo, hi):
     return both
 
 
-@_stub
+@version
 def clip_grads(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
-    pass
-
-
-@overload(clip_grads)
-def _clip_grads(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
     def impl(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
         return clip_parts(g, a, pick(a_min, min), pick(a_max, max))
     return impl
 
 
-@_stub
+@version
 def clip_grad_a(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
-    pass
-
-
-@overload(clip_grad_a)
-def _clip_grad_a(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
     def impl(g, a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
         return clip_parts(g, a, pick(a_min, min), pick(a_max, max))[0]
     return impl
 
 
-@_stub
+@version
 def extremum_grad(g, a, ans, axis=None, keepdims=False, initial=None, where=None):
-    pass
-
-
-@overload(extremum_grad)
-def _extremum_grad(g, a, ans, axis=None, keepdims=False, initial=None, where=None):
     if not (_none(initial) and _none(where)):
         return None
     if _num(a):
@@ -973,13 +850,8 @@ def _extremum_grad(g, a, ans, axis=None, keepdims=False, initial=None, where=Non
     return some_axes
 
 
-@_stub
+@version
 def transpose_grad(g, axes=None):
-    pass
-
-
-@overload(transpose_grad)
-def _transpose_grad(g, axes=None):
     if not _arr(g):
         return None
     if _none(axes):
@@ -995,13 +867,8 @@ def _basic_index(index) -> bool:
     return all(isinstance(i, (types.Integer, types.SliceType)) for i in items)
 
 
-@_stub
+@version
 def add_at(adjoint, index, g):
-    pass
-
-
-@overload(add_at)
-def _add_at(adjoint, index, g):
     if not _arr(adjoint):
         return None
     if _basic_index(index):
@@ -1024,13 +891,8 @@ def _add_at(adjoint, index, g):
     return None
 
 
-@_stub
+@version
 def copy_item(container, index):
-    pass
-
-
-@overload(copy_item)
-def _copy_item(container, index):
     if not _arr(container):
         return None
 
@@ -1049,13 +911,8 @@ def _basic_index(t) -> bool:
                               types.EllipsisType)) for i in items)
 
 
-@_stub
+@version
 def written_grad(adjoint, index, value):
-    pass
-
-
-@overload(written_grad)
-def _written_grad(adjoint, index, value):
     # The cotangent of `value` in `container[index] = value` for a basic index (an
     # integer-array index, which may name an element twice, stays with NumPy).
     if not _arr(adjoint) or not _basic_index(index):
@@ -1067,13 +924,8 @@ def _written_grad(adjoint, index, value):
     return impl
 
 
-@_stub
+@version
 def restore_item(container, index, value):
-    pass
-
-
-@overload(restore_item)
-def _restore_item(container, index, value):
     if not _arr(container):
         return None
 
@@ -1082,13 +934,8 @@ def _restore_item(container, index, value):
     return impl
 
 
-@_stub
+@version
 def zero_item(adjoint, index):
-    pass
-
-
-@overload(zero_item)
-def _zero_item(adjoint, index):
     if not _arr(adjoint):
         return None
 
@@ -1097,13 +944,8 @@ def _zero_item(adjoint, index):
     return impl
 
 
-@_stub
+@version
 def accumulate(total, contribution):
-    pass
-
-
-@overload(accumulate)
-def _accumulate(total, contribution):
     if _none(contribution):
         return lambda total, contribution: total
     if _none(total):
@@ -1111,38 +953,23 @@ def _accumulate(total, contribution):
     return lambda total, contribution: total + contribution
 
 
-@_stub
+@version
 def add(total, contribution):
-    pass
-
-
-@overload(add)
-def _add(total, contribution):
     if isinstance(total, (types.List, types.ListType)) or \
             isinstance(contribution, (types.List, types.ListType)):
         return None
     return lambda total, contribution: total + contribution
 
 
-@_stub
+@version
 def none_to_zero(grad, like):
-    pass
-
-
-@overload(none_to_zero)
-def _none_to_zero(grad, like):
     if _none(grad):
         return lambda grad, like: zeros_like(like)
     return lambda grad, like: grad
 
 
-@_stub
+@version
 def unshared(value, filename, lineno, col, message, hint, text):
-    pass
-
-
-@overload(unshared)
-def _unshared(value, filename, lineno, col, message, hint, text):
     """The guard of an in-place update of what may be another variable's array: a
     number passes; an array is no numba code's (the NumPy backend raises the error
     with its caret), so it is a typing error and the call runs on NumPy."""
@@ -1290,13 +1117,8 @@ def _shifted_rows(x):
     return out
 
 
-@_stub
+@version(prefer_literal=True)
 def log_softmax(x, axis):
-    pass
-
-
-@overload(log_softmax, prefer_literal=True)
-def _log_softmax(x, axis):
     _last_axis(x, axis)
 
     def impl(x, axis):
@@ -1307,13 +1129,8 @@ def _log_softmax(x, axis):
     return impl
 
 
-@_stub
+@version(prefer_literal=True)
 def softmax(x, axis):
-    pass
-
-
-@overload(softmax, prefer_literal=True)
-def _softmax(x, axis):
     _last_axis(x, axis)
 
     def impl(x, axis):
@@ -1324,13 +1141,8 @@ def _softmax(x, axis):
     return impl
 
 
-@_stub
+@version(prefer_literal=True)
 def logsumexp(x, axis, keepdims, max_first):
-    pass
-
-
-@overload(logsumexp, prefer_literal=True)
-def _logsumexp(x, axis, keepdims, max_first):
     _last_axis(x, axis)
     keep = _literal(keepdims)
     if not isinstance(keep, bool):
