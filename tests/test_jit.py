@@ -748,6 +748,25 @@ def test_the_real_part_of_a_complex_cotangent_compiles(monkeypatch, n):
     assert any(v.failed is None and v.check is None for v in state.variants.values())
 
 
+def test_every_operator_and_numpy_call_the_rewrite_wraps_has_its_cached_function():
+    """The rewrite writes `_nb_op_add(a, b)`, `_nb_np_sin(x)`; numba_helpers makes
+    them from the one table both read (numba_names)."""
+    from s2sgrad.backends import numba_helpers
+    from s2sgrad.backends import numba_rewrite as rw
+    ops = {*rw._BINOPS.values(), *rw._AUGOPS.values(), *rw._COMPARES.values(), "neg"}
+    wanted = {"op_" + op for op in ops} | {"np_" + rw._NP_ALIASES.get(f, f)
+                                            for f in rw._NP_WRAPPED} | \
+        {"np_" + f for f in rw._NEW_ARRAYS}
+    assert wanted <= set(numba_helpers.SPECIAL)
+    a, b = np.array([1.0, -2.0, 3.0]), np.array([0.5, 0.5, 4.0])
+    np.testing.assert_array_equal(numba_helpers.SPECIAL["op_div"](a, b), a / b)
+    np.testing.assert_array_equal(numba_helpers.SPECIAL["np_clip"](a, 0.0, 2.0),
+                                  np.clip(a, 0.0, 2.0))
+    total = a.copy()
+    assert numba_helpers.SPECIAL["op_iadd"](total, b) is total   # (in place, as `+=`)
+    np.testing.assert_array_equal(total, a + b)
+
+
 def test_the_rewrites_list_of_helpers_is_numba_helpers_stubs():
     """numba_rewrite.NUMBA_HELPERS (written out so that a call left to NumPy imports no
     numba) names exactly the runtime helpers numba_helpers gives a stub of."""

@@ -27,6 +27,8 @@ from numba.cpython.unsafe.tuple import tuple_setitem
 from numba.extending import overload, register_jitable
 from numba.np.numpy_support import as_dtype
 
+from .numba_names import NUMPY_CALLS, OPERATORS
+
 STUBS = {}
 
 # The machine code of the helpers below is kept on disk by numba (cache=True), in
@@ -1352,18 +1354,9 @@ def outer11(u, v):
 # expression in every function that contains it (tens of milliseconds each); a call
 # of one of these is compiled once per machine and signature. One cached function
 # per name (numba's cache is keyed by it), each calling what the table names.
-_CALLED = {
-    "op_add": (operator.add, 2), "op_sub": (operator.sub, 2), "op_mul": (operator.mul, 2),
-    "op_div": (operator.truediv, 2), "op_pow": (operator.pow, 2), "op_neg": (operator.neg, 1),
-    "op_iadd": (operator.iadd, 2), "op_isub": (operator.isub, 2),
-    "op_imul": (operator.imul, 2), "op_gt": (operator.gt, 2), "op_lt": (operator.lt, 2),
-    "op_ge": (operator.ge, 2), "op_le": (operator.le, 2), "op_eq": (operator.eq, 2),
-    **{"np_" + f: (getattr(np, f), 1) for f in (
-        "sin", "cos", "tan", "exp", "log", "tanh", "sqrt", "abs", "sign", "square", "log1p",
-        "expm1", "sum", "zeros", "ones", "mean", "max", "min", "prod")},
-    **{"np_" + f: (getattr(np, f), 2) for f in ("logaddexp", "maximum", "minimum")},
-    "np_where": (np.where, 3), "np_clip": (np.clip, 3),
-}
+_CALLED = {**{"op_" + op: (getattr(operator, "truediv" if op == "div" else op), arity)
+              for op, arity in OPERATORS.items()},
+           **{"np_" + f: (getattr(np, f), arity) for f, arity in NUMPY_CALLS.items()}}
 
 
 def _calling(fn, arity: int):

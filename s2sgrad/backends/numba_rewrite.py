@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from .numba_fuse import fuse_elementwise
-from .numba_names import fresh_name
+from .numba_names import NUMPY_CALLS, fresh_name
 from .numba_stacks import preallocate_stacks
 
 HELPER_PREFIX = "_s2s_"
@@ -132,13 +132,11 @@ def _arithmetic(node: ast.AST) -> bool:
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
 _AUGOPS = {ast.Add: "iadd", ast.Sub: "isub", ast.Mult: "imul"}
 _COMPARES = {ast.Gt: "gt", ast.Lt: "lt", ast.GtE: "ge", ast.LtE: "le", ast.Eq: "eq"}
-# np functions with a cached wrapper, and how many positional arguments it takes.
-_NP_WRAPPED = {"sin": 1, "cos": 1, "tan": 1, "exp": 1, "log": 1, "tanh": 1, "sqrt": 1,
-               "abs": 1, "absolute": 1, "sign": 1, "square": 1, "log1p": 1, "expm1": 1,
-               "logaddexp": 2, "maximum": 2, "minimum": 2, "where": 3, "clip": 3,
-               "sum": 1, "mean": 1, "max": 1, "amax": 1, "min": 1, "amin": 1, "prod": 1}
 _NP_ALIASES = {"absolute": "abs", "amax": "max", "amin": "min"}
 _NEW_ARRAYS = frozenset({"zeros", "ones"})     # np.zeros(shape): cached np_zeros
+# np functions with a cached wrapper, and how many positional arguments it takes.
+_NP_WRAPPED = {**{f: n for f, n in NUMPY_CALLS.items() if f not in _NEW_ARRAYS},
+               **{alias: NUMPY_CALLS[f] for alias, f in _NP_ALIASES.items()}}
 _MATMUL = {(2, 2): "mm22", (2, 1): "mm21", (1, 2): "mm12", (1, 1): "mm11"}
 # The shape of a @ b by the operands' ranks: (operand, axis) of each dimension.
 _PRODUCT_SHAPE = {(2, 1): ((0, 0),), (1, 2): ((1, 1),), (2, 2): ((0, 0), (1, 1))}
