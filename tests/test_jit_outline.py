@@ -458,3 +458,19 @@ def test_show_jit_prints_the_host_and_the_loops(tmp_path):
     assert "fewer than 10,000 elements, from there on grad runs it outlined: numba runs " \
            "its loops when the arrays they are given have fewer than 100,000 elements" \
            in rule.stdout
+
+
+def test_a_value_numba_cannot_return_is_named_in_the_warning():
+    """numba raises SystemError("... returned a result with an exception set") when it
+    cannot box what compiled code returns (a dict of an array and a list, found by the
+    jit fuzzer, seed 11004, program 55); the warning names the error it carries."""
+    from s2sgrad.backends.numba_load import first_line
+    try:
+        try:
+            raise TypeError("cannot convert native LiteralStrKey[Dict] to Python object")
+        except TypeError as cause:
+            raise SystemError("CPUDispatcher(f) returned a result with an exception "
+                              "set") from cause
+    except SystemError as exc:
+        assert first_line(exc).startswith("TypeError: cannot convert native")
+    assert first_line(SystemError("plain")) == "SystemError: plain"

@@ -47,6 +47,11 @@ def forget() -> None:
 
 
 def first_line(exc: BaseException) -> str:
+    """The error's type and first line; for numba's "returned a result with an exception
+    set" (a SystemError), the error it carries: what numba could not do (box a dict
+    of mixed values, say)."""
+    if isinstance(exc, SystemError) and exc.__cause__ is not None:
+        exc = exc.__cause__
     return summary(type(exc).__name__, str(exc))
 
 
