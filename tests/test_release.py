@@ -77,6 +77,18 @@ def test_gradients_of_the_released_code(shapes):
                                    atol=1e-8)
 
 
+@pytest.mark.parametrize("shape", [(SMALL + 1,), (3, SMALL)])
+def test_the_difference_written_into_a_large_temporary_is_the_derivative(shape):
+    """Above SMALL items `_s2s_subtract_into` writes into the product's array (the
+    fuzzer's arrays are all below it): the gradient against the derivative in closed
+    form (differences on this many elements would take too long)."""
+    x = np.random.default_rng(len(shape)).uniform(-2.0, 2.0, shape)
+    assert "_s2s_subtract_into(1.0, tanh_x * tanh_x)" in s2sgrad.source(wave)
+    e = np.exp(-x ** 2)
+    want = np.cos(x) * e - 2.0 * x * np.sin(x) * e + (1.0 - np.tanh(x) ** 2)
+    np.testing.assert_allclose(s2sgrad.grad(wave)(x), want, rtol=1e-12, atol=1e-14)
+
+
 def test_a_pullback_called_again_keeps_its_residuals():
     x = np.random.default_rng(1).standard_normal((3, 5))
     out, pullback = s2sgrad.vjp(wave, x)
