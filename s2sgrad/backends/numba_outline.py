@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .numba_names import fresh_name
-from .numba_rewrite import HELPER_PREFIX, Pair, Unsupported
+from .numba_rewrite import HELPER_PREFIX, Pair, Unsupported, numpy_attr
 
 # Helpers that write nothing (their result may be their argument: an alias).
 PURE_HELPERS = frozenset({
@@ -64,7 +64,7 @@ def _pure_call(node: ast.Call) -> bool:
         return False
     f = node.func
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
-        return f.value.id in ("np", HELPER_PREFIX + "np") and f.attr not in _IMPURE_NUMPY
+        return numpy_attr(f) not in (None, *_IMPURE_NUMPY)
     if isinstance(f, ast.Name):
         if f.id.startswith(HELPER_PREFIX):
             return f.id[len(HELPER_PREFIX):] in PURE_HELPERS
@@ -258,8 +258,7 @@ def _alias_sources(value: ast.AST) -> Tuple[Set[str], bool]:
         return a | b, True
     if isinstance(value, ast.Call):
         f = value.func
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
-                f.value.id in ("np", HELPER_PREFIX + "np") and f.attr in FRESH_NUMPY:
+        if numpy_attr(f) in FRESH_NUMPY:
             return set(), True
         names = set()
         if isinstance(f, ast.Attribute):          # a method: its receiver (x.pop(), x.T)

@@ -67,15 +67,20 @@ NUMBA_HELPERS = frozenset({
 })
 
 # NumPy's functions that join a sequence of arrays (numba's take a tuple of them).
+def numpy_attr(node: ast.AST) -> Optional[str]:
+    """`name` where node is `np.name` (NumPy by either name generated code gives it)."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+            node.value.id in ("np", HELPER_PREFIX + "np"):
+        return node.attr
+    return None
+
+
 _JOINS = frozenset({"concatenate", "stack", "vstack", "hstack", "column_stack", "dstack"})
 
 def _joined_as_tuple(node: ast.Call) -> ast.Call:
     """np.concatenate([h, x]) (and stack, vstack, ...) given a tuple: numba joins a
     tuple of arrays, not a list."""
-    f = node.func
-    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
-            f.value.id in ("np", HELPER_PREFIX + "np") and f.attr in _JOINS and \
-            node.args and isinstance(node.args[0], ast.List):
+    if numpy_attr(node.func) in _JOINS and node.args and isinstance(node.args[0], ast.List):
         node.args[0] = ast.copy_location(ast.Tuple(elts=node.args[0].elts, ctx=ast.Load()),
                                          node.args[0])
     return node
@@ -234,10 +239,7 @@ def _users_add_at(node: ast.Call) -> bool:
     (repeated indices accumulate; a broadcast `b` it cannot type runs on NumPy)."""
     f = node.func
     return isinstance(f, ast.Attribute) and f.attr == "at" and \
-        isinstance(f.value, ast.Attribute) and f.value.attr == "add" and \
-        isinstance(f.value.value, ast.Name) and \
-        f.value.value.id in ("np", HELPER_PREFIX + "np") and \
-        len(node.args) == 3 and not node.keywords
+        numpy_attr(f.value) == "add" and len(node.args) == 3 and not node.keywords
 
 
 def _without_releases(fwd: ast.FunctionDef, adj: ast.FunctionDef) -> None:
@@ -251,18 +253,18 @@ def _without_releases(fwd: ast.FunctionDef, adj: ast.FunctionDef) -> None:
         first.value = first.value.args[0]
     adj.body = [s for s in adj.body if not isinstance(s, ast.Delete)]
     for fn in (fwd, adj):
-        for node in ast.walk(fn):
-            for name, value in ast.iter_fields(node):
-                if _is_call(value, HELPER_PREFIX + "subtract_into"):
-                    setattr(node, name, _difference(value))
-                elif isinstance(value, list):
-                    value[:] = [_difference(v) if _is_call(v, HELPER_PREFIX + "subtract_into")
-                                else v for v in value]
+        _Differences().visit(fn)
 
 
-def _difference(call: ast.Call) -> ast.BinOp:
-    return ast.copy_location(ast.BinOp(left=call.args[0], op=ast.Sub(), right=call.args[1]),
-                             call)
+class _Differences(ast.NodeTransformer):
+    """`_s2s_subtract_into(c, e)` as `c - e`."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if _is_call(node, HELPER_PREFIX + "subtract_into"):
+            return ast.copy_location(ast.BinOp(left=node.args[0], op=ast.Sub(),
+                                               right=node.args[1]), node)
+        return node
 
 
 def _spell_out_item_cotangents(body: List[ast.stmt]) -> None:
@@ -642,11 +644,7 @@ class KindInference:
 
     @staticmethod
     def np_name(node: ast.Call) -> Optional[str]:
-        f = node.func
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
-                f.value.id in ("np", HELPER_PREFIX + "np"):
-            return f.attr
-        return None
+        return numpy_attr(node.func)
 
     def expr(self, e: ast.AST) -> Optional[Kind]:
         infer = self.expr
@@ -1063,13 +1061,10 @@ class _Rewriter(ast.NodeTransformer):
         if _users_add_at(node):   # np.add.at(a, i, b): the scatter-add numba has
             return ast.copy_location(ast.Call(func=self._nb("add_at"), args=[
                 self.visit(a) for a in node.args], keywords=[]), node)
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
-                f.value.id in ("np", HELPER_PREFIX + "np") and f.attr in ("matmul", "dot") \
-                and len(node.args) == 2 and not node.keywords:
+        if numpy_attr(f) in ("matmul", "dot") and len(node.args) == 2 and not node.keywords:
             return ast.Call(func=self._nb(f.attr), args=[self.visit(a) for a in node.args],
                             keywords=[])
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
-                f.value.id in ("np", HELPER_PREFIX + "np") and f.attr == "random":
+        if numpy_attr(f) == "random":
             raise Unsupported("np.random")
         return self.generic_visit(_joined_as_tuple(node))
 
@@ -1078,7 +1073,7 @@ class _Rewriter(ast.NodeTransformer):
         f = node.func
         if not isinstance(f, ast.Attribute) or f.attr not in _REDUCTIONS:
             return None
-        if isinstance(f.value, ast.Name) and f.value.id in ("np", HELPER_PREFIX + "np"):
+        if numpy_attr(f) is not None:
             if not node.args:
                 return None
             array, rest = node.args[0], node.args[1:]
@@ -1096,8 +1091,7 @@ class _Rewriter(ast.NodeTransformer):
         return self._call("reduce_" + _REDUCTIONS[f.attr], args)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        if isinstance(node.value, ast.Name) and node.value.id in ("np", HELPER_PREFIX + "np") \
-                and node.attr == "random":
+        if numpy_attr(node) == "random":
             raise Unsupported("np.random (numba has its own generator, not NumPy's seeded "
                               "state)")
         return self.generic_visit(node)
