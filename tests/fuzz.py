@@ -162,6 +162,7 @@ FEATURES = {
     "list_append": 0.6,      # L = []; L.append(e)
     "helper_append": 0.3,    # push_to(L, e): a helper appending to the caller's list
     "fused_softmax": 0.3,    # z - max(z); z - log(sum(exp(z))): softmax & co. written out
+    "fused_sigmoid": 0.3,    # 1 / (1 + np.exp(-v)), 0.5 * (np.tanh(0.5 * v) + 1.0): one call
     "tuple_unpack": 0.4,     # a, b = P; a, b, c = np.tanh(v) (an array's rows);
                              # first, *rest = P; *init, last = np.tanh(v)
     "while": 0.7,            # counters, data-dependent exits
@@ -1292,6 +1293,7 @@ class ProgramGenerator(FamilyMixin):
             ("list_append", 1.0 if nested_ok else 0.0, self.s_list_append),
             ("tuple_unpack", 1.0, self.s_tuple_unpack),
             ("fused_softmax", 1.0, self.s_fused_softmax),
+            ("fused_sigmoid", 1.0, self.s_fused_sigmoid),
             ("while", 1.0 if nested_ok else 0.0, self.s_while),
             ("early_return", 1.0 if not self.loop_depth else 0.0, self.s_early_return),
             ("multi_output_apply", 1.0, self.s_sincos),
@@ -1884,6 +1886,34 @@ class ProgramGenerator(FamilyMixin):
             out = f"{v}_l"
         o = self.fresh("sm")
         self.emit(f"{o} = np.tanh({out})")
+        self.declare(Var(o, shape, True))
+
+    def s_fused_sigmoid(self):
+        """The logistic sigmoid written out (recognised as one call: normalize/fused.py):
+        both forms, either order in the sums and products, 1 or 1.0, on arrays or a
+        number; now and then in a form the recognition must leave alone (an
+        intermediate read again, another constant)."""
+        shape = self.rng.choice([(2, 3), (3,), (4,), ()])
+        v = self.fresh("sg")
+        self.emit(f"{v} = {self.expr(shape, 1)}")
+        one = self.rng.choice(["1", "1.0"])
+        form = self.rng.choice(["exp", "exp_swapped", "tanh", "tanh_swapped", "reread",
+                                "other"])
+        if form == "exp":
+            out = f"{one} / ({one} + np.exp(-{v}))"
+        elif form == "exp_swapped":
+            out = f"{one} / (np.exp(-{v}) + {one})"
+        elif form == "tanh":
+            out = f"0.5 * (np.tanh(0.5 * {v}) + {one})"
+        elif form == "tanh_swapped":
+            out = f"({one} + np.tanh({v} * 0.5)) * 0.5"
+        elif form == "reread":
+            self.emit(f"{v}_t = np.tanh(0.5 * {v})")
+            out = f"0.5 * ({v}_t + {one}) + 0.25 * {v}_t"
+        else:
+            out = f"2.0 / ({one} + np.exp(-{v}))"
+        o = self.fresh("sg")
+        self.emit(f"{o} = {out}")
         self.declare(Var(o, shape, True))
 
     def s_tuple_unpack(self):

@@ -83,6 +83,21 @@ def stable_softmaxes(z, w):
     return np.sum(p * logp) + np.sum(ll ** 2)
 
 
+def sigmoid_gates(W, xs):
+    # the logistic sigmoid written out both ways (one call each: normalize/fused.py)
+    h = np.zeros(W.shape[0])
+    for x in xs:
+        a = W @ x + h
+        h = 1 / (1 + np.exp(-a)) * (0.5 * (np.tanh(0.5 * a) + 1.0))
+    return np.sum(h ** 2)
+
+
+def sigmoid_of_numbers(x, b, n):
+    for _ in range(n):
+        x = 1.0 / (1.0 + np.exp(-(x * b))) + 0.5 * (np.tanh(0.5 * x) + 1)
+    return x
+
+
 def broadcasting(x, row, c):
     y = x * row + c                             # (3, 4) * (4,) + scalar
     return np.sum(np.sin(y) * y) / x.shape[0]
@@ -273,6 +288,18 @@ def test_softmax_and_logsumexp_have_numba_versions(shape):
     for helper in ("_nb_softmax(", "_nb_log_softmax(", "_nb_logsumexp("):
         assert helper in source, source
     _check(stable_softmaxes, args, (0, 1))
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (5, 2)])
+def test_the_sigmoid_has_numba_versions(shape):
+    pytest.importorskip("numba")
+    rng = _rng()
+    args = (rng.standard_normal((shape[0], shape[0])), rng.standard_normal((6, shape[0])))
+    source = jit_source(sigmoid_gates, *args, wrt=0)
+    for helper in ("_nb_sigmoid_exp(", "_nb_sigmoid_tanh("):
+        assert helper in source, source
+    _check(sigmoid_gates, args, 0)
+    _check(sigmoid_of_numbers, (0.3, -1.7, shape[1]), (0, 1))
 
 
 def joined_cell(W, h, xs):

@@ -18,6 +18,7 @@ from s2sgrad.runtime.arrays import as_array as aa, cast_into as cinto
 from s2sgrad.runtime.shapes import swap_last_axes as sla, sum_to_shape as sts
 from s2sgrad.runtime.tangent import like_returned as lr, unlike_returned as ul
 from s2sgrad.runtime.fused import log_softmax as lsm, softmax as sm, logsumexp as lse
+from s2sgrad.runtime.fused import sigmoid_exp as sge, sigmoid_tanh as sgt
 from s2sgrad.runtime.complex_grads import real_part as rp
 from s2sgrad.runtime.inplace import (copy_value as cv, snapshot as sn, add as ad,
                                      copy_item as ci, scatter_add as sa, with_zeroed as wz,
@@ -142,6 +143,9 @@ def f_softmax(x, w):
 def f_logsumexp(x, w):
     return lse(x * 2.0, 1, False, True) * np.sum(w) + np.sum(lse(np.sin(x), 0, True, False))
 
+def f_sigmoid(x, w):
+    return sge(x * w, 1) * w + sgt(np.sin(x), 1.0) * 2.0 + sge(x, 1.0) * sgt(w, 1)
+
 def f_lists(x, y):
     items = [x * 2.0, y]
     more = push(items, x * y)
@@ -162,6 +166,8 @@ CASES = [
     ("f_softmax", [(3, 2), (2,)], [0, 1], ["_s2s_softmax"]),
     ("f_logsumexp", [(2, 3), (2,)], [0], ["_s2s_logsumexp"]),
     ("f_logsumexp", [(3, 4), (1,)], [0, 1], ["_s2s_logsumexp"]),
+    ("f_sigmoid", [(2, 3), (3,)], [0, 1], ["_s2s_sigmoid_exp", "_s2s_sigmoid_tanh"]),
+    ("f_sigmoid", [(4,), (4,)], [0, 1], ["_s2s_sigmoid_exp", "_s2s_sigmoid_tanh"]),
     ("f_unbroadcast", [(2, 3), (3,)], [0], ["_s2s_unbroadcast"]),
     ("f_unbroadcast", [(4, 1), (1, 1)], [0], ["_s2s_unbroadcast"]),
     ("f_unbroadcast_matmul", [(2, 4), (4, 3), (3,)], [0], ["_s2s_unbroadcast_matmul"]),

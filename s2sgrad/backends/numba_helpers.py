@@ -1165,6 +1165,17 @@ def logsumexp(x, axis, keepdims, max_first):
     return lambda x, axis, keepdims, max_first: rows_of(x).reshape(x.shape[:-1])
 
 
+# -- the logistic sigmoid (runtime/fused.py): the same operations on numbers or arrays --
+@version
+def sigmoid_exp(x, one):
+    return lambda x, one: one / (one + np.exp(-x))
+
+
+@version
+def sigmoid_tanh(x, one):
+    return lambda x, one: 0.5 * (np.tanh(0.5 * x) + one)
+
+
 # -- specialised helpers: what the rewrite calls when it knows the argument kinds ----
 # Each is one cached function (numba compiles it per signature, once per machine);
 # the generic overloads above remain for kinds the rewrite could not infer.

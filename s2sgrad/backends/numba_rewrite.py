@@ -62,8 +62,8 @@ NUMBA_HELPERS = frozenset({
     "dot_grad_a", "dot_grad_b", "balanced_max_mask", "safe_log", "clip_grads", "clip_grad_a",
     "real_only", "add_at", "copy_item", "restore_item", "zero_item", "accumulate",
     "add", "transpose_grad", "extremum_grad", "safe_divide", "none_to_zero",
-    "log_softmax", "softmax", "logsumexp", "loop_items", "cast_into", "concatenate_grad",
-    "stack_grad", "real_part", "written_grad", "unshared",
+    "log_softmax", "softmax", "logsumexp", "sigmoid_exp", "sigmoid_tanh", "loop_items",
+    "cast_into", "concatenate_grad", "stack_grad", "real_part", "written_grad", "unshared",
 })
 
 # NumPy's functions that join a sequence of arrays (numba's take a tuple of them).

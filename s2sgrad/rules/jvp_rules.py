@@ -486,7 +486,7 @@ defjvp("np.linalg.matrix_power", a="matrix_power_jvp(a_dot, a, n)")
 defjvp("np.linalg.eig", joint="eig_jvp(a_dot, ans)", joint_params=("a",))
 defjvp("np.linalg.eigvals", a="eigvals_jvp(a_dot, a)")
 
-# -- softmax, log-softmax and logsumexp written out (normalize/fused.py) ----------------------
+# -- softmax, log-softmax, logsumexp and the sigmoid written out (normalize/fused.py) ---------
 # (holomorphic: the templates hold for complex values, like the VJPs)
 defjvp("_s2s_log_softmax", x="x_dot - np.sum(np.exp(ans) * x_dot, axis=axis, keepdims=True)",
        complex_ok=True)
@@ -494,6 +494,8 @@ defjvp("_s2s_softmax", x="ans * (x_dot - np.sum(ans * x_dot, axis=axis, keepdims
        complex_ok=True)
 defjvp("_s2s_logsumexp", x="np.sum(np.exp(x - expand_reduced(ans, x, axis, keepdims)) * x_dot, "
                           "axis=axis, keepdims=keepdims)", complex_ok=True)
+defjvp("_s2s_sigmoid_exp", x="x_dot * ans * (1.0 - ans)", complex_ok=True)
+defjvp("_s2s_sigmoid_tanh", x="x_dot * ans * (1.0 - ans)", complex_ok=True)
 
 # -- scipy.special (the rules exist only when SciPy imports) -----------------------------------
 defjvp("scipy.special.softmax", x="ans * (x_dot - np.sum(x_dot * ans, axis=axis, keepdims=True))")

@@ -113,7 +113,7 @@ nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.
 constructors(runtime.zeros_like, runtime.ones_like, runtime.seed, runtime.unit,
              runtime_tangent.zero_tangent)
 
-# -- softmax, log-softmax and logsumexp written out (normalize/fused.py) -------------------------
+# -- softmax, log-softmax, logsumexp and the sigmoid written out (normalize/fused.py) ------------
 _rule(runtime_fused.log_softmax, "x, axis",
       x="g - np.exp(ans) * np.sum(g, axis=axis, keepdims=True)", name="_s2s_log_softmax")
 _rule(runtime_fused.softmax, "x, axis",
@@ -122,6 +122,8 @@ _rule(runtime_fused.logsumexp, "x, axis, keepdims, max_first",
       x="np.exp(x - expand_reduced(ans, x, axis, keepdims)) * "
         "expand_reduced(g, x, axis, keepdims)",
       name="_s2s_logsumexp")
+_rule(runtime_fused.sigmoid_exp, "x, one", x="g * ans * (1.0 - ans)", name="_s2s_sigmoid_exp")
+_rule(runtime_fused.sigmoid_tanh, "x, one", x="g * ans * (1.0 - ans)", name="_s2s_sigmoid_tanh")
 
 # The real part of a real variable's cotangent (its rule: the cotangent as it is,
 # np.real's for complex arguments; a value it makes is real, analyze.realising_ops).

@@ -1,4 +1,5 @@
-"""Softmax, log-softmax and logsumexp written out, recognised as one operation each.
+"""Softmax, log-softmax, logsumexp and the sigmoid written out, recognised as one
+operation each.
 
 Code written for numerical stability subtracts the maximum first:
 
@@ -16,6 +17,12 @@ a constant is added along the axis. Such a run of statements becomes one call,
 `logp = _s2s_log_softmax(z, 1)` (runtime/fused.py: the same operations in the
 same order, so the same values bit for bit) with one adjoint, the one a person
 writes. Likewise `e / s` (softmax) and `m + l` or `m[:, 0] + l` (logsumexp).
+
+The logistic sigmoid, `1 / (1 + np.exp(-x))` or `0.5 * (np.tanh(0.5 * x) + 1.0)`
+(in normal form four statements), becomes `_s2s_sigmoid_exp(x, 1)` or
+`_s2s_sigmoid_tanh(x, 1.0)`, which compute the same operations (the constant
+as written) and whose adjoint is `g * s * (1 - s)`, the one torch and JAX
+use: it keeps only s, and has no nan where exp(-x) overflows.
 
 Only where that is exact: the statements follow each other in one block, each
 intermediate is bound once and read nowhere else, the axis is one integer
@@ -79,6 +86,10 @@ class _Fuser:
         first = _assign(stmts[i])
         if first is None:
             return None
+        window = stmts[i:i + 7]
+        found = self.sigmoid(window)
+        if found is not None:
+            return self.fused(window, *found)
         m, call = first
         if not isinstance(call, ast.Call):
             return None
@@ -86,20 +97,63 @@ class _Fuser:
         if axis is None or not isinstance(call.args[0], ast.Name):
             return None
         x = call.args[0].id
-        window = stmts[i:i + 7]
         for form in (self.log_softmax, self.softmax, self.logsumexp):
             found = form(window, m, x, axis)
-            if found is not None:
-                value, n = found
-                if all(self.facts.stmts.of(s) == NO_STMT_FACT for s in window[:n]):
-                    last = window[n - 1]
-                    target = last.targets[0]
-                    new = ast.Assign(targets=[name_node(target.id, True)], value=value,
-                                     type_comment=None)
-                    copy_location(new, last)
-                    self.facts.note_origin(new, self.facts.origin_of(last))
-                    return new, n
+            fused = found and self.fused(window, *found)
+            if fused:
+                return fused
         return None
+
+    def fused(self, window: List[ast.stmt], value: ast.Call, n: int):
+        """(`target = value` in place of the first n statements, n), where none of
+        them is guarded or copied; else None."""
+        if not all(self.facts.stmts.of(s) == NO_STMT_FACT for s in window[:n]):
+            return None
+        last = window[n - 1]
+        new = ast.Assign(targets=[name_node(last.targets[0].id, True)], value=value,
+                         type_comment=None)
+        copy_location(new, last)
+        self.facts.note_origin(new, self.facts.origin_of(last))
+        return new, n
+
+    def sigmoid(self, w):
+        # n = -x; e = exp(n); d = one + e; s = one / d   (either order in the sum), or
+        # h = 0.5 * x; t = tanh(h); u = t + one; s = 0.5 * u   (either order in each)
+        if len(w) < 4:
+            return None
+        negated = _assign(w[0])
+        if negated is not None and isinstance(negated[1], ast.UnaryOp) and \
+                isinstance(negated[1].op, ast.USub) and isinstance(negated[1].operand, ast.Name):
+            n, x = negated[0], negated[1].operand.id
+            e = self.unary(w[1], np.exp, n)
+            d, one = self.plus_one(w[2], e) if e else (None, None)
+            s = d and _assign(w[3])
+            if not s or not (isinstance(s[1], ast.BinOp) and isinstance(s[1].op, ast.Div) and
+                             _same_constant(s[1].left, one) and
+                             isinstance(s[1].right, ast.Name) and s[1].right.id == d):
+                return None
+            if not self.private({n: 1, e: 1, d: 1}, x):
+                return None
+            return self.call(runtime_fused.sigmoid_exp, "sigmoid_exp", [x, one]), 4
+        h, x = _halved(w[0])
+        t = h and self.unary(w[1], np.tanh, h)
+        u, one = self.plus_one(w[2], t) if t else (None, None)
+        s, halved = _halved(w[3]) if u else (None, None)
+        if not s or halved != u or not self.private({h: 1, t: 1, u: 1}, x):
+            return None
+        return self.call(runtime_fused.sigmoid_tanh, "sigmoid_tanh", [x, one]), 4
+
+    @staticmethod
+    def plus_one(s, source: str):
+        """(target, the constant) of `target = source + 1` or `1 + source` (1 or 1.0)."""
+        got = _assign(s)
+        if got is None or not (isinstance(got[1], ast.BinOp) and isinstance(got[1].op, ast.Add)):
+            return None, None
+        left, right = got[1].left, got[1].right
+        for name, one in ((left, right), (right, left)):
+            if isinstance(name, ast.Name) and name.id == source and _is_one(one):
+                return got[0], one.value
+        return None, None
 
     def log_softmax(self, w, m, x, axis):
         # m = max(x); y = x - m; e = exp(y); s = sum(e); l = log(s); r = y - l
@@ -253,6 +307,31 @@ def _assign(s: ast.stmt):
     if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
         return s.targets[0].id, s.value
     return None
+
+
+def _halved(s):
+    """(target, operand) of `target = 0.5 * operand` or `operand * 0.5`; else Nones."""
+    got = _assign(s)
+    if got is None or not (isinstance(got[1], ast.BinOp) and isinstance(got[1].op, ast.Mult)):
+        return None, None
+    left, right = got[1].left, got[1].right
+    for name, half in ((left, right), (right, left)):
+        if isinstance(name, ast.Name) and isinstance(half, ast.Constant) and \
+                type(half.value) is float and half.value == 0.5:
+            return got[0], name.id
+    return None, None
+
+
+def _is_one(node) -> bool:
+    """`1` or `1.0` (not True, not a complex 1)."""
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float) and \
+        node.value == 1
+
+
+def _same_constant(node, value) -> bool:
+    """node writes `value`, of its type (`1` and `1.0` differ for objects of the user's)."""
+    return isinstance(node, ast.Constant) and type(node.value) is type(value) and \
+        node.value == value
 
 
 def _int_constant(node) -> Optional[int]:
