@@ -1713,8 +1713,19 @@ class ProgramGenerator(FamilyMixin):
         self.loop_body(acc, Var(t, shape, False), [Var(t, shape, False)])
 
     def s_for_list_var(self):
+        L = self.rng.choice(self.lists())
+        self.for_list_var(L)
+        if L.mutable and L.elems and not self.loop_depth and self.rng.random() < 0.25:
+            # The list grows after a loop walked it: the loop's adjoint reads the items
+            # it walked, not the list as it is now (tests/test_walked_lists.py).
+            shape = L.elems[-1]
+            e = self.expr(shape, 1)
+            self.note_assignment(e)
+            self.emit(f"{L.name}.append({e})")
+            L.elems.append(shape)
+
+    def for_list_var(self, L):
         Ls = self.lists()
-        L = self.rng.choice(Ls)
         acc = self.accumulator()
         homogeneous = len(set(L.elems)) == 1 and len(L.elems) > 0
         forms = ["plain", "enumerate"] + (["reversed"] if homogeneous else [])

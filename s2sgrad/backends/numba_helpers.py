@@ -675,10 +675,13 @@ def real_part(v):
 
 @version
 def loop_items(value):
-    """What `for x in value` walks: an array, a tuple or a list by position, as it is;
-    an iterator (np.ndindex, zip, enumerate) walked once, into a list."""
-    if _arr(value) or isinstance(value, (types.BaseTuple, types.List)):
+    """What `for x in value` walks: an array or a tuple by position, as it is; a list
+    copied (as the NumPy backend's: a later append must not change it); an iterator
+    (np.ndindex, zip, enumerate) walked once, into a list."""
+    if _arr(value) or isinstance(value, types.BaseTuple):
         return lambda value: value
+    if isinstance(value, types.List):
+        return lambda value: list(value)
     if isinstance(value, (types.IteratorType, types.NumpyNdIndexType)):
         def walked(value):
             out = []

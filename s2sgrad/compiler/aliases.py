@@ -370,3 +370,52 @@ class AliasFacts:
                 linked.setdefault(a, set()).add(b)
                 linked.setdefault(b, set()).add(a)
         return bool((_reach(name, linked) - {name}) & user_names)
+
+
+
+def resized_while_walked(facts: AliasFacts, body: List[ast.stmt]
+                         ) -> Dict[ast.stmt, Tuple[ast.stmt, bool]]:
+    """loop -> (a statement of its body that makes the list the loop walks longer or
+    shorter: `for t in xs: ... xs.append(v)`, or through a name that may be xs;
+    whether the loop walks `_s2s_loop_items(xs)`, a copy). Python walks a list as it
+    changes; a loop over a copy, or over positions counted when it starts (how the
+    reverse transform walks a differentiated list), does not."""
+    walked: Dict[ast.stmt, Tuple[str, bool]] = {}
+    last: Optional[ast.stmt] = None
+    for s in _walk(body):
+        if isinstance(s, ast.For) and isinstance(s.iter, ast.Name):
+            items_of = _loop_items_source(last, s.iter.id)
+            walked[s] = (items_of, True) if items_of else (s.iter.id, False)
+        last = s
+    out: Dict[ast.stmt, Tuple[ast.stmt, bool]] = {}
+    for name, stmt in facts.writes:
+        if not _resizes(facts, name, stmt):
+            continue
+        for loop in facts.where.require(stmt)[1]:
+            seq, copied = walked.get(loop, (None, False))
+            if seq is not None and loop not in out and \
+                    (seq == name or seq in facts.affected(name, stmt)):
+                out[loop] = (stmt, copied)
+    return out
+
+
+def _loop_items_source(s: Optional[ast.stmt], name: str) -> Optional[str]:
+    """xs where s is `name = _s2s_loop_items(xs)`."""
+    if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+            isinstance(s.targets[0], ast.Name) and s.targets[0].id == name and \
+            isinstance(s.value, ast.Call) and \
+            getattr(s.value.func, "id", None) == "_s2s_loop_items" and \
+            len(s.value.args) == 1 and isinstance(s.value.args[0], ast.Name):
+        return s.value.args[0].id
+    return None
+
+
+def _resizes(facts: AliasFacts, name: str, stmt: ast.stmt) -> bool:
+    """Whether the write changes the length of a list: append, extend, insert, pop,
+    `xs += ys`, `xs *= 2` (of a list: a tuple's rebinds the name to a new tuple)."""
+    if isinstance(stmt, ast.Expr):
+        return facts.exprs.of(stmt.value).method in STORING_METHODS
+    if isinstance(stmt, ast.Assign):
+        return isinstance(stmt.value, ast.Call) and facts.exprs.of(stmt.value).method == "pop"
+    return isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and \
+        name in facts.lists

@@ -194,9 +194,19 @@ class StmtFact:
     # than its shape (optimize.residuals.keep_views).
     snapshot_for_adjoint: bool = False
     snapshot_targets: frozenset = frozenset()  # a loop: its targets copied per item
+    # A loop over a list: a statement of its body that makes the list longer or shorter
+    # (walked by position, the loop would not see the change Python's loop sees).
+    resized_by: Optional[ast.stmt] = None
 
 
 NO_STMT_FACT = StmtFact()
+
+# (message, hint) of the error at a `resized_by` statement
+RESIZED_WHILE_WALKED = (
+    "this makes the list the loop walks longer or shorter while the loop walks it",
+    "Python's loop walks the list as it changes, the differentiated loop the items it "
+    "had when it started: walk a copy (for item in list(xs):) or build the new items "
+    "into another list.")
 
 
 class FunctionFacts:

@@ -418,8 +418,10 @@ def loop_items(value):
     """What `for x in value` walks by position: a dict's keys (as Python iterates a
     dict), anything else itself. For differentiation it is a copy of `value`: a
     list's items keep their cotangents; keys carry none. An iterator (np.ndindex,
-    a generator, map, a set) is walked once, into a list, as the loop would."""
-    if isinstance(value, (dict, _DICT_VIEWS)) or not (
+    a generator, map, a set) is walked once, into a list, as the loop would. A
+    list is copied: an append or an item written after the loop must not change
+    what the adjoint reads of the items the loop walked (their count, for one)."""
+    if isinstance(value, (list, dict, _DICT_VIEWS)) or not (
             hasattr(value, "__getitem__") and hasattr(value, "__len__")):
         return list(value)
     return value

@@ -11,6 +11,7 @@ from ..analyze import (
     iter_statements,
     loop_header_op,
 )
+from ..facts import RESIZED_WHILE_WALKED
 from ..names import (
     assign_node,
     clone,
@@ -284,6 +285,9 @@ class ForwardSweep:
         elif any(n in core.act.varied for n in header.diff_inputs):
             # Iterating over a differentiated array or list: loop over indices so
             # the adjoint can scatter each item's gradient back.
+            resized = core.facts.stmts.of(s).resized_by
+            if resized is not None:
+                raise core.err(resized, *RESIZED_WHILE_WALKED)
             rng, target, body_prefix = self.index_loop(s, out, in_loop)
             info = LoopInfo("range", range_name=rng, target=target)
             loop_iter = name_node(rng)
