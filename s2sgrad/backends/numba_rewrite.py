@@ -251,9 +251,19 @@ def _without_releases(fwd: ast.FunctionDef, adj: ast.FunctionDef) -> None:
     if isinstance(first, ast.Assign) and _is_call(first.value, HELPER_PREFIX + "take") and \
             len(first.value.args) == 1:
         first.value = first.value.args[0]
-    adj.body = [s for s in adj.body if not isinstance(s, ast.Delete)]
+    _delete_none(adj.body)
     for fn in (fwd, adj):
         _Differences().visit(fn)
+
+
+def _delete_none(body: List[ast.stmt]) -> None:
+    """body (and its blocks) without `del` statements."""
+    body[:] = [s for s in body if not isinstance(s, ast.Delete)]
+    for s in body:
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if isinstance(inner, list) and not isinstance(s, ast.Expr):
+                _delete_none(inner)
 
 
 class _Differences(ast.NodeTransformer):

@@ -21,7 +21,7 @@ from .fusion import fuse_adjoint_temporaries, fuse_forward_temporaries
 from .inplace import accumulate_in_place, subtract_from_temporaries
 from .items import collect_item_cotangents
 from .liveness import eliminate_dead
-from .release import release_residuals
+from .release import release_callee_parts, release_residuals
 from .residuals import drop_needless_inits, link_residuals, private_copies, prune_saves
 from .rows import rows_read_again
 from .shapes import (
@@ -40,6 +40,7 @@ __all__ = [
     "elide_scalar_broadcasts", "fold_block", "fuse_adjoint_temporaries",
     "fuse_forward_temporaries", "fwd_params", "link_residuals", "param_list",
     "private_copies", "product_shapes_from_operands", "propagate_copies", "prune_saves",
+    "release_callee_parts",
     "release_residuals",
     "share_shape_witnesses", "substitute_single_use", "tidy",
 ]
@@ -106,4 +107,5 @@ def optimize(t: Transformed) -> Transformed:
         fdef.body = tidy(fdef.body)
     if not t.pure:
         release_residuals(t)
+        release_callee_parts(t)
     return t

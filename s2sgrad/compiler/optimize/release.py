@@ -65,3 +65,60 @@ def _arguments(forward: ast.FunctionDef) -> set:
                 s.value.id in names:
             names.add(s.targets[0].id)
     return names
+
+
+def release_callee_parts(t: Transformed) -> None:
+    """`del` after their last read of the cotangents a callee's adjoint returns at
+    each step of a loop (`W_bar_part`, added into `W_bar`): otherwise each lives on
+    into the next step, beside the one the next call makes, until that call's result
+    is unpacked (an LSTM cell's four weight parts: a step's worth more memory)."""
+    adjoints = {site.adjoint_name for site in t.callees.values()}
+    if not adjoints:
+        return
+    stores: Dict[str, int] = {}
+    loads: Dict[str, int] = {}
+    for n in ast.walk(t.adjoint):
+        if n.__class__ is ast.Name:
+            counts = loads if n.ctx.__class__ is ast.Load else stores
+            counts[n.id] = counts.get(n.id, 0) + 1
+    for loop in [n for n in ast.walk(t.adjoint) if isinstance(n, (ast.For, ast.While))]:
+        _release_in(loop.body, adjoints, stores, loads)
+
+
+def _release_in(body: List[ast.stmt], adjoints: set, stores: Dict[str, int],
+                loads: Dict[str, int]) -> None:
+    """In one loop body: the names bound only by a callee adjoint's call in it (at its
+    top level) and read only by the statements after that call (so made anew at every
+    step, and read nowhere else), deleted together after the last statement that
+    reads one of them."""
+    read_in = [_loaded(s) for s in body]
+    after: Dict[int, List[str]] = {}
+    for a, s in enumerate(body):
+        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and
+                isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) and
+                s.value.func.id in adjoints):
+            continue
+        target = s.targets[0]
+        names = [e.id for e in (target.elts if isinstance(target, ast.Tuple) else [target])
+                 if isinstance(e, ast.Name)]
+        freed, last = [], a
+        for name in names:
+            later = [j for j in range(a + 1, len(body)) if name in read_in[j]]
+            if stores.get(name) != 1 or not later or \
+                    sum(read_in[j][name] for j in later) != loads.get(name, 0):
+                continue
+            freed.append(name)
+            last = max(last, later[-1])
+        if freed:   # (one `del` for the call's parts, after the last reads one)
+            after.setdefault(last, []).extend(freed)
+    for k in sorted(after, reverse=True):
+        node = ast.Delete(targets=[ast.Name(n, ast.Del()) for n in after[k]])
+        body.insert(k + 1, ast.copy_location(node, body[k]))
+
+
+def _loaded(s: ast.stmt) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    for n in ast.walk(s):
+        if n.__class__ is ast.Name and n.ctx.__class__ is ast.Load:
+            out[n.id] = out.get(n.id, 0) + 1
+    return out
