@@ -86,6 +86,25 @@ def copy_grown_while_walked(x, P):
         if len(L) < 3:
             L.insert(0, x)
     return np.sum(np.tanh(s))
+
+
+PP = [np.ones(3), np.ones(3) * 3.0]
+
+
+def summed_then_appended_of_x(x):
+    return summed_then_appended(x, PP)
+
+
+def indices_grown_while_walked_of_x(x):
+    return indices_grown_while_walked(x, PP)
+
+
+def grown_while_walked_of_x(x):
+    return grown_while_walked(x, PP)
+
+
+def grown_through_another_name_of_x(x):
+    return grown_through_another_name(x, PP)
 '''
 
 SHAPES = [((3,), (3,)), ((2, 3), (3,))]   # (x's shape, each item's of P)
@@ -145,3 +164,19 @@ def test_loop_items_copies_a_list_and_passes_arrays_and_tuples():
     a, t = np.ones((2, 3)), (1.0, 2.0)
     assert loop_items(a) is a and loop_items(t) is t
     assert loop_items({"a": 1, "b": 2}) == ["a", "b"]
+
+
+@pytest.mark.parametrize("name", ["summed_then_appended", "indices_grown_while_walked"])
+def test_forward_mode_matches_differences(m, name):
+    from conftest import check_jvp
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3))
+    check_jvp(getattr(m, name + "_of_x"), [x], [rng.standard_normal(x.shape)])
+
+
+@pytest.mark.parametrize("name", ["grown_while_walked", "grown_through_another_name"])
+def test_forward_mode_refuses_a_list_resized_while_walked(m, name):
+    from s2sgrad import functional
+    x = np.random.default_rng(4).standard_normal(3)
+    with pytest.raises(s2sgrad.TransformError, match="longer or shorter"):
+        functional.jvp(getattr(m, name + "_of_x"), x, np.ones_like(x))

@@ -374,28 +374,28 @@ class AliasFacts:
 
 
 def resized_while_walked(facts: AliasFacts, body: List[ast.stmt]
-                         ) -> Dict[ast.stmt, Tuple[ast.stmt, bool]]:
+                         ) -> Dict[ast.stmt, Tuple[ast.stmt, str]]:
     """loop -> (a statement of its body that makes the list the loop walks longer or
-    shorter: `for t in xs: ... xs.append(v)`, or through a name that may be xs;
-    whether the loop walks `_s2s_loop_items(xs)`, a copy). Python walks a list as it
-    changes; a loop over a copy, or over positions counted when it starts (how the
-    reverse transform walks a differentiated list), does not."""
-    walked: Dict[ast.stmt, Tuple[str, bool]] = {}
+    shorter: `for t in xs: ... xs.append(v)`, or through a name that may be xs; the
+    list, xs also where the loop walks `_s2s_loop_items(xs)`). Python walks a list as
+    it changes; a loop over a copy, over positions counted when it starts (how the
+    reverse transform walks a differentiated list) or zipped with tangents counted
+    then (forward mode) does not: the transforms refuse those."""
+    walked: Dict[ast.stmt, str] = {}
     last: Optional[ast.stmt] = None
     for s in _walk(body):
         if isinstance(s, ast.For) and isinstance(s.iter, ast.Name):
-            items_of = _loop_items_source(last, s.iter.id)
-            walked[s] = (items_of, True) if items_of else (s.iter.id, False)
+            walked[s] = _loop_items_source(last, s.iter.id) or s.iter.id
         last = s
-    out: Dict[ast.stmt, Tuple[ast.stmt, bool]] = {}
+    out: Dict[ast.stmt, Tuple[ast.stmt, str]] = {}
     for name, stmt in facts.writes:
         if not _resizes(facts, name, stmt):
             continue
         for loop in facts.where.require(stmt)[1]:
-            seq, copied = walked.get(loop, (None, False))
+            seq = walked.get(loop)
             if seq is not None and loop not in out and \
                     (seq == name or seq in facts.affected(name, stmt)):
-                out[loop] = (stmt, copied)
+                out[loop] = (stmt, seq)
     return out
 
 

@@ -194,9 +194,15 @@ class StmtFact:
     # than its shape (optimize.residuals.keep_views).
     snapshot_for_adjoint: bool = False
     snapshot_targets: frozenset = frozenset()  # a loop: its targets copied per item
-    # A loop over a list: a statement of its body that makes the list longer or shorter
-    # (walked by position, the loop would not see the change Python's loop sees).
+    # A loop over a list: a statement of its body that makes the list longer or shorter,
+    # and the list (`walked`; the loop may walk a copy of it, _s2s_loop_items'). Walked
+    # by position or as a copy, the loop would not see the change Python's loop sees.
     resized_by: Optional[ast.stmt] = None
+    walked: Optional[str] = None
+
+    def walks_a_copy(self, loop: ast.For) -> bool:
+        """Whether the resized list's loop walks a copy of it (not the list itself)."""
+        return not (isinstance(loop.iter, ast.Name) and loop.iter.id == self.walked)
 
 
 NO_STMT_FACT = StmtFact()

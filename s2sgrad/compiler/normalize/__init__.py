@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from ...errors import InternalError, error_at, guard_fields
 from ..aliases import AliasFacts, resized_while_walked
-from ..facts import RESIZED_WHILE_WALKED, FunctionFacts
+from ..facts import FunctionFacts
 from ..hoist import hoist_invariants
 from ..names import (
     NameRegistry,
@@ -310,10 +310,9 @@ class _Normalizer:
             self.tuple_names, self.dict_names = set(), set()
             self.rebound_augassign = set()
         self._protect_in_place_writes(aliases, out)
-        for loop, (write, copied) in resized_while_walked(aliases, out).items():
-            if copied:   # (a loop over a copy of the list, whatever its activity)
-                raise self.err(write, *RESIZED_WHILE_WALKED)
-            self.facts.stmts.note(loop, resized_by=write)   # (see forward_sweep.forward_for)
+        for loop, (write, seq) in resized_while_walked(aliases, out).items():
+            # (refused by the transforms where the loop does not walk the list itself)
+            self.facts.stmts.note(loop, resized_by=write, walked=seq)
         out = hoist_invariants(out, self.user_names, aliases)
         new = ast.FunctionDef(name=fdef.name, args=clone(fdef.args), body=out,
                               decorator_list=[], returns=None, type_comment=None)

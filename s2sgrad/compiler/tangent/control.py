@@ -6,6 +6,7 @@ import ast
 import copy
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from ..facts import RESIZED_WHILE_WALKED
 from ..names import assign_node, copy_location, helper_call, name_node
 from .state import (
     Loop,
@@ -225,6 +226,11 @@ class ControlFlowTangents:
 
     def for_(self, s: ast.For) -> List[ast.stmt]:
         core = self.core
+        fact = core.facts.stmts.of(s)
+        if fact.resized_by is not None and (fact.walks_a_copy(s) or
+                                            fact.walked in core.act.varied):
+            # (a copy, or the tangents zipped in, counted when the loop starts)
+            raise core.err(fact.resized_by, *RESIZED_WHILE_WALKED)
         out: List[ast.stmt] = []
         core.mark_line(s, out)
         leaves: List[Tuple[ast.expr, Optional[ast.expr], Optional[ast.expr]]] = []

@@ -286,12 +286,15 @@ class ForwardSweep:
             # Iterating over a differentiated array or list: loop over indices so
             # the adjoint can scatter each item's gradient back.
             resized = core.facts.stmts.of(s).resized_by
-            if resized is not None:
+            if resized is not None:   # (walked by position: see StmtFact.resized_by)
                 raise core.err(resized, *RESIZED_WHILE_WALKED)
             rng, target, body_prefix = self.index_loop(s, out, in_loop)
             info = LoopInfo("range", range_name=rng, target=target)
             loop_iter = name_node(rng)
         else:
+            fact = core.facts.stmts.of(s)
+            if fact.resized_by is not None and fact.walks_a_copy(s):
+                raise core.err(fact.resized_by, *RESIZED_WHILE_WALKED)
             info = LoopInfo("items")
             loop_iter = it
             target, body_prefix = self.item_target(s.target)
