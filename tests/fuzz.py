@@ -161,6 +161,7 @@ FEATURES = {
     "nested_list": 0.4,      # for W, b in [(x, y), (x * 2, y)] / PL = [(a, b), (c, d)]
     "list_append": 0.6,      # L = []; L.append(e)
     "helper_append": 0.3,    # push_to(L, e): a helper appending to the caller's list
+    "helper_result_write": 0.4,  # h = helper(x); h[h < 0] = 0.0 / h *= c / h[0] = e
     "fused_softmax": 0.3,    # z - max(z); z - log(sum(exp(z))): softmax & co. written out
     "fused_sigmoid": 0.3,    # 1 / (1 + np.exp(-v)), 0.5 * (np.tanh(0.5 * v) + 1.0): one call
     "tuple_unpack": 0.4,     # a, b = P; a, b, c = np.tanh(v) (an array's rows);
@@ -1294,6 +1295,9 @@ class ProgramGenerator(FamilyMixin):
             ("tuple_unpack", 1.0, self.s_tuple_unpack),
             ("fused_softmax", 1.0, self.s_fused_softmax),
             ("fused_sigmoid", 1.0, self.s_fused_sigmoid),
+            ("helper_result_write", 1.0 if any(h.kind == "plain" and h.ret != ()
+                                               for h in self.helpers) else 0.0,
+             self.s_helper_result_write),
             ("while", 1.0 if nested_ok else 0.0, self.s_while),
             ("early_return", 1.0 if not self.loop_depth else 0.0, self.s_early_return),
             ("multi_output_apply", 1.0, self.s_sincos),
@@ -1898,6 +1902,23 @@ class ProgramGenerator(FamilyMixin):
         o = self.fresh("sm")
         self.emit(f"{o} = np.tanh({out})")
         self.declare(Var(o, shape, True))
+
+    def s_helper_result_write(self):
+        """An in-place write into what a helper returned (compiled where the helper is
+        proven to return a new array, compiler/returns.py; refused where its result
+        may share memory with its arguments)."""
+        h = self.rng.choice([h for h in self.helpers if h.kind == "plain" and h.ret != ()])
+        v = self.fresh("hr")
+        self.emit(f"{v} = {h.name}({self.call_args(h, 1)})")
+        form = self.rng.choice(["mask", "scale", "item"])
+        if form == "mask":
+            self.emit(f"{v}[{v} < 0] = 0.0")
+        elif form == "scale":
+            self.emit(f"{v} *= {self.const()}")
+        else:
+            index = ", ".join("0" for _ in h.ret)
+            self.emit(f"{v}[{index}] = {self.expr((), 1)}")
+        self.declare(Var(v, h.ret, True))
 
     def s_fused_sigmoid(self):
         """The logistic sigmoid written out (recognised as one call: normalize/fused.py):

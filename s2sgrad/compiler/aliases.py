@@ -13,7 +13,7 @@ computed, which changes nothing the user can observe.
 from __future__ import annotations
 
 import ast
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from ..function import is_function_class
 from ..rules import registry
@@ -112,8 +112,11 @@ class AliasFacts:
     """
 
     def __init__(self, body: List[ast.stmt], local: Set[str], lists: Set[str],
-                 exprs: ExprFacts, tuples: Iterable[str] = ()):
+                 exprs: ExprFacts, tuples: Iterable[str] = (),
+                 returns_new: Callable[[Any], bool] = lambda fn: False):
         self.exprs = exprs   # what normalise resolved each call to
+        # whether a function of the user's is proven to return new values (returns.py)
+        self.returns_new = returns_new
         # lists, dicts and tuples: `a + b` or `a * 2` of one holds its items
         self.containers = set(lists) | set(tuples)
         self.edges: List[Tuple[str, str, str, int, frozenset]] = []
@@ -302,6 +305,8 @@ class AliasFacts:
                     first = value.args[0] if value.args else None
                     return [(n, "share") for n in _names(first, local)]
                 if isinstance(callee, type) and not is_function_class(callee):
+                    return []
+                if self.returns_new(callee):   # (`h = layer(W, x)`: a new array)
                     return []
             args = ast.Tuple(elts=list(value.args) + [k.value for k in value.keywords],
                              ctx=ast.Load())

@@ -31,7 +31,7 @@ from .names import name_nodes, stored_names, walk_values
 from .normalize import NormalForm, normalize
 from .ops import Op, OpKind, describe, names
 from .parse import parse_function
-from .returns import one_library_array, returned_leaves
+from .returns import one_library_array, returned_leaves, returns_new
 
 SCALAR = "()"
 
@@ -1153,7 +1153,7 @@ def parameter_writes(fn) -> Optional[Dict[int, tuple]]:
         _PARAMETER_WRITES[key] = None
         return None
     facts = AliasFacts(nf.node.body, nf.resolver.locals | nf.names.taken, nf.lists | nf.dicts,
-                       nf.facts.exprs, nf.tuples)
+                       nf.facts.exprs, nf.tuples, returns_new)
     params = nf.all_params
     out: Dict[int, tuple] = {}
     for name, stmt in facts.writes:

@@ -41,6 +41,61 @@ def returned_leaves(fn) -> Returned:
     """Which results of `fn` are proven arrays or numbers: True for a single result,
     a tuple of flags for `return a, b`, None where nothing is proven (or fn's source
     cannot be read)."""
+    found = _returned(fn)
+    if found is None:
+        return None
+    body, value = found
+    leaf = functools.partial(_leaf, body=body, fn=fn, depth=0, new=False)
+    if isinstance(value, ast.Tuple):
+        if any(isinstance(e, ast.Starred) for e in value.elts):
+            return None
+        flags = tuple(leaf(e) for e in value.elts)
+        return flags if any(flags) else None
+    return True if leaf(value) else None
+
+
+def returns_new(fn) -> bool:
+    """Whether what `fn` returns (each item of a returned tuple) is proven a new array
+    or a number, sharing no memory with its arguments or anything else: an
+    operator's result but `+`, `*` and `|`'s (which join lists, tuples and dicts), a
+    NumPy ufunc's or a NumPy or SciPy function's whose rule makes a new array (no
+    view, no argument, no `out=`), read through names as returned_leaves reads them.
+    The caller's alias analysis then ties the call's result to nothing:
+    `h = layer(W, x); h[h < 0] = 0` writes into h alone."""
+    found = _returned(fn)
+    if found is None or not _keeps_to_itself(*found, fn):
+        return False
+    body, value = found
+    items = value.elts if isinstance(value, ast.Tuple) else [value]
+    return all(not isinstance(e, ast.Starred) and _leaf(e, body, fn, 0, new=True)
+               for e in items)
+
+
+def _keeps_to_itself(body, value, fn) -> bool:
+    """Whether nothing `fn` makes can end up anywhere but in what it returns: its
+    statements only bind local names, and every call in it is NumPy's, SciPy's or
+    math's (a call of the user's could keep an argument: `store.append(h)`)."""
+    for s in body:
+        targets = s.targets if isinstance(s, ast.Assign) else \
+            [s.target] if isinstance(s, ast.AugAssign) else None
+        if targets is None or not all(isinstance(n, ast.Name) for t in targets
+                                      for n in ([t] if not isinstance(t, ast.Tuple)
+                                                else t.elts)):
+            return False
+    nodes = ast.walk(ast.Module(body=list(body) + [ast.Expr(value=value)], type_ignores=[]))
+    return all(_library(n, fn) for n in nodes if isinstance(n, ast.Call))
+
+
+def _library(call: ast.Call, fn) -> bool:
+    """A call of a function of NumPy, SciPy or math, read off fn's globals."""
+    obj = _called(call, fn)
+    module = getattr(obj, "__module__", None) or ""
+    return isinstance(obj, np.ufunc) or module.split(".")[0] in ("numpy", "scipy", "math")
+
+
+def _returned(fn):
+    """(the statements before the return, the value returned) of a function of the
+    user's that is straight-line code ending in one return; None otherwise."""
     if not isinstance(fn, types.FunctionType) or hasattr(fn, "__s2sgrad_derived__") or \
             hasattr(fn, "__wrapped__"):
         return None   # (a wrapper's result is what the wrapper makes of it)
@@ -57,38 +112,31 @@ def returned_leaves(fn) -> Returned:
     if any(isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await, ast.Lambda))
            for n in ast.walk(node)) or any(isinstance(s, _BRANCHING) for s in body):
         return None
-    value = body[-1].value
-    leaf = functools.partial(_leaf, body=body[:-1], fn=fn, depth=0)
-    if isinstance(value, ast.Tuple):
-        if any(isinstance(e, ast.Starred) for e in value.elts):
-            return None
-        flags = tuple(leaf(e) for e in value.elts)
-        return flags if any(flags) else None
-    return True if leaf(value) else None
+    return body[:-1], body[-1].value
 
 
-def _leaf(e: ast.expr, body, fn, depth: int) -> bool:
+def _leaf(e: ast.expr, body, fn, depth: int, new: bool) -> bool:
     """Whether e, evaluated after the straight-line statements `body`, is an array or a
-    number."""
+    number (`new`: one made there, sharing memory with nothing else)."""
     if depth > 20:
         return False
     if isinstance(e, ast.Constant):
         return isinstance(e.value, (int, float, complex))
-    if isinstance(e, ast.BinOp):
-        return True
+    if isinstance(e, ast.BinOp):   # (`+`, `*`, `|` join lists, tuples and dicts)
+        return not (new and isinstance(e.op, (ast.Add, ast.Mult, ast.BitOr)))
     if isinstance(e, ast.UnaryOp):
         return isinstance(e.op, (ast.USub, ast.UAdd))
     if isinstance(e, ast.Call):
-        return _numeric_call(e, fn)
+        return _numeric_call(e, fn, new)
     if isinstance(e, ast.Name):
         for k in range(len(body) - 1, -1, -1):   # the last binding before the return
             s = body[k]
             if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
                     isinstance(s.targets[0], ast.Name) and s.targets[0].id == e.id:
-                return _leaf(s.value, body[:k], fn, depth + 1)
+                return _leaf(s.value, body[:k], fn, depth + 1, new)
             if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name) and \
                     s.target.id == e.id:   # (`xs += [a]` extends a list: as it was)
-                return _leaf(e, body[:k], fn, depth + 1)
+                return _leaf(e, body[:k], fn, depth + 1, new)
             if any(isinstance(n, ast.Name) and n.id == e.id and not isinstance(n.ctx, ast.Load)
                    for n in ast.walk(s)):
                 return False   # (unpacked, a loop target, ...: not proven)
@@ -96,23 +144,37 @@ def _leaf(e: ast.expr, body, fn, depth: int) -> bool:
     return False
 
 
-def _numeric_call(call: ast.Call, fn) -> bool:
+def _numeric_call(call: ast.Call, fn, new: bool = False) -> bool:
     """A call of a NumPy ufunc, or of a NumPy or SciPy function whose rule returns one
-    array (not np.linalg.eigh's pair, not an argument as it is)."""
+    array (not np.linalg.eigh's pair, not an argument as it is; `new`: nor a view,
+    nor an array given as `out=`)."""
+    if new and (any(k.arg in (None, "out") for k in call.keywords) or
+                any(isinstance(a, ast.Starred) for a in call.args)):
+        return False
+    obj = _called(call, fn)
+    if obj is None:
+        return False
+    if isinstance(obj, np.ufunc):   # (positional outputs after the inputs: not new)
+        return obj.nout == 1 and not (new and len(call.args) > obj.nin)
+    rule = registry.lookup_function(obj) if callable(obj) else None
+    return one_library_array(obj, rule) and not (new and rule.view)
+
+
+def _called(call: ast.Call, fn):
+    """What a call in fn's body calls, where it is a dotted name of fn's module (or a
+    builtin); None for a local, a closure variable or an attribute of a user's object."""
     path = dotted(call.func)
     if path is None:
-        return False
+        return None
     head, *rest = path.split(".")
     if head in fn.__code__.co_varnames or head in (fn.__code__.co_freevars or ()):
-        return False   # (a local or a closure variable: not the module's)
+        return None   # (a local or a closure variable: not the module's)
     obj = fn.__globals__[head] if head in fn.__globals__ else getattr(builtins, head, None)
     for attr in rest:
         if not isinstance(obj, (types.ModuleType, np.ufunc, type)):
-            return False   # (only reads of modules' attributes: no user object's getattr)
+            return None   # (only reads of modules' attributes: no user object's getattr)
         obj = getattr(obj, attr, None)
-    if isinstance(obj, np.ufunc):
-        return obj.nout == 1
-    return one_library_array(obj, registry.lookup_function(obj) if callable(obj) else None)
+    return obj
 
 
 def one_library_array(fn, rule) -> bool:

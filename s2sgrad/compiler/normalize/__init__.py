@@ -35,6 +35,7 @@ from ..names import (
 )
 from ..parse import ParsedFunction
 from ..resolve import Resolver
+from ..returns import returns_new
 from .calls import CallRules
 from .context_blocks import unwrap_context_blocks
 from .control import ControlRules
@@ -295,7 +296,7 @@ class _Normalizer:
             out = fuse_reductions(out, self.facts)   # (softmax & co. written out: one call)
             aliases = AliasFacts(out, self.resolver.locals | self.names.taken,
                                  self.lists | self.dict_names, self.facts.exprs,
-                                 self.tuple_names)
+                                 self.tuple_names, returns_new)
             redo = {u for u in self.rebound_augassign if aliases.shared_with_user(u,
                                                                                self.user_names)}
             if not redo - self.force_in_place:
