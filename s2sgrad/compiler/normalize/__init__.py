@@ -45,6 +45,7 @@ from .local_imports import lift_local_imports
 from .loop_else import desugar_loop_else
 from .scope import (
     SCOPES,
+    Readers,
     assigned_in_compound,
     assigned_names,
     defs_bound_once,
@@ -332,12 +333,18 @@ class _Normalizer:
     def _protect_in_place_writes(self, aliases: AliasFacts, body: List[ast.stmt]) -> None:
         """User variables that would see an in-place write are an error; temporaries
         that would see it are copied when computed (`StmtFact.snapshot`)."""
+        readers = Readers(aliases, body)
+        copies: Dict[Tuple[str, str], List[ast.Assign]] = {}   # `name = other` statements
+        for node in walk_scope(ast.Module(body=body, type_ignores=[]), statements_only=True):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                    isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Name):
+                copies.setdefault((node.targets[0].id, node.value.id), []).append(node)
         for name, stmt in aliases.writes:
             for other in sorted(aliases.affected(name, stmt)):
                 # (A parameter is read after the call too: by the caller.)
                 seen = other in self.user_names or other in self.held_by
                 if seen and other not in self.all_params and \
-                        not read_after(aliases, body, other, stmt):
+                        not read_after(aliases, readers, other, stmt):
                     # Nothing reads `other` once the write has run: giving it its own
                     # copy where it is bound changes nothing the program can see.
                     snapshot_definitions(body, other, self.facts.stmts, for_adjoint=True)
@@ -372,16 +379,12 @@ class _Normalizer:
                     known = self.facts.stmts.of(where)
                     # (a temporary read only before the write: the copy is the adjoint's)
                     for_adjoint = (not known.snapshot or known.snapshot_for_adjoint) and \
-                        not read_after(aliases, body, other, stmt)
+                        not read_after(aliases, readers, other, stmt)
                     self.facts.stmts.note(where, snapshot=True, snapshot_for_adjoint=for_adjoint)
                 # `tmp = v / v; v = tmp; v += 0.3`: v must get its own copy, or the
                 # update changes tmp (which the adjoint reads) through it.
-                for node in walk_scope(ast.Module(body=body, type_ignores=[])):
-                    if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                            isinstance(node.targets[0], ast.Name) and \
-                            node.targets[0].id == name and \
-                            isinstance(node.value, ast.Name) and node.value.id == other:
-                        self.facts.stmts.note(node, snapshot=True, snapshot_for_adjoint=False)
+                for node in copies.get((name, other), ()):
+                    self.facts.stmts.note(node, snapshot=True, snapshot_for_adjoint=False)
 
     def _lift_returns(self, body: List[ast.stmt]) -> List[ast.stmt]:
         """Give the function a single final `return`, moving early returns' tails."""

@@ -320,16 +320,27 @@ def _header_loads(s: ast.stmt) -> Set[str]:
     return {n.id for n in name_nodes(part) if isinstance(n.ctx, ast.Load)}
 
 
-def read_after(facts: AliasFacts, body: List[ast.stmt], name: str, write: ast.stmt) -> bool:
+class Readers:
+    """The statements of a body that read each name themselves (a compound statement:
+    its test or iterable), found once: read_after asks it for every in-place write and
+    every name the write may change (walking the whole body for each made compiling a
+    function with many writes quadratic)."""
+
+    def __init__(self, facts: AliasFacts, body: List[ast.stmt]):
+        self.of: Dict[str, List[ast.stmt]] = {}
+        for s in walk_scope(ast.Module(body=body, type_ignores=[]), statements_only=True):
+            if isinstance(s, ast.stmt) and s in facts.where:
+                for n in _header_loads(s):
+                    self.of.setdefault(n, []).append(s)
+
+
+def read_after(facts: AliasFacts, readers: Readers, name: str, write: ast.stmt) -> bool:
     """May `name` be read once `write` has run (later in the code, by the write itself,
     or in a loop that encloses the write, in a later iteration, unless every iteration
     of the innermost loop around both binds the name anew before it reads it)?"""
     position, loops = facts.where.require(write)
     rebound = facts.bound_in_loop.get(name, ())
-    for s in walk_scope(ast.Module(body=body, type_ignores=[])):
-        if not isinstance(s, ast.stmt) or s not in facts.where or \
-                name not in _header_loads(s):
-            continue
+    for s in readers.of.get(name, ()):
         p, enclosing = facts.where.require(s)
         if p >= position:
             return True
