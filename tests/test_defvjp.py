@@ -163,3 +163,31 @@ def test_per_item_templates_are_checked(lib):
 
 def test_rule_count_includes_at_least_150_numpy_entries():
     assert s2sgrad.rules.count() >= 150
+
+
+def test_forward_mode_of_a_rule_differentiated_again(make_module):
+    """jvp(create_graph=True) of code calling a rule of the user's, differentiated in
+    reverse: the rule's JVP is the transpose of its VJP, a pair the tangent code calls;
+    that pair is pure (it was compiled with `del` statements, which reverse mode
+    refused when it read the pair's code again)."""
+    module = make_module('''
+import numpy as np
+import s2sgrad
+
+
+def user_softsign(x):
+    return x / (1.0 + np.abs(x))
+
+
+s2sgrad.defvjp(user_softsign, "x", x="g / (1.0 + np.abs(x)) ** 2", broadcast=True)
+
+
+def f(x):
+    tangent = s2sgrad.functional.jvp(lambda u: user_softsign(u) * u, x, x,
+                                     create_graph=True)[1]
+    return np.sum(np.tanh(tangent))
+''')
+    from conftest import numeric_grad
+    for x in (np.array([0.3, -0.8, 1.2]), np.array([[0.5, -1.5], [2.0, 0.1]])):
+        got = s2sgrad.grad(module.f)(x)
+        np.testing.assert_allclose(got, numeric_grad(module.f, [x], 0), rtol=1e-6, atol=1e-8)

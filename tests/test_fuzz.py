@@ -64,8 +64,8 @@ def test_last_line_and_determinism(tmp_path):
 def test_fixed_seed_batch_has_no_wrong_gradients_and_no_crashes(tmp_path):
     """A few hundred random programs of the construct generator: every gradient
     (reverse mode, optimised and plain, and forward mode) agrees with finite
-    differences, nothing crashes or hangs, and at most 5 % are refused (the default
-    mix: the construct generator and the program families)."""
+    differences, nothing crashes or hangs, and at most one in twelve is refused (the
+    default mix: the construct generator and the program families)."""
     # (A program that hangs is one that runs for many times the 10 s a program may
     # take; the optimizer-check mode compiles every pair twice and compares the two,
     # and a third derivative's compiles take a few seconds alone: there, 30 s.)
@@ -83,7 +83,12 @@ def test_fixed_seed_batch_has_no_wrong_gradients_and_no_crashes(tmp_path):
         assert proc.returncode == 0 and proc.stdout.startswith("status: pass"), \
             (kept, proc.stdout[-3000:], proc.stderr[-3000:])
     assert counts["timeout"] <= 2, out[-3000:]
-    assert counts["refused"] <= 15, out[-3000:]
+    # Refusals are loud, and each is a program the generator wrote to be refused where
+    # nothing is proven (writes into what another name holds, a checkpointed helper
+    # that writes into its argument, np.put_along_axis on a differentiated value, a
+    # write into a helper's result not proven new): 9 to 23 of 300 at seeds 20261201-3
+    # (measured when the sigmoid and the helpers' results joined the mix).
+    assert counts["refused"] <= 25, out[-3000:]
 
 
 def test_structured_arguments_are_checked_leaf_by_leaf(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import inspect
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -133,7 +134,10 @@ class RuleTangents:
         its cotangent the tangents (transposed.py)."""
         core = self.core
         try:
-            pair = transposed.pair_for(rule, params, reentry.compile_pair)
+            # (pure: the tangent code calls this pair, and create_graph differentiates
+            # that code again, this pair with it: no in-place updates, no `del`)
+            pair = transposed.pair_for(rule, params, functools.partial(reentry.compile_pair,
+                                                                       pure=True))
         except TransformError as exc:
             raise core.err(node, f"s2sgrad has no forward-mode (JVP) rule for {op.label}, and "
                            f"cannot derive one from its VJP: {exc.reason}", HINT_RULE) from None
