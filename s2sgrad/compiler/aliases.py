@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 from ..function import is_function_class
 from ..rules import registry
 from .facts import ExprFacts, StatementFacts
-from .names import name_nodes
+from .names import loop_items_of, name_nodes
 from .ops import ufunc_at_kind
 
 # List methods that put their arguments into the list.
@@ -390,7 +390,8 @@ def resized_while_walked(facts: AliasFacts, body: List[ast.stmt]
     last: Optional[ast.stmt] = None
     for s in _walk(body):
         if isinstance(s, ast.For) and isinstance(s.iter, ast.Name):
-            walked[s] = _loop_items_source(last, s.iter.id) or s.iter.id
+            pair = loop_items_of(last)
+            walked[s] = pair[1] if pair and pair[0] == s.iter.id else s.iter.id
         last = s
     out: Dict[ast.stmt, Tuple[ast.stmt, str]] = {}
     for name, stmt in facts.writes:
@@ -402,17 +403,6 @@ def resized_while_walked(facts: AliasFacts, body: List[ast.stmt]
                     (seq == name or seq in facts.affected(name, stmt)):
                 out[loop] = (stmt, seq)
     return out
-
-
-def _loop_items_source(s: Optional[ast.stmt], name: str) -> Optional[str]:
-    """xs where s is `name = _s2s_loop_items(xs)`."""
-    if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
-            isinstance(s.targets[0], ast.Name) and s.targets[0].id == name and \
-            isinstance(s.value, ast.Call) and \
-            getattr(s.value.func, "id", None) == "_s2s_loop_items" and \
-            len(s.value.args) == 1 and isinstance(s.value.args[0], ast.Name):
-        return s.value.args[0].id
-    return None
 
 
 def _resizes(facts: AliasFacts, name: str, stmt: ast.stmt) -> bool:

@@ -372,3 +372,14 @@ def clone(node):
 SHARED_LEAVES = frozenset(
     cls for base in (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
     for cls in base.__subclasses__())
+
+
+def loop_items_of(s: ast.AST) -> Optional[Tuple[str, str]]:
+    """(n, xs) where s is `n = _s2s_loop_items(xs)` (what a loop over xs walks: normalise
+    writes it before the loop); None otherwise."""
+    if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+            isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Call) and \
+            isinstance(s.value.func, ast.Name) and s.value.func.id == "_s2s_loop_items" and \
+            len(s.value.args) == 1 and isinstance(s.value.args[0], ast.Name):
+        return s.targets[0].id, s.value.args[0].id
+    return None

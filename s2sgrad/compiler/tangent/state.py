@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Sequence, Set, Tuple
 
 from ...rules import registry
 from ..facts import ExprFacts
-from ..names import copy_location, name_node
+from ..names import copy_location, loop_items_of, name_node
 
 HINT_RULE = ("Use reverse mode (s2sgrad.grad / functional.vjp) for this function, or "
               "register a JVP with s2sgrad.rules.jvp_rules.defjvp.")
@@ -156,14 +156,8 @@ def tangent_target(target: ast.expr, t) -> ast.expr:
 
 def loop_item_sources(body: List[ast.stmt]) -> List[Tuple[str, str]]:
     """(n, xs) for every `n = _s2s_loop_items(xs)`: n is xs, walked by a loop."""
-    out = []
-    for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call) \
-                and getattr(node.value.func, "id", None) == "_s2s_loop_items" and \
-                node.value.args and isinstance(node.value.args[0], ast.Name):
-            out.append((node.targets[0].id, node.value.args[0].id))
-    return out
+    return [pair for node in ast.walk(ast.Module(body=list(body), type_ignores=[]))
+            for pair in [loop_items_of(node)] if pair is not None]
 
 
 def writes_items_of(name: str, body: List[ast.stmt]) -> bool:

@@ -12,7 +12,15 @@ from ..analyze import (
     Activity,
     may_build_sequence,
 )
-from ..names import clone, copy_location, helper_call, index_expr, name_node, stored_names
+from ..names import (
+    clone,
+    copy_location,
+    helper_call,
+    index_expr,
+    loop_items_of,
+    name_node,
+    stored_names,
+)
 from ..ops import Op, OpKind
 
 DIFFERENTIABLE_KINDS = {OpKind.COPY, OpKind.PACK, OpKind.RULE, OpKind.GETITEM, OpKind.FIELD,
@@ -138,13 +146,8 @@ def fold_loop_items(body: List[ast.stmt], act: Activity) -> List[ast.stmt]:
 
 def _loop_items_of(s: ast.stmt, it: ast.expr) -> Optional[str]:
     """The xs of `it = _s2s_loop_items(xs)`, or None."""
-    if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
-            isinstance(s.targets[0], ast.Name) and isinstance(it, ast.Name) and \
-            s.targets[0].id == it.id and isinstance(s.value, ast.Call) and \
-            isinstance(s.value.func, ast.Name) and s.value.func.id == "_s2s_loop_items" and \
-            len(s.value.args) == 1 and isinstance(s.value.args[0], ast.Name):
-        return s.value.args[0].id
-    return None
+    pair = loop_items_of(s)
+    return pair[1] if pair and isinstance(it, ast.Name) and pair[0] == it.id else None
 
 
 def all_vary(flags) -> bool:
