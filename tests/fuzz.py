@@ -1083,6 +1083,10 @@ class ProgramGenerator(FamilyMixin):
         bodies = ["np.sin(u) * u", "np.tanh(u) * u", "u * u * 0.5", "np.exp(-u * u)",
                   "Cube.apply(np.tanh(u)) * u", "user_softsign(u) * u"]
         body = self.rng.choice(bodies)
+        if self.rng.random() < 0.35:
+            # a lambda reading a value of this function: an input of the derivative's
+            # code too, passed after u (once passed after v: silently wrong)
+            body = f"({body}) * {self.paren(E((), d))}"
         for needed in ("Cube", "user_softsign"):   # (forward mode derives their JVPs)
             if needed + ("." if needed == "Cube" else "(") in body:
                 self.classes.add(needed)

@@ -1107,14 +1107,22 @@ class FamilyMixin:
             if self.rng.random() < 0.3:   # late binding: the lambda sees the new value
                 self.emit(f"{closed} = {closed} * 0.5 + 0.1")
             local.append(lam)
+        defaulted = set()   # nested defs with a default: called with it, without it, by name
         for _ in range(self.rng.choice([0, 0, 1, 2])):   # nested defs closing over locals
             cell = self.fresh("cell")
             v = self.rng.choice([d for d in declared])
             s = f"np.sum({v.name})" if v.shape else v.name
             closed = self.let((), f"0.3 * np.tanh({s})", "s")
-            self.emit(f"def {cell}(u):")
+            if self.rng.random() < 0.5:
+                # the outer variables it reads follow its own parameters when lifted:
+                # once, a default left out let one of them take k's place (silently)
+                self.emit(f"def {cell}(u, k={self.rng.choice(['0.5', '2', '-0.7'])}):")
+                defaulted.add(cell)
+            else:
+                self.emit(f"def {cell}(u):")
             self.indent += 1
-            self.emit(f"z = np.tanh(u * {closed}) + 0.5 * u")
+            self.emit(f"z = np.tanh(u * {closed}) + 0.5 * u" if cell not in defaulted else
+                      f"z = np.tanh(u * {closed}) + 0.5 * u * k")
             if self.rng.random() < 0.5:
                 self.emit("z = z * np.cos(u)")
             self.emit(f"return z + {closed}")
@@ -1256,10 +1264,18 @@ class FamilyMixin:
                 else:
                     self.emit(f"for {act} in {listed}:")
                     self.emit(f"    {v.name} = {act}({v.name} * 0.8) + 0.1 * {v.name}")
+        def called(fn, arg):   # a call of fn, given its default or not, by position or name
+            if fn not in defaulted:
+                return f"{fn}({arg})"
+            return self.rng.choice([f"{fn}({arg})", f"{fn}({arg}, {self.const()})",
+                                    f"{fn}({arg}, k={self.const()})"])
         for _ in range(self.rng.choice([1, 2, 2, 3])):
             fn = self.rng.choice(pool)
             v = self.rng.choice(declared)
-            form = self.rng.choice(["direct", "nested", "loop", "passed", "partial"])
+            form = self.rng.choice(["direct", "nested", "loop", "passed", "partial",
+                                    "derivative"])
+            if form == "derivative" and not (fn in local and v.shape):
+                form = "direct"
             if form == "partial":
                 # a partial made here, of a module-level helper, holding a value of
                 # this function (its value now, though the name is rebound after)
@@ -1339,20 +1355,34 @@ class FamilyMixin:
                         spread = kw
                     call = f"apply_fn(v={self.expr(v.shape, 1)}, **{spread})"
                 self.force.append(f"{self.const()} * np.sum({call})")
+            elif form == "derivative":
+                # a derivative of a closure of this function (its outer variables are
+                # inputs of the derivative's code too, placed after its own parameters
+                # and before v: once placed after v, silently wrong)
+                F = "s2sgrad.functional"
+                self.force.append(f"{self.const()} * np.sum(" + self.rng.choice([
+                    f"{F}.vjp({fn}, {self.expr(v.shape, 1)}, {self.expr(v.shape, 1)}, "
+                    f"create_graph=True)[1]",
+                    f"{F}.jvp({fn}, {self.expr(v.shape, 1)}, {self.expr(v.shape, 1)}, "
+                    f"create_graph=True)[1]"]) + ")")
             elif form == "direct":
                 if self.rng.random() < 0.2:   # a lambda called where it is written
                     s = self.scalar_of(v.name, v.shape, 2) if v.shape else v.name
                     fn = f"(lambda u: np.sin(u) * {s} + u)"
-                self.force.append(f"{self.const()} * np.sum({fn}({self.expr(v.shape, 1)}))")
+                    self.force.append(f"{self.const()} * np.sum({fn}({self.expr(v.shape, 1)}))")
+                else:
+                    self.force.append(f"{self.const()} * np.sum("
+                                      f"{called(fn, self.expr(v.shape, 1))})")
             elif form == "nested":
                 fn2 = self.rng.choice(pool)
-                self.force.append(f"{self.const()} * np.sum({fn}({fn2}({v.name}) * 0.5))")
+                self.force.append(f"{self.const()} * np.sum("
+                                  f"{called(fn, called(fn2, v.name) + ' * 0.5')})")
             else:
                 acc = self.let(v.shape, f"{v.name} * 1.0", "acc")
                 i = self.fresh("i")
                 self.emit(f"for {i} in range({self.rng.choice([2, 3])}):")
                 self.indent += 1
-                self.emit(f"{acc} = 0.5 * {acc} + 0.5 * {fn}({acc})")
+                self.emit(f"{acc} = 0.5 * {acc} + 0.5 * {called(fn, acc)}")
                 self.indent -= 1
                 self.force.append(f"{self.const()} * np.sum({acc})")
         if entry_closure:

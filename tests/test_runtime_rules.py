@@ -17,6 +17,7 @@ from s2sgrad.runtime.reverse import split_as_items as sai
 from s2sgrad.runtime.arrays import as_array as aa, cast_into as cinto
 from s2sgrad.runtime.shapes import swap_last_axes as sla, sum_to_shape as sts
 from s2sgrad.runtime.tangent import like_returned as lr, unlike_returned as ul
+from s2sgrad.runtime.tangent import broadcast_tangent as bt
 from s2sgrad.runtime.fused import log_softmax as lsm, softmax as sm, logsumexp as lse
 from s2sgrad.runtime.fused import sigmoid_exp as sge, sigmoid_tanh as sgt
 from s2sgrad.runtime.complex_grads import real_part as rp
@@ -64,6 +65,9 @@ def f_items_joined(a, b, c):
 def f_like_returned(t, x):
     r = lr(t * t, (x,))
     return r[0] * x
+
+def f_broadcast_tangent(t, x):
+    return bt(t * t, x * 2.0) * x
 
 def f_unlike_returned(c, x):
     return ul((c * c,), (x,)) * x
@@ -213,6 +217,9 @@ CASES = [
     ("f_items_joined", [(), (), (2,)], [0, 1, 2], []),
     ("f_like_returned", [(3,), (3,)], [0, 1], ["_s2s_like_returned"]),
     ("f_like_returned", [(2, 2), (2, 2)], [0, 1], []),
+    ("f_broadcast_tangent", [(3,), (2, 3)], [0, 1], ["_s2s_broadcast_tangent"]),
+    ("f_broadcast_tangent", [(), (3,)], [0, 1], []),
+    ("f_broadcast_tangent", [(2, 3), (2, 3)], [0, 1], []),
     ("f_unlike_returned", [(3,), (3,)], [0, 1], ["_s2s_unlike_returned"]),
     ("f_unlike_returned", [(), ()], [0, 1], []),
     ("f_dict_item_grad", [(3,), (3,)], [0, 1], ["_s2s_dict_item_grad"]),

@@ -263,14 +263,11 @@ _COUNTER = itertools.count()
 def lift_def(node: ast.FunctionDef, free: Sequence[str], globals_: dict,
              filename: str) -> types.FunctionType:
     """A module-level function for a `def` nested in a differentiated function: the
-    outer variables it reads are extra trailing parameters (as for a lambda)."""
-    lifted = ast.FunctionDef(
-        name=node.name,
-        args=ast.arguments(posonlyargs=list(node.args.posonlyargs),
-                           args=list(node.args.args) + [ast.arg(arg=n) for n in free],
-                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
-                           defaults=list(node.args.defaults)),
-        body=node.body, decorator_list=[], returns=None, type_comment=None)
+    outer variables it reads are extra trailing parameters (as for a lambda). Where
+    the def has defaults, those parameters get None as theirs, so that each default
+    stays with its own parameter; the compiler's calls of it pass every parameter
+    (normalize.calls.CallRules.completed) or name the outer ones."""
+    lifted = _lifted(node.name, node.args, free, node.body)
     source = ast.unparse(ast.fix_missing_locations(ast.Module(body=[lifted],
                                                               type_ignores=[]))) + "\n"
     pseudo = f"<s2sgrad nested def {node.name} at {filename}:{node.lineno} #{next(_COUNTER)}>"
@@ -279,14 +276,31 @@ def lift_def(node: ast.FunctionDef, free: Sequence[str], globals_: dict,
     return functions[node.name]
 
 
+def _lifted(name: str, args: ast.arguments, free: Sequence[str],
+            body: list) -> ast.FunctionDef:
+    """`def name(<args' positional parameters>, <free>)`: where they have defaults,
+    the outer variables get None as theirs, so each default stays with its own."""
+    defaults = list(args.defaults)
+    if defaults:
+        defaults += [ast.Constant(value=None) for _ in free]
+    return ast.FunctionDef(
+        name=name,
+        args=ast.arguments(posonlyargs=list(args.posonlyargs),
+                           args=list(args.args) + [ast.arg(arg=n) for n in free],
+                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+                           defaults=defaults),
+        body=body, decorator_list=[], returns=None, type_comment=None)
+
+
 def lift_lambda(node: ast.Lambda, free: Sequence[str], globals_: dict,
                 filename: str) -> types.FunctionType:
     """A module-level function for `lambda args: body` whose free variables are
-    extra trailing parameters (so an outer derivative sees them as inputs)."""
-    args = [a.arg for a in node.args.posonlyargs + node.args.args]
-    params = ", ".join(list(args) + list(free))
+    extra trailing parameters (so an outer derivative sees them as inputs), its
+    defaults kept (constants: see lift_def)."""
     name = f"lambda_{node.lineno}"
-    source = f"def {name}({params}):\n    return {ast.unparse(node.body)}\n"
+    body = ast.Return(value=node.body)
+    source = ast.unparse(ast.fix_missing_locations(ast.Module(body=[_lifted(
+        name, node.args, free, [body])], type_ignores=[]))) + "\n"
     pseudo = f"<s2sgrad lifted lambda at {filename}:{node.lineno} #{next(_COUNTER)}>"
     functions = load(Emitted(source=source, function_names=[name], filename=pseudo,
                              globals=globals_))

@@ -57,6 +57,9 @@ _rule(runtime.copy_adjoint, "adjoint", adjoint="g", name="_s2s_copy_adjoint")
 _rule(runtime_inplace.copy_value, "value", value="g", name="_s2s_copy_value")
 _rule(runtime_inplace.snapshot, "value", value="g", name="_s2s_snapshot")
 _rule(runtime.none_to_zero, "grad, like", grad="g", name="_s2s_none_to_zero")
+# A tangent broadcast to its value's shape (forward mode's code, differentiated again).
+_rule(runtime_tangent.broadcast_tangent, "t, like", t="unbroadcast(g, t)",
+      name="_s2s_broadcast_tangent")
 _rule(runtime_tangent.like_returned, "tangent, returned",
       tangent="unlike_returned(g, returned)", name="_s2s_like_returned")
 _rule(runtime_tangent.unlike_returned, "cotangent, returned",

@@ -47,10 +47,13 @@ class CallRules:
         """`s2sgrad.grad(f)(x)`, `s2sgrad.value_and_grad(f)(x)` or
         `functional.vjp(f, inputs, v, create_graph=True)`: a call to code that
         computes the derivative (higher.derived), which the compiler can
-        differentiate again. A lambda's free variables become extra arguments."""
+        differentiate again. The outer variables a nested def or lambda reads are
+        its trailing parameters: the call passes all of f's own first (the defaults
+        it leaves, too), then those, then the derivative's own (a v)."""
         core = self.core
         func = expr.func
         detach = False
+        tail: List[ast.expr] = []
         if isinstance(func, ast.Call) and dotted(func.func) and \
                 not core.resolver.is_local_chain(func.func):
             ok, maker = core.resolver.static(func.func)
@@ -83,10 +86,9 @@ class CallRules:
                  if known is not None else [inputs])
             is_tuple = isinstance(inputs, ast.Tuple) or known is not None
             v = bound.get("v")
+            inputs_at = tuple(range(len(items)))
             if maker.__name__ == "jacobian":
-                fn = reentry.derived("jacobian", base, tuple(range(len(items))),
-                                     inputs_tuple=is_tuple)
-                args = [core.statements.operand(a, out) for a in items]
+                fn = reentry.derived("jacobian", base, inputs_at, inputs_tuple=is_tuple)
             elif maker.__name__ == "hessian":
                 if is_tuple:
                     raise core.err(expr, "functional.hessian of a tuple of inputs inside a "
@@ -94,33 +96,34 @@ class CallRules:
                                    "Pass one array (concatenate the inputs), or compute "
                                    "the blocks with functional.jacobian of s2sgrad.grad.")
                 fn = reentry.derived("jacobian", reentry.derived("grad", base, (0,)), (0,))
-                args = [core.statements.operand(a, out) for a in items]
             elif maker.__name__ in ("hvp", "vhp", "jvp"):   # hvp = vhp: H is symmetric
                 if v is None or (isinstance(v, ast.Constant) and v.value is None):
                     raise core.err(expr, f"functional.{maker.__name__} needs v here",
                                    "Pass v: the vector to multiply by.")
                 fn = reentry.derived("jvp" if maker.__name__ == "jvp" else "hvp", base,
-                                     tuple(range(len(items))), inputs_tuple=is_tuple)
-                args = [core.statements.operand(a, out) for a in [*items, v]]
+                                     inputs_at, inputs_tuple=is_tuple)
+                tail = [v]
             elif v is None or (isinstance(v, ast.Constant) and v.value is None):
                 # torch: v may be None when func returns a scalar, and means 1 (the
                 # seed refuses anything else at run time, as torch does).
-                fn = reentry.derived("value_and_grad", base, tuple(range(len(items))),
-                                     inputs_tuple=is_tuple)
-                args = [core.statements.operand(a, out) for a in items]
+                fn = reentry.derived("value_and_grad", base, inputs_at, inputs_tuple=is_tuple)
             else:
-                fn = reentry.derived("vjp", base, tuple(range(len(items))),
-                                     inputs_tuple=is_tuple)
-                args = [core.statements.operand(a, out) for a in [*items, v]]
+                fn = reentry.derived("vjp", base, inputs_at, inputs_tuple=is_tuple)
+                tail = [v]
+            args = [core.statements.operand(a, out) for a in items]
+            tail = [core.statements.operand(a, out) for a in tail]
             keywords = []
             detach = not static_true(bound.get("create_graph"), core)
         else:
             return None
+        if extra:   # (no argument of the call left to Python's binding: see above)
+            args, keywords = self.completed(base, extra, args, keywords, expr)
+            args += [core.load(n) for n in extra]
+        args += tail
         # The generated code calls the derivative's code directly, under a name bound
-        # in its closure; free variables of a lambda are passed explicitly.
+        # in its closure.
         name = core.names.fresh(fn.__name__)
         core.bindings[name] = fn
-        args += [core.load(n) for n in extra]
         node = ast.Call(func=name_node(name), args=args, keywords=keywords)
         core.facts.exprs.note(node, callee=fn)
         if detach:   # create_graph=False: values, not a graph the outer derivative sees
@@ -176,7 +179,7 @@ class CallRules:
         (their values then, as Python's closures read them)."""
         a = node.args
         if a.vararg or a.kwarg or a.kwonlyargs or node.decorator_list or \
-                not all(isinstance(d, ast.Constant) for d in a.defaults):
+                not all(_constant(d) for d in a.defaults):
             raise self.core.err(node, "cannot differentiate a call of a nested function with "
                                 "decorators, *args, keyword-only parameters or defaults "
                                 "that are not constants",
@@ -239,11 +242,43 @@ class CallRules:
         core.bindings[name] = fn
         args = prefix + [core.statements.operand(a, out) for a in expr.args]
         given = {k.arg: core.statements.operand(k.value, out) for k in expr.keywords}
+        if free:   # (its outer variables follow every parameter of its own)
+            args, named = self.completed(fn, free, args, [ast.keyword(arg=k, value=v)
+                                                          for k, v in given.items()], expr)
+            given = {k.arg: k.value for k in named}
         args += [core.load(n) for n in free]
         merged = [ast.keyword(arg=k, value=v) for k, v in {**keywords, **given}.items()]
         node = ast.Call(func=name_node(name), args=args, keywords=merged)
         core.facts.exprs.note(node, callee=fn)
         return copy_location(node, expr)
+
+    def completed(self, fn: Callable, free: List[str], args: List[ast.expr],
+                  keywords: List[ast.keyword],
+                  where: ast.expr) -> Tuple[List[ast.expr], List[ast.keyword]]:
+        """A call of a function lifted from a def or lambda (or copied for the closures
+        passed to it), whose last len(free) positional parameters take the outer
+        variables it reads: every positional parameter of its own in order (the
+        call's arguments and the defaults it leaves, constants), and its keyword-only
+        ones by name. The outer variables follow positionally, so nothing of the call
+        may be left to Python's binding: a default left out or a keyword would let
+        one of them take the place of the function's own parameter."""
+        params = list(inspect.signature(fn).parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                       p.POSITIONAL_OR_KEYWORD)]
+        own = positional[:len(positional) - len(free)]
+        named = [p for p in params if p.kind is p.KEYWORD_ONLY]
+        try:
+            bound = inspect.Signature(own + named).bind(
+                *args, **{k.arg: k.value for k in keywords})
+        except TypeError as exc:
+            raise self.core.err(where, f"cannot bind the call to {fn.__name__}: {exc}") \
+                from None
+        bound.apply_defaults()
+
+        def node(value):
+            return value if isinstance(value, ast.AST) else ast.Constant(value=value)
+        return ([node(bound.arguments[p.name]) for p in own],
+                [ast.keyword(arg=p.name, value=node(bound.arguments[p.name])) for p in named])
 
     def bound_pure_function(self, node, where: ast.expr, what: str) -> ast.expr:
         """A def or lambda of this function as a value of its own (lifted, bound to a
@@ -263,6 +298,25 @@ class CallRules:
         core = self.core
         if isinstance(node, ast.Name) and node.id in core.local_defs:
             node = core.local_defs[node.id]
+        elif isinstance(node, ast.Name) and node.id in core.lambdas:   # bound once
+            node = core.lambdas[node.id]
+        if isinstance(node, (ast.Lambda, ast.FunctionDef)):
+            a = node.args
+            if a.vararg or a.kwarg or a.kwonlyargs or not all(_constant(d) for d in a.defaults):
+                raise core.err(where, "cannot differentiate a nested function or lambda "
+                               "with *args, keyword-only parameters or defaults that are "
+                               "not constants",
+                               "Give it plain parameters (pass those values as arguments), "
+                               "or define it at module level.")
+            body = node.body if isinstance(node, ast.FunctionDef) else [node.body]
+            inner = sorted({n.id for b in body for n in ast.walk(b) if isinstance(n, ast.Name)
+                            and (n.id in core.local_defs or n.id in core.lambdas)
+                            and n.id != getattr(node, "name", None)})
+            if inner:   # (lifted on its own, it could not see them)
+                raise core.err(where, f"the function differentiated here uses "
+                               f"{', '.join(inner)}, defined inside this function too",
+                               "Define it at module level, or write the derivative of a "
+                               "function that does what it does inline.")
         if isinstance(node, ast.Lambda):
             params = {a.arg for a in node.args.posonlyargs + node.args.args}
             # (a closure variable of this function too: the lambda is lifted to the
@@ -363,3 +417,12 @@ class CallRules:
         new_args = [convert(a) for a in positional]
         new_keywords = [ast.keyword(arg=k.arg, value=convert(k.value)) for k in keywords]
         return new_args, new_keywords
+
+
+def _constant(node: ast.expr) -> bool:
+    """A default a lifted function may keep as written: a literal (`-0.7`, `(1, 2)`)."""
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
