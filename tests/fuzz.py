@@ -1700,6 +1700,14 @@ class ProgramGenerator(FamilyMixin):
             i = "_"   # the throwaway name, read as an index like any other
         start = self.rng.choice(["", "", "1, "]) if n > 2 else ""
         self.emit(f"for {i} in range({start}{n}):")
+        if i != "_" and (i, n) not in enclosing and self.rng.random() < 0.08:
+            # a loop run for its variable alone, read after it (once optimised away
+            # with its body: the variable read None)
+            self.indent += 1
+            self.emit("pass")
+            self.indent -= 1
+            self.emit(f"{acc.name} = {acc.name} * (1.0 + 0.1 * {i})")
+            return
         self.ints.append((i, n))
         self.loop_body(acc)
         self.ints.pop()
@@ -2172,9 +2180,22 @@ class ProgramGenerator(FamilyMixin):
             return
         key = self.rng.choice(list(D.items))
         v = View(f'{D.name}["{key}"]', D.items[key])
+        if self.rng.random() < 0.3:
+            self.item_update(f'{D.name}["{key}"]', v.shape)
+            return
         e = self.loop_update(v) if self.loop_depth else self.expr(v.shape, 0)
         self.note_assignment(e)
         self.emit(f'{D.name}["{key}"] = {e}')
+
+    def item_update(self, item, shape):
+        """`L[k] += e` (or -=, *=) of a list's or dict's item: Python updates the item's
+        array in place, also where another variable or item holds it (refused then:
+        once silently given a new array instead)."""
+        e = self.expr(self.rng.choice([shape, ()]), 1)
+        self.note_assignment(e)
+        op = self.rng.choice(["+=", "-=", "*="])
+        self.emit(f"{item} {op} {'0.5 * ' if op == '*=' else ''}"
+                  f"{'np.tanh(' + e + ')' if op == '*=' else e}")
 
     def s_dict_loop(self, D=None):
         D = D or self.rng.choice(self.dicts())
@@ -2314,6 +2335,9 @@ class ProgramGenerator(FamilyMixin):
             # through it (its zeroed cotangent has the written item's structure)
             self.emit(f"{L.name}[{k}] = {L.name}[{k}][:, None]")
             v = View(f"{L.name}[{k}][:, 0]", L.elems[k])
+        if v.name == f"{L.name}[{k}]" and self.rng.random() < 0.3:
+            self.item_update(v.name, v.shape)
+            return
         e = self.loop_update(v) if self.loop_depth else self.expr(v.shape, 0)
         self.note_assignment(e)
         self.emit(f"{L.name}[{k}] = {e}")

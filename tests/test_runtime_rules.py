@@ -24,7 +24,8 @@ from s2sgrad.runtime.complex_grads import real_part as rp
 from s2sgrad.runtime.inplace import (copy_value as cv, snapshot as sn, add as ad,
                                      copy_item as ci, scatter_add as sa, with_zeroed as wz,
                                      with_item as wi, push, last, drop_last,
-                                     written_grad as wg, last_grad as lg)
+                                     written_grad as wg, last_grad as lg,
+                                     item_updated as iu)
 
 
 def f_dict_item_grad(c, x):
@@ -65,6 +66,9 @@ def f_items_joined(a, b, c):
 def f_like_returned(t, x):
     r = lr(t * t, (x,))
     return r[0] * x
+
+def f_item_updated(n, o):
+    return iu(n * n, o * 1.0) * o
 
 def f_broadcast_tangent(t, x):
     return bt(t * t, x * 2.0) * x
@@ -217,6 +221,9 @@ CASES = [
     ("f_items_joined", [(), (), (2,)], [0, 1, 2], []),
     ("f_like_returned", [(3,), (3,)], [0, 1], ["_s2s_like_returned"]),
     ("f_like_returned", [(2, 2), (2, 2)], [0, 1], []),
+    ("f_item_updated", [(3,), (3,)], [0, 1], ["_s2s_item_updated"]),
+    ("f_item_updated", [(2, 3), (2, 3)], [0, 1], []),
+    ("f_item_updated", [(), ()], [0, 1], []),
     ("f_broadcast_tangent", [(3,), (2, 3)], [0, 1], ["_s2s_broadcast_tangent"]),
     ("f_broadcast_tangent", [(), (3,)], [0, 1], []),
     ("f_broadcast_tangent", [(2, 3), (2, 3)], [0, 1], []),

@@ -90,7 +90,8 @@ def _joined_as_tuple(node: ast.Call) -> ast.Call:
 # (generated where the compiler could not prove it): dropped from numba code,
 # which takes no structures, and whose variants are keyed by the kinds of their
 # arguments and checked against the NumPy backend's first run, which checks.
-STRUCTURE_GUARDS = frozenset({"no_sequence_arithmetic", "real_value", "indexed_by_values"})
+STRUCTURE_GUARDS = frozenset({"no_sequence_arithmetic", "real_value", "indexed_by_values",
+                              "item_unshared"})
 
 # Helpers the rewrite itself calls (numba_helpers.py defines them too).
 OWN_HELPERS = ("range", "riter", "rrev", "rlen", "ritem", "seed", "matmul", "dot")

@@ -71,6 +71,7 @@ _rule(runtime_reverse.items_joined, "items, cotangent", items="items_like(g, ite
       name="_s2s_items_joined")
 _rule(runtime_inplace.add, "total, contribution", total="g", contribution="g",
       name="_s2s_add")
+_rule(runtime_inplace.item_updated, "new, old", new="g", name="_s2s_item_updated")
 _rule(runtime_inplace.copy_item, "container, index",
       container="scatter_add(zeros_like(container), index, g)", name="_s2s_copy_item")
 _rule(runtime_inplace.scatter_add, "adjoint, index, value", adjoint="g",
@@ -112,7 +113,7 @@ _rule(runtime_shapes.sum_to_shape, "value, shape",
 
 # -- no gradient: shapes, masks, counts, constructors ---------------------------------
 nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.backwards,
-        runtime.keys, runtime.detached, runtime_arrays.size_of)
+        runtime.keys, runtime.detached, runtime_arrays.size_of, runtime_inplace.item_unshared)
 constructors(runtime.zeros_like, runtime.ones_like, runtime.seed, runtime.unit,
              runtime_tangent.zero_tangent)
 

@@ -286,6 +286,7 @@ HELPERS: Dict[str, Callable] = {f.__name__: f for f in (
 
 # Helpers that never touch an array's values: the NumPy backend's serve as they are.
 NEUTRAL = frozenset({"backwards", "keys", "record", "detached", "check_count", "loop_items",
+                     "item_unshared", "item_updated",
                      "add_items", "accumulate", "Context", "items_like", "like_returned",
                      "unlike_returned", "real_value"})
 

@@ -157,6 +157,47 @@ def unshared(value, filename, lineno, col, message, hint, text) -> None:
 
 
 @helper
+def item_updated(new, old):
+    """What `L[i] op= v` leaves in a list's or dict's item, given `new = L[i] op v`:
+    Python updates the item's array in place, so a result of another shape is
+    NumPy's ValueError, and one of another dtype is cast back to the item's (a
+    TypeError where NumPy's 'same_kind' rule refuses); a number is rebound."""
+    if type(old) is not np.ndarray:
+        return new
+    shape = np.shape(new)
+    if shape != old.shape:
+        raise ValueError(f"non-broadcastable output operand with shape {old.shape} "
+                         f"doesn't match the broadcast shape {shape}")
+    have = np.result_type(new)
+    if have == old.dtype:
+        return new
+    if not np.can_cast(have, old.dtype, casting="same_kind"):
+        raise TypeError(f"Cannot cast array data from {have!r} to {old.dtype!r} "
+                        f"according to the rule 'same_kind'")
+    return np.asarray(new).astype(old.dtype)
+
+
+@helper
+def item_unshared(container, index, filename, lineno, col, message, hint, text) -> None:
+    """Before `L[i] += v` on a list or dict: refused at the user's line where the item
+    is an array that another item holds too (`L.append(L[0])`), which Python's
+    in-place update would change with it (the compiler proves the same of the
+    variables it sees: normalize's item updates)."""
+    if type(container) is list and type(index) is int:
+        n = len(container)
+        at = index % n if n else index
+        others = (v for k, v in enumerate(container) if k != at)
+    elif type(container) is dict:
+        others = (v for k, v in container.items() if k != index)
+    else:
+        return
+    item = container[index]
+    if isinstance(item, np.ndarray) and any(
+            isinstance(v, np.ndarray) and np.may_share_memory(item, v) for v in others):
+        raise TransformError(message, filename, lineno, col, hint, text)
+
+
+@helper
 def no_sequence_arithmetic(left, right, filename, lineno, col, message, hint, text) -> None:
     """`a + b` or `a * n` that would concatenate or repeat lists or tuples carrying a
     gradient: refused at its line (their cotangents would be added as arrays). A

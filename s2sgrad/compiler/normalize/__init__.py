@@ -158,6 +158,9 @@ class _Normalizer:
         self.held_by: Dict[str, str] = {}
         self.force_in_place: Set[str] = set()
         self.rebound_augassign: Set[str] = set()
+        # `L[i] += v` written `t = L[i]; L[i] = t + v`: (t, the container's variable, the
+        # user's name for it, the store), for _protect_item_updates.
+        self.item_updates: List[Tuple[str, str, str, ast.stmt]] = []
         self.lists: Set[str] = set()
         self.tuple_names: Set[str] = set()   # names bound to tuple literals
         self.read_only_lists = read_only_lists(fdef)   # ... and list literals read as ones
@@ -311,7 +314,9 @@ class _Normalizer:
             self.tuples, self.owned, self.lists = {}, set(), set()
             self.tuple_names, self.dict_names = set(), set()
             self.rebound_augassign = set()
+            self.item_updates = []
         self._protect_in_place_writes(aliases, out)
+        self._protect_item_updates(aliases, out)
         for loop, (write, seq) in resized_while_walked(aliases, out).items():
             # (refused by the transforms where the loop does not walk the list itself)
             self.facts.stmts.note(loop, resized_by=write, walked=seq)
@@ -385,6 +390,30 @@ class _Normalizer:
                 # update changes tmp (which the adjoint reads) through it.
                 for node in copies.get((name, other), ()):
                     self.facts.stmts.note(node, snapshot=True, snapshot_for_adjoint=False)
+
+    def _protect_item_updates(self, aliases: AliasFacts, body: List[ast.stmt]) -> None:
+        """`L[i] += v` updates the array L[i] holds in place, in Python; the normal
+        form assigns a new one (`L[i] = t + v`), which is the same only where no
+        variable that is read later holds that array too (a parameter: the caller
+        reads it). Refused where one may: what shares memory with the item and not
+        with the container as a whole (whose sharers the store's own check covers)."""
+        readers = None
+        for old, container, shown, stmt in self.item_updates:
+            others = aliases.affected(old, stmt) - aliases.affected(container, stmt) - \
+                {old, container}
+            for other in sorted(others):
+                if other not in self.user_names and other not in self.all_params:
+                    continue
+                if other not in self.all_params:
+                    readers = readers or Readers(aliases, body)
+                    if not read_after(aliases, readers, other, stmt):
+                        continue
+                where = aliases.defined_at.get(other)
+                line = f" (line {where.lineno})" if getattr(where, "lineno", None) else ""
+                raise self.err(stmt, f"in-place update of an item of '{shown}' also changes "
+                               f"'{other}'{line}, which holds the same array",
+                               f"Put a copy into '{shown}' ({other}.copy()), or assign a new "
+                               f"value: {shown}[i] = {shown}[i] + v.")
 
     def _lift_returns(self, body: List[ast.stmt]) -> List[ast.stmt]:
         """Give the function a single final `return`, moving early returns' tails."""

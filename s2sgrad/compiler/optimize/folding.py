@@ -4,7 +4,7 @@ last tidy-up (empty blocks, `pass`).
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from ..marks import is_comment
 from ..names import (
@@ -257,13 +257,19 @@ def _negation(node: ast.AST) -> bool:
 
 
 # -- tidy -----------------------------------------------------------------------
-def tidy(stmts: List[ast.stmt]) -> List[ast.stmt]:
-    """Remove empty branches and loops, and comments left with nothing to describe."""
+def tidy(stmts: List[ast.stmt], loaded: Optional[Set[str]] = None) -> List[ast.stmt]:
+    """Remove empty branches and loops, and comments left with nothing to describe.
+
+    A loop with nothing in its body still binds its target: it goes only where no
+    statement of the function (`stmts`, at the outermost call) reads that name."""
+    if loaded is None:
+        loaded = {n.id for s in stmts for n in ast.walk(s)
+                  if n.__class__ is ast.Name and n.ctx.__class__ is ast.Load}
     out: List[ast.stmt] = []
     for s in stmts:
         if isinstance(s, ast.If):
-            s.body = tidy(s.body)
-            s.orelse = tidy(s.orelse)
+            s.body = tidy(s.body, loaded)
+            s.orelse = tidy(s.orelse, loaded)
             if not _has_code(s.body) and not _has_code(s.orelse):
                 continue
             if not _has_code(s.body):
@@ -274,13 +280,14 @@ def tidy(stmts: List[ast.stmt]) -> List[ast.stmt]:
             if not s.body:
                 s.body = [ast.Pass()]
         elif isinstance(s, ast.For):
-            s.body = tidy(s.body)
+            s.body = tidy(s.body, loaded)
             if not _has_code(s.body):
-                if pure(s.iter):
+                if pure(s.iter) and loaded.isdisjoint(
+                        n.id for n in ast.walk(s.target) if n.__class__ is ast.Name):
                     continue
                 s.body = [ast.Pass()]
         elif isinstance(s, ast.While):
-            s.body = tidy(s.body) or [ast.Pass()]
+            s.body = tidy(s.body, loaded) or [ast.Pass()]
         elif isinstance(s, ast.Pass):
             continue
         out.append(s)
