@@ -148,3 +148,18 @@ def test_an_item_keeps_its_dtype_as_an_update_in_place_does(mod):
     assert value == mod.item_of_single_precision(x, w)   # (float32 rounding, bit for bit)
     # (differences of a float32 value are noise at any step: d/dx of (1 + x/3) * x)
     np.testing.assert_allclose(grads[0], 1.0 + 2.0 * x / 3.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shapes", SHAPES, ids=["same", "broadcast"])
+def test_forward_mode_and_second_order_through_item_updates(mod, shapes):
+    x, w = _args(shapes)
+    v = np.random.default_rng(3).standard_normal(x.shape)
+    f = mod.own_items
+    _, tangent = s2sgrad.functional.jvp(lambda a: f(a, w), x, v)
+    np.testing.assert_allclose(tangent, np.sum(numeric_grad(f, [x, w], 0) * v),
+                               rtol=1e-6, atol=1e-8)
+    _, hv = s2sgrad.functional.hvp(lambda a: f(a, w), x, v)
+    g = s2sgrad.grad(f)
+    eps = 1e-5
+    np.testing.assert_allclose(hv, (g(x + eps * v, w) - g(x - eps * v, w)) / (2 * eps),
+                               rtol=1e-6, atol=1e-7)

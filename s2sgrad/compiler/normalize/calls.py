@@ -117,7 +117,7 @@ class CallRules:
         else:
             return None
         if extra:   # (no argument of the call left to Python's binding: see above)
-            args, keywords = self.completed(base, extra, args, keywords, expr)
+            args, keywords = completed(core, base, extra, args, keywords, expr)
             args += [core.load(n) for n in extra]
         args += tail
         # The generated code calls the derivative's code directly, under a name bound
@@ -243,42 +243,14 @@ class CallRules:
         args = prefix + [core.statements.operand(a, out) for a in expr.args]
         given = {k.arg: core.statements.operand(k.value, out) for k in expr.keywords}
         if free:   # (its outer variables follow every parameter of its own)
-            args, named = self.completed(fn, free, args, [ast.keyword(arg=k, value=v)
-                                                          for k, v in given.items()], expr)
+            args, named = completed(core, fn, free, args, [ast.keyword(arg=k, value=v)
+                                                           for k, v in given.items()], expr)
             given = {k.arg: k.value for k in named}
         args += [core.load(n) for n in free]
         merged = [ast.keyword(arg=k, value=v) for k, v in {**keywords, **given}.items()]
         node = ast.Call(func=name_node(name), args=args, keywords=merged)
         core.facts.exprs.note(node, callee=fn)
         return copy_location(node, expr)
-
-    def completed(self, fn: Callable, free: List[str], args: List[ast.expr],
-                  keywords: List[ast.keyword],
-                  where: ast.expr) -> Tuple[List[ast.expr], List[ast.keyword]]:
-        """A call of a function lifted from a def or lambda (or copied for the closures
-        passed to it), whose last len(free) positional parameters take the outer
-        variables it reads: every positional parameter of its own in order (the
-        call's arguments and the defaults it leaves, constants), and its keyword-only
-        ones by name. The outer variables follow positionally, so nothing of the call
-        may be left to Python's binding: a default left out or a keyword would let
-        one of them take the place of the function's own parameter."""
-        params = list(inspect.signature(fn).parameters.values())
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
-                                                       p.POSITIONAL_OR_KEYWORD)]
-        own = positional[:len(positional) - len(free)]
-        named = [p for p in params if p.kind is p.KEYWORD_ONLY]
-        try:
-            bound = inspect.Signature(own + named).bind(
-                *args, **{k.arg: k.value for k in keywords})
-        except TypeError as exc:
-            raise self.core.err(where, f"cannot bind the call to {fn.__name__}: {exc}") \
-                from None
-        bound.apply_defaults()
-
-        def node(value):
-            return value if isinstance(value, ast.AST) else ast.Constant(value=value)
-        return ([node(bound.arguments[p.name]) for p in own],
-                [ast.keyword(arg=p.name, value=node(bound.arguments[p.name])) for p in named])
 
     def bound_pure_function(self, node, where: ast.expr, what: str) -> ast.expr:
         """A def or lambda of this function as a value of its own (lifted, bound to a
@@ -426,3 +398,29 @@ def _constant(node: ast.expr) -> bool:
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
     return True
+
+
+def completed(core, fn: Callable, free: List[str], args: List[ast.expr],
+              keywords: List[ast.keyword],
+              where: ast.expr) -> Tuple[List[ast.expr], List[ast.keyword]]:
+    """A call of a function lifted from a def or lambda (or copied for the closures
+    passed to it), whose last len(free) positional parameters take the outer
+    variables it reads: every positional parameter of its own in order (the call's
+    arguments and the defaults it leaves, constants), and its keyword-only ones by
+    name. The outer variables follow positionally, so nothing of the call may be
+    left to Python's binding: a default left out or a keyword would let one of them
+    take the place of the function's own parameter."""
+    params = list(inspect.signature(fn).parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    own = positional[:len(positional) - len(free)]
+    named = [p for p in params if p.kind is p.KEYWORD_ONLY]
+    try:
+        bound = inspect.Signature(own + named).bind(*args, **{k.arg: k.value for k in keywords})
+    except TypeError as exc:
+        raise core.err(where, f"cannot bind the call to {fn.__name__}: {exc}") from None
+    bound.apply_defaults()
+
+    def node(value):
+        return value if isinstance(value, ast.AST) else ast.Constant(value=value)
+    return ([node(bound.arguments[p.name]) for p in own],
+            [ast.keyword(arg=p.name, value=node(bound.arguments[p.name])) for p in named])

@@ -395,50 +395,7 @@ class StatementRules:
             core.emit(out, node, s)
             return
         if isinstance(target, ast.Subscript):
-            base = target.value
-            if not (isinstance(base, ast.Name) and base.id in core.resolver.locals):
-                raise core.err(target, "augmented assignment into a non-local value",
-                               "Copy it into a local array first.")
-            # x[i] += v  ->  t = x[i]; t2 = t + v; x[i] = t2 (the index is evaluated once).
-            # For an array x the same; for a list or dict, Python updates the item's
-            # array in place, which is the same only where nothing else holds that
-            # array: proven of the variables (Normalizer._protect_item_updates), checked
-            # at run time of the container's other items (runtime.item_unshared).
-            index = core.expressions.index(target.slice, out)
-            container = core.env.get(base.id, base.id)
-            in_container = container in core.lists or container in core.dict_names
-            if in_container:
-                error = core.err(target, f"in-place update of an item of '{base.id}' also "
-                                 f"changes another of its items, which holds the same array",
-                                 f"Put a copy into '{base.id}' ({base.id}.append(v.copy())), "
-                                 f"or assign a new value: {base.id}[i] = {base.id}[i] + v.")
-                guard = ast.Call(func=name_node("_s2s_item_unshared"),
-                                 args=[core.load(base.id), clone(index)] +
-                                 [ast.Constant(value=f) for f in guard_fields(error)],
-                                 keywords=[])
-                core.facts.exprs.note(guard, callee=runtime.inplace.item_unshared)
-                core.emit(out, ast.Expr(value=guard), target)
-            item = copy_location(ast.Subscript(value=core.load(base.id),
-                                               slice=clone(index),
-                                               ctx=ast.Load()), target)
-            old = core.names.fresh(readable_stem(item, core) or "item")
-            core.emit(out, assign_node(old, item), target)
-            rhs = core.expressions.atom(s.value, out)
-            new = copy_location(ast.BinOp(left=name_node(old), op=s.op,
-                                              right=rhs), s)
-            value = core.names.fresh(readable_stem(new, core) or "t")
-            core.emit(out, assign_node(value, new), s)
-            if in_container:   # (the item's shape and dtype, as an update in place keeps)
-                kept = ast.Call(func=name_node("_s2s_item_updated"),
-                                args=[name_node(value), name_node(old)], keywords=[])
-                core.facts.exprs.note(kept, callee=runtime.inplace.item_updated)
-                value = core.names.fresh(f"{value}_kept")
-                core.emit(out, assign_node(value, kept), s)
-            store = ast.Subscript(value=core.load(base.id), slice=index, ctx=ast.Store())
-            stored = core.emit(out, ast.Assign(targets=[copy_location(store, target)],
-                                               value=name_node(value),
-                                               type_comment=None), target)
-            core.item_updates.append((old, core.env.get(base.id, base.id), base.id, stored))
+            augmented_item(core, s, out)
             return
         raise core.err(target, "augmented assignment to an attribute is not supported",
                        "Keep the value in a local variable.")
@@ -462,3 +419,50 @@ def unsupported_statement(s: ast.stmt, core) -> Exception:
     }
     return core.err(s, f"'{kind}' statements are not supported in a differentiated "
                     f"function", hints.get(kind, "Rewrite it with plain statements."))
+
+
+def augmented_item(core, s: ast.AugAssign, out: List[ast.stmt]) -> None:
+    """`x[i] op= v` of the normal form (StatementRules.stmt_AugAssign)."""
+    target = s.target
+    base = target.value
+    if not (isinstance(base, ast.Name) and base.id in core.resolver.locals):
+        raise core.err(target, "augmented assignment into a non-local value",
+                       "Copy it into a local array first.")
+    # x[i] += v  ->  t = x[i]; t2 = t + v; x[i] = t2 (the index is evaluated once).
+    # For an array x the same; for a list or dict, Python updates the item's
+    # array in place, which is the same only where nothing else holds that
+    # array: proven of the variables (Normalizer._protect_item_updates), checked
+    # at run time of the container's other items (runtime.item_unshared).
+    index = core.expressions.index(target.slice, out)
+    container = core.env.get(base.id, base.id)
+    in_container = container in core.lists or container in core.dict_names
+    if in_container:
+        error = core.err(target, f"in-place update of an item of '{base.id}' also "
+                         f"changes another of its items, which holds the same array",
+                         f"Put a copy into '{base.id}' ({base.id}.append(v.copy())), "
+                         f"or assign a new value: {base.id}[i] = {base.id}[i] + v.")
+        guard = ast.Call(func=name_node("_s2s_item_unshared"),
+                         args=[core.load(base.id), clone(index)] +
+                         [ast.Constant(value=f) for f in guard_fields(error)],
+                         keywords=[])
+        core.facts.exprs.note(guard, callee=runtime.inplace.item_unshared)
+        core.emit(out, ast.Expr(value=guard), target)
+    item = copy_location(ast.Subscript(value=core.load(base.id), slice=clone(index),
+                                       ctx=ast.Load()), target)
+    old = core.names.fresh(readable_stem(item, core) or "item")
+    core.emit(out, assign_node(old, item), target)
+    rhs = core.expressions.atom(s.value, out)
+    new = copy_location(ast.BinOp(left=name_node(old), op=s.op, right=rhs), s)
+    value = core.names.fresh(readable_stem(new, core) or "t")
+    core.emit(out, assign_node(value, new), s)
+    if in_container:   # (the item's shape and dtype, as an update in place keeps)
+        kept = ast.Call(func=name_node("_s2s_item_updated"),
+                        args=[name_node(value), name_node(old)], keywords=[])
+        core.facts.exprs.note(kept, callee=runtime.inplace.item_updated)
+        value = core.names.fresh(f"{value}_kept")
+        core.emit(out, assign_node(value, kept), s)
+    store = ast.Subscript(value=core.load(base.id), slice=index, ctx=ast.Store())
+    stored = core.emit(out, ast.Assign(targets=[copy_location(store, target)],
+                                       value=name_node(value),
+                                       type_comment=None), target)
+    core.item_updates.append((old, core.env.get(base.id, base.id), base.id, stored))
