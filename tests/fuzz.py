@@ -2180,7 +2180,7 @@ class ProgramGenerator(FamilyMixin):
             return
         key = self.rng.choice(list(D.items))
         v = View(f'{D.name}["{key}"]', D.items[key])
-        if self.rng.random() < 0.3:
+        if self.rng.random() < 0.15:
             self.item_update(f'{D.name}["{key}"]', v.shape)
             return
         e = self.loop_update(v) if self.loop_depth else self.expr(v.shape, 0)
@@ -2335,7 +2335,7 @@ class ProgramGenerator(FamilyMixin):
             # through it (its zeroed cotangent has the written item's structure)
             self.emit(f"{L.name}[{k}] = {L.name}[{k}][:, None]")
             v = View(f"{L.name}[{k}][:, 0]", L.elems[k])
-        if v.name == f"{L.name}[{k}]" and self.rng.random() < 0.3:
+        if v.name == f"{L.name}[{k}]" and self.rng.random() < 0.15:
             self.item_update(v.name, v.shape)
             return
         e = self.loop_update(v) if self.loop_depth else self.expr(v.shape, 0)

@@ -298,7 +298,7 @@ class FamilyMixin:
     def assemble(self, header, module_lines, body_lines, extra_classes=()):
         classes = [self.CLASSES[c] for c in self.CLASSES if c in self.classes]
         classes += list(extra_classes)
-        src = header + "import collections\nimport functools\nimport math\n\n" \
+        src = header + "import collections\nimport functools\nimport math\nimport operator\n\n" \
             "import numpy as np\n\nimport s2sgrad\n\n" + self.GLOBALS_SRC + "\n\n" + \
             "\n\n".join(classes) + ("\n\n" if classes else "") + \
             "\n".join(module_lines) + ("\n\n" if module_lines else "") + \
