@@ -266,7 +266,7 @@ def lift_def(node: ast.FunctionDef, free: Sequence[str], globals_: dict,
     outer variables it reads are extra trailing parameters (as for a lambda). Where
     the def has defaults, those parameters get None as theirs, so that each default
     stays with its own parameter; the compiler's calls of it pass every parameter
-    (normalize.calls.CallRules.completed) or name the outer ones."""
+    (normalize.calls.completed) or name the outer ones."""
     lifted = _lifted(node.name, node.args, free, node.body)
     source = ast.unparse(ast.fix_missing_locations(ast.Module(body=[lifted],
                                                               type_ignores=[]))) + "\n"

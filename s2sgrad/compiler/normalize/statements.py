@@ -465,4 +465,4 @@ def augmented_item(core, s: ast.AugAssign, out: List[ast.stmt]) -> None:
     stored = core.emit(out, ast.Assign(targets=[copy_location(store, target)],
                                        value=name_node(value),
                                        type_comment=None), target)
-    core.item_updates.append((old, core.env.get(base.id, base.id), base.id, stored))
+    core.item_updates.append((old, container, base.id, stored))
