@@ -52,6 +52,30 @@ def unpacked_after(W, x, b):
     return np.sum(s * e) + np.sum(np.cos(x))
 
 
+def ratio(W, x, b):
+    u = W @ x - b
+    return u / (1.0 + np.sin(u) ** 2)   # (the quotient's rule keeps the quotient)
+
+
+def squash(W, x, b):
+    return np.tanh(W @ x - b)            # (tanh's rule keeps tanh)
+
+
+def kept_result_scaled(W, x, b):
+    h = ratio(W, x, b)
+    h *= 1.5
+    return np.sum(np.tanh(h))
+
+
+def kept_result_updated_in_a_loop(W, x, b):
+    h = squash(W, x, b)
+    h += 0.5 * b
+    c = np.cos(h)
+    for _ in range(2):
+        h = h + 0.3 * np.tanh(c * h)
+    return np.sum(np.tanh(h))
+
+
 def view_of(x):
     return x[1:]
 
@@ -86,7 +110,7 @@ def via_helper(x):
     return itself(x) - 0.0 + view_of(x)[0]
 '''
 
-PROVEN = ["layer", "layer_named", "squashed"]
+PROVEN = ["layer", "layer_named", "squashed", "ratio", "squash"]
 NOT_PROVEN = ["view_of", "itself", "reshaped", "summed", "into", "the_global", "branching",
               "via_helper"]
 SHAPES = [((3, 3), (3,), (3,)), ((3, 3), (3,), (1,))]
@@ -171,3 +195,21 @@ def record(v):
 ''')
     for name in ("keeps", "stores", "passes_on"):
         assert not returns_new(getattr(module, name)), name
+
+
+@pytest.mark.parametrize("witness", [True, False], ids=["witness", "no_witness"])
+@pytest.mark.parametrize("shapes", SHAPES, ids=["bias", "broadcast_bias"])
+@pytest.mark.parametrize("name", ["kept_result_scaled", "kept_result_updated_in_a_loop"])
+def test_a_result_the_callee_keeps_is_copied_before_the_caller_writes_it(m, name, shapes,
+                                                                          witness):
+    """The callee's residuals hold the array it returns (a quotient's or tanh's rule
+    keeps its result): `h *= 1.5` in the caller changed them too, and the callee's
+    adjoint read the scaled values (found by the fuzzer, seed 13500: silently wrong
+    with the witness off). The caller's h is a copy now where it is written later."""
+    from conftest import numeric_grad
+    f = getattr(m, name)
+    args = _args(shapes, 3)
+    grads = s2sgrad.grad(f, wrt=(0, 1, 2), witness=witness)(*[a.copy() for a in args])
+    for i, g in enumerate(grads):
+        np.testing.assert_allclose(g, numeric_grad(f, [a.copy() for a in args], i),
+                                   rtol=1e-6, atol=1e-8, err_msg=f"argument {i}")
