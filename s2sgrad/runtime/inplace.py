@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TransformError
-from .arrays import holds_complex, is_array, runs_foreign
+from .arrays import cast_into, holds_complex, is_array, runs_foreign
 from .registry import helper
 from .reverse import add_at, add_items, copy_adjoint, is_basic_index
 from .shapes import unbroadcast, zeros_like
@@ -168,13 +168,9 @@ def item_updated(new, old):
     if shape != old.shape:
         raise ValueError(f"non-broadcastable output operand with shape {old.shape} "
                          f"doesn't match the broadcast shape {shape}")
-    have = np.result_type(new)
-    if have == old.dtype:
+    if np.result_type(new) == old.dtype:
         return new
-    if not np.can_cast(have, old.dtype, casting="same_kind"):
-        raise TypeError(f"Cannot cast array data from {have!r} to {old.dtype!r} "
-                        f"according to the rule 'same_kind'")
-    return np.asarray(new).astype(old.dtype)
+    return np.asarray(cast_into(new, old)).astype(old.dtype)   # (NumPy's TypeError there)
 
 
 @helper

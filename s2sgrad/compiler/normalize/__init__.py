@@ -355,9 +355,7 @@ class _Normalizer:
                     snapshot_definitions(body, other, self.facts.stmts, for_adjoint=True)
                     continue
                 if seen:
-                    where = aliases.defined_at.get(other)
-                    lineno = getattr(where, "lineno", None)
-                    line = f" (line {lineno})" if lineno is not None else ""
+                    line = _defined_line(aliases, other)
                     holder = other
                     while holder not in self.user_names and holder in self.held_by:
                         holder = self.held_by[holder]
@@ -408,10 +406,9 @@ class _Normalizer:
                     readers = readers or Readers(aliases, body)
                     if not read_after(aliases, readers, other, stmt):
                         continue
-                where = aliases.defined_at.get(other)
-                line = f" (line {where.lineno})" if getattr(where, "lineno", None) else ""
                 raise self.err(stmt, f"in-place update of an item of '{shown}' also changes "
-                               f"'{other}'{line}, which holds the same array",
+                               f"'{other}'{_defined_line(aliases, other)}, which holds the "
+                               f"same array",
                                f"Put a copy into '{shown}' ({other}.copy()), or assign a new "
                                f"value: {shown}[i] = {shown}[i] + v.")
 
@@ -480,3 +477,9 @@ class _Normalizer:
             else:
                 out.append(s)
         return out
+
+
+def _defined_line(aliases: AliasFacts, name: str) -> str:
+    """` (line N)`: where `name` is bound, for a refusal's message ('' if not known)."""
+    lineno = getattr(aliases.defined_at.get(name), "lineno", None)
+    return f" (line {lineno})" if lineno is not None else ""
