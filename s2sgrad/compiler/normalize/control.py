@@ -244,19 +244,19 @@ class ControlRules:
                     core.partials_unsure.add(name)
 
     def separate_loop_variables(self, s: ast.For) -> ast.For:
-        """`for i in ...:` with a loop inside it that also iterates over `i`: the
-        inner loop leaves `i` changed for the rest of the outer body, and the adjoint,
-        which sets each loop's variable from its range, would read the wrong value.
-        Each such loop gets a variable of its own and assigns `i` from it as the
-        first statement of its body, so `i` is an ordinary variable, saved and
-        restored like any other."""
-        mine = _target_names(s.target)
+        """`for i in ...:` whose body rebinds `i` (`i = n - 1 - i`, `i += 1`, a loop
+        inside it that also iterates over `i`, or one a pass unrolled into `i = 0;
+        ...; i = 1; ...`): the rest of the body reads the changed `i`, and the adjoint,
+        which sets each loop's variable from its range, would read the wrong value
+        (silently wrong gradients once). Each such loop gets a variable of its own
+        and assigns `i` from it as the first statement of its body, so `i` is an
+        ordinary variable, saved and restored like any other."""
+        shared = _target_names(s.target) & assigned_names(s.body)
+        if not shared:
+            return s
         nested = [f for f in walk_scope(ast.Module(body=s.body, type_ignores=[]),
                                         statements_only=True)
-                  if isinstance(f, ast.For) and _target_names(f.target) & mine]
-        if not nested:
-            return s
-        shared = mine & set().union(*(_target_names(f.target) for f in nested))
+                  if isinstance(f, ast.For) and _target_names(f.target) & shared]
         for loop in [s] + nested:
             fresh = {}
             for node in ast.walk(loop.target):
