@@ -106,6 +106,14 @@ def walrus_while(x):
     return s + np.sum(y)
 
 
+def walrus_while_counts_down(x):
+    n = 3
+    s = 0.0
+    while (n := n - 1) >= 0:   # (the condition's assignment, once run only before the loop)
+        s = s + np.sum(np.sin(x[n] * x))
+    return s
+
+
 def walrus_ifexp(x):
     y = np.sum(np.sin(x)) if (t := np.sum(x * x)) > 0.0 else -1.0
     return y * t
@@ -452,6 +460,7 @@ CASES = [
     ("keyword_only_rebound", [[(3,)], [(2, 2)]]),
     ("walrus_if", [[(3,)], [(2, 2)]]),
     ("walrus_while", [[(3,)], [(2, 2)]]),
+    ("walrus_while_counts_down", [[(3,)], [(3, 2)]]),
     ("walrus_ifexp", [[(3,)], [(2, 2)]]),
     ("add_at", [[(3,)], [()]]),
     ("subtract_at", [[(3,), (3,)], [(), (3,)]]),

@@ -564,7 +564,9 @@ def one_array_call(resolver, value: ast.expr) -> bool:
 
 
 def assigned_in_compound(body: List[ast.stmt]) -> Set[str]:
-    """Names assigned inside a branch or loop keep one name (no SSA versions)."""
+    """Names assigned inside a branch or loop keep one name (no SSA versions); a
+    while loop's condition runs on every trip, so what it assigns too (`while (n :=
+    n - 1) > 0`: once versioned, `n_1 = n - 1` ran once and the loop never ended)."""
     out: Set[str] = set()
     module = ast.Module(body=body, type_ignores=[])
     for node in walk_scope(module):
@@ -572,6 +574,8 @@ def assigned_in_compound(body: List[ast.stmt]) -> Set[str]:
             out |= assigned_names(node.body + node.orelse)
             if isinstance(node, ast.For):
                 out |= assigned_names([node.target])
+            elif isinstance(node, ast.While):
+                out |= assigned_names([node.test])
     return out
 
 
