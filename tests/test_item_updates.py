@@ -78,6 +78,22 @@ def item_of_single_precision(x, w):
     return np.sum(L[0] * x)
 
 
+def counter_beside_a_parameter(x, w):
+    state = {"h": x, "n": 0, "scale": 0.5}
+    for _ in range(2):
+        state["h"] = np.sin(state["h"]) + w
+        state["n"] += 1
+        state["scale"] *= 1.5
+    return np.sum(state["h"] * x) * state["n"] * state["scale"]
+
+
+def number_beside_an_array(x, w):
+    L = [x, np.float64(0.5), 2]
+    L[1] += np.sum(w)
+    L[2] *= 3
+    return np.sum(L[0] * L[1]) * L[2]
+
+
 def loop_for_its_variable(x, w):
     for i in range(3):
         pass
@@ -102,7 +118,8 @@ def _args(shapes):
 @pytest.mark.parametrize("optimize", [True, False], ids=["optimised", "plain"])
 @pytest.mark.parametrize("witness", [True, False], ids=["witness", "no_witness"])
 @pytest.mark.parametrize("shapes", SHAPES, ids=["same", "broadcast"])
-@pytest.mark.parametrize("name", ["own_items", "dict_items", "loop_for_its_variable"])
+@pytest.mark.parametrize("name", ["own_items", "dict_items", "loop_for_its_variable",
+                                  "counter_beside_a_parameter", "number_beside_an_array"])
 def test_updates_of_items_of_their_own_match_differences(mod, name, shapes, witness,
                                                           optimize):
     f = getattr(mod, name)

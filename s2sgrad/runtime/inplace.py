@@ -174,11 +174,14 @@ def item_updated(new, old):
 
 
 @helper
-def item_unshared(container, index, filename, lineno, col, message, hint, text) -> None:
+def item_unshared(container, index, variable_may_share, filename, lineno, col, message,
+                  hint, text) -> None:
     """Before `L[i] += v` on a list or dict: refused at the user's line where the item
     is an array that another item holds too (`L.append(L[0])`), which Python's
     in-place update would change with it (the compiler proves the same of the
-    variables it sees: normalize's item updates)."""
+    variables it sees: normalize's item updates). `variable_may_share`: the compiler
+    found a variable that may hold the item; then any item `+=` would change in place
+    is refused (numbers, NumPy scalars, tuples and strings are replaced, not changed)."""
     if type(container) is list and type(index) is int:
         n = len(container)
         at = index % n if n else index
@@ -188,9 +191,16 @@ def item_unshared(container, index, filename, lineno, col, message, hint, text) 
     else:
         return
     item = container[index]
-    if isinstance(item, np.ndarray) and any(
+    if variable_may_share:
+        if not isinstance(item, _REPLACED_BY_UPDATE):
+            raise TransformError(message, filename, lineno, col, hint, text)
+    elif isinstance(item, np.ndarray) and any(
             isinstance(v, np.ndarray) and np.may_share_memory(item, v) for v in others):
         raise TransformError(message, filename, lineno, col, hint, text)
+
+
+# What `item += v` replaces rather than changes in place (item_unshared).
+_REPLACED_BY_UPDATE = (int, float, complex, np.generic, tuple, str)
 
 
 @helper

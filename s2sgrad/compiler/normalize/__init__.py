@@ -65,7 +65,7 @@ from .scope import (
     walk_scope,
 )
 from .special_calls import SpecialCalls
-from .statements import StatementRules
+from .statements import ItemUpdate, StatementRules
 from .static_branches import prune_static_branches
 from .sugar import desugar, eager_generator
 
@@ -160,7 +160,7 @@ class _Normalizer:
         self.rebound_augassign: Set[str] = set()
         # `L[i] += v` written `t = L[i]; L[i] = t + v`: (t, the container's variable, the
         # user's name for it, the store), for _protect_item_updates.
-        self.item_updates: List[Tuple[str, str, str, ast.stmt]] = []
+        self.item_updates: List[ItemUpdate] = []
         self.lists: Set[str] = set()
         self.tuple_names: Set[str] = set()   # names bound to tuple literals
         self.read_only_lists = read_only_lists(fdef)   # ... and list literals read as ones
@@ -393,10 +393,14 @@ class _Normalizer:
         """`L[i] += v` updates the array L[i] holds in place, in Python; the normal
         form assigns a new one (`L[i] = t + v`), which is the same only where no
         variable that is read later holds that array too (a parameter: the caller
-        reads it). Refused where one may: what shares memory with the item and not
-        with the container as a whole (whose sharers the store's own check covers)."""
+        reads it). Where one may (what shares memory with the item and not with the
+        container as a whole, whose sharers the store's own check covers): refused,
+        at compile time, or where the container is a known list or dict, when the
+        update runs and finds an array there (its other items may be numbers, which
+        `+=` replaces: `state = {"h": x, "n": 0}; state["n"] += 1`)."""
         readers = None
-        for old, container, shown, stmt in self.item_updates:
+        for update in self.item_updates:
+            old, container, stmt = update.old, update.container, update.store
             others = aliases.affected(old, stmt) - aliases.affected(container, stmt) - \
                 {old, container}
             for other in sorted(others):
@@ -406,11 +410,17 @@ class _Normalizer:
                     readers = readers or Readers(aliases, body)
                     if not read_after(aliases, readers, other, stmt):
                         continue
-                raise self.err(stmt, f"in-place update of an item of '{shown}' also changes "
-                               f"'{other}'{_defined_line(aliases, other)}, which holds the "
-                               f"same array",
-                               f"Put a copy into '{shown}' ({other}.copy()), or assign a new "
-                               f"value: {shown}[i] = {shown}[i] + v.")
+                error = self.err(stmt, f"in-place update of an item of '{update.shown}' "
+                                 f"also changes '{other}'{_defined_line(aliases, other)}, "
+                                 f"which holds the same array",
+                                 f"Put a copy into '{update.shown}' ({other}.copy()), or "
+                                 f"assign a new value: {update.shown}[i] = "
+                                 f"{update.shown}[i] + v.")
+                if update.guard is None:
+                    raise error
+                update.guard.args[2:] = [ast.Constant(value=f)
+                                         for f in (True, *guard_fields(error))]
+                break
 
     def _lift_returns(self, body: List[ast.stmt]) -> List[ast.stmt]:
         """Give the function a single final `return`, moving early returns' tails."""

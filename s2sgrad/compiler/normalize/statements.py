@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import ast
-from typing import List
+from typing import List, NamedTuple, Optional
 
 from ... import runtime
 from ...errors import guard_fields
@@ -421,6 +421,19 @@ def unsupported_statement(s: ast.stmt, core) -> Exception:
                     f"function", hints.get(kind, "Rewrite it with plain statements."))
 
 
+class ItemUpdate(NamedTuple):
+    """`L[i] op= v` in normal form, for Normalizer._protect_item_updates: the item's
+    old value, the container (its name in the normal form, and the user's), the
+    store, and the run-time guard (None where the container is not a known list or
+    dict), which that check makes strict where a variable may hold the item."""
+
+    old: str
+    container: str
+    shown: str
+    store: ast.stmt
+    guard: Optional[ast.Call]
+
+
 def augmented_item(core, s: ast.AugAssign, out: List[ast.stmt]) -> None:
     """`x[i] op= v` of the normal form (StatementRules.stmt_AugAssign)."""
     target = s.target
@@ -442,11 +455,13 @@ def augmented_item(core, s: ast.AugAssign, out: List[ast.stmt]) -> None:
                          f"Put a copy into '{base.id}' ({base.id}.append(v.copy())), "
                          f"or assign a new value: {base.id}[i] = {base.id}[i] + v.")
         guard = ast.Call(func=name_node("_s2s_item_unshared"),
-                         args=[core.load(base.id), clone(index)] +
+                         args=[core.load(base.id), clone(index), ast.Constant(value=False)] +
                          [ast.Constant(value=f) for f in guard_fields(error)],
                          keywords=[])
         core.facts.exprs.note(guard, callee=runtime.inplace.item_unshared)
         core.emit(out, ast.Expr(value=guard), target)
+    else:
+        guard = None
     item = copy_location(ast.Subscript(value=core.load(base.id), slice=clone(index),
                                        ctx=ast.Load()), target)
     old = core.names.fresh(readable_stem(item, core) or "item")
@@ -465,4 +480,4 @@ def augmented_item(core, s: ast.AugAssign, out: List[ast.stmt]) -> None:
     stored = core.emit(out, ast.Assign(targets=[copy_location(store, target)],
                                        value=name_node(value),
                                        type_comment=None), target)
-    core.item_updates.append((old, container, base.id, stored))
+    core.item_updates.append(ItemUpdate(old, container, base.id, stored, guard))
