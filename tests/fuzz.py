@@ -1313,6 +1313,7 @@ class ProgramGenerator(FamilyMixin):
             ("struct_read", 1.5 if structs and nested_ok else 0.0, self.s_struct_read),
             ("list_extend", 1.0 if top else 0.0, self.s_extend),
             ("dict", 1.0, self.s_dict),
+            ("dict_counter", 0.4, self.s_dict_counter),
             ("dict_write", 3.0 if any(D.mutable for D in dicts) else 0.0, self.s_dict_write),
             ("dict_loop", 2.5 if dicts and nested_ok else 0.0, self.s_dict_loop),
             ("comprehension", 1.5 if self.lists() or structs or dicts else 0.0,
@@ -1708,6 +1709,12 @@ class ProgramGenerator(FamilyMixin):
             self.indent -= 1
             self.emit(f"{acc.name} = {acc.name} * (1.0 + 0.1 * {i})")
             return
+        if i != "_" and (i, n) not in enclosing and self.rng.random() < 0.25:
+            # the body rebinds the loop's variable first (`i = 2 - i`): the adjoint
+            # once iterated `i` over its range again, and read it for the rebound one
+            self.indent += 1
+            self.emit(f"{i} = " + self.rng.choice([f"{n - 1} - {i}", f"({i} + 1) % {n}"]))
+            self.indent -= 1
         self.ints.append((i, n))
         self.loop_body(acc)
         self.ints.pop()
@@ -2006,8 +2013,18 @@ class ProgramGenerator(FamilyMixin):
         acc = self.accumulator()
         k = self.fresh("k")
         limit = self.rng.choice([2, 3, 4])
+        form = self.rng.choice(["count", "data_and", "data_break", "walrus_count"])
+        if form == "walrus_count":
+            # the condition assigns the counter on every trip (once run only before
+            # the loop, which then never ended); the body reads it as an index
+            self.emit(f"{k} = {limit}")
+            self.emit(f"while ({k} := {k} - 1) >= 0:")
+            self.ints.append((k, limit))
+            self.loop_body(acc)
+            self.ints.pop()
+            self.loop_else(acc)
+            return
         self.emit(f"{k} = 0")
-        form = self.rng.choice(["count", "data_and", "data_break"])
         if form == "count":
             self.emit(f"while {k} < {limit}:")
         elif form == "data_and":
@@ -2166,6 +2183,19 @@ class ProgramGenerator(FamilyMixin):
         self.note_assignment(literal)
         self.emit(f"{name} = {literal}")
         self.declare(DictVar(name, items, True))
+
+    def s_dict_counter(self):
+        """A dict holding an array beside numbers, updated with `+=` and `*=`
+        (`st = {"h": x, "n": 0}; st["n"] += 1`): the array may be a parameter's, and
+        the update replaces the number (once refused, for the array beside it)."""
+        shape = self.rng.choice(self.shape_pool())
+        e = self.expr(shape, 0)
+        self.note_assignment(e)
+        st = self.fresh("st")
+        self.emit(f'{st} = {{"h": {e}, "n": 0, "s": 0.5}}')
+        self.emit(f'{st}["n"] += 1')
+        self.emit(f'{st}["s"] *= 1.5')
+        self.new_var(shape, f'{st}["h"] * ({st}["n"] + {st}["s"])')
 
     def s_dict_write(self):
         D = self.rng.choice([D for D in self.dicts() if D.mutable])
