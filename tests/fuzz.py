@@ -195,6 +195,7 @@ FEATURES = {
     "checkpoint": 0.5,       # @s2sgrad.checkpoint on a helper: recomputed in the adjoint
     "dict_loop": 0.5,        # for k, v in d.items() / d.values() / d.keys() / d
     "dict_iter": 0.5,        # a dict iterated as itself (for k in d) rather than d.keys()
+    "dict_sorted_keys": 0.5,  # for k in sorted(d): ... d[k]
     "comprehension": 0.8,    # [g(t) for t in L if ...], two generators, {k: .. for k, v in ..}
     "builtin_reduce": 0.6,   # sum(gen), sum(L, start), sum(d.values(), s), max(L), min(gen)
     "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
@@ -656,9 +657,11 @@ class ProgramGenerator(FamilyMixin):
         s0 = self.rng.choice(pool)
         return {k: (s0 if self.rng.random() < 0.6 else self.rng.choice(pool)) for k in keys}
 
-    def keys_call(self):
-        """How a loop over a dict's keys is written: `in d` or `in d.keys()`."""
-        return self.choose([("dict_iter", 1.0, lambda: ""), (None, 0.5, lambda: ".keys()")])
+    def keys_of(self, name):
+        """How a loop over a dict's keys is written: `in d`, `in d.keys()` or `in
+        sorted(d)` (whose forward mode once took the dict's tangents for the keys')."""
+        return self.choose([("dict_iter", 1.0, lambda: name), (None, 0.5, lambda: f"{name}.keys()"),
+                            ("dict_sorted_keys", 0.3, lambda: f"sorted({name})")])
 
     @staticmethod
     def record(kind, e1, e2):
@@ -905,7 +908,7 @@ class ProgramGenerator(FamilyMixin):
                            f"{D.name}.values())"
                 src = f"{D.name}[{k}]"
                 return f"{fn}({self.scalar_of(src, D.homogeneous(), d)} for {k} in " \
-                       f"{D.name}{self.keys_call()})"
+                       f"{self.keys_of(D.name)})"
             opts.append(gen_d)
         return self.rng.choice(opts)()
 
@@ -2242,7 +2245,7 @@ class ProgramGenerator(FamilyMixin):
                 literal = ", ".join(f'"{key}": {D.name}["{key}"]' for key in D.items)
                 self.emit(f"for {k} in {{{literal}}}:")   # (a literal's keys)
             else:
-                self.emit(f"for {k} in {D.name}{self.keys_call()}:")
+                self.emit(f"for {k} in {self.keys_of(D.name)}:")
             src = f"{D.name}[{k}]"
         vv = View(src, hom) if hom is not None else View(f"np.sum({src})", ())
         self.loop_body(acc, vv, [vv])
@@ -2343,7 +2346,7 @@ class ProgramGenerator(FamilyMixin):
         if form == "items":
             text = f"{{{k}: {e} for {k}, {v} in {D.name}.items()}}"
         else:
-            text = f"{{{k}: {e} for {k} in {D.name}{self.keys_call()}}}"
+            text = f"{{{k}: {e} for {k} in {self.keys_of(D.name)}}}"
         self.note_assignment(text)
         self.emit(f"{name} = {text}")
         self.declare(DictVar(name, D.items, True))

@@ -32,6 +32,12 @@ def arrays_reversed(x):
     rows.reverse()
     return np.sum(rows[0] * rows[1]) + np.sum(rows[2])
 
+def keys_sorted(x):
+    d = {}
+    for i, v in enumerate(x):
+        d[f"k{i}"] = v ** 2 * np.sin(v)
+    return sum(d[k] * (j + 1.0) for j, k in enumerate(sorted(d)))
+
 def held_elsewhere(x):
     L = [x[0], x[1]]
     held = L
@@ -56,3 +62,20 @@ def test_a_list_another_name_holds_keeps_the_alias_refusal(make_module):
     f = make_module(SOURCE).held_elsewhere
     with pytest.raises(s2sgrad.TransformError, match="in-place update of 'L'"):
         s2sgrad.grad(f)(np.array([0.3, 0.4]))
+
+
+@pytest.mark.parametrize("x", [np.array([0.3, -0.5, 0.8]), np.array([1.2, 0.1, -0.4, 0.6])])
+def test_sorted_keys_of_a_dict_in_forward_mode_and_second_order(make_module, x):
+    """sorted(d) sorts the keys, which carry no derivative: forward mode (and so the
+    HVP, forward over reverse) once took the dict's tangents for the keys'
+    (InternalError: "a derivative of 3 items was expected, not dict")."""
+    f = make_module(SOURCE).keys_sorted
+    u = np.linspace(-1.0, 1.0, x.size)
+    want = numeric_grad(f, (x,), 0)
+    np.testing.assert_allclose(s2sgrad.grad(f)(x), want, rtol=1e-6, atol=1e-9)
+    _, tangent = functional.jvp(f, (x,), (u,))
+    np.testing.assert_allclose(tangent, want @ u, rtol=1e-6, atol=1e-9)
+    g = s2sgrad.grad(f)
+    _, hv = functional.hvp(f, (x,), (u,))
+    np.testing.assert_allclose(hv[0] if isinstance(hv, tuple) else hv,
+                               (g(x + 1e-5 * u) - g(x - 1e-5 * u)) / 2e-5, rtol=1e-5, atol=1e-7)

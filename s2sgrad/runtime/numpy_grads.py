@@ -2417,6 +2417,8 @@ def sorted_like(values, iterable, key=None, reverse=False):
     """values in the order sorted(iterable) puts the iterable's items (the
     permutation sorted_grad undoes)."""
     items = list(iterable)
+    if isinstance(iterable, dict):   # (sorted(d) sorts the keys: no derivative)
+        return [0.0] * len(items)
     values = _items_of(values, len(items))
     if values is None:
         return [0.0] * len(items)
