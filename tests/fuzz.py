@@ -196,6 +196,7 @@ FEATURES = {
     "dict_loop": 0.5,        # for k, v in d.items() / d.values() / d.keys() / d
     "dict_iter": 0.5,        # a dict iterated as itself (for k in d) rather than d.keys()
     "dict_sorted_keys": 0.5,  # for k in sorted(d): ... d[k]
+    "dict_builtin_walk": 0.5,  # for i, k in enumerate(d) / zip(d, ...) / [max(d), min(d)]
     "comprehension": 0.8,    # [g(t) for t in L if ...], two generators, {k: .. for k, v in ..}
     "builtin_reduce": 0.6,   # sum(gen), sum(L, start), sum(d.values(), s), max(L), min(gen)
     "scalar_builtins": 0.6,  # abs, pow, float, np.float64, math.sin/cos/exp/log/sqrt/tanh
@@ -2241,9 +2242,19 @@ class ProgramGenerator(FamilyMixin):
                       f"for {v} in {D.name}.values():")
             src = v
         else:
-            if self.choose([("dict_literal_loop", 0.3, lambda: True), (None, 1.0, lambda: False)]):
+            how = self.choose([("dict_literal_loop", 0.3, lambda: "literal"),
+                               ("dict_builtin_walk", 1.0, lambda: "builtin"),
+                               (None, 1.0, lambda: "plain")])
+            if how == "literal":
                 literal = ", ".join(f'"{key}": {D.name}["{key}"]' for key in D.items)
                 self.emit(f"for {k} in {{{literal}}}:")   # (a literal's keys)
+            elif how == "builtin":
+                # the keys as enumerate, zip, max and min walk them (once read by
+                # position: d[0], a KeyError)
+                i = self.fresh("i")
+                self.emit(self.rng.choice([f"for {i}, {k} in enumerate({D.name}):",
+                                           f"for {k}, {i} in zip({D.name}, range(9)):",
+                                           f"for {k} in [max({D.name}), min({D.name})]:"]))
             else:
                 self.emit(f"for {k} in {self.keys_of(D.name)}:")
             src = f"{D.name}[{k}]"

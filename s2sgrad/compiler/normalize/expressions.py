@@ -9,6 +9,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from ... import runtime
 from ...rules import registry
 from ..names import assign_node, clone, copy_location, name_node, name_nodes
 from . import spelled
@@ -263,6 +264,19 @@ class ExpressionRules:
                                               iter=arg, ifs=[], is_async=0)]), arg)
             ast.fix_missing_locations(arg)
         items = core.statements.operand(arg, out)
+        if kind != "sum" and isinstance(items, ast.Name) and \
+                items.id not in core.lists | core.tuple_names:
+            # What Python walks (a dict's keys; an iterator once, into a list), read
+            # by position below: max(d) once took d[0] and d[1:] (a KeyError).
+            keys = items.id in core.dict_names   # (a dict literal's keys: no gradient)
+            walked = core.names.fresh(f"{items.id}_{'keys' if keys else 'items'}")
+            core.resolver.locals.add(walked)
+            helper = runtime.keys if keys else runtime.loop_items
+            call = ast.Call(func=name_node("_s2s_keys" if keys else "_s2s_loop_items"),
+                            args=[items], keywords=[])
+            core.facts.exprs.note(call, callee=helper)
+            core.emit(out, assign_node(walked, copy_location(call, expr)), expr)
+            items = name_node(walked)
         acc = core.statements.user_temp("total" if kind == "sum" else "best")
         item = core.statements.user_temp("item")
         if kind == "sum":
