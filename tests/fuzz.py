@@ -1318,6 +1318,7 @@ class ProgramGenerator(FamilyMixin):
             ("list_extend", 1.0 if top else 0.0, self.s_extend),
             ("dict", 1.0, self.s_dict),
             ("dict_counter", 0.4, self.s_dict_counter),
+            ("number_keys", 0.3 if nested_ok else 0.0, self.s_number_keys),
             ("dict_write", 3.0 if any(D.mutable for D in dicts) else 0.0, self.s_dict_write),
             ("dict_loop", 2.5 if dicts and nested_ok else 0.0, self.s_dict_loop),
             ("comprehension", 1.5 if self.lists() or structs or dicts else 0.0,
@@ -2200,6 +2201,30 @@ class ProgramGenerator(FamilyMixin):
         self.emit(f'{st}["n"] += 1')
         self.emit(f'{st}["s"] *= 1.5')
         self.new_var(shape, f'{st}["h"] * ({st}["n"] + {st}["s"])')
+
+    def s_number_keys(self):
+        """A dict with number keys, walked by a loop whose body computes with the key
+        (`for k in nk: acc = acc + k * ...`), built by dict(zip(...)) or a literal.
+        (Walked where the compiler does not see it built, a helper's parameter, the
+        keys once handed their cotangents back to the dict as a list: that case is
+        tests/test_dict_iteration.py's, the generator writing no such helper.)"""
+        acc = self.accumulator()
+        shape = self.rng.choice(self.shape_pool())
+        values = [self.expr(shape, 1) for _ in range(2)]
+        for v in values:
+            self.note_assignment(v)
+        nk = self.fresh("nk")
+        if self.rng.random() < 0.5:
+            self.emit(f"{nk} = dict(zip([2, 1], [{values[0]}, {values[1]}]))")
+        else:
+            self.emit(f"{nk} = {{2: {values[0]}, 1: {values[1]}}}")
+        k = self.fresh("k")
+        self.emit(f"for {k} in {nk}:")
+        self.indent += 1
+        self.emit(f"{acc.name} = {acc.name} + 0.3 * {k} * np.tanh({nk}[{k}])"
+                  if acc.shape == shape else
+                  f"{acc.name} = {acc.name} + 0.3 * {k} * np.sum(np.tanh({nk}[{k}]))")
+        self.indent -= 1
 
     def s_dict_write(self):
         D = self.rng.choice([D for D in self.dicts() if D.mutable])

@@ -4,6 +4,12 @@
 dict built in the function were read by position (`d[0]`, `d[1:]`): a KeyError
 where the keys are strings (found by probing), and the items instead of the keys
 where they are numbers. Now each walks the keys, as `for k in d` already did.
+
+And `for k in d: s += k * d[k]` over a dict the compiler does not see built (a
+helper's parameter): the loop walks the keys through _s2s_loop_items, whose
+adjoint handed the keys' cotangents back to the dict as a list
+(InternalError: "cotangents of different structures meet: dict and list"); now a
+dict gets none back from its keys.
 """
 import numpy as np
 import pytest
@@ -45,13 +51,24 @@ def number_keys(x, w):
     return s * max(d) + d[min(d)]
 
 
+def number_keys_walked(d, x):
+    s = 0.0
+    for k in d:
+        s = s + k * np.sum(d[k] * x)
+    return s
+
+
+def number_keys_in_a_helper(x, w):
+    return number_keys_walked({1: np.sin(x) * w, 3: x ** 2}, w)
+
+
 def max_of_an_array_and_of_a_generator(x, w):
     rows = np.tanh(x * w)
     return max(np.sum(rows, axis=1)) + min(np.sum(r * w) for r in rows)
 '''
 
 NAMES = ["enumerated_keys", "keys_zipped_with_rows", "largest_and_smallest_key",
-         "number_keys", "max_of_an_array_and_of_a_generator"]
+         "number_keys", "number_keys_in_a_helper", "max_of_an_array_and_of_a_generator"]
 SHAPES = [((2, 3), (3,)), ((3, 2), (1, 2))]   # (the second broadcasting: w against rows)
 
 

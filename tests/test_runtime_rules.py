@@ -13,7 +13,8 @@ from s2sgrad.runtime import (unbroadcast as ub, expand_reduced as er, transpose_
                              broadcast_like as bl)
 from s2sgrad.runtime.reverse import items_like as il, items_joined as ij
 from s2sgrad.runtime.reverse import dict_item_grad as dig, dict_item_transpose as dit
-from s2sgrad.runtime.reverse import split_as_items as sai
+from s2sgrad.runtime.reverse import split_as_items as sai, loop_items_grad as lig
+from s2sgrad.runtime.reverse import loop_items_tangent as lit
 from s2sgrad.runtime.arrays import as_array as aa, cast_into as cinto
 from s2sgrad.runtime.shapes import swap_last_axes as sla, sum_to_shape as sts
 from s2sgrad.runtime.tangent import like_returned as lr, unlike_returned as ul
@@ -59,6 +60,12 @@ def f_sum_to_shape(x, like):
 def f_items_like(c, x):
     parts = il(c * c, [x, 2.0 * x])
     return parts[0] * np.sin(parts[1]) * x
+
+def f_loop_items_grad(c, x):
+    return lig(c * c, x * 2.0) * x
+
+def f_loop_items_tangent(t, x):
+    return lit(t * t, x * 2.0) * x
 
 def f_items_joined(a, b, c):
     return ij([a * a, b * a], c) * c
@@ -218,6 +225,10 @@ CASES = [
     ("f_items_like", [(2, 3), (3,)], [0, 1], ["_s2s_items_like"]),
     ("f_items_like", [(2, 2), (2,)], [0, 1], []),
     ("f_items_joined", [(3,), (3,), (2, 3)], [0, 1, 2], ["_s2s_items_joined"]),
+    ("f_loop_items_grad", [(3,), (3,)], [0, 1], ["_s2s_loop_items_grad"]),
+    ("f_loop_items_grad", [(2, 3), (2, 3)], [0, 1], []),
+    ("f_loop_items_tangent", [(3,), (3,)], [0, 1], ["_s2s_loop_items_tangent"]),
+    ("f_loop_items_tangent", [(2, 3), (2, 3)], [0, 1], []),
     ("f_items_joined", [(), (), (2,)], [0, 1, 2], []),
     ("f_like_returned", [(3,), (3,)], [0, 1], ["_s2s_like_returned"]),
     ("f_like_returned", [(2, 2), (2, 2)], [0, 1], []),

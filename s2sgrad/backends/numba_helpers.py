@@ -674,6 +674,13 @@ def real_part(v):
 
 
 @version
+def loop_items_grad(cotangent, value):
+    """The items' cotangent handed back to what the loop walked (numba code takes no
+    dicts, whose keys would hand back none)."""
+    return lambda cotangent, value: cotangent
+
+
+@version
 def loop_items(value):
     """What `for x in value` walks: an array or a tuple by position, as it is; a list
     copied (as the NumPy backend's: a later append must not change it); an iterator

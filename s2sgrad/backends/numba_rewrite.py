@@ -63,7 +63,8 @@ NUMBA_HELPERS = frozenset({
     "real_only", "add_at", "copy_item", "restore_item", "zero_item", "accumulate",
     "add", "transpose_grad", "extremum_grad", "safe_divide", "none_to_zero",
     "log_softmax", "softmax", "logsumexp", "sigmoid_exp", "sigmoid_tanh", "loop_items",
-    "cast_into", "concatenate_grad", "stack_grad", "real_part", "written_grad", "unshared",
+    "loop_items_grad", "cast_into", "concatenate_grad", "stack_grad", "real_part", "written_grad",
+    "unshared",
 })
 
 # NumPy's functions that join a sequence of arrays (numba's take a tuple of them).

@@ -69,6 +69,11 @@ _rule(runtime_reverse.items_like, "cotangent, value", cotangent="items_joined(g,
       name="_s2s_items_like")
 _rule(runtime_reverse.items_joined, "items, cotangent", items="items_like(g, items)",
       name="_s2s_items_joined")
+# What a loop walked handed back to what it walks, and the tangent (the transposes).
+_rule(runtime_reverse.loop_items_grad, "cotangent, value",
+      cotangent="loop_items_tangent(g, value)", name="_s2s_loop_items_grad")
+_rule(runtime_reverse.loop_items_tangent, "tangent, value",
+      tangent="loop_items_grad(g, value)", name="_s2s_loop_items_tangent")
 _rule(runtime_inplace.add, "total, contribution", total="g", contribution="g",
       name="_s2s_add")
 _rule(runtime_inplace.item_updated, "new, old", new="g", name="_s2s_item_updated")

@@ -49,6 +49,7 @@ from .reverse import (  # noqa: F401 - the names generated code and rules use
     items_cotangent,
     keys,
     loop_items,
+    loop_items_grad,
     loop_items_tangent,
     matmul_grad_a,
     matmul_grad_b,

@@ -431,6 +431,14 @@ _DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 
 
 @helper
+def loop_items_grad(cotangent, value):
+    """The cotangent loop_items(value) hands back to value: the items' own, or for a
+    dict, whose keys the loop walked (numbers a body may compute with: `for k in d:
+    s += k * d[k]`), none: a zero in the dict's structure."""
+    return zeros_like(value) if isinstance(value, dict) else cotangent
+
+
+@helper
 def loop_items_tangent(tangent, value):
     """The tangent of loop_items(value): none for a dict's keys (or a view of it)."""
     return [0.0] * len(value) if isinstance(value, (dict, _DICT_VIEWS)) else tangent

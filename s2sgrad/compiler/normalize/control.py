@@ -313,26 +313,14 @@ class ControlRules:
         # `for t in [x, x ** 2]`: the literal gets a name, so that the items the loop
         # reads can hand their adjoints back to x and x ** 2.
         atom = core.statements.operand(it, out)
-        if isinstance(atom, ast.Name) and atom.id in core.dict_names:
-            # A dict literal's name inside zip() or enumerate() (a loop over it alone
-            # is dict_loop's): Python walks its keys, not its items by position.
-            name = core.names.fresh(f"{atom.id}_keys")
-            core.resolver.locals.add(name)
-            call = ast.Call(func=name_node("_s2s_keys"), args=[atom], keywords=[])
-            core.facts.exprs.note(call, callee=runtime.keys)
-            core.emit(out, assign_node(name, copy_location(call, it)), it)
-            return copy_location(name_node(name), it)
-        if isinstance(atom, ast.Name) and atom.id in core.resolver.locals | core.names.taken \
-                and atom.id not in core.lists | core.tuple_names | core.dict_names:
+        if isinstance(atom, ast.Name) and (atom.id in core.dict_names or (
+                atom.id in core.resolver.locals | core.names.taken and
+                atom.id not in core.lists | core.tuple_names)):
             # Maybe a dict (an argument, an item of one): Python walks its keys. The
             # transform makes this a plain copy where the value is proven an array.
-            name = core.names.fresh(f"{atom.id}_items")
-            core.resolver.locals.add(name)
-            call = ast.Call(func=name_node("_s2s_loop_items"),
-                            args=[atom], keywords=[])
-            core.facts.exprs.note(call, callee=runtime.loop_items)
-            core.emit(out, assign_node(name, copy_location(call, it)), it)
-            return copy_location(name_node(name), it)
+            # (A dict literal's name gets here inside zip() or enumerate(); a loop
+            # over it alone is dict_loop's.)
+            return spelled.walked(core, atom, it, out)
         return atom
 
     def test(self, expr, out, stem) -> ast.expr:

@@ -9,7 +9,6 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ... import runtime
 from ...rules import registry
 from ..names import assign_node, clone, copy_location, name_node, name_nodes
 from . import spelled
@@ -266,38 +265,10 @@ class ExpressionRules:
         items = core.statements.operand(arg, out)
         if kind != "sum" and isinstance(items, ast.Name) and \
                 items.id not in core.lists | core.tuple_names:
-            # What Python walks (a dict's keys; an iterator once, into a list), read
-            # by position below: max(d) once took d[0] and d[1:] (a KeyError).
-            keys = items.id in core.dict_names   # (a dict literal's keys: no gradient)
-            walked = core.names.fresh(f"{items.id}_{'keys' if keys else 'items'}")
-            core.resolver.locals.add(walked)
-            helper = runtime.keys if keys else runtime.loop_items
-            call = ast.Call(func=name_node("_s2s_keys" if keys else "_s2s_loop_items"),
-                            args=[items], keywords=[])
-            core.facts.exprs.note(call, callee=helper)
-            core.emit(out, assign_node(walked, copy_location(call, expr)), expr)
-            items = name_node(walked)
+            items = spelled.walked(core, items, expr, out)   # (read by position below)
         acc = core.statements.user_temp("total" if kind == "sum" else "best")
         item = core.statements.user_temp("item")
-        if kind == "sum":
-            first: ast.expr = start if start is not None else ast.Constant(value=0)
-            sequence: ast.expr = items
-            step: ast.expr = ast.BinOp(left=name_node(acc), op=ast.Add(),
-                                       right=name_node(item))
-        else:
-            first = ast.Subscript(value=clone(items), slice=ast.Constant(value=0),
-                                  ctx=ast.Load())
-            sequence = ast.Subscript(value=clone(items), slice=ast.Slice(
-                lower=ast.Constant(value=1), upper=None, step=None), ctx=ast.Load())
-            step = ast.Call(func=name_node(kind),
-                            args=[name_node(acc),
-                                  name_node(item)], keywords=[])
-        statements = [
-            ast.Assign(targets=[name_node(acc, True)], value=first),
-            ast.For(target=name_node(item, True), iter=sequence,
-                    body=[ast.Assign(targets=[name_node(acc, True)], value=step)],
-                    orelse=[], type_comment=None)]
-        for st in statements:
+        for st in _reduction_loop(kind, items, start, acc, item):
             for node in [st, *walk_scope(st)]:
                 if isinstance(node, (ast.stmt, ast.expr)):
                     copy_location(node, expr)
@@ -439,3 +410,22 @@ class ExpressionRules:
         keywords = [ast.keyword(arg=k.arg, value=core.statements.operand(k.value, out))
                     for k in expr.keywords]
         return copy_location(ast.Call(func=callee, args=args, keywords=keywords), expr)
+
+
+def _reduction_loop(kind: str, items: ast.expr, start: Optional[ast.expr], acc: str,
+                    item: str) -> List[ast.stmt]:
+    """The loop ExpressionRules.builtin_reduction spells `sum`, `max` or `min` as."""
+    if kind == "sum":
+        first: ast.expr = start if start is not None else ast.Constant(value=0)
+        sequence: ast.expr = items
+        step: ast.expr = ast.BinOp(left=name_node(acc), op=ast.Add(), right=name_node(item))
+    else:
+        first = ast.Subscript(value=clone(items), slice=ast.Constant(value=0), ctx=ast.Load())
+        sequence = ast.Subscript(value=clone(items), slice=ast.Slice(
+            lower=ast.Constant(value=1), upper=None, step=None), ctx=ast.Load())
+        step = ast.Call(func=name_node(kind), args=[name_node(acc), name_node(item)],
+                        keywords=[])
+    return [ast.Assign(targets=[name_node(acc, True)], value=first),
+            ast.For(target=name_node(item, True), iter=sequence,
+                    body=[ast.Assign(targets=[name_node(acc, True)], value=step)],
+                    orelse=[], type_comment=None)]

@@ -1,6 +1,7 @@
 """What the normaliser spells out as Python runs it: starred items of list
 literals, `f(*args)` of known tuples, `f(**opts)` of known dicts, loops over and
-items of a literal of functions, names bound to functions.
+items of a literal of functions, names bound to functions, and what a loop, zip,
+enumerate, max or min walks of a value (`walked`).
 
 Each function takes the normaliser `n` (its state: the environment of names,
 the known tuples, the resolver) and returns the spelled-out form, or None (or
@@ -532,3 +533,19 @@ def index_concat(n, expr: ast.Subscript, out) -> Optional[ast.expr]:
     node = ast.Call(func=name_node("_s2s_index_concat"), args=[base] + items, keywords=[])
     n.facts.exprs.note(node, callee=runtime.numpy_grads.index_concat)
     return copy_location(node, expr)
+
+
+def walked(core, atom: ast.Name, at: ast.AST, out: List[ast.stmt]) -> ast.Name:
+    """What Python walks of `atom` (a loop, zip, enumerate, max, min), bound to a name
+    of its own: a dict literal's keys (_s2s_keys: no gradient), anything else through
+    _s2s_loop_items (a dict's keys, an iterator walked once into a list, a list
+    copied, an array itself). Read by position afterwards, never `atom` itself: a
+    dict read as d[0] and d[1:] once gave a KeyError, or items for its number keys."""
+    keys = atom.id in core.dict_names
+    name = core.names.fresh(f"{atom.id}_{'keys' if keys else 'items'}")
+    core.resolver.locals.add(name)
+    call = ast.Call(func=name_node("_s2s_keys" if keys else "_s2s_loop_items"),
+                    args=[atom], keywords=[])
+    core.facts.exprs.note(call, callee=runtime.keys if keys else runtime.loop_items)
+    core.emit(out, assign_node(name, copy_location(call, at)), at)
+    return copy_location(name_node(name), at)

@@ -11,7 +11,15 @@ from ...errors import InternalError
 from ...rules import registry
 from .. import sites
 from ..analyze import is_realising
-from ..names import assign_node, clone, copy_location, helper_call, index_expr, name_node
+from ..names import (
+    assign_node,
+    clone,
+    copy_location,
+    helper_call,
+    index_expr,
+    loop_items_of,
+    name_node,
+)
 from ..ops import UFUNC_AT_SIGNS, Op, OpKind, names, ufunc_at_kind
 from .records import (
     DIFFERENTIABLE_KINDS,
@@ -106,6 +114,8 @@ class AdjointStatements:
                 g: ast.expr = name_node(core.bar_of(op.outputs[0]))
                 if src in core.nf.lists and op.outputs[0] not in core.nf.lists:
                     g = helper_call("items_like", g, name_node(src))   # (see rule_contribution)
+                elif loop_items_of(s) is not None and src not in core.nf.lists:
+                    g = helper_call("loop_items_grad", g, name_node(src))   # (a dict's keys)
                 core.accumulate(src, g, out)
             return
         g_name = core.bar_of(op.outputs[0]) if op.outputs else None
