@@ -81,14 +81,25 @@ def numeric_grad(f, args, i, eps=EPS):
     return numeric_vjp(f, args, 1.0, i, eps)
 
 
-def assert_grads_match_differences(f, args, positions, rtol=1e-6, atol=1e-8):
+def assert_grads_match_differences(f, args, positions, rtol=1e-6, atol=1e-8,
+                                   witness=True, optimize=True):
     """s2sgrad.grad(f, positions)(*args) against central differences, argument by
-    argument; the gradients."""
+    argument; the gradients. `optimize=False`: the plain (unoptimised) pair, run
+    directly; `witness`: grad's self-check, on or off. Arrays are copied for each
+    run (a function that writes into its arguments must not see another's)."""
     import s2sgrad
-    grads = s2sgrad.grad(f, tuple(positions))(*args)
+
+    def fresh():
+        return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    if optimize:
+        grads = s2sgrad.grad(f, tuple(positions), witness=witness)(*fresh())
+    else:
+        compiled = s2sgrad.compiler.compile_function(f, tuple(positions), optimize_code=False)
+        _, residuals = compiled.forward(*fresh())
+        grads = compiled.adjoint(residuals, 1.0)
     for i, g in zip(positions, grads):
-        np.testing.assert_allclose(g, numeric_grad(f, args, i), rtol=rtol, atol=atol,
-                                   err_msg=f"argument {i}")
+        np.testing.assert_allclose(g, numeric_grad(f, fresh(), i), rtol=rtol, atol=atol,
+                                   err_msg=f"{getattr(f, '__name__', f)}: argument {i}")
     return grads
 
 

@@ -13,9 +13,8 @@ dict gets none back from its keys.
 """
 import numpy as np
 import pytest
-from conftest import import_source, numeric_grad
+from conftest import assert_grads_match_differences, import_source, numeric_grad
 
-import s2sgrad
 from s2sgrad import functional
 
 SOURCE = '''
@@ -86,12 +85,7 @@ def _args(shapes):
 @pytest.mark.parametrize("shapes", SHAPES, ids=["same", "broadcast"])
 @pytest.mark.parametrize("name", NAMES)
 def test_a_dict_walked_by_builtins_matches_differences(mod, name, shapes, witness):
-    f = getattr(mod, name)
-    args = _args(shapes)
-    grads = s2sgrad.grad(f, wrt=(0, 1), witness=witness)(*[a.copy() for a in args])
-    for i, g in enumerate(grads):
-        np.testing.assert_allclose(g, numeric_grad(f, [a.copy() for a in args], i),
-                                   rtol=1e-6, atol=1e-8, err_msg=f"{name}: argument {i}")
+    assert_grads_match_differences(getattr(mod, name), _args(shapes), (0, 1), witness=witness)
 
 
 @pytest.mark.parametrize("name", NAMES)

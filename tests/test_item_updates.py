@@ -16,7 +16,7 @@ empty loop, so `i` stayed None (a TypeError at run time).
 """
 import numpy as np
 import pytest
-from conftest import import_source, numeric_grad
+from conftest import assert_grads_match_differences, import_source, numeric_grad
 
 import s2sgrad
 
@@ -122,17 +122,8 @@ def _args(shapes):
                                   "counter_beside_a_parameter", "number_beside_an_array"])
 def test_updates_of_items_of_their_own_match_differences(mod, name, shapes, witness,
                                                           optimize):
-    f = getattr(mod, name)
-    args = _args(shapes)
-    if optimize:
-        grads = s2sgrad.grad(f, wrt=(0, 1), witness=witness)(*[a.copy() for a in args])
-    else:
-        compiled = s2sgrad.compiler.compile_function(f, (0, 1), optimize_code=False)
-        _, residuals = compiled.forward(*[a.copy() for a in args])
-        grads = compiled.adjoint(residuals, 1.0)
-    for i, g in enumerate(grads):
-        np.testing.assert_allclose(g, numeric_grad(f, [a.copy() for a in args], i),
-                                   rtol=1e-6, atol=1e-8, err_msg=f"{name}: argument {i}")
+    assert_grads_match_differences(getattr(mod, name), _args(shapes), (0, 1),
+                                   witness=witness, optimize=optimize)
 
 
 @pytest.mark.parametrize("witness", [True, False], ids=["witness", "no_witness"])

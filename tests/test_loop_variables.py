@@ -11,7 +11,7 @@ variable gets one of its own, and the user's name is an ordinary variable.
 """
 import numpy as np
 import pytest
-from conftest import import_source, leaf_differences, numeric_grad
+from conftest import assert_grads_match_differences, import_source, leaf_differences, numeric_grad
 
 import s2sgrad
 
@@ -91,17 +91,8 @@ def _args(shapes):
 @pytest.mark.parametrize("shapes", SHAPES, ids=["same", "broadcast"])
 @pytest.mark.parametrize("name", NAMES)
 def test_a_rebound_loop_variable_matches_differences(mod, name, shapes, witness, optimize):
-    f = getattr(mod, name)
-    args = _args(shapes)
-    if optimize:
-        grads = s2sgrad.grad(f, wrt=(0, 1), witness=witness)(*[a.copy() for a in args])
-    else:
-        compiled = s2sgrad.compiler.compile_function(f, (0, 1), optimize_code=False)
-        _, residuals = compiled.forward(*[a.copy() for a in args])
-        grads = compiled.adjoint(residuals, 1.0)
-    for i, g in enumerate(grads):
-        np.testing.assert_allclose(g, numeric_grad(f, [a.copy() for a in args], i),
-                                   rtol=1e-6, atol=1e-8, err_msg=f"{name}: argument {i}")
+    assert_grads_match_differences(getattr(mod, name), _args(shapes), (0, 1),
+                                   witness=witness, optimize=optimize)
 
 
 STRUCTURED = '''
