@@ -1093,6 +1093,7 @@ class FamilyMixin:
         self.stmt_budget = self.rng.choice([0, 1, 2])
         # local lambdas, closing over arguments and locals
         local = []
+        defaulted = set()   # lambdas and nested defs with a default: called with it or not
         for _ in range(self.rng.choice([0, 1, 1, 2])):
             lam = self.fresh("g")
             v = self.rng.choice([d for d in declared])
@@ -1103,11 +1104,15 @@ class FamilyMixin:
                                     f"u * u * 0.5 + {closed} * np.cos(u)"])
             if entry_closure and self.rng.random() < 0.3:
                 body = f"({body}) * k0"   # a variable of the factory around f too
-            self.emit(f"{lam} = lambda u: {body}")
+            if self.rng.random() < 0.3:   # a constant default, called with it or not
+                self.emit(f"{lam} = lambda u, k={self.rng.choice(['0.5', '2', '-0.7'])}: "
+                          f"({body}) * k")
+                defaulted.add(lam)
+            else:
+                self.emit(f"{lam} = lambda u: {body}")
             if self.rng.random() < 0.3:   # late binding: the lambda sees the new value
                 self.emit(f"{closed} = {closed} * 0.5 + 0.1")
             local.append(lam)
-        defaulted = set()   # nested defs with a default: called with it, without it, by name
         for _ in range(self.rng.choice([0, 0, 1, 2])):   # nested defs closing over locals
             cell = self.fresh("cell")
             v = self.rng.choice([d for d in declared])

@@ -51,6 +51,18 @@ def lambda_default(x, c):
     return np.sum(g ** 2)
 
 
+def named_lambda_called_with_defaults(x, c):
+    shift = np.sin(c)
+    g = lambda v, k=2.0, m=-0.5: np.tanh(v * k) + m * shift  # noqa: E731
+    return np.sum(g(x) + g(x, 3.0) * g(x, m=1.5))
+
+
+def named_lambda_default_from_a_variable(x, c):
+    k = 2.0
+    g = lambda v, k=k: v * k * c  # noqa: E731
+    return np.sum(g(x))
+
+
 def grad_of_closure_with_default(x, c):
     scale = 1.5 * np.tanh(c)
     def inner(v, k=2):
@@ -112,6 +124,7 @@ def default_from_a_variable(x, c):
 '''
 
 NAMES = ["default_left_out", "default_by_keyword", "negative_default", "lambda_default",
+         "named_lambda_called_with_defaults",
          "grad_of_closure_with_default", "vjp_of_closure", "vjp_of_closure_with_default",
          "vjp_of_named_lambda", "jvp_of_closure", "hvp_of_closure"]
 # c a number, x a vector; c of x's shape; c broadcast against a matrix x
@@ -144,6 +157,7 @@ def test_closure_calls_and_derivatives_match_differences(mod, name, shapes, witn
 @pytest.mark.parametrize("name, says", [
     ("lambda_calling_a_nested_def", "uses inner, defined inside this function too"),
     ("default_from_a_variable", "defaults that are not constants"),
+    ("named_lambda_default_from_a_variable", "defaults that are not constants"),
 ])
 def test_what_a_lifted_function_could_not_see_is_refused_at_the_line(mod, name, says):
     with pytest.raises(s2sgrad.TransformError) as info:

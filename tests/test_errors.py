@@ -162,6 +162,12 @@ def lambda_inside(x):
 def lambda_with_default(x):
     f = lambda v, k=2.0: v * k  # noqa: E731
     return f(x)
+
+
+def lambda_with_variable_default(x):
+    k = 2.0
+    f = lambda v, k=k: v * k  # noqa: E731
+    return f(x)
 '''
 
 
@@ -195,9 +201,11 @@ def test_async_function_is_rejected(more):
         s2sgrad.grad(more.coroutine)(1.0)
 
 
-def test_lambda_defined_inside_is_differentiated_unless_it_has_defaults(more):
+def test_lambda_defined_inside_is_differentiated_unless_a_default_is_a_variable(more):
     x = np.array([0.5, -1.5])
     assert np.allclose(s2sgrad.grad(lambda x: np.sum(more.lambda_inside(x)))(x), [2.0, 2.0])
-    with pytest.raises(TransformError, match="lambda with defaults") as err:
-        s2sgrad.grad(lambda x: np.sum(more.lambda_with_default(x)))(x)
+    assert np.allclose(s2sgrad.grad(lambda x: np.sum(more.lambda_with_default(x)))(x),
+                       [2.0, 2.0])
+    with pytest.raises(TransformError, match="defaults that are not constants") as err:
+        s2sgrad.grad(lambda x: np.sum(more.lambda_with_variable_default(x)))(x)
     assert "^" in str(err.value)

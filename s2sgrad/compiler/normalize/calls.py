@@ -138,9 +138,9 @@ class CallRules:
         values then, as Python's late binding reads them), so it is differentiated
         like any helper."""
         a = lam.args
-        if a.vararg or a.kwarg or a.kwonlyargs or a.defaults:
-            raise self.core.err(expr, "cannot differentiate a call of a lambda with defaults, "
-                                "*args or keyword-only parameters",
+        if a.vararg or a.kwarg or a.kwonlyargs or not all(_constant(d) for d in a.defaults):
+            raise self.core.err(expr, "cannot differentiate a call of a lambda with *args, "
+                                "keyword-only parameters or defaults that are not constants",
                                 "Give the lambda plain parameters, or define a function.")
         fn, free = self.differentiated_function(lam, expr)
         return self.call_of(fn, [], {}, expr, free, out)
