@@ -289,7 +289,7 @@ class ScaleBy(s2sgrad.Function):
     "Affine": '''\
 class Affine(s2sgrad.Function):
     @staticmethod
-    def forward(ctx, x, a, b):
+    def forward(ctx, x, a=1.5, b=0.0):
         ctx.a, ctx.b = a, b
         ctx.save_for_backward(x)
         return np.tanh(x) * a + b
@@ -1044,9 +1044,12 @@ class ProgramGenerator(FamilyMixin):
                 a, b = b, a
             return f"Mul.apply({a}, {b})"
 
-        def affine():   # (ctx set by a tuple assignment; a vjp rebinding and updating g)
+        def affine():   # (ctx set by a tuple assignment; a vjp rebinding and updating g;
+            # applied without forward's defaults, its vjp's Nones for them are dropped)
             self.classes.add("Affine")
-            return f"Affine.apply({self.expr(shape, d)}, {self.const()}, {self.const()})"
+            given = self.rng.choice([2, 2, 1, 0])
+            rest = "".join(f", {self.const()}" for _ in range(given))
+            return f"Affine.apply({self.expr(shape, d)}{rest})"
 
         def sincos():
             self.classes.add("SinCos")

@@ -320,3 +320,76 @@ def f(a, b):
 @pytest.mark.parametrize("shape", [(3,), (2, 2)])
 def test_same_function_applied_twice(fm, shape, rng):
     check_vjp(fm.chained, [rng.standard_normal(shape)])
+
+
+TRAILING_NONES = '''
+import numpy as np
+import s2sgrad
+
+
+class Clamp(s2sgrad.Function):
+    """A vjp written for forward's whole signature, applied without the defaults."""
+    @staticmethod
+    def forward(ctx, x, lo=0.3, hi=0.9):
+        ctx.save_for_backward((x > lo) & (x < hi))
+        return np.clip(x, lo, hi)
+
+    @staticmethod
+    def vjp(ctx, g):
+        inside, = ctx.saved_tensors
+        return g * inside, None, None
+
+
+class ScaledBy(s2sgrad.Function):
+    """Its gradients a tuple made before the return (counted when the pullback runs)."""
+    @staticmethod
+    def forward(ctx, x, k=2.0):
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def vjp(ctx, g):
+        grads = (g * ctx.k, None)
+        return grads
+
+
+class ExtraGradient(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x, k=2.0):
+        return x * k
+
+    @staticmethod
+    def vjp(ctx, g):
+        return g * 2.0, g
+
+
+def clamped(x, w):
+    return np.sum(Clamp.apply(x * w) * x) + np.sum(Clamp.apply(x, 0.4, 0.8) * w)
+
+
+def scaled(x, w):
+    return np.sum(ScaledBy.apply(x * w) ** 2)
+
+
+def extra(x):
+    return np.sum(ExtraGradient.apply(x))
+'''
+
+
+@pytest.mark.parametrize("shapes", [((4,), (4,)), ((2, 4), (4,))])
+@pytest.mark.parametrize("name", ["clamped", "scaled"])
+def test_trailing_none_gradients_for_defaulted_parameters_are_dropped(make_module, name,
+                                                                       shapes, rng):
+    """PyTorch drops Nones a backward returns past the inputs apply was given (a vjp
+    written for forward's defaulted parameters); s2sgrad refused them as a wrong
+    count (found by probing)."""
+    m = make_module(TRAILING_NONES)
+    args = [rng.uniform(0.1, 1.2, s) for s in shapes]
+    check_vjp(getattr(m, name), args, wrt=[0, 1])
+
+
+def test_an_extra_gradient_that_is_not_none_is_still_a_wrong_count(make_module):
+    m = make_module(TRAILING_NONES)
+    with pytest.raises(TypeError, match=r"ExtraGradient\.vjp returns 2 gradient\(s\), "
+                                        r"expected 1"):
+        s2sgrad.grad(m.extra)(np.ones(3))

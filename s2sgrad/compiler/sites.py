@@ -432,9 +432,12 @@ def _inline_vjp(site: FunctionSite, vjp, slots, saved, names: NameRegistry) -> N
 
 def result_elements(result, n_in: int, site: FunctionSite) -> Optional[List[ast.expr]]:
     if isinstance(result, ast.Tuple):
-        if len(result.elts) != n_in:
+        elts = list(result.elts)
+        if len(elts) > n_in and all(_is_none(e) for e in elts[n_in:]):
+            elts = elts[:n_in]   # (Nones for forward's defaulted parameters, as PyTorch drops)
+        if len(elts) != n_in:
             _count_error(site, len(result.elts))
-        return list(result.elts)
+        return elts
     if n_in == 1:
         return [result]
     if _is_none(result):

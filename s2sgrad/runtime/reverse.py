@@ -126,8 +126,13 @@ def safe_log(x):
 def check_count(grads, expected: int, method: str):
     """Validate that a Function's vjp returned one gradient per input.
 
-    `method` is "Class.vjp" (or "Class.backward"), for the message.
+    `method` is "Class.vjp" (or "Class.backward"), for the message. Trailing Nones
+    past the inputs the call passed (a vjp written for forward's defaulted
+    parameters, `return g, None, None` for `apply(x)`) are dropped, as PyTorch does.
     """
+    if isinstance(grads, (tuple, list)) and len(grads) > expected and \
+            all(g is None for g in grads[expected:]):
+        grads = grads[:expected]
     return one_per(grads, expected, method, "gradient", "input")
 
 
