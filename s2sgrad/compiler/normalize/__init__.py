@@ -158,8 +158,7 @@ class _Normalizer:
         self.held_by: Dict[str, str] = {}
         self.force_in_place: Set[str] = set()
         self.rebound_augassign: Set[str] = set()
-        # `L[i] += v` written `t = L[i]; L[i] = t + v`: (t, the container's variable, the
-        # user's name for it, the store), for _protect_item_updates.
+        # `L[i] += v` written `t = L[i]; L[i] = t + v`, recorded for _protect_item_updates.
         self.item_updates: List[ItemUpdate] = []
         self.lists: Set[str] = set()
         self.tuple_names: Set[str] = set()   # names bound to tuple literals

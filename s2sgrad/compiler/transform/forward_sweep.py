@@ -230,9 +230,8 @@ class ForwardSweep:
             # A callee's residuals (a Function's saved values) may hold the very array it
             # returns (`return result`, kept for its rule): an output the caller writes
             # into later gets a copy of its own, or the write would change them too.
-            written = getattr(core.nf, "written_in_place", ())
             out.extend(assign_node(o, helper_call("snapshot", name_node(o)))
-                       for o in op.outputs if snapshot or o in written)
+                       for o in op.outputs if snapshot or o in core.nf.written_in_place)
         elif snapshot:
             copied = core.facts.shallow_copy(s)
             copied.value = helper_call("snapshot", s.value)
