@@ -22,6 +22,24 @@ AUTOGRAD_DIFFERENT = {
     'math.erfc-0': NO_VJP,  # math.erfc(x)
     'math.erfc-1': NO_VJP,  # math.erfc(x) ** 2
     'np.sinc-3': "autograd's derivative of sinc divides by x: nan at x == 0",
+    'np.linalg.lstsq-0': NO_VJP,  # np.linalg.lstsq(x, y, rcond=None)[0]
+    'np.linalg.lstsq-1': NO_VJP,  # np.linalg.lstsq(x, y, rcond=None)
+    'np.linalg.lstsq-2': NO_VJP,  # np.linalg.lstsq(x, y)[0]
+    'np.linalg.lstsq-3': NO_VJP,  # np.linalg.lstsq(x, y)[1] * np.sum(np.linalg.lstsq(x, y)[3])
+    'scipy.spatial.distance.cdist-0': NO_VJP,
+    'scipy.spatial.distance.cdist-1': NO_VJP,
+    'scipy.spatial.distance.cdist-2': NO_VJP,
+    'scipy.spatial.distance.cdist-3': NO_VJP,
+    'scipy.spatial.distance.cdist-4': NO_VJP,
+    'scipy.spatial.distance.cdist-5': NO_VJP,
+    'scipy.spatial.distance.cdist-6': NO_VJP,
+    'scipy.spatial.distance.pdist-0': NO_VJP,
+    'scipy.spatial.distance.pdist-1': NO_VJP,
+    'scipy.spatial.distance.pdist-2': NO_VJP,
+    'scipy.spatial.distance.pdist-3': NO_VJP,
+    'scipy.spatial.distance.squareform-0': NO_VJP,
+    'scipy.spatial.distance.squareform-1': NO_VJP,
+    'scipy.spatial.distance.squareform-2': NO_VJP,
     'np.linalg.det-3': "autograd's gradient of det is det * inv(a).T: nan or inf at a "
                        "singular matrix (s2sgrad's cofactors are exact there)",
     'scipy.linalg.solve_banded-1': "autograd's cotangent of ab has b's columns side by "

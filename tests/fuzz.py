@@ -116,6 +116,8 @@ FEATURES = {
     "ufunc_outer": 0.3,      # np.multiply.outer(a, b), np.subtract.outer, ... of variables
     "einsum": 0.3,           # np.einsum: contractions, outer products, traces of rows
     "concatenate": 0.2,      # np.concatenate([a, b])
+    "lstsq": 0.15,           # np.linalg.lstsq(A, b)[0] of a full-rank A, its residuals
+    "distance": 0.2,         # scipy.spatial.distance cdist / pdist of separated points
     "stack": 0.3,            # np.stack(list_var)
     "builtin_minmax": 0.15,  # max(a, b) / min(a, b) on numbers
     "builtin_sorted": 0.3,   # sorted(v)[k], np.dot(sorted(v, reverse=True), w), by key=abs
@@ -229,6 +231,8 @@ FEATURES = {
     # with several outputs, decorators and partials, higher order)
     **FAMILY_FEATURES,
 }
+if importlib.util.find_spec("scipy") is None:   # (an optional extra: without it, no cdist)
+    FEATURES["distance"] = 0.0
 
 SHAPES = [(3,), (4,), (2, 3), ()]
 ARG_KINDS = [("v3", 3.0), ("m23", 1.5), ("v4", 1.5), ("float", 1.5), ("0d", 1.0)]
@@ -708,6 +712,16 @@ class ProgramGenerator(FamilyMixin):
         return shapes + [self.rng.choice(SHAPES)]
 
     # ---- expressions ------------------------------------------------------------------
+    def lstsq_expr(self, d):
+        """np.linalg.lstsq of a 3x2 matrix kept of full column rank (2 on its diagonal):
+        the rank never changes near the point, so the gradient exists."""
+        return (f"np.linalg.lstsq({self.paren(self.expr((2, 3), d))}.T + 2.0 * np.eye(3, 2), "
+                f"{self.expr((3,), d)}, rcond=None)")
+
+    def distance_metric(self):
+        return self.rng.choice(["'euclidean'", "'sqeuclidean'", "'cosine'",
+                                "metric='minkowski', p=3"])
+
     def expr(self, shape, d=0):
         shape = tuple(shape)
         if d >= self.MAX_DEPTH or self.rng.random() < 0.22 + 0.2 * d:
@@ -748,6 +762,7 @@ class ProgramGenerator(FamilyMixin):
                                                 f"{E((), sub)}, {E((), sub)})"),
                 ("builtin_sorted", 1.0, lambda: self.sorted_expr(sub)),
                 ("scalar_builtins", 1.0, lambda: self.scalar_builtin(sub)),
+                ("lstsq", 0.5, lambda: f"{self.lstsq_expr(sub)}[1][0]"),
             ]
             if self.lists() or self.structs() or self.dicts():
                 opts += [("builtin_reduce", 1.5, lambda: self.reduce_structure(sub)),
@@ -758,6 +773,9 @@ class ProgramGenerator(FamilyMixin):
                                                    f"np.tanh({self.theta_theta()})))")]
         if shape == (3,):
             opts += [
+                ("distance", 1.0, lambda: f"distance.pdist({self.paren(E((2, 3), sub))}.T + "
+                                          f"np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]]), "
+                                          f"{self.distance_metric()})"),
                 ("slice", 1.0, lambda: self.rng.choice(
                     [f"{self.paren(E((4,), sub))}[1:]", f"{self.paren(E((4,), sub))}[:3]",
                      f"{self.paren(E((3,), sub))}[::-1]"])),
@@ -774,6 +792,7 @@ class ProgramGenerator(FamilyMixin):
             ]
         if shape == (2,):
             opts += [
+                ("lstsq", 1.0, lambda: f"{self.lstsq_expr(sub)}[0]"),
                 ("slice", 1.0, lambda: self.rng.choice(
                     [f"{self.paren(E((3,), sub))}[1:]", f"{self.paren(E((3,), sub))}[:2]",
                      f"{self.paren(E((4,), sub))}[::2]", f"{self.paren(E((2, 3), sub))}"
@@ -794,6 +813,9 @@ class ProgramGenerator(FamilyMixin):
             ]
         if shape == (2, 3):
             opts += [
+                ("distance", 1.0, lambda: f"distance.cdist({self.paren(E((2, 3), sub))}[:, :2], "
+                                          f"{self.paren(E((2, 3), sub))}.T + 5.0, "
+                                          f"{self.distance_metric()})"),
                 ("einsum", 1.0, lambda: self.rng.choice(
                     [f"np.einsum('i,j->ij', {E((2,), sub)}, {E((3,), sub)})",
                      f"np.einsum('ij,j->ij', {E((2, 3), sub)}, {E((3,), sub)})"])),
@@ -2789,8 +2811,9 @@ class ProgramGenerator(FamilyMixin):
             r"(?<![\w.])(min|max|abs|round|sum|all|any|pow)\(", rest)
         if star:
             self.used["star_numpy"] += 1
+        scipy_import = "from scipy.spatial import distance\n" if "distance." in rest else ""
         src = header + "import collections\nimport functools\nimport math\nimport operator\n\n" + \
-            "import numpy as np\n" + \
+            "import numpy as np\n" + scipy_import + \
             ("from numpy import *  # noqa: F401,F403\n" if star else "") + "\n" + rest
         return src.rstrip() + "\n", kinds
 

@@ -42,7 +42,7 @@ def _source(params, expr, numpy="numpy"):
     dynamics odeint's cases integrate defined)."""
     import re
     head = f"import {numpy} as np\n"
-    modules = sorted(set(re.findall(r"\bscipy\.(special|stats|linalg|signal|integrate)\b",
+    modules = sorted(set(re.findall(r"\bscipy\.(special|stats|linalg|signal|integrate|spatial)\b",
                                     expr)))
     if numpy == "numpy":
         head += "".join(f"import scipy.{m}\n" for m in modules)

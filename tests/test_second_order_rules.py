@@ -78,7 +78,7 @@ def _build(expr, specs, make_module, rng, hv=False):
     consts = {p: specs[p][1] for p in params if _is_const(specs[p])}
     args = [_draw(specs[p], rng) for p in diff]
     import re
-    modules = sorted(set(re.findall(r"\bscipy\.(special|stats|linalg|signal|integrate)\b",
+    modules = sorted(set(re.findall(r"\bscipy\.(special|stats|linalg|signal|integrate|spatial)\b",
                                     expr)))
     head = "import math\nimport numpy as np\nimport s2sgrad\n" + \
         "".join(f"import scipy.{m}\n" for m in modules) + \

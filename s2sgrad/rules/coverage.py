@@ -44,7 +44,7 @@ def _scipy_name(func: Callable) -> Optional[str]:
                     return f"scipy.{sub}.{attr}.{func.__func__.__name__}"
         return None
     name = getattr(func, "__name__", None)
-    for sub in ("special", "linalg", "signal", "stats", "integrate"):
+    for sub in ("special", "linalg", "signal", "stats", "integrate", "spatial.distance"):
         module = getattr(scipy, sub, None) or importlib.import_module(f"scipy.{sub}")
         if name is not None and getattr(module, name, None) is func:
             return f"scipy.{sub}.{name}"

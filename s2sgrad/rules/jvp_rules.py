@@ -481,6 +481,8 @@ defjvp("np.linalg.eigvalsh", a="eigvalsh_jvp(a_dot, a, UPLO)", complex_ok=True)
 defjvp("np.linalg.svd", joint="svd_jvp(a_dot, a, ans, full_matrices, compute_uv, hermitian)",
        joint_params=("a",))
 defjvp("np.linalg.svdvals", x="svdvals_jvp(x_dot, x)", complex_ok=True)
+defjvp("np.linalg.lstsq", joint="lstsq_jvp(a, b, a_dot, b_dot, ans, rcond)",
+       joint_params=("a", "b"))
 defjvp("np.linalg.pinv", a="pinv_jvp(a_dot, a, ans, hermitian)")
 defjvp("np.linalg.qr", joint="qr_jvp(a_dot, a, ans, mode)", joint_params=("a",))
 defjvp("np.linalg.matrix_power", a="matrix_power_jvp(a_dot, a, n)")
@@ -530,6 +532,9 @@ defjvp("scipy.special.multigammaln",
        a="a_dot * np.sum(scipy_digamma(np.expand_dims(a, -1) - np.arange(d) / 2.0), -1)")
 
 # -- scipy.linalg and scipy.signal ---------------------------------------------------------------
+defjvp("scipy.spatial.distance.cdist",
+       joint="cdist_jvp(XA, XB, XA_dot, XB_dot, ans, metric, p, w)", joint_params=("XA", "XB"))
+defjvp("scipy.spatial.distance.pdist", X="pdist_jvp(X, X_dot, ans, metric, p, w)")
 defjvp("scipy.linalg.solve_triangular",
        joint="solve_triangular_jvp(a, b, a_dot, b_dot, ans, trans, lower, unit_diagonal)",
        joint_params=("a", "b"))
@@ -549,3 +554,4 @@ defjvp("scipy.integrate.odeint", joint="odeint_tangent(func, y0, t, args, y0_dot
                                        "rtol, atol, mxstep, full_output, tfirst)",
        joint_params=("y0", "args"))
 multilinear("scipy.signal.convolve", "scipy.signal.correlate")
+linear("scipy.spatial.distance.squareform")

@@ -372,6 +372,8 @@ if hasattr(np.linalg, "svdvals"):
     defvjp(np.linalg.svdvals, "x", x="svdvals_grad(g, x)")
 defvjp(np.linalg.pinv, "a, rcond=None, hermitian=False, rtol=None",
        a="pinv_grad(g, a, ans, hermitian)")
+defvjp(np.linalg.lstsq, "a, b, rcond=None", prelude="parts = lstsq_grads(g, a, b, ans, rcond)",
+       a="parts[0]", b="parts[1]", outputs=4)
 defvjp(np.linalg.qr, "a, mode='reduced'", a="qr_grad(g, a, ans, mode)", outputs=2)
 defvjp(np.linalg.matrix_power, "a, n", a="matrix_power_grad(g, a, n)")
 # eig of a real matrix with real, distinct eigenvalues (complex or repeated ones raise):

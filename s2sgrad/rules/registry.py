@@ -116,6 +116,7 @@ _PENDING: Dict[str, str] = {"scipy.special": "scipy_rules",
                             "scipy.stats": "scipy_stats_rules",
                             "scipy.linalg": "scipy_linalg_rules",
                             "scipy.signal": "scipy_signal_rules",
+                            "scipy.spatial.distance": "scipy_spatial_rules",
                             "scipy.integrate": "scipy_integrate_rules"}
 _TARGET: List[Registry] = [REGISTRY]   # where defvjp/alias/nondiff write (a stack)
 

@@ -1916,6 +1916,51 @@ def pinv_grad(g, a, ans, hermitian=False):
             + _T(p) @ p @ _T(g) @ right)
 
 
+def lstsq_pinv(a, rcond=None):
+    """The pseudo-inverse np.linalg.lstsq solves with: the same cut-off of small
+    singular values (machine precision times max(M, N) by default; -1: machine
+    precision), so that x = P b is lstsq's minimum-norm solution."""
+    a = as_array(a)
+    eps = np.finfo(np.result_type(a.dtype, np.float64)).eps
+    if rcond is None:
+        cut = eps * max(a.shape[-2:])
+    elif rcond < 0:
+        cut = eps
+    else:
+        cut = rcond
+    return np.linalg.pinv(a, rcond=cut)
+
+
+@_helper
+def lstsq_grads(g, a, b, ans, rcond=None):
+    """Cotangents of (a, b) in np.linalg.lstsq (valid where the rank does not change).
+
+    x = P b with P lstsq's pseudo-inverse: b's cotangent P^T gx, a's that of P
+    (pinv_grad of gx b^T). The residuals |b - a x|^2 (given where a has full column
+    rank and more rows than columns) are at their minimum over x, so their
+    cotangents are those at fixed x: 2 r g and -2 r g x^T. The singular values', as
+    in np.linalg.svd. The rank is an integer: no cotangent.
+    """
+    a, b = as_array(a), as_array(b)
+    vector = b.ndim == 1
+    x, gx = as_array(ans[0]), as_array(g[0])
+    bm = b[:, None] if vector else b
+    xm = x[:, None] if vector else x
+    gxm = gx[:, None] if vector else gx
+    p = lstsq_pinv(a, rcond)
+    gb = _T(p) @ gxm
+    ga = pinv_grad(gxm @ _T(bm), a, p)
+    if np.size(ans[1]):
+        weighted = 2.0 * (bm - a @ xm) * as_array(g[1])[None, :]
+        gb = gb + weighted
+        ga = ga - weighted @ _T(xm)
+    gs = as_array(g[3])
+    if np.any(gs):
+        u, s, vt = np.linalg.svd(a, full_matrices=False)
+        ga = ga + _singular_values_back(u, s, vt, gs)
+    return ga, gb[:, 0] if vector else gb
+
+
 def _copyltu(m):
     return np.tril(m) + _T(np.tril(m, -1))
 
@@ -2423,3 +2468,105 @@ def sorted_like(values, iterable, key=None, reverse=False):
     if values is None:
         return [0.0] * len(items)
     return [values[i] for i in _sort_order(items, key, reverse)]
+
+
+# -- scipy.spatial.distance (rules in scipy_spatial_rules.py) ----------------------------------
+# The metrics of a difference d = u - v: the distance's slope along each coordinate of d.
+_BY_DIFFERENCE = ("euclidean", "sqeuclidean", "cityblock", "minkowski", "chebyshev")
+
+
+@_helper
+def distance_metric(metric, p=2, w=None):
+    """The metric's name, after checking s2sgrad has its gradient (else the call raises
+    at the user's line: never a silent zero for a metric it does not know)."""
+    if w is not None:
+        unsupported("scipy.spatial.distance with weights w")
+    if not isinstance(metric, str) or metric not in _BY_DIFFERENCE + ("cosine",):
+        unsupported(f"scipy.spatial.distance with metric={metric!r} (euclidean, "
+                    "sqeuclidean, cityblock, minkowski, chebyshev and cosine have gradients)")
+    if metric == "minkowski" and not p >= 1:
+        unsupported(f"scipy.spatial.distance's minkowski metric with p={p!r} < 1")
+    return metric
+
+
+def difference_slopes(xa, xb, dist, metric, p):
+    """S[i, j, k] = d dist(xa_i, xb_j) / d (xa_i - xb_j)_k, 0 where the distance is
+    (the zero subgradient at a kink; ties of chebyshev's max share equally)."""
+    d = xa[:, None, :] - xb[None, :, :]
+    if metric == "cityblock" or (metric == "minkowski" and p == 1):
+        return np.sign(d)
+    if metric == "chebyshev":
+        top = np.abs(d) == dist[..., None]
+        return np.sign(d) * top / np.maximum(np.sum(top, axis=-1, keepdims=True), 1)
+    return safe_divide(np.sign(d) * _power_of_positive(np.abs(d), p - 1),
+                       _power_of_positive(dist[..., None], p - 1))
+
+
+def _power_of_positive(x, e):
+    """x ** e of x >= 0, 0 where x is: its derivatives there are 0, not 0 * inf (the
+    diagonal of cdist(X, X) differentiated twice)."""
+    zero = x == 0
+    return np.where(zero, 0.0, np.where(zero, 1.0, x) ** e)
+
+
+def cosine_parts(xa, xb, dist):
+    """The row norms and the cosine similarities 1 - dist of cdist's cosine metric."""
+    na = np.sqrt(np.sum(xa * xa, axis=1))
+    nb = np.sqrt(np.sum(xb * xb, axis=1))
+    return na, nb, 1.0 - dist
+
+
+@_helper
+def cdist_grads(g, xa, xb, ans, metric="euclidean", p=2, w=None):
+    """Cotangents of (XA, XB) in scipy.spatial.distance.cdist. Euclidean distances
+    (and their squares) weigh each pair's difference by g / dist (by 2 g): two
+    matrix products, no (m, n, k) array; the other difference metrics through their
+    slopes; cosine from the similarity's gradient, u / (|u| |v|) - cos u / |u|^2."""
+    metric = distance_metric(metric, p, w)
+    g, xa, xb, dist = as_array(g), as_array(xa), as_array(xb), as_array(ans)
+    if metric in ("euclidean", "sqeuclidean") or (metric == "minkowski" and p == 2):
+        weights = 2.0 * g if metric == "sqeuclidean" else safe_divide(g, dist)
+        ga = np.sum(weights, axis=1)[:, None] * xa - weights @ xb
+        gb = np.sum(weights, axis=0)[:, None] * xb - _T(weights) @ xa
+        return ga, gb
+    if metric == "cosine":
+        na, nb, cos = cosine_parts(xa, xb, dist)
+        scaled = safe_divide(g, na[:, None] * nb[None, :])
+        ga = -(scaled @ xb - safe_divide(np.sum(g * cos, axis=1), na * na)[:, None] * xa)
+        gb = -(_T(scaled) @ xa - safe_divide(np.sum(g * cos, axis=0), nb * nb)[:, None] * xb)
+        return ga, gb
+    slopes = difference_slopes(xa, xb, dist, metric, p)
+    return np.einsum("ij,ijk->ik", g, slopes), -np.einsum("ij,ijk->jk", g, slopes)
+
+
+def square_distances(condensed, n):
+    """The symmetric (n, n) matrix of pdist's condensed distances (squareform's)."""
+    upper = np.zeros((n, n), dtype=np.result_type(condensed, np.float64))
+    upper[np.triu_indices(n, 1)] = condensed
+    return upper + _T(upper)
+
+
+@_helper
+def pdist_grads(g, x, ans, metric="euclidean", p=2, w=None):
+    """Cotangent of X in scipy.spatial.distance.pdist: the pairs i < j of cdist(X, X),
+    X on both sides."""
+    x = as_array(x)
+    n = x.shape[0]
+    weights = np.zeros((n, n), dtype=np.result_type(as_array(g), np.float64))
+    weights[np.triu_indices(n, 1)] = g
+    ga, gb = cdist_grads(weights, x, x, square_distances(ans, n), metric, p, w)
+    return ga + gb
+
+
+@_helper
+def squareform_grad(g, x):
+    """Cotangent of X in scipy.spatial.distance.squareform: a condensed vector's entry
+    stands at (i, j) and (j, i) of the matrix; a matrix gives its upper triangle."""
+    g = as_array(g)
+    if np.ndim(x) == 1:
+        upper = np.triu_indices(g.shape[0], 1)
+        return g[upper] + _T(g)[upper]
+    n = np.shape(x)[0]
+    out = np.zeros((n, n), dtype=np.result_type(g, np.float64))
+    out[np.triu_indices(n, 1)] = g
+    return out

@@ -628,6 +628,64 @@ def pinv_jvp(a_dot, a, ans, hermitian=False):
             + (np.eye(n) - p @ a) @ _T(d) @ _T(p) @ p)
 
 
+@_helper
+def lstsq_jvp(a, b, a_dot, b_dot, ans, rcond=None):
+    """np.linalg.lstsq (where the rank does not change): x = P b, so x_dot = P_dot b +
+    P b_dot; the residuals at their minimum over x change only with a and b (2 r.b_dot
+    - 2 r.(a_dot x)); the singular values as svdvals'; the rank not at all."""
+    a, b = np.asarray(a), np.asarray(b)
+    x = np.asarray(ans[0])
+    p = _nh.lstsq_pinv(a, rcond)
+    x_dot = np.zeros_like(x)
+    residuals_dot = np.zeros(np.shape(ans[1]))
+    s_dot = np.zeros(np.shape(ans[3]))
+    vector = b.ndim == 1
+    r = b - a @ x
+    if a_dot is not None:
+        x_dot = x_dot + pinv_jvp(a_dot, a, p) @ b
+        if np.size(ans[1]):
+            ax = np.asarray(a_dot) @ x
+            residuals_dot = residuals_dot - 2.0 * np.sum(r * ax, axis=0, keepdims=vector)
+        s_dot = s_dot + svdvals_jvp(a_dot, a)
+    if b_dot is not None:
+        x_dot = x_dot + p @ np.asarray(b_dot)
+        if np.size(ans[1]):
+            residuals_dot = residuals_dot + 2.0 * np.sum(r * np.asarray(b_dot), axis=0,
+                                                         keepdims=vector)
+    return x_dot, residuals_dot, 0.0, s_dot
+
+
+@_helper
+def cdist_jvp(xa, xb, xa_dot, xb_dot, ans, metric="euclidean", p=2, w=None):
+    """scipy.spatial.distance.cdist: each distance changes with its pair's difference
+    along the metric's slopes (numpy_grads.cdist_grads is the transpose)."""
+    metric = _nh.distance_metric(metric, p, w)
+    xa, xb, dist = np.asarray(xa), np.asarray(xb), np.asarray(ans)
+    da = np.zeros(xa.shape) if xa_dot is None else np.asarray(xa_dot)
+    db = np.zeros(xb.shape) if xb_dot is None else np.asarray(xb_dot)
+    if metric in ("euclidean", "sqeuclidean") or (metric == "minkowski" and p == 2):
+        twice = 2.0 * (np.sum(xa * da, axis=1)[:, None] - xa @ _T(db) - da @ _T(xb)
+                       + np.sum(xb * db, axis=1)[None, :])
+        return twice if metric == "sqeuclidean" else _nh.safe_divide(0.5 * twice, dist)
+    if metric == "cosine":
+        na, nb, cos = _nh.cosine_parts(xa, xb, dist)
+        cross = _nh.safe_divide(da @ _T(xb) + xa @ _T(db), na[:, None] * nb[None, :])
+        own = (_nh.safe_divide(np.sum(xa * da, axis=1), na * na)[:, None]
+               + _nh.safe_divide(np.sum(xb * db, axis=1), nb * nb)[None, :])
+        return -(cross - cos * own)
+    slopes = _nh.difference_slopes(xa, xb, dist, metric, p)
+    return np.einsum("ijk,ijk->ij", slopes, da[:, None, :] - db[None, :, :])
+
+
+@_helper
+def pdist_jvp(x, x_dot, ans, metric="euclidean", p=2, w=None):
+    """scipy.spatial.distance.pdist: the pairs i < j of cdist(X, X)'s tangent."""
+    x = np.asarray(x)
+    n = x.shape[0]
+    full = cdist_jvp(x, x, x_dot, x_dot, _nh.square_distances(ans, n), metric, p, w)
+    return full[np.triu_indices(n, 1)]
+
+
 def _qr_tall_jvp(q, r, d):
     """a = q r with r square: C = Q^T A_dot R^-1, Omega its antisymmetric lower part,
     R_dot = (C - Omega) R, Q_dot = A_dot R^-1 - Q (C - Omega)."""
