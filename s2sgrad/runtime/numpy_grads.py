@@ -2523,7 +2523,9 @@ def cdist_grads(g, xa, xb, ans, metric="euclidean", p=2, w=None):
     matrix products, no (m, n, k) array; the other difference metrics through their
     slopes; cosine from the similarity's gradient, u / (|u| |v|) - cos u / |u|^2."""
     metric = distance_metric(metric, p, w)
-    g, xa, xb, dist = as_array(g), as_array(xa), as_array(xb), as_array(ans)
+    # (in float64, as SciPy computes the distances, whatever the points' dtype)
+    xa, xb = as_array(xa).astype(np.float64), as_array(xb).astype(np.float64)
+    g, dist = as_array(g), as_array(ans)
     if metric in ("euclidean", "sqeuclidean") or (metric == "minkowski" and p == 2):
         weights = 2.0 * g if metric == "sqeuclidean" else safe_divide(g, dist)
         ga = np.sum(weights, axis=1)[:, None] * xa - weights @ xb

@@ -660,9 +660,11 @@ def cdist_jvp(xa, xb, xa_dot, xb_dot, ans, metric="euclidean", p=2, w=None):
     """scipy.spatial.distance.cdist: each distance changes with its pair's difference
     along the metric's slopes (numpy_grads.cdist_grads is the transpose)."""
     metric = _nh.distance_metric(metric, p, w)
-    xa, xb, dist = np.asarray(xa), np.asarray(xb), np.asarray(ans)
-    da = np.zeros(xa.shape) if xa_dot is None else np.asarray(xa_dot)
-    db = np.zeros(xb.shape) if xb_dot is None else np.asarray(xb_dot)
+    # (in float64, as SciPy computes the distances, whatever the points' dtype)
+    xa, xb = np.asarray(xa, dtype=np.float64), np.asarray(xb, dtype=np.float64)
+    dist = np.asarray(ans)
+    da = np.zeros(xa.shape) if xa_dot is None else np.asarray(xa_dot, dtype=np.float64)
+    db = np.zeros(xb.shape) if xb_dot is None else np.asarray(xb_dot, dtype=np.float64)
     if metric in ("euclidean", "sqeuclidean") or (metric == "minkowski" and p == 2):
         twice = 2.0 * (np.sum(xa * da, axis=1)[:, None] - xa @ _T(db) - da @ _T(xb)
                        + np.sum(xb * db, axis=1)[None, :])
