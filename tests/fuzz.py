@@ -118,6 +118,7 @@ FEATURES = {
     "concatenate": 0.2,      # np.concatenate([a, b])
     "lstsq": 0.15,           # np.linalg.lstsq(A, b)[0] of a full-rank A, its residuals
     "distance": 0.2,         # scipy.spatial.distance cdist / pdist of separated points
+    "scipy_solve": 0.15,     # scipy.linalg.solve of an SPD matrix, each assume_a's part of it
     "stack": 0.3,            # np.stack(list_var)
     "builtin_minmax": 0.15,  # max(a, b) / min(a, b) on numbers
     "builtin_sorted": 0.3,   # sorted(v)[k], np.dot(sorted(v, reverse=True), w), by key=abs
@@ -232,7 +233,7 @@ FEATURES = {
     **FAMILY_FEATURES,
 }
 if importlib.util.find_spec("scipy") is None:   # (an optional extra: without it, no cdist)
-    FEATURES["distance"] = 0.0
+    FEATURES["distance"] = FEATURES["scipy_solve"] = 0.0
 
 SHAPES = [(3,), (4,), (2, 3), ()]
 ARG_KINDS = [("v3", 3.0), ("m23", 1.5), ("v4", 1.5), ("float", 1.5), ("0d", 1.0)]
@@ -718,6 +719,14 @@ class ProgramGenerator(FamilyMixin):
         return (f"np.linalg.lstsq({self.paren(self.expr((2, 3), d))}.T + 2.0 * np.eye(3, 2), "
                 f"{self.expr((3,), d)}, rcond=None)")
 
+    def scipy_solve_expr(self, d):
+        """scipy.linalg.solve of B B^T + 3 I (positive definite: every assume_a's solver
+        runs on it), reading the part of it each assume_a reads."""
+        b = self.paren(self.expr((2, 3), d))
+        how = self.rng.choice(["", ", assume_a='pos'", ", assume_a='sym', lower=True",
+                               ", assume_a='upper triangular', transposed=True"])
+        return f"scipy.linalg.solve({b} @ {b}.T + 3.0 * np.eye(2), {self.expr((2,), d)}{how})"
+
     def distance_metric(self):
         return self.rng.choice(["'euclidean'", "'sqeuclidean'", "'cosine'",
                                 "metric='minkowski', p=3"])
@@ -793,6 +802,7 @@ class ProgramGenerator(FamilyMixin):
         if shape == (2,):
             opts += [
                 ("lstsq", 1.0, lambda: f"{self.lstsq_expr(sub)}[0]"),
+                ("scipy_solve", 1.0, lambda: self.scipy_solve_expr(sub)),
                 ("slice", 1.0, lambda: self.rng.choice(
                     [f"{self.paren(E((3,), sub))}[1:]", f"{self.paren(E((3,), sub))}[:2]",
                      f"{self.paren(E((4,), sub))}[::2]", f"{self.paren(E((2, 3), sub))}"
@@ -2811,7 +2821,8 @@ class ProgramGenerator(FamilyMixin):
             r"(?<![\w.])(min|max|abs|round|sum|all|any|pow)\(", rest)
         if star:
             self.used["star_numpy"] += 1
-        scipy_import = "from scipy.spatial import distance\n" if "distance." in rest else ""
+        scipy_import = ("from scipy.spatial import distance\n" if "distance." in rest else "") + \
+            ("import scipy.linalg\n" if "scipy.linalg." in rest else "")
         src = header + "import collections\nimport functools\nimport math\nimport operator\n\n" + \
             "import numpy as np\n" + scipy_import + \
             ("from numpy import *  # noqa: F401,F403\n" if star else "") + "\n" + rest

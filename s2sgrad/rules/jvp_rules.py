@@ -549,6 +549,12 @@ defjvp("scipy.linalg.solve_sylvester", joint="solve_sylvester_jvp(a, b, a_dot, b
 defjvp("scipy.linalg.sqrtm", A="scipy_solve_sylvester(ans, ans, A_dot)")
 defjvp("scipy.linalg.expm", A="expm_frechet(A, A_dot)")
 defjvp("scipy.linalg.inv", a="-ans @ a_dot @ ans")
+defjvp("scipy.linalg.solve", joint="scipy_solve_jvp(a, b, a_dot, b_dot, ans, lower, assume_a, "
+                                   "transposed)", joint_params=("a", "b"))
+defjvp("scipy.linalg.lstsq", joint="lstsq_jvp(a, b, a_dot, b_dot, ans, lstsq_cutoff(cond))",
+       joint_params=("a", "b"))
+defjvp("scipy.linalg.pinv", a="scipy_pinv_jvp(a_dot, a, ans, return_rank)")
+linear("scipy.linalg.block_diag")
 reduction("scipy.linalg.det", axis="(-2, -1)", keepdims="")
 defjvp("scipy.integrate.odeint", joint="odeint_tangent(func, y0, t, args, y0_dot, args_dot, "
                                        "rtol, atol, mxstep, full_output, tfirst)",

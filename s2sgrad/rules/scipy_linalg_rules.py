@@ -55,3 +55,19 @@ defvjp(linalg.expm, "A", A="expm_frechet(np.swapaxes(A, -1, -2), g)", name="scip
 defvjp(linalg.inv, f"a, {_OPTS}", a="-np.swapaxes(ans, -1, -2) @ g @ np.swapaxes(ans, -1, -2)",
        name="scipy.linalg.inv")
 defvjp(linalg.det, f"a, {_OPTS}", a="det_grad(g, a)", name="scipy.linalg.det")
+# solve: np.linalg.solve's for the matrix the solver reads (all of `a`, one triangle made
+# symmetric, a triangle, the diagonal, three bands; transposed for transposed=True)
+defvjp(linalg.solve, "a, b, lower=False, overwrite_a=False, overwrite_b=False, "
+                     "check_finite=True, assume_a=None, transposed=False",
+       prelude="m = solver_matrix(a, lower, assume_a, transposed); "
+               "parts = solve_grads(g, m, b, ans)",
+       a="solver_matrix_grad(parts[0], a, lower, assume_a, transposed)", b="parts[1]",
+       name="scipy.linalg.solve")
+defvjp(linalg.lstsq, "a, b, cond=None, overwrite_a=False, overwrite_b=False, "
+                     "check_finite=True, lapack_driver=None",
+       prelude="parts = lstsq_grads(g, a, b, ans, lstsq_cutoff(cond))",
+       a="parts[0]", b="parts[1]", outputs=4, name="scipy.linalg.lstsq")
+defvjp(linalg.pinv, "a, *, atol=None, rtol=None, return_rank=False, check_finite=True",
+       a="scipy_pinv_grad(g, a, ans, return_rank)", name="scipy.linalg.pinv")
+defvjp(linalg.block_diag, "*arrs", arrs="block_diag_grads(g, arrs)", sequence=("arrs",),
+       name="scipy.linalg.block_diag")

@@ -1950,14 +1950,15 @@ def lstsq_grads(g, a, b, ans, rcond=None):
     p = lstsq_pinv(a, rcond)
     gb = _T(p) @ gxm
     ga = pinv_grad(gxm @ _T(bm), a, p)
-    if np.size(ans[1]):
-        weighted = 2.0 * (bm - a @ xm) * as_array(g[1])[None, :]
+    if np.size(ans[1]):     # (SciPy's: a number where b is a vector)
+        weighted = 2.0 * (bm - a @ xm) * np.reshape(as_array(g[1]), (1, -1))
         gb = gb + weighted
         ga = ga - weighted @ _T(xm)
-    gs = as_array(g[3])
-    if np.any(gs):
-        u, s, vt = np.linalg.svd(a, full_matrices=False)
-        ga = ga + _singular_values_back(u, s, vt, gs)
+    gs = None if ans[3] is None else g[3]     # (no singular values: SciPy's gelsy)
+    if gs is not None:
+        if np.any(gs):
+            u, s, vt = np.linalg.svd(a, full_matrices=False)
+            ga = ga + _singular_values_back(u, s, vt, as_array(gs))
     return ga, gb[:, 0] if vector else gb
 
 
@@ -2571,4 +2572,97 @@ def squareform_grad(g, x):
     n = np.shape(x)[0]
     out = np.zeros((n, n), dtype=np.result_type(g, np.float64))
     out[np.triu_indices(n, 1)] = g
+    return out
+
+
+# -- scipy.linalg.solve, lstsq, pinv, block_diag (rules in scipy_linalg_rules.py) ---------------
+# What scipy.linalg.solve's solver reads of `a` for each assume_a: all of it (None:
+# SciPy picks a solver from the values, for the same solution of the whole matrix),
+# one triangle made symmetric, one triangle, the diagonal, three bands.
+_SOLVER_READS = {None: "all", "gen": "all", "general": "all", "sym": "symmetric",
+                 "symmetric": "symmetric", "pos": "symmetric", "positive definite": "symmetric",
+                 "upper triangular": "upper", "lower triangular": "lower",
+                 "diagonal": "diagonal", "tridiagonal": "tridiagonal"}
+
+
+def _solver_reads(a, assume_a):
+    read = _SOLVER_READS.get(assume_a) if isinstance(assume_a, (str, type(None))) else None
+    if read is None:
+        unsupported(f"scipy.linalg.solve with assume_a={assume_a!r}")
+    if np.ndim(a) != 2:
+        unsupported("scipy.linalg.solve of a batch of matrices (use np.linalg.solve)")
+    if read == "symmetric" and np.iscomplexobj(a):
+        unsupported("scipy.linalg.solve with assume_a='sym' or 'pos' of a complex matrix")
+    return read
+
+
+@_helper
+def solver_matrix(a, lower=False, assume_a=None, transposed=False):
+    """The matrix scipy.linalg.solve solves with: what its solver reads of `a` (see
+    _SOLVER_READS), transposed for transposed=True. Linear in `a`."""
+    read = _solver_reads(a, assume_a)
+    a = as_array(a)
+    if read == "symmetric":
+        m = np.tril(a) + _T(np.tril(a, -1)) if lower else np.triu(a) + _T(np.triu(a, 1))
+    elif read == "upper":
+        m = np.triu(a)
+    elif read == "lower":
+        m = np.tril(a)
+    elif read == "diagonal":
+        m = a * np.eye(a.shape[-1])
+    elif read == "tridiagonal":
+        m = np.triu(np.tril(a, 1), -1)
+    else:
+        m = a
+    return _T(m) if transposed else m
+
+
+@_helper
+def solver_matrix_grad(g, a, lower=False, assume_a=None, transposed=False):
+    """The transpose of solver_matrix: the cotangent of `a` from the solved matrix's
+    (an entry of the triangle a symmetric solver reads stands at two places)."""
+    read = _solver_reads(a, assume_a)
+    g = as_array(g)
+    g = _T(g) if transposed else g
+    if read == "symmetric":
+        return np.tril(g) + np.tril(_T(g), -1) if lower else np.triu(g) + np.triu(_T(g), 1)
+    if read in ("upper", "lower", "diagonal", "tridiagonal"):
+        return solver_matrix(g, lower, assume_a)
+    return g
+
+
+@_helper
+def lstsq_cutoff(cond):
+    """np.linalg.lstsq's rcond for scipy.linalg.lstsq's cond: SciPy's default cut-off is
+    machine precision (-1 to lstsq_pinv)."""
+    return -1 if cond is None else cond
+
+
+@_helper
+def scipy_pinv_grad(g, a, ans, return_rank=False):
+    """Cotangent of `a` in scipy.linalg.pinv. With return_rank=True it returns a pair,
+    where the rule is written for one array (its derivatives of the third order added
+    the pair's cotangents as one): refused."""
+    if return_rank:
+        unsupported("scipy.linalg.pinv(..., return_rank=True) (differentiate "
+                    "scipy.linalg.pinv(a) and compute the rank apart)")
+    return pinv_grad(g, a, ans)
+
+
+def _block_sizes(arrs):
+    """The (rows, columns) of each block scipy.linalg.block_diag places: a number is
+    1x1, a vector one row."""
+    return [(1, 1) if np.ndim(a) == 0 else (1, np.shape(a)[0]) if np.ndim(a) == 1
+            else np.shape(a) for a in arrs]
+
+
+@_helper
+def block_diag_grads(g, arrs):
+    """Cotangents of the blocks of scipy.linalg.block_diag: each its block of g."""
+    g = as_array(g)
+    out = []
+    row = col = 0
+    for a, (r, c) in zip(arrs, _block_sizes(arrs)):
+        out.append(np.reshape(g[row:row + r, col:col + c], np.shape(a)))
+        row, col = row + r, col + c
     return out

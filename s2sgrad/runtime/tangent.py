@@ -637,21 +637,22 @@ def lstsq_jvp(a, b, a_dot, b_dot, ans, rcond=None):
     x = np.asarray(ans[0])
     p = _nh.lstsq_pinv(a, rcond)
     x_dot = np.zeros_like(x)
-    residuals_dot = np.zeros(np.shape(ans[1]))
-    s_dot = np.zeros(np.shape(ans[3]))
-    vector = b.ndim == 1
+    shape = np.shape(ans[1])    # ((1,) for NumPy's where b is a vector, () for SciPy's)
+    residuals_dot = np.zeros(shape)
+    s_dot = None if ans[3] is None else np.zeros(np.shape(ans[3]))   # (None: gelsy)
     r = b - a @ x
     if a_dot is not None:
         x_dot = x_dot + pinv_jvp(a_dot, a, p) @ b
         if np.size(ans[1]):
             ax = np.asarray(a_dot) @ x
-            residuals_dot = residuals_dot - 2.0 * np.sum(r * ax, axis=0, keepdims=vector)
-        s_dot = s_dot + svdvals_jvp(a_dot, a)
+            residuals_dot = residuals_dot - 2.0 * np.reshape(np.sum(r * ax, axis=0), shape)
+        if s_dot is not None:
+            s_dot = s_dot + svdvals_jvp(a_dot, a)
     if b_dot is not None:
         x_dot = x_dot + p @ np.asarray(b_dot)
         if np.size(ans[1]):
-            residuals_dot = residuals_dot + 2.0 * np.sum(r * np.asarray(b_dot), axis=0,
-                                                         keepdims=vector)
+            residuals_dot = residuals_dot + 2.0 * np.reshape(
+                np.sum(r * np.asarray(b_dot), axis=0), shape)
     return x_dot, residuals_dot, 0.0, s_dot
 
 
@@ -686,6 +687,23 @@ def pdist_jvp(x, x_dot, ans, metric="euclidean", p=2, w=None):
     n = x.shape[0]
     full = cdist_jvp(x, x, x_dot, x_dot, _nh.square_distances(ans, n), metric, p, w)
     return full[np.triu_indices(n, 1)]
+
+
+@_helper
+def scipy_solve_jvp(a, b, a_dot, b_dot, ans, lower=False, assume_a=None, transposed=False):
+    """scipy.linalg.solve: np.linalg.solve's tangent for the matrix its solver reads."""
+    m = _nh.solver_matrix(a, lower, assume_a, transposed)
+    m_dot = None if a_dot is None else _nh.solver_matrix(a_dot, lower, assume_a, transposed)
+    return solve_jvp(m, b, m_dot, b_dot, ans)
+
+
+@_helper
+def scipy_pinv_jvp(a_dot, a, ans, return_rank=False):
+    """scipy.linalg.pinv: np.linalg.pinv's tangent (return_rank=True: see scipy_pinv_grad)."""
+    if return_rank:
+        _nh.unsupported("scipy.linalg.pinv(..., return_rank=True) (differentiate "
+                        "scipy.linalg.pinv(a) and compute the rank apart)")
+    return pinv_jvp(a_dot, a, ans)
 
 
 def _qr_tall_jvp(q, r, d):
