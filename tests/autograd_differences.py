@@ -52,6 +52,7 @@ AUTOGRAD_DIFFERENT = {
     'scipy.linalg.lstsq-3': NO_VJP,
     'scipy.linalg.pinv-0': NO_VJP,
     'scipy.linalg.pinv-1': NO_VJP,
+    'scipy.linalg.pinv-2': NO_VJP,
     'scipy.linalg.block_diag-0': NO_VJP,
     'scipy.linalg.block_diag-1': NO_VJP,
     'np.linalg.det-3': "autograd's gradient of det is det * inv(a).T: nan or inf at a "

@@ -97,6 +97,42 @@ def test_every_case_names_a_rule():
     assert set(CASES) <= names, sorted(set(CASES) - names)
 
 
+def test_calls_taken_for_one_array_return_one(rng):
+    """Where the compiler takes a NumPy or SciPy call for one array or number (its rule
+    declares neither outputs nor a sequence result), its cotangents add with `+`; a call
+    that returned a tuple there would have them concatenated (a third derivative of
+    scipy.linalg.pinv(return_rank=True) was wrong so). Every call of every case."""
+    import ast
+    import importlib
+    import re
+
+    import scipy
+
+    from s2sgrad.compiler.returns import one_library_array
+    from s2sgrad.rules import registry
+    probe = {"np": np, "scipy": scipy}
+    for name, cases in CASES.items():
+        for expr, specs in cases:
+            for module in set(re.findall(r"\bscipy\.(special|stats|linalg|signal|integrate|"
+                                         r"spatial)\b", expr)):
+                importlib.import_module(f"scipy.{module}")
+            exec(ODE_DYNAMICS, probe)  # noqa: S102 - the test table's own dynamics
+            values = dict(probe, **{p: _draw(spec, rng) for p, spec in specs.items()})
+            for call in ast.walk(ast.parse(expr, mode="eval")):
+                if not isinstance(call, ast.Call):
+                    continue
+                try:
+                    fn = eval(ast.unparse(call.func), values)  # noqa: S307 - the table's
+                except Exception:  # noqa: BLE001 - a method of a value: not a library call
+                    continue
+                rule = registry.lookup_function(fn) if callable(fn) else None
+                if one_library_array(fn, rule):
+                    value = eval(ast.unparse(call), values)  # noqa: S307 - the table's
+                    assert not isinstance(value, (tuple, list)), \
+                        f"{name}: {ast.unparse(call)} returns a {type(value).__name__}, but " \
+                        f"its rule declares neither outputs= nor sequence_result"
+
+
 def test_cases_cover_two_shapes_each():
     for name, cases in CASES.items():
         assert len(cases) >= 2, name

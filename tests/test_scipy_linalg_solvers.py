@@ -50,7 +50,8 @@ def batched(A, b):
 
 
 def ranked(A):
-    return np.sum(scipy.linalg.pinv(A, return_rank=True)[0])
+    P, rank = scipy.linalg.pinv(A, return_rank=True)
+    return np.sum(np.sin(P)) * rank
 '''
 
 
@@ -114,8 +115,13 @@ def test_block_diagonal(m, rng, shapes):
     ("banded", lambda r: [_well(r, 3), r.standard_normal(3)], "banded"),
     ("batched", lambda r: [np.stack([_well(r, 2)] * 2), r.standard_normal((2, 2, 1))],
      "batch"),
-    ("ranked", lambda r: [r.standard_normal((2, 3))], "return_rank"),
 ])
 def test_options_without_a_gradient_raise(m, rng, name, args, match):
     with pytest.raises(NotImplementedError, match=match):
         s2sgrad.grad(getattr(m, name))(*args(rng))
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (4, 2)])
+def test_pseudo_inverse_with_its_rank(m, rng, shape):
+    A = rng.standard_normal(shape)
+    assert_grads_match_differences(m.ranked, [A], (0,), rtol=1e-5, atol=1e-7)

@@ -68,6 +68,7 @@ defvjp(linalg.lstsq, "a, b, cond=None, overwrite_a=False, overwrite_b=False, "
        prelude="parts = lstsq_grads(g, a, b, ans, lstsq_cutoff(cond))",
        a="parts[0]", b="parts[1]", outputs=4, name="scipy.linalg.lstsq")
 defvjp(linalg.pinv, "a, *, atol=None, rtol=None, return_rank=False, check_finite=True",
-       a="scipy_pinv_grad(g, a, ans, return_rank)", name="scipy.linalg.pinv")
+       a="scipy_pinv_grad(g, a, ans, return_rank)",
+       name="scipy.linalg.pinv").sequence_result = True   # (return_rank=True: a pair)
 defvjp(linalg.block_diag, "*arrs", arrs="block_diag_grads(g, arrs)", sequence=("arrs",),
        name="scipy.linalg.block_diag")

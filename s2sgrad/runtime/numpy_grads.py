@@ -2640,12 +2640,9 @@ def lstsq_cutoff(cond):
 
 @_helper
 def scipy_pinv_grad(g, a, ans, return_rank=False):
-    """Cotangent of `a` in scipy.linalg.pinv. With return_rank=True it returns a pair,
-    where the rule is written for one array (its derivatives of the third order added
-    the pair's cotangents as one): refused."""
+    """Cotangent of `a` in scipy.linalg.pinv (the rank, when returned, has none)."""
     if return_rank:
-        unsupported("scipy.linalg.pinv(..., return_rank=True) (differentiate "
-                    "scipy.linalg.pinv(a) and compute the rank apart)")
+        return pinv_grad(g[0], a, ans[0])
     return pinv_grad(g, a, ans)
 
 

@@ -699,10 +699,9 @@ def scipy_solve_jvp(a, b, a_dot, b_dot, ans, lower=False, assume_a=None, transpo
 
 @_helper
 def scipy_pinv_jvp(a_dot, a, ans, return_rank=False):
-    """scipy.linalg.pinv: np.linalg.pinv's tangent (return_rank=True: see scipy_pinv_grad)."""
+    """scipy.linalg.pinv: np.linalg.pinv's tangent (the rank, when returned, is constant)."""
     if return_rank:
-        _nh.unsupported("scipy.linalg.pinv(..., return_rank=True) (differentiate "
-                        "scipy.linalg.pinv(a) and compute the rank apart)")
+        return pinv_jvp(a_dot, a, ans[0]), 0
     return pinv_jvp(a_dot, a, ans)
 
 
