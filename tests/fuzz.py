@@ -117,6 +117,7 @@ FEATURES = {
     "einsum": 0.3,           # np.einsum: contractions, outer products, traces of rows
     "concatenate": 0.2,      # np.concatenate([a, b])
     "lstsq": 0.15,           # np.linalg.lstsq(A, b)[0] of a full-rank A, its residuals
+    "polynomial": 0.15,      # np.polynomial.polynomial.polyval(v, [c0, s, c2]), s a scalar
     "distance": 0.2,         # scipy.spatial.distance cdist / pdist of separated points
     "scipy_solve": 0.15,     # scipy.linalg.solve of an SPD matrix, each assume_a's part of it
     "stack": 0.3,            # np.stack(list_var)
@@ -782,6 +783,9 @@ class ProgramGenerator(FamilyMixin):
                                                    f"np.tanh({self.theta_theta()})))")]
         if shape == (3,):
             opts += [
+                ("polynomial", 1.0, lambda: f"np.polynomial.polynomial.polyval("
+                                            f"{self.paren(E((3,), sub))}, "
+                                            f"[0.5, {E((), sub)}, -0.25])"),
                 ("distance", 1.0, lambda: f"distance.pdist({self.paren(E((2, 3), sub))}.T + "
                                           f"np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]]), "
                                           f"{self.distance_metric()})"),

@@ -408,6 +408,9 @@ CASES.update({
                     "y": (4,), "l": (), "r": ()}),
                   ("np.interp(x * 3.0, xp, y)", {"x": ("positive", (3,)), "xp": ("sorted", (3,)),
                                                  "y": (3,)})],
+    "np.polynomial.polynomial.polyval": [
+        ("np.polynomial.polynomial.polyval(x, c)", {"x": (4,), "c": (3,)}),
+        ("np.polynomial.polynomial.polyval(x, [1.0, a, b])", {"x": (2, 2), "a": (), "b": ()})],
     "np.polyval": [("np.polyval(p, x)", {"p": (3,), "x": (4,)}),
                    ("np.polyval([a, b, 1.0], x)", {"a": (), "b": (), "x": (2, 2)})],
     "np.convolve": [("np.convolve(x, y)", {"x": (4,), "y": (2,)}),

@@ -461,6 +461,8 @@ defjvp("np.interp", linear=("fp", "left", "right"),
        x="x_dot * interp_slope(x, xp, fp, period)",
        xp="-interp_slope(x, xp, fp, period) * np.interp(x, xp, xp_dot)")
 defjvp("np.polyval", linear=("p",), x="x_dot * polyval_slope(p, x)")
+defjvp("np.polynomial.polynomial.polyval", linear=("c",),
+       x="x_dot * polynomial_slope(c, x)")
 
 # -- constructors ----------------------------------------------------------------------------------
 defjvp("np.logspace", joint="logspace_jvp(start_dot, stop_dot, base_dot, base, ans, num, "

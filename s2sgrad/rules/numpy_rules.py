@@ -336,6 +336,9 @@ defvjp(np.interp, "x, xp, fp, left=None, right=None, period=None",
        period="unsupported('np.interp with a differentiated period')")
 defvjp(np.polyval, "p, x", prelude="parts = polyval_grads(g, p, x)", p="parts[0]", x="parts[1]",
        sequence=("p",))
+defvjp(np.polynomial.polynomial.polyval, "x, c, tensor=True",
+       prelude="parts = polynomial_polyval_grads(g, x, c)", x="parts[0]", c="parts[1]",
+       sequence=("c",), name="np.polynomial.polynomial.polyval")
 defvjp(np.convolve, "a, v, mode='full'", prelude="parts = convolve_grads(g, a, v, mode)",
        a="parts[0]", v="parts[1]")
 defvjp(np.correlate, "a, v, mode='valid'", prelude="parts = correlate_grads(g, a, v, mode)",

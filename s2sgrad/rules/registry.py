@@ -381,6 +381,8 @@ def display_name(func: Callable) -> str:
             return f"np.linalg.{name}"
         if mod.startswith("numpy.fft"):
             return f"np.fft.{name}"
+        if mod.startswith("numpy.polynomial."):   # (np.polynomial.polynomial.polyval)
+            return f"np.polynomial.{mod.split('.')[2]}.{name}"
         return f"np.{name}"
     return f"{mod}.{name}" if mod else name
 

@@ -1285,6 +1285,17 @@ def polyval_grads(g, p, x):
     return g_p, g_x
 
 
+@_helper
+def polynomial_polyval_grads(g, x, c):
+    """Cotangents of (x, c) in np.polynomial.polynomial.polyval: np.polyval's with the
+    coefficients lowest power first (numbers: an array of coefficient arrays is its
+    tensor product, refused)."""
+    if np.ndim(c) != 1:
+        unsupported("np.polynomial.polynomial.polyval with coefficients that are arrays")
+    g_c, g_x = polyval_grads(g, c[::-1], x)
+    return g_x, g_c[::-1]
+
+
 def _convolve_back(g, a, v, mode):
     na, nv = len(a), len(v)
     full = na + nv - 1

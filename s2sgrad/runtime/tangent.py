@@ -340,6 +340,14 @@ def polyval_slope(p, x):
 
 
 @_helper
+def polynomial_slope(c, x):
+    """d/dx of np.polynomial.polynomial.polyval(x, c) (c lowest power first, numbers)."""
+    if np.ndim(c) != 1:
+        _nh.unsupported("np.polynomial.polynomial.polyval with coefficients that are arrays")
+    return polyval_slope(c[::-1], x)
+
+
+@_helper
 def multi_dot_jvp(arrays, arrays_dot):
     """np.linalg.multi_dot: one product per differentiated matrix (None: constant)."""
     total = None
