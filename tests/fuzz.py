@@ -146,6 +146,7 @@ FEATURES = {
     "subscript_write": 1.2,  # out = np.zeros(3); out[i] = e; out[1:] = e
     "fancy_write": 0.4,      # y[[0, 0, 1]] = e (repeated indices), y[[0, 2]] += e
     "add_at": 0.3,           # np.add.at(y, [0, 0, 2], e)
+    "fill_diagonal": 0.2,    # M = e (2x3); np.fill_diagonal(M, s or v): a matrix's diagonal
     "call_write": 0.3,       # writes made by a function: np.put_along_axis(y, i, e),
                              # np.exp(y, y), np.multiply(e, 2.0, out=y), np.copyto(y, e)
                              # into a local or a fresh constant buffer (put_along_axis
@@ -1327,6 +1328,7 @@ class ProgramGenerator(FamilyMixin):
             ("subscript_write", 1.0, lambda: self.s_subscript_write(local_arrays)),
             ("fancy_write", 1.0, lambda: self.s_fancy_write(local_arrays)),
             ("add_at", 1.0, lambda: self.s_add_at(local_arrays)),
+            ("fill_diagonal", 1.0, lambda: self.s_fill_diagonal()),
             ("call_write", 1.0, lambda: self.s_call_write(local_arrays)),
             ("if", 1.0 if nested_ok else 0.0, self.s_if),
             ("walrus", 1.0 if nested_ok else 0.0, self.s_walrus),
@@ -1539,6 +1541,17 @@ class ProgramGenerator(FamilyMixin):
         e = self.expr(shape, 1)
         self.note_assignment(e)
         self.emit(f"np.add.at({v.name}, {idx}, {e})")
+
+    def s_fill_diagonal(self):
+        """A matrix made here, its diagonal written by np.fill_diagonal: a number, a
+        vector of its length, a vector repeated along it (NumPy's cycling)."""
+        target = self.fresh("M")
+        self.emit(f"{target} = {self.paren(self.expr((2, 3), 1))} * 1.0")
+        value = self.rng.choice([lambda: self.expr((), 1), lambda: self.expr((2,), 1),
+                                 lambda: f"{self.paren(self.expr((3,), 1))}[:1]"])()
+        self.note_assignment(value)
+        self.emit(f"np.fill_diagonal({target}, {value})")
+        self.new_var((2, 3), f"{target} * 1.0", "w")
 
     def s_call_write(self, arrays):
         # Mostly a write that runs as it is (constants into a buffer of constants); a

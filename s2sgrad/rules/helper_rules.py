@@ -48,6 +48,7 @@ jvp_rules.pointwise(
 holomorphic(nh.power_slope)   # (the slopes of a holomorphic power)
 nondiff(nh.unsupported)     # raises; its result never carries a gradient
 nondiff(nh.element_numbers)        # element numbers: integers, no gradient
+nondiff(nh.diagonal_entries)       # the index np.fill_diagonal writes at: integers
 nondiff(nh.kron_shapes)    # shapes
 nondiff(nh.strictly_inside)   # a boolean mask
 differentiate_source_of(nh)

@@ -733,6 +733,19 @@ def _gather_vjp(g, build, *inputs):
     return _summed_back(g, as_array(build(*element_numbers(*inputs))), inputs)
 
 
+@_helper
+def diagonal_entries(a):
+    """The index of the entries np.fill_diagonal(a, v) writes (wrap=False): (i, ..., i)
+    for i below the shortest side, as an integer array per axis; NumPy's errors."""
+    shape = np.shape(a)
+    if len(shape) < 2:
+        raise ValueError("array must be at least 2-d")
+    if len(shape) > 2 and len(set(shape)) != 1:
+        raise ValueError("All dimensions of input must be of equal length")
+    entries = np.arange(min(shape))
+    return (entries,) * len(shape)
+
+
 def element_numbers(*inputs):
     """Arrays of 1-based element numbers, one of each input's shape (integers: a
     function that only copies elements around, applied to them, says where each

@@ -20,11 +20,15 @@ Writes NumPy makes into an array it is given, as the item assignments the
 normaliser differentiates (statements whose call is NumPy's own function):
 
     np.copyto(y, x)               ->  y[...] = _s2s_cast_into(x, y)
+    np.fill_diagonal(y, v)        ->  diagonal = _s2s_diagonal_entries(y)
+                                      y[diagonal] = np.resize(np.ravel(v), diagonal[0].shape)
     np.exp(x, out=y), np.exp(x, y) ->  y[...] = _s2s_cast_into(np.exp(x), y)
     z = np.add(a, b, out=y)       ->  y[...] = _s2s_cast_into(np.add(a, b), y); z = y
 
 (`cast_into` refuses what NumPy's 'same_kind' casting refuses, as NumPy does;
-a ufunc with one output, no other keyword; anything else keeps its refusal.)
+a ufunc with one output, no other keyword; fill_diagonal as a statement, without
+wrap=True, its values repeated along the diagonal and cast as NumPy casts them;
+anything else keeps its refusal.)
 """
 from __future__ import annotations
 
@@ -37,10 +41,12 @@ from typing import List, Optional, Set
 import numpy as np
 
 from ...runtime.arrays import cast_into
+from ...runtime.numpy_grads import diagonal_entries
 from ..names import clone, copy_location, dotted
 from .scope import is_builtin, walk_scope
 
 _CAST = "_s2s_cast_into"
+_DIAGONAL = "_s2s_diagonal_entries"
 _BINARY = {operator.add: ast.Add, operator.sub: ast.Sub, operator.mul: ast.Mult,
            operator.truediv: ast.Div, operator.floordiv: ast.FloorDiv, operator.mod: ast.Mod,
            operator.pow: ast.Pow, operator.matmul: ast.MatMult}
@@ -52,8 +58,8 @@ def desugar(body: List[ast.stmt], resolver) -> Optional[List[ast.stmt]]:
     is none (the caller keeps its tree)."""
     rewriter = _Sugar(resolver, {n.id for s in body for n in ast.walk(s)
                                  if isinstance(n, ast.Name)})
-    if not any(rewriter.replacement(n) is not None or rewriter.written(n) is not None
-               for n in _calls(body)):
+    if not any(rewriter.replacement(n) is not None or rewriter.written(n) is not None or
+               rewriter.fills_diagonal(n) for n in _calls(body)):
         return None
     out: List[ast.stmt] = []
     for s in body:
@@ -88,10 +94,46 @@ class _Sugar(ast.NodeTransformer):
         return node if new is None else copy_location(new, node)
 
     def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        if isinstance(node.value, ast.Call) and self.fills_diagonal(node.value):
+            return self.fill_diagonal(node.value, node)
         write = self.written(node.value) if isinstance(node.value, ast.Call) else None
         if write is None:
             return self.generic_visit(node)
         return self.write_into(*write, node)
+
+    def fills_diagonal(self, node: ast.Call) -> bool:
+        """np.fill_diagonal(y, v) or (..., wrap=False) of a variable y."""
+        keywords = node.keywords
+        return self.numpy_function(node.func) is np.fill_diagonal and len(node.args) == 2 \
+            and isinstance(node.args[0], ast.Name) and \
+            not any(isinstance(a, ast.Starred) for a in node.args) and \
+            all(k.arg == "wrap" and isinstance(k.value, ast.Constant) and
+                k.value.value is False for k in keywords)
+
+    def fill_diagonal(self, node: ast.Call, at: ast.stmt) -> List[ast.stmt]:
+        """`diagonal = _s2s_diagonal_entries(y)` and `y[diagonal] = np.resize(np.ravel(v),
+        diagonal[0].shape)`: NumPy repeats v along the diagonal and casts it as an item
+        assignment does."""
+        target, value = node.args
+        self.resolver.bound[_DIAGONAL] = diagonal_entries
+        self.resolver.bound["_s2s_np"] = np
+        entries = self.fresh("diagonal")
+        numpy = ast.Name(id="_s2s_np", ctx=ast.Load())
+        values = ast.Call(
+            func=ast.Attribute(value=numpy, attr="resize", ctx=ast.Load()),
+            args=[ast.Call(func=ast.Attribute(value=clone(numpy), attr="ravel", ctx=ast.Load()),
+                           args=[self.visit(clone(value))], keywords=[]),
+                  ast.Attribute(value=ast.Subscript(value=ast.Name(id=entries, ctx=ast.Load()),
+                                                    slice=ast.Constant(value=0), ctx=ast.Load()),
+                                attr="shape", ctx=ast.Load())],
+            keywords=[])
+        find = ast.Assign(targets=[ast.Name(id=entries, ctx=ast.Store())],
+                          value=ast.Call(func=ast.Name(id=_DIAGONAL, ctx=ast.Load()),
+                                         args=[clone(target)], keywords=[]))
+        store = ast.Subscript(value=ast.Name(id=target.id, ctx=ast.Load()),
+                              slice=ast.Name(id=entries, ctx=ast.Load()), ctx=ast.Store())
+        return [copy_location(find, at),
+                copy_location(ast.Assign(targets=[store], value=values), at)]
 
     def visit_Assign(self, node: ast.Assign) -> ast.AST:
         write = self.written(node.value) if isinstance(node.value, ast.Call) and \
