@@ -117,7 +117,8 @@ FEATURES = {
     "einsum": 0.3,           # np.einsum: contractions, outer products, traces of rows
     "concatenate": 0.2,      # np.concatenate([a, b])
     "lstsq": 0.15,           # np.linalg.lstsq(A, b)[0] of a full-rank A, its residuals
-    "polynomial": 0.15,      # np.polynomial.polynomial.polyval(v, [c0, s, c2]), s a scalar
+    "polynomial": 0.15,      # np.polynomial.polynomial.polyval(v, [c0, s, c2]), s a scalar;
+                             # np.vander(v, 3) (2x3, increasing or not)
     "distance": 0.2,         # scipy.spatial.distance cdist / pdist of separated points
     "scipy_solve": 0.15,     # scipy.linalg.solve of an SPD matrix, each assume_a's part of it
     "stack": 0.3,            # np.stack(list_var)
@@ -828,6 +829,8 @@ class ProgramGenerator(FamilyMixin):
             ]
         if shape == (2, 3):
             opts += [
+                ("polynomial", 1.0, lambda: f"np.vander({E((2,), sub)}, 3"
+                                            f"{self.rng.choice(['', ', increasing=True'])})"),
                 ("distance", 1.0, lambda: f"distance.cdist({self.paren(E((2, 3), sub))}[:, :2], "
                                           f"{self.paren(E((2, 3), sub))}.T + 5.0, "
                                           f"{self.distance_metric()})"),

@@ -408,6 +408,9 @@ CASES.update({
                     "y": (4,), "l": (), "r": ()}),
                   ("np.interp(x * 3.0, xp, y)", {"x": ("positive", (3,)), "xp": ("sorted", (3,)),
                                                  "y": (3,)})],
+    "np.vander": [("np.vander(x)", {"x": (4,)}),
+                  ("np.vander(x, 3, increasing=True) * y", {"x": (5,), "y": (3,)}),
+                  ("np.vander(x, N=1)", {"x": (3,)})],
     "np.polynomial.polynomial.polyval": [
         ("np.polynomial.polynomial.polyval(x, c)", {"x": (4,), "c": (3,)}),
         ("np.polynomial.polynomial.polyval(x, [1.0, a, b])", {"x": (2, 2), "a": (), "b": ()})],

@@ -336,6 +336,8 @@ defvjp(np.interp, "x, xp, fp, left=None, right=None, period=None",
        period="unsupported('np.interp with a differentiated period')")
 defvjp(np.polyval, "p, x", prelude="parts = polyval_grads(g, p, x)", p="parts[0]", x="parts[1]",
        sequence=("p",))
+defvjp(np.vander, "x, N=None, increasing=False",
+       x="np.sum(g * vander_slopes(x, N, increasing), axis=1)")
 defvjp(np.polynomial.polynomial.polyval, "x, c, tensor=True",
        prelude="parts = polynomial_polyval_grads(g, x, c)", x="parts[0]", c="parts[1]",
        sequence=("c",), name="np.polynomial.polynomial.polyval")

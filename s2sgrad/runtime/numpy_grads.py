@@ -1299,6 +1299,22 @@ def polyval_grads(g, p, x):
 
 
 @_helper
+def vander_slopes(x, N=None, increasing=False):
+    """d np.vander(x, N, increasing) / dx, column by column: p x^(p-1) for the power p
+    of the column (0 where p = 0), from the Vandermonde matrix one degree lower (so that
+    its own derivatives are vander's again, to any order)."""
+    x = as_array(x)
+    n = x.shape[0] if N is None else N
+    rows = x.shape[0]
+    if n == 0:
+        return np.zeros((rows, 0), dtype=np.result_type(x, np.float64))
+    lower = np.vander(x, n - 1, increasing=True) * np.arange(1, n)
+    slopes = np.concatenate([np.zeros((rows, 1), dtype=np.result_type(lower, np.float64)),
+                             lower], axis=1)
+    return slopes if increasing else slopes[:, ::-1]
+
+
+@_helper
 def polynomial_polyval_grads(g, x, c):
     """Cotangents of (x, c) in np.polynomial.polynomial.polyval: np.polyval's with the
     coefficients lowest power first (numbers: an array of coefficient arrays is its
