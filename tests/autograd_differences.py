@@ -60,6 +60,9 @@ AUTOGRAD_DIFFERENT = {
     'np.vander-0': NO_VJP,
     'np.vander-1': NO_VJP,
     'np.vander-2': NO_VJP,
+    'np.polyfit-0': NO_VJP,
+    'np.polyfit-1': NO_VJP,
+    'np.polyfit-2': NO_VJP,
     'np.linalg.det-3': "autograd's gradient of det is det * inv(a).T: nan or inf at a "
                        "singular matrix (s2sgrad's cofactors are exact there)",
     'scipy.linalg.solve_banded-1': "autograd's cotangent of ab has b's columns side by "

@@ -116,7 +116,8 @@ FEATURES = {
     "ufunc_outer": 0.3,      # np.multiply.outer(a, b), np.subtract.outer, ... of variables
     "einsum": 0.3,           # np.einsum: contractions, outer products, traces of rows
     "concatenate": 0.2,      # np.concatenate([a, b])
-    "lstsq": 0.15,           # np.linalg.lstsq(A, b)[0] of a full-rank A, its residuals
+    "lstsq": 0.15,           # np.linalg.lstsq(A, b)[0] of a full-rank A, its residuals;
+                             # np.polyfit of four separated points, degree 2
     "polynomial": 0.15,      # np.polynomial.polynomial.polyval(v, [c0, s, c2]), s a scalar;
                              # np.vander(v, 3) (2x3, increasing or not)
     "distance": 0.2,         # scipy.spatial.distance cdist / pdist of separated points
@@ -785,6 +786,8 @@ class ProgramGenerator(FamilyMixin):
                                                    f"np.tanh({self.theta_theta()})))")]
         if shape == (3,):
             opts += [
+                ("lstsq", 0.5, lambda: f"np.polyfit(np.linspace(0.0, 3.0, 4) + 0.1 * np.tanh("
+                                       f"{E((4,), sub)}), {E((4,), sub)}, 2)"),
                 ("polynomial", 1.0, lambda: f"np.polynomial.polynomial.polyval("
                                             f"{self.paren(E((3,), sub))}, "
                                             f"[0.5, {E((), sub)}, -0.25])"),

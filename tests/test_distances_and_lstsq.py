@@ -56,6 +56,19 @@ def gp_evidence(x):
     return 0.5 * y @ alpha + np.sum(np.log(np.diag(L)))
 
 
+def poly_smooth(t, y):
+    c = np.polyfit(t, y, 3)
+    return np.sum(np.polyval(c, t) ** 2) + np.sum(c ** 2)
+
+
+def fit_slope(t, y):
+    return np.polyfit(t, np.sin(y) * t, 1)[0]
+
+
+def weighted_fit(t, y):
+    return np.sum(np.polyfit(t, y, 1, w=np.ones_like(t)))
+
+
 def hamming(X, Y):
     return np.sum(distance.cdist(X, Y, "hamming"))
 
@@ -158,3 +171,19 @@ def test_float32_points(m, rng, n):
         assert g32.dtype == np.float32
         np.testing.assert_allclose(g32, s2sgrad.grad(m.gp_evidence)(x32.astype(np.float64)),
                                    rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("witness", [True, False])
+@pytest.mark.parametrize("name", ["poly_smooth", "fit_slope"])
+@pytest.mark.parametrize("points", [6, 9])
+def test_polynomial_fits(m, rng, name, points, witness):
+    t = np.linspace(-1.0, 1.0, points) + 0.05 * rng.standard_normal(points)
+    y = np.cos(2.0 * t)
+    assert_grads_match_differences(getattr(m, name), [t, y], (0, 1), rtol=1e-5, atol=1e-7,
+                                   witness=witness)
+
+
+def test_a_weighted_fit_raises(m):
+    t = np.linspace(0.0, 1.0, 4)
+    with pytest.raises(NotImplementedError, match="w="):
+        s2sgrad.grad(m.weighted_fit)(t, t ** 2)

@@ -461,6 +461,8 @@ defjvp("np.interp", linear=("fp", "left", "right"),
        x="x_dot * interp_slope(x, xp, fp, period)",
        xp="-interp_slope(x, xp, fp, period) * np.interp(x, xp, xp_dot)")
 defjvp("np.polyval", linear=("p",), x="x_dot * polyval_slope(p, x)")
+defjvp("np.polyfit", joint="polyfit_jvp(x, y, x_dot, y_dot, deg, ans, rcond, full, w, cov)",
+       joint_params=("x", "y"))
 defjvp("np.vander", x="np.expand_dims(x_dot, -1) * vander_slopes(x, N, increasing)")
 defjvp("np.polynomial.polynomial.polyval", linear=("c",),
        x="x_dot * polynomial_slope(c, x)")

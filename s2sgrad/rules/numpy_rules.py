@@ -336,6 +336,9 @@ defvjp(np.interp, "x, xp, fp, left=None, right=None, period=None",
        period="unsupported('np.interp with a differentiated period')")
 defvjp(np.polyval, "p, x", prelude="parts = polyval_grads(g, p, x)", p="parts[0]", x="parts[1]",
        sequence=("p",))
+defvjp(np.polyfit, "x, y, deg, rcond=None, full=False, w=None, cov=False",
+       prelude="parts = polyfit_grads(g, x, y, deg, ans, rcond, full, w, cov)",
+       x="parts[0]", y="parts[1]")
 defvjp(np.vander, "x, N=None, increasing=False",
        x="np.sum(g * vander_slopes(x, N, increasing), axis=1)")
 defvjp(np.polynomial.polynomial.polyval, "x, c, tensor=True",

@@ -2002,6 +2002,29 @@ def lstsq_grads(g, a, b, ans, rcond=None):
     return ga, gb[:, 0] if vector else gb
 
 
+def polyfit_system(x, deg, rcond, full, w, cov):
+    """The Vandermonde matrix np.polyfit solves with and its cut-off (its default:
+    len(x) times machine precision); weights, full= and cov= are refused."""
+    if full or cov or w is not None:
+        unsupported("np.polyfit with full=, w= or cov= (np.linalg.lstsq of np.vander "
+                    "differentiates them)")
+    x = as_array(x)
+    cut = len(x) * np.finfo(np.result_type(x.dtype, np.float64)).eps if rcond is None \
+        else rcond
+    return np.vander(x, deg + 1), cut
+
+
+@_helper
+def polyfit_grads(g, x, y, deg, ans, rcond=None, full=False, w=None, cov=False):
+    """Cotangents of (x, y) in np.polyfit: the least-squares solution of the
+    Vandermonde system (lstsq's, NumPy's column scaling aside: the solution is the
+    same), x's through the matrix's slopes."""
+    v, cut = polyfit_system(x, deg, rcond, full, w, cov)
+    none = np.zeros(0)
+    gv, gy = lstsq_grads((g, none, 0, None), v, y, (ans, none, 0, None), cut)
+    return np.sum(gv * vander_slopes(x, deg + 1), axis=1), gy
+
+
 def _copyltu(m):
     return np.tril(m) + _T(np.tril(m, -1))
 

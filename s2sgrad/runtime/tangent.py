@@ -698,6 +698,15 @@ def pdist_jvp(x, x_dot, ans, metric="euclidean", p=2, w=None):
 
 
 @_helper
+def polyfit_jvp(x, y, x_dot, y_dot, deg, ans, rcond=None, full=False, w=None, cov=False):
+    """np.polyfit: lstsq's tangent for the Vandermonde system (see polyfit_grads)."""
+    v, cut = _nh.polyfit_system(x, deg, rcond, full, w, cov)
+    v_dot = None if x_dot is None else \
+        np.expand_dims(np.asarray(x_dot), -1) * _nh.vander_slopes(x, deg + 1)
+    return lstsq_jvp(v, y, v_dot, y_dot, (ans, np.zeros(0), 0, None), cut)[0]
+
+
+@_helper
 def scipy_solve_jvp(a, b, a_dot, b_dot, ans, lower=False, assume_a=None, transposed=False):
     """scipy.linalg.solve: np.linalg.solve's tangent for the matrix its solver reads."""
     m = _nh.solver_matrix(a, lower, assume_a, transposed)
