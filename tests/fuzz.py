@@ -115,6 +115,7 @@ FEATURES = {
     "outer": 0.3,            # np.outer, v[:, None] * w
     "ufunc_outer": 0.3,      # np.multiply.outer(a, b), np.subtract.outer, ... of variables
     "einsum": 0.3,           # np.einsum: contractions, outer products, traces of rows
+    "ufunc_reduce": 0.2,     # np.add.reduce(M), np.maximum.reduce(M, 1), np.multiply.accumulate
     "concatenate": 0.2,      # np.concatenate([a, b])
     "lstsq": 0.15,           # np.linalg.lstsq(A, b)[0] of a full-rank A, its residuals;
                              # np.polyfit of four separated points, degree 2
@@ -786,6 +787,10 @@ class ProgramGenerator(FamilyMixin):
                                                    f"np.tanh({self.theta_theta()})))")]
         if shape == (3,):
             opts += [
+                ("ufunc_reduce", 1.0, lambda: self.rng.choice(
+                    [f"np.add.reduce({E((2, 3), sub)})",
+                     f"np.multiply.accumulate({E((3,), sub)})",
+                     f"np.add.accumulate({E((3,), sub)}, axis=0)"])),
                 ("lstsq", 0.5, lambda: f"np.polyfit(np.linspace(0.0, 3.0, 4) + 0.1 * np.tanh("
                                        f"{E((4,), sub)}), {E((4,), sub)}, 2)"),
                 ("polynomial", 1.0, lambda: f"np.polynomial.polynomial.polyval("
@@ -810,6 +815,8 @@ class ProgramGenerator(FamilyMixin):
             ]
         if shape == (2,):
             opts += [
+                ("ufunc_reduce", 1.0, lambda: f"np.{self.rng.choice(['maximum', 'minimum'])}"
+                                              f".reduce({E((2, 3), sub)}, 1)"),
                 ("lstsq", 1.0, lambda: f"{self.lstsq_expr(sub)}[0]"),
                 ("scipy_solve", 1.0, lambda: self.scipy_solve_expr(sub)),
                 ("slice", 1.0, lambda: self.rng.choice(

@@ -8,6 +8,7 @@ normaliser already differentiates (before it runs):
     d.get(k), d.get(k, default)   ->  (d[k] if k in d else default)
     map(f, xs), map(f, xs, ys)    ->  (f(item) for item in xs), (f(a, b) for a, b in zip(xs, ys))
     operator.mul(a, b), operator.neg(a), operator.getitem(a, k)  ->  a * b, -a, a[k]
+    np.add.reduce(a), np.multiply.accumulate(a, 1)  ->  np.sum(a, axis=0), np.cumprod(a, 1)
     functools.reduce(f, [a, b, c]), functools.reduce(f, (b, c), a)  ->  f(f(a, b), c)
 
 (map's and reduce's function only as a name, a dotted name or a lambda: a genexp
@@ -51,6 +52,11 @@ _BINARY = {operator.add: ast.Add, operator.sub: ast.Sub, operator.mul: ast.Mult,
            operator.truediv: ast.Div, operator.floordiv: ast.FloorDiv, operator.mod: ast.Mod,
            operator.pow: ast.Pow, operator.matmul: ast.MatMult}
 _UNARY = {operator.neg: ast.USub, operator.pos: ast.UAdd}
+# A ufunc's reduce or accumulate that a NumPy function is (same parameters in the same
+# order: np.sum(a, axis, dtype, out, keepdims, initial, where) calls np.add.reduce).
+_REDUCERS = {(np.add, "reduce"): "sum", (np.multiply, "reduce"): "prod",
+             (np.maximum, "reduce"): "max", (np.minimum, "reduce"): "min",
+             (np.add, "accumulate"): "cumsum", (np.multiply, "accumulate"): "cumprod"}
 
 
 def desugar(body: List[ast.stmt], resolver) -> Optional[List[ast.stmt]]:
@@ -238,7 +244,7 @@ class _Sugar(ast.NodeTransformer):
                     generators=[ast.comprehension(target=ast.Name(id="key", ctx=ast.Store()),
                                                   iter=clone(args[0]), ifs=[], is_async=0)])
         mapped = self.mapped(func, args, keywords) or self.masked(func, args, keywords) or \
-            self.outer(func, args, keywords)
+            self.outer(func, args, keywords) or self.reduced(func, args, keywords)
         if mapped is not None:
             return mapped
         op = self.numpy_function(func) if not keywords else None
@@ -341,6 +347,27 @@ class _Sugar(ast.NodeTransformer):
         shape = ast.BinOp(left=np_call("shape", clone(a)), op=ast.Add(), right=ones)
         return ast.Call(func=clone(func.value), args=[np_call("reshape", clone(a), shape),
                                                       clone(b)], keywords=[])
+
+    def reduced(self, func, args, keywords) -> Optional[ast.expr]:
+        """np.add.reduce(a, ...) and its kin as the NumPy function that is that very
+        call (np.sum(a, axis=0, ...): NumPy's own sum calls add.reduce, so the values
+        are the same to the bit), with reduce's default axis 0 written out. None: not
+        such a call."""
+        if not (isinstance(func, ast.Attribute) and func.attr in ("reduce", "accumulate")
+                and isinstance(func.value, ast.Attribute) and args):
+            return None
+        name = _REDUCERS.get((self.numpy_function(func.value), func.attr))
+        np_name = func.value.value
+        if name is None or self.numpy_function(
+                ast.Attribute(value=np_name, attr=name, ctx=ast.Load())) is not getattr(np, name):
+            return None
+        if name in ("max", "min") and len(args) > 2:   # (their third parameter is out)
+            return None
+        keywords = [clone(k) for k in keywords]
+        if len(args) < 2 and not any(k.arg == "axis" for k in keywords):
+            keywords.append(ast.keyword(arg="axis", value=ast.Constant(value=0)))
+        return ast.Call(func=ast.Attribute(value=clone(np_name), attr=name, ctx=ast.Load()),
+                        args=[clone(a) for a in args], keywords=keywords)
 
     def mapped(self, func, args, keywords) -> Optional[ast.expr]:
         """map(f, xs, ...) as a generator expression (None: not such a call)."""
