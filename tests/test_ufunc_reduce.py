@@ -59,3 +59,26 @@ def test_gradient_and_value(m, rng, name, n, witness):
 def test_a_reduction_no_function_is_stays_refused(m):
     with pytest.raises(s2sgrad.TransformError, match="accumulate"):
         s2sgrad.grad(m.running_maximum)(np.array([0.3, 0.9, 0.5]))
+
+
+def test_a_reduce_method_of_another_object_is_left_to_its_own_rule(tmp_path):
+    # `module.cfg.reduce(x)` where cfg is a dict (no key for the table of ufuncs): the
+    # rewrite's lookup raised inside the compiler (InternalError) before its guard.
+    import_source(tmp_path, "s2s_reduce_holder", '''
+class Cfg(dict):
+    def reduce(self, x):
+        return x * 2.0
+
+
+cfg = Cfg()
+''')
+    m = import_source(tmp_path, "s2s_reduce_user", '''
+import numpy as np
+import s2s_reduce_holder
+
+
+def f(x):
+    return np.sum(s2s_reduce_holder.cfg.reduce(x) ** 2)
+''')
+    x = np.array([0.5, 1.5, -1.0])
+    np.testing.assert_allclose(s2sgrad.grad(m.f)(x), 8.0 * x)

@@ -356,7 +356,10 @@ class _Sugar(ast.NodeTransformer):
         if not (isinstance(func, ast.Attribute) and func.attr in ("reduce", "accumulate")
                 and isinstance(func.value, ast.Attribute) and args):
             return None
-        name = _REDUCERS.get((self.numpy_function(func.value), func.attr))
+        try:
+            name = _REDUCERS.get((self.numpy_function(func.value), func.attr))
+        except TypeError:   # (an object that cannot be a key: not a ufunc)
+            return None
         np_name = func.value.value
         if name is None or self.numpy_function(
                 ast.Attribute(value=np_name, attr=name, ctx=ast.Load())) is not getattr(np, name):
