@@ -237,6 +237,10 @@ FEATURES = {
     # with several outputs, decorators and partials, higher order)
     **FAMILY_FEATURES,
 }
+# Constructs calling NumPy functions Dask does not implement (np.vander, np.resize of
+# fill_diagonal, lstsq and SciPy's solvers and distances): off under --dask, where Dask
+# would compute the arrays and hand them to NumPy, which s2sgrad refuses to copy.
+DASK_LACKS = ("lstsq", "distance", "scipy_solve", "polynomial", "fill_diagonal")
 if importlib.util.find_spec("scipy") is None:   # (an optional extra: without it, no cdist)
     FEATURES["distance"] = FEATURES["scipy_solve"] = 0.0
 
@@ -4490,6 +4494,9 @@ def main(argv=None):
                 weights[name] = 0.0
             elif weights[name] <= 0:
                 weights[name] = 1.0
+    if opts.dask:   # (calls of functions Dask lacks, which it computes and hands NumPy)
+        for name in DASK_LACKS:
+            weights[name] = 0.0
     for name in filter(None, (s.strip() for s in opts.disable.split(","))):
         if name not in weights:
             raise SystemExit(f"unknown construct {name!r}; see --list-features")
