@@ -706,6 +706,12 @@ def mark_shipped() -> None:
     _SHIPPED_IDS.update(id(rule) for rule in _SHIPPED)
 
 
+def is_shipped(rule: Rule) -> bool:
+    """Whether the rule is one of the table as shipped (not a user's s2sgrad.defvjp)."""
+    load_table()
+    return id(rule) in _SHIPPED_IDS
+
+
 def returns_an_argument(func) -> bool:
     """Builtin max and min return one of their arguments itself (no copy): an
     in-place update of the result updates that argument."""
