@@ -2605,10 +2605,17 @@ def cdist_grads(g, xa, xb, ans, metric="euclidean", p=2, w=None):
     return np.einsum("ij,ijk->ik", g, slopes), -np.einsum("ij,ijk->jk", g, slopes)
 
 
+def upper_triangle(condensed, n):
+    """The (n, n) matrix holding pdist's condensed values above its diagonal, in
+    pdist's order (row by row), zeros elsewhere."""
+    upper = np.zeros((n, n), dtype=np.result_type(as_array(condensed), np.float64))
+    upper[np.triu_indices(n, 1)] = condensed
+    return upper
+
+
 def square_distances(condensed, n):
     """The symmetric (n, n) matrix of pdist's condensed distances (squareform's)."""
-    upper = np.zeros((n, n), dtype=np.result_type(condensed, np.float64))
-    upper[np.triu_indices(n, 1)] = condensed
+    upper = upper_triangle(condensed, n)
     return upper + _T(upper)
 
 
@@ -2618,9 +2625,7 @@ def pdist_grads(g, x, ans, metric="euclidean", p=2, w=None):
     X on both sides."""
     x = as_array(x)
     n = x.shape[0]
-    weights = np.zeros((n, n), dtype=np.result_type(as_array(g), np.float64))
-    weights[np.triu_indices(n, 1)] = g
-    ga, gb = cdist_grads(weights, x, x, square_distances(ans, n), metric, p, w)
+    ga, gb = cdist_grads(upper_triangle(g, n), x, x, square_distances(ans, n), metric, p, w)
     return ga + gb
 
 
@@ -2632,10 +2637,7 @@ def squareform_grad(g, x):
     if np.ndim(x) == 1:
         upper = np.triu_indices(g.shape[0], 1)
         return g[upper] + _T(g)[upper]
-    n = np.shape(x)[0]
-    out = np.zeros((n, n), dtype=np.result_type(g, np.float64))
-    out[np.triu_indices(n, 1)] = g
-    return out
+    return upper_triangle(g, np.shape(x)[0])
 
 
 # -- scipy.linalg.solve, lstsq, pinv, block_diag (rules in scipy_linalg_rules.py) ---------------
@@ -2665,8 +2667,8 @@ def solver_matrix(a, lower=False, assume_a=None, transposed=False):
     _SOLVER_READS), transposed for transposed=True. Linear in `a`."""
     read = _solver_reads(a, assume_a)
     a = as_array(a)
-    if read == "symmetric":
-        m = np.tril(a) + _T(np.tril(a, -1)) if lower else np.triu(a) + _T(np.triu(a, 1))
+    if read == "symmetric":   # (the upper triangle's: the lower one of the transpose)
+        m = symmetric_from_lower(a if lower else _T(a))
     elif read == "upper":
         m = np.triu(a)
     elif read == "lower":
