@@ -180,6 +180,7 @@ FEATURES = {
     "continue": 0.4,
     "return_in_loop": 0.3,
     "early_return": 0.5,     # if c > t: return e
+    "early_return_apply": 0.5,  # Functions returning early (a shortcut for g == 0)
     "multi_output_apply": 0.3,  # p, q = SinCos.apply(e)
     # helpers and signatures
     "helper": 1.0,           # how many helper functions a program defines
@@ -345,6 +346,53 @@ class SinCos(s2sgrad.Function):
     def vjp(ctx, gs, gc):
         x, = ctx.saved_tensors
         return gs * np.cos(x) - gc * np.sin(x)
+''',
+    # Early returns: forward's for a number, vjp's a shortcut for a zero cotangent
+    # (folded into one result and inlined; the JVP, its transpose, runs at a generic g).
+    "Shrink": '''\
+class Shrink(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        if np.ndim(x) == 0:
+            return x / (1.0 + x * x)
+        return x / (1.0 + np.square(x))
+
+    @staticmethod
+    def vjp(ctx, g):
+        if not np.any(g):
+            return np.zeros_like(g)
+        x, = ctx.saved_tensors
+        s = 1.0 + x * x
+        return g * (1.0 - x * x) / (s * s)
+''',
+    # Returns inside a loop and a branch, and a path falling off the end (None): the
+    # implicit return once overwrote every path's result with None.
+    "loop_return": '''\
+def loop_return(v, flag=1.0):
+    for _ in range(2):
+        if flag > 0:
+            return np.tanh(v) * v
+    w = v * 2.0
+''',
+    # The same shortcut in a vjp that is called, not inlined (a `with` block), returning
+    # a bare gradient or a pair with a trailing None (forward mode read the pair's
+    # cotangent as the bare one: a wrong JVP).
+    "Ratio": '''\
+class Ratio(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x / (2.0 + np.cos(x))
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        if not np.any(g):
+            return np.zeros_like(g)
+        with np.errstate(divide="ignore"):
+            d = 2.0 + np.cos(x)
+            return g * (d + x * np.sin(x)) / (d * d), None   # (a trailing None, dropped)
 ''',
     # A class of the user's whose methods call each other through self, reached through
     # a module-level instance (SCALER.apply(v), SCALER(v)).
@@ -531,6 +579,7 @@ class ProgramGenerator(FamilyMixin):
         self.names = itertools.count()
         self.helpers = []
         self.classes = set()
+        self.counters = set()   # while loops' counters, never rebound inside them
         self.scopes = []
         self.ints = []          # [(name, bound)] visible loop indices
         self.loop_depth = 0
@@ -1119,6 +1168,13 @@ class ProgramGenerator(FamilyMixin):
             return self.rng.choice([f"mix({self.expr(shape, d)}, *MIX_ARGS)",
                                     f"mix({self.expr(shape, d)}, *MIX_ARGS[:1], 0.3)"])
 
+        def shortcut():   # Functions with early returns (inlined) or called
+            name = self.rng.choice(["Shrink", "Ratio", "loop_return"])
+            self.classes.add(name)
+            if name == "loop_return":
+                return f"loop_return({self.expr(shape, d)})"
+            return f"{name}.apply({self.expr(shape, d)})"
+
         def recursive():   # a closure calling itself
             self.classes.add("damped")
             return f"damped({self.expr(shape, d)}, {self.rng.randrange(1, 4)})"
@@ -1134,7 +1190,8 @@ class ProgramGenerator(FamilyMixin):
                             ("multi_output_apply", 1.0, sincos),
                             ("user_rule", 1.0, user_rule), ("instance_method", 0.7, method),
                             ("spread_free_tuple", 0.7, spread),
-                            ("closure_recursion", 0.7, recursive)])
+                            ("closure_recursion", 0.7, recursive),
+                            ("early_return_apply", 0.7, shortcut)])
 
     def derivative_expr(self, shape, d):
         """A derivative computed inside the program: the compiler reads it as code
@@ -1142,14 +1199,14 @@ class ProgramGenerator(FamilyMixin):
         the program see the same function)."""
         E = self.expr
         bodies = ["np.sin(u) * u", "np.tanh(u) * u", "u * u * 0.5", "np.exp(-u * u)",
-                  "Cube.apply(np.tanh(u)) * u", "user_softsign(u) * u"]
+                  "Cube.apply(np.tanh(u)) * u", "user_softsign(u) * u", "Shrink.apply(u) * u"]
         body = self.rng.choice(bodies)
         if self.rng.random() < 0.35:
             # a lambda reading a value of this function: an input of the derivative's
             # code too, passed after u (once passed after v: silently wrong)
             body = f"({body}) * {self.paren(E((), d))}"
-        for needed in ("Cube", "user_softsign"):   # (forward mode derives their JVPs)
-            if needed + ("." if needed == "Cube" else "(") in body:
+        for needed in ("Cube", "Shrink", "user_softsign"):   # (forward mode derives their JVPs)
+            if needed + ("(" if needed == "user_softsign" else ".") in body:
                 self.classes.add(needed)
         F = "s2sgrad.functional"
 
@@ -1764,7 +1821,8 @@ class ProgramGenerator(FamilyMixin):
         acc = self.accumulator()
         i = self.fresh("i")
         n = self.rng.choice([2, 3, 3, 4])
-        enclosing = [(name, bound) for name, bound in self.ints if bound >= 2]
+        enclosing = [(name, bound) for name, bound in self.ints
+                     if bound >= 2 and name not in self.counters]
         if enclosing and self.rng.random() < 0.4:
             # the variable of a loop around this one, iterated again (`for i in ...:
             # for i in ...:`): the rest of the outer body reads the inner loop's last
@@ -2094,7 +2152,9 @@ class ProgramGenerator(FamilyMixin):
             self.emit(f"{k} = {limit}")
             self.emit(f"while ({k} := {k} - 1) >= 0:")
             self.ints.append((k, limit))
+            self.counters.add(k)   # (an inner `for k in range(3)` would loop forever)
             self.loop_body(acc)
+            self.counters.discard(k)
             self.ints.pop()
             self.loop_else(acc)
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
+import itertools
 import linecache
 import os
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import numpy
 from ..errors import TransformError, deliberate, error_at
 from ..rules.registry import Rule
 from .callables import instances_read
+from .early_returns import fold_returns
 from .facts import FunctionFacts
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
 from .normalize.scope import is_docstring
@@ -256,11 +258,20 @@ def local_names(fdef: ast.FunctionDef) -> Set[str]:
 
 
 def single_return(body: List[ast.stmt], what: str) -> Tuple[List[ast.stmt], ast.expr]:
+    """The body without its return, and the value returned: early returns in `if`
+    branches folded into one variable (early_returns.py)."""
     returns = [n for s in body for n in ast.walk(s) if isinstance(n, ast.Return)]
-    if len(returns) != 1 or not body or body[-1] is not returns[0]:
-        raise NotInlinable(f"{what} does not end in its only return statement")
-    value = body[-1].value or ast.Constant(value=None)
-    return body[:-1], value
+    if len(returns) == 1 and body and body[-1] is returns[0]:
+        return body[:-1], body[-1].value or ast.Constant(value=None)
+    taken = {n.id for s in body for n in ast.walk(s) if isinstance(n, ast.Name)}
+    result = next(name for name in (f"returned_{k}" if k else "returned"
+                                    for k in itertools.count()) if name not in taken)
+    if not returns:
+        raise NotInlinable(f"{what} has no return statement")
+    folded = fold_returns(body, result)
+    if folded is None:
+        raise NotInlinable(f"{what} returns from inside a loop, `try` or `with`")
+    return folded, ast.Name(id=result, ctx=ast.Load())
 
 
 class CtxRewriter(ast.NodeTransformer):

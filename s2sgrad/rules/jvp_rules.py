@@ -395,10 +395,9 @@ linear("np.reshape", "np.transpose", "ndarray.reshape", "ndarray.transpose", "nd
        "_s2s_add", "_s2s_copy_item", "_s2s_scatter_add", "_s2s_with_zeroed",
        "_s2s_with_item", "_s2s_written_grad", "_s2s_push", "_s2s_last", "_s2s_drop_last",
        "_s2s_last_grad", "_s2s_items_like", "_s2s_items_joined", "_s2s_loop_items_grad",
-       "_s2s_loop_items_tangent", "_s2s_like_returned",
-       "_s2s_unlike_returned", "_s2s_as_array", "_s2s_cast_into", "_s2s_swap_last_axes",
+       "_s2s_loop_items_tangent", "_s2s_as_array", "_s2s_cast_into", "_s2s_swap_last_axes",
        "_s2s_sum_to_shape", "_s2s_dict_item_grad", "_s2s_dict_item_transpose",
-       "_s2s_split_as_items", "_s2s_real_part")
+       "_s2s_split_as_items", "_s2s_real_part", "_s2s_check_count", "_s2s_as_returned")
 defjvp("builtins.sorted", iterable="sorted_like(iterable_dot, iterable, key, reverse)")
 defjvp("np.nansum", a="np.sum(np.where(np.isnan(a), 0.0, a_dot), axis=axis, keepdims=keepdims)",
        cast="dtype")

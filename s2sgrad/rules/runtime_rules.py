@@ -60,10 +60,12 @@ _rule(runtime.none_to_zero, "grad, like", grad="g", name="_s2s_none_to_zero")
 # A tangent broadcast to its value's shape (forward mode's code, differentiated again).
 _rule(runtime_tangent.broadcast_tangent, "t, like", t="unbroadcast(g, t)",
       name="_s2s_broadcast_tangent")
-_rule(runtime_tangent.like_returned, "tangent, returned",
-      tangent="unlike_returned(g, returned)", name="_s2s_like_returned")
-_rule(runtime_tangent.unlike_returned, "cotangent, returned",
-      cotangent="like_returned(g, returned)", name="_s2s_unlike_returned")
+# What a Function's vjp returned, checked and made one per input, and back (transposes).
+_rule(runtime_reverse.check_count, "grads, expected, method",
+      grads="as_returned(g, grads)", name="_s2s_check_count")
+_rule(runtime_reverse.as_returned, "cot, grads",
+      cot="tuple(g)[:len(cot)] if isinstance(grads, (tuple, list)) else (g,)",
+      name="_s2s_as_returned")
 # A list's array cotangent cut into items, and back (each the other's transpose).
 _rule(runtime_reverse.items_like, "cotangent, value", cotangent="items_joined(g, cotangent)",
       name="_s2s_items_like")
@@ -120,7 +122,7 @@ _rule(runtime_shapes.sum_to_shape, "value, shape",
 nondiff(runtime.reduced_count, runtime.balanced_max_mask, runtime.meta, runtime.backwards,
         runtime.keys, runtime.detached, runtime_arrays.size_of, runtime_inplace.item_unshared)
 constructors(runtime.zeros_like, runtime.ones_like, runtime.seed, runtime.unit,
-             runtime_tangent.zero_tangent)
+             runtime_tangent.zero_tangent, runtime_tangent.generic_cotangent)
 
 # -- softmax, log-softmax, logsumexp and the sigmoid written out (normalize/fused.py) ------------
 _rule(runtime_fused.log_softmax, "x, axis",

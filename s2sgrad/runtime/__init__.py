@@ -38,6 +38,7 @@ from .reverse import (  # noqa: F401 - the names generated code and rules use
     accumulate,
     add_at,
     add_items,
+    as_returned,
     backwards,
     balanced_max_mask,
     check_count,

@@ -285,10 +285,10 @@ HELPERS: Dict[str, Callable] = {f.__name__: f for f in (
     with_zeroed, extremum_grad)}
 
 # Helpers that never touch an array's values: the NumPy backend's serve as they are.
-NEUTRAL = frozenset({"backwards", "keys", "record", "detached", "check_count", "loop_items",
+NEUTRAL = frozenset({"backwards", "keys", "record", "detached", "check_count",
+                     "as_returned", "loop_items",
                      "item_unshared", "item_updated",
-                     "add_items", "accumulate", "Context", "items_like", "like_returned",
-                     "unlike_returned", "real_value"})
+                     "add_items", "accumulate", "Context", "items_like", "real_value"})
 
 
 def missing_helper(name: str) -> Callable:

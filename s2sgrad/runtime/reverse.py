@@ -136,6 +136,18 @@ def check_count(grads, expected: int, method: str):
     return one_per(grads, expected, method, "gradient", "input")
 
 
+@helper
+def as_returned(cot, grads):
+    """Cotangents `cot` (one per input) in the form a Function's vjp returned its
+    gradients `grads`: the bare item for a bare gradient, else a tuple with the
+    trailing Nones check_count dropped. Check_count's transpose (a called vjp
+    differentiated again), and the cotangent forward mode gives the reverse mode of
+    a vjp to derive a jvp."""
+    if not isinstance(grads, (tuple, list)):
+        return cot[0]
+    return tuple(cot) + (None,) * (len(grads) - len(cot))
+
+
 def one_per(values, expected: int, method: str, what: str, per: str):
     """`values` as a sequence of `expected` items (one bare value is a 1-tuple),
     or a TypeError naming the Function method that returned the wrong count."""

@@ -54,21 +54,44 @@ def zero_tangent(x: Any) -> Any:
     return None
 
 
-@_helper
-def like_returned(tangent, returned):
-    """The cotangent of a one-input vjp's result in the form it has: the tangent
-    itself, or a one-tuple of it where the vjp returned `(grad,)`."""
-    if isinstance(returned, (tuple, list)) and len(returned) == 1:
-        return (tangent,)
-    return tangent
+# A fixed pseudo-random draw, none of its entries 0 or equal to another: values at
+# which no test a VJP makes of its cotangent (`if np.any(g)`, `g == 0`) takes the
+# special case. (4093 entries, a prime, so no array's strides align with repeats.)
+_GENERIC = np.random.default_rng(4093).uniform(0.5, 1.5, 4093) * \
+    np.random.default_rng(4094).choice([-1.0, 1.0], 4093)
 
 
 @_helper
-def unlike_returned(cotangent, returned):
-    """The transpose of like_returned: the item of a one-tuple, or the value."""
-    if isinstance(returned, (tuple, list)) and len(returned) == 1:
-        return cotangent[0]
-    return cotangent
+def generic_cotangent(x: Any) -> Any:
+    """A cotangent of x's structure with generic float entries (zero_tangent's zeros
+    where x has no gradient: integers, strings, None).
+
+    Where forward mode takes a VJP's transpose (reverse mode of the VJP in g), the
+    VJP runs once at this cotangent and its branches are the ones the adjoint
+    follows. A VJP is linear in g, so any point will do except one where a branch
+    takes a special case: at g = 0, `if not np.any(g): return zeros` (a shortcut
+    users write) would make every tangent zero. This point is generic."""
+    kind = type(x)
+    if kind is float:
+        return float(_GENERIC[0])
+    if kind is np.ndarray or isinstance(x, np.generic):
+        dtype = np.asarray(x).dtype
+        if dtype.kind not in "fc":
+            return zero_tangent(x)
+        values = np.resize(_GENERIC, np.shape(x))
+        if dtype.kind == "c":
+            values = values + 1j * np.resize(_GENERIC[::-1], np.shape(x))
+        values = values.astype(dtype)
+        return values if kind is np.ndarray else values[()]
+    if isinstance(x, list):
+        return [generic_cotangent(item) for item in x]
+    if isinstance(x, tuple):
+        return tuple(generic_cotangent(item) for item in x)
+    if isinstance(x, dict):
+        return {k: generic_cotangent(v) for k, v in x.items()}
+    if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, ArrayMeta):
+        return generic_cotangent(np.asarray(x))
+    return zero_tangent(x)
 
 
 @_helper

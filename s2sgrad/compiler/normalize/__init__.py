@@ -434,10 +434,14 @@ class _Normalizer:
         self.result_name = self.names.fresh("result")
         self.flag_name = None
         body = self._returns_out_of_loops(body, in_loop=False)
-        body = lift_jumps(body, (ast.Return,))
         if not ends_in_jump(body):
+            # Falling off the end returns None: a return of its own *before* the tails
+            # are lifted, so that it lands on the paths that reach the end only (after
+            # lifting, `if returned: return result` has it in its else branch; appended
+            # after, it overwrote the result of every path).
             body = body + [copy_location(ast.Return(value=ast.Constant(value=None)),
-                                             body[-1])]
+                                         body[-1])]
+        body = lift_jumps(body, (ast.Return,))
         body = self._returns_to_assignments(body)
         final = ast.Return(value=name_node(self.result_name))
         copy_location(final, returns[-1])

@@ -228,18 +228,19 @@ class CallTangents:
         out: List[ast.stmt] = [comment(f"{cls.__name__}.apply: no jvp; its tangent is the "
                                        f"reverse mode of {cls.__name__}.vjp (linear in its "
                                        f"cotangent) applied to the input tangents")]
-        zeros = [helper_call("zero_tangent", name_node(o)) for o in outs]
+        # (run at a generic cotangent, not 0: a vjp may branch on its cotangent,
+        # `if not np.any(g): return zeros`, and the adjoint follows the branches taken)
+        seeds = [helper_call("generic_cotangent", name_node(o)) for o in outs]
         slot_args = [name_node(v) for v in saved] + [name_node(slots[k]) for k in sorted(slots)]
-        call_fwd = ast.Call(func=name_node(fwd), args=zeros + slot_args, keywords=[])
-        n_in = len(site.arg_atoms)
+        call_fwd = ast.Call(func=name_node(fwd), args=seeds + slot_args, keywords=[])
         grads = core.names.fresh(f"{cls.__name__}_grads")
-        unused = "_" if "_" not in core.names.taken else core.names.fresh("unused")
-        out.append(assign_node(ast.Tuple(elts=[name_node(grads if n_in == 1 else unused, True),
-                                           name_node(res, True)], ctx=ast.Store()), call_fwd))
-        # One input: the vjp returns its gradient bare or as a one-tuple (torch
-        # allows both); the cotangent of what it returned has that form.
-        cot = helper_call("like_returned", tangents[0], name_node(grads)) if n_in == 1 else \
-            ast.Tuple(elts=list(tangents), ctx=ast.Load())
+        out.append(assign_node(ast.Tuple(elts=[name_node(grads, True), name_node(res, True)],
+                                         ctx=ast.Store()), call_fwd))
+        # The cotangent of what the vjp returned, in its form: one gradient bare or a
+        # tuple, with trailing Nones for forward's defaulted parameters (torch allows
+        # both; the bare tangent for a pair `(g, None)` was read as an array's rows).
+        cot = helper_call("as_returned", ast.Tuple(elts=list(tangents), ctx=ast.Load()),
+                          name_node(grads))
         result = ast.Call(func=name_node(adj), args=[name_node(res), cot], keywords=[])
         out += self._assign_results(cls, "vjp", result, outs, targets, never_none=True)
         return out

@@ -130,7 +130,7 @@ class RuleTangents:
     def _transposed(self, rule, op: Op, node, ans: ast.expr, out: List[ast.stmt],
                     params: List[str]) -> ast.expr:
         """The transpose of the rule's VJP applied to the tangents of `params`: the
-        reverse mode (with respect to g) of the VJP as a function, run at g = 0,
+        reverse mode (with respect to g) of the VJP as a function, run at a generic g,
         its cotangent the tangents (transposed.py)."""
         core = self.core
         try:
@@ -143,7 +143,7 @@ class RuleTangents:
                            f"cannot derive one from its VJP: {exc.reason}", HINT_RULE) from None
         core.transposed.add(op.label)
         fwd, adj, res = bind_pair(core, f"{transposed.stem_of(rule)}_vjp", pair)
-        args = [helper_call("zero_tangent", copy.deepcopy(ans)), copy.deepcopy(ans)] + \
+        args = [helper_call("generic_cotangent", copy.deepcopy(ans)), copy.deepcopy(ans)] + \
             [copy.deepcopy(self._argument(rule, op, param)) for param in rule.params]
         unused = "_" if "_" not in core.names.taken else core.names.fresh("unused")
         out.append(comment(f"{op.label}: the transpose of its VJP (reverse mode in g)"))

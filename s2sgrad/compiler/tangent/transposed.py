@@ -12,7 +12,9 @@ cotangent of what it returns, is the transpose of that linear map: the JVP
 (the "double-vjp" identity, as for a Function without `jvp`). So a rule needs
 no second, hand-written derivative for forward mode: the VJP is the one
 definition, and the compiler differentiates it (its helpers are NumPy code).
-The forward half runs at `g = 0` and only its residuals are used.
+The forward half runs at a generic `g` (runtime.tangent.generic_cotangent: at `g = 0` a
+branch such as `if np.any(g)` would take its special case) and only its residuals
+are used.
 """
 from __future__ import annotations
 

@@ -1,0 +1,182 @@
+"""Function bodies with early returns: folded into one result, and inlined."""
+import ast
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import assert_grads_match_differences
+from test_forward_mode import check_jvp
+
+from s2sgrad import compiler, functional
+from s2sgrad.compiler.early_returns import fold_returns
+
+_BODIES = {
+    "shortcut": """
+        if x < 0:
+            return -x
+        y = x * 2
+        return y + 1
+    """,
+    "both_branches": """
+        if x > 3:
+            y = x - 3
+            return y
+        else:
+            z = x + 3
+        if x > 1:
+            return z * 2
+        return z
+    """,
+    "nested": """
+        if x > 0:
+            if x > 5:
+                return 5
+            x = x + 1
+        w = x * 3
+        return w
+    """,
+    "falls_off_the_end": """
+        if x > 0:
+            return x
+        x = x + 1
+    """,
+}
+
+
+def _run(body, x):
+    namespace = {}
+    exec(compile(ast.Module(body=body, type_ignores=[]), "<folded>", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("name", sorted(_BODIES))
+def test_folded_bodies_return_what_the_original_returns(name):
+    source = "def f(x):\n" + textwrap.indent(textwrap.dedent(_BODIES[name]), "    ")
+    original = {}
+    exec(source, original)
+    body = ast.parse(source).body[0].body
+    folded = fold_returns(body, "returned")
+    assert folded is not None
+    assert not any(isinstance(n, ast.Return) for s in folded for n in ast.walk(s))
+    fdef = ast.parse("def g(x):\n    pass\n").body[0]
+    fdef.body = folded + [ast.Return(value=ast.Name(id="returned", ctx=ast.Load()))]
+    module = ast.fix_missing_locations(ast.Module(body=[fdef], type_ignores=[]))
+    namespace = {}
+    exec(compile(module, "<folded>", "exec"), namespace)
+    for x in (-2, 0, 0.5, 2, 4, 7):
+        assert namespace["g"](x) == original["f"](x), (name, x)
+
+
+def test_a_return_inside_a_loop_is_not_folded():
+    body = ast.parse("def f(x):\n    for i in range(3):\n        if x > i:\n"
+                     "            return i\n    return x\n").body[0].body
+    assert fold_returns(body, "returned") is None
+
+
+_FUNCTIONS = '''
+import numpy as np
+import s2sgrad
+
+class Shrink(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        if np.ndim(x) == 0:
+            return x / (1.0 + x * x)
+        return x / (1.0 + np.square(x))
+
+    @staticmethod
+    def vjp(ctx, g):
+        if not np.any(g):
+            return np.zeros_like(g)
+        x, = ctx.saved_tensors
+        s = 1.0 + x * x
+        return g * (1.0 - x * x) / (s * s)
+
+class Looped(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return np.sinh(x)
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        for _ in range(1):
+            return g * np.cosh(x)
+
+def f(x):
+    return np.sum(np.cos(Shrink.apply(x)) * x)
+
+def h(x):
+    return np.sum(Looped.apply(x) * x)
+'''
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 3)])
+def test_a_function_with_early_returns_is_inlined_and_right(make_module, shape, rng):
+    m = make_module(_FUNCTIONS)
+    x = rng.uniform(-1.5, 1.5, size=shape)
+    assert compiler.compile_function(m.f, (0,)).not_inlined == []
+    assert_grads_match_differences(m.f, [x], (0,))
+    assert_grads_match_differences(m.f, [x], (0,), optimize=False)
+    check_jvp(m.f, [x])
+    v = rng.standard_normal(shape)
+    eps = 1e-5
+    expected = (functional.vjp(m.f, x + eps * v)[1] - functional.vjp(m.f, x - eps * v)[1]) / \
+        (2 * eps)
+    np.testing.assert_allclose(functional.hvp(m.f, x, v)[1], expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_a_vjp_returning_inside_a_loop_is_called(make_module, shape, rng):
+    m = make_module(_FUNCTIONS)
+    x = rng.uniform(-1.0, 1.0, size=shape)
+    reasons = compiler.compile_function(m.h, (0,)).not_inlined
+    assert reasons == ["Looped: vjp returns from inside a loop, `try` or `with`"]
+    assert_grads_match_differences(m.h, [x], (0,))
+    check_jvp(m.h, [x])
+
+
+_FALLS_OFF = '''
+import numpy as np
+
+def loop_returns(x):
+    for _ in range(2):
+        return np.sin(x) * x          # (the loop always returns: nothing after it)
+
+def branch_returns(x, flag):
+    if flag:
+        return np.cos(x) * x
+    x = x + 1.0                       # (falls off the end: None)
+
+def caller(x):
+    return loop_returns(x) * 2.0 + branch_returns(x, True)
+'''
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_a_function_that_may_fall_off_its_end_returns_what_python_returns(make_module,
+                                                                          shape, rng):
+    # The implicit `return None` at the end was appended after the early returns'
+    # tails were lifted, so it overwrote every path's result: the forward returned
+    # None, and a called vjp written so gave a zero gradient.
+    m = make_module(_FALLS_OFF)
+    x = rng.uniform(-1.0, 1.0, size=shape)
+    v = rng.standard_normal(shape)
+    for f in (m.loop_returns, m.caller):
+        out, _ = functional.vjp(f, x, v)
+        np.testing.assert_array_equal(out, f(x))
+    out, (gx, _) = functional.vjp(m.branch_returns, (x, 1.0), v)
+    np.testing.assert_array_equal(out, m.branch_returns(x, 1.0))
+    np.testing.assert_allclose(gx, v * (np.cos(x) - np.sin(x) * x), rtol=1e-12)
+    eps = 1e-6
+    for f in (m.loop_returns, m.caller):
+        _, got = functional.vjp(f, x, v)
+        numeric = np.zeros(x.size)
+        for k in range(x.size):
+            e = np.zeros(x.size)
+            e[k] = eps
+            e = e.reshape(shape)
+            numeric[k] = np.sum((f(x + e) - f(x - e)) * v) / (2 * eps)
+        np.testing.assert_allclose(np.ravel(got), numeric, rtol=1e-6, atol=1e-8)
