@@ -366,6 +366,22 @@ class Shrink(s2sgrad.Function):
         s = 1.0 + x * x
         return g * (1.0 - x * x) / (s * s)
 ''',
+    # A default the call leaves out (bound as a constant: inlined) and a vjp returning
+    # a name that holds a tuple (once taken for the gradient itself).
+    "Held": '''\
+class Held(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x, k=2.0):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return np.sin(x) * k
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        out = (g * np.cos(x) * ctx.k, None)
+        return out
+''',
     # Returns inside a loop and a branch, and a path falling off the end (None): the
     # implicit return once overwrote every path's result with None.
     "loop_return": '''\
@@ -1169,7 +1185,7 @@ class ProgramGenerator(FamilyMixin):
                                     f"mix({self.expr(shape, d)}, *MIX_ARGS[:1], 0.3)"])
 
         def shortcut():   # Functions with early returns (inlined) or called
-            name = self.rng.choice(["Shrink", "Ratio", "loop_return"])
+            name = self.rng.choice(["Shrink", "Ratio", "Held", "loop_return"])
             self.classes.add(name)
             if name == "loop_return":
                 return f"loop_return({self.expr(shape, d)})"

@@ -180,3 +180,108 @@ def test_a_function_that_may_fall_off_its_end_returns_what_python_returns(make_m
             e = e.reshape(shape)
             numeric[k] = np.sum((f(x + e) - f(x - e)) * v) / (2 * eps)
         np.testing.assert_allclose(np.ravel(got), numeric, rtol=1e-6, atol=1e-8)
+
+
+_DEFAULTS = '''
+import numpy as np
+import s2sgrad
+
+class Clip(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x, lo=-1.0, hi=1.0):
+        ctx.save_for_backward(x)
+        ctx.lo, ctx.hi = lo, hi
+        return np.clip(x, lo, hi)
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        inside = (x > ctx.lo) & (x < ctx.hi)
+        if np.all(inside):
+            return g, None, None
+        return g * inside, None, None
+
+class Named(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x, k=2.0):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return np.sin(x) * k
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        out = (g * np.cos(x) * ctx.k, None)
+        return out
+
+def clipped(x):
+    return np.sum(Clip.apply(x * 2.0) * x) + np.sum(Clip.apply(x, -0.5) * x)
+
+def named(x):
+    return np.sum(Named.apply(x) * x)
+'''
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 3)])
+def test_forward_defaults_left_out_by_the_call_are_inlined(make_module, shape, rng):
+    # `Clip.apply(x)` for forward(ctx, x, lo=-1.0, hi=1.0): the defaults are bound as
+    # constants and the Function inlined (before, it was called, and forward mode
+    # refused it: "forward's parameters do not match the call").
+    m = make_module(_DEFAULTS)
+    x = rng.uniform(-0.9, 0.9, size=shape)
+    assert compiler.compile_function(m.clipped, (0,)).not_inlined == []
+    assert_grads_match_differences(m.clipped, [x], (0,))
+    check_jvp(m.clipped, [x])
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_a_one_input_vjp_returning_a_name_that_holds_a_tuple(make_module, shape, rng):
+    # `out = (g * ..., None); return out`: the name holds a tuple, not the gradient;
+    # what it holds is checked when the code runs (a folded `returned = g, None` too).
+    m = make_module(_DEFAULTS)
+    x = rng.uniform(-1.0, 1.0, size=shape)
+    assert_grads_match_differences(m.named, [x], (0,))
+    check_jvp(m.named, [x])
+
+
+_CALLER_RETURNS_EARLY = '''
+import numpy as np
+import s2sgrad
+
+class Shrink(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        if np.ndim(x) == 0:
+            return x / (1.0 + x * x)
+        return x / (1.0 + np.square(x))
+
+    @staticmethod
+    def vjp(ctx, g):
+        if not np.any(g):
+            return np.zeros_like(g)
+        x, = ctx.saved_tensors
+        s = 1.0 + x * x
+        return g * (1.0 - x * x) / (s * s)
+
+def f(a, y):
+    total = 0.0
+    for _ in range(2):
+        total = total + 0.3 * np.tanh(a)
+        if np.all(y > 5.0):
+            return y * total          # (the caller's own flag: `returned`)
+    return np.sum(np.tanh(Shrink.apply(a) * a) + total)
+'''
+
+
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_a_folded_return_variable_is_renamed_where_it_is_inlined(make_module, shape, rng):
+    # The variable the folded returns assign (`returned`) was not renamed where the
+    # body was inlined, and it was the caller's flag of the same name: set to the
+    # Function's value, it said the caller had returned early, and the gradient
+    # was 0 (found by the fuzzer).
+    m = make_module(_CALLER_RETURNS_EARLY)
+    a = rng.uniform(0.5, 1.0, size=shape)
+    y = np.full(shape, -0.7)
+    assert_grads_match_differences(m.f, [a, y], (0,), witness=False)
+    assert_grads_match_differences(m.f, [a, y], (0,), witness=False, optimize=False)

@@ -257,6 +257,14 @@ def local_names(fdef: ast.FunctionDef) -> Set[str]:
     return out
 
 
+def stored_names(body: List[ast.stmt]) -> Set[str]:
+    """The names a body assigns, the variable its folded early returns assign
+    included (single_return's: it must be renamed like any local, or it would be the
+    caller's variable of that name, `returned` say)."""
+    return {n.id for s in body for n in ast.walk(s)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
 def single_return(body: List[ast.stmt], what: str) -> Tuple[List[ast.stmt], ast.expr]:
     """The body without its return, and the value returned: early returns in `if`
     branches folded into one variable (early_returns.py)."""
@@ -302,6 +310,28 @@ class CtxRewriter(ast.NodeTransformer):
         return node
 
 
+def _left_out_defaults(args: ast.arguments, n_params: int, given: int) -> List[ast.expr]:
+    """The defaults of forward's parameters a call leaves out (`Clip.apply(x)` for
+    `forward(ctx, x, lo=-1.0, hi=1.0)`), as constants: they carry no gradient (the
+    vjp's Nones for them are dropped). A default that is not a literal: not inlined."""
+    missing = n_params - given
+    if missing == 0:
+        return []
+    if missing > len(args.defaults):
+        raise NotInlinable("forward's parameters do not match the call")
+    out = []
+    for default in args.defaults[len(args.defaults) - missing:]:
+        try:
+            value = ast.literal_eval(default)
+        except ValueError:
+            value = ...
+        if not isinstance(value, (bool, int, float, complex, str, type(None))):
+            raise NotInlinable("a parameter of forward the call leaves out has a default "
+                               "that is not a number, string or None")
+        out.append(ast.Constant(value=value))
+    return out
+
+
 def bind_forward(site, cls, names: NameRegistry, nf) -> tuple:
     """A Function's `forward` at a call site, ready to splice in (reverse and
     forward mode alike): (ctx's name, its body, its returned expression, the
@@ -309,17 +339,19 @@ def bind_forward(site, cls, names: NameRegistry, nf) -> tuple:
     arguments, the assignments copying arguments forward rebinds)."""
     fwd = parse_method(cls.forward, cls, "forward")
     fparams = [a.arg for a in fwd.node.args.posonlyargs + fwd.node.args.args]
-    if fwd.node.args.vararg or fwd.node.args.kwarg or len(fparams) != len(site.arg_atoms) + 1:
+    if fwd.node.args.vararg or fwd.node.args.kwarg or len(fparams) < len(site.arg_atoms) + 1:
         raise NotInlinable("forward's parameters do not match the call")
+    atoms = list(site.arg_atoms) + _left_out_defaults(fwd.node.args, len(fparams) - 1,
+                                                      len(site.arg_atoms))
     site.bindings.update(foreign_globals(fwd, nf, names, site))
     ctx, *inputs = fparams
     body, result = single_return([s for s in fwd.node.body if not is_docstring(s)],
                                   "forward")
     body = split_ctx_targets(body, ctx)
-    local = local_names(fwd.node) - {ctx}
+    local = (local_names(fwd.node) | stored_names(body)) - {ctx}
     mapping: Dict[str, ast.expr] = {}
     prologue: List[ast.stmt] = []
-    for param, atom in zip(inputs, site.arg_atoms):
+    for param, atom in zip(inputs, atoms):
         if param in local:
             fresh = names.fresh(param)
             prologue.append(assign_node(fresh, copy.deepcopy(atom)))
@@ -416,7 +448,7 @@ def _inline_vjp(site: FunctionSite, vjp, slots, saved, names: NameRegistry) -> N
     ctx, *grads = vparams
     body, result = single_return([s for s in vjp.node.body if not is_docstring(s)],
                                   site.vjp_name)
-    local = local_names(vjp.node) - {ctx}
+    local = (local_names(vjp.node) | stored_names(body)) - {ctx}
     mapping: Dict[str, ast.expr] = {}
     for n in sorted(local | set(grads)):
         mapping[n] = name_node(names.fresh(n))
@@ -449,11 +481,26 @@ def result_elements(result, n_in: int, site: FunctionSite) -> Optional[List[ast.
         if len(elts) != n_in:
             _count_error(site, len(result.elts))
         return elts
-    if n_in == 1:
+    if n_in == 1 and _one_gradient(result, site):
         return [result]
     if _is_none(result):
         return [ast.Constant(value=None)] * n_in
     return None
+
+
+def _one_gradient(result: ast.expr, site: FunctionSite) -> bool:
+    """Is a one-input vjp's result its gradient itself, not a tuple holding it? An
+    expression that makes an array; the cotangent parameter; a name whose one
+    top-level assignment is such an expression. A name bound in branches (early
+    returns folded: `returned = g, None` in one of them) or to a tuple is not known:
+    the caller checks what it holds at run time (check_count)."""
+    if isinstance(result, ast.Name):
+        value = _last_values(site.vjp_body or []).get(result.id, False)
+        if value is False:
+            return result.id in site.vjp_grad_names
+        result = value
+    return isinstance(result, ast.expr) and not isinstance(
+        result, (ast.Name, ast.Tuple, ast.List, ast.IfExp, ast.Starred, ast.Constant))
 
 
 def _count_error(site: FunctionSite, got: int):

@@ -105,7 +105,7 @@ def _inline_jvp(site, cls, jvp_fn, slots, saved, names, nf) -> None:
                                    f"input(s)"))
     body, result = sites.single_return(
         [s for s in parsed.node.body if not is_docstring(s)], "jvp")
-    local = sites.local_names(parsed.node) - {ctx}
+    local = (sites.local_names(parsed.node) | sites.stored_names(body)) - {ctx}
     mapping: Dict[str, ast.expr] = {}
     for n in sorted(local | set(grads)):
         mapping[n] = name_node(names.fresh(n))
