@@ -180,6 +180,7 @@ FEATURES = {
     "continue": 0.4,
     "return_in_loop": 0.3,
     "early_return": 0.5,     # if c > t: return e
+    "returns_in_loop": 0.15,  # (a probability) the last return inside a loop
     "early_return_apply": 0.5,  # Functions returning early (a shortcut for g == 0)
     "multi_output_apply": 0.3,  # p, q = SinCos.apply(e)
     # helpers and signatures
@@ -2669,7 +2670,7 @@ class ProgramGenerator(FamilyMixin):
 
     def final_return(self):
         if self.ret != ():
-            self.emit(f"return {self.return_value(0)}")
+            self.emit_final(f"return {self.return_value(0)}")
             return
         terms = [self.expr((), 0)]
         # every value computed reaches the result (through a bounded function)
@@ -2692,7 +2693,20 @@ class ProgramGenerator(FamilyMixin):
                 terms.append(f"{self.const()} * np.sum(np.tanh({v.name}))")
         terms += getattr(self, "force", [])
         self.force = []
-        self.emit(f"return {' + '.join(terms)}")
+        self.emit_final(f"return {' + '.join(terms)}")
+
+    def emit_final(self, statement):
+        """The function's last return, at times inside a loop with nothing after it
+        (the function then falls off its end on no path Python takes: the implicit
+        `return None` once overwrote every path's result)."""
+        if self.rng.random() >= min(1.0, self.w.get("returns_in_loop", 0.0)):
+            self.emit(statement)
+            return
+        self.used["returns_in_loop"] += 1
+        self.emit(self.rng.choice(["for _ in range(2):", "while True:"]))
+        self.indent += 1
+        self.emit(statement)
+        self.indent -= 1
 
     def helper(self, k):
         name = f"h{k}"
