@@ -383,6 +383,24 @@ class Held(s2sgrad.Function):
         out = (g * np.cos(x) * ctx.k, None)
         return out
 ''',
+    # ctx attributes set in both branches of an `if` (one variable each: inlined).
+    "Moded": '''\
+class Moded(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        if np.all(x > 0.0):
+            ctx.k = 2.0
+        else:
+            ctx.k = 0.5
+        return np.tanh(x) * ctx.k
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        t = np.tanh(x)
+        return g * (1.0 - t * t) * ctx.k
+''',
     # Returns inside a loop and a branch, and a path falling off the end (None): the
     # implicit return once overwrote every path's result with None.
     "loop_return": '''\
@@ -1186,7 +1204,7 @@ class ProgramGenerator(FamilyMixin):
                                     f"mix({self.expr(shape, d)}, *MIX_ARGS[:1], 0.3)"])
 
         def shortcut():   # Functions with early returns (inlined) or called
-            name = self.rng.choice(["Shrink", "Ratio", "Held", "loop_return"])
+            name = self.rng.choice(["Shrink", "Ratio", "Held", "Moded", "loop_return"])
             self.classes.add(name)
             if name == "loop_return":
                 return f"loop_return({self.expr(shape, d)})"

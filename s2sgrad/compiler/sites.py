@@ -433,12 +433,77 @@ def forward_statement(s, ctx, mapping, slots, saved_by: Dict[str, List[str]], si
         value = rewrite.visit(substitute(s.value, mapping))
         slots[attr] = slot
         return [assign_node(slot, _kept(value, mutable))]
+    if isinstance(s, ast.If) and _sets_ctx_on_every_path(s, ctx, set(slots)):
+        # (`if x > 0: ctx.mode = 1 ... else: ctx.mode = 0`: one variable per
+        # attribute, assigned in each branch; a method of ctx stays refused)
+        def branch(stmts):
+            out = [t for sub in stmts for t in forward_statement(
+                sub, ctx, mapping, slots, saved_by, site, names, mutable)]
+            return out or [copy_location(ast.Pass(), s)]
+        test = rewrite.visit(substitute(s.test, mapping))
+        return [copy_location(ast.If(test=test, body=branch(s.body), orelse=branch(s.orelse)
+                                     if s.orelse else []), s)]
     if isinstance(s, (ast.If, ast.For, ast.While)):
         for sub in ast.walk(s):
             if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and \
                     sub.value.id == ctx and sub.attr not in ("needs_input_grad",):
                 raise NotInlinable("forward uses ctx inside a branch or loop")
     return [rewrite.visit(substitute(s, mapping))]
+
+
+def _ctx_attributes_set(stmts: List[ast.stmt], ctx: str) -> Optional[Set[str]]:
+    """The ctx attributes these statements assign on every path through them (plain
+    `ctx.a = v` statements and `if`s); None where ctx is used another way inside a
+    nested statement (a method call, a loop, an assignment of another form)."""
+    out: Set[str] = set()
+    for s in stmts:
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and \
+                isinstance(s.targets[0], ast.Attribute) and \
+                isinstance(s.targets[0].value, ast.Name) and s.targets[0].value.id == ctx:
+            if s.targets[0].attr in ("saved_tensors", "needs_input_grad"):
+                return None
+            out.add(s.targets[0].attr)
+        elif isinstance(s, ast.If):
+            body, orelse = _ctx_attributes_set(s.body, ctx), _ctx_attributes_set(s.orelse, ctx)
+            if body is None or orelse is None:
+                return None
+            out |= body & orelse
+        elif any(isinstance(n, ast.Name) and n.id == ctx for n in ast.walk(s)) and \
+                not _reads_ctx_attributes_only(s, ctx):
+            return None
+    return out
+
+
+def _reads_ctx_attributes_only(s: ast.stmt, ctx: str) -> bool:
+    """Does s use ctx only to read its attributes (`y = x * ctx.k`)?"""
+    if isinstance(s, (ast.For, ast.While, ast.With, ast.Try)):
+        return False
+    for node in ast.walk(s):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id == ctx:
+            if not isinstance(node.ctx, ast.Load) or node.attr in ("saved_tensors",):
+                return False
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name) and node.func.value.id == ctx:
+            return False
+    return True
+
+
+def _sets_ctx_on_every_path(s: ast.If, ctx: str, before: Set[str]) -> bool:
+    """Does this `if` assign ctx attributes only in plain statements, each attribute
+    on both branches or already assigned before it? (An attribute one path leaves
+    unset would be a variable the vjp reads unbound: Python raises there.)"""
+    if not any(isinstance(n, ast.Name) and n.id == ctx for n in ast.walk(s)):
+        return False
+    if not _reads_ctx_attributes_only(ast.Expr(value=s.test), ctx):
+        return False
+    body, orelse = _ctx_attributes_set(s.body, ctx), _ctx_attributes_set(s.orelse, ctx)
+    if body is None or orelse is None:
+        return False
+    assigned = {n.attr for n in ast.walk(s) if isinstance(n, ast.Attribute) and
+                isinstance(n.value, ast.Name) and n.value.id == ctx and
+                isinstance(n.ctx, ast.Store)}
+    return assigned <= (body & orelse) | before
 
 
 def _inline_vjp(site: FunctionSite, vjp, slots, saved, names: NameRegistry) -> None:
