@@ -402,9 +402,10 @@ class Moded(s2sgrad.Function):
         return g * (1.0 - t * t) * ctx.k
 ''',
     # Returns inside a loop and a branch, and a path falling off the end (None): the
-    # implicit return once overwrote every path's result with None.
+    # implicit return once overwrote every path's result with None. (A keyword-only
+    # default the call leaves out: its second derivatives once raised.)
     "loop_return": '''\
-def loop_return(v, flag=1.0):
+def loop_return(v, *, flag=1.0):
     for _ in range(2):
         if flag > 0:
             return np.tanh(v) * v
@@ -1234,14 +1235,15 @@ class ProgramGenerator(FamilyMixin):
         the program see the same function)."""
         E = self.expr
         bodies = ["np.sin(u) * u", "np.tanh(u) * u", "u * u * 0.5", "np.exp(-u * u)",
-                  "Cube.apply(np.tanh(u)) * u", "user_softsign(u) * u", "Shrink.apply(u) * u"]
+                  "Cube.apply(np.tanh(u)) * u", "user_softsign(u) * u", "Shrink.apply(u) * u",
+                  "loop_return(u) * u"]
         body = self.rng.choice(bodies)
         if self.rng.random() < 0.35:
             # a lambda reading a value of this function: an input of the derivative's
             # code too, passed after u (once passed after v: silently wrong)
             body = f"({body}) * {self.paren(E((), d))}"
-        for needed in ("Cube", "Shrink", "user_softsign"):   # (forward mode derives their JVPs)
-            if needed + ("(" if needed == "user_softsign" else ".") in body:
+        for needed in ("Cube", "Shrink", "user_softsign", "loop_return"):
+            if needed + ("(" if needed[0].islower() else ".") in body:
                 self.classes.add(needed)
         F = "s2sgrad.functional"
 

@@ -197,3 +197,30 @@ def test_writing_a_global_is_an_error(m):
 def test_writing_into_a_global_array_is_an_error(m):
     with pytest.raises(s2sgrad.TransformError, match="non-local"):
         s2sgrad.vjp(m.mutates_global_array, 1.0)
+
+
+_KEYWORD_ONLY = '''
+import numpy as np
+
+def scaled(v, *, scale=1.0):
+    return np.tanh(v) * scale
+
+def f(x):
+    return np.sum(scaled(x) ** 2) + np.sum(scaled(x, scale=0.5) * x)
+'''
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_second_derivatives_of_a_call_leaving_a_keyword_only_default_out(make_module,
+                                                                        shape, rng):
+    # The tangent code of the callee's generated forward lost its keyword-only
+    # default where its function was remade with the user's closure cells (the
+    # constructor takes none): hvp raised "missing 1 required keyword-only argument".
+    from s2sgrad import functional
+    m = make_module(_KEYWORD_ONLY)
+    x = rng.standard_normal(shape)
+    v = rng.standard_normal(shape)
+    eps = 1e-5
+    expected = (s2sgrad.grad(m.f)(x + eps * v) - s2sgrad.grad(m.f)(x - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(functional.hvp(m.f, x, v)[1], expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(functional.vhp(m.f, x, v)[1], expected, rtol=1e-6, atol=1e-7)

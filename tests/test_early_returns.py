@@ -73,10 +73,7 @@ def test_a_return_inside_a_loop_is_not_folded():
     assert fold_returns(body, "returned") is None
 
 
-_FUNCTIONS = '''
-import numpy as np
-import s2sgrad
-
+_SHRINK = '''
 class Shrink(s2sgrad.Function):
     @staticmethod
     def forward(ctx, x):
@@ -92,7 +89,12 @@ class Shrink(s2sgrad.Function):
         x, = ctx.saved_tensors
         s = 1.0 + x * x
         return g * (1.0 - x * x) / (s * s)
+'''
 
+_FUNCTIONS = '''
+import numpy as np
+import s2sgrad
+''' + _SHRINK + '''
 class Looped(s2sgrad.Function):
     @staticmethod
     def forward(ctx, x):
@@ -247,23 +249,7 @@ def test_a_one_input_vjp_returning_a_name_that_holds_a_tuple(make_module, shape,
 _CALLER_RETURNS_EARLY = '''
 import numpy as np
 import s2sgrad
-
-class Shrink(s2sgrad.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        if np.ndim(x) == 0:
-            return x / (1.0 + x * x)
-        return x / (1.0 + np.square(x))
-
-    @staticmethod
-    def vjp(ctx, g):
-        if not np.any(g):
-            return np.zeros_like(g)
-        x, = ctx.saved_tensors
-        s = 1.0 + x * x
-        return g * (1.0 - x * x) / (s * s)
-
+''' + _SHRINK + '''
 def f(a, y):
     total = 0.0
     for _ in range(2):

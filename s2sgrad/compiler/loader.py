@@ -217,8 +217,13 @@ def instantiate(factory_code: types.CodeType, closure_names: Sequence[str],
             # Share the user's own cells: closure variables stay live.
             cells = tuple(emitted.closure_cells.get(v, c)
                           for v, c in zip(fn.__code__.co_freevars, fn.__closure__))
-            fn = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
-                                    fn.__defaults__, cells)
+            shared = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
+                                        fn.__defaults__, cells)
+            # (the constructor takes no keyword-only defaults: without them a caller
+            # leaving `scale` out, as the caller's code may, found it required)
+            shared.__kwdefaults__ = fn.__kwdefaults__
+            shared.__qualname__ = fn.__qualname__
+            fn = shared
         out[name] = fn
     if emitted.closure_cells:
         # A generated function calling itself or another one of the text (recursion)
