@@ -215,3 +215,42 @@ def test_second_derivative_of_a_loop_updating_in_place(make_module, n):
     x = np.array([0.3, -0.8, 1.1])[:n]
     got = s2sgrad.grad(module.f)(x)
     np.testing.assert_allclose(got, numeric_grad(module.f, (x,), 0), rtol=1e-6, atol=1e-8)
+
+
+_KEYWORD_ONLY_TOP = '''
+import numpy as np
+
+def weighted(x, /, k=2.0, *, w=None, s=0.5):
+    if w is None:
+        w = np.ones_like(x)
+    return np.sum(np.tanh(x * k) * w) * s
+
+def required(x, *, w):
+    return np.sum(x * w)
+'''
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_second_derivatives_of_a_function_with_keyword_only_defaults(make_module, shape, rng):
+    # hvp, vhp and hessian pass inputs by position: keyword-only parameters with
+    # defaults keep them (they raised "which takes ... keyword-only parameters").
+    m = make_module(_KEYWORD_ONLY_TOP)
+    x = rng.standard_normal(shape)
+    v = rng.standard_normal(shape)
+    eps = 1e-5
+    grad = s2sgrad.grad(m.weighted)
+    expected = (grad(x + eps * v) - grad(x - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(functional.hvp(m.weighted, x, v)[1], expected, rtol=1e-6,
+                               atol=1e-7)
+    np.testing.assert_allclose(functional.vhp(m.weighted, x, v)[1], expected, rtol=1e-6,
+                               atol=1e-7)
+    hessian = np.reshape(functional.hessian(m.weighted, x), (x.size, x.size))
+    np.testing.assert_allclose(hessian @ np.ravel(v), np.ravel(expected), rtol=1e-6,
+                               atol=1e-7)
+
+
+def test_a_keyword_only_parameter_without_a_default_is_refused_for_second_derivatives(
+        make_module):
+    m = make_module(_KEYWORD_ONLY_TOP)
+    with pytest.raises(s2sgrad.TransformError, match="keyword-only parameter without"):
+        functional.hvp(m.required, np.ones(3), np.ones(3))

@@ -34,13 +34,20 @@ _DERIVED: Dict[tuple, types.FunctionType] = {}
 
 
 def _params(fn: Callable) -> List[inspect.Parameter]:
+    """The positional parameters of fn, which its derivative's code takes. A
+    keyword-only parameter with a default keeps it (the functional API passes inputs
+    by position: `def f(x, *, w=None)`); *args, **kwargs and a keyword-only
+    parameter without a default are refused."""
     params = list(inspect.signature(fn).parameters.values())
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY) for p in params):
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or
+           (p.kind == p.KEYWORD_ONLY and p.default is p.empty) for p in params):
         name = getattr(fn, "__name__", None) or repr(fn)
         raise TransformError(f"cannot differentiate the derivative of {name}, which "
-                             f"takes *args, **kwargs or keyword-only parameters",
-                             hint="Give it plain positional parameters.")
-    return params
+                             f"takes *args, **kwargs or a keyword-only parameter without "
+                             f"a default",
+                             hint="Give it positional parameters (keyword-only ones "
+                                  "with defaults are kept at their defaults).")
+    return [p for p in params if p.kind != p.KEYWORD_ONLY]
 
 
 def derived(kind: str, base: Callable, positions: Tuple[int, ...],
