@@ -7,6 +7,7 @@ import pytest
 from conftest import assert_grads_match_differences
 from test_forward_mode import check_jvp
 
+import s2sgrad
 from s2sgrad import compiler, functional
 from s2sgrad.compiler.early_returns import fold_returns
 
@@ -347,3 +348,34 @@ def test_a_ctx_attribute_one_path_leaves_unset_keeps_forward_called(make_module,
     reasons = compiler.compile_function(m.one_path, (0,)).not_inlined
     assert reasons == ["OnePath: forward uses ctx inside a branch or loop"]
     assert_grads_match_differences(m.one_path, [x], (0,))
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_third_derivatives_through_a_vjp_returning_a_held_tuple(make_module, shape, rng):
+    # The held tuple `(g * ..., None)` goes through check_count; differentiated three
+    # times, the None item's cotangent met a number in add_items and raised (found by
+    # the fuzzer's higher-order family).
+    m = make_module(_DEFAULTS)
+    x = rng.uniform(-1.0, 1.0, size=shape)
+    v = rng.standard_normal(shape)
+
+    def hv(y):
+        return functional.hvp(m.named, y, v)[1]
+
+    def third(y):
+        return np.sum(hv(y) * np.tanh(y))
+    eps = 1e-5
+    numeric = np.zeros(x.size)
+    for k in range(x.size):
+        e = np.zeros(x.size)
+        e[k] = eps
+        numeric[k] = (third(x + e.reshape(shape)) - third(x - e.reshape(shape))) / (2 * eps)
+    m2 = make_module(_DEFAULTS + f'''
+from s2sgrad import functional
+V = np.array({v.tolist()!r})
+
+def third(y):
+    return np.sum(functional.hvp(named, y, V, create_graph=True)[1] * np.tanh(y))
+''')
+    np.testing.assert_allclose(np.ravel(s2sgrad.grad(m2.third)(x)), numeric, rtol=1e-5,
+                               atol=1e-7)

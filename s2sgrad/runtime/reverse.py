@@ -235,7 +235,12 @@ def items_joined(items, cotangent):
 
 def add_items(total, contribution):
     """total + contribution, item by item where the adjoints are lists or tuples
-    (the adjoint of a list of arrays is a list; `+` would concatenate)."""
+    (the adjoint of a list of arrays is a list; `+` would concatenate). None, the
+    cotangent of a None item (a vjp's `(g, None)` differentiated again), adds nothing."""
+    if contribution is None:
+        return total
+    if total is None:
+        return contribution
     t = type(total)
     if t is type(contribution):   # (the usual meetings first: two arrays, two lists)
         if t is np.ndarray and id(total.base) not in ZERO_IDS and \
