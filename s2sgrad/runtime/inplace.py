@@ -261,6 +261,13 @@ def field_index(value, name: str) -> int:
     fields = getattr(type(value), "_fields", None)
     if isinstance(value, tuple) and fields is not None and name in fields:
         return fields.index(name)
+    if type(value).__name__ == "Context" and type(value).__module__ == "s2sgrad.function":
+        raise TransformError(
+            f"s2sgrad cannot follow a gradient through ctx.{name}: a Function's vjp "
+            f"that is called (not inlined) is differentiated again here (a second "
+            f"derivative), and the values it reads from ctx carry gradients",
+            hint="Write the vjp so that it is inlined: no `with` or `try`, no return "
+                 "inside a loop (the generated code's comment says why it is called).")
     raise TransformError(f"s2sgrad has no gradient rule for the attribute .{name} of a "
                          f"{type(value).__name__}",
                          hint="Differentiate with respect to arrays, numbers and lists, "
