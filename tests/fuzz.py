@@ -349,7 +349,8 @@ class SinCos(s2sgrad.Function):
         return gs * np.cos(x) - gc * np.sin(x)
 ''',
     # Early returns: forward's for a number, vjp's a shortcut for a zero cotangent
-    # (folded into one result and inlined; the JVP, its transpose, runs at a generic g).
+    # (folded into one result and inlined; the JVP, its transpose, runs at a generic g),
+    # and a `with np.errstate(...)` block.
     "Shrink": '''\
 class Shrink(s2sgrad.Function):
     @staticmethod
@@ -364,7 +365,8 @@ class Shrink(s2sgrad.Function):
         if not np.any(g):
             return np.zeros_like(g)
         x, = ctx.saved_tensors
-        s = 1.0 + x * x
+        with np.errstate(over="ignore"):     # (its body, inlined)
+            s = 1.0 + x * x
         return g * (1.0 - x * x) / (s * s)
 ''',
     # A default the call leaves out (bound as a constant: inlined) and a vjp returning
@@ -411,7 +413,7 @@ def loop_return(v, *, flag=1.0):
             return np.tanh(v) * v
     w = v * 2.0
 ''',
-    # The same shortcut in a vjp that is called, not inlined (a `with` block), returning
+    # The same shortcut in a vjp that is called, not inlined (a return in a loop), returning
     # a bare gradient or a pair with a trailing None (forward mode read the pair's
     # cotangent as the bare one: a wrong JVP).
     "Ratio": '''\
@@ -426,7 +428,7 @@ class Ratio(s2sgrad.Function):
         x, = ctx.saved_tensors
         if not np.any(g):
             return np.zeros_like(g)
-        with np.errstate(divide="ignore"):
+        for _ in range(1):
             d = 2.0 + np.cos(x)
             return g * (d + x * np.sin(x)) / (d * d), None   # (a trailing None, dropped)
 ''',

@@ -379,3 +379,42 @@ def third(y):
 ''')
     np.testing.assert_allclose(np.ravel(s2sgrad.grad(m2.third)(x)), numeric, rtol=1e-5,
                                atol=1e-7)
+
+
+_ERRSTATE = '''
+import numpy as np
+import s2sgrad
+
+class SafeLog(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        with np.errstate(divide="ignore"):
+            return np.log(x)
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return g / x
+
+def f(x):
+    return np.sum(SafeLog.apply(x * x + 0.5) * x)
+'''
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_errstate_blocks_in_a_function_are_inlined(make_module, shape, rng):
+    # `with np.errstate(...)` changes which warnings NumPy reports, never a value: the
+    # block is its body, as in the user's own functions (it made the body be called,
+    # and its second derivatives were refused).
+    m = make_module(_ERRSTATE)
+    x = rng.uniform(-1.0, 1.0, size=shape)
+    assert compiler.compile_function(m.f, (0,)).not_inlined == []
+    assert_grads_match_differences(m.f, [x], (0,))
+    check_jvp(m.f, [x])
+    v = rng.standard_normal(shape)
+    eps = 1e-5
+    expected = (functional.vjp(m.f, x + eps * v)[1] - functional.vjp(m.f, x - eps * v)[1]) / \
+        (2 * eps)
+    np.testing.assert_allclose(functional.hvp(m.f, x, v)[1], expected, rtol=1e-6, atol=1e-7)

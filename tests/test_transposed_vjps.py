@@ -101,7 +101,7 @@ class SafeLog(s2sgrad.Function):
         x, = ctx.saved_tensors
         if not np.any(g):
             return np.zeros_like(g)
-        with np.errstate(divide="ignore"):      # (a `with`: called, not inlined)
+        for _ in range(1):      # (a return inside a loop: called, not inlined)
             return g / x
 
 def f(x):
@@ -184,7 +184,7 @@ class Twice(s2sgrad.Function):
     def vjp(ctx, g):
         if not np.any(g):
             return np.zeros_like(g)
-        with np.errstate(over="ignore"):      # (called, not inlined)
+        for _ in range(1):      # (a return inside a loop: called, not inlined)
             return 2.0 * g, None
 
 def f(x):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import inspect
 import itertools
 import linecache
@@ -26,6 +27,7 @@ from .callables import instances_read
 from .early_returns import fold_returns
 from .facts import FunctionFacts
 from .names import SHARED_LEAVES, STORE, NameRegistry, assign_node, clone, copy_location, name_node
+from .normalize.context_blocks import unwrap_context_blocks
 from .normalize.scope import is_docstring
 from .parse import parse_function
 from .recompute import iterated_parameters
@@ -236,11 +238,24 @@ def _fallback(site: FunctionSite, names: NameRegistry, reason: str) -> FunctionS
 
 
 def parse_method(fn, cls, what: str):
+    """A Function's method, parsed, its `with np.errstate(...)` blocks written as their
+    bodies (they change which warnings NumPy reports, never a value: as in the user's
+    own functions, normalize/context_blocks.py)."""
     try:
-        return parse_function(fn)
+        parsed = parse_function(fn)
     except TransformError as exc:
         raise NotInlinable(f"the source of {cls.__name__}.{what} is not available "
                            f"({exc.reason})") from None
+    if any(isinstance(n, ast.With) for n in ast.walk(parsed.node)):
+        params = {a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args}
+        resolver = Resolver(getattr(parsed.fn, "__globals__", {}), {},
+                            stored_names(parsed.node.body) | params)
+        body = unwrap_context_blocks(parsed.node.body, resolver)
+        if body is not None:
+            node = copy.copy(parsed.node)
+            node.body = body
+            parsed = dataclasses.replace(parsed, node=node)
+    return parsed
 
 
 def local_names(fdef: ast.FunctionDef) -> Set[str]:

@@ -266,8 +266,9 @@ def field_index(value, name: str) -> int:
             f"s2sgrad cannot follow a gradient through ctx.{name}: a Function's vjp "
             f"that is called (not inlined) is differentiated again here (a second "
             f"derivative), and the values it reads from ctx carry gradients",
-            hint="Write the vjp so that it is inlined: no `with` or `try`, no return "
-                 "inside a loop (the generated code's comment says why it is called).")
+            hint="Write the vjp so that it is inlined: no `try`, no `with` other than "
+                 "np.errstate, no return inside a loop (the generated code's comment "
+                 "says why it is called).")
     raise TransformError(f"s2sgrad has no gradient rule for the attribute .{name} of a "
                          f"{type(value).__name__}",
                          hint="Differentiate with respect to arrays, numbers and lists, "
