@@ -57,7 +57,7 @@ OFF = ("apply", "helper_call", "list_index", "for_list_literal",
        "nested_entry", "item_write", "namedtuple", "derivative_call", "fancy_write",
        "aug_param", "einsum", "held_update", "closure_recursion", "masked_reduce",
        "ufunc_outer", "dict_zip", "stencil_update", "list_reorder",
-       "dict_literal_loop", "dict_get",
+       "dict_literal_loop", "dict_get", "early_return_apply",
        # helpers with no numba version yet: cdist, lstsq, SciPy's solvers, vander, polyfit,
        # fill_diagonal's index
        "lstsq", "distance", "scipy_solve", "polynomial", "fill_diagonal")
