@@ -418,3 +418,39 @@ def test_errstate_blocks_in_a_function_are_inlined(make_module, shape, rng):
     expected = (functional.vjp(m.f, x + eps * v)[1] - functional.vjp(m.f, x - eps * v)[1]) / \
         (2 * eps)
     np.testing.assert_allclose(functional.hvp(m.f, x, v)[1], expected, rtol=1e-6, atol=1e-7)
+
+
+_HELPER_PAIR = '''
+import numpy as np
+import s2sgrad
+
+def pack(g, x):
+    return g * np.cos(x), g * 5.0
+
+class Two(s2sgrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return np.sin(x)
+
+    @staticmethod
+    def vjp(ctx, g):
+        x, = ctx.saved_tensors
+        return pack(g, x)
+
+def f(x):
+    return np.sum(Two.apply(x) * x)
+'''
+
+
+def test_a_one_input_vjp_returning_a_helpers_pair_is_a_count_error(make_module):
+    # A call may return a tuple: its result was taken for the one gradient, and the
+    # pair's two arrays were added into it (a wrong gradient, no error). Now checked
+    # when the code runs, as PyTorch does.
+    m = make_module(_HELPER_PAIR)
+    x = np.array([0.3, 0.5, 0.9])
+    for witness in (True, False):
+        with pytest.raises(TypeError, match=r"Two.vjp returns 2 gradient\(s\), expected 1"):
+            s2sgrad.grad(m.f, witness=witness)(x)
+    with pytest.raises(TypeError, match=r"Two.vjp returns 2 gradient\(s\), expected 1"):
+        functional.jvp(m.f, x, np.ones(3))

@@ -637,3 +637,53 @@ def g(x):
                                          lambda: compile_function(mod.g, (0,), False))
     with pytest.raises(optimizer_check.OptimizerMismatch, match="the output"):
         other.forward(x)
+
+
+_KEPT_BY_A_METHOD = '''
+import logging
+import numpy as np
+import s2sgrad
+
+LOG = logging.getLogger("s2sgrad-test-kept")
+
+class Box:
+    def __init__(self):
+        self.items = []
+
+    def keep(self, v):
+        self.items.append(v)
+
+def boxed(x):
+    b = Box()
+    b.keep(x * 2.0)          # (a method s2sgrad does not see into keeps x's value)
+    return np.sum(b.items[0] ** 2)
+
+def context(x):
+    ctx = s2sgrad.function.Context((True,))
+    ctx.save_for_backward(x * 2.0)
+    y, = ctx.saved_tensors
+    return np.sum(y ** 2)
+
+def logged(x):
+    y = np.sin(x)
+    LOG.debug("y = %s", y)   # (reporting only: kept nowhere)
+    return np.sum(y * x)
+'''
+
+
+@pytest.mark.parametrize("name", ["boxed", "context"])
+def test_a_value_kept_by_a_method_s2sgrad_cannot_see_into_is_refused(make_module, name):
+    # A method of another object, called with a differentiated value and its result
+    # dropped, may keep the value: only a list of method names counted as writes, and
+    # `ctx.save_for_backward(2 * x)` then `ctx.saved_tensors` gave a gradient of 0.
+    m = make_module(_KEPT_BY_A_METHOD)
+    with pytest.raises(s2sgrad.TransformError, match="in place|in ctx") as info:
+        s2sgrad.grad(getattr(m, name))(np.array([0.3, 0.5]))
+    assert info.value.lineno is not None
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_a_logging_call_on_a_differentiated_value_is_allowed(make_module, shape, rng):
+    from conftest import assert_grads_match_differences
+    m = make_module(_KEPT_BY_A_METHOD)
+    assert_grads_match_differences(m.logged, [rng.standard_normal(shape)], (0,))

@@ -721,6 +721,9 @@ MUTATING_CALL_HINT = ("Compute the value as a result instead (y = np.exp(x)), or
                       "keywords; np.take_along_axis rather than np.put_along_axis or np.put.")
 
 
+_CTX_KEEPERS = ("the method .save_for_backward()", "the method .save_for_forward()")
+
+
 def _check_supported(ops, active, varied, useful, nf: NormalForm) -> None:
     """A construct on the gradient path without a rule is an error, never a zero."""
     for s, op in ops:
@@ -738,6 +741,13 @@ def _check_supported(ops, active, varied, useful, nf: NormalForm) -> None:
                 message = (f"{op.label} writes into one of its arguments in place, and a "
                            f"differentiated value takes part in the write")
                 hint = MUTATING_CALL_HINT
+            elif op.kind == OpKind.MUTATE and op.label in _CTX_KEEPERS:
+                message = (f"{op.label} keeps a differentiated value in ctx, where "
+                           f"s2sgrad cannot follow it (a Function's forward differentiated "
+                           f"as a function of its own, not inlined: in a second derivative "
+                           f"through a Function that is called)")
+                hint = ("Write the Function so that it is inlined (the generated code's "
+                        "comment says why it is called).")
             elif op.kind == OpKind.MUTATE:
                 message = f"{op.label or 'this call'} modifies a differentiated value in place"
             else:

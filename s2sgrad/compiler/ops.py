@@ -33,9 +33,11 @@ _MUTATORS = {id(f): f for f in (np.copyto, np.put, np.place, np.putmask, np.fill
                                  np.put_along_axis, np.random.shuffle,
                                  runtime.add_at, runtime_inplace.zero_item,
                                  runtime_inplace.restore_item)}
-_MUTATING_METHODS = {"sort", "fill", "put", "resize", "itemset", "setfield", "partition",
-                     "append", "extend", "insert", "pop", "remove", "clear", "reverse",
-                     "shuffle", "byteswap", "update", "setdefault", "popitem"}
+# Methods called for an effect that reports their arguments and keeps nothing s2sgrad
+# would read back (logging, writing text): the one exception to "a method of an object
+# s2sgrad cannot see into, called with a differentiated value, may keep it".
+_REPORTING_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical",
+                                "exception", "log", "write", "writelines", "flush"})
 # NumPy's functions called for an effect that only reads their arguments: a NumPy
 # function whose result is dropped and that is not one of these may be writing into
 # an argument (np.put_along_axis was, silently), so it is treated as a write.
@@ -188,7 +190,11 @@ def _describe(stmt: ast.stmt, local_names, exprs: ExprFacts) -> Op:
         if scatter is not None:
             return scatter
         op = _value_op(stmt.value, [], local_names, exprs)
-        if op.kind == OpKind.METHOD and exprs.of(call).method in _MUTATING_METHODS:
+        if op.kind == OpKind.METHOD and exprs.of(call).method not in _REPORTING_METHODS:
+            # (a method of an object s2sgrad does not see into, its result dropped: it
+            # may keep its argument, `ctx.save_for_backward(x)`, `cache.store(x)`, and a
+            # later read of what it kept would get no gradient; a write, unless known
+            # to report only)
             op.kind = OpKind.MUTATE
         elif op.kind in (OpKind.UNKNOWN, OpKind.RULE, OpKind.NONDIFF) and \
                 writes_output(call, op.callee):

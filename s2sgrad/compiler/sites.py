@@ -570,8 +570,9 @@ def result_elements(result, n_in: int, site: FunctionSite) -> Optional[List[ast.
 
 def _one_gradient(result: ast.expr, site: FunctionSite) -> bool:
     """Is a one-input vjp's result its gradient itself, not a tuple holding it? An
-    expression that makes an array; the cotangent parameter; a name whose one
-    top-level assignment is such an expression. A name bound in branches (early
+    operator's result (`g * np.cos(x)`); the cotangent parameter; a name whose one
+    top-level assignment is one of those. A call (a helper may return a tuple: two
+    gradients for one input were added into one), a name bound in branches (early
     returns folded: `returned = g, None` in one of them) or to a tuple is not known:
     the caller checks what it holds at run time (check_count)."""
     if isinstance(result, ast.Name):
@@ -579,8 +580,7 @@ def _one_gradient(result: ast.expr, site: FunctionSite) -> bool:
         if value is False:
             return result.id in site.vjp_grad_names
         result = value
-    return isinstance(result, ast.expr) and not isinstance(
-        result, (ast.Name, ast.Tuple, ast.List, ast.IfExp, ast.Starred, ast.Constant))
+    return isinstance(result, (ast.BinOp, ast.UnaryOp, ast.Subscript, ast.Attribute))
 
 
 def _count_error(site: FunctionSite, got: int):

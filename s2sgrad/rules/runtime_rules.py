@@ -63,7 +63,7 @@ _rule(runtime_tangent.broadcast_tangent, "t, like", t="unbroadcast(g, t)",
 # What a Function's vjp returned, checked and made one per input, and back (transposes).
 _rule(runtime_reverse.check_count, "grads, expected, method",
       grads="as_returned(g, grads)", name="_s2s_check_count")
-_rule(runtime_reverse.as_returned, "cot, grads",
+_rule(runtime_reverse.as_returned, "cot, grads, method='the vjp'",
       cot="tuple(g)[:len(cot)] if isinstance(grads, (tuple, list)) else (g,)",
       name="_s2s_as_returned")
 # A list's array cotangent cut into items, and back (each the other's transpose).

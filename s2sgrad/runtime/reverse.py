@@ -137,14 +137,15 @@ def check_count(grads, expected: int, method: str):
 
 
 @helper
-def as_returned(cot, grads):
+def as_returned(cot, grads, method: str = "the vjp"):
     """Cotangents `cot` (one per input) in the form a Function's vjp returned its
     gradients `grads`: the bare item for a bare gradient, else a tuple with the
     trailing Nones check_count dropped. Check_count's transpose (a called vjp
     differentiated again), and the cotangent forward mode gives the reverse mode of
-    a vjp to derive a jvp."""
+    a vjp to derive a jvp: there `grads` is checked as check_count checks it."""
     if not isinstance(grads, (tuple, list)):
         return cot[0]
+    check_count(grads, len(cot), method)
     return tuple(cot) + (None,) * (len(grads) - len(cot))
 
 
