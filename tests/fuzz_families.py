@@ -298,11 +298,16 @@ class FamilyMixin:
     def assemble(self, header, module_lines, body_lines, extra_classes=()):
         classes = [self.CLASSES[c] for c in self.CLASSES if c in self.classes]
         classes += list(extra_classes)
-        src = header + "import collections\nimport functools\nimport math\nimport operator\n\n" \
-            "import numpy as np\n\nimport s2sgrad\n\n" + self.GLOBALS_SRC + "\n\n" + \
-            "\n\n".join(classes) + ("\n\n" if classes else "") + \
+        rest = "\n\n".join(classes) + ("\n\n" if classes else "") + \
             "\n".join(module_lines) + ("\n\n" if module_lines else "") + \
             "\n".join(body_lines)
+        # (the modules the construct generator's SciPy expressions read, as a classic
+        # program imports them: a helper's unreached branch read an unbound name)
+        scipy_import = ("from scipy.spatial import distance\n" if "distance." in rest else "") + \
+            ("import scipy.linalg\n" if "scipy.linalg." in rest else "")
+        src = header + "import collections\nimport functools\nimport math\nimport operator\n\n" \
+            "import numpy as np\n" + scipy_import + "\nimport s2sgrad\n\n" + self.GLOBALS_SRC + \
+            "\n\n" + rest
         return src.rstrip() + "\n"
 
     def family_program(self, name, header):
