@@ -11,6 +11,23 @@ import s2sgrad
 from s2sgrad import compiler, functional
 from s2sgrad.compiler.early_returns import fold_returns
 
+
+def _inlined_and_right(f, x, rng, hessian=True):
+    """f's Functions inlined; its gradient (optimised and plain), its JVP and (with
+    `hessian`) its Hessian times a random v against central differences."""
+    assert compiler.compile_function(f, (0,)).not_inlined == []
+    assert_grads_match_differences(f, [x], (0,))
+    assert_grads_match_differences(f, [x], (0,), optimize=False)
+    check_jvp(f, [x])
+    if hessian:
+        v = rng.standard_normal(np.shape(x))
+        eps = 1e-5
+        expected = (functional.vjp(f, x + eps * v)[1] - functional.vjp(f, x - eps * v)[1]) / \
+            (2 * eps)
+        np.testing.assert_allclose(functional.hvp(f, x, v)[1], expected, rtol=1e-6,
+                                   atol=1e-7)
+
+
 _BODIES = {
     "shortcut": """
         if x < 0:
@@ -120,15 +137,7 @@ def h(x):
 def test_a_function_with_early_returns_is_inlined_and_right(make_module, shape, rng):
     m = make_module(_FUNCTIONS)
     x = rng.uniform(-1.5, 1.5, size=shape)
-    assert compiler.compile_function(m.f, (0,)).not_inlined == []
-    assert_grads_match_differences(m.f, [x], (0,))
-    assert_grads_match_differences(m.f, [x], (0,), optimize=False)
-    check_jvp(m.f, [x])
-    v = rng.standard_normal(shape)
-    eps = 1e-5
-    expected = (functional.vjp(m.f, x + eps * v)[1] - functional.vjp(m.f, x - eps * v)[1]) / \
-        (2 * eps)
-    np.testing.assert_allclose(functional.hvp(m.f, x, v)[1], expected, rtol=1e-6, atol=1e-7)
+    _inlined_and_right(m.f, x, rng)
 
 
 @pytest.mark.parametrize("shape", [(3,), (2, 2)])
@@ -232,9 +241,7 @@ def test_forward_defaults_left_out_by_the_call_are_inlined(make_module, shape, r
     # refused it: "forward's parameters do not match the call").
     m = make_module(_DEFAULTS)
     x = rng.uniform(-0.9, 0.9, size=shape)
-    assert compiler.compile_function(m.clipped, (0,)).not_inlined == []
-    assert_grads_match_differences(m.clipped, [x], (0,))
-    check_jvp(m.clipped, [x])
+    _inlined_and_right(m.clipped, x, rng, hessian=False)
 
 
 @pytest.mark.parametrize("shape", [(3,), (2, 2)])
@@ -330,14 +337,7 @@ def test_ctx_attributes_set_in_both_branches_are_inlined(make_module, shape, rng
     m = make_module(_CTX_IN_BRANCHES)
     x = rng.uniform(0.3, 1.2, size=shape)
     for f in (m.positive, m.shifted):
-        assert compiler.compile_function(f, (0,)).not_inlined == []
-        assert_grads_match_differences(f, [x], (0,))
-        check_jvp(f, [x])
-        v = rng.standard_normal(shape)
-        eps = 1e-5
-        expected = (functional.vjp(f, x + eps * v)[1] - functional.vjp(f, x - eps * v)[1]) / \
-            (2 * eps)
-        np.testing.assert_allclose(functional.hvp(f, x, v)[1], expected, rtol=1e-6, atol=1e-7)
+        _inlined_and_right(f, x, rng)
 
 
 def test_a_ctx_attribute_one_path_leaves_unset_keeps_forward_called(make_module, rng):
@@ -410,14 +410,7 @@ def test_errstate_blocks_in_a_function_are_inlined(make_module, shape, rng):
     # and its second derivatives were refused).
     m = make_module(_ERRSTATE)
     x = rng.uniform(-1.0, 1.0, size=shape)
-    assert compiler.compile_function(m.f, (0,)).not_inlined == []
-    assert_grads_match_differences(m.f, [x], (0,))
-    check_jvp(m.f, [x])
-    v = rng.standard_normal(shape)
-    eps = 1e-5
-    expected = (functional.vjp(m.f, x + eps * v)[1] - functional.vjp(m.f, x - eps * v)[1]) / \
-        (2 * eps)
-    np.testing.assert_allclose(functional.hvp(m.f, x, v)[1], expected, rtol=1e-6, atol=1e-7)
+    _inlined_and_right(m.f, x, rng)
 
 
 _HELPER_PAIR = '''
