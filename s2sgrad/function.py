@@ -73,6 +73,11 @@ class Function(metaclass=_FunctionMeta):
         return cls.vjp if _defines(cls, "vjp") else cls.backward
 
     @classmethod
+    def vjp_name(cls) -> str:
+        """The name the class gives its vjp: `vjp`, or PyTorch's `backward`."""
+        return "vjp" if _defines(cls, "vjp") else "backward"
+
+    @classmethod
     def jvp_method(cls):
         """The user's jvp (forward mode), or None when the class defines none."""
         return cls.jvp if _defines(cls, "jvp") else None

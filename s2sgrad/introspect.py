@@ -123,9 +123,8 @@ def _forwards(wrapper, inner) -> bool:
 def function_methods(cls, with_jvp: bool = False) -> List[str]:
     """forward, whichever of vjp/backward the class uses (and jvp if it has one)."""
     out = ["forward"]
-    vjp = getattr(cls, "vjp_method", None)
-    if vjp is not None:
-        out.append("vjp" if vjp() is getattr(cls, "vjp", None) else "backward")
+    if getattr(cls, "vjp_name", None) is not None:
+        out.append(cls.vjp_name())
     if with_jvp and getattr(cls, "jvp", None) is not None:
         out.append("jvp")
     return out

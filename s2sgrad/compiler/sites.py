@@ -194,7 +194,7 @@ def function_site(cls, call: ast.Call, out_names: List[str], needs: Tuple[bool, 
                         out_names=list(out_names), needs=needs, inlined=True, names=names,
                         mutable=set(getattr(nf, "written_in_place", ())))
     vjp_fn = cls.vjp_method()
-    site.vjp_name = "vjp" if vjp_fn is getattr(cls, "vjp", None) else "backward"
+    site.vjp_name = cls.vjp_name()
     n_out = _vjp_arity(vjp_fn)
     if n_out is not None and n_out != len(out_names):
         raise deliberate(TypeError(f"{cls.__name__}.{site.vjp_name} takes {n_out} gradient(s) "

@@ -28,30 +28,45 @@ from .shapes import swap_last_axes as _T
 
 
 # -- zeros, shapes and dtypes ---------------------------------------------------------
+def _tangent_like(x: Any, leaf) -> Any:
+    """x's structure with a float leaf where x holds a float value (`leaf(shape,
+    dtype)`, shape None for a Python float), 0.0 or float zeros for integers, itemwise
+    for lists, tuples and dicts, None for what has no tangent (strings, None, shapes)."""
+    kind = type(x)
+    if kind is float:
+        return leaf(None, None)
+    if kind is int:
+        return 0.0
+    if kind is np.ndarray:
+        return leaf(x.shape, x.dtype) if x.dtype.kind in "fc" else np.zeros(x.shape)
+    if isinstance(x, list):
+        return [_tangent_like(item, leaf) for item in x]
+    if isinstance(x, tuple):
+        return tuple(_tangent_like(item, leaf) for item in x)
+    if isinstance(x, dict):
+        return {k: _tangent_like(v, leaf) for k, v in x.items()}
+    if x is None or isinstance(x, (str, bytes, bool, np.bool_, ArrayMeta, slice, range, type)):
+        return None
+    if isinstance(x, (numbers.Number, np.generic)):
+        dtype = np.asarray(x).dtype
+        return leaf((), dtype)[()] if dtype.kind in "fc" else 0.0
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return _tangent_like(np.asarray(x), leaf)
+    return None
+
+
+def _zeros(shape, dtype):
+    return 0.0 if shape is None else np.zeros(shape, dtype)
+
+
 @_helper
 def zero_tangent(x: Any) -> Any:
     """The zero tangent of a value: 0.0 for numbers, float zeros for arrays, itemwise
     for lists and tuples, None for what has no tangent (strings, None, shapes only)."""
     kind = type(x)
-    if kind is float or kind is int:
+    if kind is float or kind is int:   # (the usual case, first)
         return 0.0
-    if kind is np.ndarray:
-        dtype = x.dtype if x.dtype.kind in "fc" else np.float64
-        return np.zeros(x.shape, dtype)
-    if isinstance(x, list):
-        return [zero_tangent(item) for item in x]
-    if isinstance(x, tuple):
-        return tuple(zero_tangent(item) for item in x)
-    if isinstance(x, dict):
-        return {k: zero_tangent(v) for k, v in x.items()}
-    if x is None or isinstance(x, (str, bytes, bool, np.bool_, ArrayMeta, slice, range, type)):
-        return None
-    if isinstance(x, (numbers.Number, np.generic)):
-        dtype = np.asarray(x).dtype
-        return np.zeros((), dtype)[()] if dtype.kind in "fc" else 0.0
-    if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return zero_tangent(np.asarray(x))
-    return None
+    return _tangent_like(x, _zeros)
 
 
 # A fixed pseudo-random draw, none of its entries 0 or equal to another: values at
@@ -59,6 +74,15 @@ def zero_tangent(x: Any) -> Any:
 # special case. (4093 entries, a prime, so no array's strides align with repeats.)
 _GENERIC = np.random.default_rng(4093).uniform(0.5, 1.5, 4093) * \
     np.random.default_rng(4094).choice([-1.0, 1.0], 4093)
+
+
+def _generic(shape, dtype):
+    if shape is None:
+        return float(_GENERIC[0])
+    values = np.resize(_GENERIC, shape)
+    if dtype.kind == "c":
+        values = values + 1j * np.resize(_GENERIC[::-1], shape)
+    return values.astype(dtype)
 
 
 @_helper
@@ -71,27 +95,7 @@ def generic_cotangent(x: Any) -> Any:
     follows. A VJP is linear in g, so any point will do except one where a branch
     takes a special case: at g = 0, `if not np.any(g): return zeros` (a shortcut
     users write) would make every tangent zero. This point is generic."""
-    kind = type(x)
-    if kind is float:
-        return float(_GENERIC[0])
-    if kind is np.ndarray or isinstance(x, np.generic):
-        dtype = np.asarray(x).dtype
-        if dtype.kind not in "fc":
-            return zero_tangent(x)
-        values = np.resize(_GENERIC, np.shape(x))
-        if dtype.kind == "c":
-            values = values + 1j * np.resize(_GENERIC[::-1], np.shape(x))
-        values = values.astype(dtype)
-        return values if kind is np.ndarray else values[()]
-    if isinstance(x, list):
-        return [generic_cotangent(item) for item in x]
-    if isinstance(x, tuple):
-        return tuple(generic_cotangent(item) for item in x)
-    if isinstance(x, dict):
-        return {k: generic_cotangent(v) for k, v in x.items()}
-    if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, ArrayMeta):
-        return generic_cotangent(np.asarray(x))
-    return zero_tangent(x)
+    return _tangent_like(x, _generic)
 
 
 @_helper

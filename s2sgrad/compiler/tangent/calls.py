@@ -240,12 +240,7 @@ class CallTangents:
         # tuple, with trailing Nones for forward's defaulted parameters (torch allows
         # both; the bare tangent for a pair `(g, None)` was read as an array's rows).
         cot = helper_call("as_returned", ast.Tuple(elts=list(tangents), ctx=ast.Load()),
-                          name_node(grads), ast.Constant(value=f"{cls.__name__}.{_vjp_name(cls)}"))
+                          name_node(grads), ast.Constant(value=f"{cls.__name__}.{cls.vjp_name()}"))
         result = ast.Call(func=name_node(adj), args=[name_node(res), cot], keywords=[])
         out += self._assign_results(cls, "vjp", result, outs, targets, never_none=True)
         return out
-
-
-def _vjp_name(cls) -> str:
-    """The name the class gives its vjp: `vjp`, or PyTorch's `backward`."""
-    return "vjp" if cls.vjp_method() is getattr(cls, "vjp", None) else "backward"

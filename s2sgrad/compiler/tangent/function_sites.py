@@ -136,7 +136,7 @@ def vjp_as_function(cls, slots: Dict[str, str], saved: List[str], needs, n_out: 
     hit = _VJP_FUNCTIONS.get(key)
     if hit is not None:
         return hit
-    what = "vjp" if vjp_fn is getattr(cls, "vjp", None) else "backward"
+    what = cls.vjp_name()
     parsed = sites.parse_method(vjp_fn, cls, what)
     params = [a.arg for a in parsed.node.args.posonlyargs + parsed.node.args.args]
     if parsed.node.args.vararg or parsed.node.args.kwarg:
